@@ -1,0 +1,283 @@
+//! The DOT-subset lexer. It turns source text into tokens with spans and never fails: a bad character,
+//! an unterminated string or comment becomes an error token plus a diagnostic, and lexing goes on.
+//!
+//! Tokens: words (identifiers, numbers, durations, bare strings such as `gpt-5.2-codex`), quoted strings,
+//! punctuation `{ } [ ] = ; , ->`, the unsupported `--`, and comments (`//`, `/* */`), which are kept as
+//! tokens so nothing rewrites the source. Each token records whether a line break precedes it; the parser
+//! uses that to resynchronise after an error.
+
+use crate::ast::ValueKind;
+use crate::diagnostic::Diagnostic;
+use crate::span::Span;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum TokenKind {
+    /// A bare word with its lexical class.
+    Word(ValueKind),
+    /// A quoted string: unescaped text and the escape offset map (see `ast::Value::offset_map`).
+    Str { text: String, offset_map: Vec<(u32, u32)> },
+    LBrace,
+    RBrace,
+    LBracket,
+    RBracket,
+    Equals,
+    Semicolon,
+    Comma,
+    Arrow,
+    /// `--`: an undirected edge, reported by the parser.
+    UndirectedEdge,
+    Comment,
+    /// A character that starts no token (already reported).
+    Unknown,
+    Eof,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Token {
+    pub kind: TokenKind,
+    pub span: Span,
+    pub newline_before: bool,
+}
+
+/// Splits `text` into tokens (comments included), reporting lexical errors into `diagnostics`.
+pub fn lex(text: &str, diagnostics: &mut Vec<Diagnostic>) -> Vec<Token> {
+    Lexer { text, bytes: text.as_bytes(), pos: 0, tokens: Vec::new(), diagnostics, newline: true }.run()
+}
+
+struct Lexer<'a, 'd> {
+    text: &'a str,
+    bytes: &'a [u8],
+    pos: usize,
+    tokens: Vec<Token>,
+    diagnostics: &'d mut Vec<Diagnostic>,
+    newline: bool,
+}
+
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')
+}
+
+impl Lexer<'_, '_> {
+    fn run(mut self) -> Vec<Token> {
+        while let Some(&b) = self.bytes.get(self.pos) {
+            let start = self.pos;
+            match b {
+                b'\n' => {
+                    self.newline = true;
+                    self.pos += 1;
+                }
+                b' ' | b'\t' | b'\r' => self.pos += 1,
+                b'/' if self.peek(1) == Some(b'/') => {
+                    self.pos = self.text[start..].find('\n').map_or(self.bytes.len(), |i| start + i);
+                    self.push(TokenKind::Comment, start);
+                }
+                b'/' if self.peek(1) == Some(b'*') => self.block_comment(start),
+                b'"' => self.string(start),
+                b'{' => self.single(TokenKind::LBrace),
+                b'}' => self.single(TokenKind::RBrace),
+                b'[' => self.single(TokenKind::LBracket),
+                b']' => self.single(TokenKind::RBracket),
+                b'=' => self.single(TokenKind::Equals),
+                b';' => self.single(TokenKind::Semicolon),
+                b',' => self.single(TokenKind::Comma),
+                b'-' if self.peek(1) == Some(b'>') => {
+                    self.pos += 2;
+                    self.push(TokenKind::Arrow, start);
+                }
+                b'-' if self.peek(1) == Some(b'-') => {
+                    self.pos += 2;
+                    self.push(TokenKind::UndirectedEdge, start);
+                }
+                b if is_word_byte(b) => self.word(start),
+                _ => {
+                    let ch = self.text[start..].chars().next().unwrap_or('\u{fffd}');
+                    self.pos += ch.len_utf8();
+                    let span = Span::from_range(start..self.pos);
+                    self.diagnostics.push(
+                        Diagnostic::error("syntax", format!("unexpected character `{}`", ch.escape_debug()), span)
+                            .with_label("not part of the workflow language"),
+                    );
+                    self.push(TokenKind::Unknown, start);
+                }
+            }
+        }
+        let end = self.bytes.len();
+        self.tokens.push(Token { kind: TokenKind::Eof, span: Span::from_range(end..end), newline_before: true });
+        self.tokens
+    }
+
+    fn peek(&self, ahead: usize) -> Option<u8> {
+        self.bytes.get(self.pos + ahead).copied()
+    }
+
+    fn push(&mut self, kind: TokenKind, start: usize) {
+        let newline_before = std::mem::take(&mut self.newline);
+        self.tokens.push(Token { kind, span: Span::from_range(start..self.pos), newline_before });
+    }
+
+    fn single(&mut self, kind: TokenKind) {
+        self.pos += 1;
+        self.push(kind, self.pos - 1);
+    }
+
+    fn block_comment(&mut self, start: usize) {
+        if let Some(i) = self.text[start + 2..].find("*/") {
+            let body = &self.text[start..start + 2 + i];
+            self.pos = start + 2 + i + 2;
+            let newline = body.contains('\n');
+            self.push(TokenKind::Comment, start);
+            self.newline |= newline;
+        } else {
+            self.pos = self.bytes.len();
+            self.diagnostics.push(
+                Diagnostic::error("syntax", "unterminated block comment", Span::from_range(start..start + 2))
+                    .with_label("this comment is never closed")
+                    .with_help("close it with `*/`"),
+            );
+            self.push(TokenKind::Comment, start);
+        }
+    }
+
+    fn word(&mut self, start: usize) {
+        while let Some(&b) = self.bytes.get(self.pos) {
+            // A word stops before `->` or `--`, so `a->b` is three tokens.
+            if !is_word_byte(b) || (b == b'-' && matches!(self.peek(1), Some(b'>' | b'-'))) {
+                break;
+            }
+            self.pos += 1;
+        }
+        let kind = classify_word(&self.text[start..self.pos]);
+        self.push(TokenKind::Word(kind), start);
+    }
+
+    fn string(&mut self, start: usize) {
+        let mut text = String::new();
+        let mut offset_map = Vec::new();
+        self.pos += 1;
+        loop {
+            let Some(&b) = self.bytes.get(self.pos) else {
+                self.diagnostics.push(
+                    Diagnostic::error("syntax", "unterminated string", Span::from_range(start..start + 1))
+                        .with_label("this quote is never closed")
+                        .with_help("add the closing `\"`; write `\\\"` for a quote inside a string"),
+                );
+                break;
+            };
+            match b {
+                b'"' => {
+                    self.pos += 1;
+                    break;
+                }
+                b'\\' => {
+                    let next = self.peek(1);
+                    match next {
+                        Some(b'"') => text.push('"'),
+                        Some(b'\\') => text.push('\\'),
+                        Some(b'n') => text.push('\n'),
+                        Some(b't') => text.push('\t'),
+                        Some(b'\n') => {}
+                        Some(b'\r') if self.peek(2) == Some(b'\n') => self.pos += 1,
+                        // Unknown escapes stay as written, so regexes like `^v\d+` survive.
+                        _ => {
+                            text.push('\\');
+                            self.pos += 1;
+                            continue;
+                        }
+                    }
+                    self.pos += 2;
+                    if matches!(next, Some(b'\n' | b'\r')) {
+                        // Backslash-newline continues the string; the next line's indentation is dropped.
+                        while matches!(self.peek(0), Some(b' ' | b'\t')) {
+                            self.pos += 1;
+                        }
+                    }
+                    offset_map.push((text.len() as u32, self.pos as u32));
+                }
+                _ => {
+                    let ch_len = self.text[self.pos..].chars().next().map_or(1, char::len_utf8);
+                    text.push_str(&self.text[self.pos..self.pos + ch_len]);
+                    self.pos += ch_len;
+                }
+            }
+        }
+        self.push(TokenKind::Str { text, offset_map }, start);
+    }
+}
+
+/// Sorts a bare word into its lexical class.
+pub fn classify_word(word: &str) -> ValueKind {
+    let unsigned = word.strip_prefix(['-', '+']).unwrap_or(word);
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if word == "true" || word == "false" {
+        ValueKind::Boolean
+    } else if digits(unsigned) {
+        ValueKind::Integer
+    } else if let Some((int, frac)) = unsigned.split_once('.')
+        && (digits(int) || int.is_empty())
+        && (digits(frac) || (frac.is_empty() && !int.is_empty()))
+    {
+        ValueKind::Float
+    } else if crate::ast::parse_duration(word).is_some() {
+        ValueKind::Duration
+    } else {
+        ValueKind::Bare
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(text: &str) -> Vec<TokenKind> {
+        let mut diagnostics = Vec::new();
+        lex(text, &mut diagnostics).into_iter().map(|t| t.kind).filter(|k| *k != TokenKind::Eof).collect()
+    }
+
+    #[test]
+    fn words_are_classified() {
+        assert_eq!(classify_word("42"), ValueKind::Integer);
+        assert_eq!(classify_word("-1"), ValueKind::Integer);
+        assert_eq!(classify_word("3.14"), ValueKind::Float);
+        assert_eq!(classify_word(".5"), ValueKind::Float);
+        assert_eq!(classify_word("-0.5"), ValueKind::Float);
+        assert_eq!(classify_word("250ms"), ValueKind::Duration);
+        assert_eq!(classify_word("true"), ValueKind::Boolean);
+        assert_eq!(classify_word("claude-sonnet-4-5"), ValueKind::Bare);
+        assert_eq!(classify_word("gpt-5.2-codex"), ValueKind::Bare);
+        assert_eq!(classify_word("LR"), ValueKind::Bare);
+        assert_eq!(classify_word("."), ValueKind::Bare);
+    }
+
+    #[test]
+    fn arrows_split_words() {
+        assert_eq!(
+            kinds("a->b"),
+            vec![TokenKind::Word(ValueKind::Bare), TokenKind::Arrow, TokenKind::Word(ValueKind::Bare)]
+        );
+    }
+
+    #[test]
+    fn escapes_and_continuations() {
+        let mut diagnostics = Vec::new();
+        let tokens = lex("\"a\\\"b\\\\c\\nd\\te\\d and \\\n      more\"", &mut diagnostics);
+        let TokenKind::Str { text, .. } = &tokens[0].kind else { panic!("expected a string") };
+        assert_eq!(text, "a\"b\\c\nd\te\\d and more");
+        assert!(diagnostics.is_empty());
+    }
+
+    #[test]
+    fn comment_markers_inside_strings_are_text() {
+        let mut diagnostics = Vec::new();
+        let tokens = lex("\"// not /* a */ comment\" // real", &mut diagnostics);
+        assert!(matches!(&tokens[0].kind, TokenKind::Str { text, .. } if text == "// not /* a */ comment"));
+        assert_eq!(tokens[1].kind, TokenKind::Comment);
+    }
+
+    #[test]
+    fn unterminated_things_are_reported() {
+        let mut diagnostics = Vec::new();
+        lex("\"abc", &mut diagnostics);
+        lex("/* abc", &mut diagnostics);
+        assert_eq!(diagnostics.len(), 2);
+    }
+}

@@ -1,0 +1,4 @@
+//! The DOT subset: a lexer ([`lexer`]) and a recovering recursive-descent parser ([`parser`]).
+
+pub mod lexer;
+pub mod parser;

@@ -1,0 +1,379 @@
+//! Recursive-descent parser for the DOT subset, with error recovery: one pass reports every syntax
+//! error and still returns as much of the document as it could read.
+//!
+//! Grammar (comments are skipped; `;` after statements is optional):
+//!
+//! ```text
+//! file      := 'digraph' ID '{' stmt* '}' EOF
+//! stmt      := ('graph' | 'node' | 'edge') attr_list+      defaults
+//!            | ID '=' value                                graph (or subgraph) attribute
+//!            | ID ('->' ID)+ attr_list*                    edge chain
+//!            | ID attr_list*                               node
+//!            | 'subgraph' ID? '{' stmt* '}' | '{' stmt* '}'
+//! attr_list := '[' (ID '=' value (',' | ';')?)* ']'
+//! value     := STRING | WORD                               WORD: identifier, number, duration, bare string
+//! ```
+//!
+//! Keywords are case-insensitive, as in Graphviz. Recovery: after an error in a statement the parser
+//! skips to the next `;`, `}` or line break; inside an attribute list, to the next `,` or `]`.
+
+use crate::ast::{Attr, DefaultsTarget, Document, Ident, SourceFormat, Stmt, Value, ValueKind, is_node_id};
+use crate::diagnostic::Diagnostic;
+use crate::dot::lexer::{Token, TokenKind, lex};
+use crate::span::Span;
+
+/// Parses DOT source. Never fails: problems are reported in `diagnostics`.
+pub fn parse_dot(text: &str, diagnostics: &mut Vec<Diagnostic>) -> Document {
+    let tokens: Vec<Token> = lex(text, diagnostics).into_iter().filter(|t| t.kind != TokenKind::Comment).collect();
+    Parser { text, tokens, pos: 0, diagnostics }.parse_file()
+}
+
+struct Parser<'a, 'd> {
+    text: &'a str,
+    tokens: Vec<Token>,
+    pos: usize,
+    diagnostics: &'d mut Vec<Diagnostic>,
+}
+
+impl Parser<'_, '_> {
+    fn peek(&self) -> &Token {
+        &self.tokens[self.pos]
+    }
+
+    fn peek_at(&self, ahead: usize) -> &Token {
+        &self.tokens[(self.pos + ahead).min(self.tokens.len() - 1)]
+    }
+
+    fn bump(&mut self) -> Token {
+        let token = self.tokens[self.pos].clone();
+        if token.kind != TokenKind::Eof {
+            self.pos += 1;
+        }
+        token
+    }
+
+    fn slice(&self, span: Span) -> &str {
+        &self.text[span.range()]
+    }
+
+    fn is_keyword(&self, token: &Token, keyword: &str) -> bool {
+        matches!(token.kind, TokenKind::Word(_)) && self.slice(token.span).eq_ignore_ascii_case(keyword)
+    }
+
+    fn error(&mut self, message: impl Into<String>, span: Span, label: impl Into<String>) -> &mut Diagnostic {
+        self.diagnostics.push(Diagnostic::error("syntax", message, span).with_label(label));
+        self.diagnostics.last_mut().expect("just pushed")
+    }
+
+    fn describe(&self, token: &Token) -> String {
+        match &token.kind {
+            TokenKind::Eof => "end of file".to_owned(),
+            TokenKind::Str { .. } => "a quoted string".to_owned(),
+            _ => format!("`{}`", self.slice(token.span)),
+        }
+    }
+
+    fn parse_file(&mut self) -> Document {
+        let first = self.peek().clone();
+        let mut header_span = first.span;
+        if self.is_keyword(&first, "strict") {
+            self.bump();
+            self.error("`strict` graphs are not supported", first.span, "remove `strict`");
+        }
+        let keyword = self.peek().clone();
+        if self.is_keyword(&keyword, "digraph") {
+            header_span = keyword.span;
+            self.bump();
+        } else if self.is_keyword(&keyword, "graph") {
+            header_span = keyword.span;
+            self.bump();
+            self.error("undirected graphs are not supported", keyword.span, "expected `digraph`")
+                .help = Some("workflows are directed: write `digraph Name { ... }`".into());
+        } else {
+            let found = self.describe(&keyword);
+            self.error(format!("expected `digraph`, found {found}"), keyword.span, "a workflow starts with `digraph Name {`");
+            // Recover at the first `{`, if there is one.
+            while !matches!(self.peek().kind, TokenKind::LBrace | TokenKind::Eof) {
+                self.bump();
+            }
+        }
+        let name = self.parse_graph_name();
+        let body = if self.peek().kind == TokenKind::LBrace {
+            let open = self.bump().span;
+            let body = self.parse_stmts();
+            self.expect_close_brace(open);
+            body
+        } else {
+            let token = self.peek().clone();
+            let found = self.describe(&token);
+            self.error(format!("expected `{{`, found {found}"), token.span, "the graph body starts here");
+            Vec::new()
+        };
+        let trailing = self.peek().clone();
+        if trailing.kind != TokenKind::Eof {
+            let end = self.tokens[self.tokens.len() - 1].span;
+            self.error("unexpected content after the end of the graph", trailing.span.to(end), "after the closing `}`")
+                .help = Some("a file holds exactly one `digraph`".into());
+        }
+        Document { format: SourceFormat::Dot, header_span, name, body }
+    }
+
+    fn parse_graph_name(&mut self) -> Option<Ident> {
+        let token = self.peek().clone();
+        match &token.kind {
+            TokenKind::Word(_) => {
+                self.bump();
+                Some(Ident { name: self.slice(token.span).to_owned(), span: token.span })
+            }
+            TokenKind::Str { text, .. } => {
+                self.bump();
+                Some(Ident { name: text.clone(), span: token.span })
+            }
+            _ => {
+                self.error("the graph needs a name", token.span, "expected a name before `{`")
+                    .help = Some("write `digraph MyWorkflow { ... }`".into());
+                None
+            }
+        }
+    }
+
+    fn expect_close_brace(&mut self, open: Span) {
+        if self.peek().kind == TokenKind::RBrace {
+            self.bump();
+        } else {
+            let at = self.peek().span;
+            self.error("unclosed `{`", at, "expected `}` before the end of the file")
+                .secondary
+                .push(crate::Label::new(open, "opened here"));
+        }
+    }
+
+    /// Statements up to (not including) a `}` or the end of the file.
+    fn parse_stmts(&mut self) -> Vec<Stmt> {
+        let mut stmts = Vec::new();
+        loop {
+            match self.peek().kind {
+                TokenKind::RBrace | TokenKind::Eof => return stmts,
+                TokenKind::Semicolon => {
+                    self.bump();
+                }
+                _ => {
+                    let errors_before = self.diagnostics.len();
+                    if let Some(stmt) = self.parse_stmt() {
+                        stmts.push(stmt);
+                    }
+                    if self.diagnostics.len() > errors_before {
+                        self.synchronize();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Skips to the start of the next statement: past a `;`, or before a `}` or a token on a new line.
+    fn synchronize(&mut self) {
+        let start = self.pos;
+        loop {
+            let token = self.peek();
+            match token.kind {
+                TokenKind::Eof | TokenKind::RBrace => return,
+                TokenKind::Semicolon => {
+                    self.bump();
+                    return;
+                }
+                _ if token.newline_before && self.pos > start => return,
+                _ => {
+                    self.bump();
+                }
+            }
+        }
+    }
+
+    fn parse_stmt(&mut self) -> Option<Stmt> {
+        let token = self.peek().clone();
+        let next = self.peek_at(1).kind.clone();
+        for (keyword, target) in
+            [("graph", DefaultsTarget::Graph), ("node", DefaultsTarget::Node), ("edge", DefaultsTarget::Edge)]
+        {
+            if self.is_keyword(&token, keyword) && next == TokenKind::LBracket {
+                self.bump();
+                let attrs = self.parse_attr_lists();
+                let span = token.span.to(self.tokens[self.pos - 1].span);
+                return Some(Stmt::Defaults { target, attrs, span });
+            }
+        }
+        if self.is_keyword(&token, "subgraph") || token.kind == TokenKind::LBrace {
+            return self.parse_subgraph();
+        }
+        match &token.kind {
+            TokenKind::Word(_) | TokenKind::Str { .. } if next == TokenKind::Equals => {
+                let attr = self.parse_attr()?;
+                Some(Stmt::Attr(attr))
+            }
+            TokenKind::Word(_) | TokenKind::Str { .. } => {
+                let first = self.parse_node_id()?;
+                if matches!(self.peek().kind, TokenKind::Arrow | TokenKind::UndirectedEdge) {
+                    self.parse_edge_chain(first)
+                } else {
+                    let attrs = self.parse_attr_lists();
+                    Some(Stmt::Node { id: first, attrs })
+                }
+            }
+            _ => {
+                let found = self.describe(&token);
+                self.error(format!("expected a statement, found {found}"), token.span, "not a node, edge or attribute")
+                    .help = Some("statements are `id [attrs]`, `a -> b`, `key=value`, `node [...]`, `edge [...]`, `graph [...]` or `subgraph { ... }`".into());
+                None
+            }
+        }
+    }
+
+    fn parse_subgraph(&mut self) -> Option<Stmt> {
+        let start = self.peek().span;
+        let mut name = None;
+        if self.peek().kind != TokenKind::LBrace {
+            self.bump(); // `subgraph`
+            let token = self.peek().clone();
+            if let TokenKind::Word(_) = token.kind {
+                self.bump();
+                name = Some(Ident { name: self.slice(token.span).to_owned(), span: token.span });
+            } else if let TokenKind::Str { text, .. } = &token.kind {
+                self.bump();
+                name = Some(Ident { name: text.clone(), span: token.span });
+            }
+        }
+        if self.peek().kind != TokenKind::LBrace {
+            let token = self.peek().clone();
+            let found = self.describe(&token);
+            self.error(format!("expected `{{` to open the subgraph, found {found}"), token.span, "expected `{`");
+            return None;
+        }
+        let open = self.bump().span;
+        let body = self.parse_stmts();
+        self.expect_close_brace(open);
+        let span = start.to(self.tokens[self.pos.saturating_sub(1)].span);
+        Some(Stmt::Subgraph { name, body, span })
+    }
+
+    fn parse_node_id(&mut self) -> Option<Ident> {
+        let token = self.peek().clone();
+        let (name, quoted) = match &token.kind {
+            TokenKind::Word(_) => (self.slice(token.span).to_owned(), false),
+            TokenKind::Str { text, .. } => (text.clone(), true),
+            TokenKind::LBrace => {
+                self.error("edges to subgraphs are not supported", token.span, "expected a node id")
+                    .help = Some("write one edge per target: `a -> b` and `a -> c`".into());
+                return None;
+            }
+            _ => {
+                let found = self.describe(&token);
+                self.error(format!("expected a node id, found {found}"), token.span, "expected a node id");
+                return None;
+            }
+        };
+        self.bump();
+        if !is_node_id(&name) {
+            let what = if quoted { "quoted node ids" } else { "node ids" };
+            self.error(format!("invalid node id `{name}`"), token.span, "not a valid node id").help = Some(format!(
+                "{what} must start with a letter or `_` and contain only letters, digits and `_` (for example `run_tests`); put display text in `label`"
+            ));
+        }
+        Some(Ident { name, span: token.span })
+    }
+
+    fn parse_edge_chain(&mut self, first: Ident) -> Option<Stmt> {
+        let mut chain = vec![first];
+        while matches!(self.peek().kind, TokenKind::Arrow | TokenKind::UndirectedEdge) {
+            let arrow = self.bump();
+            if arrow.kind == TokenKind::UndirectedEdge {
+                self.error("undirected edges (`--`) are not supported", arrow.span, "use `->`");
+            }
+            chain.push(self.parse_node_id()?);
+        }
+        let attrs = self.parse_attr_lists();
+        let span = chain[0].span.to(self.tokens[self.pos - 1].span);
+        Some(Stmt::Edge { chain, attrs, span })
+    }
+
+    /// Zero or more `[...]` lists, concatenated.
+    fn parse_attr_lists(&mut self) -> Vec<Attr> {
+        let mut attrs = Vec::new();
+        while self.peek().kind == TokenKind::LBracket {
+            let open = self.bump().span;
+            loop {
+                match self.peek().kind {
+                    TokenKind::RBracket => {
+                        self.bump();
+                        break;
+                    }
+                    TokenKind::Comma | TokenKind::Semicolon => {
+                        self.bump();
+                    }
+                    TokenKind::Eof | TokenKind::RBrace | TokenKind::LBrace | TokenKind::LBracket => {
+                        let at = self.peek().span;
+                        self.error("unclosed `[`", at, "expected `]`")
+                            .secondary
+                            .push(crate::Label::new(open, "attribute list opened here"));
+                        return attrs;
+                    }
+                    _ => match self.parse_attr() {
+                        Some(attr) => attrs.push(attr),
+                        None => self.skip_in_attr_list(),
+                    },
+                }
+            }
+        }
+        attrs
+    }
+
+    fn skip_in_attr_list(&mut self) {
+        while !matches!(
+            self.peek().kind,
+            TokenKind::Comma
+                | TokenKind::Semicolon
+                | TokenKind::RBracket
+                | TokenKind::RBrace
+                | TokenKind::LBrace
+                | TokenKind::LBracket
+                | TokenKind::Eof
+        ) {
+            self.bump();
+        }
+    }
+
+    /// `key = value`.
+    fn parse_attr(&mut self) -> Option<Attr> {
+        let token = self.peek().clone();
+        let key = match &token.kind {
+            TokenKind::Word(_) => Ident { name: self.slice(token.span).to_owned(), span: token.span },
+            TokenKind::Str { text, .. } => Ident { name: text.clone(), span: token.span },
+            _ => {
+                let found = self.describe(&token);
+                self.error(format!("expected an attribute name, found {found}"), token.span, "expected `key=value`");
+                return None;
+            }
+        };
+        self.bump();
+        if self.peek().kind != TokenKind::Equals {
+            let token = self.peek().clone();
+            let found = self.describe(&token);
+            self.error(format!("expected `=` after `{}`, found {found}", key.name), token.span, "expected `=`")
+                .help = Some(format!("attributes are written `{}=value`", key.name));
+            return None;
+        }
+        self.bump();
+        let token = self.peek().clone();
+        let value = match token.kind {
+            TokenKind::Word(kind) => Value::plain(self.slice(token.span), kind, token.span),
+            TokenKind::Str { text, offset_map } => Value { text, kind: ValueKind::Quoted, span: token.span, offset_map },
+            _ => {
+                let found = self.describe(&token);
+                self.error(format!("expected a value for `{}`, found {found}", key.name), token.span, "expected a value")
+                    .help = Some("values are quoted strings, numbers, booleans, durations or bare words".into());
+                return None;
+            }
+        };
+        self.bump();
+        Some(Attr { key, value })
+    }
+}
