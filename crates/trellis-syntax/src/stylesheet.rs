@@ -245,7 +245,7 @@ mod tests {
             "\n  *        { model: claude-haiku-4-5;reasoning_effort: low; }\n  .coding  { model: claude-sonnet-4-5;reasoning_effort: high; }\n  #review  { model: claude-sonnet-4-5;reasoning_effort: high; }\n",
         );
         assert!(errors.is_empty(), "{errors:?}");
-        assert_eq!(sheet.rules.len(), 2, "{sheet:?} {errors:?}");
+        assert_eq!(sheet.rules.len(), 3);
         assert_eq!(sheet.rules[1].selectors[0].value, Selector::Class("coding".into()));
         assert_eq!(sheet.rules[2].declarations[0].value.value, "claude-sonnet-4-5");
         assert_eq!(sheet.rules[0].declarations[1].property.value, "reasoning_effort");
