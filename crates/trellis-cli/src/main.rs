@@ -1,1 +1,42 @@
-fn main() {}
+//! The `trellis` command: parses arguments and hands each subcommand to its module in [`commands`].
+//! Exit codes: 0 success, 1 an invalid workflow (or a failed run), 2 usage or file-system problems.
+
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Run AI-agent workflows defined as graphs.
+#[derive(Parser)]
+#[command(name = "trellis", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check workflow files and report every problem with its location.
+    Validate(commands::validate::Args),
+    /// Print the compiled workflow as normalized DOT: what the engine will run.
+    Graph(commands::graph::Args),
+    /// List the validation rules with their codes and severities.
+    Rules(commands::rules::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Validate(args) => commands::validate::run(&args),
+        Command::Graph(args) => commands::graph::run(&args),
+        Command::Rules(args) => commands::rules::run(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}

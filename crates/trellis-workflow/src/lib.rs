@@ -1,1 +1,98 @@
-//! placeholder
+//! `trellis-workflow` turns a parsed workflow into a typed, validated [`Workflow`]: it flattens defaults
+//! and subgraphs, lowers attributes into typed node configurations ([`NodeKind`]), compiles edge
+//! conditions, applies the model stylesheet, loads `@file` prompts, expands `$goal`, and runs the
+//! validation [`rules`]. It sits between `trellis-syntax` (which parses) and the engine (which runs).
+
+pub mod condition;
+mod flatten;
+pub mod graph_dot;
+pub mod label;
+mod lower;
+pub mod node_kind;
+pub mod outcome;
+pub mod rules;
+mod style;
+pub mod workflow;
+
+use std::path::{Path, PathBuf};
+
+use trellis_syntax::{Diagnostic, Parsed, Severity, SourceError, SourceFile};
+
+pub use condition::{Condition, ConditionScope};
+pub use flatten::class_from_label;
+pub use node_kind::NodeKind;
+pub use outcome::StageStatus;
+pub use workflow::{Edge, Node, NodeIndex, Workflow};
+
+/// Settings that come from outside the file.
+#[derive(Debug, Clone, Default)]
+pub struct CompileOptions {
+    /// Replaces the workflow's `goal` (`trellis run --goal`).
+    pub goal: Option<String>,
+    /// Where `@file` references resolve; defaults to the workflow file's directory.
+    pub base_dir: Option<PathBuf>,
+}
+
+/// The result of compiling: the workflow when there were no errors, and every diagnostic.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    pub workflow: Option<Workflow>,
+    /// Name and size of what was read, even when there were errors (absent after syntax errors).
+    pub outline: Option<Outline>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// A workflow's name and size, for summaries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outline {
+    pub name: String,
+    pub nodes: usize,
+    pub edges: usize,
+}
+
+impl Compiled {
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+}
+
+/// Lowers and validates a parsed workflow.
+///
+/// Syntax errors stop compilation (the partial tree would only produce echoes of them). Structural
+/// rules run once every node and edge lowered cleanly, so one mistake is not reported three times.
+/// Diagnostics come back in source order.
+pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> Compiled {
+    let mut diagnostics = parsed.diagnostics;
+    let workflow = if diagnostics.iter().any(Diagnostic::is_error) {
+        None
+    } else {
+        let base_dir = options
+            .base_dir
+            .clone()
+            .or_else(|| file.path().and_then(Path::parent).map(Path::to_path_buf))
+            .unwrap_or_else(|| PathBuf::from("."));
+        let flat = flatten::flatten(&parsed.document);
+        let lowerer =
+            lower::Lowerer { base_dir: &base_dir, goal_override: options.goal.as_deref(), out: &mut diagnostics, sheet: None };
+        let workflow = lowerer.lower(flat);
+        if !diagnostics.iter().any(Diagnostic::is_error) {
+            for check in rules::GRAPH_CHECKS {
+                check(&workflow, &mut diagnostics);
+            }
+        }
+        Some(workflow)
+    };
+    diagnostics.sort_by_key(|d| (d.primary.span.start, d.severity != Severity::Error));
+    diagnostics.dedup_by(|a, b| a.code == b.code && a.primary.span == b.primary.span && a.message == b.message);
+    let outline = workflow.as_ref().map(|w| Outline { name: w.name.clone(), nodes: w.nodes.len(), edges: w.edges.len() });
+    let workflow = workflow.filter(|_| !diagnostics.iter().any(Diagnostic::is_error));
+    Compiled { workflow, outline, diagnostics }
+}
+
+/// Reads, parses and compiles a workflow file.
+pub fn load(path: &Path, options: &CompileOptions) -> Result<(SourceFile, Compiled), SourceError> {
+    let file = SourceFile::load(path)?;
+    let parsed = trellis_syntax::parse(&file);
+    let compiled = compile(&file, parsed, options);
+    Ok((file, compiled))
+}

@@ -1,0 +1,41 @@
+//! `trellis graph FILE`: prints the compiled workflow as normalized DOT (resolved attributes, handler
+//! types, classes, stylesheet models, expanded prompts). An invalid workflow prints its diagnostics to
+//! standard error instead and exits 1.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use trellis_syntax::render::render_terminal;
+use trellis_workflow::CompileOptions;
+
+use super::{ColorChoice, EXIT_INVALID, EXIT_USAGE};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The workflow file.
+    file: PathBuf,
+    /// Replace the workflow's goal, as `trellis run --goal` would.
+    #[arg(long)]
+    goal: Option<String>,
+    /// Colour diagnostics.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    color: ColorChoice,
+}
+
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let options = CompileOptions { goal: args.goal.clone(), ..CompileOptions::default() };
+    let (file, compiled) = match trellis_workflow::load(&args.file, &options) {
+        Ok(loaded) => loaded,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
+    };
+    let Some(workflow) = &compiled.workflow else {
+        render_terminal(&mut std::io::stderr().lock(), &file, &compiled.diagnostics, args.color.for_stderr())?;
+        eprintln!("error: {} is not valid; fix the errors above", file.name());
+        return Ok(ExitCode::from(EXIT_INVALID));
+    };
+    print!("{}", trellis_workflow::graph_dot::to_dot(workflow));
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,356 @@
+//! Compiled edge conditions and their evaluation. Conditions are parsed (by `trellis-syntax`) and
+//! compiled here at workflow compile time: keys are resolved, outcome words and regexes checked, so
+//! evaluation at run time cannot fail.
+//!
+//! Semantics: `outcome` is the stage status (either vocabulary); `preferred_label` compares labels the
+//! way edge selection does (accelerators stripped, case and surrounding space ignored); any other key is a
+//! context lookup (`context.` prefix optional). `=`/`!=` compare numerically when both sides are numbers,
+//! otherwise as text (a missing key is the empty string). `>`, `<`, `>=`, `<=` are false unless both sides
+//! are numbers. `contains` tests array membership or substring; `matches` applies the regex to the text.
+//! Both are false for a missing key. A bare key is true when its value is non-empty, not `false`, not `0`.
+
+use regex::Regex;
+use serde_json::Value;
+use trellis_syntax::condition::{CompareOp, CondExpr, ConditionSyntaxError};
+use trellis_syntax::Span;
+
+use crate::label::normalize_label;
+use crate::outcome::StageStatus;
+
+/// What a condition reads at run time. The engine implements this over its run context.
+pub trait ConditionScope {
+    fn outcome(&self) -> Option<StageStatus>;
+    fn preferred_label(&self) -> Option<&str>;
+    /// A context value by key (without the `context.` prefix).
+    fn context_value(&self, key: &str) -> Option<Value>;
+}
+
+/// What a clause's key refers to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConditionKey {
+    Outcome,
+    PreferredLabel,
+    Context(String),
+}
+
+#[derive(Debug, Clone)]
+enum Node {
+    Or(Vec<Node>),
+    And(Vec<Node>),
+    Not(Box<Node>),
+    Compare { key: ConditionKey, op: CompareOp, value: String, number: Option<f64>, status: Option<StageStatus>, regex: Option<Regex> },
+    Truthy(ConditionKey),
+}
+
+/// A compiled condition.
+#[derive(Debug, Clone)]
+pub struct Condition {
+    source: String,
+    root: Node,
+}
+
+impl PartialEq for Condition {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+/// Why a condition does not compile. Spans are inside the condition text.
+pub type ConditionError = ConditionSyntaxError;
+
+impl Condition {
+    /// Parses and compiles a condition.
+    pub fn compile(text: &str) -> Result<Condition, ConditionError> {
+        let expr = trellis_syntax::condition::parse_condition(text)?;
+        Ok(Condition { source: text.trim().to_owned(), root: compile_node(&expr)? })
+    }
+
+    /// The condition as written.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    pub fn evaluate(&self, scope: &dyn ConditionScope) -> bool {
+        eval(&self.root, scope)
+    }
+}
+
+fn compile_node(expr: &CondExpr) -> Result<Node, ConditionError> {
+    Ok(match expr {
+        CondExpr::Or(terms) => Node::Or(terms.iter().map(compile_node).collect::<Result<_, _>>()?),
+        CondExpr::And(terms) => Node::And(terms.iter().map(compile_node).collect::<Result<_, _>>()?),
+        CondExpr::Not(inner) => Node::Not(Box::new(compile_node(inner)?)),
+        CondExpr::Truthy { key } => Node::Truthy(resolve_key(&key.value)),
+        CondExpr::Compare { key, op, value } => {
+            let resolved = resolve_key(&key.value);
+            let status = if resolved == ConditionKey::Outcome && matches!(op.value, CompareOp::Eq | CompareOp::Ne) {
+                Some(value.value.parse::<StageStatus>().map_err(|()| ConditionError {
+                    message: format!("unknown outcome `{}`", value.value),
+                    span: value.span,
+                    help: Some(format!("outcomes are {}", StageStatus::ACCEPTED)),
+                })?)
+            } else {
+                None
+            };
+            let regex = if op.value == CompareOp::Matches {
+                Some(Regex::new(&value.value).map_err(|e| ConditionError {
+                    message: format!("invalid regular expression `{}`", value.value),
+                    span: value.span,
+                    help: Some(e.to_string().lines().last().unwrap_or_default().trim().to_owned()),
+                })?)
+            } else {
+                None
+            };
+            let number = value.value.trim().parse::<f64>().ok().filter(|n| n.is_finite());
+            if matches!(op.value, CompareOp::Gt | CompareOp::Lt | CompareOp::Ge | CompareOp::Le) && number.is_none() {
+                return Err(ConditionError {
+                    message: format!("`{}` compares numbers, but `{}` is not a number", op.value.as_str(), value.value),
+                    span: value.span,
+                    help: Some("use `=` or `contains` to compare text".into()),
+                });
+            }
+            Node::Compare { key: resolved, op: op.value, value: value.value.clone(), number, status, regex }
+        }
+    })
+}
+
+fn resolve_key(key: &str) -> ConditionKey {
+    match key {
+        "outcome" => ConditionKey::Outcome,
+        "preferred_label" => ConditionKey::PreferredLabel,
+        _ => ConditionKey::Context(key.strip_prefix("context.").unwrap_or(key).to_owned()),
+    }
+}
+
+/// The text form of a context value, as conditions compare it.
+fn value_text(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn as_number(value: &Value) -> Option<f64> {
+    match value {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().parse().ok(),
+        Value::Bool(_) | Value::Null | Value::Array(_) | Value::Object(_) => None,
+    }
+}
+
+fn lookup(key: &ConditionKey, scope: &dyn ConditionScope) -> Option<Value> {
+    match key {
+        ConditionKey::Outcome => scope.outcome().map(|s| Value::String(s.as_str().to_owned())),
+        ConditionKey::PreferredLabel => scope.preferred_label().map(|l| Value::String(l.to_owned())),
+        ConditionKey::Context(k) => scope.context_value(k),
+    }
+}
+
+fn truthy(value: Option<&Value>) -> bool {
+    match value {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::Array(items)) => !items.is_empty(),
+        Some(Value::Object(map)) => !map.is_empty(),
+        Some(other) => {
+            let text = value_text(other);
+            let text = text.trim();
+            !(text.is_empty() || text == "false" || text == "0")
+        }
+    }
+}
+
+fn eval(node: &Node, scope: &dyn ConditionScope) -> bool {
+    match node {
+        Node::Or(terms) => terms.iter().any(|t| eval(t, scope)),
+        Node::And(terms) => terms.iter().all(|t| eval(t, scope)),
+        Node::Not(inner) => !eval(inner, scope),
+        Node::Truthy(key) => truthy(lookup(key, scope).as_ref()),
+        Node::Compare { key, op, value, number, status, regex } => {
+            if let (ConditionKey::Outcome, Some(expected)) = (key, status) {
+                let equal = scope.outcome() == Some(*expected);
+                return if *op == CompareOp::Eq { equal } else { !equal };
+            }
+            let actual = lookup(key, scope);
+            match op {
+                CompareOp::Eq | CompareOp::Ne => {
+                    let equal = match (actual.as_ref().and_then(as_number), number) {
+                        (Some(a), Some(b)) => (a - b).abs() < f64::EPSILON * a.abs().max(b.abs()).max(1.0),
+                        _ if *key == ConditionKey::PreferredLabel => {
+                            normalize_label(&actual.as_ref().map(value_text).unwrap_or_default()) == normalize_label(value)
+                        }
+                        _ => actual.as_ref().map(value_text).unwrap_or_default() == *value,
+                    };
+                    equal == (*op == CompareOp::Eq)
+                }
+                CompareOp::Gt | CompareOp::Lt | CompareOp::Ge | CompareOp::Le => {
+                    let (Some(a), Some(b)) = (actual.as_ref().and_then(as_number), number) else { return false };
+                    match op {
+                        CompareOp::Gt => a > *b,
+                        CompareOp::Lt => a < *b,
+                        CompareOp::Ge => a >= *b,
+                        _ => a <= *b,
+                    }
+                }
+                CompareOp::Contains => match actual {
+                    None | Some(Value::Null) => false,
+                    Some(Value::Array(items)) => items.iter().any(|item| value_text(item) == *value),
+                    Some(other) => value_text(&other).contains(value.as_str()),
+                },
+                CompareOp::Matches => match actual {
+                    None | Some(Value::Null) => false,
+                    Some(other) => regex.as_ref().is_some_and(|r| r.is_match(&value_text(&other))),
+                },
+            }
+        }
+    }
+}
+
+/// Maps a condition error's span (inside the condition text) to the source, given the attribute value.
+pub fn error_span(value: &trellis_syntax::ast::Value, error: &ConditionError) -> Span {
+    value.source_span(error.span)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use serde_json::json;
+
+    use super::*;
+
+    struct Scope {
+        outcome: Option<StageStatus>,
+        label: Option<&'static str>,
+        context: HashMap<&'static str, Value>,
+    }
+
+    impl ConditionScope for Scope {
+        fn outcome(&self) -> Option<StageStatus> {
+            self.outcome
+        }
+        fn preferred_label(&self) -> Option<&str> {
+            self.label
+        }
+        fn context_value(&self, key: &str) -> Option<Value> {
+            self.context.get(key).cloned()
+        }
+    }
+
+    fn scope() -> Scope {
+        Scope {
+            outcome: Some(StageStatus::Succeeded),
+            label: Some("[A] Approve"),
+            context: HashMap::from([
+                ("score", json!(85)),
+                ("count", json!("3")),
+                ("tests_passed", json!(true)),
+                ("flag_zero", json!("0")),
+                ("flag_false", json!("false")),
+                ("empty", json!("")),
+                ("log", json!("build failed: error E42")),
+                ("tags", json!(["fast", "safe"])),
+                ("version", json!("v2.1.0")),
+                ("name", json!("alpha")),
+                ("internal.node_visit_count", json!(5)),
+            ]),
+        }
+    }
+
+    fn check(text: &str) -> bool {
+        Condition::compile(text).unwrap_or_else(|e| panic!("{text}: {e:?}")).evaluate(&scope())
+    }
+
+    #[test]
+    fn equality_on_outcomes_accepts_both_vocabularies() {
+        assert!(check("outcome=success"));
+        assert!(check("outcome=succeeded"));
+        assert!(!check("outcome=fail"));
+        assert!(check("outcome!=fail"));
+        assert!(check("outcome!=failed"));
+        assert!(!check("outcome=partial_success"));
+    }
+
+    #[test]
+    fn equality_and_inequality_on_context() {
+        assert!(check("context.tests_passed=true"));
+        assert!(check("tests_passed=true"));
+        assert!(check("score=85"));
+        assert!(check("score=85.0"));
+        assert!(check("count=3"));
+        assert!(check("name=alpha"));
+        assert!(check("name!=beta"));
+        assert!(check("missing!=x"));
+        assert!(check("missing=\"\""));
+        assert!(check("preferred_label=approve"));
+        assert!(check("preferred_label=\"[A] Approve\""));
+    }
+
+    #[test]
+    fn numeric_comparisons() {
+        assert!(check("context.score > 80"));
+        assert!(!check("context.score < 80"));
+        assert!(check("context.score >= 85"));
+        assert!(check("context.score <= 85"));
+        assert!(check("count < 5"));
+        assert!(check("context.internal.node_visit_count >= 5"));
+    }
+
+    #[test]
+    fn numeric_comparison_on_non_numbers_is_false() {
+        assert!(!check("name > 1"));
+        assert!(!check("name < 1"));
+        assert!(!check("tags >= 0"));
+        assert!(!check("missing <= 100"));
+    }
+
+    #[test]
+    fn contains_on_strings_and_arrays() {
+        assert!(check("context.log contains error"));
+        assert!(!check("context.log contains warning"));
+        assert!(check("tags contains fast"));
+        assert!(!check("tags contains fas"));
+        assert!(!check("missing contains x"));
+    }
+
+    #[test]
+    fn matches_uses_regexes() {
+        assert!(check(r"context.version matches ^v\d+"));
+        assert!(check(r"version matches ^v2\."));
+        assert!(!check("version matches ^v3"));
+        assert!(!check("missing matches .*"));
+    }
+
+    #[test]
+    fn truthiness() {
+        assert!(check("tests_passed"));
+        assert!(check("name"));
+        assert!(check("tags"));
+        assert!(!check("flag_zero"));
+        assert!(!check("flag_false"));
+        assert!(!check("empty"));
+        assert!(!check("missing"));
+    }
+
+    #[test]
+    fn logic_and_grouping() {
+        assert!(check("outcome=success && context.tests_passed=true"));
+        assert!(!check("outcome=fail && tests_passed"));
+        assert!(check("outcome=fail || tests_passed"));
+        assert!(check("!outcome=fail"));
+        assert!(!check("!outcome=success"));
+        // && binds tighter than ||: (fail && x) || name
+        assert!(check("outcome=fail && missing || name"));
+        assert!(!check("outcome=fail && (missing || name)"));
+    }
+
+    #[test]
+    fn compile_errors() {
+        assert!(Condition::compile("outcome=sucess").unwrap_err().message.contains("unknown outcome"));
+        let err = Condition::compile("x matches (").unwrap_err();
+        assert!(err.message.contains("invalid regular expression"), "{err:?}");
+        assert_eq!(err.span, Span::new(10, 11));
+        assert!(Condition::compile("score > high").unwrap_err().message.contains("not a number"));
+    }
+}

@@ -1,0 +1,218 @@
+//! First lowering step: from the statement tree to a flat graph. Applies `node [...]`/`edge [...]`
+//! defaults in scope order (a subgraph's defaults do not leak out), expands edge chains into pairwise
+//! edges sharing their attributes, auto-creates nodes that edges mention, and turns subgraph `label`s and
+//! `class` lists into classes on the nodes inside (`"Loop A"` → `loop-a`). Values stay untyped here.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use trellis_syntax::ast::{Attr, DefaultsTarget, Document, Ident, SourceFormat, Stmt};
+use trellis_syntax::Span;
+
+/// Attributes by name; a later assignment replaces an earlier one.
+pub(crate) type AttrMap = BTreeMap<String, Attr>;
+
+pub(crate) struct FlatNode {
+    pub id: Ident,
+    pub attrs: AttrMap,
+    /// Attributes written on the node itself (not inherited from `node [...]` defaults).
+    pub explicit: BTreeSet<String>,
+    pub classes: Vec<String>,
+    pub declared: bool,
+}
+
+pub(crate) struct FlatEdge {
+    pub from: Ident,
+    pub to: Ident,
+    pub attrs: AttrMap,
+    pub span: Span,
+}
+
+pub(crate) struct FlatGraph {
+    pub name: Option<Ident>,
+    pub format: SourceFormat,
+    pub header_span: Span,
+    pub graph_attrs: AttrMap,
+    pub nodes: Vec<FlatNode>,
+    pub edges: Vec<FlatEdge>,
+}
+
+#[derive(Clone, Default)]
+struct Scope {
+    node_defaults: AttrMap,
+    edge_defaults: AttrMap,
+    classes: Vec<String>,
+}
+
+/// Turns a subgraph label into a class name: lower case, runs of other characters become `-`.
+pub fn class_from_label(label: &str) -> String {
+    let mut class = String::new();
+    for c in label.trim().chars() {
+        if c.is_alphanumeric() || c == '_' {
+            class.extend(c.to_lowercase());
+        } else if !class.ends_with('-') {
+            class.push('-');
+        }
+    }
+    class.trim_matches('-').to_owned()
+}
+
+/// Splits a `class` attribute (`"a, b"`) into class names.
+pub fn split_classes(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split([',', ' ', '\t', '\n']).map(str::trim).filter(|c| !c.is_empty()).map(str::to_owned)
+}
+
+struct Flattener {
+    graph: FlatGraph,
+    index: HashMap<String, usize>,
+}
+
+pub(crate) fn flatten(document: &Document) -> FlatGraph {
+    let mut flattener = Flattener {
+        graph: FlatGraph {
+            name: document.name.clone(),
+            format: document.format,
+            header_span: document.header_span,
+            graph_attrs: AttrMap::new(),
+            nodes: Vec::new(),
+            edges: Vec::new(),
+        },
+        index: HashMap::new(),
+    };
+    flattener.walk(&document.body, &mut Scope::default(), true);
+    flattener.graph
+}
+
+impl Flattener {
+    fn walk(&mut self, stmts: &[Stmt], scope: &mut Scope, top_level: bool) {
+        if !top_level {
+            // A subgraph's label and class apply to every node mentioned inside it.
+            for attr in stmts.iter().flat_map(|stmt| match stmt {
+                Stmt::Attr(attr) => std::slice::from_ref(attr),
+                Stmt::Defaults { target: DefaultsTarget::Graph, attrs, .. } => attrs.as_slice(),
+                _ => &[],
+            }) {
+                match attr.key.name.as_str() {
+                    "label" => scope.classes.push(class_from_label(&attr.value.text)),
+                    "class" => scope.classes.extend(split_classes(&attr.value.text)),
+                    _ => {}
+                }
+            }
+            scope.classes.retain(|c| !c.is_empty());
+        }
+        for stmt in stmts {
+            match stmt {
+                Stmt::Attr(attr) if top_level => {
+                    self.graph.graph_attrs.insert(attr.key.name.clone(), attr.clone());
+                }
+                Stmt::Defaults { target: DefaultsTarget::Graph, attrs, .. } if top_level => {
+                    for attr in attrs {
+                        self.graph.graph_attrs.insert(attr.key.name.clone(), attr.clone());
+                    }
+                }
+                // Subgraph attributes other than label/class are layout hints.
+                Stmt::Attr(_) | Stmt::Defaults { target: DefaultsTarget::Graph, .. } => {}
+                Stmt::Defaults { target: DefaultsTarget::Node, attrs, .. } => {
+                    for attr in attrs {
+                        scope.node_defaults.insert(attr.key.name.clone(), attr.clone());
+                    }
+                }
+                Stmt::Defaults { target: DefaultsTarget::Edge, attrs, .. } => {
+                    for attr in attrs {
+                        scope.edge_defaults.insert(attr.key.name.clone(), attr.clone());
+                    }
+                }
+                Stmt::Node { id, attrs } => {
+                    let node = self.mention(id, scope);
+                    let node = &mut self.graph.nodes[node];
+                    node.declared = true;
+                    for attr in attrs {
+                        if attr.key.name == "class" {
+                            node.classes.extend(split_classes(&attr.value.text));
+                        }
+                        node.explicit.insert(attr.key.name.clone());
+                        node.attrs.insert(attr.key.name.clone(), attr.clone());
+                    }
+                }
+                Stmt::Edge { chain, attrs, span } => {
+                    for id in chain {
+                        self.mention(id, scope);
+                    }
+                    let mut edge_attrs = scope.edge_defaults.clone();
+                    for attr in attrs {
+                        edge_attrs.insert(attr.key.name.clone(), attr.clone());
+                    }
+                    for pair in chain.windows(2) {
+                        self.graph.edges.push(FlatEdge {
+                            from: pair[0].clone(),
+                            to: pair[1].clone(),
+                            attrs: edge_attrs.clone(),
+                            span: if chain.len() == 2 { *span } else { pair[0].span.to(pair[1].span) },
+                        });
+                    }
+                }
+                Stmt::Subgraph { body, .. } => self.walk(body, &mut scope.clone(), false),
+            }
+        }
+    }
+
+    /// Finds or creates a node; a new node takes the current defaults, and every mention inside a
+    /// subgraph adds its classes.
+    fn mention(&mut self, id: &Ident, scope: &Scope) -> usize {
+        let index = *self.index.entry(id.name.clone()).or_insert_with(|| {
+            self.graph.nodes.push(FlatNode {
+                id: id.clone(),
+                attrs: scope.node_defaults.clone(),
+                explicit: BTreeSet::new(),
+                classes: scope
+                    .node_defaults
+                    .get("class")
+                    .map(|a| split_classes(&a.value.text).collect())
+                    .unwrap_or_default(),
+                declared: false,
+            });
+            self.graph.nodes.len() - 1
+        });
+        let node = &mut self.graph.nodes[index];
+        for class in &scope.classes {
+            if !node.classes.contains(class) {
+                node.classes.push(class.clone());
+            }
+        }
+        index
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_become_classes() {
+        assert_eq!(class_from_label("Loop A"), "loop-a");
+        assert_eq!(class_from_label("Implementation"), "implementation");
+        assert_eq!(class_from_label("  Fast & Cheap! "), "fast-cheap");
+    }
+
+    fn flat(text: &str) -> FlatGraph {
+        let mut diagnostics = Vec::new();
+        let document = trellis_syntax::dot::parser::parse_dot(text, &mut diagnostics);
+        assert!(diagnostics.is_empty(), "{diagnostics:?}");
+        flatten(&document)
+    }
+
+    #[test]
+    fn defaults_are_scoped_and_chains_expand() {
+        let graph = flat(
+            "digraph G { node [shape=box] a; subgraph s { label=\"Loop A\"; node [shape=tab] b; a -> c } d; a -> b -> d [weight=2] }",
+        );
+        let shape = |i: usize| graph.nodes[i].attrs["shape"].value.text.clone();
+        let ids: Vec<_> = graph.nodes.iter().map(|n| n.id.name.as_str()).collect();
+        assert_eq!(ids, ["a", "b", "c", "d"]);
+        assert_eq!([shape(0), shape(1), shape(2), shape(3)], ["box", "tab", "tab", "box"]);
+        assert_eq!(graph.nodes[0].classes, ["loop-a"]);
+        assert_eq!(graph.nodes[3].classes, Vec::<String>::new());
+        assert_eq!(graph.edges.len(), 3);
+        assert_eq!(graph.edges[2].attrs["weight"].value.text, "2");
+        assert!(!graph.nodes[2].declared);
+    }
+}

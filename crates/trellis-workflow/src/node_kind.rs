@@ -1,0 +1,335 @@
+//! Handler kinds and their typed configuration. A node's kind comes from its `type` attribute, else its
+//! shape, else its id (`start`/`Start`, `exit`/`Exit`/`end`/`End`); the default shape `box` is an agent.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// What a node does, with the configuration its handler needs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeKind {
+    Start,
+    Exit,
+    /// Multi-turn LLM with tools (`box`).
+    Agent(LlmConfig),
+    /// One LLM call, no tools (`tab`).
+    Prompt(LlmConfig),
+    /// A shell or Python script (`parallelogram`).
+    Command(CommandConfig),
+    /// A human decision (`hexagon`).
+    Human(HumanConfig),
+    /// Routes on conditions; passes the previous outcome through (`diamond`).
+    Conditional,
+    /// Fan-out to concurrent branches (`component`).
+    Parallel(ParallelConfig),
+    /// Merge of parallel results (`tripleoctagon`); with a prompt, a model picks the best branch.
+    FanIn(FanInConfig),
+    /// A pause (`insulator`).
+    Wait(WaitConfig),
+    /// A child workflow (`house`).
+    SubWorkflow(SubWorkflowConfig),
+}
+
+/// The handler types `type=` accepts, with the shape each corresponds to.
+pub const HANDLER_TYPES: &[(&str, &str)] = &[
+    ("start", "Mdiamond"),
+    ("exit", "Msquare"),
+    ("agent", "box"),
+    ("prompt", "tab"),
+    ("command", "parallelogram"),
+    ("human", "hexagon"),
+    ("conditional", "diamond"),
+    ("parallel", "component"),
+    ("parallel.fan_in", "tripleoctagon"),
+    ("wait", "insulator"),
+    ("stack.manager_loop", "house"),
+];
+
+/// Older or alternative names for handler types.
+pub const HANDLER_ALIASES: &[(&str, &str)] =
+    &[("codergen", "agent"), ("wait.human", "human"), ("tool", "command"), ("fan_in", "parallel.fan_in"), ("subworkflow", "stack.manager_loop")];
+
+impl NodeKind {
+    /// The handler type name (`agent`, `parallel.fan_in`, ...).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            NodeKind::Start => "start",
+            NodeKind::Exit => "exit",
+            NodeKind::Agent(_) => "agent",
+            NodeKind::Prompt(_) => "prompt",
+            NodeKind::Command(_) => "command",
+            NodeKind::Human(_) => "human",
+            NodeKind::Conditional => "conditional",
+            NodeKind::Parallel(_) => "parallel",
+            NodeKind::FanIn(_) => "parallel.fan_in",
+            NodeKind::Wait(_) => "wait",
+            NodeKind::SubWorkflow(_) => "stack.manager_loop",
+        }
+    }
+
+    /// The LLM settings of nodes that call a model.
+    pub fn llm(&self) -> Option<&LlmConfig> {
+        match self {
+            NodeKind::Agent(c) | NodeKind::Prompt(c) => Some(c),
+            NodeKind::FanIn(f) => f.llm.as_ref(),
+            _ => None,
+        }
+    }
+
+    pub fn llm_mut(&mut self) -> Option<&mut LlmConfig> {
+        match self {
+            NodeKind::Agent(c) | NodeKind::Prompt(c) => Some(c),
+            NodeKind::FanIn(f) => f.llm.as_mut(),
+            _ => None,
+        }
+    }
+}
+
+/// Settings of agent, prompt and prompted fan-in nodes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LlmConfig {
+    /// The prompt after `@file` loading and `$goal` expansion; empty when the node has none.
+    pub prompt: String,
+    /// The file the prompt came from, for `@path` prompts.
+    pub prompt_file: Option<PathBuf>,
+    pub model: Option<String>,
+    pub provider: Option<String>,
+    pub reasoning_effort: ReasoningEffort,
+    pub max_tokens: Option<u32>,
+    pub fidelity: Option<Fidelity>,
+    pub thread_id: Option<String>,
+    pub project_memory: bool,
+    pub backend: Backend,
+    pub output_schema: Option<OutputSchema>,
+    /// Repair turns for invalid structured output (default 2; negative values count as 0).
+    pub output_retries: u32,
+}
+
+/// `output_schema`: the built-in routing schema or a JSON Schema loaded from a file.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutputSchema {
+    Routing,
+    JsonSchema { path: Option<PathBuf>, schema: serde_json::Value },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandConfig {
+    pub script: String,
+    pub language: ScriptLanguage,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HumanConfig {
+    /// The option taken when `timeout` runs out (`human.default_choice`).
+    pub default_choice: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParallelConfig {
+    pub join_policy: JoinPolicy,
+    pub error_policy: ErrorPolicy,
+    pub max_parallel: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FanInConfig {
+    /// Present when the fan-in has a prompt: a model picks the best branch.
+    pub llm: Option<LlmConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WaitConfig {
+    pub duration: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubWorkflowConfig {
+    /// The child workflow file, resolved against the parent's directory.
+    pub workflow: PathBuf,
+}
+
+/// Declares a small enum parsed from fixed words, with its `FromStr`, `Display` and word list.
+macro_rules! word_enum {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident = $word:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            pub const WORDS: &'static [&'static str] = &[$($word),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $word),+ }
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = ();
+            fn from_str(s: &str) -> Result<Self, ()> {
+                match s.trim() { $($word => Ok($name::$variant),)+ _ => Err(()) }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+word_enum! {
+    /// How much prior context a model node sees (`fidelity`).
+    Fidelity {
+        Full = "full",
+        Compact = "compact",
+        SummaryHigh = "summary:high",
+        SummaryMedium = "summary:medium",
+        SummaryLow = "summary:low",
+        Truncate = "truncate",
+    }
+}
+
+word_enum! {
+    /// `reasoning_effort` (default `high`).
+    ReasoningEffort { Low = "low", Medium = "medium", High = "high" }
+}
+
+impl Default for ReasoningEffort {
+    fn default() -> Self {
+        ReasoningEffort::High
+    }
+}
+
+word_enum! {
+    /// Agent execution backend.
+    Backend { Api = "api", Cli = "cli", Acp = "acp" }
+}
+
+impl Default for Backend {
+    fn default() -> Self {
+        Backend::Api
+    }
+}
+
+word_enum! {
+    /// The language of a command node's script.
+    ScriptLanguage { Shell = "shell", Python = "python" }
+}
+
+word_enum! {
+    /// How parallel branch failures are handled.
+    ErrorPolicy { Continue = "continue", FailFast = "fail_fast", Ignore = "ignore" }
+}
+
+word_enum! {
+    /// Named retry presets.
+    RetryPreset { None = "none", Standard = "standard", Aggressive = "aggressive", Linear = "linear", Patient = "patient" }
+}
+
+/// A retry schedule: attempts and backoff (DESIGN.md §3). Delays are capped at 60 s, with jitter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    pub preset: RetryPreset,
+    pub max_attempts: u32,
+    pub initial_delay: Duration,
+    pub backoff_factor: f64,
+}
+
+impl RetryPolicy {
+    pub const MAX_DELAY: Duration = Duration::from_secs(60);
+
+    pub fn preset(preset: RetryPreset) -> Self {
+        let (max_attempts, initial_ms, backoff_factor) = match preset {
+            RetryPreset::None => (1, 0, 1.0),
+            RetryPreset::Standard => (5, 5000, 2.0),
+            RetryPreset::Aggressive => (5, 500, 2.0),
+            RetryPreset::Linear => (3, 500, 1.0),
+            RetryPreset::Patient => (3, 2000, 3.0),
+        };
+        Self { preset, max_attempts, initial_delay: Duration::from_millis(initial_ms), backoff_factor }
+    }
+}
+
+/// When a fan-in may proceed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum JoinPolicy {
+    WaitAll,
+    FirstSuccess,
+    /// At least N branches succeeded.
+    KOfN(u32),
+    /// At least this fraction (0 < F ≤ 1) of branches succeeded.
+    Quorum(f64),
+}
+
+impl JoinPolicy {
+    pub const FORMS: &'static str = "wait_all, first_success, k_of_n(N), quorum(F)";
+}
+
+impl FromStr for JoinPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let argument = |name: &str| s.strip_prefix(name).and_then(|r| r.strip_prefix('(')).and_then(|r| r.strip_suffix(')'));
+        match s {
+            "wait_all" => return Ok(JoinPolicy::WaitAll),
+            "first_success" => return Ok(JoinPolicy::FirstSuccess),
+            _ => {}
+        }
+        if let Some(n) = argument("k_of_n") {
+            return match n.trim().parse::<u32>() {
+                Ok(n) if n >= 1 => Ok(JoinPolicy::KOfN(n)),
+                _ => Err(format!("k_of_n needs a whole number of branches of at least 1, found `{n}`")),
+            };
+        }
+        if let Some(f) = argument("quorum") {
+            return match f.trim().parse::<f64>() {
+                Ok(f) if f > 0.0 && f <= 1.0 => Ok(JoinPolicy::Quorum(f)),
+                _ => Err(format!("quorum needs a fraction of branches in (0, 1], found `{f}`")),
+            };
+        }
+        Err(format!("unknown join policy `{s}`"))
+    }
+}
+
+impl fmt::Display for JoinPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JoinPolicy::WaitAll => f.write_str("wait_all"),
+            JoinPolicy::FirstSuccess => f.write_str("first_success"),
+            JoinPolicy::KOfN(n) => write!(f, "k_of_n({n})"),
+            JoinPolicy::Quorum(q) => write!(f, "quorum({q})"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn join_policies_parse() {
+        assert_eq!("wait_all".parse(), Ok(JoinPolicy::WaitAll));
+        assert_eq!("k_of_n(2)".parse(), Ok(JoinPolicy::KOfN(2)));
+        assert_eq!("quorum(0.5)".parse(), Ok(JoinPolicy::Quorum(0.5)));
+        assert!("k_of_n(0)".parse::<JoinPolicy>().is_err());
+        assert!("quorum(2)".parse::<JoinPolicy>().is_err());
+        assert!("majority".parse::<JoinPolicy>().is_err());
+    }
+
+    #[test]
+    fn fidelity_words() {
+        assert_eq!("summary:high".parse(), Ok(Fidelity::SummaryHigh));
+        assert!("summary".parse::<Fidelity>().is_err());
+    }
+
+    #[test]
+    fn retry_presets_follow_the_design() {
+        let standard = RetryPolicy::preset(RetryPreset::Standard);
+        assert_eq!((standard.max_attempts, standard.initial_delay), (5, Duration::from_secs(5)));
+        assert_eq!(RetryPolicy::preset(RetryPreset::None).max_attempts, 1);
+        assert_eq!(RetryPolicy::preset(RetryPreset::Patient).backoff_factor, 3.0);
+    }
+}

@@ -1,0 +1,113 @@
+//! `attribute-value` (error): an attribute's value has the type its attribute needs.
+//!
+//! Durations need a unit (`timeout="900s"`, not `timeout=900`), counts are whole numbers
+//! (`max_visits=3`), booleans are `true` or `false`, and word-valued attributes take one of their words
+//! (`retry_policy=standard`, `language=python`, `join_policy="k_of_n(2)"`). A wrong value would otherwise
+//! be silently ignored at run time, so it is an error:
+//!
+//! ```dot
+//! test [shape=parallelogram, script="make test", timeout="ten minutes"]   // error: not a duration
+//! ```
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use trellis_syntax::ast::Value;
+use trellis_syntax::{Diagnostic, Severity};
+
+use crate::flatten::AttrMap;
+use crate::rules::Rule;
+
+pub const RULE: Rule = Rule { code: "attribute-value", severity: Severity::Error, summary: "attribute values have the type the attribute needs" };
+
+/// Reads typed values from an attribute map, reporting values of the wrong type.
+pub(crate) struct AttrReader<'a> {
+    pub attrs: &'a AttrMap,
+    pub out: &'a mut Vec<Diagnostic>,
+}
+
+impl AttrReader<'_> {
+    pub fn value(&self, key: &str) -> Option<&Value> {
+        self.attrs.get(key).map(|a| &a.value)
+    }
+
+    pub fn string(&self, key: &str) -> Option<String> {
+        self.value(key).map(|v| v.text.clone())
+    }
+
+    fn report(&mut self, key: &str, value: &Value, expected: &str, help: Option<String>) {
+        let mut diagnostic = RULE
+            .diagnostic(format!("`{key}` expects {expected}, found `{}`", value.text), value.span)
+            .with_label(format!("not {expected}"));
+        diagnostic.help = help;
+        self.out.push(diagnostic);
+    }
+
+    pub fn bool(&mut self, key: &str) -> Option<bool> {
+        let value = self.value(key)?.clone();
+        let parsed = value.as_bool();
+        if parsed.is_none() {
+            self.report(key, &value, "`true` or `false`", None);
+        }
+        parsed
+    }
+
+    pub fn int(&mut self, key: &str, min: i64) -> Option<i64> {
+        let value = self.value(key)?.clone();
+        match value.as_i64() {
+            Some(n) if n >= min => Some(n),
+            _ => {
+                let expected = if min <= i64::from(i32::MIN) { "a whole number".to_owned() } else { format!("a whole number of at least {min}") };
+                self.report(key, &value, &expected, None);
+                None
+            }
+        }
+    }
+
+    pub fn count(&mut self, key: &str, min: u32) -> Option<u32> {
+        self.int(key, i64::from(min)).map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+    }
+
+    /// A duration with a unit; a plain `0` is accepted as zero (used to disable timeouts).
+    pub fn duration(&mut self, key: &str) -> Option<Duration> {
+        let value = self.value(key)?.clone();
+        if value.text.trim() == "0" {
+            return Some(Duration::ZERO);
+        }
+        let parsed = value.as_duration();
+        if parsed.is_none() {
+            let help = value
+                .as_i64()
+                .map(|n| format!("add a unit: `{n}s`, `{n}m`, ..."))
+                .or_else(|| Some("durations are a whole number with a unit: 250ms, 30s, 15m, 2h, 1d".to_owned()));
+            self.report(key, &value, "a duration", help);
+        }
+        parsed
+    }
+
+    /// One of a fixed set of words.
+    pub fn word<T: FromStr>(&mut self, key: &str, words: &[&str]) -> Option<T> {
+        let value = self.value(key)?.clone();
+        let parsed = value.text.parse().ok();
+        if parsed.is_none() {
+            let help = match crate::rules::closest(&value.text, words.iter().copied()) {
+                Some(near) => format!("did you mean `{near}`? expected one of: {}", words.join(", ")),
+                None => format!("expected one of: {}", words.join(", ")),
+            };
+            self.report(key, &value, "one of its words", Some(help));
+        }
+        parsed
+    }
+
+    /// A value parsed by `T::from_str` whose error explains itself.
+    pub fn parsed<T: FromStr<Err = String>>(&mut self, key: &str, expected: &str) -> Option<T> {
+        let value = self.value(key)?.clone();
+        match value.text.parse() {
+            Ok(parsed) => Some(parsed),
+            Err(reason) => {
+                self.report(key, &value, expected, Some(reason));
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! `known-handler` (error): every node resolves to a known handler type.
+//!
+//! A node's handler comes from `type` (which overrides the shape), else its `shape`, else its id
+//! (`start`/`Start` are start nodes, `exit`/`Exit`/`end`/`End` exit nodes); the default shape `box` is an
+//! agent. A shape or type outside the table would leave the engine nothing to run:
+//!
+//! ```dot
+//! review [shape=ellipse, prompt="..."]   // error: `ellipse` is not a workflow shape
+//! ```
+
+use trellis_syntax::{Diagnostic, Severity};
+
+use crate::flatten::FlatNode;
+use crate::node_kind::{HANDLER_ALIASES, HANDLER_TYPES};
+use crate::rules::{Rule, closest};
+
+pub const RULE: Rule = Rule { code: "known-handler", severity: Severity::Error, summary: "node shapes and types map to known handlers" };
+
+/// The node's handler type name and resolved shape, or `None` (reported) when unknown.
+pub(crate) fn resolve(node: &FlatNode, out: &mut Vec<Diagnostic>) -> Option<(&'static str, String)> {
+    let shape_attr = node.attrs.get("shape");
+    if let Some(type_attr) = node.attrs.get("type") {
+        let name = type_attr.value.text.trim();
+        let canonical = HANDLER_ALIASES.iter().find(|(alias, _)| *alias == name).map_or(name, |(_, to)| *to);
+        if let Some((type_name, shape)) = HANDLER_TYPES.iter().find(|(t, _)| *t == canonical) {
+            let shape = shape_attr.map_or_else(|| (*shape).to_owned(), |a| a.value.text.clone());
+            return Some((type_name, shape));
+        }
+        let names = HANDLER_TYPES.iter().map(|(t, _)| *t);
+        let help = match closest(name, names.clone()) {
+            Some(near) => format!("did you mean `{near}`?"),
+            None => format!("known types: {}", names.collect::<Vec<_>>().join(", ")),
+        };
+        out.push(
+            RULE.diagnostic(format!("unknown handler type `{name}` on node `{}`", node.id.name), type_attr.value.span)
+                .with_label("unknown type")
+                .with_help(help),
+        );
+        return None;
+    }
+    let Some(shape_attr) = shape_attr else {
+        let by_id = match node.id.name.as_str() {
+            "start" | "Start" => ("start", "Mdiamond"),
+            "exit" | "Exit" | "end" | "End" => ("exit", "Msquare"),
+            _ => ("agent", "box"),
+        };
+        return Some((by_id.0, by_id.1.to_owned()));
+    };
+    let shape = shape_attr.value.text.trim();
+    if let Some((type_name, _)) = HANDLER_TYPES.iter().find(|(_, s)| *s == shape) {
+        return Some((type_name, shape.to_owned()));
+    }
+    let shapes = HANDLER_TYPES.iter().map(|(_, s)| *s);
+    let near = closest(shape, shapes.clone())
+        .or_else(|| shapes.clone().find(|s| s.eq_ignore_ascii_case(shape)));
+    let help = match near {
+        Some(near) => format!("did you mean `{near}`?"),
+        None => format!("workflow shapes: {}", shapes.collect::<Vec<_>>().join(", ")),
+    };
+    out.push(
+        RULE.diagnostic(format!("`{shape}` is not a workflow shape (node `{}`)", node.id.name), shape_attr.value.span)
+            .with_label("no handler for this shape")
+            .with_help(help),
+    );
+    None
+}

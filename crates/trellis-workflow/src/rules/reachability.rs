@@ -1,0 +1,28 @@
+//! `reachability` (error): every node is reachable from the start.
+//!
+//! A node no path leads to never runs. That is usually a missing or misspelt edge, so it is an error
+//! rather than dead code that looks alive:
+//!
+//! ```dot
+//! start -> plan -> exit
+//! review [shape=tab, prompt="Review"]   // error: `review` is not reachable from `start`
+//! ```
+
+use trellis_syntax::{Diagnostic, Severity};
+
+use crate::rules::Rule;
+use crate::workflow::Workflow;
+
+pub const RULE: Rule = Rule { code: "reachability", severity: Severity::Error, summary: "every node is reachable from the start" };
+
+pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    let Some(start) = workflow.start else { return };
+    let reachable = workflow.reachable([start], false);
+    for (node, _) in workflow.nodes.iter().zip(&reachable).filter(|(_, r)| !**r) {
+        out.push(
+            RULE.diagnostic(format!("node `{}` is not reachable from `{}`", node.id, workflow.nodes[start].id), node.span)
+                .with_label("never runs")
+                .with_help("add an edge into it, or remove it"),
+        );
+    }
+}

@@ -1,0 +1,128 @@
+//! `unknown-attribute` (warning): attributes are ones the engine knows, on nodes they affect.
+//!
+//! A misspelt attribute (`promt=`, `max_retires=`) is otherwise silently ignored, so unknown names are
+//! reported with the closest known one. Attributes that exist but do nothing on this kind of node
+//! (`script` on a prompt node) are reported too, when written on the node itself (defaults from
+//! `node [...]` are not). Graphviz layout attributes (`color`, `style`, `fontsize`, ...) are accepted
+//! everywhere and ignored.
+//!
+//! ```dot
+//! plan [shape=tab, promt="Plan the work"]   // warning: unknown attribute `promt`; did you mean `prompt`?
+//! ```
+
+use trellis_syntax::ast::Attr;
+use trellis_syntax::{Diagnostic, Severity};
+
+use crate::rules::{Rule, closest};
+
+pub const RULE: Rule = Rule { code: "unknown-attribute", severity: Severity::Warning, summary: "attributes are known, and used by the node they are on" };
+
+/// Graph attributes.
+pub const GRAPH: &[&str] = &[
+    "goal",
+    "label",
+    "rankdir",
+    "model_stylesheet",
+    "default_max_retry",
+    "default_max_retries",
+    "retry_target",
+    "fallback_retry_target",
+    "default_fidelity",
+    "default_thread",
+    "max_node_visits",
+    "stall_timeout",
+    "start",
+];
+
+/// Node attributes and the handler types they apply to (`*`: all).
+pub const NODE: &[(&str, &[&str])] = &[
+    ("label", &["*"]),
+    ("shape", &["*"]),
+    ("type", &["*"]),
+    ("class", &["*"]),
+    ("timeout", &["*"]),
+    ("max_visits", &["*"]),
+    ("max_retries", &["*"]),
+    ("retry_policy", &["*"]),
+    ("retry_target", &["*"]),
+    ("fallback_retry_target", &["*"]),
+    ("goal_gate", &["*"]),
+    ("auto_status", &["*"]),
+    ("prompt", LLM),
+    ("reasoning_effort", LLM),
+    ("max_tokens", LLM),
+    ("fidelity", LLM),
+    ("thread_id", LLM),
+    ("model", LLM),
+    ("provider", LLM),
+    ("project_memory", LLM),
+    ("backend", LLM),
+    ("output_schema", LLM),
+    ("output_retries", LLM),
+    ("script", &["command"]),
+    ("language", &["command"]),
+    ("join_policy", &["parallel"]),
+    ("error_policy", &["parallel"]),
+    ("max_parallel", &["parallel"]),
+    ("duration", &["wait"]),
+    ("human.default_choice", &["human"]),
+    ("workflow", &["stack.manager_loop"]),
+    ("stack.child_dotfile", &["stack.manager_loop"]),
+];
+
+const LLM: &[&str] = &["agent", "prompt", "parallel.fan_in"];
+
+/// Edge attributes.
+pub const EDGE: &[&str] =
+    &["label", "condition", "weight", "fidelity", "thread_id", "loop_restart", "when", "max_iterations", "freeform"];
+
+/// Graphviz layout attributes: accepted anywhere, no effect on execution.
+pub const LAYOUT: &[&str] = &[
+    "color", "fillcolor", "fontcolor", "fontname", "fontsize", "style", "penwidth", "width", "height", "fixedsize",
+    "margin", "pad", "tooltip", "xlabel", "peripheries", "group", "splines", "nodesep", "ranksep", "compound", "size",
+    "ratio", "concentrate", "newrank", "labelloc", "labeljust", "bgcolor", "dpi", "ordering", "arrowhead",
+    "arrowtail", "arrowsize", "dir", "constraint", "minlen", "headlabel", "taillabel", "lhead", "ltail", "headport",
+    "tailport", "rank", "URL", "href", "target", "id", "comment", "sides", "skew", "distortion", "orientation",
+    "image", "labelfontsize", "decorate",
+];
+
+fn unknown(what: &str, attr: &Attr, known: &[&str]) -> Diagnostic {
+    let help = match closest(&attr.key.name, known.iter().copied()) {
+        Some(near) => format!("did you mean `{near}`?"),
+        None => format!("known {what} attributes: {}", known.join(", ")),
+    };
+    RULE.diagnostic(format!("unknown {what} attribute `{}` is ignored", attr.key.name), attr.key.span)
+        .with_label("unknown attribute")
+        .with_help(help)
+}
+
+pub(crate) fn check_graph(attr: &Attr, out: &mut Vec<Diagnostic>) {
+    if !GRAPH.contains(&attr.key.name.as_str()) && !LAYOUT.contains(&attr.key.name.as_str()) {
+        out.push(unknown("graph", attr, GRAPH));
+    }
+}
+
+pub(crate) fn check_edge(attr: &Attr, out: &mut Vec<Diagnostic>) {
+    if !EDGE.contains(&attr.key.name.as_str()) && !LAYOUT.contains(&attr.key.name.as_str()) {
+        out.push(unknown("edge", attr, EDGE));
+    }
+}
+
+/// Checks one node attribute; `explicit` says it was written on the node rather than inherited.
+pub(crate) fn check_node(attr: &Attr, handler: &str, explicit: bool, out: &mut Vec<Diagnostic>) {
+    let name = attr.key.name.as_str();
+    if LAYOUT.contains(&name) {
+        return;
+    }
+    match NODE.iter().find(|(n, _)| *n == name) {
+        None => out.push(unknown("node", attr, &NODE.iter().map(|(n, _)| *n).collect::<Vec<_>>())),
+        Some((_, applies)) if explicit && !applies.contains(&"*") && !applies.contains(&handler) => {
+            out.push(
+                RULE.diagnostic(format!("`{name}` has no effect on a {handler} node"), attr.key.span)
+                    .with_label("ignored here")
+                    .with_help(format!("`{name}` applies to {} nodes", applies.join(", "))),
+            );
+        }
+        Some(_) => {}
+    }
+}

@@ -1,0 +1,240 @@
+//! The typed workflow IR that compile produces and the engine runs. Nodes carry a [`NodeKind`] with typed
+//! configuration; edges carry compiled [`Condition`]s. Spans stay attached for diagnostics, and each node
+//! and edge keeps its resolved attributes as text only for display (`trellis graph`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use trellis_syntax::ast::SourceFormat;
+use trellis_syntax::Span;
+
+use crate::condition::Condition;
+use crate::node_kind::{Fidelity, NodeKind, RetryPolicy};
+
+/// Index of a node in [`Workflow::nodes`].
+pub type NodeIndex = usize;
+
+/// A compiled workflow.
+#[derive(Debug, Clone)]
+pub struct Workflow {
+    pub name: String,
+    pub format: SourceFormat,
+    pub graph: GraphConfig,
+    pub nodes: Vec<Node>,
+    pub edges: Vec<Edge>,
+    /// The entry node (the start node in DOT; `start:` or the first node in YAML), when there is one.
+    pub start: Option<NodeIndex>,
+    by_id: HashMap<String, NodeIndex>,
+    /// Edge indices by source and by target node, built once edges are final.
+    out_edges: Vec<Vec<usize>>,
+    in_edges: Vec<Vec<usize>>,
+    /// Where whole-workflow diagnostics point.
+    pub header_span: Span,
+}
+
+/// Graph-level settings.
+#[derive(Debug, Clone, Default)]
+pub struct GraphConfig {
+    pub goal: Option<String>,
+    pub label: Option<String>,
+    pub model_stylesheet: Option<String>,
+    /// Retries for retryable failures when a node sets none (`default_max_retry`/`default_max_retries`).
+    pub default_max_retries: u32,
+    pub retry_target: Option<String>,
+    pub fallback_retry_target: Option<String>,
+    pub default_fidelity: Option<Fidelity>,
+    pub default_thread: Option<String>,
+    /// Max visits per node across the run; `None` means unlimited.
+    pub max_node_visits: Option<u32>,
+    /// `None` when disabled (`stall_timeout=0`).
+    pub stall_timeout: Option<Duration>,
+    /// Every graph attribute as text, mirrored into the run context as `graph.<key>`.
+    pub attributes: BTreeMap<String, String>,
+    /// Value spans of graph attributes, for diagnostics.
+    pub attr_spans: HashMap<String, Span>,
+}
+
+/// Settings every node has.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CommonConfig {
+    pub timeout: Option<Duration>,
+    pub max_visits: Option<u32>,
+    pub max_retries: Option<u32>,
+    pub retry_policy: Option<RetryPolicy>,
+    pub retry_target: Option<String>,
+    pub fallback_retry_target: Option<String>,
+    pub goal_gate: bool,
+    pub auto_status: bool,
+}
+
+/// One stage.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub id: String,
+    pub label: String,
+    /// The resolved shape (explicit, or `box`).
+    pub shape: String,
+    pub classes: Vec<String>,
+    pub kind: NodeKind,
+    pub common: CommonConfig,
+    /// Declared by a node statement (or in YAML `nodes`), not only mentioned by an edge.
+    pub declared: bool,
+    /// The first place the node was mentioned.
+    pub span: Span,
+    /// Value spans by attribute name, for diagnostics.
+    pub attr_spans: HashMap<String, Span>,
+    /// Resolved attributes (explicit, defaults, stylesheet) as text, for display only.
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// One transition.
+#[derive(Debug, Clone)]
+pub struct Edge {
+    pub from: NodeIndex,
+    pub to: NodeIndex,
+    pub label: Option<String>,
+    pub condition: Option<Condition>,
+    /// A natural-language condition judged by a model.
+    pub when: Option<String>,
+    pub max_iterations: Option<u32>,
+    pub weight: i64,
+    pub fidelity: Option<Fidelity>,
+    pub thread_id: Option<String>,
+    pub loop_restart: bool,
+    /// The free-text option of a human gate.
+    pub freeform: bool,
+    /// Position among all edges in declaration order; with `from`/`to` it keys iteration counts.
+    pub index: usize,
+    pub span: Span,
+    pub attr_spans: HashMap<String, Span>,
+    pub attributes: BTreeMap<String, String>,
+}
+
+impl Workflow {
+    pub(crate) fn new(name: String, format: SourceFormat, header_span: Span) -> Self {
+        Self {
+            name,
+            format,
+            graph: GraphConfig::default(),
+            nodes: Vec::new(),
+            edges: Vec::new(),
+            start: None,
+            by_id: HashMap::new(),
+            out_edges: Vec::new(),
+            in_edges: Vec::new(),
+            header_span,
+        }
+    }
+
+    pub(crate) fn push_node(&mut self, node: Node) -> NodeIndex {
+        let index = self.nodes.len();
+        self.by_id.insert(node.id.clone(), index);
+        self.nodes.push(node);
+        index
+    }
+
+    pub fn node_index(&self, id: &str) -> Option<NodeIndex> {
+        self.by_id.get(id).copied()
+    }
+
+    pub fn node(&self, id: &str) -> Option<&Node> {
+        self.node_index(id).map(|i| &self.nodes[i])
+    }
+
+    /// Indexes edges by node; called once after the last edge is added.
+    pub(crate) fn index_edges(&mut self) {
+        self.out_edges = vec![Vec::new(); self.nodes.len()];
+        self.in_edges = vec![Vec::new(); self.nodes.len()];
+        for (i, edge) in self.edges.iter().enumerate() {
+            self.out_edges[edge.from].push(i);
+            self.in_edges[edge.to].push(i);
+        }
+    }
+
+    /// Outgoing edges of a node, in declaration order.
+    pub fn outgoing(&self, node: NodeIndex) -> impl Iterator<Item = &Edge> {
+        self.out_edges[node].iter().map(|&i| &self.edges[i])
+    }
+
+    /// Incoming edges of a node, in declaration order.
+    pub fn incoming(&self, node: NodeIndex) -> impl Iterator<Item = &Edge> {
+        self.in_edges[node].iter().map(|&i| &self.edges[i])
+    }
+
+    /// Nodes whose handler is `exit`.
+    pub fn exit_nodes(&self) -> impl Iterator<Item = NodeIndex> + '_ {
+        self.nodes.iter().enumerate().filter(|(_, n)| matches!(n.kind, NodeKind::Exit)).map(|(i, _)| i)
+    }
+
+    /// Nodes reachable from any of `roots` (including them), as a membership vector. With `reverse`,
+    /// nodes from which a root is reachable.
+    pub fn reachable(&self, roots: impl IntoIterator<Item = NodeIndex>, reverse: bool) -> Vec<bool> {
+        let mut seen = vec![false; self.nodes.len()];
+        let mut stack: Vec<NodeIndex> = roots.into_iter().collect();
+        while let Some(n) = stack.pop() {
+            if std::mem::replace(&mut seen[n], true) {
+                continue;
+            }
+            let edges = if reverse { &self.in_edges[n] } else { &self.out_edges[n] };
+            for &e in edges {
+                let next = if reverse { self.edges[e].from } else { self.edges[e].to };
+                if !seen[next] {
+                    stack.push(next);
+                }
+            }
+        }
+        seen
+    }
+
+    /// Strongly connected components over the edges `keep` accepts (Tarjan's algorithm, iterative so
+    /// deep graphs cannot overflow the stack). Components come in reverse topological order.
+    pub fn strongly_connected_components(&self, keep: impl Fn(&Edge) -> bool) -> Vec<Vec<NodeIndex>> {
+        const UNVISITED: usize = usize::MAX;
+        let n = self.nodes.len();
+        let successors: Vec<Vec<NodeIndex>> = (0..n)
+            .map(|v| self.out_edges[v].iter().map(|&e| &self.edges[e]).filter(|e| keep(e)).map(|e| e.to).collect())
+            .collect();
+        let (mut index, mut low, mut on_stack) = (vec![UNVISITED; n], vec![0; n], vec![false; n]);
+        let (mut next_index, mut stack, mut components) = (0, Vec::new(), Vec::new());
+        for root in 0..n {
+            if index[root] != UNVISITED {
+                continue;
+            }
+            let mut call_stack = vec![(root, 0usize)];
+            while let Some(&mut (v, ref mut child)) = call_stack.last_mut() {
+                if *child == 0 && index[v] == UNVISITED {
+                    index[v] = next_index;
+                    low[v] = next_index;
+                    next_index += 1;
+                    stack.push(v);
+                    on_stack[v] = true;
+                }
+                if let Some(&w) = successors[v].get(*child) {
+                    *child += 1;
+                    if index[w] == UNVISITED {
+                        call_stack.push((w, 0));
+                    } else if on_stack[w] {
+                        low[v] = low[v].min(index[w]);
+                    }
+                    continue;
+                }
+                call_stack.pop();
+                if let Some(&(parent, _)) = call_stack.last() {
+                    low[parent] = low[parent].min(low[v]);
+                }
+                if low[v] == index[v] {
+                    let mut component = Vec::new();
+                    while let Some(w) = stack.pop() {
+                        on_stack[w] = false;
+                        component.push(w);
+                        if w == v {
+                            break;
+                        }
+                    }
+                    components.push(component);
+                }
+            }
+        }
+        components
+    }
+}
