@@ -69,7 +69,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 }
                 match outline {
                     Some(o) => writeln!(stdout, "Workflow: {} ({} nodes, {} edges)", o.name, o.nodes, o.edges)?,
-                    None => writeln!(stdout, "Workflow: {} (could not be read)", file.name())?,
+                    None => writeln!(stdout, "Workflow: {} (not compiled: syntax errors)", file.name())?,
                 }
                 render_terminal(&mut stdout, &file, diagnostics, color)?;
                 writeln!(stdout, "{}: {}", file.name(), verdict(tally))?;
