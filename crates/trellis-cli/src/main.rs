@@ -30,7 +30,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Validate(args) => commands::validate::run(&args),
         Command::Graph(args) => commands::graph::run(&args),
-        Command::Rules(args) => commands::rules::run(&args),
+        Command::Rules(args) => Ok(commands::rules::run(&args)),
     };
     match result {
         Ok(code) => code,

@@ -43,13 +43,25 @@ pub enum Stmt {
     /// `key=value` at statement level: a graph attribute (or a subgraph attribute inside a subgraph).
     Attr(Attr),
     /// `graph [...]`, `node [...]`, `edge [...]`.
-    Defaults { target: DefaultsTarget, attrs: Vec<Attr>, span: Span },
+    Defaults {
+        target: DefaultsTarget,
+        attrs: Vec<Attr>,
+        span: Span,
+    },
     /// `id [attrs]`.
     Node { id: Ident, attrs: Vec<Attr> },
     /// `a -> b -> c [attrs]`: a chain of at least two node ids sharing the attributes.
-    Edge { chain: Vec<Ident>, attrs: Vec<Attr>, span: Span },
+    Edge {
+        chain: Vec<Ident>,
+        attrs: Vec<Attr>,
+        span: Span,
+    },
     /// `subgraph name { ... }` or an anonymous `{ ... }`.
-    Subgraph { name: Option<Ident>, body: Vec<Stmt>, span: Span },
+    Subgraph {
+        name: Option<Ident>,
+        body: Vec<Stmt>,
+        span: Span,
+    },
 }
 
 /// `key=value`.
@@ -92,7 +104,12 @@ pub struct Value {
 impl Value {
     /// A value whose text starts at `span.start` (+1 when quoted) with no escapes.
     pub fn plain(text: impl Into<String>, kind: ValueKind, span: Span) -> Self {
-        Self { text: text.into(), kind, span, offset_map: Vec::new() }
+        Self {
+            text: text.into(),
+            kind,
+            span,
+            offset_map: Vec::new(),
+        }
     }
 
     /// Maps a byte offset inside [`Value::text`] to the source offset it was read from.
@@ -110,7 +127,11 @@ impl Value {
 
     /// Maps a span inside [`Value::text`] to a span in the source.
     pub fn source_span(&self, inner: Span) -> Span {
-        Span::new(self.source_offset(inner.start), self.source_offset(inner.end).max(self.source_offset(inner.start)))
+        Span::new(
+            self.source_offset(inner.start),
+            self.source_offset(inner.end)
+                .max(self.source_offset(inner.start)),
+        )
     }
 
     /// The value as a boolean, if it is one (`true`/`false`, quoted or not).
@@ -163,7 +184,9 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
 /// Whether `name` is a valid node id: `[A-Za-z_][A-Za-z0-9_]*`.
 pub fn is_node_id(name: &str) -> bool {
     let mut chars = name.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
@@ -197,7 +220,12 @@ mod tests {
     #[test]
     fn source_offsets_follow_escapes() {
         // Source: `"a\"b"` starting at 10: text `a"b`; the escape makes text offset 2 map to source 14.
-        let value = Value { text: "a\"b".into(), kind: ValueKind::Quoted, span: Span::new(10, 16), offset_map: vec![(2, 14)] };
+        let value = Value {
+            text: "a\"b".into(),
+            kind: ValueKind::Quoted,
+            span: Span::new(10, 16),
+            offset_map: vec![(2, 14)],
+        };
         assert_eq!(value.source_offset(0), 11);
         assert_eq!(value.source_offset(1), 12);
         assert_eq!(value.source_offset(2), 14);

@@ -49,8 +49,14 @@ pub enum CondExpr {
     Or(Vec<CondExpr>),
     And(Vec<CondExpr>),
     Not(Box<CondExpr>),
-    Compare { key: Spanned<String>, op: Spanned<CompareOp>, value: Spanned<String> },
-    Truthy { key: Spanned<String> },
+    Compare {
+        key: Spanned<String>,
+        op: Spanned<CompareOp>,
+        value: Spanned<String>,
+    },
+    Truthy {
+        key: Spanned<String>,
+    },
 }
 
 /// A syntax error in a condition, with its span inside the condition text.
@@ -74,7 +80,11 @@ pub fn parse_condition(text: &str) -> Result<CondExpr, ConditionSyntaxError> {
         } else {
             "join clauses with `&&` or `||`; quote values that contain spaces".to_owned()
         };
-        return Err(ConditionSyntaxError { message: format!("unexpected `{}`", parser.word_at()), span, help: Some(help) });
+        return Err(ConditionSyntaxError {
+            message: format!("unexpected `{}`", parser.word_at()),
+            span,
+            help: Some(help),
+        });
     }
     Ok(expr)
 }
@@ -99,11 +109,23 @@ impl<'a> CondParser<'a> {
 
     fn word_at(&self) -> String {
         let rest = self.rest();
-        rest[..rest.find(char::is_whitespace).unwrap_or(rest.len())].chars().take(40).collect()
+        rest[..rest.find(char::is_whitespace).unwrap_or(rest.len())]
+            .chars()
+            .take(40)
+            .collect()
     }
 
-    fn error<T>(&self, message: impl Into<String>, len: usize, help: Option<&str>) -> Result<T, ConditionSyntaxError> {
-        Err(ConditionSyntaxError { message: message.into(), span: self.span_here(len), help: help.map(str::to_owned) })
+    fn error<T>(
+        &self,
+        message: impl Into<String>,
+        len: usize,
+        help: Option<&str>,
+    ) -> Result<T, ConditionSyntaxError> {
+        Err(ConditionSyntaxError {
+            message: message.into(),
+            span: self.span_here(len),
+            help: help.map(str::to_owned),
+        })
     }
 
     fn eat(&mut self, token: &str) -> bool {
@@ -121,7 +143,11 @@ impl<'a> CondParser<'a> {
         while self.eat("||") {
             terms.push(self.parse_and()?);
         }
-        Ok(if terms.len() == 1 { terms.pop().expect("one term") } else { CondExpr::Or(terms) })
+        Ok(if terms.len() == 1 {
+            terms.pop().expect("one term")
+        } else {
+            CondExpr::Or(terms)
+        })
     }
 
     fn parse_and(&mut self) -> Result<CondExpr, ConditionSyntaxError> {
@@ -129,7 +155,11 @@ impl<'a> CondParser<'a> {
         while self.eat("&&") {
             terms.push(self.parse_unary()?);
         }
-        Ok(if terms.len() == 1 { terms.pop().expect("one term") } else { CondExpr::And(terms) })
+        Ok(if terms.len() == 1 {
+            terms.pop().expect("one term")
+        } else {
+            CondExpr::And(terms)
+        })
     }
 
     fn parse_unary(&mut self) -> Result<CondExpr, ConditionSyntaxError> {
@@ -160,12 +190,22 @@ impl<'a> CondParser<'a> {
         let key_len = self
             .rest()
             .char_indices()
-            .find(|&(i, c)| !(c.is_ascii_alphanumeric() || c == '_' || (i > 0 && matches!(c, '.' | '-'))))
+            .find(|&(i, c)| {
+                !(c.is_ascii_alphanumeric() || c == '_' || (i > 0 && matches!(c, '.' | '-')))
+            })
             .map_or(self.rest().len(), |(i, _)| i);
         if key_len == 0 || self.rest().starts_with(|c: char| c.is_ascii_digit()) {
             if self.pos >= self.text.len() {
-                let what = if self.text.trim().is_empty() { "the condition is empty" } else { "the condition ends too early" };
-                return self.error(format!("{what}: expected a key"), 0, Some("conditions look like `outcome=success` or `context.score > 80`"));
+                let what = if self.text.trim().is_empty() {
+                    "the condition is empty"
+                } else {
+                    "the condition ends too early"
+                };
+                return self.error(
+                    format!("{what}: expected a key"),
+                    0,
+                    Some("conditions look like `outcome=success` or `context.score > 80`"),
+                );
             }
             return self.error(
                 format!("expected a key, found `{}`", self.word_at()),
@@ -174,11 +214,18 @@ impl<'a> CondParser<'a> {
             );
         }
         self.pos += key_len;
-        let key = Spanned::new(self.text[start..self.pos].to_owned(), Span::from_range(start..self.pos));
+        let key = Spanned::new(
+            self.text[start..self.pos].to_owned(),
+            Span::from_range(start..self.pos),
+        );
         self.skip_space();
         let op_start = self.pos;
         let rest = self.rest();
-        let op = if rest.is_empty() || rest.starts_with("&&") || rest.starts_with("||") || rest.starts_with(')') {
+        let op = if rest.is_empty()
+            || rest.starts_with("&&")
+            || rest.starts_with("||")
+            || rest.starts_with(')')
+        {
             return Ok(CondExpr::Truthy { key });
         } else if let Some((op, len)) = [
             ("==", CompareOp::Eq),
@@ -195,20 +242,30 @@ impl<'a> CondParser<'a> {
         {
             self.pos += len;
             op
-        } else if let Some(op) = [("contains", CompareOp::Contains), ("matches", CompareOp::Matches)]
-            .into_iter()
-            .find(|(word, _)| rest.starts_with(word) && rest[word.len()..].starts_with(char::is_whitespace))
-            .map(|(word, op)| {
-                self.pos += word.len();
-                op
-            })
-        {
+        } else if let Some(op) = [
+            ("contains", CompareOp::Contains),
+            ("matches", CompareOp::Matches),
+        ]
+        .into_iter()
+        .find(|(word, _)| {
+            rest.starts_with(word) && rest[word.len()..].starts_with(char::is_whitespace)
+        })
+        .map(|(word, op)| {
+            self.pos += word.len();
+            op
+        }) {
             op
         } else {
             return self.error(
-                format!("expected an operator after `{}`, found `{}`", key.value, self.word_at()),
+                format!(
+                    "expected an operator after `{}`, found `{}`",
+                    key.value,
+                    self.word_at()
+                ),
                 self.word_at().len().max(1),
-                Some("operators are = != > < >= <= contains matches; combine clauses with && and ||"),
+                Some(
+                    "operators are = != > < >= <= contains matches; combine clauses with && and ||",
+                ),
             );
         };
         let op = Spanned::new(op, Span::from_range(op_start..self.pos));
@@ -216,7 +273,11 @@ impl<'a> CondParser<'a> {
         Ok(CondExpr::Compare { key, op, value })
     }
 
-    fn parse_value(&mut self, key: &str, op: CompareOp) -> Result<Spanned<String>, ConditionSyntaxError> {
+    fn parse_value(
+        &mut self,
+        key: &str,
+        op: CompareOp,
+    ) -> Result<Spanned<String>, ConditionSyntaxError> {
         self.skip_space();
         let start = self.pos;
         let rest = self.rest();
@@ -225,13 +286,18 @@ impl<'a> CondParser<'a> {
                 return self.error("unterminated quoted value", 1, Some("close the quote"));
             };
             self.pos += end + 2;
-            return Ok(Spanned::new(rest[1..=end].to_owned(), Span::from_range(start..self.pos)));
+            return Ok(Spanned::new(
+                rest[1..=end].to_owned(),
+                Span::from_range(start..self.pos),
+            ));
         }
         let mut depth = 0usize;
         let mut len = rest.len();
         for (i, c) in rest.char_indices() {
             let tail = &rest[i..];
-            if c.is_whitespace() || (depth == 0 && (tail.starts_with("&&") || tail.starts_with("||") || c == ')')) {
+            if c.is_whitespace()
+                || (depth == 0 && (tail.starts_with("&&") || tail.starts_with("||") || c == ')'))
+            {
                 len = i;
                 break;
             }
@@ -249,7 +315,10 @@ impl<'a> CondParser<'a> {
             );
         }
         self.pos += len;
-        Ok(Spanned::new(rest[..len].to_owned(), Span::from_range(start..self.pos)))
+        Ok(Spanned::new(
+            rest[..len].to_owned(),
+            Span::from_range(start..self.pos),
+        ))
     }
 }
 
@@ -260,10 +329,16 @@ mod tests {
     fn shape(text: &str) -> String {
         fn go(e: &CondExpr) -> String {
             match e {
-                CondExpr::Or(t) => format!("({})", t.iter().map(go).collect::<Vec<_>>().join(" || ")),
-                CondExpr::And(t) => format!("({})", t.iter().map(go).collect::<Vec<_>>().join(" && ")),
+                CondExpr::Or(t) => {
+                    format!("({})", t.iter().map(go).collect::<Vec<_>>().join(" || "))
+                }
+                CondExpr::And(t) => {
+                    format!("({})", t.iter().map(go).collect::<Vec<_>>().join(" && "))
+                }
                 CondExpr::Not(e) => format!("!{}", go(e)),
-                CondExpr::Compare { key, op, value } => format!("[{} {} {}]", key.value, op.value.as_str(), value.value),
+                CondExpr::Compare { key, op, value } => {
+                    format!("[{} {} {}]", key.value, op.value.as_str(), value.value)
+                }
                 CondExpr::Truthy { key } => format!("[{}]", key.value),
             }
         }
@@ -286,12 +361,24 @@ mod tests {
         assert_eq!(shape("context.score > 80"), "[context.score > 80]");
         assert_eq!(shape("context.count<=10"), "[context.count <= 10]");
         assert_eq!(shape("outcome!=fail"), "[outcome != fail]");
-        assert_eq!(shape("context.log contains error"), "[context.log contains error]");
-        assert_eq!(shape(r"context.version matches ^v\d+"), r"[context.version matches ^v\d+]");
+        assert_eq!(
+            shape("context.log contains error"),
+            "[context.log contains error]"
+        );
+        assert_eq!(
+            shape(r"context.version matches ^v\d+"),
+            r"[context.version matches ^v\d+]"
+        );
         assert_eq!(shape("(x matches ^(a|b)$)"), "[x matches ^(a|b)$]");
-        assert_eq!(shape("msg contains \"two words\""), "[msg contains two words]");
+        assert_eq!(
+            shape("msg contains \"two words\""),
+            "[msg contains two words]"
+        );
         assert_eq!(shape("a == 'x'"), "[a = x]");
-        assert_eq!(shape("internal.retry_count.plan >= 2"), "[internal.retry_count.plan >= 2]");
+        assert_eq!(
+            shape("internal.retry_count.plan >= 2"),
+            "[internal.retry_count.plan >= 2]"
+        );
     }
 
     #[test]
@@ -308,6 +395,11 @@ mod tests {
         assert!(err.help.unwrap().contains("no matching"));
         let err = parse_condition("msg contains two words").unwrap_err();
         assert_eq!(err.message, "unexpected `words`");
-        assert!(parse_condition("   ").unwrap_err().message.contains("empty"));
+        assert!(
+            parse_condition("   ")
+                .unwrap_err()
+                .message
+                .contains("empty")
+        );
     }
 }

@@ -32,7 +32,10 @@ pub struct Label {
 
 impl Label {
     pub fn new(span: Span, message: impl Into<String>) -> Self {
-        Self { span, message: message.into() }
+        Self {
+            span,
+            message: message.into(),
+        }
     }
 }
 
@@ -49,7 +52,12 @@ pub struct Diagnostic {
 }
 
 impl Diagnostic {
-    pub fn new(code: &'static str, severity: Severity, message: impl Into<String>, span: Span) -> Self {
+    pub fn new(
+        code: &'static str,
+        severity: Severity,
+        message: impl Into<String>,
+        span: Span,
+    ) -> Self {
         Self {
             code,
             severity,

@@ -28,10 +28,16 @@ pub struct Parsed {
 pub fn parse(file: &SourceFile) -> Parsed {
     let mut diagnostics = Vec::new();
     let document = if file.is_yaml() {
-        let stem = std::path::Path::new(file.name()).file_stem().and_then(|s| s.to_str()).unwrap_or("workflow");
+        let stem = std::path::Path::new(file.name())
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("workflow");
         yaml::parse_yaml(file.text(), stem, &mut diagnostics)
     } else {
         dot::parser::parse_dot(file.text(), &mut diagnostics)
     };
-    Parsed { document, diagnostics }
+    Parsed {
+        document,
+        diagnostics,
+    }
 }

@@ -17,11 +17,21 @@ fn to_codespan(diagnostic: &Diagnostic) -> cs::Diagnostic<()> {
         Severity::Warning => cs::Severity::Warning,
         Severity::Note => cs::Severity::Note,
     };
-    let mut labels = vec![cs::Label::primary((), diagnostic.primary.span.range()).with_message(&diagnostic.primary.message)];
+    let mut labels = vec![
+        cs::Label::primary((), diagnostic.primary.span.range())
+            .with_message(&diagnostic.primary.message),
+    ];
     labels.extend(
-        diagnostic.secondary.iter().map(|l| cs::Label::secondary((), l.span.range()).with_message(&l.message)),
+        diagnostic
+            .secondary
+            .iter()
+            .map(|l| cs::Label::secondary((), l.span.range()).with_message(&l.message)),
     );
-    let notes = diagnostic.help.iter().map(|h| format!("help: {h}")).collect();
+    let notes = diagnostic
+        .help
+        .iter()
+        .map(|h| format!("help: {h}"))
+        .collect();
     cs::Diagnostic::new(severity)
         .with_code(diagnostic.code)
         .with_message(&diagnostic.message)
@@ -32,8 +42,14 @@ fn to_codespan(diagnostic: &Diagnostic) -> cs::Diagnostic<()> {
 /// Renders one diagnostic as plain text with a source snippet (no colour): the form snapshot tests use.
 pub fn render_plain(file: &SourceFile, diagnostic: &Diagnostic) -> String {
     let simple = SimpleFile::new(file.name(), file.text());
-    term::emit_into_string(&Config::default(), &simple, &to_codespan(diagnostic))
-        .unwrap_or_else(|e| format!("{}: {} (could not draw the snippet: {e})\n", diagnostic.code, diagnostic.message))
+    term::emit_into_string(&Config::default(), &simple, &to_codespan(diagnostic)).unwrap_or_else(
+        |e| {
+            format!(
+                "{}: {} (could not draw the snippet: {e})\n",
+                diagnostic.code, diagnostic.message
+            )
+        },
+    )
 }
 
 /// Writes diagnostics to standard error or output with colour when `color` is set.

@@ -34,14 +34,25 @@ impl SourceFile {
         let line_starts = std::iter::once(0)
             .chain(text.match_indices('\n').map(|(i, _)| i as u32 + 1))
             .collect();
-        Self { name: name.into(), path: None, text, line_starts }
+        Self {
+            name: name.into(),
+            path: None,
+            text,
+            line_starts,
+        }
     }
 
     /// Reads a file from disk.
     pub fn load(path: &Path) -> Result<Self, SourceError> {
-        let bytes = std::fs::read(path).map_err(|source| SourceError::Io { path: path.to_path_buf(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| SourceError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         if u32::try_from(bytes.len()).is_err() {
-            return Err(SourceError::TooLarge { path: path.to_path_buf(), size: bytes.len() });
+            return Err(SourceError::TooLarge {
+                path: path.to_path_buf(),
+                size: bytes.len(),
+            });
         }
         let text = String::from_utf8(bytes).map_err(|e| SourceError::NotUtf8 {
             path: path.to_path_buf(),
@@ -70,14 +81,22 @@ impl SourceFile {
         let line = self.line_starts.partition_point(|&start| start <= offset) - 1;
         let start = self.line_starts[line] as usize;
         let end = (offset as usize).min(self.text.len());
-        let column = self.text.get(start..end).map_or(end - start, |s| s.chars().count());
+        let column = self
+            .text
+            .get(start..end)
+            .map_or(end - start, |s| s.chars().count());
         (line + 1, column + 1)
     }
 
     /// Whether the file is YAML (by extension), as opposed to DOT.
     pub fn is_yaml(&self) -> bool {
-        let name = self.path.as_ref().map_or(self.name.as_str(), |p| p.to_str().unwrap_or_default());
-        name.ends_with(".yaml") || name.ends_with(".yml")
+        let path = self
+            .path
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(&self.name));
+        path.extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"))
     }
 }
 

@@ -58,7 +58,11 @@ pub struct StylesheetSyntaxError {
 
 /// Parses a stylesheet, returning every rule that parsed and every error.
 pub fn parse_stylesheet(text: &str) -> (Stylesheet, Vec<StylesheetSyntaxError>) {
-    let mut parser = SheetParser { text, pos: 0, errors: Vec::new() };
+    let mut parser = SheetParser {
+        text,
+        pos: 0,
+        errors: Vec::new(),
+    };
     let mut sheet = Stylesheet::default();
     loop {
         parser.skip_trivia();
@@ -91,13 +95,12 @@ impl<'a> SheetParser<'a> {
         loop {
             let trimmed = self.rest().trim_start();
             self.pos = self.text.len() - trimmed.len();
-            if trimmed.starts_with("/*") {
-                match trimmed[2..].find("*/") {
-                    Some(i) => self.pos += i + 4,
-                    None => {
-                        self.error("unterminated comment", self.pos, self.pos + 2);
-                        self.pos = self.text.len();
-                    }
+            if let Some(comment) = trimmed.strip_prefix("/*") {
+                if let Some(i) = comment.find("*/") {
+                    self.pos += i + 4;
+                } else {
+                    self.error("unterminated comment", self.pos, self.pos + 2);
+                    self.pos = self.text.len();
                 }
             } else {
                 return;
@@ -106,7 +109,10 @@ impl<'a> SheetParser<'a> {
     }
 
     fn error(&mut self, message: impl Into<String>, start: usize, end: usize) {
-        self.errors.push(StylesheetSyntaxError { message: message.into(), span: Span::from_range(start..end) });
+        self.errors.push(StylesheetSyntaxError {
+            message: message.into(),
+            span: Span::from_range(start..end),
+        });
     }
 
     fn name(&mut self, allow_dots: bool) -> &str {
@@ -121,7 +127,10 @@ impl<'a> SheetParser<'a> {
 
     /// Skips past the end of the current rule after an error.
     fn recover(&mut self) {
-        self.pos = self.rest().find('}').map_or(self.text.len(), |i| self.pos + i + 1);
+        self.pos = self
+            .rest()
+            .find('}')
+            .map_or(self.text.len(), |i| self.pos + i + 1);
     }
 
     fn parse_rule(&mut self) -> Option<StyleRule> {
@@ -136,21 +145,28 @@ impl<'a> SheetParser<'a> {
                 }
                 Some('#') => {
                     self.pos += 1;
-                    Some(Selector::Id(self.name(false).to_owned())).filter(|s| !matches!(s, Selector::Id(n) if n.is_empty()))
+                    Some(Selector::Id(self.name(false).to_owned()))
+                        .filter(|s| !matches!(s, Selector::Id(n) if n.is_empty()))
                 }
                 Some('.') => {
                     self.pos += 1;
                     Some(Selector::Class(self.name(false).to_owned()))
                         .filter(|s| !matches!(s, Selector::Class(n) if n.is_empty()))
                 }
-                Some(c) if c.is_ascii_alphabetic() => Some(Selector::Shape(self.name(false).to_owned())),
+                Some(c) if c.is_ascii_alphabetic() => {
+                    Some(Selector::Shape(self.name(false).to_owned()))
+                }
                 _ => None,
             };
             let Some(selector) = selector else {
-                let end = (start + self.rest().chars().next().map_or(0, char::len_utf8)).max(start + 1).min(self.text.len());
+                let end = (start + self.rest().chars().next().map_or(0, char::len_utf8))
+                    .max(start + 1)
+                    .min(self.text.len());
                 let found = &self.text[start..end];
                 self.error(
-                    format!("expected a selector (`*`, a shape, `.class` or `#id`), found `{found}`"),
+                    format!(
+                        "expected a selector (`*`, a shape, `.class` or `#id`), found `{found}`"
+                    ),
                     start,
                     end.max(start),
                 );
@@ -167,10 +183,23 @@ impl<'a> SheetParser<'a> {
         }
         if !self.rest().starts_with('{') {
             let at = self.pos;
-            self.error("expected `{` after the selector", at, (at + 1).min(self.text.len()));
+            self.error(
+                "expected `{` after the selector",
+                at,
+                (at + 1).min(self.text.len()),
+            );
             self.recover();
             return None;
         }
+        let declarations = self.parse_declarations();
+        Some(StyleRule {
+            selectors,
+            declarations,
+        })
+    }
+
+    /// Declarations after a rule's `{`, through its `}`.
+    fn parse_declarations(&mut self) -> Vec<Declaration> {
         let open = self.pos;
         self.pos += 1;
         let mut declarations = Vec::new();
@@ -200,38 +229,54 @@ impl<'a> SheetParser<'a> {
             self.skip_trivia();
             if !self.rest().starts_with(':') {
                 let at = self.pos;
-                self.error(format!("expected `:` after `{}`", property.value), at, (at + 1).min(self.text.len()));
+                self.error(
+                    format!("expected `:` after `{}`", property.value),
+                    at,
+                    (at + 1).min(self.text.len()),
+                );
                 self.recover();
                 break;
             }
             self.pos += 1;
             self.skip_trivia();
             let value_start = self.pos;
-            let value = if let Some(quote) = self.rest().chars().next().filter(|c| *c == '"' || *c == '\'') {
-                match self.rest()[1..].find(quote) {
-                    Some(end) => {
-                        self.pos += end + 2;
-                        self.text[value_start + 1..self.pos - 1].to_owned()
-                    }
-                    None => {
-                        self.error("unterminated quoted value", value_start, value_start + 1);
-                        self.pos = self.text.len();
-                        break;
-                    }
+            let value = if let Some(quote) = self
+                .rest()
+                .chars()
+                .next()
+                .filter(|c| *c == '"' || *c == '\'')
+            {
+                if let Some(end) = self.rest()[1..].find(quote) {
+                    self.pos += end + 2;
+                    self.text[value_start + 1..self.pos - 1].to_owned()
+                } else {
+                    self.error("unterminated quoted value", value_start, value_start + 1);
+                    self.pos = self.text.len();
+                    break;
                 }
             } else {
-                let len = self.rest().find([';', '}', '\n']).unwrap_or(self.rest().len());
+                let len = self
+                    .rest()
+                    .find([';', '}', '\n'])
+                    .unwrap_or(self.rest().len());
                 self.pos += len;
                 self.text[value_start..self.pos].trim_end().to_owned()
             };
             if value.is_empty() {
-                self.error(format!("missing value for `{}`", property.value), prop_start, self.pos);
+                self.error(
+                    format!("missing value for `{}`", property.value),
+                    prop_start,
+                    self.pos,
+                );
                 continue;
             }
             let value_end = value_start + self.text[value_start..self.pos].trim_end().len();
-            declarations.push(Declaration { property, value: Spanned::new(value, Span::from_range(value_start..value_end)) });
+            declarations.push(Declaration {
+                property,
+                value: Spanned::new(value, Span::from_range(value_start..value_end)),
+            });
         }
-        Some(StyleRule { selectors, declarations })
+        declarations
     }
 }
 
@@ -246,14 +291,24 @@ mod tests {
         );
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(sheet.rules.len(), 3);
-        assert_eq!(sheet.rules[1].selectors[0].value, Selector::Class("coding".into()));
-        assert_eq!(sheet.rules[2].declarations[0].value.value, "claude-sonnet-4-5");
-        assert_eq!(sheet.rules[0].declarations[1].property.value, "reasoning_effort");
+        assert_eq!(
+            sheet.rules[1].selectors[0].value,
+            Selector::Class("coding".into())
+        );
+        assert_eq!(
+            sheet.rules[2].declarations[0].value.value,
+            "claude-sonnet-4-5"
+        );
+        assert_eq!(
+            sheet.rules[0].declarations[1].property.value,
+            "reasoning_effort"
+        );
     }
 
     #[test]
     fn recovers_after_a_bad_rule() {
-        let (sheet, errors) = parse_stylesheet("?? { model: x } box, tab { model: y } #a { model }");
+        let (sheet, errors) =
+            parse_stylesheet("?? { model: x } box, tab { model: y } #a { model }");
         assert_eq!(sheet.rules.len(), 2, "{sheet:?} {errors:?}");
         assert_eq!(sheet.rules[0].selectors.len(), 2);
         assert_eq!(errors.len(), 2, "{errors:?}");

@@ -31,9 +31,19 @@ use crate::span::Span;
 /// A YAML value with its span.
 #[derive(Debug, Clone)]
 enum Node {
-    Scalar { text: String, quoted: bool, span: Span },
-    Map { entries: Vec<(Node, Node)>, span: Span },
-    Seq { items: Vec<Node>, span: Span },
+    Scalar {
+        text: String,
+        quoted: bool,
+        span: Span,
+    },
+    Map {
+        entries: Vec<(Node, Node)>,
+        span: Span,
+    },
+    Seq {
+        items: Vec<Node>,
+        span: Span,
+    },
 }
 
 impl Node {
@@ -69,7 +79,10 @@ impl Node {
                 }
             }
             Node::Map { entries, .. } => serde_json::Value::Object(
-                entries.iter().map(|(k, v)| (k.key_text().to_owned(), v.to_json())).collect(),
+                entries
+                    .iter()
+                    .map(|(k, v)| (k.key_text().to_owned(), v.to_json()))
+                    .collect(),
             ),
             Node::Seq { items, .. } => items.iter().map(Node::to_json).collect(),
         }
@@ -93,17 +106,28 @@ struct TreeBuilder<'a> {
 
 impl TreeBuilder<'_> {
     fn offset(&self, mark: &Marker) -> usize {
-        let line_start = self.line_starts.get(mark.line().saturating_sub(1)).copied().unwrap_or(self.text.len());
-        self.text[line_start..].char_indices().nth(mark.col()).map_or(self.text.len(), |(i, _)| line_start + i)
+        let line_start = self
+            .line_starts
+            .get(mark.line().saturating_sub(1))
+            .copied()
+            .unwrap_or(self.text.len());
+        self.text[line_start..]
+            .char_indices()
+            .nth(mark.col())
+            .map_or(self.text.len(), |(i, _)| line_start + i)
     }
 
     fn scalar_end(&self, start: usize, text: &str, style: TScalarStyle) -> usize {
-        let line_end = self.text[start..].find('\n').map_or(self.text.len(), |i| start + i);
+        let line_end = self.text[start..]
+            .find('\n')
+            .map_or(self.text.len(), |i| start + i);
         let guess = match style {
             TScalarStyle::SingleQuoted | TScalarStyle::DoubleQuoted => text.len() + 2,
             _ => text.len(),
         };
-        (start + guess.max(1)).min(line_end.max(start + 1)).min(self.text.len())
+        (start + guess.max(1))
+            .min(line_end.max(start + 1))
+            .min(self.text.len())
     }
 
     fn push_value(&mut self, node: Node) {
@@ -126,13 +150,29 @@ impl MarkedEventReceiver for TreeBuilder<'_> {
             Event::Scalar(text, style, _, _) => {
                 let end = self.scalar_end(at, &text, style);
                 let quoted = style != TScalarStyle::Plain;
-                self.push_value(Node::Scalar { text, quoted, span: Span::from_range(at..end) });
+                self.push_value(Node::Scalar {
+                    text,
+                    quoted,
+                    span: Span::from_range(at..end),
+                });
             }
             Event::MappingStart(..) => {
-                self.stack.push((Node::Map { entries: Vec::new(), span: Span::from_range(at..at) }, None));
+                self.stack.push((
+                    Node::Map {
+                        entries: Vec::new(),
+                        span: Span::from_range(at..at),
+                    },
+                    None,
+                ));
             }
             Event::SequenceStart(..) => {
-                self.stack.push((Node::Seq { items: Vec::new(), span: Span::from_range(at..at) }, None));
+                self.stack.push((
+                    Node::Seq {
+                        items: Vec::new(),
+                        span: Span::from_range(at..at),
+                    },
+                    None,
+                ));
             }
             Event::MappingEnd | Event::SequenceEnd => {
                 if let Some((mut node, _)) = self.stack.pop() {
@@ -150,16 +190,37 @@ impl MarkedEventReceiver for TreeBuilder<'_> {
 /// Parses a YAML workflow. Never fails: problems are reported in `diagnostics`. `default_name` names the
 /// workflow when the file has no `name`.
 pub fn parse_yaml(text: &str, default_name: &str, diagnostics: &mut Vec<Diagnostic>) -> Document {
-    let line_starts = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
-    let mut builder = TreeBuilder { text, line_starts, stack: Vec::new(), root: None };
+    let line_starts = std::iter::once(0)
+        .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+        .collect();
+    let mut builder = TreeBuilder {
+        text,
+        line_starts,
+        stack: Vec::new(),
+        root: None,
+    };
     let header_span = Span::new(0, text.find('\n').unwrap_or(text.len()) as u32);
-    let mut document = Document { format: SourceFormat::Yaml, header_span, name: None, body: Vec::new() };
+    let mut document = Document {
+        format: SourceFormat::Yaml,
+        header_span,
+        name: None,
+        body: Vec::new(),
+    };
     if let Err(error) = Parser::new_from_str(text).load(&mut builder, false) {
         let at = builder.offset(error.marker());
-        let end = (at + text[at.min(text.len())..].chars().next().map_or(0, char::len_utf8)).min(text.len());
+        let end = (at
+            + text[at.min(text.len())..]
+                .chars()
+                .next()
+                .map_or(0, char::len_utf8))
+        .min(text.len());
         diagnostics.push(
-            Diagnostic::error("syntax", format!("invalid YAML: {}", error.info()), Span::from_range(at..end.max(at)))
-                .with_label("here"),
+            Diagnostic::error(
+                "syntax",
+                format!("invalid YAML: {}", error.info()),
+                Span::from_range(at..end.max(at)),
+            )
+            .with_label("here"),
         );
         return document;
     }
@@ -173,17 +234,31 @@ pub fn parse_yaml(text: &str, default_name: &str, diagnostics: &mut Vec<Diagnost
     let Node::Map { entries, .. } = root else {
         diagnostics.push(Diagnostic::error(
             "syntax",
-            format!("a YAML workflow must be a mapping, found {}", root.describe()),
+            format!(
+                "a YAML workflow must be a mapping, found {}",
+                root.describe()
+            ),
             root.span(),
         ));
         return document;
     };
-    let mut lowering = YamlLowering { diagnostics, stmts: Vec::new() };
+    let mut lowering = YamlLowering {
+        diagnostics,
+        stmts: Vec::new(),
+    };
     let mut entry = None;
     for (key, value) in &entries {
         match key.key_text() {
-            "name" => document.name = lowering.scalar(value, "name").map(|(name, span)| Ident { name, span }),
-            "start" => entry = lowering.scalar(value, "start").map(|(name, span)| Ident { name, span }),
+            "name" => {
+                document.name = lowering
+                    .scalar(value, "name")
+                    .map(|(name, span)| Ident { name, span });
+            }
+            "start" => {
+                entry = lowering
+                    .scalar(value, "start")
+                    .map(|(name, span)| Ident { name, span });
+            }
             "nodes" => lowering.nodes(value),
             "edges" => lowering.edges(value),
             _ => {
@@ -194,11 +269,23 @@ pub fn parse_yaml(text: &str, default_name: &str, diagnostics: &mut Vec<Diagnost
         }
     }
     if document.name.is_none() {
-        document.name = Some(Ident { name: default_name.to_owned(), span: header_span });
+        document.name = Some(Ident {
+            name: default_name.to_owned(),
+            span: header_span,
+        });
     }
     let mut stmts = lowering.stmts;
     if let Some(entry) = entry {
-        stmts.insert(0, Stmt::Attr(Attr { key: Ident { name: "start".into(), span: entry.span }, value: Value::plain(entry.name, ValueKind::Bare, entry.span) }));
+        stmts.insert(
+            0,
+            Stmt::Attr(Attr {
+                key: Ident {
+                    name: "start".into(),
+                    span: entry.span,
+                },
+                value: Value::plain(entry.name, ValueKind::Bare, entry.span),
+            }),
+        );
     }
     document.body = stmts;
     document
@@ -214,19 +301,37 @@ impl YamlLowering<'_> {
         if let Node::Scalar { text, span, .. } = node {
             Some((text.clone(), *span))
         } else {
-            self.diagnostics
-                .push(Diagnostic::error("syntax", format!("`{what}` must be a scalar, found {}", node.describe()), node.span()));
+            self.diagnostics.push(Diagnostic::error(
+                "syntax",
+                format!("`{what}` must be a scalar, found {}", node.describe()),
+                node.span(),
+            ));
             None
         }
     }
 
     fn attr(&mut self, key: &Node, value: &Node) -> Option<Attr> {
         let (name, key_span) = self.scalar(key, "a key")?;
-        let key = Ident { name, span: key_span };
+        let key = Ident {
+            name,
+            span: key_span,
+        };
         let value = match value {
-            Node::Scalar { text, quoted: true, span } => Value::plain(text.clone(), ValueKind::Quoted, *span),
-            Node::Scalar { text, quoted: false, span } => {
-                let kind = if text.contains(char::is_whitespace) { ValueKind::Bare } else { classify_word(text) };
+            Node::Scalar {
+                text,
+                quoted: true,
+                span,
+            } => Value::plain(text.clone(), ValueKind::Quoted, *span),
+            Node::Scalar {
+                text,
+                quoted: false,
+                span,
+            } => {
+                let kind = if text.contains(char::is_whitespace) {
+                    ValueKind::Bare
+                } else {
+                    classify_word(text)
+                };
                 Value::plain(text.clone(), kind, *span)
             }
             Node::Map { span, .. } | Node::Seq { span, .. } if key.name == "output_schema" => {
@@ -236,7 +341,11 @@ impl YamlLowering<'_> {
                 self.diagnostics.push(
                     Diagnostic::error(
                         "syntax",
-                        format!("`{}` must be a scalar, found {}", key.name, value.describe()),
+                        format!(
+                            "`{}` must be a scalar, found {}",
+                            key.name,
+                            value.describe()
+                        ),
                         value.span(),
                     )
                     .with_secondary(key.span, "for this attribute"),
@@ -249,13 +358,20 @@ impl YamlLowering<'_> {
 
     fn nodes(&mut self, value: &Node) {
         let Node::Map { entries, .. } = value else {
-            self.diagnostics.push(
-                Diagnostic::error("syntax", format!("`nodes` must be a mapping from node id to its fields, found {}", value.describe()), value.span()),
-            );
+            self.diagnostics.push(Diagnostic::error(
+                "syntax",
+                format!(
+                    "`nodes` must be a mapping from node id to its fields, found {}",
+                    value.describe()
+                ),
+                value.span(),
+            ));
             return;
         };
         for (key, fields) in entries {
-            let Some((name, span)) = self.scalar(key, "a node id") else { continue };
+            let Some((name, span)) = self.scalar(key, "a node id") else {
+                continue;
+            };
             if !crate::ast::is_node_id(&name) {
                 self.diagnostics.push(
                     Diagnostic::error("syntax", format!("invalid node id `{name}`"), span)
@@ -263,18 +379,27 @@ impl YamlLowering<'_> {
                 );
             }
             let attrs = match fields {
-                Node::Map { entries, .. } => entries.iter().filter_map(|(k, v)| self.attr(k, v)).collect(),
+                Node::Map { entries, .. } => entries
+                    .iter()
+                    .filter_map(|(k, v)| self.attr(k, v))
+                    .collect(),
                 Node::Scalar { text, .. } if text.is_empty() => Vec::new(),
                 _ => {
                     self.diagnostics.push(Diagnostic::error(
                         "syntax",
-                        format!("node `{name}` must be a mapping of its fields, found {}", fields.describe()),
+                        format!(
+                            "node `{name}` must be a mapping of its fields, found {}",
+                            fields.describe()
+                        ),
                         fields.span(),
                     ));
                     Vec::new()
                 }
             };
-            self.stmts.push(Stmt::Node { id: Ident { name, span }, attrs });
+            self.stmts.push(Stmt::Node {
+                id: Ident { name, span },
+                attrs,
+            });
         }
     }
 
@@ -291,7 +416,10 @@ impl YamlLowering<'_> {
             let Node::Map { entries, span } = item else {
                 self.diagnostics.push(Diagnostic::error(
                     "syntax",
-                    format!("an edge must be a mapping with `from` and `to`, found {}", item.describe()),
+                    format!(
+                        "an edge must be a mapping with `from` and `to`, found {}",
+                        item.describe()
+                    ),
                     item.span(),
                 ));
                 continue;
@@ -307,15 +435,28 @@ impl YamlLowering<'_> {
             let edge_span = Span::new(span.start, span.end.max(span.start + 1));
             match (from, to) {
                 (Some((from, from_span)), Some((to, to_span))) => self.stmts.push(Stmt::Edge {
-                    chain: vec![Ident { name: from, span: from_span }, Ident { name: to, span: to_span }],
+                    chain: vec![
+                        Ident {
+                            name: from,
+                            span: from_span,
+                        },
+                        Ident {
+                            name: to,
+                            span: to_span,
+                        },
+                    ],
                     attrs,
                     span: from_span.to(to_span),
                 }),
                 (from, _) => {
                     let missing = if from.is_none() { "from" } else { "to" };
                     self.diagnostics.push(
-                        Diagnostic::error("syntax", format!("this edge has no `{missing}`"), edge_span)
-                            .with_help("every edge needs `from` and `to` node ids"),
+                        Diagnostic::error(
+                            "syntax",
+                            format!("this edge has no `{missing}`"),
+                            edge_span,
+                        )
+                        .with_help("every edge needs `from` and `to` node ids"),
                     );
                 }
             }
@@ -335,7 +476,9 @@ mod tests {
         assert!(diagnostics.is_empty(), "{diagnostics:?}");
         assert_eq!(doc.name.unwrap().name, "T");
         assert_eq!(doc.body.len(), 4);
-        let Stmt::Edge { chain, attrs, .. } = &doc.body[3] else { panic!("{:?}", doc.body[3]) };
+        let Stmt::Edge { chain, attrs, .. } = &doc.body[3] else {
+            panic!("{:?}", doc.body[3])
+        };
         assert_eq!(chain[1].name, "b");
         assert_eq!(&text[chain[1].span.range()], "b");
         assert_eq!(attrs[0].value.text, "things look good");

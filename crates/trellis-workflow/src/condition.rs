@@ -11,8 +11,8 @@
 
 use regex::Regex;
 use serde_json::Value;
-use trellis_syntax::condition::{CompareOp, CondExpr, ConditionSyntaxError};
 use trellis_syntax::Span;
+use trellis_syntax::condition::{CompareOp, CondExpr, ConditionSyntaxError};
 
 use crate::label::normalize_label;
 use crate::outcome::StageStatus;
@@ -38,7 +38,14 @@ enum Node {
     Or(Vec<Node>),
     And(Vec<Node>),
     Not(Box<Node>),
-    Compare { key: ConditionKey, op: CompareOp, value: String, number: Option<f64>, status: Option<StageStatus>, regex: Option<Regex> },
+    Compare {
+        key: ConditionKey,
+        op: CompareOp,
+        value: String,
+        number: Option<f64>,
+        status: Option<StageStatus>,
+        regex: Option<Regex>,
+    },
     Truthy(ConditionKey),
 }
 
@@ -62,7 +69,10 @@ impl Condition {
     /// Parses and compiles a condition.
     pub fn compile(text: &str) -> Result<Condition, ConditionError> {
         let expr = trellis_syntax::condition::parse_condition(text)?;
-        Ok(Condition { source: text.trim().to_owned(), root: compile_node(&expr)? })
+        Ok(Condition {
+            source: text.trim().to_owned(),
+            root: compile_node(&expr)?,
+        })
     }
 
     /// The condition as written.
@@ -78,38 +88,76 @@ impl Condition {
 fn compile_node(expr: &CondExpr) -> Result<Node, ConditionError> {
     Ok(match expr {
         CondExpr::Or(terms) => Node::Or(terms.iter().map(compile_node).collect::<Result<_, _>>()?),
-        CondExpr::And(terms) => Node::And(terms.iter().map(compile_node).collect::<Result<_, _>>()?),
+        CondExpr::And(terms) => {
+            Node::And(terms.iter().map(compile_node).collect::<Result<_, _>>()?)
+        }
         CondExpr::Not(inner) => Node::Not(Box::new(compile_node(inner)?)),
         CondExpr::Truthy { key } => Node::Truthy(resolve_key(&key.value)),
         CondExpr::Compare { key, op, value } => {
             let resolved = resolve_key(&key.value);
-            let status = if resolved == ConditionKey::Outcome && matches!(op.value, CompareOp::Eq | CompareOp::Ne) {
-                Some(value.value.parse::<StageStatus>().map_err(|()| ConditionError {
-                    message: format!("unknown outcome `{}`", value.value),
-                    span: value.span,
-                    help: Some(format!("outcomes are {}", StageStatus::ACCEPTED)),
-                })?)
+            let status = if resolved == ConditionKey::Outcome
+                && matches!(op.value, CompareOp::Eq | CompareOp::Ne)
+            {
+                Some(
+                    value
+                        .value
+                        .parse::<StageStatus>()
+                        .map_err(|()| ConditionError {
+                            message: format!("unknown outcome `{}`", value.value),
+                            span: value.span,
+                            help: Some(format!("outcomes are {}", StageStatus::ACCEPTED)),
+                        })?,
+                )
             } else {
                 None
             };
             let regex = if op.value == CompareOp::Matches {
-                Some(Regex::new(&value.value).map_err(|e| ConditionError {
-                    message: format!("invalid regular expression `{}`", value.value),
-                    span: value.span,
-                    help: Some(e.to_string().lines().last().unwrap_or_default().trim().to_owned()),
+                Some(Regex::new(&value.value).map_err(|e| {
+                    ConditionError {
+                        message: format!("invalid regular expression `{}`", value.value),
+                        span: value.span,
+                        help: Some(
+                            e.to_string()
+                                .lines()
+                                .last()
+                                .unwrap_or_default()
+                                .trim()
+                                .to_owned(),
+                        ),
+                    }
                 })?)
             } else {
                 None
             };
-            let number = value.value.trim().parse::<f64>().ok().filter(|n| n.is_finite());
-            if matches!(op.value, CompareOp::Gt | CompareOp::Lt | CompareOp::Ge | CompareOp::Le) && number.is_none() {
+            let number = value
+                .value
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|n| n.is_finite());
+            if matches!(
+                op.value,
+                CompareOp::Gt | CompareOp::Lt | CompareOp::Ge | CompareOp::Le
+            ) && number.is_none()
+            {
                 return Err(ConditionError {
-                    message: format!("`{}` compares numbers, but `{}` is not a number", op.value.as_str(), value.value),
+                    message: format!(
+                        "`{}` compares numbers, but `{}` is not a number",
+                        op.value.as_str(),
+                        value.value
+                    ),
                     span: value.span,
                     help: Some("use `=` or `contains` to compare text".into()),
                 });
             }
-            Node::Compare { key: resolved, op: op.value, value: value.value.clone(), number, status, regex }
+            Node::Compare {
+                key: resolved,
+                op: op.value,
+                value: value.value.clone(),
+                number,
+                status,
+                regex,
+            }
         }
     })
 }
@@ -141,8 +189,12 @@ fn as_number(value: &Value) -> Option<f64> {
 
 fn lookup(key: &ConditionKey, scope: &dyn ConditionScope) -> Option<Value> {
     match key {
-        ConditionKey::Outcome => scope.outcome().map(|s| Value::String(s.as_str().to_owned())),
-        ConditionKey::PreferredLabel => scope.preferred_label().map(|l| Value::String(l.to_owned())),
+        ConditionKey::Outcome => scope
+            .outcome()
+            .map(|s| Value::String(s.as_str().to_owned())),
+        ConditionKey::PreferredLabel => {
+            scope.preferred_label().map(|l| Value::String(l.to_owned()))
+        }
         ConditionKey::Context(k) => scope.context_value(k),
     }
 }
@@ -167,7 +219,14 @@ fn eval(node: &Node, scope: &dyn ConditionScope) -> bool {
         Node::And(terms) => terms.iter().all(|t| eval(t, scope)),
         Node::Not(inner) => !eval(inner, scope),
         Node::Truthy(key) => truthy(lookup(key, scope).as_ref()),
-        Node::Compare { key, op, value, number, status, regex } => {
+        Node::Compare {
+            key,
+            op,
+            value,
+            number,
+            status,
+            regex,
+        } => {
             if let (ConditionKey::Outcome, Some(expected)) = (key, status) {
                 let equal = scope.outcome() == Some(*expected);
                 return if *op == CompareOp::Eq { equal } else { !equal };
@@ -176,16 +235,21 @@ fn eval(node: &Node, scope: &dyn ConditionScope) -> bool {
             match op {
                 CompareOp::Eq | CompareOp::Ne => {
                     let equal = match (actual.as_ref().and_then(as_number), number) {
-                        (Some(a), Some(b)) => (a - b).abs() < f64::EPSILON * a.abs().max(b.abs()).max(1.0),
+                        (Some(a), Some(b)) => {
+                            (a - b).abs() < f64::EPSILON * a.abs().max(b.abs()).max(1.0)
+                        }
                         _ if *key == ConditionKey::PreferredLabel => {
-                            normalize_label(&actual.as_ref().map(value_text).unwrap_or_default()) == normalize_label(value)
+                            normalize_label(&actual.as_ref().map(value_text).unwrap_or_default())
+                                == normalize_label(value)
                         }
                         _ => actual.as_ref().map(value_text).unwrap_or_default() == *value,
                     };
                     equal == (*op == CompareOp::Eq)
                 }
                 CompareOp::Gt | CompareOp::Lt | CompareOp::Ge | CompareOp::Le => {
-                    let (Some(a), Some(b)) = (actual.as_ref().and_then(as_number), number) else { return false };
+                    let (Some(a), Some(b)) = (actual.as_ref().and_then(as_number), number) else {
+                        return false;
+                    };
                     match op {
                         CompareOp::Gt => a > *b,
                         CompareOp::Lt => a < *b,
@@ -195,12 +259,16 @@ fn eval(node: &Node, scope: &dyn ConditionScope) -> bool {
                 }
                 CompareOp::Contains => match actual {
                     None | Some(Value::Null) => false,
-                    Some(Value::Array(items)) => items.iter().any(|item| value_text(item) == *value),
+                    Some(Value::Array(items)) => {
+                        items.iter().any(|item| value_text(item) == *value)
+                    }
                     Some(other) => value_text(&other).contains(value.as_str()),
                 },
                 CompareOp::Matches => match actual {
                     None | Some(Value::Null) => false,
-                    Some(other) => regex.as_ref().is_some_and(|r| r.is_match(&value_text(&other))),
+                    Some(other) => regex
+                        .as_ref()
+                        .is_some_and(|r| r.is_match(&value_text(&other))),
                 },
             }
         }
@@ -259,7 +327,9 @@ mod tests {
     }
 
     fn check(text: &str) -> bool {
-        Condition::compile(text).unwrap_or_else(|e| panic!("{text}: {e:?}")).evaluate(&scope())
+        Condition::compile(text)
+            .unwrap_or_else(|e| panic!("{text}: {e:?}"))
+            .evaluate(&scope())
     }
 
     #[test]
@@ -347,10 +417,23 @@ mod tests {
 
     #[test]
     fn compile_errors() {
-        assert!(Condition::compile("outcome=sucess").unwrap_err().message.contains("unknown outcome"));
+        assert!(
+            Condition::compile("outcome=sucess")
+                .unwrap_err()
+                .message
+                .contains("unknown outcome")
+        );
         let err = Condition::compile("x matches (").unwrap_err();
-        assert!(err.message.contains("invalid regular expression"), "{err:?}");
+        assert!(
+            err.message.contains("invalid regular expression"),
+            "{err:?}"
+        );
         assert_eq!(err.span, Span::new(10, 11));
-        assert!(Condition::compile("score > high").unwrap_err().message.contains("not a number"));
+        assert!(
+            Condition::compile("score > high")
+                .unwrap_err()
+                .message
+                .contains("not a number")
+        );
     }
 }

@@ -5,8 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use trellis_syntax::ast::{Attr, DefaultsTarget, Document, Ident, SourceFormat, Stmt};
 use trellis_syntax::Span;
+use trellis_syntax::ast::{Attr, DefaultsTarget, Document, Ident, SourceFormat, Stmt};
 
 /// Attributes by name; a later assignment replaces an earlier one.
 pub(crate) type AttrMap = BTreeMap<String, Attr>;
@@ -58,7 +58,10 @@ pub fn class_from_label(label: &str) -> String {
 
 /// Splits a `class` attribute (`"a, b"`) into class names.
 pub fn split_classes(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split([',', ' ', '\t', '\n']).map(str::trim).filter(|c| !c.is_empty()).map(str::to_owned)
+    text.split([',', ' ', '\t', '\n'])
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
 }
 
 struct Flattener {
@@ -88,7 +91,11 @@ impl Flattener {
             // A subgraph's label and class apply to every node mentioned inside it.
             for attr in stmts.iter().flat_map(|stmt| match stmt {
                 Stmt::Attr(attr) => std::slice::from_ref(attr),
-                Stmt::Defaults { target: DefaultsTarget::Graph, attrs, .. } => attrs.as_slice(),
+                Stmt::Defaults {
+                    target: DefaultsTarget::Graph,
+                    attrs,
+                    ..
+                } => attrs.as_slice(),
                 _ => &[],
             }) {
                 match attr.key.name.as_str() {
@@ -102,23 +109,47 @@ impl Flattener {
         for stmt in stmts {
             match stmt {
                 Stmt::Attr(attr) if top_level => {
-                    self.graph.graph_attrs.insert(attr.key.name.clone(), attr.clone());
+                    self.graph
+                        .graph_attrs
+                        .insert(attr.key.name.clone(), attr.clone());
                 }
-                Stmt::Defaults { target: DefaultsTarget::Graph, attrs, .. } if top_level => {
+                Stmt::Defaults {
+                    target: DefaultsTarget::Graph,
+                    attrs,
+                    ..
+                } if top_level => {
                     for attr in attrs {
-                        self.graph.graph_attrs.insert(attr.key.name.clone(), attr.clone());
+                        self.graph
+                            .graph_attrs
+                            .insert(attr.key.name.clone(), attr.clone());
                     }
                 }
                 // Subgraph attributes other than label/class are layout hints.
-                Stmt::Attr(_) | Stmt::Defaults { target: DefaultsTarget::Graph, .. } => {}
-                Stmt::Defaults { target: DefaultsTarget::Node, attrs, .. } => {
+                Stmt::Attr(_)
+                | Stmt::Defaults {
+                    target: DefaultsTarget::Graph,
+                    ..
+                } => {}
+                Stmt::Defaults {
+                    target: DefaultsTarget::Node,
+                    attrs,
+                    ..
+                } => {
                     for attr in attrs {
-                        scope.node_defaults.insert(attr.key.name.clone(), attr.clone());
+                        scope
+                            .node_defaults
+                            .insert(attr.key.name.clone(), attr.clone());
                     }
                 }
-                Stmt::Defaults { target: DefaultsTarget::Edge, attrs, .. } => {
+                Stmt::Defaults {
+                    target: DefaultsTarget::Edge,
+                    attrs,
+                    ..
+                } => {
                     for attr in attrs {
-                        scope.edge_defaults.insert(attr.key.name.clone(), attr.clone());
+                        scope
+                            .edge_defaults
+                            .insert(attr.key.name.clone(), attr.clone());
                     }
                 }
                 Stmt::Node { id, attrs } => {
@@ -146,7 +177,11 @@ impl Flattener {
                             from: pair[0].clone(),
                             to: pair[1].clone(),
                             attrs: edge_attrs.clone(),
-                            span: if chain.len() == 2 { *span } else { pair[0].span.to(pair[1].span) },
+                            span: if chain.len() == 2 {
+                                *span
+                            } else {
+                                pair[0].span.to(pair[1].span)
+                            },
                         });
                     }
                 }
@@ -208,7 +243,10 @@ mod tests {
         let shape = |i: usize| graph.nodes[i].attrs["shape"].value.text.clone();
         let ids: Vec<_> = graph.nodes.iter().map(|n| n.id.name.as_str()).collect();
         assert_eq!(ids, ["a", "b", "c", "d"]);
-        assert_eq!([shape(0), shape(1), shape(2), shape(3)], ["box", "tab", "tab", "box"]);
+        assert_eq!(
+            [shape(0), shape(1), shape(2), shape(3)],
+            ["box", "tab", "tab", "box"]
+        );
         assert_eq!(graph.nodes[0].classes, ["loop-a"]);
         assert_eq!(graph.nodes[3].classes, Vec::<String>::new());
         assert_eq!(graph.edges.len(), 3);

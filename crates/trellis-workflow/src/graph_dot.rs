@@ -28,13 +28,27 @@ fn attr_list(attributes: &BTreeMap<String, String>, first: &[&str]) -> String {
     let ordered = first
         .iter()
         .filter_map(|k| attributes.get_key_value(*k))
-        .chain(attributes.iter().filter(|(k, _)| !first.contains(&k.as_str())));
-    let parts: Vec<String> = ordered.map(|(k, v)| format!("{}={}", quote_key(k), quote(v))).collect();
-    if parts.is_empty() { String::new() } else { format!(" [{}]", parts.join(", ")) }
+        .chain(
+            attributes
+                .iter()
+                .filter(|(k, _)| !first.contains(&k.as_str())),
+        );
+    let parts: Vec<String> = ordered
+        .map(|(k, v)| format!("{}={}", quote_key(k), quote(v)))
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" [{}]", parts.join(", "))
+    }
 }
 
 fn quote_key(key: &str) -> String {
-    if trellis_syntax::ast::is_node_id(key) { key.to_owned() } else { quote(key) }
+    if trellis_syntax::ast::is_node_id(key) {
+        key.to_owned()
+    } else {
+        quote(key)
+    }
 }
 
 /// Renders the workflow as normalized DOT.
@@ -42,15 +56,26 @@ pub fn to_dot(workflow: &Workflow) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "digraph {} {{", quote_key(&workflow.name));
     if !workflow.graph.attributes.is_empty() {
-        let _ = writeln!(out, "    graph{}", attr_list(&workflow.graph.attributes, &["goal"]));
+        let _ = writeln!(
+            out,
+            "    graph{}",
+            attr_list(&workflow.graph.attributes, &["goal"])
+        );
     }
     for node in &workflow.nodes {
         let mut attributes = node.attributes.clone();
         if let Some(llm) = node.kind.llm() {
             attributes.insert("prompt".into(), llm.prompt.clone());
         }
-        attributes.entry("label".into()).or_insert_with(|| node.label.clone());
-        let _ = writeln!(out, "    {}{}", node.id, attr_list(&attributes, &["type", "shape", "label", "class"]));
+        attributes
+            .entry("label".into())
+            .or_insert_with(|| node.label.clone());
+        let _ = writeln!(
+            out,
+            "    {}{}",
+            node.id,
+            attr_list(&attributes, &["type", "shape", "label", "class"])
+        );
     }
     for edge in &workflow.edges {
         let _ = writeln!(

@@ -11,7 +11,8 @@ pub fn accelerator(label: &str) -> Option<char> {
         return (chars.next()? == ']' && key.is_alphanumeric()).then_some(key.to_ascii_uppercase());
     }
     let rest = chars.as_str();
-    (first.is_alphanumeric() && (rest.starts_with(") ") || rest.starts_with(" - "))).then_some(first.to_ascii_uppercase())
+    (first.is_alphanumeric() && (rest.starts_with(") ") || rest.starts_with(" - ")))
+        .then_some(first.to_ascii_uppercase())
 }
 
 /// The label without its accelerator, lower-cased and trimmed.

@@ -72,9 +72,13 @@ pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> C
             .or_else(|| file.path().and_then(Path::parent).map(Path::to_path_buf))
             .unwrap_or_else(|| PathBuf::from("."));
         let flat = flatten::flatten(&parsed.document);
-        let lowerer =
-            lower::Lowerer { base_dir: &base_dir, goal_override: options.goal.as_deref(), out: &mut diagnostics, sheet: None };
-        let workflow = lowerer.lower(flat);
+        let lowerer = lower::Lowerer {
+            base_dir: &base_dir,
+            goal_override: options.goal.as_deref(),
+            out: &mut diagnostics,
+            sheet: None,
+        };
+        let workflow = lowerer.lower(&flat);
         if !diagnostics.iter().any(Diagnostic::is_error) {
             for check in rules::GRAPH_CHECKS {
                 check(&workflow, &mut diagnostics);
@@ -83,10 +87,20 @@ pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> C
         Some(workflow)
     };
     diagnostics.sort_by_key(|d| (d.primary.span.start, d.severity != Severity::Error));
-    diagnostics.dedup_by(|a, b| a.code == b.code && a.primary.span == b.primary.span && a.message == b.message);
-    let outline = workflow.as_ref().map(|w| Outline { name: w.name.clone(), nodes: w.nodes.len(), edges: w.edges.len() });
+    diagnostics.dedup_by(|a, b| {
+        a.code == b.code && a.primary.span == b.primary.span && a.message == b.message
+    });
+    let outline = workflow.as_ref().map(|w| Outline {
+        name: w.name.clone(),
+        nodes: w.nodes.len(),
+        edges: w.edges.len(),
+    });
     let workflow = workflow.filter(|_| !diagnostics.iter().any(Diagnostic::is_error));
-    Compiled { workflow, outline, diagnostics }
+    Compiled {
+        workflow,
+        outline,
+        diagnostics,
+    }
 }
 
 /// Reads, parses and compiles a workflow file.

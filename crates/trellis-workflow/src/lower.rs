@@ -7,19 +7,21 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
+use trellis_syntax::Diagnostic;
 use trellis_syntax::ast::{SourceFormat, Value};
 use trellis_syntax::stylesheet::Stylesheet;
-use trellis_syntax::Diagnostic;
 
 use crate::flatten::{AttrMap, FlatEdge, FlatGraph, FlatNode};
 use crate::node_kind::{
-    Backend, CommandConfig, ErrorPolicy, FanInConfig, HumanConfig, JoinPolicy, LlmConfig, NodeKind, OutputSchema,
-    ParallelConfig, ReasoningEffort, RetryPolicy, RetryPreset, ScriptLanguage, SubWorkflowConfig, WaitConfig,
+    Backend, CommandConfig, ErrorPolicy, FanInConfig, HumanConfig, JoinPolicy, LlmConfig, NodeKind,
+    OutputSchema, ParallelConfig, ReasoningEffort, RetryPolicy, RetryPreset, ScriptLanguage,
+    SubWorkflowConfig, WaitConfig,
 };
 use crate::rules::attribute_value::{self, AttrReader};
 use crate::rules::{
-    command_script, condition_syntax, fidelity_value, file_reference, known_handler, stylesheet_property,
-    stylesheet_syntax, sub_workflow, template_variable, unknown_attribute, wait_duration,
+    command_script, condition_syntax, fidelity_value, file_reference, known_handler,
+    stylesheet_property, stylesheet_syntax, sub_workflow, template_variable, unknown_attribute,
+    wait_duration,
 };
 use crate::style;
 use crate::workflow::{CommonConfig, Edge, GraphConfig, Node, Workflow};
@@ -42,20 +44,32 @@ pub(crate) struct Lowerer<'a> {
 }
 
 fn text_map(attrs: &AttrMap) -> BTreeMap<String, String> {
-    attrs.iter().map(|(k, a)| (k.clone(), a.value.text.clone())).collect()
+    attrs
+        .iter()
+        .map(|(k, a)| (k.clone(), a.value.text.clone()))
+        .collect()
 }
 
 fn span_map(attrs: &AttrMap) -> HashMap<String, trellis_syntax::Span> {
-    attrs.iter().map(|(k, a)| (k.clone(), a.value.span)).collect()
+    attrs
+        .iter()
+        .map(|(k, a)| (k.clone(), a.value.span))
+        .collect()
 }
 
 impl Lowerer<'_> {
     fn reader<'r>(&'r mut self, attrs: &'r AttrMap) -> AttrReader<'r> {
-        AttrReader { attrs, out: self.out }
+        AttrReader {
+            attrs,
+            out: self.out,
+        }
     }
 
-    pub fn lower(mut self, flat: FlatGraph) -> Workflow {
-        let name = flat.name.as_ref().map_or_else(|| "Workflow".to_owned(), |n| n.name.clone());
+    pub fn lower(mut self, flat: &FlatGraph) -> Workflow {
+        let name = flat
+            .name
+            .as_ref()
+            .map_or_else(|| "Workflow".to_owned(), |n| n.name.clone());
         let mut workflow = Workflow::new(name, flat.format, flat.header_span);
         workflow.graph = self.graph_config(&flat.graph_attrs);
         for node in &flat.nodes {
@@ -69,7 +83,11 @@ impl Lowerer<'_> {
         workflow.index_edges();
         workflow.start = match flat.format {
             SourceFormat::Dot => {
-                let mut starts = workflow.nodes.iter().enumerate().filter(|(_, n)| matches!(n.kind, NodeKind::Start));
+                let mut starts = workflow
+                    .nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| matches!(n.kind, NodeKind::Start));
                 match (starts.next(), starts.next()) {
                     (Some((index, _)), None) => Some(index),
                     _ => None,
@@ -92,14 +110,20 @@ impl Lowerer<'_> {
             stylesheet_property::check(&parsed, &attr.value, self.out);
             self.sheet = Some((parsed, attr.value.clone()));
         }
-        let default_fidelity = attrs.get("default_fidelity").and_then(|a| fidelity_value::parse("default_fidelity", &a.value, self.out));
+        let default_fidelity = attrs
+            .get("default_fidelity")
+            .and_then(|a| fidelity_value::parse("default_fidelity", &a.value, self.out));
         let goal_override = self.goal_override.map(str::to_owned);
         let mut r = self.reader(attrs);
         let default_max_retries = r
             .count("default_max_retries", 0)
             .or_else(|| r.count("default_max_retry", 0))
             .unwrap_or(DEFAULT_MAX_RETRIES);
-        let stall_timeout = r.duration("stall_timeout").map_or(Some(DEFAULT_STALL_TIMEOUT), |d| Some(d).filter(|d| !d.is_zero()));
+        let stall_timeout = r
+            .duration("stall_timeout")
+            .map_or(Some(DEFAULT_STALL_TIMEOUT), |d| {
+                Some(d).filter(|d| !d.is_zero())
+            });
         let mut attributes = text_map(attrs);
         if let Some(goal) = &goal_override {
             attributes.insert("goal".into(), goal.clone());
@@ -123,9 +147,16 @@ impl Lowerer<'_> {
     fn node(&mut self, flat: &FlatNode, graph: &GraphConfig) -> Node {
         let id = flat.id.name.clone();
         let resolved = known_handler::resolve(flat, self.out);
-        let (type_name, shape) = resolved.clone().unwrap_or(("conditional", "diamond".to_owned()));
+        let (type_name, shape) = resolved
+            .clone()
+            .unwrap_or(("conditional", "diamond".to_owned()));
         for attr in flat.attrs.values() {
-            unknown_attribute::check_node(attr, type_name, flat.explicit.contains(&attr.key.name), self.out);
+            unknown_attribute::check_node(
+                attr,
+                type_name,
+                flat.explicit.contains(&attr.key.name),
+                self.out,
+            );
         }
         let mut attributes = text_map(&flat.attrs);
         let mut r = self.reader(&flat.attrs);
@@ -133,7 +164,9 @@ impl Lowerer<'_> {
             timeout: r.duration("timeout"),
             max_visits: r.count("max_visits", 0).filter(|&n| n > 0),
             max_retries: r.count("max_retries", 0),
-            retry_policy: r.word::<RetryPreset>("retry_policy", RetryPreset::WORDS).map(RetryPolicy::preset),
+            retry_policy: r
+                .word::<RetryPreset>("retry_policy", RetryPreset::WORDS)
+                .map(RetryPolicy::preset),
             retry_target: r.string("retry_target"),
             fallback_retry_target: r.string("fallback_retry_target"),
             goal_gate: r.bool("goal_gate").unwrap_or(false),
@@ -146,17 +179,29 @@ impl Lowerer<'_> {
             "agent" => NodeKind::Agent(self.llm(flat, graph, &shape, &mut attributes)),
             "prompt" => NodeKind::Prompt(self.llm(flat, graph, &shape, &mut attributes)),
             "parallel.fan_in" => NodeKind::FanIn(FanInConfig {
-                llm: flat.attrs.contains_key("prompt").then(|| self.llm(flat, graph, &shape, &mut attributes)),
+                llm: flat
+                    .attrs
+                    .contains_key("prompt")
+                    .then(|| self.llm(flat, graph, &shape, &mut attributes)),
             }),
             "command" => {
-                let script = command_script::require(&id, r.string("script"), flat.id.span, r.out).unwrap_or_default();
-                let language = r.word("language", ScriptLanguage::WORDS).unwrap_or(ScriptLanguage::Shell);
+                let script = command_script::require(&id, r.string("script"), flat.id.span, r.out)
+                    .unwrap_or_default();
+                let language = r
+                    .word("language", ScriptLanguage::WORDS)
+                    .unwrap_or(ScriptLanguage::Shell);
                 NodeKind::Command(CommandConfig { script, language })
             }
-            "human" => NodeKind::Human(HumanConfig { default_choice: r.string("human.default_choice") }),
+            "human" => NodeKind::Human(HumanConfig {
+                default_choice: r.string("human.default_choice"),
+            }),
             "parallel" => NodeKind::Parallel(ParallelConfig {
-                join_policy: r.parsed("join_policy", "a join policy").unwrap_or(JoinPolicy::WaitAll),
-                error_policy: r.word("error_policy", ErrorPolicy::WORDS).unwrap_or(ErrorPolicy::Continue),
+                join_policy: r
+                    .parsed("join_policy", "a join policy")
+                    .unwrap_or(JoinPolicy::WaitAll),
+                error_policy: r
+                    .word("error_policy", ErrorPolicy::WORDS)
+                    .unwrap_or(ErrorPolicy::Continue),
                 max_parallel: r.count("max_parallel", 1).unwrap_or(DEFAULT_MAX_PARALLEL),
             }),
             "wait" => {
@@ -166,11 +211,19 @@ impl Lowerer<'_> {
                     wait_duration::report_missing(&id, flat.id.span, r.out);
                     None
                 };
-                NodeKind::Wait(WaitConfig { duration: duration.unwrap_or_default() })
+                NodeKind::Wait(WaitConfig {
+                    duration: duration.unwrap_or_default(),
+                })
             }
             "stack.manager_loop" => {
-                let value = flat.attrs.get("workflow").or_else(|| flat.attrs.get("stack.child_dotfile")).map(|a| &a.value);
-                let workflow = sub_workflow::require(&id, value, self.base_dir, flat.id.span, self.out).unwrap_or_default();
+                let value = flat
+                    .attrs
+                    .get("workflow")
+                    .or_else(|| flat.attrs.get("stack.child_dotfile"))
+                    .map(|a| &a.value);
+                let workflow =
+                    sub_workflow::require(&id, value, self.base_dir, flat.id.span, self.out)
+                        .unwrap_or_default();
                 NodeKind::SubWorkflow(SubWorkflowConfig { workflow })
             }
             _ => NodeKind::Conditional,
@@ -213,38 +266,62 @@ impl Lowerer<'_> {
                 if let Some(found) = style::lookup(sheet, property, id, shape, &flat.classes) {
                     let value = style::as_value(sheet_value, found);
                     attributes.insert((*property).to_owned(), value.text.clone());
-                    attrs.insert((*property).to_owned(), trellis_syntax::ast::Attr { key: flat.id.clone(), value });
+                    attrs.insert(
+                        (*property).to_owned(),
+                        trellis_syntax::ast::Attr {
+                            key: flat.id.clone(),
+                            value,
+                        },
+                    );
                 }
             }
         }
         let (prompt_file, prompt) = match attrs.get("prompt") {
-            Some(attr) => match file_reference::load("prompt", &attr.value, self.base_dir, self.out) {
-                Some((file, text)) => {
-                    let expanded = template_variable::expand(&text, graph.goal.as_deref(), attr.value.span, id, self.out);
-                    (file, expanded)
+            Some(attr) => {
+                match file_reference::load("prompt", &attr.value, self.base_dir, self.out) {
+                    Some((file, text)) => {
+                        let expanded = template_variable::expand(
+                            &text,
+                            graph.goal.as_deref(),
+                            attr.value.span,
+                            id,
+                            self.out,
+                        );
+                        (file, expanded)
+                    }
+                    None => (None, String::new()),
                 }
-                None => (None, String::new()),
-            },
+            }
             None => (None, String::new()),
         };
-        let output_schema = attrs.get("output_schema").and_then(|attr| self.output_schema(&attr.value));
-        let fidelity = attrs.get("fidelity").and_then(|a| fidelity_value::parse("fidelity", &a.value, self.out));
+        let output_schema = attrs
+            .get("output_schema")
+            .and_then(|attr| self.output_schema(&attr.value));
+        let fidelity = attrs
+            .get("fidelity")
+            .and_then(|a| fidelity_value::parse("fidelity", &a.value, self.out));
         let mut r = self.reader(&attrs);
         LlmConfig {
             prompt,
             prompt_file,
             model: r.string("model"),
             provider: r.string("provider"),
-            reasoning_effort: r.word("reasoning_effort", ReasoningEffort::WORDS).unwrap_or_default(),
+            reasoning_effort: r
+                .word("reasoning_effort", ReasoningEffort::WORDS)
+                .unwrap_or_default(),
             max_tokens: r.count("max_tokens", 1),
             fidelity,
-            thread_id: r.string("thread_id").or_else(|| graph.default_thread.clone()),
+            thread_id: r
+                .string("thread_id")
+                .or_else(|| graph.default_thread.clone()),
             project_memory: r.bool("project_memory").unwrap_or(true),
             backend: r.word("backend", Backend::WORDS).unwrap_or_default(),
             output_schema,
             output_retries: r
                 .int("output_retries", i64::MIN)
-                .map_or(DEFAULT_OUTPUT_RETRIES, |n| u32::try_from(n.max(0)).unwrap_or(u32::MAX)),
+                .map_or(DEFAULT_OUTPUT_RETRIES, |n| {
+                    u32::try_from(n.max(0)).unwrap_or(u32::MAX)
+                }),
         }
     }
 
@@ -265,14 +342,23 @@ impl Lowerer<'_> {
         match serde_json::from_str::<serde_json::Value>(&text) {
             Ok(schema) if schema.is_object() => Some(OutputSchema::JsonSchema { path, schema }),
             Ok(_) => {
-                self.out.push(attribute_value::RULE.diagnostic("the output schema must be a JSON object", value.span));
+                self.out.push(
+                    attribute_value::RULE
+                        .diagnostic("the output schema must be a JSON object", value.span),
+                );
                 None
             }
             Err(error) => {
                 self.out.push(
                     attribute_value::RULE
-                        .diagnostic(format!("the output schema is not valid JSON: {error}"), value.span)
-                        .with_label(path.map_or_else(|| "inline schema".to_owned(), |p| p.display().to_string())),
+                        .diagnostic(
+                            format!("the output schema is not valid JSON: {error}"),
+                            value.span,
+                        )
+                        .with_label(path.map_or_else(
+                            || "inline schema".to_owned(),
+                            |p| p.display().to_string(),
+                        )),
                 );
                 None
             }
@@ -283,12 +369,22 @@ impl Lowerer<'_> {
         for attr in flat.attrs.values() {
             unknown_attribute::check_edge(attr, self.out);
         }
-        let condition = flat.attrs.get("condition").and_then(|a| condition_syntax::compile(&a.value, self.out));
-        let fidelity = flat.attrs.get("fidelity").and_then(|a| fidelity_value::parse("fidelity", &a.value, self.out));
+        let condition = flat
+            .attrs
+            .get("condition")
+            .and_then(|a| condition_syntax::compile(&a.value, self.out));
+        let fidelity = flat
+            .attrs
+            .get("fidelity")
+            .and_then(|a| fidelity_value::parse("fidelity", &a.value, self.out));
         let mut r = self.reader(&flat.attrs);
         Edge {
-            from: workflow.node_index(&flat.from.name).expect("edge endpoints are nodes"),
-            to: workflow.node_index(&flat.to.name).expect("edge endpoints are nodes"),
+            from: workflow
+                .node_index(&flat.from.name)
+                .expect("edge endpoints are nodes"),
+            to: workflow
+                .node_index(&flat.to.name)
+                .expect("edge endpoints are nodes"),
             label: r.string("label"),
             condition,
             when: r.string("when").filter(|w| !w.trim().is_empty()),

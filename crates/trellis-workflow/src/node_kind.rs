@@ -47,8 +47,13 @@ pub const HANDLER_TYPES: &[(&str, &str)] = &[
 ];
 
 /// Older or alternative names for handler types.
-pub const HANDLER_ALIASES: &[(&str, &str)] =
-    &[("codergen", "agent"), ("wait.human", "human"), ("tool", "command"), ("fan_in", "parallel.fan_in"), ("subworkflow", "stack.manager_loop")];
+pub const HANDLER_ALIASES: &[(&str, &str)] = &[
+    ("codergen", "agent"),
+    ("wait.human", "human"),
+    ("tool", "command"),
+    ("fan_in", "parallel.fan_in"),
+    ("subworkflow", "stack.manager_loop"),
+];
 
 impl NodeKind {
     /// The handler type name (`agent`, `parallel.fan_in`, ...).
@@ -110,7 +115,10 @@ pub struct LlmConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub enum OutputSchema {
     Routing,
-    JsonSchema { path: Option<PathBuf>, schema: serde_json::Value },
+    JsonSchema {
+        path: Option<PathBuf>,
+        schema: serde_json::Value,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -156,6 +164,13 @@ macro_rules! word_enum {
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum $name { $($variant),+ }
 
+        impl Default for $name {
+            /// The first word listed.
+            fn default() -> Self {
+                [$($name::$variant),+][0]
+            }
+        }
+
         impl $name {
             pub const WORDS: &'static [&'static str] = &[$($word),+];
 
@@ -180,10 +195,10 @@ macro_rules! word_enum {
 }
 
 word_enum! {
-    /// How much prior context a model node sees (`fidelity`).
+    /// How much prior context a model node sees (`fidelity`; default `compact`, the first word).
     Fidelity {
-        Full = "full",
         Compact = "compact",
+        Full = "full",
         SummaryHigh = "summary:high",
         SummaryMedium = "summary:medium",
         SummaryLow = "summary:low",
@@ -192,25 +207,13 @@ word_enum! {
 }
 
 word_enum! {
-    /// `reasoning_effort` (default `high`).
-    ReasoningEffort { Low = "low", Medium = "medium", High = "high" }
-}
-
-impl Default for ReasoningEffort {
-    fn default() -> Self {
-        ReasoningEffort::High
-    }
+    /// `reasoning_effort` (default `high`, the first word).
+    ReasoningEffort { High = "high", Medium = "medium", Low = "low" }
 }
 
 word_enum! {
-    /// Agent execution backend.
+    /// Agent execution backend (default `api`).
     Backend { Api = "api", Cli = "cli", Acp = "acp" }
-}
-
-impl Default for Backend {
-    fn default() -> Self {
-        Backend::Api
-    }
 }
 
 word_enum! {
@@ -248,7 +251,12 @@ impl RetryPolicy {
             RetryPreset::Linear => (3, 500, 1.0),
             RetryPreset::Patient => (3, 2000, 3.0),
         };
-        Self { preset, max_attempts, initial_delay: Duration::from_millis(initial_ms), backoff_factor }
+        Self {
+            preset,
+            max_attempts,
+            initial_delay: Duration::from_millis(initial_ms),
+            backoff_factor,
+        }
     }
 }
 
@@ -272,7 +280,11 @@ impl FromStr for JoinPolicy {
 
     fn from_str(s: &str) -> Result<Self, String> {
         let s = s.trim();
-        let argument = |name: &str| s.strip_prefix(name).and_then(|r| r.strip_prefix('(')).and_then(|r| r.strip_suffix(')'));
+        let argument = |name: &str| {
+            s.strip_prefix(name)
+                .and_then(|r| r.strip_prefix('('))
+                .and_then(|r| r.strip_suffix(')'))
+        };
         match s {
             "wait_all" => return Ok(JoinPolicy::WaitAll),
             "first_success" => return Ok(JoinPolicy::FirstSuccess),
@@ -281,13 +293,17 @@ impl FromStr for JoinPolicy {
         if let Some(n) = argument("k_of_n") {
             return match n.trim().parse::<u32>() {
                 Ok(n) if n >= 1 => Ok(JoinPolicy::KOfN(n)),
-                _ => Err(format!("k_of_n needs a whole number of branches of at least 1, found `{n}`")),
+                _ => Err(format!(
+                    "k_of_n needs a whole number of branches of at least 1, found `{n}`"
+                )),
             };
         }
         if let Some(f) = argument("quorum") {
             return match f.trim().parse::<f64>() {
                 Ok(f) if f > 0.0 && f <= 1.0 => Ok(JoinPolicy::Quorum(f)),
-                _ => Err(format!("quorum needs a fraction of branches in (0, 1], found `{f}`")),
+                _ => Err(format!(
+                    "quorum needs a fraction of branches in (0, 1], found `{f}`"
+                )),
             };
         }
         Err(format!("unknown join policy `{s}`"))
@@ -328,8 +344,13 @@ mod tests {
     #[test]
     fn retry_presets_follow_the_design() {
         let standard = RetryPolicy::preset(RetryPreset::Standard);
-        assert_eq!((standard.max_attempts, standard.initial_delay), (5, Duration::from_secs(5)));
+        assert_eq!(
+            (standard.max_attempts, standard.initial_delay),
+            (5, Duration::from_secs(5))
+        );
         assert_eq!(RetryPolicy::preset(RetryPreset::None).max_attempts, 1);
-        assert_eq!(RetryPolicy::preset(RetryPreset::Patient).backoff_factor, 3.0);
+        assert!(
+            (RetryPolicy::preset(RetryPreset::Patient).backoff_factor - 3.0).abs() < f64::EPSILON
+        );
     }
 }

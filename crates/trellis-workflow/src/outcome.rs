@@ -26,7 +26,8 @@ impl StageStatus {
     }
 
     /// Every accepted spelling, for error messages.
-    pub const ACCEPTED: &'static str = "success, succeeded, partial_success, partially_succeeded, fail, failed, skipped";
+    pub const ACCEPTED: &'static str =
+        "success, succeeded, partial_success, partially_succeeded, fail, failed, skipped";
 }
 
 impl FromStr for StageStatus {

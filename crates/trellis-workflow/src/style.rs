@@ -2,9 +2,9 @@
 //! `reasoning_effort`, `backend`), the matching rule with the highest specificity wins (`*` < shape <
 //! `.class` < `#id`), the later rule on ties; an attribute written on the node is never overridden.
 
+use trellis_syntax::Spanned;
 use trellis_syntax::ast::Value;
 use trellis_syntax::stylesheet::{Selector, Stylesheet};
-use trellis_syntax::Spanned;
 
 /// The stylesheet's value for `property` on a node, with the span of the value inside the sheet text.
 pub(crate) fn lookup<'a>(
@@ -30,7 +30,11 @@ pub(crate) fn lookup<'a>(
         else {
             continue;
         };
-        for declaration in rule.declarations.iter().filter(|d| d.property.value == property) {
+        for declaration in rule
+            .declarations
+            .iter()
+            .filter(|d| d.property.value == property)
+        {
             if best.is_none_or(|(b, _)| specificity >= b) {
                 best = Some((specificity, &declaration.value));
             }
@@ -41,7 +45,11 @@ pub(crate) fn lookup<'a>(
 
 /// Turns a stylesheet value into an attribute value whose span points into the source file.
 pub(crate) fn as_value(sheet_value: &Value, found: &Spanned<String>) -> Value {
-    Value::plain(found.value.clone(), trellis_syntax::ast::ValueKind::Bare, sheet_value.source_span(found.span))
+    Value::plain(
+        found.value.clone(),
+        trellis_syntax::ast::ValueKind::Bare,
+        sheet_value.source_span(found.span),
+    )
 }
 
 #[cfg(test)]

@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use trellis_syntax::ast::SourceFormat;
 use trellis_syntax::Span;
+use trellis_syntax::ast::SourceFormat;
 
 use crate::condition::Condition;
 use crate::node_kind::{Fidelity, NodeKind, RetryPolicy};
@@ -163,21 +163,37 @@ impl Workflow {
 
     /// Nodes whose handler is `exit`.
     pub fn exit_nodes(&self) -> impl Iterator<Item = NodeIndex> + '_ {
-        self.nodes.iter().enumerate().filter(|(_, n)| matches!(n.kind, NodeKind::Exit)).map(|(i, _)| i)
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| matches!(n.kind, NodeKind::Exit))
+            .map(|(i, _)| i)
     }
 
     /// Nodes reachable from any of `roots` (including them), as a membership vector. With `reverse`,
     /// nodes from which a root is reachable.
-    pub fn reachable(&self, roots: impl IntoIterator<Item = NodeIndex>, reverse: bool) -> Vec<bool> {
+    pub fn reachable(
+        &self,
+        roots: impl IntoIterator<Item = NodeIndex>,
+        reverse: bool,
+    ) -> Vec<bool> {
         let mut seen = vec![false; self.nodes.len()];
         let mut stack: Vec<NodeIndex> = roots.into_iter().collect();
         while let Some(n) = stack.pop() {
             if std::mem::replace(&mut seen[n], true) {
                 continue;
             }
-            let edges = if reverse { &self.in_edges[n] } else { &self.out_edges[n] };
+            let edges = if reverse {
+                &self.in_edges[n]
+            } else {
+                &self.out_edges[n]
+            };
             for &e in edges {
-                let next = if reverse { self.edges[e].from } else { self.edges[e].to };
+                let next = if reverse {
+                    self.edges[e].from
+                } else {
+                    self.edges[e].to
+                };
                 if !seen[next] {
                     stack.push(next);
                 }
@@ -188,11 +204,21 @@ impl Workflow {
 
     /// Strongly connected components over the edges `keep` accepts (Tarjan's algorithm, iterative so
     /// deep graphs cannot overflow the stack). Components come in reverse topological order.
-    pub fn strongly_connected_components(&self, keep: impl Fn(&Edge) -> bool) -> Vec<Vec<NodeIndex>> {
+    pub fn strongly_connected_components(
+        &self,
+        keep: impl Fn(&Edge) -> bool,
+    ) -> Vec<Vec<NodeIndex>> {
         const UNVISITED: usize = usize::MAX;
         let n = self.nodes.len();
         let successors: Vec<Vec<NodeIndex>> = (0..n)
-            .map(|v| self.out_edges[v].iter().map(|&e| &self.edges[e]).filter(|e| keep(e)).map(|e| e.to).collect())
+            .map(|v| {
+                self.out_edges[v]
+                    .iter()
+                    .map(|&e| &self.edges[e])
+                    .filter(|e| keep(e))
+                    .map(|e| e.to)
+                    .collect()
+            })
             .collect();
         let (mut index, mut low, mut on_stack) = (vec![UNVISITED; n], vec![0; n], vec![false; n]);
         let (mut next_index, mut stack, mut components) = (0, Vec::new(), Vec::new());

@@ -23,7 +23,10 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let options = CompileOptions { goal: args.goal.clone(), ..CompileOptions::default() };
+    let options = CompileOptions {
+        goal: args.goal.clone(),
+        ..CompileOptions::default()
+    };
     let (file, compiled) = match trellis_workflow::load(&args.file, &options) {
         Ok(loaded) => loaded,
         Err(error) => {
@@ -32,7 +35,12 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
     };
     let Some(workflow) = &compiled.workflow else {
-        render_terminal(&mut std::io::stderr().lock(), &file, &compiled.diagnostics, args.color.for_stderr())?;
+        render_terminal(
+            &mut std::io::stderr().lock(),
+            &file,
+            &compiled.diagnostics,
+            args.color.for_stderr(),
+        )?;
         eprintln!("error: {} is not valid; fix the errors above", file.name());
         return Ok(ExitCode::from(EXIT_INVALID));
     };

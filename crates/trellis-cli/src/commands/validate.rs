@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::json;
-use trellis_syntax::render::{render_terminal, to_json};
 use trellis_syntax::Tally;
+use trellis_syntax::render::{render_terminal, to_json};
 use trellis_workflow::{CompileOptions, Compiled};
 
 use super::{ColorChoice, EXIT_INVALID, EXIT_USAGE, OutputFormat};
@@ -45,13 +45,19 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             Err(error) => {
                 any_unreadable = true;
                 match args.format {
-                    OutputFormat::Json => documents.push(json!({ "file": path.display().to_string(), "error": error.to_string() })),
+                    OutputFormat::Json => documents.push(
+                        json!({ "file": path.display().to_string(), "error": error.to_string() }),
+                    ),
                     OutputFormat::Text => eprintln!("error: {error}"),
                 }
                 continue;
             }
         };
-        let Compiled { outline, diagnostics, .. } = &compiled;
+        let Compiled {
+            outline,
+            diagnostics,
+            ..
+        } = &compiled;
         let tally = Tally::of(diagnostics);
         any_invalid |= tally.errors > 0;
         match args.format {

@@ -15,7 +15,10 @@ pub enum TokenKind {
     /// A bare word with its lexical class.
     Word(ValueKind),
     /// A quoted string: unescaped text and the escape offset map (see `ast::Value::offset_map`).
-    Str { text: String, offset_map: Vec<(u32, u32)> },
+    Str {
+        text: String,
+        offset_map: Vec<(u32, u32)>,
+    },
     LBrace,
     RBrace,
     LBracket,
@@ -41,7 +44,15 @@ pub struct Token {
 
 /// Splits `text` into tokens (comments included), reporting lexical errors into `diagnostics`.
 pub fn lex(text: &str, diagnostics: &mut Vec<Diagnostic>) -> Vec<Token> {
-    Lexer { text, bytes: text.as_bytes(), pos: 0, tokens: Vec::new(), diagnostics, newline: true }.run()
+    Lexer {
+        text,
+        bytes: text.as_bytes(),
+        pos: 0,
+        tokens: Vec::new(),
+        diagnostics,
+        newline: true,
+    }
+    .run()
 }
 
 struct Lexer<'a, 'd> {
@@ -68,7 +79,9 @@ impl Lexer<'_, '_> {
                 }
                 b' ' | b'\t' | b'\r' => self.pos += 1,
                 b'/' if self.peek(1) == Some(b'/') => {
-                    self.pos = self.text[start..].find('\n').map_or(self.bytes.len(), |i| start + i);
+                    self.pos = self.text[start..]
+                        .find('\n')
+                        .map_or(self.bytes.len(), |i| start + i);
                     self.push(TokenKind::Comment, start);
                 }
                 b'/' if self.peek(1) == Some(b'*') => self.block_comment(start),
@@ -94,15 +107,23 @@ impl Lexer<'_, '_> {
                     self.pos += ch.len_utf8();
                     let span = Span::from_range(start..self.pos);
                     self.diagnostics.push(
-                        Diagnostic::error("syntax", format!("unexpected character `{}`", ch.escape_debug()), span)
-                            .with_label("not part of the workflow language"),
+                        Diagnostic::error(
+                            "syntax",
+                            format!("unexpected character `{}`", ch.escape_debug()),
+                            span,
+                        )
+                        .with_label("not part of the workflow language"),
                     );
                     self.push(TokenKind::Unknown, start);
                 }
             }
         }
         let end = self.bytes.len();
-        self.tokens.push(Token { kind: TokenKind::Eof, span: Span::from_range(end..end), newline_before: true });
+        self.tokens.push(Token {
+            kind: TokenKind::Eof,
+            span: Span::from_range(end..end),
+            newline_before: true,
+        });
         self.tokens
     }
 
@@ -112,7 +133,11 @@ impl Lexer<'_, '_> {
 
     fn push(&mut self, kind: TokenKind, start: usize) {
         let newline_before = std::mem::take(&mut self.newline);
-        self.tokens.push(Token { kind, span: Span::from_range(start..self.pos), newline_before });
+        self.tokens.push(Token {
+            kind,
+            span: Span::from_range(start..self.pos),
+            newline_before,
+        });
     }
 
     fn single(&mut self, kind: TokenKind) {
@@ -130,9 +155,13 @@ impl Lexer<'_, '_> {
         } else {
             self.pos = self.bytes.len();
             self.diagnostics.push(
-                Diagnostic::error("syntax", "unterminated block comment", Span::from_range(start..start + 2))
-                    .with_label("this comment is never closed")
-                    .with_help("close it with `*/`"),
+                Diagnostic::error(
+                    "syntax",
+                    "unterminated block comment",
+                    Span::from_range(start..start + 2),
+                )
+                .with_label("this comment is never closed")
+                .with_help("close it with `*/`"),
             );
             self.push(TokenKind::Comment, start);
         }
@@ -157,9 +186,13 @@ impl Lexer<'_, '_> {
         loop {
             let Some(&b) = self.bytes.get(self.pos) else {
                 self.diagnostics.push(
-                    Diagnostic::error("syntax", "unterminated string", Span::from_range(start..start + 1))
-                        .with_label("this quote is never closed")
-                        .with_help("add the closing `\"`; write `\\\"` for a quote inside a string"),
+                    Diagnostic::error(
+                        "syntax",
+                        "unterminated string",
+                        Span::from_range(start..start + 1),
+                    )
+                    .with_label("this quote is never closed")
+                    .with_help("add the closing `\"`; write `\\\"` for a quote inside a string"),
                 );
                 break;
             };
@@ -194,7 +227,10 @@ impl Lexer<'_, '_> {
                     offset_map.push((text.len() as u32, self.pos as u32));
                 }
                 _ => {
-                    let ch_len = self.text[self.pos..].chars().next().map_or(1, char::len_utf8);
+                    let ch_len = self.text[self.pos..]
+                        .chars()
+                        .next()
+                        .map_or(1, char::len_utf8);
                     text.push_str(&self.text[self.pos..self.pos + ch_len]);
                     self.pos += ch_len;
                 }
@@ -230,7 +266,11 @@ mod tests {
 
     fn kinds(text: &str) -> Vec<TokenKind> {
         let mut diagnostics = Vec::new();
-        lex(text, &mut diagnostics).into_iter().map(|t| t.kind).filter(|k| *k != TokenKind::Eof).collect()
+        lex(text, &mut diagnostics)
+            .into_iter()
+            .map(|t| t.kind)
+            .filter(|k| *k != TokenKind::Eof)
+            .collect()
     }
 
     #[test]
@@ -252,15 +292,24 @@ mod tests {
     fn arrows_split_words() {
         assert_eq!(
             kinds("a->b"),
-            vec![TokenKind::Word(ValueKind::Bare), TokenKind::Arrow, TokenKind::Word(ValueKind::Bare)]
+            vec![
+                TokenKind::Word(ValueKind::Bare),
+                TokenKind::Arrow,
+                TokenKind::Word(ValueKind::Bare)
+            ]
         );
     }
 
     #[test]
     fn escapes_and_continuations() {
         let mut diagnostics = Vec::new();
-        let tokens = lex("\"a\\\"b\\\\c\\nd\\te\\d and \\\n      more\"", &mut diagnostics);
-        let TokenKind::Str { text, .. } = &tokens[0].kind else { panic!("expected a string") };
+        let tokens = lex(
+            "\"a\\\"b\\\\c\\nd\\te\\d and \\\n      more\"",
+            &mut diagnostics,
+        );
+        let TokenKind::Str { text, .. } = &tokens[0].kind else {
+            panic!("expected a string")
+        };
         assert_eq!(text, "a\"b\\c\nd\te\\d and more");
         assert!(diagnostics.is_empty());
     }
@@ -269,7 +318,9 @@ mod tests {
     fn comment_markers_inside_strings_are_text() {
         let mut diagnostics = Vec::new();
         let tokens = lex("\"// not /* a */ comment\" // real", &mut diagnostics);
-        assert!(matches!(&tokens[0].kind, TokenKind::Str { text, .. } if text == "// not /* a */ comment"));
+        assert!(
+            matches!(&tokens[0].kind, TokenKind::Str { text, .. } if text == "// not /* a */ comment")
+        );
         assert_eq!(tokens[1].kind, TokenKind::Comment);
     }
 

@@ -17,15 +17,26 @@
 //! Keywords are case-insensitive, as in Graphviz. Recovery: after an error in a statement the parser
 //! skips to the next `;`, `}` or line break; inside an attribute list, to the next `,` or `]`.
 
-use crate::ast::{Attr, DefaultsTarget, Document, Ident, SourceFormat, Stmt, Value, ValueKind, is_node_id};
+use crate::ast::{
+    Attr, DefaultsTarget, Document, Ident, SourceFormat, Stmt, Value, ValueKind, is_node_id,
+};
 use crate::diagnostic::Diagnostic;
 use crate::dot::lexer::{Token, TokenKind, lex};
 use crate::span::Span;
 
 /// Parses DOT source. Never fails: problems are reported in `diagnostics`.
 pub fn parse_dot(text: &str, diagnostics: &mut Vec<Diagnostic>) -> Document {
-    let tokens: Vec<Token> = lex(text, diagnostics).into_iter().filter(|t| t.kind != TokenKind::Comment).collect();
-    Parser { text, tokens, pos: 0, diagnostics }.parse_file()
+    let tokens: Vec<Token> = lex(text, diagnostics)
+        .into_iter()
+        .filter(|t| t.kind != TokenKind::Comment)
+        .collect();
+    Parser {
+        text,
+        tokens,
+        pos: 0,
+        diagnostics,
+    }
+    .parse_file()
 }
 
 struct Parser<'a, 'd> {
@@ -57,11 +68,18 @@ impl Parser<'_, '_> {
     }
 
     fn is_keyword(&self, token: &Token, keyword: &str) -> bool {
-        matches!(token.kind, TokenKind::Word(_)) && self.slice(token.span).eq_ignore_ascii_case(keyword)
+        matches!(token.kind, TokenKind::Word(_))
+            && self.slice(token.span).eq_ignore_ascii_case(keyword)
     }
 
-    fn error(&mut self, message: impl Into<String>, span: Span, label: impl Into<String>) -> &mut Diagnostic {
-        self.diagnostics.push(Diagnostic::error("syntax", message, span).with_label(label));
+    fn error(
+        &mut self,
+        message: impl Into<String>,
+        span: Span,
+        label: impl Into<String>,
+    ) -> &mut Diagnostic {
+        self.diagnostics
+            .push(Diagnostic::error("syntax", message, span).with_label(label));
         self.diagnostics.last_mut().expect("just pushed")
     }
 
@@ -78,7 +96,11 @@ impl Parser<'_, '_> {
         let mut header_span = first.span;
         if self.is_keyword(&first, "strict") {
             self.bump();
-            self.error("`strict` graphs are not supported", first.span, "remove `strict`");
+            self.error(
+                "`strict` graphs are not supported",
+                first.span,
+                "remove `strict`",
+            );
         }
         let keyword = self.peek().clone();
         if self.is_keyword(&keyword, "digraph") {
@@ -87,11 +109,19 @@ impl Parser<'_, '_> {
         } else if self.is_keyword(&keyword, "graph") {
             header_span = keyword.span;
             self.bump();
-            self.error("undirected graphs are not supported", keyword.span, "expected `digraph`")
-                .help = Some("workflows are directed: write `digraph Name { ... }`".into());
+            self.error(
+                "undirected graphs are not supported",
+                keyword.span,
+                "expected `digraph`",
+            )
+            .help = Some("workflows are directed: write `digraph Name { ... }`".into());
         } else {
             let found = self.describe(&keyword);
-            self.error(format!("expected `digraph`, found {found}"), keyword.span, "a workflow starts with `digraph Name {`");
+            self.error(
+                format!("expected `digraph`, found {found}"),
+                keyword.span,
+                "a workflow starts with `digraph Name {`",
+            );
             // Recover at the first `{`, if there is one.
             while !matches!(self.peek().kind, TokenKind::LBrace | TokenKind::Eof) {
                 self.bump();
@@ -106,16 +136,29 @@ impl Parser<'_, '_> {
         } else {
             let token = self.peek().clone();
             let found = self.describe(&token);
-            self.error(format!("expected `{{`, found {found}"), token.span, "the graph body starts here");
+            self.error(
+                format!("expected `{{`, found {found}"),
+                token.span,
+                "the graph body starts here",
+            );
             Vec::new()
         };
         let trailing = self.peek().clone();
         if trailing.kind != TokenKind::Eof {
             let end = self.tokens[self.tokens.len() - 1].span;
-            self.error("unexpected content after the end of the graph", trailing.span.to(end), "after the closing `}`")
-                .help = Some("a file holds exactly one `digraph`".into());
+            self.error(
+                "unexpected content after the end of the graph",
+                trailing.span.to(end),
+                "after the closing `}`",
+            )
+            .help = Some("a file holds exactly one `digraph`".into());
         }
-        Document { format: SourceFormat::Dot, header_span, name, body }
+        Document {
+            format: SourceFormat::Dot,
+            header_span,
+            name,
+            body,
+        }
     }
 
     fn parse_graph_name(&mut self) -> Option<Ident> {
@@ -123,15 +166,25 @@ impl Parser<'_, '_> {
         match &token.kind {
             TokenKind::Word(_) => {
                 self.bump();
-                Some(Ident { name: self.slice(token.span).to_owned(), span: token.span })
+                Some(Ident {
+                    name: self.slice(token.span).to_owned(),
+                    span: token.span,
+                })
             }
             TokenKind::Str { text, .. } => {
                 self.bump();
-                Some(Ident { name: text.clone(), span: token.span })
+                Some(Ident {
+                    name: text.clone(),
+                    span: token.span,
+                })
             }
             _ => {
-                self.error("the graph needs a name", token.span, "expected a name before `{`")
-                    .help = Some("write `digraph MyWorkflow { ... }`".into());
+                self.error(
+                    "the graph needs a name",
+                    token.span,
+                    "expected a name before `{`",
+                )
+                .help = Some("write `digraph MyWorkflow { ... }`".into());
                 None
             }
         }
@@ -142,9 +195,13 @@ impl Parser<'_, '_> {
             self.bump();
         } else {
             let at = self.peek().span;
-            self.error("unclosed `{`", at, "expected `}` before the end of the file")
-                .secondary
-                .push(crate::Label::new(open, "opened here"));
+            self.error(
+                "unclosed `{`",
+                at,
+                "expected `}` before the end of the file",
+            )
+            .secondary
+            .push(crate::Label::new(open, "opened here"));
         }
     }
 
@@ -192,14 +249,20 @@ impl Parser<'_, '_> {
     fn parse_stmt(&mut self) -> Option<Stmt> {
         let token = self.peek().clone();
         let next = self.peek_at(1).kind.clone();
-        for (keyword, target) in
-            [("graph", DefaultsTarget::Graph), ("node", DefaultsTarget::Node), ("edge", DefaultsTarget::Edge)]
-        {
+        for (keyword, target) in [
+            ("graph", DefaultsTarget::Graph),
+            ("node", DefaultsTarget::Node),
+            ("edge", DefaultsTarget::Edge),
+        ] {
             if self.is_keyword(&token, keyword) && next == TokenKind::LBracket {
                 self.bump();
                 let attrs = self.parse_attr_lists();
                 let span = token.span.to(self.tokens[self.pos - 1].span);
-                return Some(Stmt::Defaults { target, attrs, span });
+                return Some(Stmt::Defaults {
+                    target,
+                    attrs,
+                    span,
+                });
             }
         }
         if self.is_keyword(&token, "subgraph") || token.kind == TokenKind::LBrace {
@@ -212,7 +275,10 @@ impl Parser<'_, '_> {
             }
             TokenKind::Word(_) | TokenKind::Str { .. } => {
                 let first = self.parse_node_id()?;
-                if matches!(self.peek().kind, TokenKind::Arrow | TokenKind::UndirectedEdge) {
+                if matches!(
+                    self.peek().kind,
+                    TokenKind::Arrow | TokenKind::UndirectedEdge
+                ) {
                     self.parse_edge_chain(first)
                 } else {
                     let attrs = self.parse_attr_lists();
@@ -236,16 +302,26 @@ impl Parser<'_, '_> {
             let token = self.peek().clone();
             if let TokenKind::Word(_) = token.kind {
                 self.bump();
-                name = Some(Ident { name: self.slice(token.span).to_owned(), span: token.span });
+                name = Some(Ident {
+                    name: self.slice(token.span).to_owned(),
+                    span: token.span,
+                });
             } else if let TokenKind::Str { text, .. } = &token.kind {
                 self.bump();
-                name = Some(Ident { name: text.clone(), span: token.span });
+                name = Some(Ident {
+                    name: text.clone(),
+                    span: token.span,
+                });
             }
         }
         if self.peek().kind != TokenKind::LBrace {
             let token = self.peek().clone();
             let found = self.describe(&token);
-            self.error(format!("expected `{{` to open the subgraph, found {found}"), token.span, "expected `{`");
+            self.error(
+                format!("expected `{{` to open the subgraph, found {found}"),
+                token.span,
+                "expected `{`",
+            );
             return None;
         }
         let open = self.bump().span;
@@ -261,32 +337,59 @@ impl Parser<'_, '_> {
             TokenKind::Word(_) => (self.slice(token.span).to_owned(), false),
             TokenKind::Str { text, .. } => (text.clone(), true),
             TokenKind::LBrace => {
-                self.error("edges to subgraphs are not supported", token.span, "expected a node id")
-                    .help = Some("write one edge per target: `a -> b` and `a -> c`".into());
+                self.error(
+                    "edges to subgraphs are not supported",
+                    token.span,
+                    "expected a node id",
+                )
+                .help = Some("write one edge per target: `a -> b` and `a -> c`".into());
                 return None;
             }
             _ => {
                 let found = self.describe(&token);
-                self.error(format!("expected a node id, found {found}"), token.span, "expected a node id");
+                self.error(
+                    format!("expected a node id, found {found}"),
+                    token.span,
+                    "expected a node id",
+                );
                 return None;
             }
         };
         self.bump();
         if !is_node_id(&name) {
-            let what = if quoted { "quoted node ids" } else { "node ids" };
-            self.error(format!("invalid node id `{name}`"), token.span, "not a valid node id").help = Some(format!(
+            let what = if quoted {
+                "quoted node ids"
+            } else {
+                "node ids"
+            };
+            self.error(
+                format!("invalid node id `{name}`"),
+                token.span,
+                "not a valid node id",
+            )
+            .help = Some(format!(
                 "{what} must start with a letter or `_` and contain only letters, digits and `_` (for example `run_tests`); put display text in `label`"
             ));
         }
-        Some(Ident { name, span: token.span })
+        Some(Ident {
+            name,
+            span: token.span,
+        })
     }
 
     fn parse_edge_chain(&mut self, first: Ident) -> Option<Stmt> {
         let mut chain = vec![first];
-        while matches!(self.peek().kind, TokenKind::Arrow | TokenKind::UndirectedEdge) {
+        while matches!(
+            self.peek().kind,
+            TokenKind::Arrow | TokenKind::UndirectedEdge
+        ) {
             let arrow = self.bump();
             if arrow.kind == TokenKind::UndirectedEdge {
-                self.error("undirected edges (`--`) are not supported", arrow.span, "use `->`");
+                self.error(
+                    "undirected edges (`--`) are not supported",
+                    arrow.span,
+                    "use `->`",
+                );
             }
             chain.push(self.parse_node_id()?);
         }
@@ -309,7 +412,10 @@ impl Parser<'_, '_> {
                     TokenKind::Comma | TokenKind::Semicolon => {
                         self.bump();
                     }
-                    TokenKind::Eof | TokenKind::RBrace | TokenKind::LBrace | TokenKind::LBracket => {
+                    TokenKind::Eof
+                    | TokenKind::RBrace
+                    | TokenKind::LBrace
+                    | TokenKind::LBracket => {
                         let at = self.peek().span;
                         self.error("unclosed `[`", at, "expected `]`")
                             .secondary
@@ -345,11 +451,21 @@ impl Parser<'_, '_> {
     fn parse_attr(&mut self) -> Option<Attr> {
         let token = self.peek().clone();
         let key = match &token.kind {
-            TokenKind::Word(_) => Ident { name: self.slice(token.span).to_owned(), span: token.span },
-            TokenKind::Str { text, .. } => Ident { name: text.clone(), span: token.span },
+            TokenKind::Word(_) => Ident {
+                name: self.slice(token.span).to_owned(),
+                span: token.span,
+            },
+            TokenKind::Str { text, .. } => Ident {
+                name: text.clone(),
+                span: token.span,
+            },
             _ => {
                 let found = self.describe(&token);
-                self.error(format!("expected an attribute name, found {found}"), token.span, "expected `key=value`");
+                self.error(
+                    format!("expected an attribute name, found {found}"),
+                    token.span,
+                    "expected `key=value`",
+                );
                 return None;
             }
         };
@@ -357,19 +473,34 @@ impl Parser<'_, '_> {
         if self.peek().kind != TokenKind::Equals {
             let token = self.peek().clone();
             let found = self.describe(&token);
-            self.error(format!("expected `=` after `{}`, found {found}", key.name), token.span, "expected `=`")
-                .help = Some(format!("attributes are written `{}=value`", key.name));
+            self.error(
+                format!("expected `=` after `{}`, found {found}", key.name),
+                token.span,
+                "expected `=`",
+            )
+            .help = Some(format!("attributes are written `{}=value`", key.name));
             return None;
         }
         self.bump();
         let token = self.peek().clone();
         let value = match token.kind {
             TokenKind::Word(kind) => Value::plain(self.slice(token.span), kind, token.span),
-            TokenKind::Str { text, offset_map } => Value { text, kind: ValueKind::Quoted, span: token.span, offset_map },
+            TokenKind::Str { text, offset_map } => Value {
+                text,
+                kind: ValueKind::Quoted,
+                span: token.span,
+                offset_map,
+            },
             _ => {
                 let found = self.describe(&token);
-                self.error(format!("expected a value for `{}`, found {found}", key.name), token.span, "expected a value")
-                    .help = Some("values are quoted strings, numbers, booleans, durations or bare words".into());
+                self.error(
+                    format!("expected a value for `{}`, found {found}", key.name),
+                    token.span,
+                    "expected a value",
+                )
+                .help = Some(
+                    "values are quoted strings, numbers, booleans, durations or bare words".into(),
+                );
                 return None;
             }
         };

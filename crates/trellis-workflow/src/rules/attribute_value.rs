@@ -18,7 +18,11 @@ use trellis_syntax::{Diagnostic, Severity};
 use crate::flatten::AttrMap;
 use crate::rules::Rule;
 
-pub const RULE: Rule = Rule { code: "attribute-value", severity: Severity::Error, summary: "attribute values have the type the attribute needs" };
+pub const RULE: Rule = Rule {
+    code: "attribute-value",
+    severity: Severity::Error,
+    summary: "attribute values have the type the attribute needs",
+};
 
 /// Reads typed values from an attribute map, reporting values of the wrong type.
 pub(crate) struct AttrReader<'a> {
@@ -37,7 +41,10 @@ impl AttrReader<'_> {
 
     fn report(&mut self, key: &str, value: &Value, expected: &str, help: Option<String>) {
         let mut diagnostic = RULE
-            .diagnostic(format!("`{key}` expects {expected}, found `{}`", value.text), value.span)
+            .diagnostic(
+                format!("`{key}` expects {expected}, found `{}`", value.text),
+                value.span,
+            )
             .with_label(format!("not {expected}"));
         diagnostic.help = help;
         self.out.push(diagnostic);
@@ -57,7 +64,11 @@ impl AttrReader<'_> {
         match value.as_i64() {
             Some(n) if n >= min => Some(n),
             _ => {
-                let expected = if min <= i64::from(i32::MIN) { "a whole number".to_owned() } else { format!("a whole number of at least {min}") };
+                let expected = if min <= i64::from(i32::MIN) {
+                    "a whole number".to_owned()
+                } else {
+                    format!("a whole number of at least {min}")
+                };
                 self.report(key, &value, &expected, None);
                 None
             }
@@ -65,7 +76,8 @@ impl AttrReader<'_> {
     }
 
     pub fn count(&mut self, key: &str, min: u32) -> Option<u32> {
-        self.int(key, i64::from(min)).map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+        self.int(key, i64::from(min))
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
     }
 
     /// A duration with a unit; a plain `0` is accepted as zero (used to disable timeouts).
@@ -79,7 +91,12 @@ impl AttrReader<'_> {
             let help = value
                 .as_i64()
                 .map(|n| format!("add a unit: `{n}s`, `{n}m`, ..."))
-                .or_else(|| Some("durations are a whole number with a unit: 250ms, 30s, 15m, 2h, 1d".to_owned()));
+                .or_else(|| {
+                    Some(
+                        "durations are a whole number with a unit: 250ms, 30s, 15m, 2h, 1d"
+                            .to_owned(),
+                    )
+                });
             self.report(key, &value, "a duration", help);
         }
         parsed
@@ -91,7 +108,10 @@ impl AttrReader<'_> {
         let parsed = value.text.parse().ok();
         if parsed.is_none() {
             let help = match crate::rules::closest(&value.text, words.iter().copied()) {
-                Some(near) => format!("did you mean `{near}`? expected one of: {}", words.join(", ")),
+                Some(near) => format!(
+                    "did you mean `{near}`? expected one of: {}",
+                    words.join(", ")
+                ),
                 None => format!("expected one of: {}", words.join(", ")),
             };
             self.report(key, &value, "one of its words", Some(help));

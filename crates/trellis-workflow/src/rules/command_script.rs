@@ -11,10 +11,19 @@ use trellis_syntax::{Diagnostic, Severity, Span};
 
 use crate::rules::Rule;
 
-pub const RULE: Rule = Rule { code: "command-script", severity: Severity::Error, summary: "command nodes have a script" };
+pub const RULE: Rule = Rule {
+    code: "command-script",
+    severity: Severity::Error,
+    summary: "command nodes have a script",
+};
 
 /// The node's script, or `None` (reported) when it has none.
-pub(crate) fn require(node: &str, script: Option<String>, span: Span, out: &mut Vec<Diagnostic>) -> Option<String> {
+pub(crate) fn require(
+    node: &str,
+    script: Option<String>,
+    span: Span,
+    out: &mut Vec<Diagnostic>,
+) -> Option<String> {
     match script {
         Some(script) if !script.trim().is_empty() => Some(script),
         _ => {

@@ -16,14 +16,24 @@ use trellis_syntax::{Diagnostic, Severity};
 use crate::condition::Condition;
 use crate::rules::Rule;
 
-pub const RULE: Rule = Rule { code: "condition-syntax", severity: Severity::Error, summary: "edge conditions parse, with valid outcomes, numbers and regexes" };
+pub const RULE: Rule = Rule {
+    code: "condition-syntax",
+    severity: Severity::Error,
+    summary: "edge conditions parse, with valid outcomes, numbers and regexes",
+};
 
 /// Compiles a `condition` attribute value, reporting problems at their exact place in the source.
 pub(crate) fn compile(value: &Value, out: &mut Vec<Diagnostic>) -> Option<Condition> {
     if value.text.trim().is_empty() {
         out.push(
-            Diagnostic::warning(RULE.code, "empty condition: this edge is unconditional", value.span)
-                .with_help("remove the `condition` attribute, or write a condition such as `outcome=success`"),
+            Diagnostic::warning(
+                RULE.code,
+                "empty condition: this edge is unconditional",
+                value.span,
+            )
+            .with_help(
+                "remove the `condition` attribute, or write a condition such as `outcome=success`",
+            ),
         );
         return None;
     }
@@ -31,7 +41,10 @@ pub(crate) fn compile(value: &Value, out: &mut Vec<Diagnostic>) -> Option<Condit
         Ok(condition) => Some(condition),
         Err(error) => {
             let mut diagnostic = RULE
-                .diagnostic(format!("invalid condition: {}", error.message), value.source_span(error.span))
+                .diagnostic(
+                    format!("invalid condition: {}", error.message),
+                    value.source_span(error.span),
+                )
                 .with_label("here")
                 .with_secondary(value.span, "in this condition");
             diagnostic.help = error.help;

@@ -14,18 +14,37 @@ use crate::node_kind::NodeKind;
 use crate::rules::Rule;
 use crate::workflow::Workflow;
 
-pub const RULE: Rule = Rule { code: "conditional-edges", severity: Severity::Warning, summary: "conditional nodes have several outgoing edges, some with conditions" };
+pub const RULE: Rule = Rule {
+    code: "conditional-edges",
+    severity: Severity::Warning,
+    summary: "conditional nodes have several outgoing edges, some with conditions",
+};
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
-    for (index, node) in workflow.nodes.iter().enumerate().filter(|(_, n)| matches!(n.kind, NodeKind::Conditional)) {
+    for (index, node) in workflow
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| matches!(n.kind, NodeKind::Conditional))
+    {
         let edges = workflow.outgoing(index).count();
-        let conditional = workflow.outgoing(index).filter(|e| e.condition.is_some() || e.when.is_some()).count();
+        let conditional = workflow
+            .outgoing(index)
+            .filter(|e| e.condition.is_some() || e.when.is_some())
+            .count();
         if edges >= 2 && conditional >= 1 {
             continue;
         }
         let what = match (edges, conditional) {
             (0, _) => "no outgoing edges".to_owned(),
-            (1, _) => format!("one outgoing edge{}", if conditional == 0 { " and no conditions" } else { "" }),
+            (1, _) => format!(
+                "one outgoing edge{}",
+                if conditional == 0 {
+                    " and no conditions"
+                } else {
+                    ""
+                }
+            ),
             (n, _) => format!("{n} outgoing edges but none has a condition"),
         };
         out.push(

@@ -26,7 +26,11 @@ use crate::node_kind::NodeKind;
 use crate::rules::Rule;
 use crate::workflow::{NodeIndex, Workflow};
 
-pub const RULE: Rule = Rule { code: "cycles", severity: Severity::Error, summary: "loops are bounded (YAML: max_iterations; DOT: a warning for loops nothing can end)" };
+pub const RULE: Rule = Rule {
+    code: "cycles",
+    severity: Severity::Error,
+    summary: "loops are bounded (YAML: max_iterations; DOT: a warning for loops nothing can end)",
+};
 
 fn can_end_loop(workflow: &Workflow, members: &HashSet<NodeIndex>) -> bool {
     if workflow.graph.max_node_visits.is_some() {
@@ -40,27 +44,46 @@ fn can_end_loop(workflow: &Workflow, members: &HashSet<NodeIndex>) -> bool {
                 e.max_iterations.is_some()
                     || e.condition.is_some()
                     || e.when.is_some()
-                    || (e.label.is_some() && matches!(node.kind, NodeKind::Agent(_) | NodeKind::Prompt(_)))
+                    || (e.label.is_some()
+                        && matches!(node.kind, NodeKind::Agent(_) | NodeKind::Prompt(_)))
             })
     })
 }
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     let yaml = workflow.format == SourceFormat::Yaml;
-    let severity = if yaml { Severity::Error } else { Severity::Warning };
+    let severity = if yaml {
+        Severity::Error
+    } else {
+        Severity::Warning
+    };
     // Self-loops first: they have their own message.
-    for edge in workflow.edges.iter().filter(|e| e.from == e.to && e.max_iterations.is_none()) {
+    for edge in workflow
+        .edges
+        .iter()
+        .filter(|e| e.from == e.to && e.max_iterations.is_none())
+    {
         let members = HashSet::from([edge.from]);
         if !yaml && can_end_loop(workflow, &members) {
             continue;
         }
         out.push(
-            Diagnostic::new(RULE.code, severity, format!("self-loop on `{}` has no `max_iterations`", workflow.nodes[edge.from].id), edge.span)
-                .with_label("unbounded self-loop")
-                .with_help("add `max_iterations=N` to the edge"),
+            Diagnostic::new(
+                RULE.code,
+                severity,
+                format!(
+                    "self-loop on `{}` has no `max_iterations`",
+                    workflow.nodes[edge.from].id
+                ),
+                edge.span,
+            )
+            .with_label("unbounded self-loop")
+            .with_help("add `max_iterations=N` to the edge"),
         );
     }
-    for component in workflow.strongly_connected_components(|e| e.max_iterations.is_none() && e.from != e.to) {
+    for component in
+        workflow.strongly_connected_components(|e| e.max_iterations.is_none() && e.from != e.to)
+    {
         if component.len() < 2 {
             continue;
         }
@@ -70,22 +93,35 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         }
         let mut ordered = component.clone();
         ordered.sort_unstable();
-        let names: Vec<_> = ordered.iter().map(|&n| format!("`{}`", workflow.nodes[n].id)).collect();
+        let names: Vec<_> = ordered
+            .iter()
+            .map(|&n| format!("`{}`", workflow.nodes[n].id))
+            .collect();
         // Point at the edge that closes the loop: the first in-loop edge into the earliest node.
         let closing = workflow
             .incoming(ordered[0])
             .find(|e| members.contains(&e.from) && e.max_iterations.is_none())
             .map_or(workflow.nodes[ordered[0]].span, |e| e.span);
         let message = if yaml {
-            format!("unbounded cycle through {}: no edge in it has `max_iterations`", names.join(", "))
+            format!(
+                "unbounded cycle through {}: no edge in it has `max_iterations`",
+                names.join(", ")
+            )
         } else {
-            format!("loop through {} can never end: nothing in it decides to leave", names.join(", "))
+            format!(
+                "loop through {} can never end: nothing in it decides to leave",
+                names.join(", ")
+            )
         };
         let help = if yaml {
             "add `max_iterations: N` to an edge of the cycle"
         } else {
             "add `max_iterations=N` to an edge, `max_visits=N` to a node, or a conditional edge that leaves the loop"
         };
-        out.push(Diagnostic::new(RULE.code, severity, message, closing).with_label("closes the loop").with_help(help));
+        out.push(
+            Diagnostic::new(RULE.code, severity, message, closing)
+                .with_label("closes the loop")
+                .with_help(help),
+        );
     }
 }

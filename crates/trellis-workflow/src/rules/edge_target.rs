@@ -17,24 +17,43 @@ use crate::node_kind::NodeKind;
 use crate::rules::{Rule, closest};
 use crate::workflow::Workflow;
 
-pub const RULE: Rule = Rule { code: "edge-target", severity: Severity::Error, summary: "edges connect declared nodes" };
+pub const RULE: Rule = Rule {
+    code: "edge-target",
+    severity: Severity::Error,
+    summary: "edges connect declared nodes",
+};
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
-    let declared = || workflow.nodes.iter().filter(|n| n.declared).map(|n| n.id.as_str());
+    let declared = || {
+        workflow
+            .nodes
+            .iter()
+            .filter(|n| n.declared)
+            .map(|n| n.id.as_str())
+    };
     for node in workflow.nodes.iter().filter(|n| !n.declared) {
-        let implicit_ok = workflow.format == SourceFormat::Dot && matches!(node.kind, NodeKind::Start | NodeKind::Exit);
-        if implicit_ok || node.attributes.contains_key("shape") || node.attributes.contains_key("type") {
+        let implicit_ok = workflow.format == SourceFormat::Dot
+            && matches!(node.kind, NodeKind::Start | NodeKind::Exit);
+        if implicit_ok
+            || node.attributes.contains_key("shape")
+            || node.attributes.contains_key("type")
+        {
             continue;
         }
         let help = match closest(&node.id, declared()) {
             Some(near) => format!("did you mean `{near}`?"),
-            None if workflow.format == SourceFormat::Yaml => format!("declare `{}` under `nodes:`", node.id),
+            None if workflow.format == SourceFormat::Yaml => {
+                format!("declare `{}` under `nodes:`", node.id)
+            }
             None => format!("declare it: `{} [label=\"...\", ...]`", node.id),
         };
         out.push(
-            RULE.diagnostic(format!("edge refers to `{}`, which is never declared", node.id), node.span)
-                .with_label("not declared")
-                .with_help(help),
+            RULE.diagnostic(
+                format!("edge refers to `{}`, which is never declared", node.id),
+                node.span,
+            )
+            .with_label("not declared")
+            .with_help(help),
         );
     }
 }

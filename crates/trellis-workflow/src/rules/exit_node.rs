@@ -15,7 +15,11 @@ use trellis_syntax::{Diagnostic, Severity};
 use crate::rules::Rule;
 use crate::workflow::Workflow;
 
-pub const RULE: Rule = Rule { code: "exit-node", severity: Severity::Error, summary: "exactly one exit node (DOT); a reachable terminal node (YAML)" };
+pub const RULE: Rule = Rule {
+    code: "exit-node",
+    severity: Severity::Error,
+    summary: "exactly one exit node (DOT); a reachable terminal node (YAML)",
+};
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     if workflow.format == SourceFormat::Yaml {
@@ -42,10 +46,16 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         [first, rest @ ..] => {
             for extra in rest {
                 out.push(
-                    RULE.diagnostic(format!("the workflow has more than one exit node: `{}` and `{}`", first.id, extra.id), extra.span)
-                        .with_label("another exit node")
-                        .with_secondary(first.span, "first exit node")
-                        .with_help("route every finishing path into one exit node"),
+                    RULE.diagnostic(
+                        format!(
+                            "the workflow has more than one exit node: `{}` and `{}`",
+                            first.id, extra.id
+                        ),
+                        extra.span,
+                    )
+                    .with_label("another exit node")
+                    .with_secondary(first.span, "first exit node")
+                    .with_help("route every finishing path into one exit node"),
                 );
             }
         }

@@ -11,14 +11,21 @@ use trellis_syntax::{Diagnostic, Severity};
 use crate::rules::Rule;
 use crate::workflow::Workflow;
 
-pub const RULE: Rule = Rule { code: "exit-outgoing", severity: Severity::Error, summary: "no edges out of the exit node" };
+pub const RULE: Rule = Rule {
+    code: "exit-outgoing",
+    severity: Severity::Error,
+    summary: "no edges out of the exit node",
+};
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     for exit in workflow.exit_nodes() {
         for edge in workflow.outgoing(exit) {
             out.push(
                 RULE.diagnostic(
-                    format!("edge `{} -> {}` leaves the exit node", workflow.nodes[exit].id, workflow.nodes[edge.to].id),
+                    format!(
+                        "edge `{} -> {}` leaves the exit node",
+                        workflow.nodes[exit].id, workflow.nodes[edge.to].id
+                    ),
                     edge.span,
                 )
                 .with_label("the run ends at the exit node; this edge is never taken")

@@ -16,7 +16,11 @@ use trellis_syntax::{Diagnostic, Severity};
 use crate::rules::Rule;
 use crate::workflow::Workflow;
 
-pub const RULE: Rule = Rule { code: "exit-path", severity: Severity::Error, summary: "every reachable node can reach the exit (DOT)" };
+pub const RULE: Rule = Rule {
+    code: "exit-path",
+    severity: Severity::Error,
+    summary: "every reachable node can reach the exit (DOT)",
+};
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     let exits: Vec<_> = workflow.exit_nodes().collect();
@@ -32,7 +36,10 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         let boundary = index == start || workflow.incoming(index).any(|e| reaches_exit[e.from]);
         if reachable[index] && !reaches_exit[index] && boundary {
             let message = if workflow.outgoing(index).next().is_none() {
-                format!("node `{}` is a dead end: it has no outgoing edges and is not the exit", node.id)
+                format!(
+                    "node `{}` is a dead end: it has no outgoing edges and is not the exit",
+                    node.id
+                )
             } else {
                 format!("there is no path from `{}` to `{exit}`", node.id)
             };

@@ -15,34 +15,52 @@ use trellis_syntax::{Diagnostic, Severity};
 
 use crate::rules::Rule;
 
-pub const RULE: Rule = Rule { code: "file-reference", severity: Severity::Error, summary: "@file references point to readable files" };
+pub const RULE: Rule = Rule {
+    code: "file-reference",
+    severity: Severity::Error,
+    summary: "@file references point to readable files",
+};
 
 /// Resolves a reference against the workflow's directory, expanding a leading `~`.
 pub fn resolve_path(reference: &str, base_dir: &Path) -> PathBuf {
-    if reference == "~" || reference.starts_with("~/") {
-        if let Some(home) = std::env::var_os("HOME") {
-            return PathBuf::from(home).join(reference.trim_start_matches('~').trim_start_matches('/'));
-        }
+    if (reference == "~" || reference.starts_with("~/"))
+        && let Some(home) = std::env::var_os("HOME")
+    {
+        return PathBuf::from(home).join(reference.trim_start_matches('~').trim_start_matches('/'));
     }
     base_dir.join(reference)
 }
 
 /// Checks that a referenced file exists (without reading it).
-pub(crate) fn check_exists(key: &str, value: &Value, reference: &str, base_dir: &Path, out: &mut Vec<Diagnostic>) -> Option<PathBuf> {
+pub(crate) fn check_exists(
+    key: &str,
+    value: &Value,
+    reference: &str,
+    base_dir: &Path,
+    out: &mut Vec<Diagnostic>,
+) -> Option<PathBuf> {
     let path = resolve_path(reference.trim(), base_dir);
     if path.is_file() {
         return Some(path);
     }
     out.push(
-        RULE.diagnostic(format!("`{key}` refers to `{reference}`, which does not exist"), value.span)
-            .with_label(format!("looked for {}", path.display()))
-            .with_help("paths are relative to the workflow file"),
+        RULE.diagnostic(
+            format!("`{key}` refers to `{reference}`, which does not exist"),
+            value.span,
+        )
+        .with_label(format!("looked for {}", path.display()))
+        .with_help("paths are relative to the workflow file"),
     );
     None
 }
 
 /// For `@path` values, the file's path and text; for other values, the value itself.
-pub(crate) fn load(key: &str, value: &Value, base_dir: &Path, out: &mut Vec<Diagnostic>) -> Option<(Option<PathBuf>, String)> {
+pub(crate) fn load(
+    key: &str,
+    value: &Value,
+    base_dir: &Path,
+    out: &mut Vec<Diagnostic>,
+) -> Option<(Option<PathBuf>, String)> {
     let Some(reference) = value.text.strip_prefix('@') else {
         return Some((None, value.text.clone()));
     };
@@ -51,8 +69,11 @@ pub(crate) fn load(key: &str, value: &Value, base_dir: &Path, out: &mut Vec<Diag
         Ok(text) => Some((Some(path), text)),
         Err(error) => {
             out.push(
-                RULE.diagnostic(format!("cannot read `{reference}` for `{key}`: {error}"), value.span)
-                    .with_label(path.display().to_string()),
+                RULE.diagnostic(
+                    format!("cannot read `{reference}` for `{key}`: {error}"),
+                    value.span,
+                )
+                .with_label(path.display().to_string()),
             );
             None
         }

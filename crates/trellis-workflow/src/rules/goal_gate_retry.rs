@@ -13,19 +13,37 @@ use trellis_syntax::{Diagnostic, Severity};
 use crate::rules::Rule;
 use crate::workflow::Workflow;
 
-pub const RULE: Rule = Rule { code: "goal-gate-retry", severity: Severity::Warning, summary: "goal gates have a retry target" };
+pub const RULE: Rule = Rule {
+    code: "goal-gate-retry",
+    severity: Severity::Warning,
+    summary: "goal gates have a retry target",
+};
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
-    let graph_target = workflow.graph.retry_target.is_some() || workflow.graph.fallback_retry_target.is_some();
+    let graph_target =
+        workflow.graph.retry_target.is_some() || workflow.graph.fallback_retry_target.is_some();
     for node in workflow.nodes.iter().filter(|n| n.common.goal_gate) {
-        if graph_target || node.common.retry_target.is_some() || node.common.fallback_retry_target.is_some() {
+        if graph_target
+            || node.common.retry_target.is_some()
+            || node.common.fallback_retry_target.is_some()
+        {
             continue;
         }
-        let span = node.attr_spans.get("goal_gate").copied().unwrap_or(node.span);
+        let span = node
+            .attr_spans
+            .get("goal_gate")
+            .copied()
+            .unwrap_or(node.span);
         out.push(
-            RULE.diagnostic(format!("goal gate `{}` has no retry target: if it fails, the run fails", node.id), span)
-                .with_label("goal gate without retry configuration")
-                .with_help("add `retry_target=\"<node>\"` to the node, or `retry_target` to the graph"),
+            RULE.diagnostic(
+                format!(
+                    "goal gate `{}` has no retry target: if it fails, the run fails",
+                    node.id
+                ),
+                span,
+            )
+            .with_label("goal gate without retry configuration")
+            .with_help("add `retry_target=\"<node>\"` to the node, or `retry_target` to the graph"),
         );
     }
 }

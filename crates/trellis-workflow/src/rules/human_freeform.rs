@@ -14,18 +14,32 @@ use crate::node_kind::NodeKind;
 use crate::rules::Rule;
 use crate::workflow::Workflow;
 
-pub const RULE: Rule = Rule { code: "human-freeform", severity: Severity::Error, summary: "human gates have at most one freeform edge" };
+pub const RULE: Rule = Rule {
+    code: "human-freeform",
+    severity: Severity::Error,
+    summary: "human gates have at most one freeform edge",
+};
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
-    for (index, node) in workflow.nodes.iter().enumerate().filter(|(_, n)| matches!(n.kind, NodeKind::Human(_))) {
+    for (index, node) in workflow
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| matches!(n.kind, NodeKind::Human(_)))
+    {
         let mut freeform = workflow.outgoing(index).filter(|e| e.freeform);
-        let Some(first) = freeform.next() else { continue };
+        let Some(first) = freeform.next() else {
+            continue;
+        };
         for extra in freeform {
             out.push(
-                RULE.diagnostic(format!("human gate `{}` has more than one freeform edge", node.id), extra.span)
-                    .with_label("second freeform edge")
-                    .with_secondary(first.span, "first freeform edge")
-                    .with_help("keep `freeform=true` on one edge only"),
+                RULE.diagnostic(
+                    format!("human gate `{}` has more than one freeform edge", node.id),
+                    extra.span,
+                )
+                .with_label("second freeform edge")
+                .with_secondary(first.span, "first freeform edge")
+                .with_help("keep `freeform=true` on one edge only"),
             );
         }
     }

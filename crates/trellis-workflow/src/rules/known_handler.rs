@@ -14,14 +14,24 @@ use crate::flatten::FlatNode;
 use crate::node_kind::{HANDLER_ALIASES, HANDLER_TYPES};
 use crate::rules::{Rule, closest};
 
-pub const RULE: Rule = Rule { code: "known-handler", severity: Severity::Error, summary: "node shapes and types map to known handlers" };
+pub const RULE: Rule = Rule {
+    code: "known-handler",
+    severity: Severity::Error,
+    summary: "node shapes and types map to known handlers",
+};
 
 /// The node's handler type name and resolved shape, or `None` (reported) when unknown.
-pub(crate) fn resolve(node: &FlatNode, out: &mut Vec<Diagnostic>) -> Option<(&'static str, String)> {
+pub(crate) fn resolve(
+    node: &FlatNode,
+    out: &mut Vec<Diagnostic>,
+) -> Option<(&'static str, String)> {
     let shape_attr = node.attrs.get("shape");
     if let Some(type_attr) = node.attrs.get("type") {
         let name = type_attr.value.text.trim();
-        let canonical = HANDLER_ALIASES.iter().find(|(alias, _)| *alias == name).map_or(name, |(_, to)| *to);
+        let canonical = HANDLER_ALIASES
+            .iter()
+            .find(|(alias, _)| *alias == name)
+            .map_or(name, |(_, to)| *to);
         if let Some((type_name, shape)) = HANDLER_TYPES.iter().find(|(t, _)| *t == canonical) {
             let shape = shape_attr.map_or_else(|| (*shape).to_owned(), |a| a.value.text.clone());
             return Some((type_name, shape));
@@ -32,9 +42,12 @@ pub(crate) fn resolve(node: &FlatNode, out: &mut Vec<Diagnostic>) -> Option<(&'s
             None => format!("known types: {}", names.collect::<Vec<_>>().join(", ")),
         };
         out.push(
-            RULE.diagnostic(format!("unknown handler type `{name}` on node `{}`", node.id.name), type_attr.value.span)
-                .with_label("unknown type")
-                .with_help(help),
+            RULE.diagnostic(
+                format!("unknown handler type `{name}` on node `{}`", node.id.name),
+                type_attr.value.span,
+            )
+            .with_label("unknown type")
+            .with_help(help),
         );
         return None;
     }
@@ -58,9 +71,15 @@ pub(crate) fn resolve(node: &FlatNode, out: &mut Vec<Diagnostic>) -> Option<(&'s
         None => format!("workflow shapes: {}", shapes.collect::<Vec<_>>().join(", ")),
     };
     out.push(
-        RULE.diagnostic(format!("`{shape}` is not a workflow shape (node `{}`)", node.id.name), shape_attr.value.span)
-            .with_label("no handler for this shape")
-            .with_help(help),
+        RULE.diagnostic(
+            format!(
+                "`{shape}` is not a workflow shape (node `{}`)",
+                node.id.name
+            ),
+            shape_attr.value.span,
+        )
+        .with_label("no handler for this shape")
+        .with_help(help),
     );
     None
 }

@@ -14,7 +14,11 @@ use crate::node_kind::NodeKind;
 use crate::rules::Rule;
 use crate::workflow::Workflow;
 
-pub const RULE: Rule = Rule { code: "llm-prompt", severity: Severity::Error, summary: "agent and prompt nodes have a prompt" };
+pub const RULE: Rule = Rule {
+    code: "llm-prompt",
+    severity: Severity::Error,
+    summary: "agent and prompt nodes have a prompt",
+};
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     for node in workflow.nodes.iter().filter(|n| n.declared) {

@@ -55,7 +55,11 @@ impl Rule {
 }
 
 /// The code the parsers use for syntax errors (documented in `trellis-syntax`).
-pub const SYNTAX: Rule = Rule { code: "syntax", severity: Severity::Error, summary: "the file parses as the DOT subset or the YAML workflow format" };
+pub const SYNTAX: Rule = Rule {
+    code: "syntax",
+    severity: Severity::Error,
+    summary: "the file parses as the DOT subset or the YAML workflow format",
+};
 
 /// Every rule, in the order their diagnostics are documented.
 pub const ALL: &[&Rule] = &[

@@ -18,7 +18,11 @@ use crate::node_kind::NodeKind;
 use crate::rules::Rule;
 use crate::workflow::{NodeIndex, Workflow};
 
-pub const RULE: Rule = Rule { code: "parallel-fan-in", severity: Severity::Error, summary: "parallel branches meet at a fan-in node" };
+pub const RULE: Rule = Rule {
+    code: "parallel-fan-in",
+    severity: Severity::Error,
+    summary: "parallel branches meet at a fan-in node",
+};
 
 /// The fan-in nodes reachable from `from` without passing through another fan-in.
 fn fan_ins_reached(workflow: &Workflow, from: NodeIndex) -> BTreeSet<NodeIndex> {
@@ -39,7 +43,12 @@ fn fan_ins_reached(workflow: &Workflow, from: NodeIndex) -> BTreeSet<NodeIndex> 
 }
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
-    for (index, node) in workflow.nodes.iter().enumerate().filter(|(_, n)| matches!(n.kind, NodeKind::Parallel(_))) {
+    for (index, node) in workflow
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| matches!(n.kind, NodeKind::Parallel(_)))
+    {
         let mut common: Option<BTreeSet<NodeIndex>> = None;
         for edge in workflow.outgoing(index) {
             let reached = fan_ins_reached(workflow, edge.to);
@@ -50,14 +59,22 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         }
         match common {
             None => out.push(
-                RULE.diagnostic(format!("parallel node `{}` has no branches", node.id), node.span)
-                    .with_label("no outgoing edges")
-                    .with_help("add one edge per branch, each leading to a shared `tripleoctagon` fan-in node"),
+                RULE.diagnostic(
+                    format!("parallel node `{}` has no branches", node.id),
+                    node.span,
+                )
+                .with_label("no outgoing edges")
+                .with_help(
+                    "add one edge per branch, each leading to a shared `tripleoctagon` fan-in node",
+                ),
             ),
             Some(set) if set.is_empty() => out.push(
-                RULE.diagnostic(format!("the branches of `{}` never meet at a fan-in node", node.id), node.span)
-                    .with_label("branches start here")
-                    .with_help("route every branch into one `shape=tripleoctagon` node"),
+                RULE.diagnostic(
+                    format!("the branches of `{}` never meet at a fan-in node", node.id),
+                    node.span,
+                )
+                .with_label("branches start here")
+                .with_help("route every branch into one `shape=tripleoctagon` node"),
             ),
             Some(_) => {}
         }

@@ -13,16 +13,26 @@ use trellis_syntax::{Diagnostic, Severity};
 use crate::rules::Rule;
 use crate::workflow::Workflow;
 
-pub const RULE: Rule = Rule { code: "reachability", severity: Severity::Error, summary: "every node is reachable from the start" };
+pub const RULE: Rule = Rule {
+    code: "reachability",
+    severity: Severity::Error,
+    summary: "every node is reachable from the start",
+};
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     let Some(start) = workflow.start else { return };
     let reachable = workflow.reachable([start], false);
     for (node, _) in workflow.nodes.iter().zip(&reachable).filter(|(_, r)| !**r) {
         out.push(
-            RULE.diagnostic(format!("node `{}` is not reachable from `{}`", node.id, workflow.nodes[start].id), node.span)
-                .with_label("never runs")
-                .with_help("add an edge into it, or remove it"),
+            RULE.diagnostic(
+                format!(
+                    "node `{}` is not reachable from `{}`",
+                    node.id, workflow.nodes[start].id
+                ),
+                node.span,
+            )
+            .with_label("never runs")
+            .with_help("add an edge into it, or remove it"),
         );
     }
 }

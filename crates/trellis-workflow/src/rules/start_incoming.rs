@@ -13,15 +13,30 @@ use crate::node_kind::NodeKind;
 use crate::rules::Rule;
 use crate::workflow::Workflow;
 
-pub const RULE: Rule = Rule { code: "start-incoming", severity: Severity::Error, summary: "no edges into the start node" };
+pub const RULE: Rule = Rule {
+    code: "start-incoming",
+    severity: Severity::Error,
+    summary: "no edges into the start node",
+};
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
-    for (index, node) in workflow.nodes.iter().enumerate().filter(|(_, n)| matches!(n.kind, NodeKind::Start)) {
+    for (index, node) in workflow
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| matches!(n.kind, NodeKind::Start))
+    {
         for edge in workflow.incoming(index) {
             out.push(
-                RULE.diagnostic(format!("edge `{} -> {}` leads into the start node", workflow.nodes[edge.from].id, node.id), edge.span)
-                    .with_label("into the start node")
-                    .with_help("loop back to the first stage after the start node instead"),
+                RULE.diagnostic(
+                    format!(
+                        "edge `{} -> {}` leads into the start node",
+                        workflow.nodes[edge.from].id, node.id
+                    ),
+                    edge.span,
+                )
+                .with_label("into the start node")
+                .with_help("loop back to the first stage after the start node instead"),
             );
         }
     }

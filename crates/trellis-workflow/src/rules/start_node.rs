@@ -15,21 +15,40 @@ use crate::node_kind::NodeKind;
 use crate::rules::Rule;
 use crate::workflow::Workflow;
 
-pub const RULE: Rule = Rule { code: "start-node", severity: Severity::Error, summary: "exactly one start node (DOT); `start:` names a node (YAML)" };
+pub const RULE: Rule = Rule {
+    code: "start-node",
+    severity: Severity::Error,
+    summary: "exactly one start node (DOT); `start:` names a node (YAML)",
+};
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     if workflow.format == SourceFormat::Yaml {
         if let Some(name) = workflow.graph.attributes.get("start")
             && workflow.node_index(name).is_none()
         {
-            let span = workflow.graph.attr_spans.get("start").copied().unwrap_or(workflow.header_span);
-            out.push(RULE.diagnostic(format!("`start` names `{name}`, which is not a node"), span).with_label("no such node"));
+            let span = workflow
+                .graph
+                .attr_spans
+                .get("start")
+                .copied()
+                .unwrap_or(workflow.header_span);
+            out.push(
+                RULE.diagnostic(format!("`start` names `{name}`, which is not a node"), span)
+                    .with_label("no such node"),
+            );
         } else if workflow.nodes.is_empty() {
-            out.push(RULE.diagnostic("the workflow has no nodes", workflow.header_span).with_help("list the stages under `nodes:`"));
+            out.push(
+                RULE.diagnostic("the workflow has no nodes", workflow.header_span)
+                    .with_help("list the stages under `nodes:`"),
+            );
         }
         return;
     }
-    let starts: Vec<_> = workflow.nodes.iter().filter(|n| matches!(n.kind, NodeKind::Start)).collect();
+    let starts: Vec<_> = workflow
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.kind, NodeKind::Start))
+        .collect();
     match starts.as_slice() {
         [] => out.push(
             RULE.diagnostic("the workflow has no start node", workflow.header_span)
@@ -40,10 +59,16 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         [first, rest @ ..] => {
             for extra in rest {
                 out.push(
-                    RULE.diagnostic(format!("the workflow has more than one start node: `{}` and `{}`", first.id, extra.id), extra.span)
-                        .with_label("another start node")
-                        .with_secondary(first.span, "first start node")
-                        .with_help("a workflow has exactly one start node"),
+                    RULE.diagnostic(
+                        format!(
+                            "the workflow has more than one start node: `{}` and `{}`",
+                            first.id, extra.id
+                        ),
+                        extra.span,
+                    )
+                    .with_label("another start node")
+                    .with_secondary(first.span, "first start node")
+                    .with_help("a workflow has exactly one start node"),
                 );
             }
         }

@@ -13,7 +13,11 @@ use trellis_syntax::{Diagnostic, Severity};
 
 use crate::rules::{Rule, closest};
 
-pub const RULE: Rule = Rule { code: "stylesheet-property", severity: Severity::Warning, summary: "stylesheet properties are model, provider, reasoning_effort or backend" };
+pub const RULE: Rule = Rule {
+    code: "stylesheet-property",
+    severity: Severity::Warning,
+    summary: "stylesheet properties are model, provider, reasoning_effort or backend",
+};
 
 /// The properties a stylesheet may set.
 pub const PROPERTIES: &[&str] = &["model", "provider", "reasoning_effort", "backend"];
@@ -29,9 +33,15 @@ pub(crate) fn check(sheet: &Stylesheet, value: &Value, out: &mut Vec<Diagnostic>
             None => format!("stylesheet properties: {}", PROPERTIES.join(", ")),
         };
         out.push(
-            RULE.diagnostic(format!("unknown stylesheet property `{}` is ignored", property.value), value.source_span(property.span))
-                .with_label("unknown property")
-                .with_help(help),
+            RULE.diagnostic(
+                format!(
+                    "unknown stylesheet property `{}` is ignored",
+                    property.value
+                ),
+                value.source_span(property.span),
+            )
+            .with_label("unknown property")
+            .with_help(help),
         );
     }
 }

@@ -14,15 +14,24 @@ use trellis_syntax::{Diagnostic, Severity};
 
 use crate::rules::Rule;
 
-pub const RULE: Rule = Rule { code: "stylesheet-syntax", severity: Severity::Error, summary: "the model stylesheet parses" };
+pub const RULE: Rule = Rule {
+    code: "stylesheet-syntax",
+    severity: Severity::Error,
+    summary: "the model stylesheet parses",
+};
 
 pub(crate) fn parse(value: &Value, out: &mut Vec<Diagnostic>) -> Stylesheet {
     let (sheet, errors) = parse_stylesheet(&value.text);
     for error in errors {
         out.push(
-            RULE.diagnostic(format!("invalid stylesheet: {}", error.message), value.source_span(error.span))
-                .with_label("here")
-                .with_help("rules look like `.coding { model: claude-sonnet-4-5; reasoning_effort: high; }`"),
+            RULE.diagnostic(
+                format!("invalid stylesheet: {}", error.message),
+                value.source_span(error.span),
+            )
+            .with_label("here")
+            .with_help(
+                "rules look like `.coding { model: claude-sonnet-4-5; reasoning_effort: high; }`",
+            ),
         );
     }
     sheet

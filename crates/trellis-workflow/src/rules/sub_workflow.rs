@@ -14,15 +14,28 @@ use trellis_syntax::{Diagnostic, Severity, Span};
 
 use crate::rules::{Rule, file_reference};
 
-pub const RULE: Rule = Rule { code: "sub-workflow", severity: Severity::Error, summary: "sub-workflow nodes name an existing workflow file" };
+pub const RULE: Rule = Rule {
+    code: "sub-workflow",
+    severity: Severity::Error,
+    summary: "sub-workflow nodes name an existing workflow file",
+};
 
 /// The child workflow's path, or `None` (reported) when missing.
-pub(crate) fn require(node: &str, value: Option<&Value>, base_dir: &Path, span: Span, out: &mut Vec<Diagnostic>) -> Option<PathBuf> {
+pub(crate) fn require(
+    node: &str,
+    value: Option<&Value>,
+    base_dir: &Path,
+    span: Span,
+    out: &mut Vec<Diagnostic>,
+) -> Option<PathBuf> {
     let Some(value) = value.filter(|v| !v.text.trim().is_empty()) else {
         out.push(
-            RULE.diagnostic(format!("sub-workflow node `{node}` names no workflow"), span)
-                .with_label("needs `workflow`")
-                .with_help("add `workflow=\"child.fabro\"` (relative to this file)"),
+            RULE.diagnostic(
+                format!("sub-workflow node `{node}` names no workflow"),
+                span,
+            )
+            .with_label("needs `workflow`")
+            .with_help("add `workflow=\"child.fabro\"` (relative to this file)"),
         );
         return None;
     };
@@ -32,8 +45,11 @@ pub(crate) fn require(node: &str, value: Option<&Value>, base_dir: &Path, span: 
         return Some(path);
     }
     out.push(
-        RULE.diagnostic(format!("child workflow `{reference}` of `{node}` does not exist"), value.span)
-            .with_label(format!("looked for {}", path.display())),
+        RULE.diagnostic(
+            format!("child workflow `{reference}` of `{node}` does not exist"),
+            value.span,
+        )
+        .with_label(format!("looked for {}", path.display())),
     );
     None
 }

@@ -14,10 +14,20 @@ use trellis_syntax::{Diagnostic, Severity, Span};
 
 use crate::rules::Rule;
 
-pub const RULE: Rule = Rule { code: "template-variable", severity: Severity::Error, summary: "prompts use only defined template variables ($goal, {{ goal }})" };
+pub const RULE: Rule = Rule {
+    code: "template-variable",
+    severity: Severity::Error,
+    summary: "prompts use only defined template variables ($goal, {{ goal }})",
+};
 
 /// Expands `$goal`, `{{ goal }}` and `$$` in `text`; reports problems at `span` (the attribute value).
-pub(crate) fn expand(text: &str, goal: Option<&str>, span: Span, node: &str, out: &mut Vec<Diagnostic>) -> String {
+pub(crate) fn expand(
+    text: &str,
+    goal: Option<&str>,
+    span: Span,
+    node: &str,
+    out: &mut Vec<Diagnostic>,
+) -> String {
     let mut result = String::with_capacity(text.len());
     let mut rest = text;
     let mut reported = Vec::new();
@@ -29,7 +39,9 @@ pub(crate) fn expand(text: &str, goal: Option<&str>, span: Span, node: &str, out
             rest = after;
             continue;
         } else if let Some(after) = rest.strip_prefix('$') {
-            let len = after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len());
+            let len = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(after.len());
             if len == 0 || !after.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
                 result.push('$');
                 rest = after;
@@ -37,37 +49,37 @@ pub(crate) fn expand(text: &str, goal: Option<&str>, span: Span, node: &str, out
             }
             (&after[..len], 1 + len)
         } else if let Some(after) = rest.strip_prefix("{{") {
-            match after.find("}}") {
-                Some(end) => (after[..end].trim(), 2 + end + 2),
-                None => {
-                    result.push_str("{{");
-                    rest = after;
-                    continue;
-                }
-            }
+            let Some(end) = after.find("}}") else {
+                result.push_str("{{");
+                rest = after;
+                continue;
+            };
+            (after[..end].trim(), 2 + end + 2)
         } else {
             result.push('{');
             rest = &rest[1..];
             continue;
         };
-        match (name, goal) {
-            ("goal", Some(goal)) => result.push_str(goal),
-            _ => {
-                if !reported.contains(&name) {
-                    reported.push(name);
-                    let diagnostic = if name == "goal" {
-                        RULE.diagnostic(format!("node `{node}` uses $goal, but the workflow has no goal"), span)
-                            .with_label("uses $goal")
-                            .with_help("set `graph [goal=\"...\"]`, or pass `--goal` when running")
-                    } else {
-                        RULE.diagnostic(format!("undefined template variable `{name}` in node `{node}`"), span)
-                            .with_label(format!("`{name}` is not defined"))
-                            .with_help("the only template variable is `goal` ($goal or {{ goal }}); write `$$` for a literal `$`")
-                    };
-                    out.push(diagnostic);
-                }
-                result.push_str(&rest[..consumed]);
+        if let ("goal", Some(goal)) = (name, goal) {
+            result.push_str(goal);
+        } else {
+            if !reported.contains(&name) {
+                reported.push(name);
+                let diagnostic = if name == "goal" {
+                    RULE.diagnostic(
+                        format!("node `{node}` uses $goal, but the workflow has no goal"),
+                        span,
+                    )
+                    .with_label("uses $goal")
+                    .with_help("set `graph [goal=\"...\"]`, or pass `--goal` when running")
+                } else {
+                    RULE.diagnostic(format!("undefined template variable `{name}` in node `{node}`"), span)
+                        .with_label(format!("`{name}` is not defined"))
+                        .with_help("the only template variable is `goal` ($goal or {{ goal }}); write `$$` for a literal `$`")
+                };
+                out.push(diagnostic);
             }
+            result.push_str(&rest[..consumed]);
         }
         rest = &rest[consumed..];
     }
@@ -87,8 +99,14 @@ mod tests {
 
     #[test]
     fn expands_both_forms() {
-        assert_eq!(run("Plan: $goal. {{ goal }}! {{goal}}", Some("ship")), ("Plan: ship. ship! ship".into(), 0));
-        assert_eq!(run("costs $$5 and $5, {x}", Some("g")), ("costs $5 and $5, {x}".into(), 0));
+        assert_eq!(
+            run("Plan: $goal. {{ goal }}! {{goal}}", Some("ship")),
+            ("Plan: ship. ship! ship".into(), 0)
+        );
+        assert_eq!(
+            run("costs $$5 and $5, {x}", Some("g")),
+            ("costs $5 and $5, {x}".into(), 0)
+        );
     }
 
     #[test]

@@ -15,7 +15,11 @@ use crate::node_kind::Fidelity;
 use crate::rules::Rule;
 use crate::workflow::Workflow;
 
-pub const RULE: Rule = Rule { code: "thread-fidelity", severity: Severity::Warning, summary: "thread_id is used with full fidelity" };
+pub const RULE: Rule = Rule {
+    code: "thread-fidelity",
+    severity: Severity::Warning,
+    summary: "thread_id is used with full fidelity",
+};
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     for (index, node) in workflow.nodes.iter().enumerate() {
@@ -23,14 +27,27 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         if llm.thread_id.is_none() || !node.attr_spans.contains_key("thread_id") {
             continue;
         }
-        let fidelity = llm.fidelity.or(workflow.graph.default_fidelity).unwrap_or(Fidelity::Compact);
-        if fidelity == Fidelity::Full || workflow.incoming(index).any(|e| e.fidelity == Some(Fidelity::Full)) {
+        let fidelity = llm
+            .fidelity
+            .or(workflow.graph.default_fidelity)
+            .unwrap_or(Fidelity::Compact);
+        if fidelity == Fidelity::Full
+            || workflow
+                .incoming(index)
+                .any(|e| e.fidelity == Some(Fidelity::Full))
+        {
             continue;
         }
         out.push(
-            RULE.diagnostic(format!("`thread_id` on `{}` has no effect with `{fidelity}` fidelity", node.id), node.attr_spans["thread_id"])
-                .with_label("thread is not shared")
-                .with_help("add `fidelity=\"full\"` to share the conversation, or remove `thread_id`"),
+            RULE.diagnostic(
+                format!(
+                    "`thread_id` on `{}` has no effect with `{fidelity}` fidelity",
+                    node.id
+                ),
+                node.attr_spans["thread_id"],
+            )
+            .with_label("thread is not shared")
+            .with_help("add `fidelity=\"full\"` to share the conversation, or remove `thread_id`"),
         );
     }
 }

@@ -15,7 +15,11 @@ use trellis_syntax::{Diagnostic, Severity};
 
 use crate::rules::{Rule, closest};
 
-pub const RULE: Rule = Rule { code: "unknown-attribute", severity: Severity::Warning, summary: "attributes are known, and used by the node they are on" };
+pub const RULE: Rule = Rule {
+    code: "unknown-attribute",
+    severity: Severity::Warning,
+    summary: "attributes are known, and used by the node they are on",
+};
 
 /// Graph attributes.
 pub const GRAPH: &[&str] = &[
@@ -73,17 +77,74 @@ pub const NODE: &[(&str, &[&str])] = &[
 const LLM: &[&str] = &["agent", "prompt", "parallel.fan_in"];
 
 /// Edge attributes.
-pub const EDGE: &[&str] =
-    &["label", "condition", "weight", "fidelity", "thread_id", "loop_restart", "when", "max_iterations", "freeform"];
+pub const EDGE: &[&str] = &[
+    "label",
+    "condition",
+    "weight",
+    "fidelity",
+    "thread_id",
+    "loop_restart",
+    "when",
+    "max_iterations",
+    "freeform",
+];
 
 /// Graphviz layout attributes: accepted anywhere, no effect on execution.
 pub const LAYOUT: &[&str] = &[
-    "color", "fillcolor", "fontcolor", "fontname", "fontsize", "style", "penwidth", "width", "height", "fixedsize",
-    "margin", "pad", "tooltip", "xlabel", "peripheries", "group", "splines", "nodesep", "ranksep", "compound", "size",
-    "ratio", "concentrate", "newrank", "labelloc", "labeljust", "bgcolor", "dpi", "ordering", "arrowhead",
-    "arrowtail", "arrowsize", "dir", "constraint", "minlen", "headlabel", "taillabel", "lhead", "ltail", "headport",
-    "tailport", "rank", "URL", "href", "target", "id", "comment", "sides", "skew", "distortion", "orientation",
-    "image", "labelfontsize", "decorate",
+    "color",
+    "fillcolor",
+    "fontcolor",
+    "fontname",
+    "fontsize",
+    "style",
+    "penwidth",
+    "width",
+    "height",
+    "fixedsize",
+    "margin",
+    "pad",
+    "tooltip",
+    "xlabel",
+    "peripheries",
+    "group",
+    "splines",
+    "nodesep",
+    "ranksep",
+    "compound",
+    "size",
+    "ratio",
+    "concentrate",
+    "newrank",
+    "labelloc",
+    "labeljust",
+    "bgcolor",
+    "dpi",
+    "ordering",
+    "arrowhead",
+    "arrowtail",
+    "arrowsize",
+    "dir",
+    "constraint",
+    "minlen",
+    "headlabel",
+    "taillabel",
+    "lhead",
+    "ltail",
+    "headport",
+    "tailport",
+    "rank",
+    "URL",
+    "href",
+    "target",
+    "id",
+    "comment",
+    "sides",
+    "skew",
+    "distortion",
+    "orientation",
+    "image",
+    "labelfontsize",
+    "decorate",
 ];
 
 fn unknown(what: &str, attr: &Attr, known: &[&str]) -> Diagnostic {
@@ -91,9 +152,12 @@ fn unknown(what: &str, attr: &Attr, known: &[&str]) -> Diagnostic {
         Some(near) => format!("did you mean `{near}`?"),
         None => format!("known {what} attributes: {}", known.join(", ")),
     };
-    RULE.diagnostic(format!("unknown {what} attribute `{}` is ignored", attr.key.name), attr.key.span)
-        .with_label("unknown attribute")
-        .with_help(help)
+    RULE.diagnostic(
+        format!("unknown {what} attribute `{}` is ignored", attr.key.name),
+        attr.key.span,
+    )
+    .with_label("unknown attribute")
+    .with_help(help)
 }
 
 pub(crate) fn check_graph(attr: &Attr, out: &mut Vec<Diagnostic>) {
@@ -115,12 +179,21 @@ pub(crate) fn check_node(attr: &Attr, handler: &str, explicit: bool, out: &mut V
         return;
     }
     match NODE.iter().find(|(n, _)| *n == name) {
-        None => out.push(unknown("node", attr, &NODE.iter().map(|(n, _)| *n).collect::<Vec<_>>())),
-        Some((_, applies)) if explicit && !applies.contains(&"*") && !applies.contains(&handler) => {
+        None => out.push(unknown(
+            "node",
+            attr,
+            &NODE.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        )),
+        Some((_, applies))
+            if explicit && !applies.contains(&"*") && !applies.contains(&handler) =>
+        {
             out.push(
-                RULE.diagnostic(format!("`{name}` has no effect on a {handler} node"), attr.key.span)
-                    .with_label("ignored here")
-                    .with_help(format!("`{name}` applies to {} nodes", applies.join(", "))),
+                RULE.diagnostic(
+                    format!("`{name}` has no effect on a {handler} node"),
+                    attr.key.span,
+                )
+                .with_label("ignored here")
+                .with_help(format!("`{name}` applies to {} nodes", applies.join(", "))),
             );
         }
         Some(_) => {}

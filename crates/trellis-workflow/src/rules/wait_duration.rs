@@ -10,7 +10,11 @@ use trellis_syntax::{Diagnostic, Severity, Span};
 
 use crate::rules::Rule;
 
-pub const RULE: Rule = Rule { code: "wait-duration", severity: Severity::Error, summary: "wait nodes have a duration" };
+pub const RULE: Rule = Rule {
+    code: "wait-duration",
+    severity: Severity::Error,
+    summary: "wait nodes have a duration",
+};
 
 /// Reports a wait node with no `duration`.
 pub(crate) fn report_missing(node: &str, span: Span, out: &mut Vec<Diagnostic>) {
