@@ -112,19 +112,13 @@ fn compile_node(expr: &CondExpr) -> Result<Node, ConditionError> {
                 None
             };
             let regex = if op.value == CompareOp::Matches {
-                Some(Regex::new(&value.value).map_err(|e| {
-                    ConditionError {
-                        message: format!("invalid regular expression `{}`", value.value),
-                        span: value.span,
-                        help: Some(
-                            e.to_string()
-                                .lines()
-                                .last()
-                                .unwrap_or_default()
-                                .trim()
-                                .to_owned(),
-                        ),
-                    }
+                Some(Regex::new(&value.value).map_err(|e| ConditionError {
+                    message: format!("invalid regular expression `{}`", value.value),
+                    span: value.span,
+                    help: Some(format!(
+                        "regex {}",
+                        e.to_string().lines().last().unwrap_or_default().trim()
+                    )),
                 })?)
             } else {
                 None

@@ -150,13 +150,10 @@ impl Lowerer<'_> {
         let (type_name, shape) = resolved
             .clone()
             .unwrap_or(("conditional", "diamond".to_owned()));
+        // Applicability is judged only for nodes whose handler is known.
         for attr in flat.attrs.values() {
-            unknown_attribute::check_node(
-                attr,
-                type_name,
-                flat.explicit.contains(&attr.key.name),
-                self.out,
-            );
+            let explicit = resolved.is_some() && flat.explicit.contains(&attr.key.name);
+            unknown_attribute::check_node(attr, type_name, explicit, self.out);
         }
         let mut attributes = text_map(&flat.attrs);
         let mut r = self.reader(&flat.attrs);

@@ -102,6 +102,13 @@ impl Lexer<'_, '_> {
                     self.push(TokenKind::UndirectedEdge, start);
                 }
                 b if is_word_byte(b) => self.word(start),
+                b'+' if self
+                    .peek(1)
+                    .is_some_and(|n| n.is_ascii_digit() || n == b'.') =>
+                {
+                    self.pos += 1;
+                    self.word(start);
+                }
                 _ => {
                     let ch = self.text[start..].chars().next().unwrap_or('\u{fffd}');
                     self.pos += ch.len_utf8();

@@ -26,15 +26,23 @@ use crate::span::Span;
 
 /// Parses DOT source. Never fails: problems are reported in `diagnostics`.
 pub fn parse_dot(text: &str, diagnostics: &mut Vec<Diagnostic>) -> Document {
+    let lexer_errors = diagnostics.len();
     let tokens: Vec<Token> = lex(text, diagnostics)
         .into_iter()
         .filter(|t| t.kind != TokenKind::Comment)
         .collect();
+    // An unterminated string or comment runs to the end of the file: "unclosed" errors there are echoes.
+    let eof_explained = diagnostics[lexer_errors..]
+        .iter()
+        .any(|d| d.message.starts_with("unterminated"));
     Parser {
         text,
         tokens,
         pos: 0,
         diagnostics,
+        eof_explained,
+        echo: None,
+        errors: 0,
     }
     .parse_file()
 }
@@ -44,6 +52,11 @@ struct Parser<'a, 'd> {
     tokens: Vec<Token>,
     pos: usize,
     diagnostics: &'d mut Vec<Diagnostic>,
+    eof_explained: bool,
+    /// Holds a dropped echo diagnostic, so `error` can still hand out a `&mut Diagnostic`.
+    echo: Option<Diagnostic>,
+    /// Errors reported so far, echoes included: tells `parse_stmts` a statement went wrong.
+    errors: usize,
 }
 
 impl Parser<'_, '_> {
@@ -78,8 +91,21 @@ impl Parser<'_, '_> {
         span: Span,
         label: impl Into<String>,
     ) -> &mut Diagnostic {
-        self.diagnostics
-            .push(Diagnostic::error("syntax", message, span).with_label(label));
+        // Errors at a character the lexer already rejected, a second error at the same place, and
+        // "unclosed" errors at an end of file that an unterminated string explains are echoes: they are
+        // built but dropped.
+        let echo = self
+            .tokens
+            .iter()
+            .any(|t| t.kind == TokenKind::Unknown && t.span == span)
+            || (self.eof_explained && span.start as usize >= self.text.len())
+            || self.diagnostics.last().is_some_and(|d| d.primary.span == span);
+        let diagnostic = Diagnostic::error("syntax", message, span).with_label(label);
+        self.errors += 1;
+        if echo {
+            return self.echo.insert(diagnostic);
+        }
+        self.diagnostics.push(diagnostic);
         self.diagnostics.last_mut().expect("just pushed")
     }
 
@@ -103,6 +129,20 @@ impl Parser<'_, '_> {
             );
         }
         let keyword = self.peek().clone();
+        if keyword.kind == TokenKind::Eof {
+            self.error(
+                "the workflow file is empty",
+                keyword.span,
+                "expected `digraph Name { ... }`",
+            );
+            return Document {
+                format: SourceFormat::Dot,
+                header_span,
+                name: None,
+                body: Vec::new(),
+            };
+        }
+        let mut has_keyword = true;
         if self.is_keyword(&keyword, "digraph") {
             header_span = keyword.span;
             self.bump();
@@ -126,8 +166,14 @@ impl Parser<'_, '_> {
             while !matches!(self.peek().kind, TokenKind::LBrace | TokenKind::Eof) {
                 self.bump();
             }
+            has_keyword = false;
         }
-        let name = self.parse_graph_name();
+        // Without the keyword, asking for the name would only echo the first error.
+        let name = if has_keyword || self.peek().kind != TokenKind::LBrace {
+            self.parse_graph_name()
+        } else {
+            None
+        };
         let body = if self.peek().kind == TokenKind::LBrace {
             let open = self.bump().span;
             let body = self.parse_stmts();
@@ -145,10 +191,9 @@ impl Parser<'_, '_> {
         };
         let trailing = self.peek().clone();
         if trailing.kind != TokenKind::Eof {
-            let end = self.tokens[self.tokens.len() - 1].span;
             self.error(
                 "unexpected content after the end of the graph",
-                trailing.span.to(end),
+                trailing.span,
                 "after the closing `}`",
             )
             .help = Some("a file holds exactly one `digraph`".into());
@@ -215,12 +260,12 @@ impl Parser<'_, '_> {
                     self.bump();
                 }
                 _ => {
-                    let errors_before = self.diagnostics.len();
+                    let (errors_before, stmt_start) = (self.errors, self.pos);
                     if let Some(stmt) = self.parse_stmt() {
                         stmts.push(stmt);
                     }
-                    if self.diagnostics.len() > errors_before {
-                        self.synchronize();
+                    if self.errors > errors_before || self.pos == stmt_start {
+                        self.synchronize(stmt_start);
                     }
                 }
             }
@@ -228,8 +273,9 @@ impl Parser<'_, '_> {
     }
 
     /// Skips to the start of the next statement: past a `;`, or before a `}` or a token on a new line.
-    fn synchronize(&mut self) {
-        let start = self.pos;
+    /// It always ends past `stmt_start`, so a statement that consumed nothing cannot loop.
+    fn synchronize(&mut self, stmt_start: usize) {
+        let start = stmt_start;
         loop {
             let token = self.peek();
             match token.kind {

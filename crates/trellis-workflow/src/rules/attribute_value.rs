@@ -64,10 +64,10 @@ impl AttrReader<'_> {
         match value.as_i64() {
             Some(n) if n >= min => Some(n),
             _ => {
-                let expected = if min <= i64::from(i32::MIN) {
-                    "a whole number".to_owned()
-                } else {
-                    format!("a whole number of at least {min}")
+                let expected = match min {
+                    i64::MIN..0 => "a whole number".to_owned(),
+                    0 => "a whole number (0 or more)".to_owned(),
+                    _ => format!("a whole number ({min} or more)"),
                 };
                 self.report(key, &value, &expected, None);
                 None
@@ -107,14 +107,20 @@ impl AttrReader<'_> {
         let value = self.value(key)?.clone();
         let parsed = value.text.parse().ok();
         if parsed.is_none() {
-            let help = match crate::rules::closest(&value.text, words.iter().copied()) {
-                Some(near) => format!(
-                    "did you mean `{near}`? expected one of: {}",
-                    words.join(", ")
-                ),
-                None => format!("expected one of: {}", words.join(", ")),
-            };
-            self.report(key, &value, "one of its words", Some(help));
+            let mut diagnostic = RULE
+                .diagnostic(
+                    format!(
+                        "`{key}` must be one of {}; found `{}`",
+                        words.join(", "),
+                        value.text
+                    ),
+                    value.span,
+                )
+                .with_label(format!("unknown {key}"));
+            if let Some(near) = crate::rules::closest(&value.text, words.iter().copied()) {
+                diagnostic = diagnostic.with_help(format!("did you mean `{near}`?"));
+            }
+            self.out.push(diagnostic);
         }
         parsed
     }

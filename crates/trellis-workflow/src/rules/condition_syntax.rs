@@ -45,8 +45,7 @@ pub(crate) fn compile(value: &Value, out: &mut Vec<Diagnostic>) -> Option<Condit
                     format!("invalid condition: {}", error.message),
                     value.source_span(error.span),
                 )
-                .with_label("here")
-                .with_secondary(value.span, "in this condition");
+                .with_label("here");
             diagnostic.help = error.help;
             out.push(diagnostic);
             None

@@ -35,8 +35,8 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         let implicit_ok = workflow.format == SourceFormat::Dot
             && matches!(node.kind, NodeKind::Start | NodeKind::Exit);
         if implicit_ok
-            || node.attributes.contains_key("shape")
-            || node.attributes.contains_key("type")
+            || node.attr_spans.contains_key("shape")
+            || node.attr_spans.contains_key("type")
         {
             continue;
         }
