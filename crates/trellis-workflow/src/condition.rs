@@ -4,7 +4,8 @@
 //!
 //! Semantics: `outcome` is the stage status (either vocabulary); `preferred_label` compares labels the
 //! way edge selection does (accelerators stripped, case and surrounding space ignored); any other key is a
-//! context lookup (`context.` prefix optional). `=`/`!=` compare numerically when both sides are numbers,
+//! context lookup (`context.` prefix optional), which may continue as a dotted path into a JSON value
+//! (`output.audit.verdict`). `=`/`!=` compare numerically when both sides are numbers,
 //! otherwise as text (a missing key is the empty string). `>`, `<`, `>=`, `<=` are false unless both sides
 //! are numbers. `contains` tests array membership or substring; `matches` applies the regex to the text.
 //! Both are false for a missing key. A bare key is true when its value is non-empty, not `false`, not `0`.
@@ -189,8 +190,34 @@ fn lookup(key: &ConditionKey, scope: &dyn ConditionScope) -> Option<Value> {
         ConditionKey::PreferredLabel => {
             scope.preferred_label().map(|l| Value::String(l.to_owned()))
         }
-        ConditionKey::Context(k) => scope.context_value(k),
+        ConditionKey::Context(k) => context_lookup(k, scope),
     }
+}
+
+/// A context value by key; when the whole key is absent, a dotted path into a JSON value stored under a
+/// shorter key (`output.audit.verdict` reads field `verdict` of `output.audit`).
+fn context_lookup(key: &str, scope: &dyn ConditionScope) -> Option<Value> {
+    if let Some(value) = scope.context_value(key) {
+        return Some(value);
+    }
+    let mut split = key.len();
+    while let Some(dot) = key[..split].rfind('.') {
+        if let Some(mut value) = scope.context_value(&key[..dot]) {
+            for field in key[dot + 1..].split('.') {
+                value = match value {
+                    Value::Object(mut map) => map.remove(field)?,
+                    Value::Array(mut items) => {
+                        let index: usize = field.parse().ok()?;
+                        (index < items.len()).then(|| items.swap_remove(index))?
+                    }
+                    _ => return None,
+                };
+            }
+            return Some(value);
+        }
+        split = dot;
+    }
+    None
 }
 
 fn truthy(value: Option<&Value>) -> bool {
@@ -316,6 +343,7 @@ mod tests {
                 ("version", json!("v2.1.0")),
                 ("name", json!("alpha")),
                 ("internal.node_visit_count", json!(5)),
+                ("output.audit", json!({"verdict": "pass", "scores": [3, 9]})),
             ]),
         }
     }
@@ -384,6 +412,14 @@ mod tests {
         assert!(check(r"version matches ^v2\."));
         assert!(!check("version matches ^v3"));
         assert!(!check("missing matches .*"));
+    }
+
+    #[test]
+    fn dotted_keys_reach_into_json_values() {
+        assert!(check("context.output.audit.verdict=pass"));
+        assert!(check("output.audit.scores.1 > 5"));
+        assert!(!check("output.audit.missing"));
+        assert!(!check("output.audit.scores.7 > 0"));
     }
 
     #[test]

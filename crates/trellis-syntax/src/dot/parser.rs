@@ -99,7 +99,10 @@ impl Parser<'_, '_> {
             .iter()
             .any(|t| t.kind == TokenKind::Unknown && t.span == span)
             || (self.eof_explained && span.start as usize >= self.text.len())
-            || self.diagnostics.last().is_some_and(|d| d.primary.span == span);
+            || self
+                .diagnostics
+                .last()
+                .is_some_and(|d| d.primary.span == span);
         let diagnostic = Diagnostic::error("syntax", message, span).with_label(label);
         self.errors += 1;
         if echo {
