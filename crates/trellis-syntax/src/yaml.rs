@@ -176,8 +176,19 @@ impl MarkedEventReceiver for TreeBuilder<'_> {
             }
             Event::MappingEnd | Event::SequenceEnd => {
                 if let Some((mut node, _)) = self.stack.pop() {
+                    // A collection ends where its last child ends (the end event sits at the next token).
+                    let last_child_end = match &node {
+                        Node::Map { entries, .. } => entries.last().map(|(_, v)| v.span().end),
+                        Node::Seq { items, .. } => items.last().map(|i| i.span().end),
+                        Node::Scalar { .. } => None,
+                    };
+                    let flow_end = self.text[..at.min(self.text.len())].ends_with([']', '}']);
                     if let Node::Map { span, .. } | Node::Seq { span, .. } = &mut node {
-                        span.end = (at as u32).max(span.start);
+                        span.end = match last_child_end {
+                            Some(end) if !flow_end => end,
+                            _ => at as u32,
+                        }
+                        .max(span.start);
                     }
                     self.push_value(node);
                 }

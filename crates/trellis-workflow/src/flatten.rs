@@ -155,6 +155,10 @@ impl Flattener {
                 Stmt::Node { id, attrs } => {
                     let node = self.mention(id, scope);
                     let node = &mut self.graph.nodes[node];
+                    // Diagnostics about a node point at its first declaration, not an earlier edge.
+                    if !node.declared {
+                        node.id.span = id.span;
+                    }
                     node.declared = true;
                     for attr in attrs {
                         if attr.key.name == "class" {

@@ -78,7 +78,11 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
                 edge.span,
             )
             .with_label("unbounded self-loop")
-            .with_help("add `max_iterations=N` to the edge"),
+            .with_help(if yaml {
+                "add `max_iterations: N` to the edge"
+            } else {
+                "add `max_iterations=N` to the edge"
+            }),
         );
     }
     for component in

@@ -148,7 +148,7 @@ pub const LAYOUT: &[&str] = &[
 ];
 
 fn unknown(what: &str, attr: &Attr, known: &[&str]) -> Diagnostic {
-    let help = match closest(&attr.key.name, known.iter().copied()) {
+    let help = match closest(&attr.key.name, known.iter().chain(LAYOUT).copied()) {
         Some(near) => format!("did you mean `{near}`?"),
         None => format!("known {what} attributes: {}", known.join(", ")),
     };
