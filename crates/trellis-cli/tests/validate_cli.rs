@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 fn trellis(args: &[&str], cwd: &Path) -> Output {
@@ -29,7 +32,10 @@ fn write(dir: &Path, name: &str, contents: &str) -> PathBuf {
 
 #[test]
 fn a_valid_workflow_prints_its_outline_and_exits_zero() {
-    let out = trellis(&["validate", "examples/implement-feature.fabro"], &repo_root());
+    let out = trellis(
+        &["validate", "examples/implement-feature.fabro"],
+        &repo_root(),
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
@@ -47,7 +53,9 @@ fn every_shipped_example_validates() {
         .filter(|n| n.ends_with(".fabro") || n.ends_with(".yaml"))
         .collect();
     files.sort();
-    let args: Vec<&str> = std::iter::once("validate").chain(files.iter().map(String::as_str)).collect();
+    let args: Vec<&str> = std::iter::once("validate")
+        .chain(files.iter().map(String::as_str))
+        .collect();
     let out = trellis(&args, &root);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
     assert_eq!(text(&out.stdout).matches(": valid\n").count(), files.len());
@@ -64,47 +72,88 @@ fn errors_are_rendered_with_code_location_and_snippet_and_exit_one() {
     let out = trellis(&["validate", "bad.fabro"], dir.path());
     assert_eq!(out.status.code(), Some(1));
     let stdout = text(&out.stdout);
-    assert!(stdout.starts_with("Workflow: Bad (3 nodes, 2 edges)\n"), "{stdout}");
-    assert!(stdout.contains("error[attribute-value]: `timeout` expects a duration, found `5`"), "{stdout}");
+    assert!(
+        stdout.starts_with("Workflow: Bad (3 nodes, 2 edges)\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("error[attribute-value]: `timeout` expects a duration, found `5`"),
+        "{stdout}"
+    );
     assert!(stdout.contains("┌─ bad.fabro:4:50"), "{stdout}");
-    assert!(stdout.contains("4 │   t [shape=parallelogram, script=\"true\", timeout=5]"), "{stdout}");
-    assert!(stdout.contains("error[condition-syntax]: invalid condition: unknown outcome `yes`"), "{stdout}");
+    assert!(
+        stdout.contains("4 │   t [shape=parallelogram, script=\"true\", timeout=5]"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("error[condition-syntax]: invalid condition: unknown outcome `yes`"),
+        "{stdout}"
+    );
     assert!(stdout.contains("┌─ bad.fabro:5:42"), "{stdout}");
-    assert!(stdout.ends_with("bad.fabro: invalid: 2 errors, 0 warnings\n"), "{stdout}");
+    assert!(
+        stdout.ends_with("bad.fabro: invalid: 2 errors, 0 warnings\n"),
+        "{stdout}"
+    );
 }
 
 #[test]
 fn warnings_alone_keep_the_exit_code_zero() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "warn.fabro", "digraph W {\n  start -> t -> exit\n  t [shape=parallelogram, script=\"true\", colour=red]\n}\n");
+    write(
+        dir.path(),
+        "warn.fabro",
+        "digraph W {\n  start -> t -> exit\n  t [shape=parallelogram, script=\"true\", colour=red]\n}\n",
+    );
     let out = trellis(&["validate", "warn.fabro"], dir.path());
     assert_eq!(out.status.code(), Some(0));
     let stdout = text(&out.stdout);
-    assert!(stdout.contains("warning[unknown-attribute]: unknown node attribute `colour` is ignored"), "{stdout}");
+    assert!(
+        stdout.contains("warning[unknown-attribute]: unknown node attribute `colour` is ignored"),
+        "{stdout}"
+    );
     assert!(stdout.contains("help: did you mean `color`?"), "{stdout}");
-    assert!(stdout.ends_with("warn.fabro: valid with 1 warning\n"), "{stdout}");
+    assert!(
+        stdout.ends_with("warn.fabro: valid with 1 warning\n"),
+        "{stdout}"
+    );
 }
 
 #[test]
 fn json_output_is_one_document_with_every_diagnostic() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "bad.fabro", "digraph Bad {\n  start -> plan -> exit\n  plan [shape=tab]\n}\n");
+    write(
+        dir.path(),
+        "bad.fabro",
+        "digraph Bad {\n  start -> plan -> exit\n  plan [shape=tab]\n}\n",
+    );
     write(dir.path(), "good.fabro", "digraph Good { start -> exit }\n");
-    let out = trellis(&["validate", "--format", "json", "bad.fabro", "good.fabro"], dir.path());
+    let out = trellis(
+        &["validate", "--format", "json", "bad.fabro", "good.fabro"],
+        dir.path(),
+    );
     assert_eq!(out.status.code(), Some(1));
     let document: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
     assert_eq!(document["valid"], false);
     let files = document["files"].as_array().unwrap();
     assert_eq!(files.len(), 2);
-    assert_eq!(files[0]["workflow"], serde_json::json!({ "name": "Bad", "nodes": 3, "edges": 2 }));
+    assert_eq!(
+        files[0]["workflow"],
+        serde_json::json!({ "name": "Bad", "nodes": 3, "edges": 2 })
+    );
     assert_eq!(files[0]["errors"], 1);
     let diagnostic = &files[0]["diagnostics"][0];
     assert_eq!(diagnostic["rule"], "llm-prompt");
     assert_eq!(diagnostic["severity"], "error");
     assert_eq!(diagnostic["message"], "prompt node `plan` has no prompt");
     assert_eq!(diagnostic["file"], "bad.fabro");
-    assert_eq!((diagnostic["line"].as_u64(), diagnostic["column"].as_u64()), (Some(3), Some(3)));
-    assert_eq!(diagnostic["span"], serde_json::json!({ "start": 40, "end": 44 }));
+    assert_eq!(
+        (diagnostic["line"].as_u64(), diagnostic["column"].as_u64()),
+        (Some(3), Some(3))
+    );
+    assert_eq!(
+        diagnostic["span"],
+        serde_json::json!({ "start": 40, "end": 44 })
+    );
     assert_eq!(files[1]["valid"], true);
     assert_eq!(files[1]["diagnostics"], serde_json::json!([]));
 }
@@ -114,11 +163,19 @@ fn a_missing_file_is_a_clear_error_with_exit_two() {
     let dir = tempfile::tempdir().unwrap();
     let out = trellis(&["validate", "nope.fabro"], dir.path());
     assert_eq!(out.status.code(), Some(2));
-    assert_eq!(text(&out.stderr), "error: cannot read nope.fabro: No such file or directory (os error 2)\n");
+    assert_eq!(
+        text(&out.stderr),
+        "error: cannot read nope.fabro: No such file or directory (os error 2)\n"
+    );
     let out = trellis(&["validate", "--format", "json", "nope.fabro"], dir.path());
     assert_eq!(out.status.code(), Some(2));
     let document: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(document["files"][0]["error"].as_str().unwrap().contains("cannot read nope.fabro"));
+    assert!(
+        document["files"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("cannot read nope.fabro")
+    );
 }
 
 #[test]
@@ -128,10 +185,18 @@ fn unreadable_inputs_never_panic() {
     std::fs::create_dir(dir.path().join("folder.fabro")).unwrap();
     let out = trellis(&["validate", "binary.fabro"], dir.path());
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("binary.fabro is not valid UTF-8 text"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("binary.fabro is not valid UTF-8 text"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = trellis(&["validate", "folder.fabro"], dir.path());
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).starts_with("error: cannot read folder.fabro"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).starts_with("error: cannot read folder.fabro"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -147,13 +212,22 @@ fn usage_errors_exit_two() {
 fn graph_prints_normalized_dot_that_validates_again() {
     let dir = tempfile::tempdir().unwrap();
     let root = repo_root();
-    for example in ["implement-feature.fabro", "parallel-checks.fabro", "release-approval.fabro"] {
+    for example in [
+        "implement-feature.fabro",
+        "parallel-checks.fabro",
+        "release-approval.fabro",
+    ] {
         let out = trellis(&["graph", &format!("examples/{example}")], &root);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         let dot = text(&out.stdout);
         let copy = write(dir.path(), example, &dot);
         let again = trellis(&["validate", copy.to_str().unwrap()], dir.path());
-        assert_eq!(again.status.code(), Some(0), "{dot}\n{}", text(&again.stdout));
+        assert_eq!(
+            again.status.code(),
+            Some(0),
+            "{dot}\n{}",
+            text(&again.stdout)
+        );
         // The normalized form is a fixed point.
         let twice = trellis(&["graph", copy.to_str().unwrap()], dir.path());
         assert_eq!(text(&twice.stdout), dot);
@@ -162,23 +236,42 @@ fn graph_prints_normalized_dot_that_validates_again() {
 
 #[test]
 fn graph_shows_resolved_types_classes_and_models() {
-    let out = trellis(&["graph", "examples/implement-feature.fabro", "--goal", "Add dark mode"], &repo_root());
+    let out = trellis(
+        &[
+            "graph",
+            "examples/implement-feature.fabro",
+            "--goal",
+            "Add dark mode",
+        ],
+        &repo_root(),
+    );
     assert_eq!(out.status.code(), Some(0));
     let dot = text(&out.stdout);
     assert!(dot.contains(
         "    implement [type=\"agent\", shape=\"box\", label=\"Implement\", class=\"implementation,coding\", fidelity=\"full\", model=\"claude-sonnet-4-5\", prompt=\"Implement the approved plan.\", reasoning_effort=\"high\", thread_id=\"impl\"]\n"
     ), "{dot}");
-    assert!(dot.contains("prompt=\"Create a detailed implementation plan for: Add dark mode\""), "{dot}");
+    assert!(
+        dot.contains("prompt=\"Create a detailed implementation plan for: Add dark mode\""),
+        "{dot}"
+    );
 }
 
 #[test]
 fn graph_of_an_invalid_workflow_reports_on_stderr() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "bad.fabro", "digraph Bad { start -> exit -> start }\n");
+    write(
+        dir.path(),
+        "bad.fabro",
+        "digraph Bad { start -> exit -> start }\n",
+    );
     let out = trellis(&["graph", "bad.fabro"], dir.path());
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
-    assert!(text(&out.stderr).contains("error[exit-outgoing]"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("error[exit-outgoing]"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]

@@ -69,7 +69,11 @@ pub struct ConditionSyntaxError {
 
 /// Parses a condition. An empty condition is an error here; callers decide what an empty attribute means.
 pub fn parse_condition(text: &str) -> Result<CondExpr, ConditionSyntaxError> {
-    let mut parser = CondParser { text, pos: 0 };
+    let mut parser = CondParser {
+        text,
+        pos: 0,
+        depth: 0,
+    };
     let expr = parser.parse_or()?;
     parser.skip_space();
     if parser.pos < text.len() {
@@ -89,9 +93,13 @@ pub fn parse_condition(text: &str) -> Result<CondExpr, ConditionSyntaxError> {
     Ok(expr)
 }
 
+/// How deep `!` and `(` may nest: the parser recurses, and the stack is finite.
+const MAX_NESTING: usize = 64;
+
 struct CondParser<'a> {
     text: &'a str,
     pos: usize,
+    depth: usize,
 }
 
 impl<'a> CondParser<'a> {
@@ -104,7 +112,7 @@ impl<'a> CondParser<'a> {
     }
 
     fn span_here(&self, len: usize) -> Span {
-        Span::from_range(self.pos..(self.pos + len).min(self.text.len()))
+        Span::from_range(self.pos..(self.pos + len).min(self.text.len())).snapped(self.text)
     }
 
     fn word_at(&self) -> String {
@@ -164,14 +172,27 @@ impl<'a> CondParser<'a> {
 
     fn parse_unary(&mut self) -> Result<CondExpr, ConditionSyntaxError> {
         self.skip_space();
+        if self.depth >= MAX_NESTING {
+            return self.error(
+                format!("the condition nests `!` and `(` more than {MAX_NESTING} deep"),
+                1,
+                Some("simplify the condition"),
+            );
+        }
         if self.rest().starts_with('!') && !self.rest().starts_with("!=") {
             self.pos += 1;
-            return Ok(CondExpr::Not(Box::new(self.parse_unary()?)));
+            self.depth += 1;
+            let inner = self.parse_unary();
+            self.depth -= 1;
+            return Ok(CondExpr::Not(Box::new(inner?)));
         }
         if self.rest().starts_with('(') {
             let open = self.pos;
             self.pos += 1;
-            let inner = self.parse_or()?;
+            self.depth += 1;
+            let inner = self.parse_or();
+            self.depth -= 1;
+            let inner = inner?;
             if !self.eat(")") {
                 return Err(ConditionSyntaxError {
                     message: "unclosed `(`".into(),

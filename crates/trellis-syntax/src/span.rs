@@ -39,6 +39,35 @@ impl Span {
     }
 }
 
+/// The end of the character that starts at byte `pos` of `text` (`pos` itself at the end of the text,
+/// clamped to the text, rounded up to a character boundary).
+pub fn char_end(text: &str, pos: usize) -> usize {
+    let mut pos = pos.min(text.len());
+    while !text.is_char_boundary(pos) {
+        pos += 1;
+    }
+    pos + text[pos..].chars().next().map_or(0, char::len_utf8)
+}
+
+impl Span {
+    /// Widens the span to character boundaries of `text` and clamps it to the text, so a span computed
+    /// by byte arithmetic can always be sliced and rendered.
+    #[must_use]
+    pub fn snapped(self, text: &str) -> Span {
+        let (mut start, mut end) = (
+            (self.start as usize).min(text.len()),
+            (self.end as usize).min(text.len()),
+        );
+        while !text.is_char_boundary(start) {
+            start -= 1;
+        }
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+        Span::from_range(start..end.max(start))
+    }
+}
+
 /// A value together with the span it was read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Spanned<T> {

@@ -111,7 +111,7 @@ impl<'a> SheetParser<'a> {
     fn error(&mut self, message: impl Into<String>, start: usize, end: usize) {
         self.errors.push(StylesheetSyntaxError {
             message: message.into(),
-            span: Span::from_range(start..end),
+            span: Span::from_range(start..end).snapped(self.text),
         });
     }
 
@@ -159,9 +159,7 @@ impl<'a> SheetParser<'a> {
                 _ => None,
             };
             let Some(selector) = selector else {
-                let end = (start + self.rest().chars().next().map_or(0, char::len_utf8))
-                    .max(start + 1)
-                    .min(self.text.len());
+                let end = crate::span::char_end(self.text, self.pos.max(start));
                 let found = &self.text[start..end];
                 self.error(
                     format!(

@@ -86,6 +86,14 @@ pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> C
         }
         Some(workflow)
     };
+    // Spans computed inside strings (conditions, stylesheets, YAML scalars) are approximate where the
+    // text was unescaped or folded; every span handed out lies on character boundaries of the file.
+    for diagnostic in &mut diagnostics {
+        diagnostic.primary.span = diagnostic.primary.span.snapped(file.text());
+        for label in &mut diagnostic.secondary {
+            label.span = label.span.snapped(file.text());
+        }
+    }
     diagnostics.sort_by_key(|d| (d.primary.span.start, d.severity != Severity::Error));
     diagnostics.dedup_by(|a, b| {
         a.code == b.code && a.primary.span == b.primary.span && a.message == b.message

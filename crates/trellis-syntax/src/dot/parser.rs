@@ -43,6 +43,7 @@ pub fn parse_dot(text: &str, diagnostics: &mut Vec<Diagnostic>) -> Document {
         eof_explained,
         echo: None,
         errors: 0,
+        depth: 0,
     }
     .parse_file()
 }
@@ -57,7 +58,12 @@ struct Parser<'a, 'd> {
     echo: Option<Diagnostic>,
     /// Errors reported so far, echoes included: tells `parse_stmts` a statement went wrong.
     errors: usize,
+    /// Current subgraph nesting.
+    depth: usize,
 }
+
+/// How deep subgraphs may nest: the parser recurses, and the stack is finite.
+const MAX_NESTING: usize = 64;
 
 impl Parser<'_, '_> {
     fn peek(&self) -> &Token {
@@ -374,10 +380,34 @@ impl Parser<'_, '_> {
             return None;
         }
         let open = self.bump().span;
+        if self.depth >= MAX_NESTING {
+            self.error(
+                format!("subgraphs nested more than {MAX_NESTING} deep"),
+                open,
+                "too deep",
+            );
+            self.skip_balanced_braces();
+            return None;
+        }
+        self.depth += 1;
         let body = self.parse_stmts();
+        self.depth -= 1;
         self.expect_close_brace(open);
         let span = start.to(self.tokens[self.pos.saturating_sub(1)].span);
         Some(Stmt::Subgraph { name, body, span })
+    }
+
+    /// Skips to just past the `}` that closes an already consumed `{` (or to the end of the file).
+    fn skip_balanced_braces(&mut self) {
+        let mut depth = 1usize;
+        while depth > 0 {
+            match self.bump().kind {
+                TokenKind::LBrace => depth += 1,
+                TokenKind::RBrace => depth -= 1,
+                TokenKind::Eof => return,
+                _ => {}
+            }
+        }
     }
 
     fn parse_node_id(&mut self) -> Option<Ident> {
