@@ -1,0 +1,74 @@
+//! Benchmark: parse + compile + validate generated workflows of 1,000 and 10,000 nodes, and print the
+//! figures (`cargo bench -p trellis-workflow`). The generated graphs mix every common node kind,
+//! subgraphs with classes, a stylesheet, conditions and loops, so every rule has real work to do.
+
+use std::fmt::Write;
+use std::time::{Duration, Instant};
+
+use trellis_syntax::SourceFile;
+use trellis_workflow::{CompileOptions, compile};
+
+fn generate(nodes: usize) -> String {
+    let mut dot = String::from(
+        "digraph Generated {\n  graph [goal=\"Benchmark\", model_stylesheet=\"* { model: m1; } .hot { model: m2; } #n5 { model: m3; }\"]\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n",
+    );
+    let body = nodes - 2;
+    for i in 0..body {
+        if i % 100 == 0 {
+            let _ = writeln!(dot, "  subgraph cluster_{i} {{\n    label=\"Group {i}\"\n    node [timeout=\"30s\"]");
+        }
+        let _ = match i % 4 {
+            0 => writeln!(dot, "    n{i} [shape=parallelogram, script=\"make step-{i}\"]"),
+            1 => writeln!(dot, "    n{i} [shape=tab, class=\"hot\", prompt=\"Do step {i} of $goal\"]"),
+            2 => writeln!(dot, "    n{i} [shape=diamond]"),
+            _ => writeln!(dot, "    n{i} [prompt=\"Agent step {i}\", max_visits=3]"),
+        };
+        if i % 100 == 99 || i + 1 == body {
+            dot.push_str("  }\n");
+        }
+    }
+    dot.push_str("  start -> n0\n");
+    for i in 0..body - 1 {
+        if i % 4 == 2 {
+            // A diamond: forward on success, back three nodes otherwise.
+            let _ = writeln!(dot, "  n{i} -> n{} [condition=\"outcome=success && context.score >= 5\"]", i + 1);
+            let _ = writeln!(dot, "  n{i} -> n{}", i.saturating_sub(3));
+        } else {
+            let _ = writeln!(dot, "  n{i} -> n{}", i + 1);
+        }
+    }
+    let _ = writeln!(dot, "  n{} -> exit\n}}", body - 1);
+    dot
+}
+
+fn measure(nodes: usize, iterations: usize) {
+    let text = generate(nodes);
+    let file = SourceFile::new(format!("generated-{nodes}.fabro"), text);
+    let mut times = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let started = Instant::now();
+        let parsed = trellis_syntax::parse(&file);
+        let compiled = compile(&file, parsed, &CompileOptions::default());
+        times.push(started.elapsed());
+        assert!(compiled.workflow.is_some(), "{:?}", compiled.diagnostics.first());
+        assert!(compiled.diagnostics.is_empty(), "{:?}", compiled.diagnostics.first());
+    }
+    times.sort();
+    let median = times[times.len() / 2];
+    let per_node = median / u32::try_from(nodes).unwrap_or(u32::MAX);
+    println!(
+        "parse+validate {nodes:>6} nodes ({:>7} bytes): min {:>9.3?}  median {:>9.3?}  ({:.2?}/node)",
+        file.text().len(),
+        times[0],
+        median,
+        per_node,
+    );
+    if nodes >= 10_000 && median > Duration::from_secs(1) {
+        println!("  !! over the 1 s budget for 10,000 nodes");
+    }
+}
+
+fn main() {
+    measure(1_000, 50);
+    measure(10_000, 10);
+}
