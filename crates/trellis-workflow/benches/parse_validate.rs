@@ -15,11 +15,20 @@ fn generate(nodes: usize) -> String {
     let body = nodes - 2;
     for i in 0..body {
         if i % 100 == 0 {
-            let _ = writeln!(dot, "  subgraph cluster_{i} {{\n    label=\"Group {i}\"\n    node [timeout=\"30s\"]");
+            let _ = writeln!(
+                dot,
+                "  subgraph cluster_{i} {{\n    label=\"Group {i}\"\n    node [timeout=\"30s\"]"
+            );
         }
         let _ = match i % 4 {
-            0 => writeln!(dot, "    n{i} [shape=parallelogram, script=\"make step-{i}\"]"),
-            1 => writeln!(dot, "    n{i} [shape=tab, class=\"hot\", prompt=\"Do step {i} of $goal\"]"),
+            0 => writeln!(
+                dot,
+                "    n{i} [shape=parallelogram, script=\"make step-{i}\"]"
+            ),
+            1 => writeln!(
+                dot,
+                "    n{i} [shape=tab, class=\"hot\", prompt=\"Do step {i} of $goal\"]"
+            ),
             2 => writeln!(dot, "    n{i} [shape=diamond]"),
             _ => writeln!(dot, "    n{i} [prompt=\"Agent step {i}\", max_visits=3]"),
         };
@@ -31,7 +40,11 @@ fn generate(nodes: usize) -> String {
     for i in 0..body - 1 {
         if i % 4 == 2 {
             // A diamond: forward on success, back three nodes otherwise.
-            let _ = writeln!(dot, "  n{i} -> n{} [condition=\"outcome=success && context.score >= 5\"]", i + 1);
+            let _ = writeln!(
+                dot,
+                "  n{i} -> n{} [condition=\"outcome=success && context.score >= 5\"]",
+                i + 1
+            );
             let _ = writeln!(dot, "  n{i} -> n{}", i.saturating_sub(3));
         } else {
             let _ = writeln!(dot, "  n{i} -> n{}", i + 1);
@@ -50,8 +63,16 @@ fn measure(nodes: usize, iterations: usize) {
         let parsed = trellis_syntax::parse(&file);
         let compiled = compile(&file, parsed, &CompileOptions::default());
         times.push(started.elapsed());
-        assert!(compiled.workflow.is_some(), "{:?}", compiled.diagnostics.first());
-        assert!(compiled.diagnostics.is_empty(), "{:?}", compiled.diagnostics.first());
+        assert!(
+            compiled.workflow.is_some(),
+            "{:?}",
+            compiled.diagnostics.first()
+        );
+        assert!(
+            compiled.diagnostics.is_empty(),
+            "{:?}",
+            compiled.diagnostics.first()
+        );
     }
     times.sort();
     let median = times[times.len() / 2];

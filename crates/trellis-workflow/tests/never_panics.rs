@@ -283,19 +283,49 @@ fn conditions_and_stylesheets_never_panic() {
 fn regression_deep_nesting_is_an_error_not_a_stack_overflow() {
     let base_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let cases = [
-        ("deep.fabro", format!("digraph G {{{}{}}}", "{".repeat(200_000), "}".repeat(200_000))),
+        (
+            "deep.fabro",
+            format!(
+                "digraph G {{{}{}}}",
+                "{".repeat(200_000),
+                "}".repeat(200_000)
+            ),
+        ),
         (
             "deep-condition.fabro",
-            format!("digraph G {{ start -> exit [condition=\"{}x{}\"] }}", "(".repeat(100_000), ")".repeat(100_000)),
+            format!(
+                "digraph G {{ start -> exit [condition=\"{}x{}\"] }}",
+                "(".repeat(100_000),
+                ")".repeat(100_000)
+            ),
         ),
-        ("deep-not.fabro", format!("digraph G {{ start -> exit [condition=\"{}x\"] }}", "!".repeat(100_000))),
-        ("deep.yaml", format!("nodes:\n  a: {{ output_schema: {}{} }}\n", "[".repeat(100_000), "]".repeat(100_000))),
+        (
+            "deep-not.fabro",
+            format!(
+                "digraph G {{ start -> exit [condition=\"{}x\"] }}",
+                "!".repeat(100_000)
+            ),
+        ),
+        (
+            "deep.yaml",
+            format!(
+                "nodes:\n  a: {{ output_schema: {}{} }}\n",
+                "[".repeat(100_000),
+                "]".repeat(100_000)
+            ),
+        ),
     ];
     for (name, text) in cases {
         let file = SourceFile::new(name, text);
         let parsed = trellis_syntax::parse(&file);
-        let options = CompileOptions { base_dir: Some(base_dir.to_path_buf()), goal: None };
+        let options = CompileOptions {
+            base_dir: Some(base_dir.to_path_buf()),
+            goal: None,
+        };
         let compiled = compile(&file, parsed, &options);
-        assert!(compiled.has_errors(), "{name} should be rejected with an error");
+        assert!(
+            compiled.has_errors(),
+            "{name} should be rejected with an error"
+        );
     }
 }
