@@ -85,26 +85,33 @@ pub(crate) fn flatten(document: &Document) -> FlatGraph {
     flattener.graph
 }
 
+/// The classes a subgraph gives every node mentioned inside it: its `label` (as a class name) and its
+/// `class` list, from `key=value` statements or `graph [...]`.
+fn subgraph_classes(stmts: &[Stmt]) -> Vec<String> {
+    let mut classes = Vec::new();
+    for attr in stmts.iter().flat_map(|stmt| match stmt {
+        Stmt::Attr(attr) => std::slice::from_ref(attr),
+        Stmt::Defaults {
+            target: DefaultsTarget::Graph,
+            attrs,
+            ..
+        } => attrs.as_slice(),
+        _ => &[],
+    }) {
+        match attr.key.name.as_str() {
+            "label" => classes.push(class_from_label(&attr.value.text)),
+            "class" => classes.extend(split_classes(&attr.value.text)),
+            _ => {}
+        }
+    }
+    classes.retain(|c| !c.is_empty());
+    classes
+}
+
 impl Flattener {
     fn walk(&mut self, stmts: &[Stmt], scope: &mut Scope, top_level: bool) {
         if !top_level {
-            // A subgraph's label and class apply to every node mentioned inside it.
-            for attr in stmts.iter().flat_map(|stmt| match stmt {
-                Stmt::Attr(attr) => std::slice::from_ref(attr),
-                Stmt::Defaults {
-                    target: DefaultsTarget::Graph,
-                    attrs,
-                    ..
-                } => attrs.as_slice(),
-                _ => &[],
-            }) {
-                match attr.key.name.as_str() {
-                    "label" => scope.classes.push(class_from_label(&attr.value.text)),
-                    "class" => scope.classes.extend(split_classes(&attr.value.text)),
-                    _ => {}
-                }
-            }
-            scope.classes.retain(|c| !c.is_empty());
+            scope.classes.extend(subgraph_classes(stmts));
         }
         for stmt in stmts {
             match stmt {
