@@ -49,8 +49,9 @@ fn every_shipped_example_validates() {
     let mut files: Vec<String> = std::fs::read_dir(root.join("examples"))
         .unwrap()
         .filter_map(Result::ok)
-        .map(|e| format!("examples/{}", e.file_name().to_string_lossy()))
-        .filter(|n| n.ends_with(".fabro") || n.ends_with(".yaml"))
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "fabro" || e == "yaml"))
+        .map(|p| format!("examples/{}", p.file_name().unwrap().to_string_lossy()))
         .collect();
     files.sort();
     let args: Vec<&str> = std::iter::once("validate")

@@ -3,6 +3,7 @@
 //! snapshots, structural checks: every rule has a passing and a failing fixture, the specification's
 //! examples validate as the documents say, and the shipped examples validate clean.
 
+use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use trellis_syntax::render::render_plain;
@@ -39,10 +40,11 @@ fn render(path: &Path) -> String {
         .map(|d| render_plain(&file, d))
         .collect();
     let tally = Tally::of(&compiled.diagnostics);
-    out.push_str(&format!(
-        "{} error(s), {} warning(s)\n",
+    let _ = writeln!(
+        out,
+        "{} error(s), {} warning(s)",
         tally.errors, tally.warnings
-    ));
+    );
     if let Some(workflow) = &compiled.workflow {
         out.push('\n');
         out.push_str(&trellis_workflow::graph_dot::to_dot(workflow));
