@@ -288,3 +288,43 @@ fn trellis_workflow_rule_count() -> usize {
     // Kept in step with `trellis_workflow::rules::ALL` by `every_rule_has_a_passing_and_a_failing_fixture`.
     28
 }
+
+#[test]
+fn prompt_files_resolve_home_and_parent_directories() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("shared-prompts")).unwrap();
+    std::fs::write(
+        home.path().join("shared-prompts/review.md"),
+        "Review for $goal",
+    )
+    .unwrap();
+    std::fs::create_dir_all(project.path().join("common")).unwrap();
+    std::fs::write(project.path().join("common/plan.md"), "Plan it").unwrap();
+    std::fs::create_dir_all(project.path().join("flows")).unwrap();
+    write(
+        &project.path().join("flows"),
+        "refs.fabro",
+        "digraph Refs {\n  graph [goal=\"ship\"]\n  start -> shared -> parent -> exit\n  shared [shape=tab, prompt=\"@~/shared-prompts/review.md\"]\n  parent [shape=tab, prompt=\"@../common/plan.md\"]\n}\n",
+    );
+    let run = |home_dir: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_trellis"))
+            .args(["graph", "flows/refs.fabro"])
+            .current_dir(project.path())
+            .env("HOME", home_dir)
+            .output()
+            .unwrap()
+    };
+    let out = run(home.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("prompt=\"Review for ship\""),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(text(&out.stdout).contains("prompt=\"Plan it\""));
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = run(elsewhere.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("error[file-reference]: `prompt` refers to `~/shared-prompts/review.md`, which does not exist"), "{}", text(&out.stderr));
+}

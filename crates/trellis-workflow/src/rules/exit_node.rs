@@ -12,7 +12,7 @@
 use trellis_syntax::ast::SourceFormat;
 use trellis_syntax::{Diagnostic, Severity};
 
-use crate::rules::Rule;
+use crate::rules::{Rule, report_extra_nodes};
 use crate::workflow::Workflow;
 
 pub const RULE: Rule = Rule {
@@ -43,21 +43,12 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
                 .with_help("add `exit [shape=Msquare]` and an edge into it from the last stage"),
         ),
         [_] => {}
-        [first, rest @ ..] => {
-            for extra in rest {
-                out.push(
-                    RULE.diagnostic(
-                        format!(
-                            "the workflow has more than one exit node: `{}` and `{}`",
-                            first.id, extra.id
-                        ),
-                        extra.span,
-                    )
-                    .with_label("another exit node")
-                    .with_secondary(first.span, "first exit node")
-                    .with_help("route every finishing path into one exit node"),
-                );
-            }
-        }
+        several => report_extra_nodes(
+            &RULE,
+            "exit",
+            several,
+            "route every finishing path into one exit node",
+            out,
+        ),
     }
 }

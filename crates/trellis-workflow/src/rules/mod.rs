@@ -8,7 +8,7 @@
 
 use trellis_syntax::{Diagnostic, Severity, Span};
 
-use crate::workflow::Workflow;
+use crate::workflow::{Node, Workflow};
 
 pub mod attribute_value;
 pub mod command_script;
@@ -114,6 +114,33 @@ pub const GRAPH_CHECKS: &[GraphCheck] = &[
     parallel_fan_in::check,
     cycles::check,
 ];
+
+/// Reports every node after the first of a kind there must be exactly one of (`start`, `exit`).
+pub(crate) fn report_extra_nodes(
+    rule: &Rule,
+    what: &str,
+    nodes: &[&Node],
+    help: &str,
+    out: &mut Vec<Diagnostic>,
+) {
+    let Some((first, rest)) = nodes.split_first() else {
+        return;
+    };
+    for extra in rest {
+        out.push(
+            rule.diagnostic(
+                format!(
+                    "the workflow has more than one {what} node: `{}` and `{}`",
+                    first.id, extra.id
+                ),
+                extra.span,
+            )
+            .with_label(format!("another {what} node"))
+            .with_secondary(first.span, format!("first {what} node"))
+            .with_help(help),
+        );
+    }
+}
 
 /// The closest of `candidates` to `word`, for "did you mean" help.
 pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {

@@ -12,7 +12,7 @@ use trellis_syntax::ast::SourceFormat;
 use trellis_syntax::{Diagnostic, Severity};
 
 use crate::node_kind::NodeKind;
-use crate::rules::Rule;
+use crate::rules::{Rule, report_extra_nodes};
 use crate::workflow::Workflow;
 
 pub const RULE: Rule = Rule {
@@ -56,21 +56,12 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
                 .with_help("add `start [shape=Mdiamond]` and an edge from it to the first stage"),
         ),
         [_] => {}
-        [first, rest @ ..] => {
-            for extra in rest {
-                out.push(
-                    RULE.diagnostic(
-                        format!(
-                            "the workflow has more than one start node: `{}` and `{}`",
-                            first.id, extra.id
-                        ),
-                        extra.span,
-                    )
-                    .with_label("another start node")
-                    .with_secondary(first.span, "first start node")
-                    .with_help("a workflow has exactly one start node"),
-                );
-            }
-        }
+        several => report_extra_nodes(
+            &RULE,
+            "start",
+            several,
+            "a workflow has exactly one start node",
+            out,
+        ),
     }
 }

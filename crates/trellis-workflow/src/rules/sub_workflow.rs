@@ -1,7 +1,8 @@
-//! `sub-workflow` (error): sub-workflow nodes name a child workflow file that exists.
+//! `sub-workflow` (error): sub-workflow nodes name a child workflow file.
 //!
 //! A `house` node runs another workflow file, given by `workflow` (or `stack.child_dotfile`), relative
-//! to this one. The file must exist when the parent is validated:
+//! to this one. Without one there is nothing to run; a file that does not exist is reported by
+//! `file-reference`:
 //!
 //! ```dot
 //! build [shape=house, workflow="build.fabro"]
@@ -17,7 +18,7 @@ use crate::rules::{Rule, file_reference};
 pub const RULE: Rule = Rule {
     code: "sub-workflow",
     severity: Severity::Error,
-    summary: "sub-workflow nodes name an existing workflow file",
+    summary: "sub-workflow nodes name a child workflow file",
 };
 
 /// The child workflow's path, or `None` (reported) when missing.
@@ -39,17 +40,11 @@ pub(crate) fn require(
         );
         return None;
     };
-    let reference = value.text.trim_start_matches('@');
-    let path = file_reference::resolve_path(reference.trim(), base_dir);
-    if path.is_file() {
-        return Some(path);
-    }
-    out.push(
-        RULE.diagnostic(
-            format!("child workflow `{reference}` of `{node}` does not exist"),
-            value.span,
-        )
-        .with_label(format!("looked for {}", path.display())),
-    );
-    None
+    file_reference::check_exists(
+        "workflow",
+        value,
+        value.text.trim_start_matches('@'),
+        base_dir,
+        out,
+    )
 }
