@@ -1,5 +1,6 @@
 //! The `trellis` command: parses arguments and hands each subcommand to its module in [`commands`].
-//! Exit codes: 0 success, 1 an invalid workflow (or a failed run), 2 usage or file-system problems.
+//! Exit codes: 0 success, 1 an invalid workflow (or a failed run), 2 usage or file-system problems,
+//! 3 a run waiting for input.
 
 mod commands;
 
@@ -23,6 +24,16 @@ enum Command {
     Graph(commands::graph::Args),
     /// List the validation rules with their codes and severities.
     Rules(commands::rules::Args),
+    /// Run a workflow, recording every stage; exits 0 on success, 1 on failure, 3 when waiting for input.
+    Run(commands::run::RunArgs),
+    /// Continue a run from its last checkpoint (after a crash, a kill or a stop for input).
+    Resume(commands::run::ResumeArgs),
+    /// List recent runs.
+    Runs(commands::runs::RunsArgs),
+    /// Show a run's stages, outcomes and context.
+    Show(commands::runs::ShowArgs),
+    /// Print a run's event log.
+    Events(commands::runs::EventsArgs),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +42,11 @@ fn main() -> ExitCode {
         Command::Validate(args) => commands::validate::run(&args),
         Command::Graph(args) => commands::graph::run(&args),
         Command::Rules(args) => Ok(commands::rules::run(&args)),
+        Command::Run(args) => commands::run::run(&args),
+        Command::Resume(args) => commands::run::resume(&args),
+        Command::Runs(args) => commands::runs::runs(&args),
+        Command::Show(args) => commands::runs::show(&args),
+        Command::Events(args) => commands::runs::events(&args),
     };
     match result {
         Ok(code) => code,

@@ -22,6 +22,7 @@ pub use condition::{Condition, ConditionScope};
 pub use flatten::class_from_label;
 pub use node_kind::NodeKind;
 pub use outcome::StageStatus;
+pub use trellis_syntax::ast::SourceFormat;
 pub use workflow::{Edge, Node, NodeIndex, Workflow};
 
 /// Settings that come from outside the file.

@@ -1,7 +1,10 @@
 //! One module per subcommand. Shared here: exit codes and colour choice.
 
 pub mod graph;
+mod progress;
 pub mod rules;
+pub mod run;
+pub mod runs;
 pub mod validate;
 
 use std::io::IsTerminal;

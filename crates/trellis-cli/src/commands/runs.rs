@@ -1,0 +1,192 @@
+//! `trellis runs`, `trellis show RUN` and `trellis events RUN [--follow]`: reading run records.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use trellis_engine::Event;
+use trellis_engine::event::names;
+use trellis_store::{RunDir, default_runs_dir, list_runs};
+
+#[derive(clap::Args)]
+pub struct RunsArgs {
+    /// Where run records live [default: $TRELLIS_RUNS_DIR or ~/.trellis/runs].
+    #[arg(long, value_name = "DIR")]
+    runs_dir: Option<PathBuf>,
+    /// How many runs to list, newest first.
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct ShowArgs {
+    /// The run id (or a unique prefix), or the run's directory.
+    run: String,
+    #[arg(long, value_name = "DIR")]
+    runs_dir: Option<PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct EventsArgs {
+    /// The run id (or a unique prefix), or the run's directory.
+    run: String,
+    #[arg(long, value_name = "DIR")]
+    runs_dir: Option<PathBuf>,
+    /// Keep printing new events until the run ends.
+    #[arg(long)]
+    follow: bool,
+    /// Print the raw JSON lines.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn runs(args: &RunsArgs) -> anyhow::Result<ExitCode> {
+    let runs_dir = args.runs_dir.clone().unwrap_or_else(default_runs_dir);
+    let mut rows = Vec::new();
+    for path in list_runs(&runs_dir).into_iter().take(args.limit) {
+        let record = RunDir::open(&path.display().to_string(), &runs_dir)?;
+        let Ok(meta) = record.meta() else { continue };
+        let stages = record.checkpoint().map(|c| c.stages.len()).unwrap_or(0);
+        rows.push((meta, stages));
+    }
+    if args.json {
+        let list: Vec<Value> = rows
+            .iter()
+            .map(|(m, stages)| json!({ "run_id": m.run_id, "workflow": m.workflow, "status": m.status, "started_at": m.started_at, "ended_at": m.ended_at, "stages": stages }))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&list)?);
+    } else if rows.is_empty() {
+        println!("no runs in {}", runs_dir.display());
+    } else {
+        println!(
+            "{:<26}  {:<18}  {:<24}  {:>6}  workflow",
+            "run", "status", "started", "stages"
+        );
+        for (meta, stages) in rows {
+            println!(
+                "{:<26}  {:<18}  {:<24}  {stages:>6}  {}",
+                meta.run_id, meta.status, meta.started_at, meta.workflow
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
+    let runs_dir = args.runs_dir.clone().unwrap_or_else(default_runs_dir);
+    let record = RunDir::open(&args.run, &runs_dir)?;
+    let meta = record.meta()?;
+    let checkpoint = record.checkpoint().ok();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({ "run": meta, "checkpoint": checkpoint }))?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("Run {} of {}", meta.run_id, meta.workflow);
+    println!("  status:  {}", meta.status);
+    if let Some(goal) = &meta.goal {
+        println!("  goal:    {goal}");
+    }
+    println!(
+        "  started: {}{}",
+        meta.started_at,
+        meta.ended_at
+            .as_deref()
+            .map(|e| format!("  ended: {e}"))
+            .unwrap_or_default()
+    );
+    println!("  record:  {}", record.root().display());
+    let Some(checkpoint) = checkpoint else {
+        println!("  (no checkpoint yet)");
+        return Ok(ExitCode::SUCCESS);
+    };
+    if let Some(failure) = &checkpoint.failure {
+        println!("  error:   {failure}");
+    }
+    if let Some(next) = &checkpoint.next_node
+        && !checkpoint.status.is_finished()
+    {
+        println!("  next:    {next}");
+    }
+    println!("\nStages:");
+    for stage in &checkpoint.stages {
+        let reason = stage
+            .failure_reason
+            .as_deref()
+            .map(|r| format!("  {}", r.lines().next().unwrap_or_default()))
+            .unwrap_or_default();
+        println!(
+            "  {:>3}  {:<24} {:<20} {:>8.1}s{reason}",
+            stage.rank,
+            format!("{}@{} #{}", stage.node_id, stage.visit, stage.attempt),
+            stage.status.as_str(),
+            Duration::from_millis(stage.duration_ms).as_secs_f64()
+        );
+    }
+    println!("\nContext:");
+    for (key, value) in checkpoint
+        .context
+        .iter()
+        .filter(|(k, _)| !k.starts_with("internal.") && !k.starts_with("graph."))
+    {
+        let text = match value {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let mut shown: String = text.chars().take(100).collect();
+        if text.chars().count() > 100 {
+            shown.push('…');
+        }
+        println!("  {key} = {}", shown.replace('\n', "\\n"));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_event(event: &Event, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(event)?);
+    } else {
+        let payload = serde_json::to_string(&event.payload)?;
+        println!(
+            "{:>5}  {}  {:<28} {:<16} {payload}",
+            event.seq,
+            event.ts,
+            event.event,
+            event.node_id.as_deref().unwrap_or("-")
+        );
+    }
+    Ok(())
+}
+
+fn ends_run(event: &Event) -> bool {
+    matches!(
+        event.event.as_str(),
+        names::RUN_COMPLETED | names::RUN_FAILED | names::RUN_WAITING
+    )
+}
+
+pub fn events(args: &EventsArgs) -> anyhow::Result<ExitCode> {
+    let runs_dir = args.runs_dir.clone().unwrap_or_else(default_runs_dir);
+    let record = RunDir::open(&args.run, &runs_dir)?;
+    let mut printed = 0;
+    loop {
+        let events = record.events()?;
+        for event in &events[printed.min(events.len())..] {
+            print_event(event, args.json)?;
+        }
+        printed = events.len();
+        let finished = record.checkpoint().is_ok_and(|c| c.status.is_finished())
+            && events.last().is_some_and(ends_run);
+        if !args.follow || finished {
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -1,0 +1,107 @@
+//! The run context: the shared key-value store stages read and write. Thread-safe (parallel branches
+//! and the engine share it) and cheap to deep-copy for a branch. Values are JSON; large values live in
+//! the blob store as `blob://sha256/<hex>` references, which the condition view resolves.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use serde_json::Value;
+use trellis_workflow::{ConditionScope, StageStatus};
+
+use crate::services::BlobStore;
+
+/// The shared context of one run (or one parallel branch).
+#[derive(Debug, Clone, Default)]
+pub struct RunContext {
+    values: Arc<RwLock<BTreeMap<String, Value>>>,
+}
+
+impl RunContext {
+    pub fn from_map(values: BTreeMap<String, Value>) -> Self {
+        Self {
+            values: Arc::new(RwLock::new(values)),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Value>> {
+        self.values
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Value>> {
+        self.values
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn get(&self, key: &str) -> Option<Value> {
+        self.read().get(key).cloned()
+    }
+
+    pub fn get_str(&self, key: &str) -> Option<String> {
+        self.get(key).and_then(|v| v.as_str().map(str::to_owned))
+    }
+
+    pub fn set(&self, key: impl Into<String>, value: impl Into<Value>) {
+        self.write().insert(key.into(), value.into());
+    }
+
+    pub fn merge(&self, updates: &BTreeMap<String, Value>) {
+        let mut values = self.write();
+        for (key, value) in updates {
+            values.insert(key.clone(), value.clone());
+        }
+    }
+
+    /// A copy of every value, for checkpoints and display.
+    pub fn snapshot(&self) -> BTreeMap<String, Value> {
+        self.read().clone()
+    }
+
+    /// An independent copy: what a parallel branch starts from.
+    pub fn deep_copy(&self) -> RunContext {
+        RunContext::from_map(self.snapshot())
+    }
+}
+
+/// What conditions see: the stage's outcome and preferred label, and the context with blob references
+/// replaced by their content.
+pub struct ConditionView<'a> {
+    pub context: &'a RunContext,
+    pub outcome: Option<StageStatus>,
+    pub preferred_label: Option<&'a str>,
+    pub blobs: &'a dyn BlobStore,
+}
+
+impl ConditionScope for ConditionView<'_> {
+    fn outcome(&self) -> Option<StageStatus> {
+        self.outcome
+    }
+
+    fn preferred_label(&self) -> Option<&str> {
+        self.preferred_label
+    }
+
+    fn context_value(&self, key: &str) -> Option<Value> {
+        let value = self.context.get(key)?;
+        Some(resolve_blob(value, self.blobs))
+    }
+}
+
+/// Replaces a blob reference by the value it stands for (the text, or the JSON it held).
+pub fn resolve_blob(value: Value, blobs: &dyn BlobStore) -> Value {
+    match &value {
+        Value::String(s) if s.starts_with(crate::services::BLOB_PREFIX) => match blobs.get(s) {
+            Ok(bytes) => {
+                let text = String::from_utf8_lossy(&bytes).into_owned();
+                serde_json::from_str::<Value>(&text)
+                    .ok()
+                    .filter(|v| !v.is_string())
+                    .unwrap_or(Value::String(text))
+            }
+            Err(_) => value,
+        },
+        _ => value,
+    }
+}

@@ -1,0 +1,593 @@
+//! The run loop: from the checkpoint's next node, execute each stage through its handler (with timeouts
+//! and retries), merge its outcome into the context, record it, choose the next edge, checkpoint, and go
+//! on until the exit node (or, in YAML, a terminal node). Goal gates are checked at the exit; visit
+//! limits and a run-wide step budget stop runaways with a clear error.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Value, json};
+use trellis_workflow::node_kind::RetryPolicy;
+use trellis_workflow::{NodeIndex, NodeKind, SourceFormat, StageStatus, Workflow};
+
+use crate::checkpoint::{Checkpoint, RunStatus, StageRecord};
+use crate::context::{ConditionView, RunContext};
+use crate::event::{Event, names};
+use crate::handler::{Handlers, Services, Settings, Stage};
+use crate::keys;
+use crate::outcome::{FailureClass, Outcome};
+use crate::routing::{self, Route};
+use crate::services::{BLOB_THRESHOLD, RouteOption};
+
+/// Why a run stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("no edge from `{node}` matches its outcome `{outcome}`{}", tried_list(.tried))]
+    NoEdge {
+        node: String,
+        outcome: StageStatus,
+        tried: Vec<String>,
+    },
+    #[error("node `{node}` reached its visit limit of {limit}")]
+    VisitLimit { node: String, limit: u32 },
+    #[error(
+        "the run executed {steps} stages without finishing, its step budget: a loop probably never ends"
+    )]
+    StepBudget { steps: u32 },
+    #[error("no handler for {kind} nodes (node `{node}`)")]
+    NoHandler { node: String, kind: &'static str },
+    #[error("goal gate `{node}` ended {status} and no retry target is set")]
+    GoalGateUnmet { node: String, status: StageStatus },
+    #[error("the checkpoint names node `{node}`, which this workflow does not have")]
+    UnknownNode { node: String },
+    #[error(
+        "choosing the edge out of `{node}` needs a model to judge its `when` conditions: {reason}"
+    )]
+    Routing { node: String, reason: String },
+    #[error("cannot write the run record: {source}")]
+    Store {
+        #[from]
+        source: std::io::Error,
+    },
+}
+
+fn tried_list(tried: &[String]) -> String {
+    if tried.is_empty() {
+        String::new()
+    } else {
+        format!("; conditions tried: {}", tried.join("; "))
+    }
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub struct RunResult {
+    pub status: RunStatus,
+    pub checkpoint: Checkpoint,
+    pub error: Option<EngineError>,
+}
+
+/// Runs one workflow.
+pub struct Engine {
+    pub workflow: Arc<Workflow>,
+    pub handlers: Arc<Handlers>,
+    pub services: Services,
+    pub settings: Settings,
+    seq: Arc<AtomicU64>,
+    run_id: String,
+}
+
+/// The current time as RFC 3339 with milliseconds.
+pub fn timestamp() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+impl Engine {
+    pub fn new(
+        workflow: Arc<Workflow>,
+        handlers: Arc<Handlers>,
+        services: Services,
+        settings: Settings,
+        run_id: impl Into<String>,
+    ) -> Self {
+        Self {
+            workflow,
+            handlers,
+            services,
+            settings,
+            seq: Arc::new(AtomicU64::new(0)),
+            run_id: run_id.into(),
+        }
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// A fresh checkpoint for a new run: the start node next, the engine keys and any `--set` values.
+    pub fn first_checkpoint(&self, initial: BTreeMap<String, Value>) -> Option<Checkpoint> {
+        let start = self.workflow.start?;
+        Some(Checkpoint::new(
+            self.run_id.clone(),
+            &self.workflow.nodes[start].id,
+            initial,
+        ))
+    }
+}
+
+impl crate::handler::Emitter for Engine {
+    fn emit(&self, event: &str, node: Option<&str>, payload: Value) {
+        Engine::emit(self, event, node, payload);
+    }
+}
+
+impl Engine {
+    pub fn emit(&self, event: &str, node: Option<&str>, payload: Value) {
+        let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
+        let payload = match payload {
+            Value::Object(map) => map,
+            Value::Null => serde_json::Map::new(),
+            other => serde_json::Map::from_iter([("value".to_owned(), other)]),
+        };
+        self.services.events.emit(&Event {
+            seq,
+            ts: timestamp(),
+            run_id: self.run_id.clone(),
+            event: event.to_owned(),
+            node_id: node.map(str::to_owned),
+            payload,
+        });
+    }
+
+    fn save(&self, cp: &mut Checkpoint, context: &RunContext) -> Result<(), EngineError> {
+        cp.context = context.snapshot();
+        cp.seq = self.seq.load(Ordering::SeqCst);
+        self.services.store.save_checkpoint(cp)?;
+        Ok(())
+    }
+
+    /// Runs from `checkpoint` until the run ends or waits for input.
+    pub async fn run(&self, mut cp: Checkpoint) -> RunResult {
+        self.seq.store(cp.seq, Ordering::SeqCst);
+        let context = RunContext::from_map(std::mem::take(&mut cp.context));
+        self.set_engine_keys(&context);
+        let resumed = !cp.stages.is_empty() || cp.status == RunStatus::WaitingForInput;
+        cp.status = RunStatus::Running;
+        self.emit(
+            if resumed { names::RUN_RESUMED } else { names::RUN_STARTED },
+            None,
+            json!({ "workflow": self.workflow.name, "goal": self.workflow.graph.goal, "next_node": cp.next_node }),
+        );
+        let result = self.run_loop(&mut cp, &context).await;
+        let (status, error) = match result {
+            Ok(status) => (status, None),
+            Err(error) => {
+                cp.failure = Some(error.to_string());
+                (RunStatus::Failed, Some(error))
+            }
+        };
+        cp.status = status;
+        let (event, payload) = match status {
+            RunStatus::Succeeded => (
+                names::RUN_COMPLETED,
+                json!({ "status": "succeeded", "stages": cp.stages.len() }),
+            ),
+            RunStatus::WaitingForInput => (names::RUN_WAITING, json!({ "node": cp.next_node })),
+            _ => (
+                names::RUN_FAILED,
+                json!({ "status": "failed", "error": cp.failure }),
+            ),
+        };
+        self.emit(event, None, payload);
+        if let Err(error) = self.save(&mut cp, &context) {
+            return RunResult {
+                status: RunStatus::Failed,
+                checkpoint: cp,
+                error: Some(error),
+            };
+        }
+        RunResult {
+            status,
+            checkpoint: cp,
+            error,
+        }
+    }
+
+    fn set_engine_keys(&self, context: &RunContext) {
+        context.set(keys::RUN_ID, self.run_id.clone());
+        context.set(keys::WORK_DIR, self.settings.work_dir.display().to_string());
+        for (key, value) in &self.workflow.graph.attributes {
+            context.set(format!("{}{key}", keys::GRAPH_PREFIX), value.clone());
+        }
+        if let Some(goal) = &self.workflow.graph.goal {
+            context.set("graph.goal", goal.clone());
+        }
+    }
+
+    async fn run_loop(
+        &self,
+        cp: &mut Checkpoint,
+        context: &RunContext,
+    ) -> Result<RunStatus, EngineError> {
+        loop {
+            let Some(node_id) = cp.next_node.clone() else {
+                return Ok(RunStatus::Succeeded);
+            };
+            let index =
+                self.workflow
+                    .node_index(&node_id)
+                    .ok_or_else(|| EngineError::UnknownNode {
+                        node: node_id.clone(),
+                    })?;
+            let node = &self.workflow.nodes[index];
+            if matches!(node.kind, NodeKind::Exit) {
+                if let Some(target) = self.check_goal_gates(cp)? {
+                    cp.next_node = Some(target);
+                    self.save(cp, context)?;
+                    continue;
+                }
+            }
+            if cp.steps >= self.settings.max_steps {
+                return Err(EngineError::StepBudget { steps: cp.steps });
+            }
+            let visit = cp.visits.get(&node_id).copied().unwrap_or(0) + 1;
+            if let Some(limit) = node
+                .common
+                .max_visits
+                .or(self.workflow.graph.max_node_visits)
+                && visit > limit
+            {
+                return Err(EngineError::VisitLimit {
+                    node: node_id,
+                    limit,
+                });
+            }
+            context.set(keys::CURRENT_NODE, node_id.clone());
+            context.set(keys::NODE_VISIT_COUNT, visit);
+            let outcome = self.execute_with_retries(cp, index, visit, context).await?;
+            if outcome.waiting_for_input {
+                self.save(cp, context)?;
+                return Ok(RunStatus::WaitingForInput);
+            }
+            cp.visits.insert(node_id.clone(), visit);
+            self.apply_outcome(context, &node_id, &outcome)?;
+            if node.common.goal_gate {
+                cp.goal_gates.insert(node_id.clone(), outcome.status);
+            }
+            cp.next_node = if matches!(node.kind, NodeKind::Exit) {
+                None
+            } else {
+                self.next_node(cp, index, &outcome, context).await?
+            };
+            cp.last_outcome = Some(outcome);
+            self.save(cp, context)?;
+            self.emit(
+                names::CHECKPOINT_SAVED,
+                Some(&node_id),
+                json!({ "next_node": cp.next_node }),
+            );
+        }
+    }
+
+    /// The goal gate that is not met, if any: its retry target, or an error when it has none.
+    fn check_goal_gates(&self, cp: &Checkpoint) -> Result<Option<String>, EngineError> {
+        let unmet = cp
+            .goal_gates
+            .iter()
+            .find(|(_, s)| !matches!(s, StageStatus::Succeeded | StageStatus::PartiallySucceeded));
+        let Some((gate, status)) = unmet else {
+            return Ok(None);
+        };
+        let node = self
+            .workflow
+            .node(gate)
+            .ok_or_else(|| EngineError::UnknownNode { node: gate.clone() })?;
+        self.emit(
+            names::GOAL_GATE_UNMET,
+            Some(gate),
+            json!({ "status": status }),
+        );
+        match self.retry_target(node) {
+            Some(target) => Ok(Some(target)),
+            None => Err(EngineError::GoalGateUnmet {
+                node: gate.clone(),
+                status: *status,
+            }),
+        }
+    }
+
+    /// The retry-target chain: node `retry_target`, node `fallback_retry_target`, then the graph's.
+    fn retry_target(&self, node: &trellis_workflow::Node) -> Option<String> {
+        let graph = &self.workflow.graph;
+        [
+            &node.common.retry_target,
+            &node.common.fallback_retry_target,
+            &graph.retry_target,
+            &graph.fallback_retry_target,
+        ]
+        .into_iter()
+        .flatten()
+        .find(|t| self.workflow.node_index(t).is_some())
+        .cloned()
+    }
+
+    fn max_attempts(&self, node: &trellis_workflow::Node) -> u32 {
+        match node.common.retry_policy {
+            Some(policy) => policy.max_attempts,
+            None => node
+                .common
+                .max_retries
+                .unwrap_or(self.workflow.graph.default_max_retries)
+                .saturating_add(1),
+        }
+    }
+
+    async fn execute_with_retries(
+        &self,
+        cp: &mut Checkpoint,
+        index: NodeIndex,
+        visit: u32,
+        context: &RunContext,
+    ) -> Result<Outcome, EngineError> {
+        let node = &self.workflow.nodes[index];
+        let handler = self
+            .handlers
+            .get(node.kind.type_name())
+            .ok_or(EngineError::NoHandler {
+                node: node.id.clone(),
+                kind: node.kind.type_name(),
+            })?
+            .clone();
+        let max_attempts = self.max_attempts(node).max(1);
+        let timeout = node.common.timeout.or(self.workflow.graph.stall_timeout);
+        let mut attempt = 1;
+        loop {
+            cp.rank += 1;
+            cp.steps += 1;
+            let dir = self.services.store.stage_dir(cp.rank, &node.id, visit)?;
+            let dir_name = dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            self.emit(names::STAGE_STARTED, Some(&node.id), json!({ "visit": visit, "attempt": attempt, "dir": dir_name, "type": node.kind.type_name() }));
+            let stage = Stage {
+                workflow: &self.workflow,
+                node,
+                context,
+                dir: &dir,
+                run_id: &self.run_id,
+                visit,
+                attempt,
+                previous: cp.last_outcome.as_ref(),
+                services: &self.services,
+                settings: &self.settings,
+                emitter: self,
+            };
+            let started = Instant::now();
+            let execution = handler.execute(&stage);
+            let outcome = match timeout.filter(|_| !matches!(node.kind, NodeKind::Human(_))) {
+                Some(limit) => tokio::time::timeout(limit, execution)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Outcome::failed(
+                            FailureClass::Timeout,
+                            format!("timed out after {}", humantime::format_duration(limit)),
+                        )
+                    }),
+                None => execution.await,
+            };
+            let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            let mut status = serde_json::to_value(&outcome).unwrap_or_default();
+            if let Value::Object(map) = &mut status {
+                map.insert("node_id".into(), json!(node.id));
+                map.insert("visit".into(), json!(visit));
+                map.insert("attempt".into(), json!(attempt));
+                map.insert("duration_ms".into(), json!(duration_ms));
+            }
+            self.services.store.write_status(&dir, &status)?;
+            context.set(
+                format!("{}{}", keys::RETRY_COUNT_PREFIX, node.id),
+                attempt - 1,
+            );
+            if outcome.waiting_for_input {
+                return Ok(outcome);
+            }
+            cp.stages.push(StageRecord {
+                rank: cp.rank,
+                node_id: node.id.clone(),
+                visit,
+                attempt,
+                status: outcome.status,
+                duration_ms,
+                failure_reason: outcome.failure_reason().map(str::to_owned),
+                dir: dir_name,
+            });
+            if outcome.retryable() && attempt < max_attempts {
+                let delay = backoff(node.common.retry_policy, attempt);
+                self.emit(
+                    names::STAGE_RETRYING,
+                    Some(&node.id),
+                    json!({ "attempt": attempt, "next_attempt": attempt + 1, "delay_ms": delay.as_millis(), "reason": outcome.failure_reason() }),
+                );
+                tokio::time::sleep(delay).await;
+                attempt += 1;
+                continue;
+            }
+            let event = if outcome.status == StageStatus::Failed {
+                names::STAGE_FAILED
+            } else {
+                names::STAGE_COMPLETED
+            };
+            self.emit(
+                event,
+                Some(&node.id),
+                json!({
+                    "status": outcome.status, "visit": visit, "attempt": attempt, "duration_ms": duration_ms,
+                    "failure_reason": outcome.failure_reason(), "files_touched": outcome.files_touched,
+                }),
+            );
+            return Ok(outcome);
+        }
+    }
+
+    /// Merges a stage's outcome into the context: its updates (large values as blobs) and the engine keys.
+    fn apply_outcome(
+        &self,
+        context: &RunContext,
+        node_id: &str,
+        outcome: &Outcome,
+    ) -> Result<(), EngineError> {
+        let mut updates = outcome.context_updates.clone();
+        for value in updates.values_mut() {
+            if serde_json::to_string(value).map_or(0, |s| s.len()) > BLOB_THRESHOLD {
+                let bytes = match &*value {
+                    Value::String(text) => text.clone().into_bytes(),
+                    other => serde_json::to_vec(other).unwrap_or_default(),
+                };
+                *value = Value::String(self.services.blobs.put(&bytes)?);
+            }
+        }
+        context.merge(&updates);
+        context.set(keys::OUTCOME, outcome.status.as_str());
+        context.set(
+            keys::PREFERRED_LABEL,
+            outcome.preferred_label.clone().unwrap_or_default(),
+        );
+        match &outcome.failure {
+            Some(failure) => {
+                context.set(keys::FAILURE_CLASS, failure.class.as_str());
+                context.set(keys::FAILURE_REASON, failure.reason.clone());
+                let first_line = failure.reason.lines().next().unwrap_or_default();
+                context.set(
+                    keys::FAILURE_SIGNATURE,
+                    format!("{node_id}:{}:{first_line}", failure.class.as_str()),
+                );
+            }
+            None => {
+                for key in [
+                    keys::FAILURE_CLASS,
+                    keys::FAILURE_REASON,
+                    keys::FAILURE_SIGNATURE,
+                ] {
+                    context.set(key, "");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Chooses the next node; `None` ends the run (a YAML terminal node).
+    async fn next_node(
+        &self,
+        cp: &mut Checkpoint,
+        index: NodeIndex,
+        outcome: &Outcome,
+        context: &RunContext,
+    ) -> Result<Option<String>, EngineError> {
+        let node = &self.workflow.nodes[index];
+        let view = ConditionView {
+            context,
+            outcome: Some(outcome.status),
+            preferred_label: outcome.preferred_label.as_deref(),
+            blobs: &*self.services.blobs,
+        };
+        let edge = match routing::select(&self.workflow, index, outcome, &view, &cp.edge_counts) {
+            Route::Edge(edge) => Some(edge),
+            Route::AskModel {
+                candidates,
+                fallback,
+            } => {
+                self.ask_router(node, &candidates, fallback, context)
+                    .await?
+            }
+            Route::NoEdges if self.workflow.format == SourceFormat::Yaml => return Ok(None),
+            Route::NoEdges => None,
+            Route::NoMatch { tried } => {
+                if outcome.status != StageStatus::Failed {
+                    return Err(EngineError::NoEdge {
+                        node: node.id.clone(),
+                        outcome: outcome.status,
+                        tried,
+                    });
+                }
+                None
+            }
+        };
+        let Some(edge) = edge else {
+            // A failed node with nowhere to go tries its retry-target chain.
+            if outcome.status == StageStatus::Failed
+                && let Some(target) = self.retry_target(node)
+            {
+                self.emit(
+                    names::EDGE_SELECTED,
+                    Some(&node.id),
+                    json!({ "to": target, "reason": "retry_target" }),
+                );
+                return Ok(Some(target));
+            }
+            return Err(EngineError::NoEdge {
+                node: node.id.clone(),
+                outcome: outcome.status,
+                tried: Vec::new(),
+            });
+        };
+        let edge = &self.workflow.edges[edge];
+        let key = routing::key_of(&self.workflow, edge);
+        *cp.edge_counts.entry(key).or_insert(0) += 1;
+        let target = self.workflow.nodes[edge.to].id.clone();
+        self.emit(
+            names::EDGE_SELECTED,
+            Some(&node.id),
+            json!({ "to": target, "label": edge.label, "condition": edge.condition.as_ref().map(|c| c.source()), "when": edge.when }),
+        );
+        Ok(Some(target))
+    }
+
+    async fn ask_router(
+        &self,
+        node: &trellis_workflow::Node,
+        candidates: &[usize],
+        fallback: Option<usize>,
+        context: &RunContext,
+    ) -> Result<Option<usize>, EngineError> {
+        let options: Vec<RouteOption> = candidates
+            .iter()
+            .map(|&e| RouteOption {
+                target: self.workflow.nodes[self.workflow.edges[e].to].id.clone(),
+                when: self.workflow.edges[e].when.clone().unwrap_or_default(),
+            })
+            .collect();
+        let Some(router) = &self.services.router else {
+            return Err(EngineError::Routing {
+                node: node.id.clone(),
+                reason: "no model is configured".into(),
+            });
+        };
+        match router.choose(&node.id, &options, &context.snapshot()).await {
+            Ok(Some(choice)) if choice < candidates.len() => Ok(Some(candidates[choice])),
+            Ok(_) => Ok(fallback),
+            Err(reason) => Err(EngineError::Routing {
+                node: node.id.clone(),
+                reason,
+            }),
+        }
+    }
+}
+
+/// The delay before attempt `attempt + 1`: the policy's schedule (0.5 s doubling without one), capped at
+/// 60 s, with up to 10% jitter.
+pub fn backoff(policy: Option<RetryPolicy>, attempt: u32) -> Duration {
+    let (initial, factor) = policy.map_or((Duration::from_millis(500), 2.0), |p| {
+        (p.initial_delay, p.backoff_factor)
+    });
+    let exponent = i32::try_from(attempt.saturating_sub(1)).unwrap_or(i32::MAX);
+    let delay = initial
+        .mul_f64(factor.powi(exponent))
+        .min(RetryPolicy::MAX_DELAY);
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    delay + delay.mul_f64(f64::from(nanos % 1000) / 10_000.0)
+}

@@ -1,0 +1,98 @@
+//! The handler seam: every node kind is executed by a [`Handler`] looked up by its type name. The
+//! engine owns the control-flow handlers (start, exit, conditional); `trellis-handlers` provides the
+//! rest.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use trellis_workflow::{Node, Workflow};
+
+use crate::context::RunContext;
+use crate::outcome::Outcome;
+use crate::services::{BlobStore, EventSink, Interviewer, Router, RunStore};
+
+/// Everything a handler may use while executing one stage attempt.
+pub struct Stage<'a> {
+    pub workflow: &'a Workflow,
+    pub node: &'a Node,
+    pub context: &'a RunContext,
+    /// This attempt's directory in the run record (`stages/001-plan@1`).
+    pub dir: &'a Path,
+    pub run_id: &'a str,
+    pub visit: u32,
+    pub attempt: u32,
+    /// The previous stage's outcome (conditional nodes pass it through).
+    pub previous: Option<&'a Outcome>,
+    pub services: &'a Services,
+    pub settings: &'a Settings,
+    /// Emits events into the run's stream, numbered with the engine's sequence.
+    pub emitter: &'a dyn Emitter,
+}
+
+/// Emits a named event with a payload for a node.
+pub trait Emitter: Send + Sync {
+    fn emit(&self, event: &str, node: Option<&str>, payload: serde_json::Value);
+}
+
+/// The services of a run.
+#[derive(Clone)]
+pub struct Services {
+    pub store: Arc<dyn RunStore>,
+    pub blobs: Arc<dyn BlobStore>,
+    pub events: Arc<dyn EventSink>,
+    pub interviewer: Arc<dyn Interviewer>,
+    pub router: Option<Arc<dyn Router>>,
+}
+
+/// Run-wide settings from the command line.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The directory commands run in.
+    pub work_dir: std::path::PathBuf,
+    /// Models are simulated and commands are not run.
+    pub dry_run: bool,
+    /// Stages a run may execute before it is stopped as a runaway.
+    pub max_steps: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            work_dir: std::path::PathBuf::from("."),
+            dry_run: false,
+            max_steps: 10_000,
+        }
+    }
+}
+
+#[async_trait]
+pub trait Handler: Send + Sync {
+    async fn execute(&self, stage: &Stage<'_>) -> Outcome;
+}
+
+/// Handlers by node type name (`command`, `human`, ...).
+#[derive(Clone, Default)]
+pub struct Handlers {
+    map: HashMap<&'static str, Arc<dyn Handler>>,
+}
+
+impl Handlers {
+    /// The control-flow handlers the engine owns.
+    pub fn with_control_flow() -> Self {
+        let mut handlers = Self::default();
+        handlers.register("start", Arc::new(crate::control::Start));
+        handlers.register("exit", Arc::new(crate::control::Start));
+        handlers.register("conditional", Arc::new(crate::control::Conditional));
+        handlers
+    }
+
+    pub fn register(&mut self, type_name: &'static str, handler: Arc<dyn Handler>) {
+        self.map.insert(type_name, handler);
+    }
+
+    pub fn get(&self, type_name: &str) -> Option<&Arc<dyn Handler>> {
+        self.map.get(type_name)
+    }
+}

@@ -1,0 +1,22 @@
+//! `trellis-engine` executes a compiled [`Workflow`](trellis_workflow::Workflow): the run loop, edge
+//! selection, the run context, outcomes, retries, goal gates, visit limits, checkpoints and events. It
+//! sees the outside world only through the traits in [`services`] and [`handler`]; it never touches a
+//! process, an HTTP client or the file layout of the run record.
+
+pub mod checkpoint;
+pub mod context;
+mod control;
+pub mod engine;
+pub mod event;
+pub mod handler;
+pub mod keys;
+pub mod outcome;
+pub mod routing;
+pub mod services;
+
+pub use checkpoint::{Checkpoint, RunStatus, StageRecord};
+pub use context::RunContext;
+pub use engine::{Engine, EngineError, RunResult};
+pub use event::Event;
+pub use handler::{Emitter, Handler, Handlers, Services, Settings, Stage};
+pub use outcome::{Failure, FailureClass, Outcome};

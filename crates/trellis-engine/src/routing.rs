@@ -1,0 +1,137 @@
+//! Edge selection after a stage, in the order DESIGN.md §3 fixes. Edges whose `max_iterations` is spent
+//! are dropped first; then
+//! 1. `condition` edges that match: highest weight, then the lexically first target;
+//! 2. the outcome's preferred label, against edge labels (accelerators stripped, case ignored);
+//! 3. the outcome's suggested next ids, in order;
+//! 4. natural-language `when` edges, judged by a model — unconditional edges are offered as "none of the
+//!    above" — except that a node with exactly one remaining unconditional edge never calls the model;
+//! 5. unconditional edges: highest weight, then the lexically first target.
+
+use std::collections::BTreeMap;
+
+use trellis_workflow::label::normalize_label;
+use trellis_workflow::{Edge, NodeIndex, Workflow};
+
+use crate::checkpoint::edge_key;
+use crate::context::ConditionView;
+use crate::outcome::Outcome;
+
+/// What routing decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Follow this edge (index into `Workflow::edges`).
+    Edge(usize),
+    /// Ask a model to pick among these `when` edges, falling back to `fallback` (an unconditional edge).
+    AskModel {
+        candidates: Vec<usize>,
+        fallback: Option<usize>,
+    },
+    /// No edge remains at all: in YAML the node is terminal.
+    NoEdges,
+    /// Edges remain but none applies; `tried` lists the conditions that were evaluated.
+    NoMatch { tried: Vec<String> },
+}
+
+/// How an edge's iteration count is keyed.
+pub fn key_of(workflow: &Workflow, edge: &Edge) -> String {
+    edge_key(
+        &workflow.nodes[edge.from].id,
+        &workflow.nodes[edge.to].id,
+        edge.index,
+    )
+}
+
+/// The best of `edges` by weight, then lexically first target id.
+fn best<'a>(workflow: &Workflow, edges: impl Iterator<Item = &'a Edge>) -> Option<&'a Edge> {
+    edges.min_by(|a, b| {
+        b.weight
+            .cmp(&a.weight)
+            .then_with(|| workflow.nodes[a.to].id.cmp(&workflow.nodes[b.to].id))
+    })
+}
+
+pub fn select(
+    workflow: &Workflow,
+    node: NodeIndex,
+    outcome: &Outcome,
+    view: &ConditionView<'_>,
+    edge_counts: &BTreeMap<String, u32>,
+) -> Route {
+    let remaining: Vec<&Edge> = workflow
+        .outgoing(node)
+        .filter(|e| {
+            e.max_iterations
+                .is_none_or(|max| edge_counts.get(&key_of(workflow, e)).copied().unwrap_or(0) < max)
+        })
+        .collect();
+    if remaining.is_empty() {
+        return Route::NoEdges;
+    }
+    // 1. Conditions.
+    if let Some(edge) = best(
+        workflow,
+        remaining
+            .iter()
+            .copied()
+            .filter(|e| e.condition.as_ref().is_some_and(|c| c.evaluate(view))),
+    ) {
+        return Route::Edge(edge.index);
+    }
+    let open: Vec<&Edge> = remaining
+        .iter()
+        .copied()
+        .filter(|e| e.condition.is_none())
+        .collect();
+    // 2. Preferred label.
+    if let Some(label) = outcome
+        .preferred_label
+        .as_deref()
+        .map(normalize_label)
+        .filter(|l| !l.is_empty())
+        && let Some(edge) = open.iter().find(|e| {
+            e.label
+                .as_deref()
+                .is_some_and(|l| normalize_label(l) == label)
+        })
+    {
+        return Route::Edge(edge.index);
+    }
+    // 3. Suggested next ids.
+    for id in &outcome.suggested_next_ids {
+        if let Some(edge) = open.iter().find(|e| workflow.nodes[e.to].id == *id) {
+            return Route::Edge(edge.index);
+        }
+    }
+    let unconditional = || open.iter().copied().filter(|e| e.when.is_none());
+    // 4. Natural-language edges (never for a lone unconditional edge).
+    let when: Vec<usize> = open
+        .iter()
+        .filter(|e| e.when.is_some())
+        .map(|e| e.index)
+        .collect();
+    if !when.is_empty() {
+        return Route::AskModel {
+            candidates: when,
+            fallback: best(workflow, unconditional()).map(|e| e.index),
+        };
+    }
+    // 5. Unconditional edges.
+    if let Some(edge) = best(workflow, unconditional()) {
+        return Route::Edge(edge.index);
+    }
+    Route::NoMatch {
+        tried: remaining
+            .iter()
+            .filter_map(|e| {
+                e.condition.as_ref().map(|c| {
+                    format!(
+                        "{} -> {}: {}",
+                        workflow.nodes[e.from].id,
+                        workflow.nodes[e.to].id,
+                        c.source()
+                    )
+                })
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,165 @@
+//! The seams the engine calls through, each a small trait owned here: where the run record goes
+//! ([`RunStore`]), where large values go ([`BlobStore`]), who hears about progress ([`EventSink`]), who
+//! answers human gates ([`Interviewer`]), who judges natural-language edges ([`Router`]). `trellis-store`
+//! and `trellis-handlers` implement them; tests use the in-memory ones in [`memory`].
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::checkpoint::Checkpoint;
+use crate::event::Event;
+
+/// Blob references look like `blob://sha256/<hex>`.
+pub const BLOB_PREFIX: &str = "blob://sha256/";
+/// Context values whose JSON is longer than this are stored as blobs.
+pub const BLOB_THRESHOLD: usize = 100 * 1024;
+
+/// The durable record of a run.
+pub trait RunStore: Send + Sync {
+    /// Creates the directory of one stage attempt (`stages/{rank:03}-{node}@{visit}`).
+    fn stage_dir(&self, rank: u32, node: &str, visit: u32) -> io::Result<PathBuf>;
+    /// Writes a stage attempt's `status.json`.
+    fn write_status(&self, stage_dir: &std::path::Path, status: &Value) -> io::Result<()>;
+    /// Saves the checkpoint atomically: after a crash, either the old or the new one is there, whole.
+    fn save_checkpoint(&self, checkpoint: &Checkpoint) -> io::Result<()>;
+}
+
+/// Content-addressed storage for large values and command output.
+pub trait BlobStore: Send + Sync {
+    /// Stores bytes once and returns their reference.
+    fn put(&self, bytes: &[u8]) -> io::Result<String>;
+    fn get(&self, reference: &str) -> io::Result<Vec<u8>>;
+    /// A file holding the blob, for preambles that point at content instead of inlining it.
+    fn path_of(&self, reference: &str) -> Option<PathBuf>;
+}
+
+/// Receives every event, in order.
+pub trait EventSink: Send + Sync {
+    fn emit(&self, event: &Event);
+}
+
+/// One option of a human gate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    pub label: String,
+    pub key: Option<char>,
+}
+
+/// What a human gate asks.
+#[derive(Debug, Clone)]
+pub struct Question {
+    pub node_id: String,
+    pub prompt: String,
+    pub choices: Vec<Choice>,
+    /// Whether free text is accepted (the gate has a `freeform=true` edge).
+    pub freeform: bool,
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    Choice(usize),
+    Freeform(String),
+    /// The gate's timeout ran out.
+    TimedOut,
+    /// Nobody can answer now (a non-interactive run): the run waits for input.
+    Unavailable,
+}
+
+#[async_trait]
+pub trait Interviewer: Send + Sync {
+    async fn ask(&self, question: &Question) -> Answer;
+}
+
+/// A natural-language edge for a model to judge.
+#[derive(Debug, Clone)]
+pub struct RouteOption {
+    pub target: String,
+    pub when: String,
+}
+
+#[async_trait]
+pub trait Router: Send + Sync {
+    /// Picks one of `options` given the run context, or `None` for "none of the above".
+    async fn choose(
+        &self,
+        node_id: &str,
+        options: &[RouteOption],
+        context: &std::collections::BTreeMap<String, Value>,
+    ) -> Result<Option<usize>, String>;
+}
+
+/// In-memory implementations, for tests and dry runs.
+pub mod memory {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    use super::{Answer, BLOB_PREFIX, BlobStore, EventSink, Interviewer, Question};
+    use crate::event::Event;
+
+    #[derive(Default)]
+    pub struct MemoryBlobs {
+        blobs: Mutex<HashMap<String, Vec<u8>>>,
+    }
+
+    impl BlobStore for MemoryBlobs {
+        fn put(&self, bytes: &[u8]) -> std::io::Result<String> {
+            let reference = format!("{BLOB_PREFIX}{:016x}{:08x}", fxhash(bytes), bytes.len());
+            self.blobs
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(reference.clone(), bytes.to_vec());
+            Ok(reference)
+        }
+
+        fn get(&self, reference: &str) -> std::io::Result<Vec<u8>> {
+            self.blobs
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(reference)
+                .cloned()
+                .ok_or_else(|| {
+                    std::io::Error::new(std::io::ErrorKind::NotFound, reference.to_owned())
+                })
+        }
+
+        fn path_of(&self, _reference: &str) -> Option<std::path::PathBuf> {
+            None
+        }
+    }
+
+    fn fxhash(bytes: &[u8]) -> u64 {
+        bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+
+    /// Collects events in memory.
+    #[derive(Default)]
+    pub struct MemoryEvents {
+        pub events: Mutex<Vec<Event>>,
+    }
+
+    impl EventSink for MemoryEvents {
+        fn emit(&self, event: &Event) {
+            self.events
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(event.clone());
+        }
+    }
+
+    /// Answers nothing: every gate waits for input.
+    pub struct NoAnswers;
+
+    #[async_trait::async_trait]
+    impl Interviewer for NoAnswers {
+        async fn ask(&self, _question: &Question) -> Answer {
+            Answer::Unavailable
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! Command nodes: run `script` with `sh -c` (or `python3 -c` for `language="python"`) in the run's work
+//! directory, in a process group of its own. Standard output and error stream into the stage's
+//! `stdout.log` and `stderr.log` while it runs, are stored as blobs afterwards, and appear in the context
+//! as `command.output`, `command.stderr` and `command.exit_code`. A non-zero exit is a failed outcome
+//! with the tail of standard error as its reason. When the stage ends — normally, or because it timed
+//! out and the engine dropped it — the whole process group is killed, so no stray process keeps running.
+//! New test artifacts are captured into `artifacts/<node>/attempt-<n>/`.
+
+use std::path::Path;
+use std::process::Stdio;
+
+use async_trait::async_trait;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use trellis_engine::{FailureClass, Handler, Outcome, Stage, keys};
+use trellis_workflow::NodeKind;
+use trellis_workflow::node_kind::ScriptLanguage;
+
+use crate::artifacts;
+
+pub struct CommandHandler;
+
+/// How much of standard error a failure reason quotes.
+const STDERR_TAIL_CHARS: usize = 2000;
+/// Output kept in memory for the blob store; the log files always get everything.
+const MAX_CAPTURED: usize = 64 * 1024 * 1024;
+
+/// Kills the process group when dropped, unless disarmed.
+struct ProcessGroup(Option<Pid>);
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0.take() {
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+    }
+}
+
+/// Copies a stream into a log file while keeping (up to a limit) a copy in memory.
+async fn tee(mut stream: impl AsyncRead + Unpin, log: &Path) -> Vec<u8> {
+    let mut file = tokio::fs::File::create(log).await.ok();
+    let mut captured = Vec::new();
+    let mut buffer = vec![0u8; 64 * 1024];
+    while let Ok(n) = stream.read(&mut buffer).await {
+        if n == 0 {
+            break;
+        }
+        if let Some(file) = file.as_mut() {
+            let _ = file.write_all(&buffer[..n]).await;
+        }
+        if captured.len() < MAX_CAPTURED {
+            captured.extend_from_slice(&buffer[..n]);
+        }
+    }
+    if let Some(file) = file.as_mut() {
+        let _ = file.flush().await;
+    }
+    captured
+}
+
+fn tail(text: &str, chars: usize) -> &str {
+    let count = text.chars().count();
+    if count <= chars {
+        return text;
+    }
+    let skip = text.char_indices().nth(count - chars).map_or(0, |(i, _)| i);
+    &text[skip..]
+}
+
+#[async_trait]
+impl Handler for CommandHandler {
+    async fn execute(&self, stage: &Stage<'_>) -> Outcome {
+        let NodeKind::Command(config) = &stage.node.kind else {
+            return Outcome::success();
+        };
+        if stage.settings.dry_run {
+            return Outcome::success()
+                .with_update(keys::COMMAND_OUTPUT, "")
+                .with_update(keys::COMMAND_STDERR, "")
+                .with_update(keys::COMMAND_EXIT_CODE, 0);
+        }
+        let (program, flag) = match config.language {
+            ScriptLanguage::Shell => ("sh", "-c"),
+            ScriptLanguage::Python => ("python3", "-c"),
+        };
+        let work_dir = stage.settings.work_dir.clone();
+        let mut command = tokio::process::Command::new(program);
+        command
+            .arg(flag)
+            .arg(&config.script)
+            .current_dir(&work_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .env("TRELLIS_RUN_ID", stage.run_id)
+            .env("TRELLIS_NODE_ID", &stage.node.id)
+            .env("TRELLIS_STAGE_DIR", stage.dir);
+        if let Some(goal) = &stage.workflow.graph.goal {
+            command.env("TRELLIS_GOAL", goal);
+        }
+        let scan_root = work_dir.clone();
+        let baseline = tokio::task::spawn_blocking(move || artifacts::baseline(&scan_root))
+            .await
+            .unwrap_or_default();
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(error) => {
+                return Outcome::failed(
+                    FailureClass::CouldNotStart,
+                    format!("cannot start `{program}`: {error}"),
+                );
+            }
+        };
+        let group = ProcessGroup(
+            child
+                .id()
+                .and_then(|id| i32::try_from(id).ok())
+                .map(Pid::from_raw),
+        );
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let (stdout_log, stderr_log) = (stage.dir.join("stdout.log"), stage.dir.join("stderr.log"));
+        let (status, out, err) = tokio::join!(
+            async {
+                let status = child.wait().await;
+                // The script is done: stop whatever it left running, which also closes the pipes.
+                if let Some(pgid) = group.0 {
+                    let _ = killpg(pgid, Signal::SIGKILL);
+                }
+                status
+            },
+            tee(stdout, &stdout_log),
+            tee(stderr, &stderr_log),
+        );
+        drop(group);
+        let artifacts_dir = stage.dir.parent().and_then(Path::parent).map(|run| {
+            run.join("artifacts")
+                .join(&stage.node.id)
+                .join(format!("attempt-{}", stage.attempt))
+        });
+        let files_touched = match artifacts_dir {
+            Some(dest) => tokio::task::spawn_blocking(move || {
+                artifacts::capture(&work_dir, &baseline, &dest).unwrap_or_default()
+            })
+            .await
+            .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let output_ref = stage.services.blobs.put(&out);
+        let stderr_ref = stage.services.blobs.put(&err);
+        let (Ok(output_ref), Ok(stderr_ref)) = (output_ref, stderr_ref) else {
+            return Outcome::failed(
+                FailureClass::Configuration,
+                "cannot store the command's output in the blob store",
+            );
+        };
+        let status = match status {
+            Ok(status) => status,
+            Err(error) => {
+                return Outcome::failed(
+                    FailureClass::CouldNotStart,
+                    format!("cannot wait for `{program}`: {error}"),
+                );
+            }
+        };
+        let code = status.code();
+        let mut outcome = if status.success() {
+            Outcome::success()
+        } else {
+            let stderr_text = String::from_utf8_lossy(&err);
+            let detail = tail(stderr_text.trim_end(), STDERR_TAIL_CHARS);
+            let how = code.map_or_else(
+                || "was killed by a signal".to_owned(),
+                |c| format!("exited with code {c}"),
+            );
+            let reason = if detail.is_empty() {
+                format!("the command {how}")
+            } else {
+                format!("the command {how}: {detail}")
+            };
+            Outcome::failed(FailureClass::StageFailed, reason)
+        };
+        outcome.files_touched = files_touched
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        outcome
+            .with_update(keys::COMMAND_OUTPUT, output_ref)
+            .with_update(keys::COMMAND_STDERR, stderr_ref)
+            .with_update(
+                keys::COMMAND_EXIT_CODE,
+                code.map_or(serde_json::Value::Null, Into::into),
+            )
+    }
+}

@@ -1,0 +1,164 @@
+//! Human gates: the options are the gate's outgoing edge labels (accelerators like `[A] Approve` give
+//! the key); an edge with `freeform=true` takes free text. The interviewer answers; on `timeout` the
+//! gate takes `human.default_choice`; when nobody can answer (a non-interactive run) the run stops as
+//! waiting for input, resumable with an answer. The choice becomes the preferred label that routing
+//! follows, and `human.gate.selected`, `human.gate.label`, `human.gate.text` in the context.
+
+use async_trait::async_trait;
+use serde_json::json;
+use trellis_engine::event::names;
+use trellis_engine::services::{Answer, Choice, Question};
+use trellis_engine::{FailureClass, Handler, Outcome, Stage, keys};
+use trellis_workflow::NodeKind;
+use trellis_workflow::label::{accelerator, normalize_label};
+
+pub struct HumanHandler;
+
+/// The option an answer names: its accelerator key, or its label (accelerators and case ignored).
+pub fn match_choice(answer: &str, choices: &[Choice]) -> Option<usize> {
+    let answer = answer.trim();
+    let mut chars = answer.chars();
+    if let (Some(key), None) = (chars.next(), chars.next())
+        && let Some(i) = choices
+            .iter()
+            .position(|c| c.key == Some(key.to_ascii_uppercase()))
+    {
+        return Some(i);
+    }
+    let wanted = normalize_label(answer);
+    choices
+        .iter()
+        .position(|c| normalize_label(&c.label) == wanted)
+}
+
+/// The question a gate asks, and the label of its freeform edge.
+pub fn question_for(stage: &Stage<'_>) -> (Question, Option<String>) {
+    let index = stage
+        .workflow
+        .node_index(&stage.node.id)
+        .unwrap_or_default();
+    let mut choices = Vec::new();
+    let mut freeform = None;
+    for edge in stage.workflow.outgoing(index) {
+        let label = edge
+            .label
+            .clone()
+            .unwrap_or_else(|| stage.workflow.nodes[edge.to].id.clone());
+        if edge.freeform {
+            freeform = Some(label);
+        } else {
+            choices.push(Choice {
+                key: accelerator(&label),
+                label,
+            });
+        }
+    }
+    let question = Question {
+        node_id: stage.node.id.clone(),
+        prompt: stage.node.label.clone(),
+        choices,
+        freeform: freeform.is_some(),
+        timeout: stage.node.common.timeout,
+    };
+    (question, freeform)
+}
+
+#[async_trait]
+impl Handler for HumanHandler {
+    async fn execute(&self, stage: &Stage<'_>) -> Outcome {
+        let (question, freeform_label) = question_for(stage);
+        let default_choice = match &stage.node.kind {
+            NodeKind::Human(config) => config.default_choice.clone(),
+            _ => None,
+        };
+        let labels: Vec<&str> = question.choices.iter().map(|c| c.label.as_str()).collect();
+        stage.emitter.emit(
+            names::HUMAN_GATE_ASKED,
+            Some(&stage.node.id),
+            json!({ "prompt": question.prompt, "options": labels, "freeform": question.freeform }),
+        );
+        let answer = stage.services.interviewer.ask(&question).await;
+        let answer = match answer {
+            Answer::TimedOut => match default_choice
+                .as_deref()
+                .and_then(|d| match_choice(d, &question.choices))
+            {
+                Some(choice) => Answer::Choice(choice),
+                None => {
+                    return Outcome::failed(
+                        FailureClass::StageFailed,
+                        format!(
+                            "no answer to `{}` before its timeout, and no usable human.default_choice",
+                            stage.node.id
+                        ),
+                    );
+                }
+            },
+            other => other,
+        };
+        match answer {
+            Answer::Choice(i) if i < question.choices.len() => {
+                let choice = &question.choices[i];
+                let selected = choice
+                    .key
+                    .map_or_else(|| choice.label.clone(), String::from);
+                let mut outcome = Outcome::success()
+                    .with_update(keys::HUMAN_SELECTED, selected)
+                    .with_update(keys::HUMAN_LABEL, choice.label.clone());
+                outcome.preferred_label = Some(choice.label.clone());
+                outcome
+            }
+            Answer::Freeform(text) if freeform_label.is_some() => {
+                let label = freeform_label.unwrap_or_default();
+                let mut outcome = Outcome::success()
+                    .with_update(keys::HUMAN_SELECTED, "freeform")
+                    .with_update(keys::HUMAN_LABEL, label.clone())
+                    .with_update(keys::HUMAN_TEXT, text);
+                outcome.preferred_label = Some(label);
+                outcome
+            }
+            Answer::Freeform(text) => Outcome::failed(
+                FailureClass::StageFailed,
+                format!(
+                    "`{text}` is not one of the options of `{}`: {}",
+                    stage.node.id,
+                    labels.join(", ")
+                ),
+            ),
+            Answer::Unavailable | Answer::TimedOut | Answer::Choice(_) => {
+                let mut outcome = Outcome::success();
+                outcome.waiting_for_input = true;
+                outcome
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_match_keys_and_labels() {
+        let choices = vec![
+            Choice {
+                label: "[A] Approve".into(),
+                key: Some('A'),
+            },
+            Choice {
+                label: "[R] Revise".into(),
+                key: Some('R'),
+            },
+            Choice {
+                label: "Skip".into(),
+                key: None,
+            },
+        ];
+        assert_eq!(match_choice("a", &choices), Some(0));
+        assert_eq!(match_choice("R", &choices), Some(1));
+        assert_eq!(match_choice("revise", &choices), Some(1));
+        assert_eq!(match_choice(" skip ", &choices), Some(2));
+        assert_eq!(match_choice("[A] Approve", &choices), Some(0));
+        assert_eq!(match_choice("maybe", &choices), None);
+    }
+}

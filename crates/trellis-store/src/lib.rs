@@ -1,0 +1,21 @@
+//! `trellis-store` keeps the run record on disk (DESIGN.md §4):
+//!
+//! ```text
+//! <runs dir>/<run id>/
+//!   run.json          workflow name, goal, source path, status, times, settings
+//!   workflow.fabro    the exact source that ran
+//!   checkpoint.json   written atomically after every stage (temp file, fsync, rename)
+//!   events.jsonl      append-only event log
+//!   stages/001-plan@1/ status.json, stdout.log, stderr.log, ...
+//!   blobs/<hex>       content-addressed values
+//! ```
+//!
+//! It implements the engine's [`RunStore`], [`BlobStore`] and [`EventSink`] traits.
+
+mod blobs;
+mod run_dir;
+
+pub use blobs::FileBlobs;
+pub use run_dir::{
+    RunDir, RunMeta, StoreError, default_runs_dir, list_runs, new_run_id, write_atomically,
+};

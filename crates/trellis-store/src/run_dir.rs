@@ -1,0 +1,282 @@
+//! One run's directory: creating it, stage directories, atomic checkpoint and status writes, the event
+//! log, and `run.json`. Also finding runs again by id or path.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use trellis_engine::services::{EventSink, RunStore};
+use trellis_engine::{Checkpoint, Event};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path} is not a valid {what}: {source}")]
+    Corrupt {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("no run `{id}` in {runs_dir}")]
+    NotFound { id: String, runs_dir: PathBuf },
+}
+
+/// `run.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunMeta {
+    pub run_id: String,
+    pub workflow: String,
+    pub goal: Option<String>,
+    pub source_path: String,
+    pub status: String,
+    pub started_at: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub ended_at: Option<String>,
+    pub settings: Value,
+}
+
+/// A new run id: a ULID, so ids sort by time.
+pub fn new_run_id() -> String {
+    ulid::Ulid::generate().to_string()
+}
+
+/// `$TRELLIS_RUNS_DIR`, else `~/.trellis/runs`.
+pub fn default_runs_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("TRELLIS_RUNS_DIR") {
+        return PathBuf::from(dir);
+    }
+    std::env::var_os("HOME").map_or_else(
+        || PathBuf::from(".trellis/runs"),
+        |home| PathBuf::from(home).join(".trellis/runs"),
+    )
+}
+
+/// Writes a file so that a crash leaves either the old or the new content: temp file, fsync, rename.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    {
+        let mut file = File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    if let Some(parent) = path.parent()
+        && let Ok(dir) = File::open(parent)
+    {
+        let _ = dir.sync_all();
+    }
+    Ok(())
+}
+
+/// Run directories under `runs_dir`, newest first.
+pub fn list_runs(runs_dir: &Path) -> Vec<PathBuf> {
+    let mut runs: Vec<PathBuf> = fs::read_dir(runs_dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.join("run.json").is_file())
+                .collect()
+        })
+        .unwrap_or_default();
+    runs.sort();
+    runs.reverse();
+    runs
+}
+
+/// The on-disk record of one run.
+pub struct RunDir {
+    root: PathBuf,
+    events: Mutex<Option<File>>,
+}
+
+fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> StoreError {
+    let path = path.to_path_buf();
+    move |source| StoreError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+impl RunDir {
+    /// Creates `<runs_dir>/<run_id>/` with the workflow source and `run.json`.
+    pub fn create(
+        runs_dir: &Path,
+        meta: &RunMeta,
+        source: &str,
+        source_name: &str,
+    ) -> Result<Self, StoreError> {
+        let root = runs_dir.join(&meta.run_id);
+        fs::create_dir_all(root.join("stages")).map_err(io_error("create", &root))?;
+        let workflow_file = root.join(source_name);
+        fs::write(&workflow_file, source).map_err(io_error("write", &workflow_file))?;
+        let dir = Self::open_dir(root);
+        dir.write_meta(meta)?;
+        Ok(dir)
+    }
+
+    fn open_dir(root: PathBuf) -> Self {
+        Self {
+            root,
+            events: Mutex::new(None),
+        }
+    }
+
+    /// Opens an existing run by directory path, or by id (or unique id prefix) under `runs_dir`.
+    pub fn open(reference: &str, runs_dir: &Path) -> Result<Self, StoreError> {
+        let as_path = Path::new(reference);
+        if as_path.join("run.json").is_file() {
+            return Ok(Self::open_dir(as_path.to_path_buf()));
+        }
+        let direct = runs_dir.join(reference);
+        if direct.join("run.json").is_file() {
+            return Ok(Self::open_dir(direct));
+        }
+        let matches: Vec<PathBuf> = list_runs(runs_dir)
+            .into_iter()
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(reference))
+            })
+            .collect();
+        match matches.as_slice() {
+            [only] if !reference.is_empty() => Ok(Self::open_dir(only.clone())),
+            _ => Err(StoreError::NotFound {
+                id: reference.to_owned(),
+                runs_dir: runs_dir.to_path_buf(),
+            }),
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn blobs_dir(&self) -> PathBuf {
+        self.root.join("blobs")
+    }
+
+    pub fn events_path(&self) -> PathBuf {
+        self.root.join("events.jsonl")
+    }
+
+    pub fn checkpoint_path(&self) -> PathBuf {
+        self.root.join("checkpoint.json")
+    }
+
+    pub fn meta(&self) -> Result<RunMeta, StoreError> {
+        let path = self.root.join("run.json");
+        let text = fs::read_to_string(&path).map_err(io_error("read", &path))?;
+        serde_json::from_str(&text).map_err(|source| StoreError::Corrupt {
+            what: "run.json",
+            path,
+            source,
+        })
+    }
+
+    pub fn write_meta(&self, meta: &RunMeta) -> Result<(), StoreError> {
+        let path = self.root.join("run.json");
+        let text = serde_json::to_vec_pretty(meta).unwrap_or_default();
+        write_atomically(&path, &text).map_err(io_error("write", &path))
+    }
+
+    pub fn checkpoint(&self) -> Result<Checkpoint, StoreError> {
+        let path = self.checkpoint_path();
+        let text = fs::read_to_string(&path).map_err(io_error("read", &path))?;
+        serde_json::from_str(&text).map_err(|source| StoreError::Corrupt {
+            what: "checkpoint",
+            path,
+            source,
+        })
+    }
+
+    /// Every event recorded so far. A torn last line (the process died mid-write) is skipped.
+    pub fn events(&self) -> Result<Vec<Event>, StoreError> {
+        let path = self.events_path();
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(io_error("read", &path)(e)),
+        };
+        Ok(text
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect())
+    }
+
+    /// The workflow source file kept with the run.
+    pub fn source_file(&self) -> Option<PathBuf> {
+        fs::read_dir(&self.root)
+            .ok()?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| p.file_stem().is_some_and(|s| s == "workflow") && p.is_file())
+    }
+}
+
+impl RunStore for RunDir {
+    fn stage_dir(&self, rank: u32, node: &str, visit: u32) -> io::Result<PathBuf> {
+        let dir = self
+            .root
+            .join("stages")
+            .join(format!("{rank:03}-{node}@{visit}"));
+        if dir.exists() {
+            // An attempt the process was killed in: keep what it wrote, out of the way.
+            let mut n = 1;
+            while dir.with_extension(format!("interrupted-{n}")).exists() {
+                n += 1;
+            }
+            fs::rename(&dir, dir.with_extension(format!("interrupted-{n}")))?;
+        }
+        fs::create_dir_all(&dir)?;
+        Ok(dir)
+    }
+
+    fn write_status(&self, stage_dir: &Path, status: &Value) -> io::Result<()> {
+        write_atomically(
+            &stage_dir.join("status.json"),
+            &serde_json::to_vec_pretty(status).unwrap_or_default(),
+        )
+    }
+
+    fn save_checkpoint(&self, checkpoint: &Checkpoint) -> io::Result<()> {
+        write_atomically(
+            &self.checkpoint_path(),
+            &serde_json::to_vec_pretty(checkpoint).unwrap_or_default(),
+        )
+    }
+}
+
+impl EventSink for RunDir {
+    fn emit(&self, event: &Event) {
+        let mut guard = self
+            .events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if guard.is_none() {
+            *guard = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.events_path())
+                .ok();
+        }
+        if let Some(file) = guard.as_mut()
+            && let Ok(mut line) = serde_json::to_vec(event)
+        {
+            line.push(b'\n');
+            // One write per event, so a kill leaves at most one torn line.
+            let _ = file.write_all(&line);
+        }
+    }
+}
