@@ -35,3 +35,50 @@ impl Handler for Conditional {
         outcome
     }
 }
+
+/// Fan-in: picks the best branch from `parallel.results` (status rank, then score, then id) and
+/// records it as `parallel.fan_in.best_id` / `best_outcome`; the fan-in's outcome is the best branch's.
+/// A fan-in with a prompt asks a model to choose instead, which needs a configured model.
+pub struct FanIn;
+
+#[async_trait]
+impl Handler for FanIn {
+    async fn execute(&self, stage: &Stage<'_>) -> Outcome {
+        if stage.node.kind.llm().is_some() && !stage.settings.dry_run {
+            return Outcome::failed(
+                crate::outcome::FailureClass::Configuration,
+                format!(
+                    "no model configured: fan-in `{}` has a prompt, so a model picks the best branch; run with --dry-run to simulate",
+                    stage.node.id
+                ),
+            );
+        }
+        let results = stage
+            .context
+            .get(crate::keys::PARALLEL_RESULTS)
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default();
+        let Some((best_id, best_outcome)) = crate::parallel::best_branch(&results) else {
+            return Outcome::failed(
+                crate::outcome::FailureClass::StageFailed,
+                format!("fan-in `{}` found no branch results", stage.node.id),
+            );
+        };
+        let status: StageStatus = best_outcome.parse().unwrap_or(StageStatus::Failed);
+        let mut outcome = if status == StageStatus::Failed {
+            Outcome::failed(
+                crate::outcome::FailureClass::StageFailed,
+                "no branch succeeded",
+            )
+        } else {
+            Outcome::new(status)
+        };
+        outcome
+            .context_updates
+            .insert(crate::keys::FAN_IN_BEST_ID.into(), best_id.into());
+        outcome
+            .context_updates
+            .insert(crate::keys::FAN_IN_BEST_OUTCOME.into(), best_outcome.into());
+        outcome
+    }
+}

@@ -5,7 +5,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
@@ -69,14 +70,64 @@ pub struct RunResult {
     pub error: Option<EngineError>,
 }
 
+/// Stage bookkeeping shared by concurrent branches: directory ranks, the step count, finished stages.
+/// Folded back into the checkpoint before every save.
+#[derive(Default)]
+pub(crate) struct Ledger {
+    rank: AtomicU32,
+    steps: AtomicU32,
+    stages: Mutex<Vec<StageRecord>>,
+}
+
+impl Ledger {
+    fn from_checkpoint(cp: &Checkpoint) -> Self {
+        Self {
+            rank: AtomicU32::new(cp.rank),
+            steps: AtomicU32::new(cp.steps),
+            stages: Mutex::new(cp.stages.clone()),
+        }
+    }
+
+    fn write_to(&self, cp: &mut Checkpoint) {
+        cp.rank = self.rank.load(Ordering::SeqCst);
+        cp.steps = self.steps.load(Ordering::SeqCst);
+        cp.stages = self
+            .stages
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+    }
+
+    pub(crate) fn record(&self, record: StageRecord) {
+        self.stages
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(record);
+    }
+
+    pub(crate) fn steps(&self) -> u32 {
+        self.steps.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn steps_add(&self, n: u32) {
+        self.steps.fetch_add(n, Ordering::SeqCst);
+    }
+
+    pub(crate) fn next_rank(&self) -> u32 {
+        self.rank.fetch_add(1, Ordering::SeqCst) + 1
+    }
+}
+
 /// Runs one workflow.
 pub struct Engine {
     pub workflow: Arc<Workflow>,
     pub handlers: Arc<Handlers>,
     pub services: Services,
     pub settings: Settings,
-    seq: Arc<AtomicU64>,
-    run_id: String,
+    pub(crate) seq: Arc<AtomicU64>,
+    pub(crate) run_id: String,
+    /// Sub-workflow nesting depth (0 for the top-level run).
+    pub(crate) depth: u32,
 }
 
 /// The current time as RFC 3339 with milliseconds.
@@ -99,6 +150,7 @@ impl Engine {
             settings,
             seq: Arc::new(AtomicU64::new(0)),
             run_id: run_id.into(),
+            depth: 0,
         }
     }
 
@@ -141,7 +193,13 @@ impl Engine {
         });
     }
 
-    fn save(&self, cp: &mut Checkpoint, context: &RunContext) -> Result<(), EngineError> {
+    fn save(
+        &self,
+        cp: &mut Checkpoint,
+        ledger: &Ledger,
+        context: &RunContext,
+    ) -> Result<(), EngineError> {
+        ledger.write_to(cp);
         cp.context = context.snapshot();
         cp.seq = self.seq.load(Ordering::SeqCst);
         self.services.store.save_checkpoint(cp)?;
@@ -150,7 +208,10 @@ impl Engine {
 
     /// Runs from `checkpoint` until the run ends or waits for input.
     pub async fn run(&self, mut cp: Checkpoint) -> RunResult {
-        self.seq.store(cp.seq, Ordering::SeqCst);
+        // A sub-workflow shares its parent's event sequence.
+        if self.depth == 0 {
+            self.seq.store(cp.seq, Ordering::SeqCst);
+        }
         let context = RunContext::from_map(std::mem::take(&mut cp.context));
         self.set_engine_keys(&context);
         let resumed = !cp.stages.is_empty() || cp.status == RunStatus::WaitingForInput;
@@ -160,7 +221,9 @@ impl Engine {
             None,
             json!({ "workflow": self.workflow.name, "goal": self.workflow.graph.goal, "next_node": cp.next_node }),
         );
-        let result = self.run_loop(&mut cp, &context).await;
+        let ledger = Ledger::from_checkpoint(&cp);
+        let result = self.run_loop(&mut cp, &ledger, &context).await;
+        ledger.write_to(&mut cp);
         let (status, error) = match result {
             Ok(status) => (status, None),
             Err(error) => {
@@ -181,7 +244,7 @@ impl Engine {
             ),
         };
         self.emit(event, None, payload);
-        if let Err(error) = self.save(&mut cp, &context) {
+        if let Err(error) = self.save(&mut cp, &ledger, &context) {
             return RunResult {
                 status: RunStatus::Failed,
                 checkpoint: cp,
@@ -209,6 +272,7 @@ impl Engine {
     async fn run_loop(
         &self,
         cp: &mut Checkpoint,
+        ledger: &Ledger,
         context: &RunContext,
     ) -> Result<RunStatus, EngineError> {
         loop {
@@ -225,12 +289,14 @@ impl Engine {
             if matches!(node.kind, NodeKind::Exit) {
                 if let Some(target) = self.check_goal_gates(cp)? {
                     cp.next_node = Some(target);
-                    self.save(cp, context)?;
+                    self.save(cp, ledger, context)?;
                     continue;
                 }
             }
-            if cp.steps >= self.settings.max_steps {
-                return Err(EngineError::StepBudget { steps: cp.steps });
+            if ledger.steps() >= self.settings.max_steps {
+                return Err(EngineError::StepBudget {
+                    steps: ledger.steps(),
+                });
             }
             let visit = cp.visits.get(&node_id).copied().unwrap_or(0) + 1;
             if let Some(limit) = node
@@ -246,9 +312,30 @@ impl Engine {
             }
             context.set(keys::CURRENT_NODE, node_id.clone());
             context.set(keys::NODE_VISIT_COUNT, visit);
-            let outcome = self.execute_with_retries(cp, index, visit, context).await?;
+            let (outcome, jump) = match &node.kind {
+                NodeKind::Parallel(config) => {
+                    self.run_parallel(ledger, cp, index, visit, config, context)
+                        .await?
+                }
+                NodeKind::SubWorkflow(config) => (
+                    self.run_sub_workflow(ledger, index, visit, &config.workflow, context)
+                        .await?,
+                    None,
+                ),
+                _ => (
+                    self.execute_with_retries(
+                        ledger,
+                        index,
+                        visit,
+                        context,
+                        cp.last_outcome.as_ref(),
+                    )
+                    .await?,
+                    None,
+                ),
+            };
             if outcome.waiting_for_input {
-                self.save(cp, context)?;
+                self.save(cp, ledger, context)?;
                 return Ok(RunStatus::WaitingForInput);
             }
             cp.visits.insert(node_id.clone(), visit);
@@ -258,11 +345,14 @@ impl Engine {
             }
             cp.next_node = if matches!(node.kind, NodeKind::Exit) {
                 None
+            } else if let Some(fan_in) = jump {
+                Some(fan_in)
             } else {
-                self.next_node(cp, index, &outcome, context).await?
+                self.next_node(&mut cp.edge_counts, index, &outcome, context)
+                    .await?
             };
             cp.last_outcome = Some(outcome);
-            self.save(cp, context)?;
+            self.save(cp, ledger, context)?;
             self.emit(
                 names::CHECKPOINT_SAVED,
                 Some(&node_id),
@@ -324,12 +414,13 @@ impl Engine {
         }
     }
 
-    async fn execute_with_retries(
+    pub(crate) async fn execute_with_retries(
         &self,
-        cp: &mut Checkpoint,
+        ledger: &Ledger,
         index: NodeIndex,
         visit: u32,
         context: &RunContext,
+        previous: Option<&Outcome>,
     ) -> Result<Outcome, EngineError> {
         let node = &self.workflow.nodes[index];
         let handler = self
@@ -344,9 +435,9 @@ impl Engine {
         let timeout = node.common.timeout.or(self.workflow.graph.stall_timeout);
         let mut attempt = 1;
         loop {
-            cp.rank += 1;
-            cp.steps += 1;
-            let dir = self.services.store.stage_dir(cp.rank, &node.id, visit)?;
+            let rank = ledger.next_rank();
+            ledger.steps.fetch_add(1, Ordering::SeqCst);
+            let dir = self.services.store.stage_dir(rank, &node.id, visit)?;
             let dir_name = dir
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -360,7 +451,7 @@ impl Engine {
                 run_id: &self.run_id,
                 visit,
                 attempt,
-                previous: cp.last_outcome.as_ref(),
+                previous,
                 services: &self.services,
                 settings: &self.settings,
                 emitter: self,
@@ -394,8 +485,8 @@ impl Engine {
             if outcome.waiting_for_input {
                 return Ok(outcome);
             }
-            cp.stages.push(StageRecord {
-                rank: cp.rank,
+            ledger.record(StageRecord {
+                rank,
                 node_id: node.id.clone(),
                 visit,
                 attempt,
@@ -433,7 +524,7 @@ impl Engine {
     }
 
     /// Merges a stage's outcome into the context: its updates (large values as blobs) and the engine keys.
-    fn apply_outcome(
+    pub(crate) fn apply_outcome(
         &self,
         context: &RunContext,
         node_id: &str,
@@ -479,9 +570,9 @@ impl Engine {
     }
 
     /// Chooses the next node; `None` ends the run (a YAML terminal node).
-    async fn next_node(
+    pub(crate) async fn next_node(
         &self,
-        cp: &mut Checkpoint,
+        edge_counts: &mut BTreeMap<String, u32>,
         index: NodeIndex,
         outcome: &Outcome,
         context: &RunContext,
@@ -493,7 +584,7 @@ impl Engine {
             preferred_label: outcome.preferred_label.as_deref(),
             blobs: &*self.services.blobs,
         };
-        let edge = match routing::select(&self.workflow, index, outcome, &view, &cp.edge_counts) {
+        let edge = match routing::select(&self.workflow, index, outcome, &view, edge_counts) {
             Route::Edge(edge) => Some(edge),
             Route::AskModel {
                 candidates,
@@ -535,7 +626,7 @@ impl Engine {
         };
         let edge = &self.workflow.edges[edge];
         let key = routing::key_of(&self.workflow, edge);
-        *cp.edge_counts.entry(key).or_insert(0) += 1;
+        *edge_counts.entry(key).or_insert(0) += 1;
         let target = self.workflow.nodes[edge.to].id.clone();
         self.emit(
             names::EDGE_SELECTED,

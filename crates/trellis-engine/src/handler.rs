@@ -85,6 +85,7 @@ impl Handlers {
         handlers.register("start", Arc::new(crate::control::Start));
         handlers.register("exit", Arc::new(crate::control::Start));
         handlers.register("conditional", Arc::new(crate::control::Conditional));
+        handlers.register("parallel.fan_in", Arc::new(crate::control::FanIn));
         handlers
     }
 

@@ -11,8 +11,10 @@ pub mod event;
 pub mod handler;
 pub mod keys;
 pub mod outcome;
+mod parallel;
 pub mod routing;
 pub mod services;
+mod sub_workflow;
 
 pub use checkpoint::{Checkpoint, RunStatus, StageRecord};
 pub use context::RunContext;

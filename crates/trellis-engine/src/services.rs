@@ -26,6 +26,8 @@ pub trait RunStore: Send + Sync {
     fn write_status(&self, stage_dir: &std::path::Path, status: &Value) -> io::Result<()>;
     /// Saves the checkpoint atomically: after a crash, either the old or the new one is there, whole.
     fn save_checkpoint(&self, checkpoint: &Checkpoint) -> io::Result<()>;
+    /// The record of a sub-workflow run inside a stage directory.
+    fn child(&self, stage_dir: &std::path::Path) -> io::Result<std::sync::Arc<dyn RunStore>>;
 }
 
 /// Content-addressed storage for large values and command output.

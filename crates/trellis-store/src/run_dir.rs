@@ -256,6 +256,12 @@ impl RunStore for RunDir {
             &serde_json::to_vec_pretty(checkpoint).unwrap_or_default(),
         )
     }
+
+    fn child(&self, stage_dir: &Path) -> io::Result<std::sync::Arc<dyn RunStore>> {
+        let root = stage_dir.join("child");
+        fs::create_dir_all(root.join("stages"))?;
+        Ok(std::sync::Arc::new(Self::open_dir(root)))
+    }
 }
 
 impl EventSink for RunDir {

@@ -81,7 +81,13 @@ impl Progress {
 impl EventSink for Progress {
     fn emit(&self, event: &Event) {
         self.record.emit(event);
-        let node = event.node_id.as_deref().unwrap_or("");
+        // Stages of a sub-workflow (run id `<run>/<node>`) show under their parent node: `first › greet`.
+        let node_id = event.node_id.as_deref().unwrap_or("");
+        let node = match event.run_id.split_once('/') {
+            Some((_, path)) => format!("{} › {node_id}", path.replace('/', " › ")),
+            None => node_id.to_owned(),
+        };
+        let node = node.as_str();
         let p = &event.payload;
         match event.event.as_str() {
             names::STAGE_STARTED if self.interactive => {

@@ -1,0 +1,378 @@
+//! Parallel fan-out and fan-in (DESIGN.md §3). A branch is the chain of nodes from one outgoing edge of
+//! the fan-out node up to, not including, the fan-in node: the nearest `tripleoctagon` every branch
+//! reaches. Each branch runs on a deep copy of the context, at most `max_parallel` at a time; branch
+//! updates reach the main context only through `parallel.results` (one entry per branch, in declaration
+//! order) and the fan-in's `parallel.fan_in.best_id` / `best_outcome`.
+//!
+//! `join_policy` decides when the merge may proceed — `wait_all`, `first_success`, `k_of_n(N)`,
+//! `quorum(F)` — and branches still running then are cancelled (their processes killed). `error_policy`:
+//! `continue` waits for the policy, `fail_fast` stops at the first failed branch, `ignore` leaves failed
+//! branches out of the count and the results.
+//!
+//! A run killed during a fan-out re-runs the whole fan-out on resume.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+use trellis_workflow::node_kind::{ErrorPolicy, JoinPolicy, ParallelConfig};
+use trellis_workflow::{NodeIndex, NodeKind, StageStatus};
+
+use crate::checkpoint::Checkpoint;
+use crate::context::RunContext;
+use crate::engine::{Engine, EngineError, Ledger};
+use crate::event::names;
+use crate::keys;
+use crate::outcome::{FailureClass, Outcome};
+
+/// One branch's result, as `parallel.results` records it.
+#[derive(Debug, Clone)]
+struct BranchResult {
+    id: String,
+    status: StageStatus,
+    failure_reason: Option<String>,
+    updated_keys: Vec<String>,
+    last_response: Option<Value>,
+    score: Option<f64>,
+}
+
+impl BranchResult {
+    fn to_json(&self) -> Value {
+        json!({
+            "id": self.id, "status": self.status, "failure_reason": self.failure_reason,
+            "updated_keys": self.updated_keys, "last_response": self.last_response, "score": self.score,
+        })
+    }
+}
+
+/// The order in which outcomes rank when choosing the best branch.
+fn status_rank(status: StageStatus) -> u8 {
+    match status {
+        StageStatus::Succeeded => 0,
+        StageStatus::PartiallySucceeded => 1,
+        StageStatus::Skipped => 2,
+        StageStatus::Failed => 3,
+    }
+}
+
+/// The nearest fan-in node every branch of `fan_out` reaches (fewest steps from the farthest branch).
+pub(crate) fn fan_in_of(engine: &Engine, fan_out: NodeIndex) -> Option<NodeIndex> {
+    let workflow = &engine.workflow;
+    let mut worst: HashMap<NodeIndex, (usize, usize)> = HashMap::new();
+    let starts: Vec<NodeIndex> = workflow.outgoing(fan_out).map(|e| e.to).collect();
+    for &start in &starts {
+        let mut distance = vec![usize::MAX; workflow.nodes.len()];
+        let mut queue = VecDeque::from([start]);
+        distance[start] = 0;
+        while let Some(n) = queue.pop_front() {
+            if matches!(workflow.nodes[n].kind, NodeKind::FanIn(_)) {
+                let entry = worst.entry(n).or_insert((0, 0));
+                entry.0 = entry.0.max(distance[n]);
+                entry.1 += 1;
+                continue;
+            }
+            for edge in workflow.outgoing(n) {
+                if distance[edge.to] == usize::MAX {
+                    distance[edge.to] = distance[n] + 1;
+                    queue.push_back(edge.to);
+                }
+            }
+        }
+    }
+    worst
+        .into_iter()
+        .filter(|(_, (_, reached_by))| *reached_by == starts.len())
+        .min_by(|(a, (da, _)), (b, (db, _))| {
+            da.cmp(db)
+                .then_with(|| workflow.nodes[*a].id.cmp(&workflow.nodes[*b].id))
+        })
+        .map(|(n, _)| n)
+}
+
+impl Engine {
+    /// Runs a fan-out node: every branch, then the merge. Returns the fan-out's outcome and the fan-in
+    /// node to continue at.
+    pub(crate) async fn run_parallel(
+        &self,
+        ledger: &Ledger,
+        cp: &Checkpoint,
+        index: NodeIndex,
+        visit: u32,
+        config: &ParallelConfig,
+        context: &RunContext,
+    ) -> Result<(Outcome, Option<String>), EngineError> {
+        let node = &self.workflow.nodes[index];
+        let Some(fan_in) = fan_in_of(self, index) else {
+            return Ok((
+                Outcome::failed(
+                    FailureClass::Configuration,
+                    format!("the branches of `{}` never meet at a fan-in node", node.id),
+                ),
+                None,
+            ));
+        };
+        let starts: Vec<NodeIndex> = self.workflow.outgoing(index).map(|e| e.to).collect();
+        let rank = ledger.next_rank();
+        let dir = self.services.store.stage_dir(rank, &node.id, visit)?;
+        let branch_ids: Vec<&str> = starts
+            .iter()
+            .map(|&s| self.workflow.nodes[s].id.as_str())
+            .collect();
+        self.emit(
+            names::PARALLEL_STARTED,
+            Some(&node.id),
+            json!({ "branches": branch_ids, "fan_in": self.workflow.nodes[fan_in].id, "join_policy": config.join_policy.to_string(), "max_parallel": config.max_parallel }),
+        );
+        let started = std::time::Instant::now();
+        let semaphore = Semaphore::new(config.max_parallel.max(1) as usize);
+        let mut running: FuturesUnordered<_> = starts
+            .iter()
+            .enumerate()
+            .map(|(position, &start)| {
+                let semaphore = &semaphore;
+                async move {
+                    let _permit = semaphore.acquire().await;
+                    (
+                        position,
+                        self.run_branch(ledger, cp, start, fan_in, context).await,
+                    )
+                }
+            })
+            .collect();
+        let total = starts.len();
+        let needed = match config.join_policy {
+            JoinPolicy::WaitAll => total,
+            JoinPolicy::FirstSuccess => 1,
+            JoinPolicy::KOfN(n) => (n as usize).min(total),
+            JoinPolicy::Quorum(fraction) => {
+                ((fraction * total as f64).ceil() as usize).clamp(1, total)
+            }
+        };
+        let mut results: Vec<Option<BranchResult>> = vec![None; total];
+        let (mut succeeded, mut failed, mut stop_reason) = (0, 0, None);
+        while let Some((position, result)) = running.next().await {
+            let result = result?;
+            self.emit(names::PARALLEL_BRANCH_COMPLETED, Some(&node.id), json!({ "branch": result.id, "status": result.status, "failure_reason": result.failure_reason }));
+            if matches!(
+                result.status,
+                StageStatus::Succeeded | StageStatus::PartiallySucceeded
+            ) {
+                succeeded += 1;
+            } else if result.status == StageStatus::Failed {
+                failed += 1;
+            }
+            let is_failure = result.status == StageStatus::Failed;
+            results[position] = Some(result);
+            if is_failure && config.error_policy == ErrorPolicy::FailFast {
+                stop_reason = Some("a branch failed (error_policy=fail_fast)");
+                break;
+            }
+            if config.join_policy != JoinPolicy::WaitAll && succeeded >= needed {
+                stop_reason = Some("the join policy was satisfied");
+                break;
+            }
+        }
+        // Dropping the remaining futures cancels those branches and kills their processes.
+        drop(running);
+        let cancelled = results.iter().filter(|r| r.is_none()).count();
+        let results: Vec<BranchResult> = results
+            .into_iter()
+            .zip(&starts)
+            .map(|(result, &start)| {
+                result.unwrap_or_else(|| BranchResult {
+                    id: self.workflow.nodes[start].id.clone(),
+                    status: StageStatus::Skipped,
+                    failure_reason: Some(format!(
+                        "cancelled: {}",
+                        stop_reason.unwrap_or("the fan-out ended")
+                    )),
+                    updated_keys: Vec::new(),
+                    last_response: None,
+                    score: None,
+                })
+            })
+            .filter(|r| {
+                !(config.error_policy == ErrorPolicy::Ignore && r.status == StageStatus::Failed)
+            })
+            .collect();
+        let counted_failures = if config.error_policy == ErrorPolicy::Ignore {
+            0
+        } else {
+            failed
+        };
+        let status = if config.error_policy == ErrorPolicy::FailFast && failed > 0 {
+            StageStatus::Failed
+        } else if succeeded >= needed && counted_failures == 0 {
+            StageStatus::Succeeded
+        } else if succeeded >= needed
+            || (config.join_policy == JoinPolicy::WaitAll && succeeded > 0)
+        {
+            StageStatus::PartiallySucceeded
+        } else {
+            StageStatus::Failed
+        };
+        let mut outcome = if status == StageStatus::Failed {
+            Outcome::failed(
+                FailureClass::StageFailed,
+                format!(
+                    "{succeeded} of {total} branches succeeded; the join policy `{}` needs {needed}",
+                    config.join_policy
+                ),
+            )
+        } else {
+            Outcome::new(status)
+        };
+        outcome.context_updates.insert(
+            keys::PARALLEL_RESULTS.into(),
+            Value::Array(results.iter().map(BranchResult::to_json).collect()),
+        );
+        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let mut status_json = serde_json::to_value(&outcome).unwrap_or_default();
+        if let Value::Object(map) = &mut status_json {
+            map.insert("node_id".into(), json!(node.id));
+            map.insert("visit".into(), json!(visit));
+            map.insert("duration_ms".into(), json!(duration_ms));
+            map.insert("cancelled_branches".into(), json!(cancelled));
+        }
+        self.services.store.write_status(&dir, &status_json)?;
+        ledger.steps_add(1);
+        ledger.record(crate::checkpoint::StageRecord {
+            rank,
+            node_id: node.id.clone(),
+            visit,
+            attempt: 1,
+            status: outcome.status,
+            duration_ms,
+            failure_reason: outcome.failure_reason().map(str::to_owned),
+            dir: dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        });
+        self.emit(names::PARALLEL_COMPLETED, Some(&node.id), json!({ "status": outcome.status, "succeeded": succeeded, "failed": failed, "cancelled": cancelled }));
+        let event = if outcome.status == StageStatus::Failed {
+            names::STAGE_FAILED
+        } else {
+            names::STAGE_COMPLETED
+        };
+        self.emit(event, Some(&node.id), json!({ "status": outcome.status, "visit": visit, "attempt": 1, "duration_ms": duration_ms, "failure_reason": outcome.failure_reason() }));
+        Ok((outcome, Some(self.workflow.nodes[fan_in].id.clone())))
+    }
+
+    /// Runs one branch on its own copy of the context, from `start` up to the fan-in.
+    async fn run_branch(
+        &self,
+        ledger: &Ledger,
+        cp: &Checkpoint,
+        start: NodeIndex,
+        fan_in: NodeIndex,
+        context: &RunContext,
+    ) -> Result<BranchResult, EngineError> {
+        let branch = context.deep_copy();
+        let before = branch.snapshot();
+        let mut visits = cp.visits.clone();
+        let mut edge_counts: BTreeMap<String, u32> = cp.edge_counts.clone();
+        let mut last: Option<Outcome> = None;
+        let mut current = Some(start);
+        while let Some(index) = current
+            .filter(|&i| i != fan_in && !matches!(self.workflow.nodes[i].kind, NodeKind::Exit))
+        {
+            let node = &self.workflow.nodes[index];
+            if ledger.steps() >= self.settings.max_steps {
+                return Err(EngineError::StepBudget {
+                    steps: ledger.steps(),
+                });
+            }
+            let visit = visits.get(&node.id).copied().unwrap_or(0) + 1;
+            if let Some(limit) = node
+                .common
+                .max_visits
+                .or(self.workflow.graph.max_node_visits)
+                && visit > limit
+            {
+                last = Some(Outcome::failed(
+                    FailureClass::StageFailed,
+                    format!("node `{}` reached its visit limit of {limit}", node.id),
+                ));
+                break;
+            }
+            visits.insert(node.id.clone(), visit);
+            branch.set(keys::CURRENT_NODE, node.id.clone());
+            branch.set(keys::NODE_VISIT_COUNT, visit);
+            let mut outcome = self
+                .execute_with_retries(ledger, index, visit, &branch, last.as_ref())
+                .await?;
+            if outcome.waiting_for_input {
+                outcome = Outcome::failed(
+                    FailureClass::Configuration,
+                    format!(
+                        "human gate `{}` inside a parallel branch needs its answer up front (--answers or --auto-approve)",
+                        node.id
+                    ),
+                );
+            }
+            self.apply_outcome(&branch, &node.id, &outcome)?;
+            current = match self
+                .next_node(&mut edge_counts, index, &outcome, &branch)
+                .await
+            {
+                Ok(next) => next.and_then(|id| self.workflow.node_index(&id)),
+                Err(_) => None,
+            };
+            last = Some(outcome);
+        }
+        let after = branch.snapshot();
+        let updated_keys = after
+            .iter()
+            .filter(|(k, v)| !k.starts_with("internal.") && before.get(*k) != Some(*v))
+            .map(|(k, _)| k.clone())
+            .filter(|k| {
+                !matches!(
+                    k.as_str(),
+                    keys::CURRENT_NODE
+                        | keys::OUTCOME
+                        | keys::PREFERRED_LABEL
+                        | keys::FAILURE_CLASS
+                        | keys::FAILURE_REASON
+                        | keys::FAILURE_SIGNATURE
+                )
+            })
+            .collect();
+        let last = last.unwrap_or_else(Outcome::success);
+        Ok(BranchResult {
+            id: self.workflow.nodes[start].id.clone(),
+            status: last.status,
+            failure_reason: last.failure_reason().map(str::to_owned),
+            updated_keys,
+            last_response: after
+                .get(keys::LAST_RESPONSE)
+                .filter(|v| before.get(keys::LAST_RESPONSE) != Some(*v))
+                .cloned(),
+            score: after.get("score").and_then(Value::as_f64),
+        })
+    }
+}
+
+/// Picks the best branch from `parallel.results`: status rank, then score (higher first), then id.
+pub(crate) fn best_branch(results: &[Value]) -> Option<(String, String)> {
+    results
+        .iter()
+        .filter_map(|r| {
+            let id = r.get("id")?.as_str()?.to_owned();
+            let status: StageStatus = r.get("status")?.as_str()?.parse().ok()?;
+            let score = r
+                .get("score")
+                .and_then(Value::as_f64)
+                .unwrap_or(f64::NEG_INFINITY);
+            Some((id, status, score))
+        })
+        .min_by(|a, b| {
+            status_rank(a.1)
+                .cmp(&status_rank(b.1))
+                .then_with(|| b.2.total_cmp(&a.2))
+                .then_with(|| a.0.cmp(&b.0))
+        })
+        .map(|(id, status, _)| (id, status.as_str().to_owned()))
+}

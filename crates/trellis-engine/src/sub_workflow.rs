@@ -1,0 +1,162 @@
+//! Sub-workflow nodes (`house`): run a child workflow file as one stage. The child starts from a copy of
+//! the parent's context ("context in"); the keys it changes come back as the stage's context updates
+//! ("changes out"). Its record lives in the stage directory's `child/`, and its events join the parent's
+//! stream under the run id `<parent>/<node>`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::json;
+use trellis_workflow::CompileOptions;
+
+use crate::checkpoint::{RunStatus, StageRecord};
+use crate::context::RunContext;
+use crate::engine::{Engine, EngineError, Ledger};
+use crate::event::names;
+use crate::handler::Services;
+use crate::keys;
+use crate::outcome::{FailureClass, Outcome};
+
+/// How deep sub-workflows may nest (a workflow that includes itself stops here).
+const MAX_DEPTH: u32 = 16;
+
+impl Engine {
+    pub(crate) async fn run_sub_workflow(
+        &self,
+        ledger: &Ledger,
+        index: usize,
+        visit: u32,
+        path: &Path,
+        context: &RunContext,
+    ) -> Result<Outcome, EngineError> {
+        let node = &self.workflow.nodes[index];
+        let rank = ledger.next_rank();
+        ledger.steps_add(1);
+        let dir = self.services.store.stage_dir(rank, &node.id, visit)?;
+        let dir_name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        self.emit(names::STAGE_STARTED, Some(&node.id), json!({ "visit": visit, "attempt": 1, "dir": dir_name, "type": "stack.manager_loop", "workflow": path.display().to_string() }));
+        let started = std::time::Instant::now();
+        let outcome = Box::pin(self.run_child(&dir, path, context, &node.id)).await?;
+        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let mut status = serde_json::to_value(&outcome).unwrap_or_default();
+        if let serde_json::Value::Object(map) = &mut status {
+            map.insert("node_id".into(), json!(node.id));
+            map.insert("visit".into(), json!(visit));
+            map.insert("duration_ms".into(), json!(duration_ms));
+        }
+        self.services.store.write_status(&dir, &status)?;
+        ledger.record(StageRecord {
+            rank,
+            node_id: node.id.clone(),
+            visit,
+            attempt: 1,
+            status: outcome.status,
+            duration_ms,
+            failure_reason: outcome.failure_reason().map(str::to_owned),
+            dir: dir_name,
+        });
+        let event = if outcome.failure.is_some() {
+            names::STAGE_FAILED
+        } else {
+            names::STAGE_COMPLETED
+        };
+        self.emit(event, Some(&node.id), json!({ "status": outcome.status, "visit": visit, "attempt": 1, "duration_ms": duration_ms, "failure_reason": outcome.failure_reason() }));
+        Ok(outcome)
+    }
+
+    async fn run_child(
+        &self,
+        dir: &Path,
+        path: &Path,
+        context: &RunContext,
+        node_id: &str,
+    ) -> Result<Outcome, EngineError> {
+        if self.depth >= MAX_DEPTH {
+            return Ok(Outcome::failed(
+                FailureClass::Configuration,
+                format!("sub-workflows nest more than {MAX_DEPTH} deep at `{node_id}`"),
+            ));
+        }
+        let options = CompileOptions {
+            goal: self.workflow.graph.goal.clone(),
+            base_dir: None,
+        };
+        let (file, compiled) = match trellis_workflow::load(path, &options) {
+            Ok(loaded) => loaded,
+            Err(error) => {
+                return Ok(Outcome::failed(
+                    FailureClass::Configuration,
+                    format!("cannot load the child workflow: {error}"),
+                ));
+            }
+        };
+        let Some(child) = compiled.workflow else {
+            let first = compiled.diagnostics.iter().find(|d| d.is_error());
+            let detail = first.map_or_else(String::new, |d| {
+                let (line, column) = file.line_col(d.primary.span.start);
+                format!(": {}:{line}:{column}: {}", file.name(), d.message)
+            });
+            return Ok(Outcome::failed(
+                FailureClass::Configuration,
+                format!("the child workflow is not valid{detail}"),
+            ));
+        };
+        let services = Services {
+            store: self.services.store.child(dir)?,
+            ..self.services.clone()
+        };
+        let child_id = format!("{}/{node_id}", self.run_id);
+        let mut engine = Engine::new(
+            Arc::new(child),
+            self.handlers.clone(),
+            services,
+            self.settings.clone(),
+            child_id.clone(),
+        );
+        engine.seq = self.seq.clone();
+        engine.depth = self.depth + 1;
+        let parent = context.snapshot();
+        let inherited = parent
+            .iter()
+            .filter(|(k, _)| !k.starts_with("internal.") && !k.starts_with(keys::GRAPH_PREFIX))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let Some(checkpoint) = engine.first_checkpoint(inherited) else {
+            return Ok(Outcome::failed(
+                FailureClass::Configuration,
+                "the child workflow has no start node",
+            ));
+        };
+        let result = Box::pin(engine.run(checkpoint)).await;
+        let mut outcome = match result.status {
+            RunStatus::Succeeded => Outcome::success(),
+            RunStatus::WaitingForInput => Outcome::failed(
+                FailureClass::Configuration,
+                format!(
+                    "the child workflow of `{node_id}` stopped at a human gate; give its answers up front (--answers or --auto-approve)"
+                ),
+            ),
+            _ => Outcome::failed(
+                FailureClass::StageFailed,
+                format!(
+                    "the child workflow failed: {}",
+                    result
+                        .error
+                        .map_or_else(|| "unknown error".to_owned(), |e| e.to_string())
+                ),
+            ),
+        };
+        for (key, value) in &result.checkpoint.context {
+            let engine_key = key.starts_with("internal.")
+                || key.starts_with(keys::GRAPH_PREFIX)
+                || key == keys::CURRENT_NODE;
+            if !engine_key && parent.get(key) != Some(value) {
+                outcome.context_updates.insert(key.clone(), value.clone());
+            }
+        }
+        Ok(outcome)
+    }
+}
