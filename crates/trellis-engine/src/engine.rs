@@ -546,25 +546,15 @@ impl Engine {
             keys::PREFERRED_LABEL,
             outcome.preferred_label.clone().unwrap_or_default(),
         );
-        match &outcome.failure {
-            Some(failure) => {
-                context.set(keys::FAILURE_CLASS, failure.class.as_str());
-                context.set(keys::FAILURE_REASON, failure.reason.clone());
-                let first_line = failure.reason.lines().next().unwrap_or_default();
-                context.set(
-                    keys::FAILURE_SIGNATURE,
-                    format!("{node_id}:{}:{first_line}", failure.class.as_str()),
-                );
-            }
-            None => {
-                for key in [
-                    keys::FAILURE_CLASS,
-                    keys::FAILURE_REASON,
-                    keys::FAILURE_SIGNATURE,
-                ] {
-                    context.set(key, "");
-                }
-            }
+        // The failure keys describe the last failure (the context document): a later success keeps them.
+        if let Some(failure) = &outcome.failure {
+            context.set(keys::FAILURE_CLASS, failure.class.as_str());
+            context.set(keys::FAILURE_REASON, failure.reason.clone());
+            let first_line = failure.reason.lines().next().unwrap_or_default();
+            context.set(
+                keys::FAILURE_SIGNATURE,
+                format!("{node_id}:{}:{first_line}", failure.class.as_str()),
+            );
         }
         Ok(())
     }

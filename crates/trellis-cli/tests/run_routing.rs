@@ -1,0 +1,386 @@
+//! End-to-end: `trellis run` routing, retries, goal gates, limits and errors, asserted on exit codes,
+//! the run record and the events.
+
+mod run_support;
+
+use run_support::Project;
+
+const HEAD: &str = "start [shape=Mdiamond]\n exit [shape=Msquare]\n";
+
+fn workflow(body: &str) -> String {
+    format!("digraph T {{\n {HEAD} {body}\n}}\n")
+}
+
+#[test]
+fn conditions_route_on_the_previous_outcome_through_a_diamond() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow(
+            "t [shape=parallelogram, script=\"exit 1\"]\n gate [shape=diamond]\n ok [shape=parallelogram, script=\"true\"]\n bad [shape=parallelogram, script=\"true\"]\n start -> t -> gate\n gate -> ok [condition=\"outcome=success\"]\n gate -> bad [condition=\"outcome=fail\"]\n ok -> exit\n bad -> exit",
+        ),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.stages(), ["start", "t", "gate", "bad", "exit"]);
+    assert_eq!(run.summary["status"], "succeeded");
+}
+
+#[test]
+fn weight_then_lexical_target_break_ties() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow(
+            "n [shape=parallelogram, script=\"true\"]\n m [shape=parallelogram, script=\"true\"]\n b [shape=parallelogram, script=\"true\"]\n a [shape=parallelogram, script=\"true\"]\n z [shape=parallelogram, script=\"true\"]\n start -> n\n n -> z [weight=10]\n n -> a [weight=1]\n z -> m\n m -> b\n m -> a\n a -> exit\n b -> exit",
+        ),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.stages(), ["start", "n", "z", "m", "a", "exit"]);
+}
+
+#[test]
+fn context_values_from_set_drive_conditions() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow("gate [shape=diamond]\n hi [shape=parallelogram, script=\"true\"]\n lo [shape=parallelogram, script=\"true\"]\n start -> gate\n gate -> hi [condition=\"context.score > 80 && mode=fast\"]\n gate -> lo\n hi -> exit\n lo -> exit"),
+    );
+    assert_eq!(
+        p.run("w.fabro", &["--set", "score=85", "--set", "mode=fast"])
+            .stages(),
+        ["start", "gate", "hi", "exit"]
+    );
+    assert_eq!(
+        p.run("w.fabro", &["--set", "score=85", "--set", "mode=slow"])
+            .stages(),
+        ["start", "gate", "lo", "exit"]
+    );
+}
+
+#[test]
+fn command_output_is_a_blob_that_conditions_read() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow("say [shape=parallelogram, script=\"echo hello world; echo oops >&2\"]\n yes [shape=parallelogram, script=\"true\"]\n no [shape=parallelogram, script=\"true\"]\n start -> say\n say -> yes [condition=\"command.output contains hello\"]\n say -> no\n yes -> exit\n no -> exit"),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.stages(), ["start", "say", "yes", "exit"]);
+    let record = run.record();
+    let say_dir = record.join("stages/002-say@1");
+    assert_eq!(
+        std::fs::read_to_string(say_dir.join("stdout.log")).unwrap(),
+        "hello world\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(say_dir.join("stderr.log")).unwrap(),
+        "oops\n"
+    );
+    let status = run_support::read_json(&say_dir.join("status.json"));
+    assert_eq!(status["status"], "succeeded");
+    let output_ref = status["context_updates"]["command.output"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(output_ref.starts_with("blob://sha256/"), "{output_ref}");
+    let hex = output_ref.trim_start_matches("blob://sha256/");
+    assert_eq!(
+        std::fs::read_to_string(record.join("blobs").join(hex)).unwrap(),
+        "hello world\n"
+    );
+    assert_eq!(status["context_updates"]["command.exit_code"], 0);
+}
+
+#[test]
+fn a_failing_command_reports_the_tail_of_stderr_and_is_not_retried() {
+    let p = Project::new();
+    p.write("w.fabro", &workflow("t [shape=parallelogram, script=\"echo broken >&2; exit 7\", max_retries=3]\n start -> t -> exit"));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(
+        run.code(),
+        Some(0),
+        "an unconditional edge takes the failure onwards"
+    );
+    let failed = run.events_named("StageFailed");
+    assert_eq!(failed.len(), 1);
+    assert_eq!(
+        failed[0]["failure_reason"],
+        "the command exited with code 7: broken"
+    );
+    assert!(run.events_named("StageRetrying").is_empty());
+    assert_eq!(run.context("failure_class"), "stage_failed");
+    assert_eq!(
+        run.context("outcome"),
+        "succeeded",
+        "the exit stage ran last"
+    );
+}
+
+#[test]
+fn timeouts_are_retried_with_a_stage_directory_per_attempt() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow("slow [shape=parallelogram, script=\"sleep 5\", timeout=\"200ms\", max_retries=1]\n start -> slow -> exit"),
+    );
+    let started = std::time::Instant::now();
+    let run = p.run("w.fabro", &[]);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(4),
+        "the timed-out process must be killed"
+    );
+    assert_eq!(run.stages(), ["start", "slow", "slow", "exit"]);
+    let retrying = run.events_named("StageRetrying");
+    assert_eq!(retrying.len(), 1);
+    assert_eq!(retrying[0]["reason"], "timed out after 200ms");
+    assert!(run.record().join("stages/002-slow@1").is_dir());
+    assert!(run.record().join("stages/003-slow@1").is_dir());
+    assert_eq!(run.context("internal.retry_count.slow"), 1);
+}
+
+#[test]
+fn a_failed_node_with_no_matching_edge_follows_its_retry_target() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow(
+            "t [shape=parallelogram, script=\"test -f ready || { touch ready; exit 1; }\", retry_target=\"prep\"]\n prep [shape=parallelogram, script=\"echo prep >> prep.log\"]\n start -> prep -> t\n t -> exit [condition=\"outcome=success\"]",
+        ),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.stages(), ["start", "prep", "t", "prep", "t", "exit"]);
+    assert_eq!(p.read("prep.log"), "prep\nprep\n");
+}
+
+#[test]
+fn no_matching_edge_is_a_clear_error() {
+    let p = Project::new();
+    p.write("w.fabro", &workflow("t [shape=parallelogram, script=\"true\"]\n start -> t\n t -> exit [condition=\"outcome=fail\"]"));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(1));
+    assert_eq!(run.summary["status"], "failed");
+    assert_eq!(
+        run.summary["error"],
+        "no edge from `t` matches its outcome `succeeded`; conditions tried: t -> exit: outcome=fail"
+    );
+    assert_eq!(run.events_named("WorkflowRunFailed").len(), 1);
+}
+
+#[test]
+fn goal_gates_send_the_run_back_until_they_succeed() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow(
+            "fix [shape=parallelogram, script=\"echo x >> fixes.log\"]\n check [shape=parallelogram, script=\"test $(wc -l < fixes.log) -ge 2\", goal_gate=true, retry_target=\"fix\"]\n start -> fix -> check -> exit",
+        ),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(
+        run.stages(),
+        ["start", "fix", "check", "fix", "check", "exit"]
+    );
+    assert_eq!(run.events_named("GoalGateUnmet").len(), 1);
+}
+
+#[test]
+fn an_unmet_goal_gate_without_retry_target_fails_the_run() {
+    let p = Project::new();
+    p.write("w.fabro", &workflow("check [shape=parallelogram, script=\"false\", goal_gate=true]\n start -> check -> exit"));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(1));
+    assert_eq!(
+        run.summary["error"],
+        "goal gate `check` ended failed and no retry target is set"
+    );
+}
+
+#[test]
+fn visit_limits_stop_loops() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow("again [shape=parallelogram, script=\"true\", max_visits=3]\n start -> again\n again -> again [weight=1]\n again -> exit"),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(1));
+    assert_eq!(
+        run.summary["error"],
+        "node `again` reached its visit limit of 3"
+    );
+    assert_eq!(run.stages(), ["start", "again", "again", "again"]);
+}
+
+#[test]
+fn max_iterations_bounds_an_edge_and_counts_survive_in_the_checkpoint() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow("again [shape=parallelogram, script=\"true\"]\n start -> again\n again -> again [weight=1, max_iterations=2]\n again -> exit"),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.stages(), ["start", "again", "again", "again", "exit"]);
+    assert_eq!(run.checkpoint()["edge_counts"]["again->again#1"], 2);
+}
+
+#[test]
+fn the_step_budget_stops_runaways() {
+    let p = Project::new();
+    p.write("w.fabro", &workflow("a [shape=parallelogram, script=\"true\"]\n b [shape=parallelogram, script=\"true\"]\n start -> a -> b -> a\n b -> exit [condition=\"outcome=fail\"]"));
+    let run = p.run("w.fabro", &["--max-steps", "7"]);
+    assert_eq!(run.code(), Some(1));
+    assert_eq!(
+        run.summary["error"],
+        "the run executed 7 stages without finishing, its step budget: a loop probably never ends"
+    );
+}
+
+#[test]
+fn wait_nodes_pause() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow("pause [shape=insulator, duration=\"300ms\"]\n start -> pause -> exit"),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0));
+    let completed = run.events_named("StageCompleted");
+    let pause = completed.iter().find(|e| e["node_id"] == "pause").unwrap();
+    assert!(pause["duration_ms"].as_u64().unwrap() >= 300, "{pause}");
+}
+
+#[test]
+fn yaml_workflows_end_at_a_terminal_node() {
+    let p = Project::new();
+    p.write(
+        "w.yaml",
+        "nodes:\n  a: { type: command, script: echo a }\n  b: { type: command, script: echo b }\nedges:\n  - { from: a, to: b }\n",
+    );
+    let run = p.run("w.yaml", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.stages(), ["a", "b"]);
+}
+
+#[test]
+fn natural_language_edges_need_a_model_and_say_so() {
+    let p = Project::new();
+    p.write(
+        "w.yaml",
+        "nodes:\n  a: { type: command, script: echo a }\n  b: { type: command, script: echo b }\n  c: { type: command, script: echo c }\nedges:\n  - { from: a, to: b, when: things look good }\n  - { from: a, to: c, when: things look bad }\n",
+    );
+    let run = p.run("w.yaml", &[]);
+    assert_eq!(run.code(), Some(1));
+    assert_eq!(
+        run.summary["error"],
+        "choosing the edge out of `a` needs a model to judge its `when` conditions: no model is configured"
+    );
+    let dry = p.run("w.yaml", &["--dry-run"]);
+    assert_eq!(dry.code(), Some(0));
+    assert_eq!(dry.stages(), ["a", "b"]);
+}
+
+#[test]
+fn model_nodes_fail_clearly_without_a_model_and_are_simulated_in_dry_runs() {
+    let p = Project::new();
+    p.write("w.fabro", &workflow("plan [shape=tab, prompt=\"Plan it\"]\n touch [shape=parallelogram, script=\"touch touched\"]\n start -> plan -> touch -> exit"));
+    let run = p.run("w.fabro", &[]);
+    let failed = run.events_named("StageFailed");
+    assert!(
+        failed[0]["failure_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("no model configured: prompt node `plan` needs a model provider"),
+        "{failed:?}"
+    );
+    let dry = p.run("w.fabro", &["--dry-run"]);
+    assert_eq!(dry.code(), Some(0));
+    assert_eq!(
+        dry.context("response.plan"),
+        "[Simulated] Response for stage: plan"
+    );
+    assert_eq!(dry.context("last_stage"), "plan");
+    let plan_dir = dry.record().join("stages/002-plan@1");
+    assert_eq!(
+        std::fs::read_to_string(plan_dir.join("prompt.md")).unwrap(),
+        "Plan it"
+    );
+    assert_eq!(
+        std::fs::read_to_string(plan_dir.join("response.md")).unwrap(),
+        "[Simulated] Response for stage: plan"
+    );
+    assert!(p.path().join("touched").exists(), "the real run touched it");
+    std::fs::remove_file(p.path().join("touched")).unwrap();
+    p.run("w.fabro", &["--dry-run"]);
+    assert!(
+        !p.path().join("touched").exists(),
+        "a dry run runs no commands"
+    );
+}
+
+#[test]
+fn invalid_workflows_and_missing_files_do_not_start_a_run() {
+    let p = Project::new();
+    p.write("bad.fabro", "digraph B { start -> exit -> start }");
+    let out = p.command(&["run", "bad.fabro"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("error[exit-outgoing]"));
+    assert!(!p.path().join("runs").exists());
+    let out = p.command(&["run", "missing.fabro"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read missing.fabro"));
+    let out = p.command(&["resume", "nope"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no run `nope`"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn events_are_numbered_and_named() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow("t [shape=parallelogram, script=\"true\"]\n start -> t -> exit"),
+    );
+    let run = p.run("w.fabro", &[]);
+    let events = run.events();
+    for (i, event) in events.iter().enumerate() {
+        assert_eq!(event["seq"], i as u64 + 1, "{event}");
+        assert_eq!(event["run_id"], run.summary["run_id"]);
+        assert!(event["ts"].as_str().unwrap().ends_with('Z'));
+    }
+    let names: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.first(), Some(&"WorkflowRunStarted"));
+    assert_eq!(names.last(), Some(&"WorkflowRunCompleted"));
+    for name in [
+        "StageStarted",
+        "StageCompleted",
+        "EdgeSelected",
+        "CheckpointSaved",
+    ] {
+        assert!(names.contains(&name), "{name} missing from {names:?}");
+    }
+    let id = run.summary["run_id"].as_str().unwrap();
+    let out = p.command(&["events", id, "--json"]).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        events.len()
+    );
+    let out = p.command(&["show", id]).output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("status:  succeeded") && shown.contains("t@1 #1"),
+        "{shown}"
+    );
+    let out = p.command(&["runs"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains(id));
+}

@@ -1,0 +1,128 @@
+//! Shared helpers for end-to-end run tests: a scratch project directory, running the real binary in it
+//! with its own runs directory, and reading the run record back.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+pub struct Project {
+    pub dir: tempfile::TempDir,
+}
+
+pub struct Run {
+    pub output: Output,
+    pub summary: Value,
+}
+
+impl Run {
+    pub fn code(&self) -> Option<i32> {
+        self.output.status.code()
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+
+    pub fn record(&self) -> PathBuf {
+        PathBuf::from(
+            self.summary["run_dir"]
+                .as_str()
+                .unwrap_or_else(|| panic!("no run_dir in {}\n{}", self.summary, self.stderr())),
+        )
+    }
+
+    pub fn checkpoint(&self) -> Value {
+        read_json(&self.record().join("checkpoint.json"))
+    }
+
+    pub fn events(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.record().join("events.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad event line {l}: {e}")))
+            .collect()
+    }
+
+    /// Node ids of finished stages, in order.
+    pub fn stages(&self) -> Vec<String> {
+        self.checkpoint()["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["node_id"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    pub fn context(&self, key: &str) -> Value {
+        self.checkpoint()["context"][key].clone()
+    }
+
+    pub fn events_named(&self, name: &str) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e["event"] == name)
+            .collect()
+    }
+}
+
+pub fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+impl Project {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn write(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.path().join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+
+    pub fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path().join(name)).unwrap_or_default()
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_trellis"));
+        command
+            .args(args)
+            .current_dir(self.path())
+            .env("NO_COLOR", "1")
+            .env("TRELLIS_RUNS_DIR", self.path().join("runs"));
+        command.stdin(std::process::Stdio::null());
+        command
+    }
+
+    /// `trellis run FILE --json ARGS...`, with the JSON summary parsed.
+    pub fn run(&self, file: &str, args: &[&str]) -> Run {
+        let mut all = vec!["run", file, "--json"];
+        all.extend_from_slice(args);
+        self.finish(self.command(&all).output().unwrap())
+    }
+
+    pub fn resume(&self, run_id: &str, args: &[&str]) -> Run {
+        let mut all = vec!["resume", run_id, "--json"];
+        all.extend_from_slice(args);
+        self.finish(self.command(&all).output().unwrap())
+    }
+
+    fn finish(&self, output: Output) -> Run {
+        let summary = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+        Run { output, summary }
+    }
+}
