@@ -45,15 +45,21 @@ fn is_artifact(relative: &Path) -> bool {
     in_dir || (name.starts_with("junit") && name.ends_with(".xml")) || name.ends_with(".trace.zip")
 }
 
-fn artifact_files(root: &Path) -> impl Iterator<Item = (PathBuf, std::fs::Metadata)> + '_ {
+/// Artifact files under `root`, leaving out `exclude` (the runs directory, when it lies inside the work
+/// directory: captured copies must not be captured again).
+fn artifact_files<'a>(
+    root: &'a Path,
+    exclude: &'a Path,
+) -> impl Iterator<Item = (PathBuf, std::fs::Metadata)> + 'a {
     WalkDir::new(root)
         .follow_links(false)
         .into_iter()
-        .filter_entry(|e| {
+        .filter_entry(move |e| {
             !(e.file_type().is_dir()
-                && e.file_name()
-                    .to_str()
-                    .is_some_and(|n| SKIPPED_DIRS.contains(&n)))
+                && (e.path() == exclude
+                    || e.file_name()
+                        .to_str()
+                        .is_some_and(|n| SKIPPED_DIRS.contains(&n))))
         })
         .filter_map(Result::ok)
         .filter(|e| e.file_type().is_file())
@@ -67,9 +73,9 @@ fn artifact_files(root: &Path) -> impl Iterator<Item = (PathBuf, std::fs::Metada
 }
 
 /// Records what artifact files exist before a command runs.
-pub fn baseline(root: &Path) -> Baseline {
+pub fn baseline(root: &Path, exclude: &Path) -> Baseline {
     Baseline(
-        artifact_files(root)
+        artifact_files(root, exclude)
             .map(|(path, meta)| (path, (meta.len(), meta.modified().ok())))
             .collect(),
     )
@@ -77,10 +83,17 @@ pub fn baseline(root: &Path) -> Baseline {
 
 /// Copies artifact files that are new or changed since `baseline` into `dest`, keeping their relative
 /// paths. Returns the copied paths (relative).
-pub fn capture(root: &Path, baseline: &Baseline, dest: &Path) -> std::io::Result<Vec<PathBuf>> {
+pub fn capture(
+    root: &Path,
+    baseline: &Baseline,
+    dest: &Path,
+    exclude: &Path,
+) -> std::io::Result<Vec<PathBuf>> {
     let mut copied = Vec::new();
     let mut total = 0;
-    for (relative, meta) in artifact_files(root) {
+    // Collected before copying, so nothing copied now can be found again.
+    let found: Vec<_> = artifact_files(root, exclude).collect();
+    for (relative, meta) in found {
         let fingerprint = (meta.len(), meta.modified().ok());
         if baseline.0.get(&relative) == Some(&fingerprint)
             || meta.len() > MAX_FILE

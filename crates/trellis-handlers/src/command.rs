@@ -101,10 +101,18 @@ impl Handler for CommandHandler {
         if let Some(goal) = &stage.workflow.graph.goal {
             command.env("TRELLIS_GOAL", goal);
         }
-        let scan_root = work_dir.clone();
-        let baseline = tokio::task::spawn_blocking(move || artifacts::baseline(&scan_root))
-            .await
+        // The run record is `<runs dir>/<run>/stages/<stage>`; the runs directory is never scanned.
+        let runs_dir = stage
+            .dir
+            .ancestors()
+            .nth(3)
+            .map(Path::to_path_buf)
             .unwrap_or_default();
+        let (scan_root, scan_exclude) = (work_dir.clone(), runs_dir.clone());
+        let baseline =
+            tokio::task::spawn_blocking(move || artifacts::baseline(&scan_root, &scan_exclude))
+                .await
+                .unwrap_or_default();
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(error) => {
@@ -143,7 +151,7 @@ impl Handler for CommandHandler {
         });
         let files_touched = match artifacts_dir {
             Some(dest) => tokio::task::spawn_blocking(move || {
-                artifacts::capture(&work_dir, &baseline, &dest).unwrap_or_default()
+                artifacts::capture(&work_dir, &baseline, &dest, &runs_dir).unwrap_or_default()
             })
             .await
             .unwrap_or_default(),

@@ -1,0 +1,375 @@
+//! End-to-end: human gates, parallel fan-out/fan-in policies, sub-workflows and artifact capture, run
+//! through the real binary.
+
+mod run_support;
+
+use std::time::{Duration, Instant};
+
+use run_support::Project;
+
+const GATE: &str = "digraph G {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    approve [shape=hexagon, label=\"Ship it?\"]
+    ship [shape=parallelogram, script=\"echo ship\"]
+    hold [shape=parallelogram, script=\"echo hold\"]
+    note [shape=parallelogram, script=\"echo note\"]
+    start -> approve
+    approve -> ship [label=\"[S] Ship\"]
+    approve -> hold [label=\"[H] Hold\"]
+    approve -> note [label=\"Other\", freeform=true]
+    ship -> exit
+    hold -> exit
+    note -> exit
+}
+";
+
+#[test]
+fn auto_approve_takes_the_first_option() {
+    let p = Project::new();
+    p.write("g.fabro", GATE);
+    let run = p.run("g.fabro", &["--auto-approve"]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.stages(), ["start", "approve", "ship", "exit"]);
+    assert_eq!(run.context("human.gate.selected"), "S");
+    assert_eq!(run.context("human.gate.label"), "[S] Ship");
+    assert_eq!(run.events_named("HumanGateAsked").len(), 1);
+}
+
+#[test]
+fn an_answers_file_gives_keys_labels_or_free_text() {
+    let p = Project::new();
+    p.write("g.fabro", GATE);
+    for (answer, target) in [
+        ("h", "hold"),
+        ("Ship", "ship"),
+        ("[H] Hold", "hold"),
+        ("ask again tomorrow", "note"),
+    ] {
+        p.write(
+            "answers.json",
+            &serde_json::json!({ "approve": answer }).to_string(),
+        );
+        let run = p.run("g.fabro", &["--answers", "answers.json"]);
+        assert_eq!(run.code(), Some(0), "{answer}: {}", run.stderr());
+        assert_eq!(run.stages()[2], target, "{answer}");
+    }
+    assert_eq!(
+        p.run("g.fabro", &["--answers", "answers.json"])
+            .context("human.gate.text"),
+        "ask again tomorrow"
+    );
+}
+
+#[test]
+fn a_non_interactive_run_waits_for_input_and_resumes_with_an_answer() {
+    let p = Project::new();
+    p.write("g.fabro", GATE);
+    let run = p.run("g.fabro", &[]);
+    assert_eq!(run.code(), Some(3), "{}", run.stderr());
+    assert_eq!(run.summary["status"], "waiting_for_input");
+    assert_eq!(run.summary["waiting_at"], "approve");
+    assert_eq!(run.checkpoint()["next_node"], "approve");
+    assert_eq!(run.events_named("WorkflowRunWaitingForInput").len(), 1);
+    let id = run.summary["run_id"].as_str().unwrap().to_owned();
+    // Still no answer: still waiting.
+    assert_eq!(p.resume(&id, &[]).code(), Some(3));
+    p.write("answers.json", r#"{"approve": "H"}"#);
+    let resumed = p.resume(&id, &["--answers", "answers.json"]);
+    assert_eq!(resumed.code(), Some(0), "{}", resumed.stderr());
+    assert_eq!(resumed.stages(), ["start", "approve", "hold", "exit"]);
+    assert_eq!(resumed.events_named("WorkflowRunResumed").len(), 2);
+    // A finished run has nothing to resume.
+    let again = p.command(&["resume", &id]).output().unwrap();
+    assert_eq!(again.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already succeeded"));
+}
+
+#[test]
+fn a_gate_timeout_takes_the_default_choice() {
+    let p = Project::new();
+    p.write(
+        "g.fabro",
+        &GATE.replace(
+            "label=\"Ship it?\"",
+            "label=\"Ship it?\", timeout=\"300ms\", human.default_choice=\"H\"",
+        ),
+    );
+    let run = p.run("g.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.stages(), ["start", "approve", "hold", "exit"]);
+}
+
+fn fan(policy: &str, branches: &str) -> String {
+    format!(
+        "digraph P {{
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    fan [shape=component, {policy}]
+    merge [shape=tripleoctagon]
+    after [shape=parallelogram, script=\"true\"]
+    {branches}
+    start -> fan
+    merge -> after -> exit
+}}
+"
+    )
+}
+
+const MIXED: &str = "fast [shape=parallelogram, script=\"echo fast\"]
+    broken [shape=parallelogram, script=\"sleep 0.2; exit 1\"]
+    slow [shape=parallelogram, script=\"sleep 5; echo slow\"]
+    fan -> fast -> merge
+    fan -> broken -> merge
+    fan -> slow -> merge";
+
+#[test]
+fn wait_all_runs_every_branch_and_reports_each() {
+    let p = Project::new();
+    p.write(
+        "p.fabro",
+        &fan(
+            "join_policy=\"wait_all\"",
+            "a [shape=parallelogram, script=\"sleep 0.3; echo a\"]\n b [shape=parallelogram, script=\"sleep 0.3; exit 2\"]\n c1 [shape=parallelogram, script=\"echo c1\"]\n c2 [shape=parallelogram, script=\"echo c2\"]\n fan -> a -> merge\n fan -> b -> merge\n fan -> c1 -> c2 -> merge",
+        ),
+    );
+    let started = Instant::now();
+    let run = p.run("p.fabro", &[]);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "branches run concurrently"
+    );
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let results = run.context("parallel.results");
+    let statuses: Vec<(&str, &str)> = results
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["id"].as_str().unwrap(), r["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        statuses,
+        [("a", "succeeded"), ("b", "failed"), ("c1", "succeeded")]
+    );
+    assert_eq!(run.context("parallel.fan_in.best_id"), "a");
+    assert_eq!(run.context("parallel.fan_in.best_outcome"), "succeeded");
+    let fan_status = run.checkpoint()["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["node_id"] == "fan")
+        .unwrap()["status"]
+        .clone();
+    assert_eq!(fan_status, "partially_succeeded");
+    assert_eq!(run.events_named("ParallelBranchCompleted").len(), 3);
+    // Branch updates reach the main context only through parallel.results.
+    assert!(
+        results[2]["updated_keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k == "command.output")
+    );
+}
+
+#[test]
+fn first_success_cancels_the_rest_and_kills_their_processes() {
+    let p = Project::new();
+    p.write("p.fabro", &fan("join_policy=\"first_success\"", MIXED));
+    let started = Instant::now();
+    let run = p.run("p.fabro", &[]);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the slow branch must be cancelled"
+    );
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let results = run.context("parallel.results");
+    let slow = results
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "slow")
+        .unwrap();
+    assert_eq!(slow["status"], "skipped");
+    assert!(
+        slow["failure_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("cancelled")
+    );
+}
+
+#[test]
+fn fail_fast_stops_at_the_first_failure() {
+    let p = Project::new();
+    p.write(
+        "p.fabro",
+        &fan(
+            "join_policy=\"wait_all\", error_policy=\"fail_fast\"",
+            MIXED,
+        ),
+    );
+    let started = Instant::now();
+    let run = p.run("p.fabro", &[]);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let fan_stage = run.checkpoint()["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["node_id"] == "fan")
+        .cloned()
+        .unwrap();
+    assert_eq!(fan_stage["status"], "failed");
+}
+
+#[test]
+fn k_of_n_and_quorum_count_successes() {
+    let p = Project::new();
+    let branches = "a [shape=parallelogram, script=\"true\"]\n b [shape=parallelogram, script=\"sleep 0.2\"]\n c [shape=parallelogram, script=\"false\"]\n fan -> a -> merge\n fan -> b -> merge\n fan -> c -> merge";
+    for (policy, expected) in [
+        ("k_of_n(2)", "succeeded"),
+        ("k_of_n(3)", "failed"),
+        ("quorum(0.6)", "succeeded"),
+        ("quorum(1)", "failed"),
+    ] {
+        p.write(
+            "p.fabro",
+            &fan(&format!("join_policy=\"{policy}\""), branches),
+        );
+        let run = p.run("p.fabro", &[]);
+        let fan_stage = run.checkpoint()["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["node_id"] == "fan")
+            .cloned()
+            .unwrap();
+        let status = fan_stage["status"].as_str().unwrap();
+        assert!(
+            status == expected || (expected == "succeeded" && status == "partially_succeeded"),
+            "{policy}: {status}"
+        );
+    }
+}
+
+#[test]
+fn error_policy_ignore_leaves_failures_out() {
+    let p = Project::new();
+    p.write("p.fabro", &fan("error_policy=\"ignore\"", "a [shape=parallelogram, script=\"true\"]\n c [shape=parallelogram, script=\"false\"]\n fan -> a -> merge\n fan -> c -> merge"));
+    let run = p.run("p.fabro", &[]);
+    let ids: Vec<String> = run
+        .context("parallel.results")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, ["a"]);
+}
+
+#[test]
+fn max_parallel_limits_concurrency() {
+    let p = Project::new();
+    p.write(
+        "p.fabro",
+        &fan("max_parallel=1", "a [shape=parallelogram, script=\"sleep 0.3\"]\n b [shape=parallelogram, script=\"sleep 0.3\"]\n fan -> a -> merge\n fan -> b -> merge"),
+    );
+    let started = Instant::now();
+    let run = p.run("p.fabro", &[]);
+    assert_eq!(run.code(), Some(0));
+    assert!(
+        started.elapsed() >= Duration::from_millis(600),
+        "one branch at a time"
+    );
+}
+
+#[test]
+fn sub_workflows_take_context_in_and_give_changes_out() {
+    let p = Project::new();
+    p.write(
+        "child.fabro",
+        "digraph Child { start [shape=Mdiamond]\n exit [shape=Msquare]\n greet [shape=parallelogram, script=\"echo child saw $TRELLIS_GOAL\"]\n gate [shape=diamond]\n ok [shape=parallelogram, script=\"true\"]\n start -> greet -> gate\n gate -> ok [condition=\"context.mode=child\"]\n gate -> exit\n ok -> exit }",
+    );
+    p.write(
+        "parent.fabro",
+        "digraph Parent { graph [goal=\"ship\"]\n start [shape=Mdiamond]\n exit [shape=Msquare]\n sub [shape=house, workflow=\"child.fabro\"]\n check [shape=parallelogram, script=\"true\"]\n start -> sub -> check -> exit }",
+    );
+    let run = p.run("parent.fabro", &["--set", "mode=child"]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.stages(), ["start", "sub", "check", "exit"]);
+    let sub_dir = run.record().join("stages/002-sub@1");
+    let child = run_support::read_json(&sub_dir.join("child/checkpoint.json"));
+    let child_nodes: Vec<&str> = child["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["node_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        child_nodes,
+        ["start", "greet", "gate", "ok", "exit"],
+        "the child saw the parent's context"
+    );
+    let status = run_support::read_json(&sub_dir.join("status.json"));
+    assert!(
+        status["context_updates"]["command.output"]
+            .as_str()
+            .unwrap()
+            .starts_with("blob://"),
+        "{status}"
+    );
+    let child_events: Vec<_> = run
+        .events()
+        .into_iter()
+        .filter(|e| e["run_id"].as_str().unwrap().ends_with("/sub"))
+        .collect();
+    assert!(!child_events.is_empty());
+}
+
+#[test]
+fn a_broken_child_workflow_fails_the_stage_with_its_error() {
+    let p = Project::new();
+    p.write("child.fabro", "digraph Child { start -> exit -> start }");
+    p.write("parent.fabro", "digraph Parent { start [shape=Mdiamond]\n exit [shape=Msquare]\n sub [shape=house, workflow=\"child.fabro\"]\n start -> sub -> exit }");
+    let run = p.run("parent.fabro", &[]);
+    let failed = run.events_named("StageFailed");
+    assert!(
+        failed[0]["failure_reason"]
+            .as_str()
+            .unwrap()
+            .contains("the child workflow is not valid"),
+        "{failed:?}"
+    );
+}
+
+#[test]
+fn new_test_artifacts_are_captured() {
+    let p = Project::new();
+    p.write("test-results/old.png", "old");
+    p.write(
+        "w.fabro",
+        "digraph A { start [shape=Mdiamond]\n exit [shape=Msquare]\n e2e [shape=parallelogram, script=\"mkdir -p test-results/login reports && echo png > test-results/login/shot.png && echo '<testsuite/>' > reports/junit-e2e.xml && echo src > main.txt\"]\n start -> e2e -> exit }",
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0));
+    let captured = run.record().join("artifacts/e2e/attempt-1");
+    assert_eq!(
+        std::fs::read_to_string(captured.join("test-results/login/shot.png")).unwrap(),
+        "png\n"
+    );
+    assert!(captured.join("reports/junit-e2e.xml").is_file());
+    assert!(
+        !captured.join("test-results/old.png").exists(),
+        "unchanged files are not captured"
+    );
+    assert!(
+        !captured.join("main.txt").exists(),
+        "only artifacts are captured"
+    );
+    let completed = run.events_named("StageCompleted");
+    let e2e = completed.iter().find(|e| e["node_id"] == "e2e").unwrap();
+    assert_eq!(
+        e2e["files_touched"],
+        serde_json::json!(["reports/junit-e2e.xml", "test-results/login/shot.png"])
+    );
+}
