@@ -26,6 +26,39 @@ const STDERR_TAIL_CHARS: usize = 2000;
 /// Output kept in memory for the blob store; the log files always get everything.
 const MAX_CAPTURED: usize = 64 * 1024 * 1024;
 
+/// The file in a stage directory that names the process group of a running command.
+const PGID_FILE: &str = "pgid";
+
+/// Stops the commands an interrupted run left running: every stage directory under `run_dir` with a
+/// `pgid` file but no `status.json` (the stage never finished) names a process group, which is killed
+/// if it still belongs to this run (its leader's environment has `TRELLIS_RUN_ID=<run_id>`, so a reused
+/// pid is never touched). Returns how many groups were stopped.
+pub fn reap(run_dir: &Path, run_id: &str) -> usize {
+    let marker = format!("TRELLIS_RUN_ID={run_id}");
+    walkdir::WalkDir::new(run_dir)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name() == PGID_FILE)
+        .filter(|e| {
+            e.path()
+                .parent()
+                .is_some_and(|dir| !dir.join("status.json").exists())
+        })
+        .filter_map(|e| {
+            std::fs::read_to_string(e.path())
+                .ok()?
+                .trim()
+                .parse::<i32>()
+                .ok()
+        })
+        .filter(|pgid| {
+            std::fs::read(format!("/proc/{pgid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == marker.as_bytes()))
+        })
+        .filter(|pgid| killpg(Pid::from_raw(*pgid), Signal::SIGKILL).is_ok())
+        .count()
+}
+
 /// Kills the process group when dropped, unless disarmed.
 struct ProcessGroup(Option<Pid>);
 
@@ -128,6 +161,10 @@ impl Handler for CommandHandler {
                 .and_then(|id| i32::try_from(id).ok())
                 .map(Pid::from_raw),
         );
+        // If this process is killed, `trellis resume` finds the group here and stops it (see `reap`).
+        if let Some(pgid) = group.0 {
+            let _ = tokio::fs::write(stage.dir.join(PGID_FILE), pgid.to_string()).await;
+        }
         let stdout = child.stdout.take().expect("stdout is piped");
         let stderr = child.stderr.take().expect("stderr is piped");
         let (stdout_log, stderr_log) = (stage.dir.join("stdout.log"), stage.dir.join("stderr.log"));

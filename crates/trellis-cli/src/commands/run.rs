@@ -203,9 +203,12 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or_else(default_runs_dir);
         let record = Arc::new(RunDir::open(&args.run, &runs_dir)?);
         let meta = record.meta()?;
-        let checkpoint = record
+        let mut checkpoint = record
             .checkpoint()
             .with_context(|| format!("run {} has no checkpoint to resume from", meta.run_id))?;
+        // Events written after the last checkpoint (by a killed process) keep their numbers.
+        let last_seq = record.events()?.last().map_or(0, |e| e.seq);
+        checkpoint.seq = checkpoint.seq.max(last_seq);
         if checkpoint.status.is_finished() {
             eprintln!(
                 "run {} already {}; nothing to resume",
@@ -219,6 +222,10 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
                     EXIT_INVALID
                 },
             ));
+        }
+        let reaped = trellis_handlers::command::reap(record.root(), &meta.run_id);
+        if reaped > 0 && !args.options.json {
+            eprintln!("stopped {reaped} command(s) left running by the interrupted run");
         }
         let source = record
             .source_file()

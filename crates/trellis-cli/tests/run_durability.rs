@@ -1,0 +1,164 @@
+//! End-to-end durability: a run killed with SIGKILL in the middle of a stage resumes from its last
+//! checkpoint, re-runs only the interrupted stage, and loses nothing from the record; timed-out commands
+//! leave no process behind.
+
+mod run_support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use run_support::Project;
+
+const WORKFLOW: &str = "digraph Durable {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    a [shape=parallelogram, script=\"echo a >> a.log\"]
+    b [shape=parallelogram, script=\"echo start >> b.log; sleep 2; echo end >> b.log\"]
+    c [shape=parallelogram, script=\"echo c >> c.log\"]
+    start -> a -> b -> c -> exit
+}
+";
+
+fn only_run(p: &Project) -> PathBuf {
+    let runs: Vec<PathBuf> = std::fs::read_dir(p.path().join("runs"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    runs[0].clone()
+}
+
+fn wait_for(what: &str, deadline: Duration, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn completed_nodes(record: &std::path::Path) -> Vec<String> {
+    let checkpoint = run_support::read_json(&record.join("checkpoint.json"));
+    checkpoint["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["node_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_run_killed_mid_stage_resumes_without_rerunning_finished_stages() {
+    // The reference: the same workflow, never interrupted.
+    let reference = Project::new();
+    reference.write("w.fabro", WORKFLOW);
+    let uninterrupted = reference.run("w.fabro", &[]);
+    assert_eq!(uninterrupted.code(), Some(0));
+    let expected = uninterrupted.stages();
+
+    let p = Project::new();
+    p.write("w.fabro", WORKFLOW);
+    let mut child = p
+        .command(&["run", "w.fabro"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("stage b to start", Duration::from_secs(20), || {
+        p.path().join("runs").is_dir()
+            && std::fs::read_dir(p.path().join("runs"))
+                .unwrap()
+                .next()
+                .is_some()
+            && std::fs::read_to_string(only_run(&p).join("events.jsonl"))
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l.contains("\"StageStarted\"") && l.contains("\"node_id\":\"b\""))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap(); // SIGKILL
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    let record = only_run(&p);
+    assert_eq!(
+        completed_nodes(&record),
+        ["start", "a"],
+        "the checkpoint holds the finished stages"
+    );
+
+    let id = record.file_name().unwrap().to_string_lossy().into_owned();
+    let resumed = p.resume(&id, &[]);
+    assert_eq!(resumed.code(), Some(0), "{}", resumed.stderr());
+    assert_eq!(
+        completed_nodes(&record),
+        expected,
+        "every stage ran as often as without the kill"
+    );
+    assert_eq!(
+        p.read("a.log"),
+        "a\n",
+        "a finished before the kill and was not run again"
+    );
+    assert_eq!(p.read("c.log"), "c\n");
+    assert_eq!(
+        p.read("b.log").lines().filter(|l| *l == "end").count(),
+        1,
+        "b completed once"
+    );
+    // Nothing lost: the first process's events are still there, then the resumed run's.
+    let events = resumed.events();
+    let names: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names.iter().filter(|n| **n == "WorkflowRunStarted").count(),
+        1
+    );
+    assert_eq!(
+        names.iter().filter(|n| **n == "WorkflowRunResumed").count(),
+        1
+    );
+    assert_eq!(names.last(), Some(&"WorkflowRunCompleted"));
+    let completed: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "StageCompleted")
+        .map(|e| e["node_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(completed, expected);
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(
+        seqs.windows(2).all(|w| w[1] > w[0]),
+        "sequence numbers keep increasing across the resume: {seqs:?}"
+    );
+    // The interrupted attempt's directory is kept, out of the way.
+    let stages: Vec<String> = std::fs::read_dir(record.join("stages"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        stages.iter().any(|s| s.starts_with("003-b@1.interrupted")),
+        "{stages:?}"
+    );
+    assert!(stages.iter().any(|s| s == "003-b@1"), "{stages:?}");
+}
+
+#[test]
+fn a_timed_out_command_leaves_no_process_behind() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        "digraph T { start [shape=Mdiamond]\n exit [shape=Msquare]\n slow [shape=parallelogram, script=\"sleep 30 & echo $! > bg.pid; sleep 30\", timeout=\"300ms\", max_retries=0]\n start -> slow -> exit }",
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0));
+    let pid = p.read("bg.pid").trim().to_owned();
+    assert!(!pid.is_empty());
+    wait_for(
+        "the background process to be killed",
+        Duration::from_secs(5),
+        || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map_or(true, |stat| stat.split_whitespace().nth(2) == Some("Z"))
+        },
+    );
+}
