@@ -60,6 +60,7 @@ impl RunContext {
     }
 
     /// An independent copy: what a parallel branch starts from.
+    #[must_use]
     pub fn deep_copy(&self) -> RunContext {
         RunContext::from_map(self.snapshot())
     }

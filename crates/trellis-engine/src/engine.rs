@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
 use trellis_workflow::node_kind::RetryPolicy;
-use trellis_workflow::{NodeIndex, NodeKind, SourceFormat, StageStatus, Workflow};
+use trellis_workflow::{Condition, NodeIndex, NodeKind, SourceFormat, StageStatus, Workflow};
 
 use crate::checkpoint::{Checkpoint, RunStatus, StageRecord};
 use crate::context::{ConditionView, RunContext};
@@ -91,11 +91,12 @@ impl Ledger {
     fn write_to(&self, cp: &mut Checkpoint) {
         cp.rank = self.rank.load(Ordering::SeqCst);
         cp.steps = self.steps.load(Ordering::SeqCst);
-        cp.stages = self
-            .stages
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+        cp.stages.clone_from(
+            &self
+                .stages
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
     }
 
     pub(crate) fn record(&self, record: StageRecord) {
@@ -128,6 +129,24 @@ pub struct Engine {
     pub(crate) run_id: String,
     /// Sub-workflow nesting depth (0 for the top-level run).
     pub(crate) depth: u32,
+}
+
+/// A stage attempt's `status.json`: its outcome plus where and when it ran.
+pub(crate) fn status_json(
+    outcome: &Outcome,
+    node_id: &str,
+    visit: u32,
+    attempt: u32,
+    duration_ms: u64,
+) -> Value {
+    let mut status = serde_json::to_value(outcome).unwrap_or_default();
+    if let Value::Object(map) = &mut status {
+        map.insert("node_id".into(), json!(node_id));
+        map.insert("visit".into(), json!(visit));
+        map.insert("attempt".into(), json!(attempt));
+        map.insert("duration_ms".into(), json!(duration_ms));
+    }
+    status
 }
 
 /// The current time as RFC 3339 with milliseconds.
@@ -286,12 +305,12 @@ impl Engine {
                         node: node_id.clone(),
                     })?;
             let node = &self.workflow.nodes[index];
-            if matches!(node.kind, NodeKind::Exit) {
-                if let Some(target) = self.check_goal_gates(cp)? {
-                    cp.next_node = Some(target);
-                    self.save(cp, ledger, context)?;
-                    continue;
-                }
+            if matches!(node.kind, NodeKind::Exit)
+                && let Some(target) = self.check_goal_gates(cp)?
+            {
+                cp.next_node = Some(target);
+                self.save(cp, ledger, context)?;
+                continue;
             }
             if ledger.steps() >= self.settings.max_steps {
                 return Err(EngineError::StepBudget {
@@ -470,13 +489,7 @@ impl Engine {
                 None => execution.await,
             };
             let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            let mut status = serde_json::to_value(&outcome).unwrap_or_default();
-            if let Value::Object(map) = &mut status {
-                map.insert("node_id".into(), json!(node.id));
-                map.insert("visit".into(), json!(visit));
-                map.insert("attempt".into(), json!(attempt));
-                map.insert("duration_ms".into(), json!(duration_ms));
-            }
+            let status = status_json(&outcome, &node.id, visit, attempt, duration_ms);
             self.services.store.write_status(&dir, &status)?;
             context.set(
                 format!("{}{}", keys::RETRY_COUNT_PREFIX, node.id),
@@ -521,6 +534,50 @@ impl Engine {
             );
             return Ok(outcome);
         }
+    }
+
+    /// Ends a stage that ran in one attempt outside the handler path (a fan-out, a sub-workflow): writes
+    /// its `status.json`, records it, and emits `StageCompleted` or `StageFailed`.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one call per stage kind; a struct would only rename the list"
+    )]
+    pub(crate) fn finish_stage(
+        &self,
+        ledger: &Ledger,
+        rank: u32,
+        dir: &std::path::Path,
+        node_id: &str,
+        visit: u32,
+        outcome: &Outcome,
+        duration_ms: u64,
+        status: &Value,
+    ) -> Result<(), EngineError> {
+        self.services.store.write_status(dir, status)?;
+        ledger.record(StageRecord {
+            rank,
+            node_id: node_id.to_owned(),
+            visit,
+            attempt: 1,
+            status: outcome.status,
+            duration_ms,
+            failure_reason: outcome.failure_reason().map(str::to_owned),
+            dir: dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        });
+        let event = if outcome.status == StageStatus::Failed {
+            names::STAGE_FAILED
+        } else {
+            names::STAGE_COMPLETED
+        };
+        self.emit(
+            event,
+            Some(node_id),
+            json!({ "status": outcome.status, "visit": visit, "attempt": 1, "duration_ms": duration_ms, "failure_reason": outcome.failure_reason() }),
+        );
+        Ok(())
     }
 
     /// Merges a stage's outcome into the context: its updates (large values as blobs) and the engine keys.
@@ -621,7 +678,7 @@ impl Engine {
         self.emit(
             names::EDGE_SELECTED,
             Some(&node.id),
-            json!({ "to": target, "label": edge.label, "condition": edge.condition.as_ref().map(|c| c.source()), "when": edge.when }),
+            json!({ "to": target, "label": edge.label, "condition": edge.condition.as_ref().map(Condition::source), "when": edge.when }),
         );
         Ok(Some(target))
     }

@@ -47,6 +47,46 @@ impl BranchResult {
     }
 }
 
+/// How many branches must succeed before the merge may proceed.
+#[allow(
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "branch counts are small and the fraction is in (0, 1]"
+)]
+fn successes_needed(policy: JoinPolicy, total: usize) -> usize {
+    match policy {
+        JoinPolicy::WaitAll => total,
+        JoinPolicy::FirstSuccess => 1,
+        JoinPolicy::KOfN(n) => (n as usize).min(total),
+        JoinPolicy::Quorum(fraction) => ((fraction * total as f64).ceil() as usize).clamp(1, total),
+    }
+}
+
+/// The fan-out's own status: failed under `fail_fast` with any failure; succeeded when enough branches
+/// succeeded and none counted as failed; partially succeeded when some work succeeded; else failed.
+fn fan_out_status(
+    config: &ParallelConfig,
+    succeeded: usize,
+    failed: usize,
+    needed: usize,
+) -> StageStatus {
+    let counted_failures = if config.error_policy == ErrorPolicy::Ignore {
+        0
+    } else {
+        failed
+    };
+    if config.error_policy == ErrorPolicy::FailFast && failed > 0 {
+        StageStatus::Failed
+    } else if succeeded >= needed && counted_failures == 0 {
+        StageStatus::Succeeded
+    } else if succeeded >= needed || (config.join_policy == JoinPolicy::WaitAll && succeeded > 0) {
+        StageStatus::PartiallySucceeded
+    } else {
+        StageStatus::Failed
+    }
+}
+
 /// The order in which outcomes rank when choosing the best branch.
 fn status_rank(status: StageStatus) -> u8 {
     match status {
@@ -55,6 +95,14 @@ fn status_rank(status: StageStatus) -> u8 {
         StageStatus::Skipped => 2,
         StageStatus::Failed => 3,
     }
+}
+
+/// Branch results as they arrived, and why collection stopped early (if it did).
+struct Collected {
+    results: Vec<Option<BranchResult>>,
+    succeeded: usize,
+    failed: usize,
+    stop_reason: Option<&'static str>,
 }
 
 /// The nearest fan-in node every branch of `fan_out` reaches (fewest steps from the farthest branch).
@@ -142,77 +190,20 @@ impl Engine {
             })
             .collect();
         let total = starts.len();
-        let needed = match config.join_policy {
-            JoinPolicy::WaitAll => total,
-            JoinPolicy::FirstSuccess => 1,
-            JoinPolicy::KOfN(n) => (n as usize).min(total),
-            JoinPolicy::Quorum(fraction) => {
-                ((fraction * total as f64).ceil() as usize).clamp(1, total)
-            }
-        };
-        let mut results: Vec<Option<BranchResult>> = vec![None; total];
-        let (mut succeeded, mut failed, mut stop_reason) = (0, 0, None);
-        while let Some((position, result)) = running.next().await {
-            let result = result?;
-            self.emit(names::PARALLEL_BRANCH_COMPLETED, Some(&node.id), json!({ "branch": result.id, "status": result.status, "failure_reason": result.failure_reason }));
-            if matches!(
-                result.status,
-                StageStatus::Succeeded | StageStatus::PartiallySucceeded
-            ) {
-                succeeded += 1;
-            } else if result.status == StageStatus::Failed {
-                failed += 1;
-            }
-            let is_failure = result.status == StageStatus::Failed;
-            results[position] = Some(result);
-            if is_failure && config.error_policy == ErrorPolicy::FailFast {
-                stop_reason = Some("a branch failed (error_policy=fail_fast)");
-                break;
-            }
-            if config.join_policy != JoinPolicy::WaitAll && succeeded >= needed {
-                stop_reason = Some("the join policy was satisfied");
-                break;
-            }
-        }
+        let needed = successes_needed(config.join_policy, total);
+        let Collected {
+            results,
+            succeeded,
+            failed,
+            stop_reason,
+        } = self
+            .collect(&node.id, &mut running, config, needed, total)
+            .await?;
         // Dropping the remaining futures cancels those branches and kills their processes.
         drop(running);
         let cancelled = results.iter().filter(|r| r.is_none()).count();
-        let results: Vec<BranchResult> = results
-            .into_iter()
-            .zip(&starts)
-            .map(|(result, &start)| {
-                result.unwrap_or_else(|| BranchResult {
-                    id: self.workflow.nodes[start].id.clone(),
-                    status: StageStatus::Skipped,
-                    failure_reason: Some(format!(
-                        "cancelled: {}",
-                        stop_reason.unwrap_or("the fan-out ended")
-                    )),
-                    updated_keys: Vec::new(),
-                    last_response: None,
-                    score: None,
-                })
-            })
-            .filter(|r| {
-                !(config.error_policy == ErrorPolicy::Ignore && r.status == StageStatus::Failed)
-            })
-            .collect();
-        let counted_failures = if config.error_policy == ErrorPolicy::Ignore {
-            0
-        } else {
-            failed
-        };
-        let status = if config.error_policy == ErrorPolicy::FailFast && failed > 0 {
-            StageStatus::Failed
-        } else if succeeded >= needed && counted_failures == 0 {
-            StageStatus::Succeeded
-        } else if succeeded >= needed
-            || (config.join_policy == JoinPolicy::WaitAll && succeeded > 0)
-        {
-            StageStatus::PartiallySucceeded
-        } else {
-            StageStatus::Failed
-        };
+        let results = self.settle(results, &starts, config.error_policy, stop_reason);
+        let status = fan_out_status(config, succeeded, failed, needed);
         let mut outcome = if status == StageStatus::Failed {
             Outcome::failed(
                 FailureClass::StageFailed,
@@ -229,36 +220,100 @@ impl Engine {
             Value::Array(results.iter().map(BranchResult::to_json).collect()),
         );
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let mut status_json = serde_json::to_value(&outcome).unwrap_or_default();
-        if let Value::Object(map) = &mut status_json {
-            map.insert("node_id".into(), json!(node.id));
-            map.insert("visit".into(), json!(visit));
-            map.insert("duration_ms".into(), json!(duration_ms));
-            map.insert("cancelled_branches".into(), json!(cancelled));
-        }
-        self.services.store.write_status(&dir, &status_json)?;
-        ledger.steps_add(1);
-        ledger.record(crate::checkpoint::StageRecord {
+        self.emit(
+            names::PARALLEL_COMPLETED,
+            Some(&node.id),
+            json!({ "status": outcome.status, "succeeded": succeeded, "failed": failed, "cancelled": cancelled }),
+        );
+        let mut status_json = crate::engine::status_json(&outcome, &node.id, visit, 1, duration_ms);
+        status_json["cancelled_branches"] = json!(cancelled);
+        self.finish_stage(
+            ledger,
             rank,
-            node_id: node.id.clone(),
+            &dir,
+            &node.id,
             visit,
-            attempt: 1,
-            status: outcome.status,
+            &outcome,
             duration_ms,
-            failure_reason: outcome.failure_reason().map(str::to_owned),
-            dir: dir
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-        });
-        self.emit(names::PARALLEL_COMPLETED, Some(&node.id), json!({ "status": outcome.status, "succeeded": succeeded, "failed": failed, "cancelled": cancelled }));
-        let event = if outcome.status == StageStatus::Failed {
-            names::STAGE_FAILED
-        } else {
-            names::STAGE_COMPLETED
-        };
-        self.emit(event, Some(&node.id), json!({ "status": outcome.status, "visit": visit, "attempt": 1, "duration_ms": duration_ms, "failure_reason": outcome.failure_reason() }));
+            &status_json,
+        )?;
         Ok((outcome, Some(self.workflow.nodes[fan_in].id.clone())))
+    }
+
+    /// Final results in declaration order: cancelled branches as skipped, failed ones left out under
+    /// `error_policy=ignore`.
+    fn settle(
+        &self,
+        results: Vec<Option<BranchResult>>,
+        starts: &[NodeIndex],
+        error_policy: ErrorPolicy,
+        stop_reason: Option<&str>,
+    ) -> Vec<BranchResult> {
+        results
+            .into_iter()
+            .zip(starts)
+            .map(|(result, &start)| {
+                result.unwrap_or_else(|| BranchResult {
+                    id: self.workflow.nodes[start].id.clone(),
+                    status: StageStatus::Skipped,
+                    failure_reason: Some(format!(
+                        "cancelled: {}",
+                        stop_reason.unwrap_or("the fan-out ended")
+                    )),
+                    updated_keys: Vec::new(),
+                    last_response: None,
+                    score: None,
+                })
+            })
+            .filter(|r| !(error_policy == ErrorPolicy::Ignore && r.status == StageStatus::Failed))
+            .collect()
+    }
+
+    /// Takes branch results as they finish until all are in or the policies say to stop.
+    async fn collect<F>(
+        &self,
+        node_id: &str,
+        running: &mut FuturesUnordered<F>,
+        config: &ParallelConfig,
+        needed: usize,
+        total: usize,
+    ) -> Result<Collected, EngineError>
+    where
+        F: std::future::Future<Output = (usize, Result<BranchResult, EngineError>)>,
+    {
+        let mut collected = Collected {
+            results: vec![None; total],
+            succeeded: 0,
+            failed: 0,
+            stop_reason: None,
+        };
+        while let Some((position, result)) = running.next().await {
+            let result = result?;
+            self.emit(
+                names::PARALLEL_BRANCH_COMPLETED,
+                Some(node_id),
+                json!({ "branch": result.id, "status": result.status, "failure_reason": result.failure_reason }),
+            );
+            let failed = result.status == StageStatus::Failed;
+            if matches!(
+                result.status,
+                StageStatus::Succeeded | StageStatus::PartiallySucceeded
+            ) {
+                collected.succeeded += 1;
+            } else if failed {
+                collected.failed += 1;
+            }
+            collected.results[position] = Some(result);
+            if failed && config.error_policy == ErrorPolicy::FailFast {
+                collected.stop_reason = Some("a branch failed (error_policy=fail_fast)");
+                break;
+            }
+            if config.join_policy != JoinPolicy::WaitAll && collected.succeeded >= needed {
+                collected.stop_reason = Some("the join policy was satisfied");
+                break;
+            }
+        }
+        Ok(collected)
     }
 
     /// Runs one branch on its own copy of the context, from `start` up to the fan-in.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::json;
 use trellis_workflow::CompileOptions;
 
-use crate::checkpoint::{RunStatus, StageRecord};
+use crate::checkpoint::RunStatus;
 use crate::context::RunContext;
 use crate::engine::{Engine, EngineError, Ledger};
 use crate::event::names;
@@ -41,29 +41,17 @@ impl Engine {
         let started = std::time::Instant::now();
         let outcome = Box::pin(self.run_child(&dir, path, context, &node.id)).await?;
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let mut status = serde_json::to_value(&outcome).unwrap_or_default();
-        if let serde_json::Value::Object(map) = &mut status {
-            map.insert("node_id".into(), json!(node.id));
-            map.insert("visit".into(), json!(visit));
-            map.insert("duration_ms".into(), json!(duration_ms));
-        }
-        self.services.store.write_status(&dir, &status)?;
-        ledger.record(StageRecord {
+        let status = crate::engine::status_json(&outcome, &node.id, visit, 1, duration_ms);
+        self.finish_stage(
+            ledger,
             rank,
-            node_id: node.id.clone(),
+            &dir,
+            &node.id,
             visit,
-            attempt: 1,
-            status: outcome.status,
+            &outcome,
             duration_ms,
-            failure_reason: outcome.failure_reason().map(str::to_owned),
-            dir: dir_name,
-        });
-        let event = if outcome.failure.is_some() {
-            names::STAGE_FAILED
-        } else {
-            names::STAGE_COMPLETED
-        };
-        self.emit(event, Some(&node.id), json!({ "status": outcome.status, "visit": visit, "attempt": 1, "duration_ms": duration_ms, "failure_reason": outcome.failure_reason() }));
+            &status,
+        )?;
         Ok(outcome)
     }
 

@@ -1,10 +1,10 @@
 //! Test-artifact capture after command stages: screenshots, videos, reports and traces that a command
 //! created or changed are copied into the run record. Looked for: files under `playwright-report/`,
-//! `test-results/`, `cypress/videos/`, `cypress/screenshots/`, and `junit*.xml` or `*.trace.zip` anywhere;
-//! tool caches and dependency folders are skipped. Files over 10 MB, and files past 50 MB per stage,
-//! are left out.
+//! `test-results/`, `cypress/videos/`, `cypress/screenshots/`, and `junit*.xml` or `*.trace.zip` anywhere.
+//! Only files modified after the command started count, so one walk after the command is enough.
+//! Dependency folders, tool caches and hidden directories are skipped, and so is the runs directory.
+//! Files over 10 MB, and files past 50 MB per stage, are left out.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -18,20 +18,7 @@ const ARTIFACT_DIRS: &[&[&str]] = &[
     &["cypress", "videos"],
     &["cypress", "screenshots"],
 ];
-const SKIPPED_DIRS: &[&str] = &[
-    "node_modules",
-    ".git",
-    ".cache",
-    ".yarn",
-    "target",
-    ".venv",
-    "__pycache__",
-    ".trellis",
-];
-
-/// Size and modification time of each artifact file before a command ran.
-#[derive(Debug, Default)]
-pub struct Baseline(HashMap<PathBuf, (u64, Option<SystemTime>)>);
+const SKIPPED_DIRS: &[&str] = &["node_modules", "target", "__pycache__", "venv"];
 
 fn is_artifact(relative: &Path) -> bool {
     let components: Vec<&str> = relative
@@ -42,63 +29,47 @@ fn is_artifact(relative: &Path) -> bool {
     let in_dir = ARTIFACT_DIRS
         .iter()
         .any(|dir| components.windows(dir.len()).any(|w| w == *dir));
-    in_dir || (name.starts_with("junit") && name.ends_with(".xml")) || name.ends_with(".trace.zip")
+    let lower = name.to_ascii_lowercase();
+    let xml = Path::new(&lower).extension().is_some_and(|e| e == "xml");
+    in_dir || (lower.starts_with("junit") && xml) || lower.ends_with(".trace.zip")
 }
 
-/// Artifact files under `root`, leaving out `exclude` (the runs directory, when it lies inside the work
-/// directory: captured copies must not be captured again).
-fn artifact_files<'a>(
-    root: &'a Path,
-    exclude: &'a Path,
-) -> impl Iterator<Item = (PathBuf, std::fs::Metadata)> + 'a {
-    WalkDir::new(root)
-        .follow_links(false)
-        .into_iter()
-        .filter_entry(move |e| {
-            !(e.file_type().is_dir()
-                && (e.path() == exclude
-                    || e.file_name()
-                        .to_str()
-                        .is_some_and(|n| SKIPPED_DIRS.contains(&n))))
-        })
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_file())
-        .filter_map(move |e| {
-            let relative = e.path().strip_prefix(root).ok()?.to_path_buf();
-            if !is_artifact(&relative) {
-                return None;
-            }
-            Some((relative, e.metadata().ok()?))
-        })
+fn skipped(entry: &walkdir::DirEntry, exclude: &Path) -> bool {
+    entry.depth() > 0
+        && entry.file_type().is_dir()
+        && (entry.path() == exclude
+            || entry
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with('.') || SKIPPED_DIRS.contains(&n)))
 }
 
-/// Records what artifact files exist before a command runs.
-pub fn baseline(root: &Path, exclude: &Path) -> Baseline {
-    Baseline(
-        artifact_files(root, exclude)
-            .map(|(path, meta)| (path, (meta.len(), meta.modified().ok())))
-            .collect(),
-    )
-}
-
-/// Copies artifact files that are new or changed since `baseline` into `dest`, keeping their relative
-/// paths. Returns the copied paths (relative).
+/// Copies artifact files under `root` modified since `since` into `dest`, keeping their relative paths,
+/// and returns those paths. `exclude` (the runs directory) is never scanned.
 pub fn capture(
     root: &Path,
-    baseline: &Baseline,
+    since: SystemTime,
     dest: &Path,
     exclude: &Path,
 ) -> std::io::Result<Vec<PathBuf>> {
+    // Collected before copying, so nothing copied now can be found again.
+    let found: Vec<(PathBuf, u64)> = WalkDir::new(root)
+        .follow_links(false)
+        .into_iter()
+        .filter_entry(|e| !skipped(e, exclude))
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .filter_map(|e| {
+            let relative = e.path().strip_prefix(root).ok()?.to_path_buf();
+            let meta = e.metadata().ok()?;
+            (is_artifact(&relative) && meta.modified().is_ok_and(|m| m >= since))
+                .then_some((relative, meta.len()))
+        })
+        .collect();
     let mut copied = Vec::new();
     let mut total = 0;
-    // Collected before copying, so nothing copied now can be found again.
-    let found: Vec<_> = artifact_files(root, exclude).collect();
-    for (relative, meta) in found {
-        let fingerprint = (meta.len(), meta.modified().ok());
-        if baseline.0.get(&relative) == Some(&fingerprint)
-            || meta.len() > MAX_FILE
-            || total + meta.len() > MAX_STAGE
-        {
+    for (relative, size) in found {
+        if size > MAX_FILE || total + size > MAX_STAGE {
             continue;
         }
         let target = dest.join(&relative);
@@ -106,7 +77,7 @@ pub fn capture(
             std::fs::create_dir_all(parent)?;
         }
         std::fs::copy(root.join(&relative), &target)?;
-        total += meta.len();
+        total += size;
         copied.push(relative);
     }
     copied.sort();

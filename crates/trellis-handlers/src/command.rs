@@ -6,7 +6,7 @@
 //! out and the engine dropped it — the whole process group is killed, so no stray process keeps running.
 //! New test artifacts are captured into `artifacts/<node>/attempt-<n>/`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use async_trait::async_trait;
@@ -101,6 +101,91 @@ fn tail(text: &str, chars: usize) -> &str {
     &text[skip..]
 }
 
+/// "Now" on the file system's clock. File times come from the kernel's coarse clock; a marker file
+/// written before the command starts gives the instant on that clock, so artifacts written right after
+/// the start are never mistaken for older files.
+async fn start_marker(stage_dir: &Path) -> std::time::SystemTime {
+    let marker = stage_dir.join("started");
+    let written = match tokio::fs::write(&marker, b"").await {
+        Ok(()) => tokio::fs::metadata(&marker)
+            .await
+            .and_then(|m| m.modified())
+            .ok(),
+        Err(_) => None,
+    };
+    written.unwrap_or_else(std::time::SystemTime::now)
+}
+
+/// Copies the artifacts the command produced to `<run>/artifacts/<node>/attempt-<n>/`.
+async fn capture_artifacts(
+    stage: &Stage<'_>,
+    work_dir: PathBuf,
+    runs_dir: PathBuf,
+    since: std::time::SystemTime,
+) -> Vec<PathBuf> {
+    let Some(run) = stage.dir.parent().and_then(Path::parent) else {
+        return Vec::new();
+    };
+    let dest = run
+        .join("artifacts")
+        .join(&stage.node.id)
+        .join(format!("attempt-{}", stage.attempt));
+    tokio::task::spawn_blocking(move || {
+        artifacts::capture(&work_dir, since, &dest, &runs_dir).unwrap_or_default()
+    })
+    .await
+    .unwrap_or_default()
+}
+
+/// A succeeded outcome for a zero exit; otherwise failed, quoting the tail of standard error.
+fn exit_outcome(status: std::process::ExitStatus, stderr: &[u8]) -> Outcome {
+    if status.success() {
+        return Outcome::success();
+    }
+    let stderr_text = String::from_utf8_lossy(stderr);
+    let detail = tail(stderr_text.trim_end(), STDERR_TAIL_CHARS);
+    let how = status.code().map_or_else(
+        || "was killed by a signal".to_owned(),
+        |c| format!("exited with code {c}"),
+    );
+    let reason = if detail.is_empty() {
+        format!("the command {how}")
+    } else {
+        format!("the command {how}: {detail}")
+    };
+    Outcome::failed(FailureClass::StageFailed, reason)
+}
+
+/// `sh -c SCRIPT` (or `python3 -c`) in the work directory, in a process group of its own, with pipes
+/// for the output and the run's identity in the environment.
+fn command_for(
+    stage: &Stage<'_>,
+    script: &str,
+    language: ScriptLanguage,
+) -> (&'static str, tokio::process::Command) {
+    let program = match language {
+        ScriptLanguage::Shell => "sh",
+        ScriptLanguage::Python => "python3",
+    };
+    let mut command = tokio::process::Command::new(program);
+    command
+        .arg("-c")
+        .arg(script)
+        .current_dir(&stage.settings.work_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .env("TRELLIS_RUN_ID", stage.run_id)
+        .env("TRELLIS_NODE_ID", &stage.node.id)
+        .env("TRELLIS_STAGE_DIR", stage.dir);
+    if let Some(goal) = &stage.workflow.graph.goal {
+        command.env("TRELLIS_GOAL", goal);
+    }
+    (program, command)
+}
+
 #[async_trait]
 impl Handler for CommandHandler {
     async fn execute(&self, stage: &Stage<'_>) -> Outcome {
@@ -113,27 +198,8 @@ impl Handler for CommandHandler {
                 .with_update(keys::COMMAND_STDERR, "")
                 .with_update(keys::COMMAND_EXIT_CODE, 0);
         }
-        let (program, flag) = match config.language {
-            ScriptLanguage::Shell => ("sh", "-c"),
-            ScriptLanguage::Python => ("python3", "-c"),
-        };
+        let (program, mut command) = command_for(stage, &config.script, config.language);
         let work_dir = stage.settings.work_dir.clone();
-        let mut command = tokio::process::Command::new(program);
-        command
-            .arg(flag)
-            .arg(&config.script)
-            .current_dir(&work_dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true)
-            .env("TRELLIS_RUN_ID", stage.run_id)
-            .env("TRELLIS_NODE_ID", &stage.node.id)
-            .env("TRELLIS_STAGE_DIR", stage.dir);
-        if let Some(goal) = &stage.workflow.graph.goal {
-            command.env("TRELLIS_GOAL", goal);
-        }
         // The run record is `<runs dir>/<run>/stages/<stage>`; the runs directory is never scanned.
         let runs_dir = stage
             .dir
@@ -141,11 +207,7 @@ impl Handler for CommandHandler {
             .nth(3)
             .map(Path::to_path_buf)
             .unwrap_or_default();
-        let (scan_root, scan_exclude) = (work_dir.clone(), runs_dir.clone());
-        let baseline =
-            tokio::task::spawn_blocking(move || artifacts::baseline(&scan_root, &scan_exclude))
-                .await
-                .unwrap_or_default();
+        let started = start_marker(stage.dir).await;
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(error) => {
@@ -181,22 +243,11 @@ impl Handler for CommandHandler {
             tee(stderr, &stderr_log),
         );
         drop(group);
-        let artifacts_dir = stage.dir.parent().and_then(Path::parent).map(|run| {
-            run.join("artifacts")
-                .join(&stage.node.id)
-                .join(format!("attempt-{}", stage.attempt))
-        });
-        let files_touched = match artifacts_dir {
-            Some(dest) => tokio::task::spawn_blocking(move || {
-                artifacts::capture(&work_dir, &baseline, &dest, &runs_dir).unwrap_or_default()
-            })
-            .await
-            .unwrap_or_default(),
-            None => Vec::new(),
-        };
-        let output_ref = stage.services.blobs.put(&out);
-        let stderr_ref = stage.services.blobs.put(&err);
-        let (Ok(output_ref), Ok(stderr_ref)) = (output_ref, stderr_ref) else {
+        let files_touched = capture_artifacts(stage, work_dir, runs_dir, started).await;
+        let (Ok(output_ref), Ok(stderr_ref)) = (
+            stage.services.blobs.put(&out),
+            stage.services.blobs.put(&err),
+        ) else {
             return Outcome::failed(
                 FailureClass::Configuration,
                 "cannot store the command's output in the blob store",
@@ -212,22 +263,7 @@ impl Handler for CommandHandler {
             }
         };
         let code = status.code();
-        let mut outcome = if status.success() {
-            Outcome::success()
-        } else {
-            let stderr_text = String::from_utf8_lossy(&err);
-            let detail = tail(stderr_text.trim_end(), STDERR_TAIL_CHARS);
-            let how = code.map_or_else(
-                || "was killed by a signal".to_owned(),
-                |c| format!("exited with code {c}"),
-            );
-            let reason = if detail.is_empty() {
-                format!("the command {how}")
-            } else {
-                format!("the command {how}: {detail}")
-            };
-            Outcome::failed(FailureClass::StageFailed, reason)
-        };
+        let mut outcome = exit_outcome(status, &err);
         outcome.files_touched = files_touched
             .iter()
             .map(|p| p.display().to_string())

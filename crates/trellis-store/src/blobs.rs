@@ -1,6 +1,7 @@
 //! The content-addressed blob store: each value is stored once, under the SHA-256 of its bytes, and
 //! referred to as `blob://sha256/<hex>`.
 
+use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -26,10 +27,12 @@ impl FileBlobs {
 
 impl BlobStore for FileBlobs {
     fn put(&self, bytes: &[u8]) -> io::Result<String> {
-        let hex: String = Sha256::digest(bytes)
+        let hex = Sha256::digest(bytes)
             .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+            .fold(String::with_capacity(64), |mut hex, b| {
+                let _ = write!(hex, "{b:02x}");
+                hex
+            });
         let path = self.dir.join(&hex);
         if !path.exists() {
             std::fs::create_dir_all(&self.dir)?;

@@ -61,13 +61,26 @@ pub fn default_runs_dir() -> PathBuf {
     )
 }
 
-/// Writes a file so that a crash leaves either the old or the new content: temp file, fsync, rename.
+/// Writes a file so that a crash leaves either the old or the new content: temp file, fsync, rename,
+/// and an fsync of the directory so the rename itself is durable.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_replacing(path, bytes, true)
+}
+
+/// Writes a file by renaming a complete temporary file over it. With `durable`, the data and the rename
+/// are flushed to disk (surviving power loss); without, the write still survives the process being
+/// killed at any point, since the kernel holds it.
+fn write_replacing(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
     {
         let mut file = File::create(&tmp)?;
         file.write_all(bytes)?;
-        file.sync_all()?;
+        if durable {
+            file.sync_all()?;
+        }
+    }
+    if !durable {
+        return fs::rename(&tmp, path);
     }
     fs::rename(&tmp, path)?;
     if let Some(parent) = path.parent()
@@ -244,9 +257,11 @@ impl RunStore for RunDir {
     }
 
     fn write_status(&self, stage_dir: &Path, status: &Value) -> io::Result<()> {
-        write_atomically(
+        // The checkpoint is the durable truth; a stage's status only needs to be whole.
+        write_replacing(
             &stage_dir.join("status.json"),
             &serde_json::to_vec_pretty(status).unwrap_or_default(),
+            false,
         )
     }
 

@@ -125,12 +125,10 @@ impl EventSink for Progress {
                     Duration::from_millis(delay).as_secs_f64()
                 ));
             }
-            names::HUMAN_GATE_ASKED | names::GOAL_GATE_UNMET => {
-                if event.event == names::GOAL_GATE_UNMET {
-                    self.line(&format!(
-                        "  ! goal gate {node} is not met; retrying from its retry target"
-                    ));
-                }
+            names::GOAL_GATE_UNMET => {
+                self.line(&format!(
+                    "  ! goal gate {node} is not met; retrying from its retry target"
+                ));
             }
             _ => {}
         }

@@ -27,7 +27,7 @@ pub const EXIT_WAITING: u8 = 3;
 /// Options shared by `run` and `resume`.
 #[derive(clap::Args)]
 pub struct RunOptions {
-    /// Where run records live [default: $TRELLIS_RUNS_DIR or ~/.trellis/runs].
+    /// Where run records live [default: `$TRELLIS_RUNS_DIR` or `~/.trellis/runs`].
     #[arg(long, value_name = "DIR")]
     runs_dir: Option<PathBuf>,
     /// Answer every human gate with its first option.
@@ -223,7 +223,12 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
                 },
             ));
         }
-        let reaped = trellis_handlers::command::reap(record.root(), &meta.run_id);
+        let reaped = {
+            let (root, run_id) = (record.root().to_path_buf(), meta.run_id.clone());
+            tokio::task::spawn_blocking(move || trellis_handlers::command::reap(&root, &run_id))
+                .await
+                .unwrap_or(0)
+        };
         if reaped > 0 && !args.options.json {
             eprintln!("stopped {reaped} command(s) left running by the interrupted run");
         }
@@ -295,7 +300,7 @@ async fn finish(prepared: Prepared, options: &RunOptions) -> anyhow::Result<Exit
     }
     let result = engine.run(checkpoint).await;
     let mut meta = record.meta()?;
-    meta.status = result.status.as_str().to_owned();
+    result.status.as_str().clone_into(&mut meta.status);
     meta.ended_at = result
         .status
         .is_finished()

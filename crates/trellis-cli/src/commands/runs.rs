@@ -11,7 +11,7 @@ use trellis_store::{RunDir, default_runs_dir, list_runs};
 
 #[derive(clap::Args)]
 pub struct RunsArgs {
-    /// Where run records live [default: $TRELLIS_RUNS_DIR or ~/.trellis/runs].
+    /// Where run records live [default: `$TRELLIS_RUNS_DIR` or `~/.trellis/runs`].
     #[arg(long, value_name = "DIR")]
     runs_dir: Option<PathBuf>,
     /// How many runs to list, newest first.
@@ -51,7 +51,7 @@ pub fn runs(args: &RunsArgs) -> anyhow::Result<ExitCode> {
     for path in list_runs(&runs_dir).into_iter().take(args.limit) {
         let record = RunDir::open(&path.display().to_string(), &runs_dir)?;
         let Ok(meta) = record.meta() else { continue };
-        let stages = record.checkpoint().map(|c| c.stages.len()).unwrap_or(0);
+        let stages = record.checkpoint().map_or(0, |c| c.stages.len());
         rows.push((meta, stages));
     }
     if args.json {

@@ -112,16 +112,16 @@ impl Project {
     pub fn run(&self, file: &str, args: &[&str]) -> Run {
         let mut all = vec!["run", file, "--json"];
         all.extend_from_slice(args);
-        self.finish(self.command(&all).output().unwrap())
+        Self::finish(self.command(&all).output().unwrap())
     }
 
     pub fn resume(&self, run_id: &str, args: &[&str]) -> Run {
         let mut all = vec!["resume", run_id, "--json"];
         all.extend_from_slice(args);
-        self.finish(self.command(&all).output().unwrap())
+        Self::finish(self.command(&all).output().unwrap())
     }
 
-    fn finish(&self, output: Output) -> Run {
+    fn finish(output: Output) -> Run {
         let summary = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
         Run { output, summary }
     }
