@@ -384,3 +384,68 @@ fn events_are_numbered_and_named() {
     let out = p.command(&["runs"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains(id));
 }
+
+#[test]
+fn a_loop_restart_edge_starts_visit_counts_afresh() {
+    let p = Project::new();
+    let body = "a [shape=parallelogram, script=\"true\", max_visits=1]\n b [shape=parallelogram, script=\"echo x >> n.log; test $(wc -l < n.log) -ge 3\"]\n start -> a -> b\n b -> exit [condition=\"outcome=success\"]\n b -> a [loop_restart=true]";
+    p.write("w.fabro", &workflow(body));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(
+        run.stages(),
+        ["start", "a", "b", "a", "b", "a", "b", "exit"]
+    );
+    assert_eq!(run.events_named("LoopRestarted").len(), 2);
+    std::fs::remove_file(p.path().join("n.log")).unwrap();
+    p.write(
+        "w.fabro",
+        &workflow(&body.replace("loop_restart=true", "weight=0")),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(
+        run.summary["error"],
+        "node `a` reached its visit limit of 1"
+    );
+}
+
+#[test]
+fn the_recorded_source_has_file_references_inlined() {
+    let p = Project::new();
+    p.write(
+        "prompts/plan.md",
+        "Plan \"carefully\" for $goal\nwith \\d escapes",
+    );
+    p.write("schemas/out.json", r#"{"type": "object"}"#);
+    p.write(
+        "w.fabro",
+        &format!("digraph T {{\n graph [goal=\"ship\"]\n {HEAD} plan [shape=tab, prompt=\"@prompts/plan.md\", output_schema=\"@schemas/out.json\"]\n start -> plan -> exit\n}}\n"),
+    );
+    let run = p.run("w.fabro", &["--dry-run"]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let recorded = std::fs::read_to_string(run.record().join("workflow.fabro")).unwrap();
+    assert!(
+        recorded.contains(r#"prompt="Plan \"carefully\" for $goal\nwith \\d escapes""#),
+        "{recorded}"
+    );
+    assert!(
+        recorded.contains(r#"output_schema="{\"type\":\"object\"}""#),
+        "{recorded}"
+    );
+    // The recorded source stands alone: it validates without the prompt files.
+    std::fs::remove_dir_all(p.path().join("prompts")).unwrap();
+    std::fs::remove_dir_all(p.path().join("schemas")).unwrap();
+    let out = p
+        .command(&[
+            "validate",
+            run.record().join("workflow.fabro").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

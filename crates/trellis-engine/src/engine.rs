@@ -367,8 +367,23 @@ impl Engine {
             } else if let Some(fan_in) = jump {
                 Some(fan_in)
             } else {
-                self.next_node(&mut cp.edge_counts, index, &outcome, context)
+                match self
+                    .next_node(&mut cp.edge_counts, index, &outcome, context)
                     .await?
+                {
+                    Some((target, true)) => {
+                        // `loop_restart`: visit counts and goal-gate results start over with the loop.
+                        cp.visits.clear();
+                        cp.goal_gates.clear();
+                        self.emit(
+                            names::LOOP_RESTARTED,
+                            Some(&node_id),
+                            json!({ "to": target }),
+                        );
+                        Some(target)
+                    }
+                    next => next.map(|(target, _)| target),
+                }
             };
             cp.last_outcome = Some(outcome);
             self.save(cp, ledger, context)?;
@@ -623,7 +638,7 @@ impl Engine {
         index: NodeIndex,
         outcome: &Outcome,
         context: &RunContext,
-    ) -> Result<Option<String>, EngineError> {
+    ) -> Result<Option<(String, bool)>, EngineError> {
         let node = &self.workflow.nodes[index];
         let view = ConditionView {
             context,
@@ -663,7 +678,7 @@ impl Engine {
                     Some(&node.id),
                     json!({ "to": target, "reason": "retry_target" }),
                 );
-                return Ok(Some(target));
+                return Ok(Some((target, false)));
             }
             return Err(EngineError::NoEdge {
                 node: node.id.clone(),
@@ -673,14 +688,18 @@ impl Engine {
         };
         let edge = &self.workflow.edges[edge];
         let key = routing::key_of(&self.workflow, edge);
+        if edge.loop_restart {
+            // A loop restart begins the loop afresh: edge bounds count again from zero.
+            edge_counts.clear();
+        }
         *edge_counts.entry(key).or_insert(0) += 1;
         let target = self.workflow.nodes[edge.to].id.clone();
         self.emit(
             names::EDGE_SELECTED,
             Some(&node.id),
-            json!({ "to": target, "label": edge.label, "condition": edge.condition.as_ref().map(Condition::source), "when": edge.when }),
+            json!({ "to": target, "label": edge.label, "condition": edge.condition.as_ref().map(Condition::source), "when": edge.when, "loop_restart": edge.loop_restart }),
         );
-        Ok(Some(target))
+        Ok(Some((target, edge.loop_restart)))
     }
 
     async fn ask_router(

@@ -28,6 +28,7 @@ pub mod names {
     pub const STAGE_FAILED: &str = "StageFailed";
     pub const STAGE_RETRYING: &str = "StageRetrying";
     pub const EDGE_SELECTED: &str = "EdgeSelected";
+    pub const LOOP_RESTARTED: &str = "LoopRestarted";
     pub const CHECKPOINT_SAVED: &str = "CheckpointSaved";
     pub const GOAL_GATE_UNMET: &str = "GoalGateUnmet";
     pub const HUMAN_GATE_ASKED: &str = "HumanGateAsked";

@@ -373,7 +373,7 @@ impl Engine {
                 .next_node(&mut edge_counts, index, &outcome, &branch)
                 .await
             {
-                Ok(next) => next.and_then(|id| self.workflow.node_index(&id)),
+                Ok(next) => next.and_then(|(id, _)| self.workflow.node_index(&id)),
                 Err(_) => None,
             };
             last = Some(outcome);

@@ -8,7 +8,7 @@ use std::fmt::Write;
 use crate::workflow::Workflow;
 
 /// Quotes a DOT string, escaping `"`, `\` and line breaks.
-fn quote(text: &str) -> String {
+pub(crate) fn quote(text: &str) -> String {
     let mut quoted = String::with_capacity(text.len() + 2);
     quoted.push('"');
     for c in text.chars() {

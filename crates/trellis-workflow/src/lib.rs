@@ -6,6 +6,7 @@
 pub mod condition;
 mod flatten;
 pub mod graph_dot;
+pub mod inline;
 pub mod label;
 mod lower;
 pub mod node_kind;

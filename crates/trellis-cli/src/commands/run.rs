@@ -184,7 +184,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             ended_at: None,
             settings: json!({ "dry_run": args.dry_run, "max_steps": args.max_steps, "work_dir": std::env::current_dir()?.display().to_string() }),
         };
-        let record = Arc::new(RunDir::create(&runs_dir, &meta, &source, &format!("workflow.{extension}"))?);
+        let recorded = trellis_workflow::inline::inline_file_references(&source, &workflow);
+        let record = Arc::new(RunDir::create(&runs_dir, &meta, &recorded, &format!("workflow.{extension}"))?);
         let settings = Settings { work_dir: std::env::current_dir()?, dry_run: args.dry_run, max_steps: args.max_steps };
         let workflow = Arc::new(workflow);
         let engine = Engine::new(workflow, Arc::new(trellis_handlers::standard_handlers()), services(&record, &args.options, args.dry_run)?, settings, run_id);
