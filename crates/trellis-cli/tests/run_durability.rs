@@ -162,3 +162,60 @@ fn a_timed_out_command_leaves_no_process_behind() {
         },
     );
 }
+
+#[test]
+fn events_follow_streams_until_the_run_ends() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        "digraph F { start [shape=Mdiamond]\n exit [shape=Msquare]\n pause [shape=insulator, duration=\"1s\"]\n start -> pause -> exit }",
+    );
+    let mut run = p
+        .command(&["run", "w.fabro"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the run directory", Duration::from_secs(20), || {
+        p.path().join("runs").is_dir()
+            && std::fs::read_dir(p.path().join("runs"))
+                .unwrap()
+                .next()
+                .is_some()
+    });
+    let id = only_run(&p)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let follow = p
+        .command(&["events", &id, "--follow", "--json"])
+        .output()
+        .unwrap();
+    assert!(run.wait().unwrap().success());
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&follow.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines.last().unwrap()["event"],
+        "WorkflowRunCompleted",
+        "follow returns once the run has ended"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|e| e["event"] == "StageCompleted" && e["node_id"] == "pause")
+    );
+}
+
+#[test]
+fn python_commands_run_with_python3() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        "digraph Py { start [shape=Mdiamond]\n exit [shape=Msquare]\n calc [shape=parallelogram, language=\"python\", script=\"print(6 * 7)\"]\n yes [shape=parallelogram, script=\"true\"]\n start -> calc\n calc -> yes [condition=\"command.output contains 42\"]\n yes -> exit }",
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.stages(), ["start", "calc", "yes", "exit"]);
+}
