@@ -373,3 +373,44 @@ fn new_test_artifacts_are_captured() {
         serde_json::json!(["reports/junit-e2e.xml", "test-results/login/shot.png"])
     );
 }
+
+#[test]
+fn a_terminal_user_answers_with_an_accelerator_key() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!(
+            "skipped: `script` (util-linux) is not installed, so no pseudo-terminal can be made"
+        );
+        return;
+    }
+    let p = Project::new();
+    p.write("g.fabro", GATE);
+    let trellis = env!("CARGO_BIN_EXE_trellis");
+    let mut child = std::process::Command::new("script")
+        .args([
+            "-qec",
+            &format!("{trellis} run g.fabro --runs-dir runs"),
+            "/dev/null",
+        ])
+        .current_dir(p.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"h\n").unwrap();
+    let output = child.wait_with_output().unwrap();
+    let screen = String::from_utf8_lossy(&output.stdout).replace('\r', "");
+    assert!(
+        screen.contains("? Ship it?\n  [S] Ship\n  [H] Hold\n  (or type your own answer)\n"),
+        "{screen}"
+    );
+    assert!(screen.contains("succeeded: 4 stages"), "{screen}");
+    let runs: Vec<_> = std::fs::read_dir(p.path().join("runs")).unwrap().collect();
+    let record = runs[0].as_ref().unwrap().path();
+    let checkpoint = run_support::read_json(&record.join("checkpoint.json"));
+    assert_eq!(checkpoint["context"]["human.gate.label"], "[H] Hold");
+}

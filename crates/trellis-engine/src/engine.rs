@@ -748,3 +748,120 @@ pub fn backoff(policy: Option<RetryPolicy>, attempt: u32) -> Duration {
         .map_or(0, |d| d.subsec_nanos());
     delay + delay.mul_f64(f64::from(nanos % 1000) / 10_000.0)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use async_trait::async_trait;
+    use trellis_syntax::SourceFile;
+    use trellis_workflow::{CompileOptions, compile};
+
+    use super::*;
+    use crate::handler::{Handler, Stage};
+    use crate::services::memory::{MemoryBlobs, MemoryEvents, NoAnswers};
+    use crate::services::{BLOB_PREFIX, BlobStore, RunStore};
+
+    /// A run store in a temporary directory that keeps the last checkpoint in memory.
+    struct TestStore {
+        root: PathBuf,
+        checkpoint: Mutex<Option<Checkpoint>>,
+    }
+
+    impl RunStore for TestStore {
+        fn stage_dir(&self, rank: u32, node: &str, visit: u32) -> std::io::Result<PathBuf> {
+            let dir = self.root.join(format!("{rank:03}-{node}@{visit}"));
+            std::fs::create_dir_all(&dir)?;
+            Ok(dir)
+        }
+        fn write_status(&self, _dir: &Path, _status: &Value) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn save_checkpoint(&self, checkpoint: &Checkpoint) -> std::io::Result<()> {
+            *self.checkpoint.lock().unwrap() = Some(checkpoint.clone());
+            Ok(())
+        }
+        fn child(&self, dir: &Path) -> std::io::Result<Arc<dyn RunStore>> {
+            Ok(Arc::new(TestStore {
+                root: dir.join("child"),
+                checkpoint: Mutex::default(),
+            }))
+        }
+    }
+
+    /// Produces a context value of 200,000 characters.
+    struct Big;
+
+    #[async_trait]
+    impl Handler for Big {
+        async fn execute(&self, _stage: &Stage<'_>) -> Outcome {
+            Outcome::success()
+                .with_update("big.value", "x".repeat(200_000))
+                .with_update("small", "s")
+        }
+    }
+
+    #[tokio::test]
+    async fn large_values_become_blobs_that_conditions_still_read() {
+        let text = "digraph B { start [shape=Mdiamond]\n exit [shape=Msquare]\n big [shape=parallelogram, script=\"-\"]\n other [shape=parallelogram, script=\"-\"]\n start -> big\n big -> exit [condition=\"big.value contains xxxx\"]\n big -> other\n other -> exit }";
+        let file = SourceFile::new("b.fabro", text);
+        let workflow = compile(
+            &file,
+            trellis_syntax::parse(&file),
+            &CompileOptions::default(),
+        )
+        .workflow
+        .unwrap();
+        let mut handlers = Handlers::with_control_flow();
+        handlers.register("command", Arc::new(Big));
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(TestStore {
+            root: dir.path().to_path_buf(),
+            checkpoint: Mutex::default(),
+        });
+        let blobs = Arc::new(MemoryBlobs::default());
+        let services = Services {
+            store: store.clone(),
+            blobs: blobs.clone(),
+            events: Arc::new(MemoryEvents::default()),
+            interviewer: Arc::new(NoAnswers),
+            router: None,
+        };
+        let engine = Engine::new(
+            Arc::new(workflow),
+            Arc::new(handlers),
+            services,
+            Settings::default(),
+            "test-run",
+        );
+        let result = engine
+            .run(engine.first_checkpoint(BTreeMap::new()).unwrap())
+            .await;
+        assert_eq!(result.status, RunStatus::Succeeded, "{:?}", result.error);
+        let nodes: Vec<&str> = result
+            .checkpoint
+            .stages
+            .iter()
+            .map(|s| s.node_id.as_str())
+            .collect();
+        assert_eq!(
+            nodes,
+            ["start", "big", "exit"],
+            "the condition saw the real value"
+        );
+        let reference = result.checkpoint.context["big.value"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(reference.starts_with(BLOB_PREFIX), "{reference}");
+        assert_eq!(blobs.get(&reference).unwrap().len(), 200_000);
+        assert_eq!(
+            result.checkpoint.context["small"], "s",
+            "small values stay inline"
+        );
+        assert_eq!(
+            store.checkpoint.lock().unwrap().as_ref().unwrap().context["big.value"],
+            reference.as_str()
+        );
+    }
+}

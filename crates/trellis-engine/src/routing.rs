@@ -135,3 +135,104 @@ pub fn select(
             .collect(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use trellis_syntax::SourceFile;
+    use trellis_workflow::{CompileOptions, StageStatus, Workflow, compile};
+
+    use super::*;
+    use crate::context::{ConditionView, RunContext};
+    use crate::services::memory::MemoryBlobs;
+
+    fn workflow(edges: &str) -> Workflow {
+        let text = format!(
+            "digraph R {{ start [shape=Mdiamond]\n exit [shape=Msquare]\n n [shape=parallelogram, script=\"true\"]\n a [shape=parallelogram, script=\"true\"]\n b [shape=parallelogram, script=\"true\"]\n c [shape=parallelogram, script=\"true\"]\n start -> n\n a -> exit\n b -> exit\n c -> exit\n {edges} }}"
+        );
+        let file = SourceFile::new("r.fabro", text);
+        let compiled = compile(
+            &file,
+            trellis_syntax::parse(&file),
+            &CompileOptions::default(),
+        );
+        compiled
+            .workflow
+            .unwrap_or_else(|| panic!("{:?}", compiled.diagnostics))
+    }
+
+    fn route(
+        workflow: &Workflow,
+        outcome: &Outcome,
+        counts: &BTreeMap<String, u32>,
+    ) -> Option<String> {
+        let blobs = MemoryBlobs::default();
+        let context = RunContext::default();
+        let view = ConditionView {
+            context: &context,
+            outcome: Some(outcome.status),
+            preferred_label: outcome.preferred_label.as_deref(),
+            blobs: &blobs,
+        };
+        let node = workflow.node_index("n").unwrap();
+        match select(workflow, node, outcome, &view, counts) {
+            Route::Edge(e) => Some(workflow.nodes[workflow.edges[e].to].id.clone()),
+            other => Some(format!("{other:?}")),
+        }
+    }
+
+    #[test]
+    fn conditions_beat_labels_beat_suggestions_beat_fallbacks() {
+        let w =
+            workflow("n -> a [label=\"Fix\"]\n n -> b [condition=\"outcome=success\"]\n n -> c");
+        let mut outcome = Outcome::success();
+        outcome.preferred_label = Some("fix".into());
+        assert_eq!(
+            route(&w, &outcome, &BTreeMap::new()).as_deref(),
+            Some("b"),
+            "a matching condition wins"
+        );
+        let mut failed = Outcome::failed(crate::outcome::FailureClass::StageFailed, "x");
+        failed.preferred_label = Some("[F] Fix".into());
+        failed.suggested_next_ids = vec!["c".into()];
+        assert_eq!(
+            route(&w, &failed, &BTreeMap::new()).as_deref(),
+            Some("a"),
+            "then the preferred label"
+        );
+        failed.preferred_label = None;
+        assert_eq!(
+            route(&w, &failed, &BTreeMap::new()).as_deref(),
+            Some("c"),
+            "then suggested ids"
+        );
+        failed.suggested_next_ids = vec!["nowhere".into(), "a".into()];
+        assert_eq!(
+            route(&w, &failed, &BTreeMap::new()).as_deref(),
+            Some("a"),
+            "suggestions in order"
+        );
+        failed.suggested_next_ids.clear();
+        assert_eq!(
+            route(&w, &failed, &BTreeMap::new()).as_deref(),
+            Some("a"),
+            "then the lexically first fallback"
+        );
+    }
+
+    #[test]
+    fn exhausted_edges_drop_out_and_when_edges_ask_a_model() {
+        let w = workflow("n -> a [max_iterations=1]\n n -> b [when=\"it went well\"]\n n -> c");
+        let outcome = Outcome::new(StageStatus::Succeeded);
+        let asked = route(&w, &outcome, &BTreeMap::new()).unwrap();
+        assert!(asked.starts_with("AskModel"), "{asked}");
+        let w = workflow(
+            "n -> a [max_iterations=1]\n n -> b [condition=\"outcome=fail\"]\n n -> c [condition=\"outcome=fail\"]",
+        );
+        let counts = BTreeMap::from([("n->a#4".to_owned(), 1)]);
+        assert_eq!(route(&w, &outcome, &BTreeMap::new()).as_deref(), Some("a"));
+        let exhausted = route(&w, &outcome, &counts).unwrap();
+        assert!(exhausted.starts_with("NoMatch"), "{exhausted}");
+    }
+}

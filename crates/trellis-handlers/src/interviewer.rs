@@ -84,8 +84,15 @@ fn read_answer(question: &Question) -> Answer {
     let mut stderr = std::io::stderr();
     let _ = writeln!(stderr, "\n? {}", question.prompt);
     for (i, choice) in question.choices.iter().enumerate() {
-        let key = choice.key.map_or_else(|| (i + 1).to_string(), String::from);
-        let _ = writeln!(stderr, "  {key}) {}", choice.label);
+        // A label with an accelerator shows it already (`[A] Approve`); others are numbered.
+        match choice.key {
+            Some(_) => {
+                let _ = writeln!(stderr, "  {}", choice.label);
+            }
+            None => {
+                let _ = writeln!(stderr, "  {}) {}", i + 1, choice.label);
+            }
+        }
     }
     if question.freeform {
         let _ = writeln!(stderr, "  (or type your own answer)");

@@ -125,6 +125,16 @@ impl EventSink for Progress {
                     Duration::from_millis(delay).as_secs_f64()
                 ));
             }
+            names::HUMAN_GATE_ASKED => {
+                // The question owns the terminal until the answer: no spinner over it.
+                self.running
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .node = None;
+                if self.interactive {
+                    eprint!("\r\x1b[K");
+                }
+            }
             names::GOAL_GATE_UNMET => {
                 self.line(&format!(
                     "  ! goal gate {node} is not met; retrying from its retry target"
