@@ -185,34 +185,34 @@ mod tests {
         let mut outcome = Outcome::success();
         outcome.preferred_label = Some("fix".into());
         assert_eq!(
-            route(&w, &outcome, &BTreeMap::new()).as_deref(),
-            Some("b"),
+            route(&w, &outcome, &BTreeMap::new()),
+            "b",
             "a matching condition wins"
         );
         let mut failed = Outcome::failed(crate::outcome::FailureClass::StageFailed, "x");
         failed.preferred_label = Some("[F] Fix".into());
         failed.suggested_next_ids = vec!["c".into()];
         assert_eq!(
-            route(&w, &failed, &BTreeMap::new()).as_deref(),
-            Some("a"),
+            route(&w, &failed, &BTreeMap::new()),
+            "a",
             "then the preferred label"
         );
         failed.preferred_label = None;
         assert_eq!(
-            route(&w, &failed, &BTreeMap::new()).as_deref(),
-            Some("c"),
+            route(&w, &failed, &BTreeMap::new()),
+            "c",
             "then suggested ids"
         );
         failed.suggested_next_ids = vec!["nowhere".into(), "a".into()];
         assert_eq!(
-            route(&w, &failed, &BTreeMap::new()).as_deref(),
-            Some("a"),
+            route(&w, &failed, &BTreeMap::new()),
+            "a",
             "suggestions in order"
         );
         failed.suggested_next_ids.clear();
         assert_eq!(
-            route(&w, &failed, &BTreeMap::new()).as_deref(),
-            Some("a"),
+            route(&w, &failed, &BTreeMap::new()),
+            "a",
             "then the lexically first fallback"
         );
     }
