@@ -219,3 +219,76 @@ fn python_commands_run_with_python3() {
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     assert_eq!(run.stages(), ["start", "calc", "yes", "exit"]);
 }
+
+#[test]
+fn a_run_killed_during_a_fan_out_resumes_each_branch_where_it_stopped() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        "digraph Fan { start [shape=Mdiamond]\n exit [shape=Msquare]\n fan [shape=component]\n merge [shape=tripleoctagon]\n quick [shape=parallelogram, script=\"echo quick >> quick.log\"]\n first [shape=parallelogram, script=\"echo first >> chain.log\"]\n second [shape=parallelogram, script=\"sleep 2; echo second >> chain.log\"]\n slow [shape=parallelogram, script=\"sleep 2; echo slow >> slow.log\"]\n start -> fan\n fan -> quick -> merge\n fan -> first -> second -> merge\n fan -> slow -> merge\n merge -> exit }",
+    );
+    let mut child = p
+        .command(&["run", "w.fabro"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(
+        "the second stage of the chain branch to start",
+        Duration::from_secs(20),
+        || {
+            p.path().join("runs").is_dir()
+                && std::fs::read_dir(p.path().join("runs"))
+                    .unwrap()
+                    .next()
+                    .is_some()
+                && std::fs::read_to_string(only_run(&p).join("events.jsonl"))
+                    .unwrap_or_default()
+                    .lines()
+                    .any(|l| l.contains("\"StageStarted\"") && l.contains("\"node_id\":\"second\""))
+        },
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let record = only_run(&p);
+    let checkpoint = run_support::read_json(&record.join("checkpoint.json"));
+    assert_eq!(
+        checkpoint["parallel"]["branches"]["quick"]["result"]["status"], "succeeded",
+        "{checkpoint}"
+    );
+    assert_eq!(
+        checkpoint["parallel"]["branches"]["first"]["next"],
+        "second"
+    );
+
+    let id = record.file_name().unwrap().to_string_lossy().into_owned();
+    let resumed = p.resume(&id, &[]);
+    assert_eq!(resumed.code(), Some(0), "{}", resumed.stderr());
+    assert_eq!(
+        p.read("quick.log"),
+        "quick\n",
+        "a finished branch is not run again"
+    );
+    assert_eq!(
+        p.read("chain.log"),
+        "first\nsecond\n",
+        "a branch continues from the stage it was in"
+    );
+    assert_eq!(
+        p.read("slow.log"),
+        "slow\n",
+        "the interrupted stage runs once more, and only once completes"
+    );
+    let ids: Vec<String> = resumed
+        .context("parallel.results")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, ["quick", "first", "slow"]);
+    assert!(
+        resumed.checkpoint().get("parallel").is_none(),
+        "progress is dropped once the fan-out is done"
+    );
+}

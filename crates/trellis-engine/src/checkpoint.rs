@@ -72,6 +72,9 @@ pub struct Checkpoint {
     pub goal_gates: BTreeMap<String, StageStatus>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub failure: Option<String>,
+    /// A parallel fan-out in progress, so a resume continues its branches.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub parallel: Option<crate::parallel::ParallelProgress>,
 }
 
 impl Checkpoint {
@@ -90,6 +93,7 @@ impl Checkpoint {
             last_outcome: None,
             goal_gates: BTreeMap::new(),
             failure: None,
+            parallel: None,
         }
     }
 }

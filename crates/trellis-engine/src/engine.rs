@@ -212,7 +212,7 @@ impl Engine {
         });
     }
 
-    fn save(
+    pub(crate) fn save(
         &self,
         cp: &mut Checkpoint,
         ledger: &Ledger,
@@ -386,6 +386,7 @@ impl Engine {
                 }
             };
             cp.last_outcome = Some(outcome);
+            cp.parallel = None;
             self.save(cp, ledger, context)?;
             self.emit(
                 names::CHECKPOINT_SAVED,

@@ -11,7 +11,7 @@ pub mod event;
 pub mod handler;
 pub mod keys;
 pub mod outcome;
-mod parallel;
+pub mod parallel;
 pub mod routing;
 pub mod services;
 mod sub_workflow;

@@ -9,12 +9,16 @@
 //! `continue` waits for the policy, `fail_fast` stops at the first failed branch, `ignore` leaves failed
 //! branches out of the count and the results.
 //!
-//! A run killed during a fan-out re-runs the whole fan-out on resume.
+//! Each branch's progress is checkpointed after every one of its stages ([`ParallelProgress`]): a run
+//! killed during a fan-out resumes every unfinished branch at the stage it was in, and reuses the results
+//! of finished ones.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Mutex;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use trellis_workflow::node_kind::{ErrorPolicy, JoinPolicy, ParallelConfig};
@@ -28,14 +32,38 @@ use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
 
 /// One branch's result, as `parallel.results` records it.
-#[derive(Debug, Clone)]
-struct BranchResult {
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BranchResult {
     id: String,
     status: StageStatus,
     failure_reason: Option<String>,
     updated_keys: Vec<String>,
     last_response: Option<Value>,
     score: Option<f64>,
+}
+
+/// A fan-out in progress, checkpointed after every branch stage so a resumed run continues each branch
+/// where it stopped and does not re-run finished branch stages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParallelProgress {
+    pub node: String,
+    pub visit: u32,
+    /// By branch start node id.
+    pub branches: BTreeMap<String, BranchProgress>,
+}
+
+/// One branch's state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BranchProgress {
+    /// The branch's next node; `None` once it has finished.
+    pub next: Option<String>,
+    pub context: BTreeMap<String, Value>,
+    /// The context at the fan-out, to tell which keys the branch updated.
+    pub before: BTreeMap<String, Value>,
+    pub visits: BTreeMap<String, u32>,
+    pub edge_counts: BTreeMap<String, u32>,
+    pub last_outcome: Option<Outcome>,
+    pub result: Option<BranchResult>,
 }
 
 impl BranchResult {
@@ -174,17 +202,59 @@ impl Engine {
             json!({ "branches": branch_ids, "fan_in": self.workflow.nodes[fan_in].id, "join_policy": config.join_policy.to_string(), "max_parallel": config.max_parallel }),
         );
         let started = std::time::Instant::now();
+        // A resumed fan-out continues from its checkpointed progress; a new one starts every branch.
+        let progress = match &cp.parallel {
+            Some(progress) if progress.node == node.id && progress.visit == visit => {
+                progress.clone()
+            }
+            _ => {
+                let snapshot = context.snapshot();
+                let branches = starts
+                    .iter()
+                    .map(|&start| {
+                        let id = self.workflow.nodes[start].id.clone();
+                        let state = BranchProgress {
+                            next: Some(id.clone()),
+                            context: snapshot.clone(),
+                            before: snapshot.clone(),
+                            visits: cp.visits.clone(),
+                            edge_counts: cp.edge_counts.clone(),
+                            last_outcome: None,
+                            result: None,
+                        };
+                        (id, state)
+                    })
+                    .collect();
+                ParallelProgress {
+                    node: node.id.clone(),
+                    visit,
+                    branches,
+                }
+            }
+        };
+        let progress = Mutex::new(progress);
+        let save = || -> Result<(), EngineError> {
+            let mut snapshot = cp.clone();
+            snapshot.parallel = Some(
+                progress
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone(),
+            );
+            self.save(&mut snapshot, ledger, context)
+        };
         let semaphore = Semaphore::new(config.max_parallel.max(1) as usize);
         let mut running: FuturesUnordered<_> = starts
             .iter()
             .enumerate()
             .map(|(position, &start)| {
-                let semaphore = &semaphore;
+                let (semaphore, progress, save) = (&semaphore, &progress, &save);
+                let id = self.workflow.nodes[start].id.clone();
                 async move {
                     let _permit = semaphore.acquire().await;
                     (
                         position,
-                        self.run_branch(ledger, cp, start, fan_in, context).await,
+                        self.run_branch(ledger, &id, fan_in, progress, save).await,
                     )
                 }
             })
@@ -316,21 +386,32 @@ impl Engine {
         Ok(collected)
     }
 
-    /// Runs one branch on its own copy of the context, from `start` up to the fan-in.
+    /// Runs (or continues) one branch on its own copy of the context, from its next node up to the
+    /// fan-in, checkpointing its progress after every stage.
     async fn run_branch(
         &self,
         ledger: &Ledger,
-        cp: &Checkpoint,
-        start: NodeIndex,
+        id: &str,
         fan_in: NodeIndex,
-        context: &RunContext,
+        progress: &Mutex<ParallelProgress>,
+        save: &(dyn Fn() -> Result<(), EngineError> + Sync),
     ) -> Result<BranchResult, EngineError> {
-        let branch = context.deep_copy();
-        let before = branch.snapshot();
-        let mut visits = cp.visits.clone();
-        let mut edge_counts: BTreeMap<String, u32> = cp.edge_counts.clone();
-        let mut last: Option<Outcome> = None;
-        let mut current = Some(start);
+        let lock = || {
+            progress
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        let state = lock().branches[id].clone();
+        if let Some(result) = state.result {
+            return Ok(result);
+        }
+        let branch = RunContext::from_map(state.context);
+        let (mut visits, mut edge_counts, mut last) =
+            (state.visits, state.edge_counts, state.last_outcome);
+        let mut current = state
+            .next
+            .as_deref()
+            .and_then(|n| self.workflow.node_index(n));
         while let Some(index) = current
             .filter(|&i| i != fan_in && !matches!(self.workflow.nodes[i].kind, NodeKind::Exit))
         {
@@ -377,11 +458,24 @@ impl Engine {
                 Err(_) => None,
             };
             last = Some(outcome);
+            {
+                let mut guard = lock();
+                let saved = guard
+                    .branches
+                    .get_mut(id)
+                    .expect("every branch has progress");
+                saved.next = current.map(|i| self.workflow.nodes[i].id.clone());
+                saved.context = branch.snapshot();
+                saved.visits.clone_from(&visits);
+                saved.edge_counts.clone_from(&edge_counts);
+                saved.last_outcome.clone_from(&last);
+            }
+            save()?;
         }
         let after = branch.snapshot();
         let updated_keys = after
             .iter()
-            .filter(|(k, v)| !k.starts_with("internal.") && before.get(*k) != Some(*v))
+            .filter(|(k, v)| !k.starts_with("internal.") && state.before.get(*k) != Some(*v))
             .map(|(k, _)| k.clone())
             .filter(|k| {
                 !matches!(
@@ -396,17 +490,28 @@ impl Engine {
             })
             .collect();
         let last = last.unwrap_or_else(Outcome::success);
-        Ok(BranchResult {
-            id: self.workflow.nodes[start].id.clone(),
+        let result = BranchResult {
+            id: id.to_owned(),
             status: last.status,
             failure_reason: last.failure_reason().map(str::to_owned),
             updated_keys,
             last_response: after
                 .get(keys::LAST_RESPONSE)
-                .filter(|v| before.get(keys::LAST_RESPONSE) != Some(*v))
+                .filter(|v| state.before.get(keys::LAST_RESPONSE) != Some(*v))
                 .cloned(),
             score: after.get("score").and_then(Value::as_f64),
-        })
+        };
+        {
+            let mut guard = lock();
+            let saved = guard
+                .branches
+                .get_mut(id)
+                .expect("every branch has progress");
+            saved.next = None;
+            saved.result = Some(result.clone());
+        }
+        save()?;
+        Ok(result)
     }
 }
 
