@@ -367,23 +367,7 @@ impl Engine {
             } else if let Some(fan_in) = jump {
                 Some(fan_in)
             } else {
-                match self
-                    .next_node(&mut cp.edge_counts, index, &outcome, context)
-                    .await?
-                {
-                    Some((target, true)) => {
-                        // `loop_restart`: visit counts and goal-gate results start over with the loop.
-                        cp.visits.clear();
-                        cp.goal_gates.clear();
-                        self.emit(
-                            names::LOOP_RESTARTED,
-                            Some(&node_id),
-                            json!({ "to": target }),
-                        );
-                        Some(target)
-                    }
-                    next => next.map(|(target, _)| target),
-                }
+                self.follow_edge(cp, index, &outcome, context).await?
             };
             cp.last_outcome = Some(outcome);
             cp.parallel = None;
@@ -393,6 +377,33 @@ impl Engine {
                 Some(&node_id),
                 json!({ "next_node": cp.next_node }),
             );
+        }
+    }
+
+    /// Chooses and follows the edge out of a stage. A `loop_restart` edge starts the loop afresh: visit
+    /// counts and goal-gate results are cleared (edge counts are cleared by `next_node`).
+    async fn follow_edge(
+        &self,
+        cp: &mut Checkpoint,
+        index: NodeIndex,
+        outcome: &Outcome,
+        context: &RunContext,
+    ) -> Result<Option<String>, EngineError> {
+        match self
+            .next_node(&mut cp.edge_counts, index, outcome, context)
+            .await?
+        {
+            Some((target, true)) => {
+                cp.visits.clear();
+                cp.goal_gates.clear();
+                self.emit(
+                    names::LOOP_RESTARTED,
+                    Some(&self.workflow.nodes[index].id),
+                    json!({ "to": target }),
+                );
+                Ok(Some(target))
+            }
+            next => Ok(next.map(|(target, _)| target)),
         }
     }
 

@@ -91,6 +91,34 @@ fn successes_needed(policy: JoinPolicy, total: usize) -> usize {
     }
 }
 
+/// The fan-out stage's outcome, carrying `parallel.results`.
+fn fan_out_outcome(
+    config: &ParallelConfig,
+    succeeded: usize,
+    failed: usize,
+    needed: usize,
+    total: usize,
+    results: &[BranchResult],
+) -> Outcome {
+    let status = fan_out_status(config, succeeded, failed, needed);
+    let mut outcome = if status == StageStatus::Failed {
+        Outcome::failed(
+            FailureClass::StageFailed,
+            format!(
+                "{succeeded} of {total} branches succeeded; the join policy `{}` needs {needed}",
+                config.join_policy
+            ),
+        )
+    } else {
+        Outcome::new(status)
+    };
+    outcome.context_updates.insert(
+        keys::PARALLEL_RESULTS.into(),
+        Value::Array(results.iter().map(BranchResult::to_json).collect()),
+    );
+    outcome
+}
+
 /// The fan-out's own status: failed under `fail_fast` with any failure; succeeded when enough branches
 /// succeeded and none counted as failed; partially succeeded when some work succeeded; else failed.
 fn fan_out_status(
@@ -207,30 +235,7 @@ impl Engine {
             Some(progress) if progress.node == node.id && progress.visit == visit => {
                 progress.clone()
             }
-            _ => {
-                let snapshot = context.snapshot();
-                let branches = starts
-                    .iter()
-                    .map(|&start| {
-                        let id = self.workflow.nodes[start].id.clone();
-                        let state = BranchProgress {
-                            next: Some(id.clone()),
-                            context: snapshot.clone(),
-                            before: snapshot.clone(),
-                            visits: cp.visits.clone(),
-                            edge_counts: cp.edge_counts.clone(),
-                            last_outcome: None,
-                            result: None,
-                        };
-                        (id, state)
-                    })
-                    .collect();
-                ParallelProgress {
-                    node: node.id.clone(),
-                    visit,
-                    branches,
-                }
-            }
+            _ => self.fresh_progress(cp, &node.id, visit, &starts, context),
         };
         let progress = Mutex::new(progress);
         let save = || -> Result<(), EngineError> {
@@ -273,22 +278,7 @@ impl Engine {
         drop(running);
         let cancelled = results.iter().filter(|r| r.is_none()).count();
         let results = self.settle(results, &starts, config.error_policy, stop_reason);
-        let status = fan_out_status(config, succeeded, failed, needed);
-        let mut outcome = if status == StageStatus::Failed {
-            Outcome::failed(
-                FailureClass::StageFailed,
-                format!(
-                    "{succeeded} of {total} branches succeeded; the join policy `{}` needs {needed}",
-                    config.join_policy
-                ),
-            )
-        } else {
-            Outcome::new(status)
-        };
-        outcome.context_updates.insert(
-            keys::PARALLEL_RESULTS.into(),
-            Value::Array(results.iter().map(BranchResult::to_json).collect()),
-        );
+        let outcome = fan_out_outcome(config, succeeded, failed, needed, total, &results);
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.emit(
             names::PARALLEL_COMPLETED,
@@ -337,6 +327,39 @@ impl Engine {
             })
             .filter(|r| !(error_policy == ErrorPolicy::Ignore && r.status == StageStatus::Failed))
             .collect()
+    }
+
+    /// Progress for a fan-out that starts now: every branch at its first node, on the current context.
+    fn fresh_progress(
+        &self,
+        cp: &Checkpoint,
+        node: &str,
+        visit: u32,
+        starts: &[NodeIndex],
+        context: &RunContext,
+    ) -> ParallelProgress {
+        let snapshot = context.snapshot();
+        let branches = starts
+            .iter()
+            .map(|&start| {
+                let id = self.workflow.nodes[start].id.clone();
+                let state = BranchProgress {
+                    next: Some(id.clone()),
+                    context: snapshot.clone(),
+                    before: snapshot.clone(),
+                    visits: cp.visits.clone(),
+                    edge_counts: cp.edge_counts.clone(),
+                    last_outcome: None,
+                    result: None,
+                };
+                (id, state)
+            })
+            .collect();
+        ParallelProgress {
+            node: node.to_owned(),
+            visit,
+            branches,
+        }
     }
 
     /// Takes branch results as they finish until all are in or the policies say to stop.
@@ -472,35 +495,12 @@ impl Engine {
             }
             save()?;
         }
-        let after = branch.snapshot();
-        let updated_keys = after
-            .iter()
-            .filter(|(k, v)| !k.starts_with("internal.") && state.before.get(*k) != Some(*v))
-            .map(|(k, _)| k.clone())
-            .filter(|k| {
-                !matches!(
-                    k.as_str(),
-                    keys::CURRENT_NODE
-                        | keys::OUTCOME
-                        | keys::PREFERRED_LABEL
-                        | keys::FAILURE_CLASS
-                        | keys::FAILURE_REASON
-                        | keys::FAILURE_SIGNATURE
-                )
-            })
-            .collect();
-        let last = last.unwrap_or_else(Outcome::success);
-        let result = BranchResult {
-            id: id.to_owned(),
-            status: last.status,
-            failure_reason: last.failure_reason().map(str::to_owned),
-            updated_keys,
-            last_response: after
-                .get(keys::LAST_RESPONSE)
-                .filter(|v| state.before.get(keys::LAST_RESPONSE) != Some(*v))
-                .cloned(),
-            score: after.get("score").and_then(Value::as_f64),
-        };
+        let result = branch_result(
+            id,
+            &state.before,
+            &branch.snapshot(),
+            &last.unwrap_or_else(Outcome::success),
+        );
         {
             let mut guard = lock();
             let saved = guard
@@ -512,6 +512,44 @@ impl Engine {
         }
         save()?;
         Ok(result)
+    }
+}
+
+/// A finished branch's result: its last outcome, the keys it changed (engine keys aside), its last
+/// response and score.
+fn branch_result(
+    id: &str,
+    before: &BTreeMap<String, Value>,
+    after: &BTreeMap<String, Value>,
+    last: &Outcome,
+) -> BranchResult {
+    const ENGINE_KEYS: &[&str] = &[
+        keys::CURRENT_NODE,
+        keys::OUTCOME,
+        keys::PREFERRED_LABEL,
+        keys::FAILURE_CLASS,
+        keys::FAILURE_REASON,
+        keys::FAILURE_SIGNATURE,
+    ];
+    let updated_keys = after
+        .iter()
+        .filter(|(k, v)| {
+            !k.starts_with("internal.")
+                && !ENGINE_KEYS.contains(&k.as_str())
+                && before.get(*k) != Some(*v)
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    BranchResult {
+        id: id.to_owned(),
+        status: last.status,
+        failure_reason: last.failure_reason().map(str::to_owned),
+        updated_keys,
+        last_response: after
+            .get(keys::LAST_RESPONSE)
+            .filter(|v| before.get(keys::LAST_RESPONSE) != Some(*v))
+            .cloned(),
+        score: after.get("score").and_then(Value::as_f64),
     }
 }
 
