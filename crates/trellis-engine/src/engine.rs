@@ -41,6 +41,8 @@ pub enum EngineError {
     NoHandler { node: String, kind: &'static str },
     #[error("goal gate `{node}` ended {status} and no retry target is set")]
     GoalGateUnmet { node: String, status: StageStatus },
+    #[error("stage `{node}` cannot run: {reason}")]
+    Configuration { node: String, reason: String },
     #[error("the checkpoint names node `{node}`, which this workflow does not have")]
     UnknownNode { node: String },
     #[error(
@@ -356,6 +358,18 @@ impl Engine {
             if outcome.waiting_for_input {
                 self.save(cp, ledger, context)?;
                 return Ok(RunStatus::WaitingForInput);
+            }
+            // A setup problem (no model, an invalid child workflow) is not an outcome to route on.
+            if let Some(failure) = outcome
+                .failure
+                .as_ref()
+                .filter(|f| f.class == FailureClass::Configuration)
+            {
+                cp.visits.insert(node_id.clone(), visit);
+                return Err(EngineError::Configuration {
+                    node: node_id,
+                    reason: failure.reason.clone(),
+                });
             }
             cp.visits.insert(node_id.clone(), visit);
             self.apply_outcome(context, &node_id, &outcome)?;
