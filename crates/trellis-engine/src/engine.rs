@@ -131,6 +131,16 @@ pub struct Engine {
     pub(crate) run_id: String,
     /// Sub-workflow nesting depth (0 for the top-level run).
     pub(crate) depth: u32,
+    /// Held while a checkpoint is taken and written.
+    pub(crate) save_turn: tokio::sync::Mutex<()>,
+}
+
+/// Runs blocking file work on the blocking pool, off the async workers (DESIGN.md §5).
+pub(crate) async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(value) => value,
+        Err(error) => std::panic::resume_unwind(error.into_panic()),
+    }
 }
 
 /// A stage attempt's `status.json`: its outcome plus where and when it ran.
@@ -172,6 +182,7 @@ impl Engine {
             seq: Arc::new(AtomicU64::new(0)),
             run_id: run_id.into(),
             depth: 0,
+            save_turn: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -214,7 +225,20 @@ impl Engine {
         });
     }
 
-    pub(crate) fn save(
+    /// Saves the checkpoint (on the blocking pool: it writes and syncs a file). Saves are serialized, so
+    /// a later state is never overwritten by an earlier one.
+    pub(crate) async fn save(
+        &self,
+        cp: &mut Checkpoint,
+        ledger: &Ledger,
+        context: &RunContext,
+    ) -> Result<(), EngineError> {
+        let _turn = self.save_turn.lock().await;
+        self.save_in_turn(cp, ledger, context).await
+    }
+
+    /// Saves the checkpoint; the caller holds `save_turn`.
+    pub(crate) async fn save_in_turn(
         &self,
         cp: &mut Checkpoint,
         ledger: &Ledger,
@@ -223,8 +247,30 @@ impl Engine {
         ledger.write_to(cp);
         cp.context = context.snapshot();
         cp.seq = self.seq.load(Ordering::SeqCst);
-        self.services.store.save_checkpoint(cp)?;
+        let (store, snapshot) = (self.services.store.clone(), cp.clone());
+        blocking(move || store.save_checkpoint(&snapshot)).await?;
         Ok(())
+    }
+
+    /// Creates a stage attempt's directory (on the blocking pool).
+    pub(crate) async fn stage_dir(
+        &self,
+        rank: u32,
+        node: &str,
+        visit: u32,
+    ) -> Result<std::path::PathBuf, EngineError> {
+        let (store, node) = (self.services.store.clone(), node.to_owned());
+        Ok(blocking(move || store.stage_dir(rank, &node, visit)).await?)
+    }
+
+    /// Writes a stage attempt's `status.json` (on the blocking pool).
+    pub(crate) async fn write_status(
+        &self,
+        dir: &std::path::Path,
+        status: Value,
+    ) -> Result<(), EngineError> {
+        let (store, dir) = (self.services.store.clone(), dir.to_path_buf());
+        Ok(blocking(move || store.write_status(&dir, &status)).await?)
     }
 
     /// Runs from `checkpoint` until the run ends or waits for input.
@@ -265,7 +311,7 @@ impl Engine {
             ),
         };
         self.emit(event, None, payload);
-        if let Err(error) = self.save(&mut cp, &ledger, &context) {
+        if let Err(error) = self.save(&mut cp, &ledger, &context).await {
             return RunResult {
                 status: RunStatus::Failed,
                 checkpoint: cp,
@@ -311,7 +357,7 @@ impl Engine {
                 && let Some(target) = self.check_goal_gates(cp)?
             {
                 cp.next_node = Some(target);
-                self.save(cp, ledger, context)?;
+                self.save(cp, ledger, context).await?;
                 continue;
             }
             if ledger.steps() >= self.settings.max_steps {
@@ -356,7 +402,7 @@ impl Engine {
                 ),
             };
             if outcome.waiting_for_input {
-                self.save(cp, ledger, context)?;
+                self.save(cp, ledger, context).await?;
                 return Ok(RunStatus::WaitingForInput);
             }
             // A setup problem (no model, an invalid child workflow) is not an outcome to route on.
@@ -372,7 +418,7 @@ impl Engine {
                 });
             }
             cp.visits.insert(node_id.clone(), visit);
-            self.apply_outcome(context, &node_id, &outcome)?;
+            self.apply_outcome(context, &node_id, &outcome).await?;
             if node.common.goal_gate {
                 cp.goal_gates.insert(node_id.clone(), outcome.status);
             }
@@ -385,7 +431,7 @@ impl Engine {
             };
             cp.last_outcome = Some(outcome);
             cp.parallel = None;
-            self.save(cp, ledger, context)?;
+            self.save(cp, ledger, context).await?;
             self.emit(
                 names::CHECKPOINT_SAVED,
                 Some(&node_id),
@@ -497,7 +543,7 @@ impl Engine {
         loop {
             let rank = ledger.next_rank();
             ledger.steps.fetch_add(1, Ordering::SeqCst);
-            let dir = self.services.store.stage_dir(rank, &node.id, visit)?;
+            let dir = self.stage_dir(rank, &node.id, visit).await?;
             let dir_name = dir
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -531,7 +577,7 @@ impl Engine {
             };
             let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             let status = status_json(&outcome, &node.id, visit, attempt, duration_ms);
-            self.services.store.write_status(&dir, &status)?;
+            self.write_status(&dir, status).await?;
             context.set(
                 format!("{}{}", keys::RETRY_COUNT_PREFIX, node.id),
                 attempt - 1,
@@ -583,7 +629,7 @@ impl Engine {
         clippy::too_many_arguments,
         reason = "one call per stage kind; a struct would only rename the list"
     )]
-    pub(crate) fn finish_stage(
+    pub(crate) async fn finish_stage(
         &self,
         ledger: &Ledger,
         rank: u32,
@@ -592,9 +638,9 @@ impl Engine {
         visit: u32,
         outcome: &Outcome,
         duration_ms: u64,
-        status: &Value,
+        status: Value,
     ) -> Result<(), EngineError> {
-        self.services.store.write_status(dir, status)?;
+        self.write_status(dir, status).await?;
         ledger.record(StageRecord {
             rank,
             node_id: node_id.to_owned(),
@@ -622,7 +668,7 @@ impl Engine {
     }
 
     /// Merges a stage's outcome into the context: its updates (large values as blobs) and the engine keys.
-    pub(crate) fn apply_outcome(
+    pub(crate) async fn apply_outcome(
         &self,
         context: &RunContext,
         node_id: &str,
@@ -635,7 +681,8 @@ impl Engine {
                     Value::String(text) => text.clone().into_bytes(),
                     other => serde_json::to_vec(other).unwrap_or_default(),
                 };
-                *value = Value::String(self.services.blobs.put(&bytes)?);
+                let blobs = self.services.blobs.clone();
+                *value = Value::String(blocking(move || blobs.put(&bytes)).await?);
             }
         }
         context.merge(&updates);

@@ -219,7 +219,7 @@ impl Engine {
         };
         let starts: Vec<NodeIndex> = self.workflow.outgoing(index).map(|e| e.to).collect();
         let rank = ledger.next_rank();
-        let dir = self.services.store.stage_dir(rank, &node.id, visit)?;
+        let dir = self.stage_dir(rank, &node.id, visit).await?;
         let branch_ids: Vec<&str> = starts
             .iter()
             .map(|&s| self.workflow.nodes[s].id.as_str())
@@ -238,28 +238,19 @@ impl Engine {
             _ => self.fresh_progress(cp, &node.id, visit, &starts, context),
         };
         let progress = Mutex::new(progress);
-        let save = || -> Result<(), EngineError> {
-            let mut snapshot = cp.clone();
-            snapshot.parallel = Some(
-                progress
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .clone(),
-            );
-            self.save(&mut snapshot, ledger, context)
-        };
         let semaphore = Semaphore::new(config.max_parallel.max(1) as usize);
         let mut running: FuturesUnordered<_> = starts
             .iter()
             .enumerate()
             .map(|(position, &start)| {
-                let (semaphore, progress, save) = (&semaphore, &progress, &save);
+                let (semaphore, progress) = (&semaphore, &progress);
                 let id = self.workflow.nodes[start].id.clone();
                 async move {
                     let _permit = semaphore.acquire().await;
                     (
                         position,
-                        self.run_branch(ledger, &id, fan_in, progress, save).await,
+                        self.run_branch(ledger, cp, context, &id, fan_in, progress)
+                            .await,
                     )
                 }
             })
@@ -295,8 +286,9 @@ impl Engine {
             visit,
             &outcome,
             duration_ms,
-            &status_json,
-        )?;
+            status_json,
+        )
+        .await?;
         Ok((outcome, Some(self.workflow.nodes[fan_in].id.clone())))
     }
 
@@ -327,6 +319,25 @@ impl Engine {
             })
             .filter(|r| !(error_policy == ErrorPolicy::Ignore && r.status == StageStatus::Failed))
             .collect()
+    }
+
+    /// Saves the checkpoint with the fan-out's current progress.
+    async fn save_progress(
+        &self,
+        ledger: &Ledger,
+        cp: &Checkpoint,
+        main: &RunContext,
+        progress: &Mutex<ParallelProgress>,
+    ) -> Result<(), EngineError> {
+        let _turn = self.save_turn.lock().await;
+        let mut snapshot = cp.clone();
+        snapshot.parallel = Some(
+            progress
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        );
+        self.save_in_turn(&mut snapshot, ledger, main).await
     }
 
     /// Progress for a fan-out that starts now: every branch at its first node, on the current context.
@@ -414,10 +425,11 @@ impl Engine {
     async fn run_branch(
         &self,
         ledger: &Ledger,
+        cp: &Checkpoint,
+        main: &RunContext,
         id: &str,
         fan_in: NodeIndex,
         progress: &Mutex<ParallelProgress>,
-        save: &(dyn Fn() -> Result<(), EngineError> + Sync),
     ) -> Result<BranchResult, EngineError> {
         let lock = || {
             progress
@@ -472,7 +484,7 @@ impl Engine {
                     ),
                 );
             }
-            self.apply_outcome(&branch, &node.id, &outcome)?;
+            self.apply_outcome(&branch, &node.id, &outcome).await?;
             current = match self
                 .next_node(&mut edge_counts, index, &outcome, &branch)
                 .await
@@ -493,7 +505,7 @@ impl Engine {
                 saved.edge_counts.clone_from(&edge_counts);
                 saved.last_outcome.clone_from(&last);
             }
-            save()?;
+            self.save_progress(ledger, cp, main, progress).await?;
         }
         let result = branch_result(
             id,
@@ -510,7 +522,7 @@ impl Engine {
             saved.next = None;
             saved.result = Some(result.clone());
         }
-        save()?;
+        self.save_progress(ledger, cp, main, progress).await?;
         Ok(result)
     }
 }

@@ -32,7 +32,7 @@ impl Engine {
         let node = &self.workflow.nodes[index];
         let rank = ledger.next_rank();
         ledger.steps_add(1);
-        let dir = self.services.store.stage_dir(rank, &node.id, visit)?;
+        let dir = self.stage_dir(rank, &node.id, visit).await?;
         let dir_name = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -50,8 +50,9 @@ impl Engine {
             visit,
             &outcome,
             duration_ms,
-            &status,
-        )?;
+            status,
+        )
+        .await?;
         Ok(outcome)
     }
 
@@ -72,15 +73,19 @@ impl Engine {
             goal: self.workflow.graph.goal.clone(),
             base_dir: None,
         };
-        let (file, compiled) = match trellis_workflow::load(path, &options) {
-            Ok(loaded) => loaded,
-            Err(error) => {
-                return Ok(Outcome::failed(
-                    FailureClass::Configuration,
-                    format!("cannot load the child workflow: {error}"),
-                ));
-            }
-        };
+        let child_path = path.to_path_buf();
+        let (file, compiled) =
+            match crate::engine::blocking(move || trellis_workflow::load(&child_path, &options))
+                .await
+            {
+                Ok(loaded) => loaded,
+                Err(error) => {
+                    return Ok(Outcome::failed(
+                        FailureClass::Configuration,
+                        format!("cannot load the child workflow: {error}"),
+                    ));
+                }
+            };
         let Some(child) = compiled.workflow else {
             let first = compiled.diagnostics.iter().find(|d| d.is_error());
             let detail = first.map_or_else(String::new, |d| {

@@ -244,10 +244,11 @@ impl Handler for CommandHandler {
         );
         drop(group);
         let files_touched = capture_artifacts(stage, work_dir, runs_dir, started).await;
-        let (Ok(output_ref), Ok(stderr_ref)) = (
-            stage.services.blobs.put(&out),
-            stage.services.blobs.put(&err),
-        ) else {
+        let blobs = stage.services.blobs.clone();
+        // Standard error comes back for the failure reason.
+        let stored =
+            tokio::task::spawn_blocking(move || ((blobs.put(&out), blobs.put(&err)), err)).await;
+        let Ok(((Ok(output_ref), Ok(stderr_ref)), err)) = stored else {
             return Outcome::failed(
                 FailureClass::Configuration,
                 "cannot store the command's output in the blob store",

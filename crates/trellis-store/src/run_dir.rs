@@ -61,17 +61,20 @@ pub fn default_runs_dir() -> PathBuf {
     )
 }
 
-/// Writes a file so that a crash leaves either the old or the new content: temp file, fsync, rename,
-/// and an fsync of the directory so the rename itself is durable.
+/// Writes a file so that a crash leaves either the old or the new content, whole: temp file, fsync,
+/// rename (DESIGN.md §4). The content is on disk before the name points at it.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_replacing(path, bytes, true)
 }
 
-/// Writes a file by renaming a complete temporary file over it. With `durable`, the data and the rename
-/// are flushed to disk (surviving power loss); without, the write still survives the process being
-/// killed at any point, since the kernel holds it.
+/// Writes a file by renaming a complete temporary file over it. With `durable`, the content is synced
+/// to disk first; without, the write still survives the process being killed at any point, since the
+/// kernel holds it.
 fn write_replacing(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    // Unique per write: concurrent writers (parallel branches) must never share a temporary file.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp-{}-{n}", std::process::id()));
     {
         let mut file = File::create(&tmp)?;
         file.write_all(bytes)?;
@@ -79,16 +82,7 @@ fn write_replacing(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
             file.sync_all()?;
         }
     }
-    if !durable {
-        return fs::rename(&tmp, path);
-    }
-    fs::rename(&tmp, path)?;
-    if let Some(parent) = path.parent()
-        && let Ok(dir) = File::open(parent)
-    {
-        let _ = dir.sync_all();
-    }
-    Ok(())
+    fs::rename(&tmp, path)
 }
 
 /// Run directories under `runs_dir`, newest first.
