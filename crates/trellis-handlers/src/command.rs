@@ -6,13 +6,15 @@
 //! out and the engine dropped it — the whole process group is killed, so no stray process keeps running.
 //! New test artifacts are captured into `artifacts/<node>/attempt-<n>/`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 
 use async_trait::async_trait;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use std::io::{Read, Write};
+
+use tokio::process::{ChildStderr, ChildStdout};
 use trellis_engine::{FailureClass, Handler, Outcome, Stage, keys};
 use trellis_workflow::NodeKind;
 use trellis_workflow::node_kind::ScriptLanguage;
@@ -26,11 +28,12 @@ const STDERR_TAIL_CHARS: usize = 2000;
 /// Output kept in memory for the blob store; the log files always get everything.
 const MAX_CAPTURED: usize = 64 * 1024 * 1024;
 
-/// The file in a stage directory that names the process group of a running command.
-const PGID_FILE: &str = "pgid";
+/// The file in a stage directory created just before a command starts (its time is the start, on the
+/// file system's clock) and then holding the command's process group id.
+const PROCESS_FILE: &str = "process";
 
 /// Stops the commands an interrupted run left running: every stage directory under `run_dir` with a
-/// `pgid` file but no `status.json` (the stage never finished) names a process group, which is killed
+/// `process` file but no `status.json` (the stage never finished) names a process group, which is killed
 /// if it still belongs to this run (its leader's environment has `TRELLIS_RUN_ID=<run_id>`, so a reused
 /// pid is never touched). Returns how many groups were stopped.
 pub fn reap(run_dir: &Path, run_id: &str) -> usize {
@@ -38,7 +41,7 @@ pub fn reap(run_dir: &Path, run_id: &str) -> usize {
     walkdir::WalkDir::new(run_dir)
         .into_iter()
         .filter_map(Result::ok)
-        .filter(|e| e.file_name() == PGID_FILE)
+        .filter(|e| e.file_name() == PROCESS_FILE)
         .filter(|e| {
             e.path()
                 .parent()
@@ -70,24 +73,22 @@ impl Drop for ProcessGroup {
     }
 }
 
-/// Copies a stream into a log file while keeping (up to a limit) a copy in memory.
-async fn tee(mut stream: impl AsyncRead + Unpin, log: &Path) -> Vec<u8> {
-    let mut file = tokio::fs::File::create(log).await.ok();
+/// Copies a pipe into a log file while keeping (up to a limit) a copy in memory. Runs on the blocking
+/// pool, one thread per pipe, so the logs fill while the command runs.
+fn tee(mut pipe: std::fs::File, log: &Path) -> Vec<u8> {
+    let mut file = std::fs::File::create(log).ok();
     let mut captured = Vec::new();
     let mut buffer = vec![0u8; 64 * 1024];
-    while let Ok(n) = stream.read(&mut buffer).await {
+    while let Ok(n) = pipe.read(&mut buffer) {
         if n == 0 {
             break;
         }
         if let Some(file) = file.as_mut() {
-            let _ = file.write_all(&buffer[..n]).await;
+            let _ = file.write_all(&buffer[..n]);
         }
         if captured.len() < MAX_CAPTURED {
             captured.extend_from_slice(&buffer[..n]);
         }
-    }
-    if let Some(file) = file.as_mut() {
-        let _ = file.flush().await;
     }
     captured
 }
@@ -104,37 +105,35 @@ fn tail(text: &str, chars: usize) -> &str {
 /// "Now" on the file system's clock. File times come from the kernel's coarse clock; a marker file
 /// written before the command starts gives the instant on that clock, so artifacts written right after
 /// the start are never mistaken for older files.
-async fn start_marker(stage_dir: &Path) -> std::time::SystemTime {
-    let marker = stage_dir.join("started");
-    let written = match tokio::fs::write(&marker, b"").await {
-        Ok(()) => tokio::fs::metadata(&marker)
-            .await
-            .and_then(|m| m.modified())
-            .ok(),
-        Err(_) => None,
-    };
-    written.unwrap_or_else(std::time::SystemTime::now)
+fn start_marker(stage_dir: &Path) -> std::time::SystemTime {
+    let marker = stage_dir.join(PROCESS_FILE);
+    std::fs::write(&marker, b"")
+        .and_then(|()| std::fs::metadata(&marker)?.modified())
+        .unwrap_or_else(|_| std::time::SystemTime::now())
 }
 
-/// Copies the artifacts the command produced to `<run>/artifacts/<node>/attempt-<n>/`.
-async fn capture_artifacts(
-    stage: &Stage<'_>,
-    work_dir: PathBuf,
-    runs_dir: PathBuf,
-    since: std::time::SystemTime,
-) -> Vec<PathBuf> {
-    let Some(run) = stage.dir.parent().and_then(Path::parent) else {
-        return Vec::new();
-    };
-    let dest = run
-        .join("artifacts")
-        .join(&stage.node.id)
-        .join(format!("attempt-{}", stage.attempt));
-    tokio::task::spawn_blocking(move || {
-        artifacts::capture(&work_dir, since, &dest, &runs_dir).unwrap_or_default()
-    })
-    .await
-    .unwrap_or_default()
+type Reader = tokio::task::JoinHandle<Vec<u8>>;
+
+/// Starts one blocking reader per pipe, teeing into `stdout.log` and `stderr.log`. The first also
+/// records the process group in the `process` file, so `trellis resume` can stop it after a kill.
+fn spawn_readers(
+    child: &mut tokio::process::Child,
+    dir: &Path,
+    pgid: Option<Pid>,
+) -> Option<(Reader, Reader)> {
+    let stdout = child.stdout.take().map(ChildStdout::into_owned_fd)?.ok()?;
+    let stderr = child.stderr.take().map(ChildStderr::into_owned_fd)?.ok()?;
+    let process_file = pgid.map(|pgid| (dir.join(PROCESS_FILE), pgid.to_string()));
+    let (stdout_log, stderr_log) = (dir.join("stdout.log"), dir.join("stderr.log"));
+    let out_reader = tokio::task::spawn_blocking(move || {
+        if let Some((path, pgid)) = process_file {
+            let _ = std::fs::write(path, pgid);
+        }
+        tee(std::fs::File::from(stdout), &stdout_log)
+    });
+    let err_reader =
+        tokio::task::spawn_blocking(move || tee(std::fs::File::from(stderr), &stderr_log));
+    Some((out_reader, err_reader))
 }
 
 /// A succeeded outcome for a zero exit; otherwise failed, quoting the tail of standard error.
@@ -207,7 +206,10 @@ impl Handler for CommandHandler {
             .nth(3)
             .map(Path::to_path_buf)
             .unwrap_or_default();
-        let started = start_marker(stage.dir).await;
+        let marker_dir = stage.dir.to_path_buf();
+        let started = tokio::task::spawn_blocking(move || start_marker(&marker_dir))
+            .await
+            .unwrap_or_else(|_| std::time::SystemTime::now());
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(error) => {
@@ -223,32 +225,38 @@ impl Handler for CommandHandler {
                 .and_then(|id| i32::try_from(id).ok())
                 .map(Pid::from_raw),
         );
-        // If this process is killed, `trellis resume` finds the group here and stops it (see `reap`).
-        if let Some(pgid) = group.0 {
-            let _ = tokio::fs::write(stage.dir.join(PGID_FILE), pgid.to_string()).await;
-        }
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let (stdout_log, stderr_log) = (stage.dir.join("stdout.log"), stage.dir.join("stderr.log"));
-        let (status, out, err) = tokio::join!(
-            async {
-                let status = child.wait().await;
-                // The script is done: stop whatever it left running, which also closes the pipes.
-                if let Some(pgid) = group.0 {
-                    let _ = killpg(pgid, Signal::SIGKILL);
-                }
-                status
-            },
-            tee(stdout, &stdout_log),
-            tee(stderr, &stderr_log),
-        );
+        let Some((out_reader, err_reader)) = spawn_readers(&mut child, stage.dir, group.0) else {
+            return Outcome::failed(
+                FailureClass::CouldNotStart,
+                format!("cannot read the output of `{program}`"),
+            );
+        };
+        let status = child.wait().await;
+        // The script is done: stop whatever it left running, which also closes the pipes.
         drop(group);
-        let files_touched = capture_artifacts(stage, work_dir, runs_dir, started).await;
+        let (out, err) = (
+            out_reader.await.unwrap_or_default(),
+            err_reader.await.unwrap_or_default(),
+        );
+        let artifacts_dir = stage.dir.parent().and_then(Path::parent).map(|run| {
+            run.join("artifacts")
+                .join(&stage.node.id)
+                .join(format!("attempt-{}", stage.attempt))
+        });
         let blobs = stage.services.blobs.clone();
-        // Standard error comes back for the failure reason.
-        let stored =
-            tokio::task::spawn_blocking(move || ((blobs.put(&out), blobs.put(&err)), err)).await;
-        let Ok(((Ok(output_ref), Ok(stderr_ref)), err)) = stored else {
+        // Artifacts and blobs in one trip to the blocking pool; standard error comes back for the reason.
+        let finished = tokio::task::spawn_blocking(move || {
+            let files = artifacts_dir.map(|dest| {
+                artifacts::capture(&work_dir, started, &dest, &runs_dir).unwrap_or_default()
+            });
+            (
+                (blobs.put(&out), blobs.put(&err)),
+                err,
+                files.unwrap_or_default(),
+            )
+        })
+        .await;
+        let Ok(((Ok(output_ref), Ok(stderr_ref)), err, files_touched)) = finished else {
             return Outcome::failed(
                 FailureClass::Configuration,
                 "cannot store the command's output in the blob store",

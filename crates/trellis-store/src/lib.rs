@@ -17,5 +17,6 @@ mod run_dir;
 
 pub use blobs::FileBlobs;
 pub use run_dir::{
-    RunDir, RunMeta, StoreError, default_runs_dir, list_runs, new_run_id, write_atomically,
+    RunDir, RunMeta, StoreError, default_runs_dir, list_runs, new_run_id, resolve_runs_dir,
+    write_atomically,
 };

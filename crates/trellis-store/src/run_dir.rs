@@ -50,6 +50,13 @@ pub fn new_run_id() -> String {
     ulid::Ulid::generate().to_string()
 }
 
+/// The runs directory to use: the one given, else the default, made absolute so that paths built from
+/// it compare equal to paths found by walking the work directory.
+pub fn resolve_runs_dir(given: Option<PathBuf>) -> PathBuf {
+    let dir = given.unwrap_or_else(default_runs_dir);
+    std::path::absolute(&dir).unwrap_or(dir)
+}
+
 /// `$TRELLIS_RUNS_DIR`, else `~/.trellis/runs`.
 pub fn default_runs_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("TRELLIS_RUNS_DIR") {
@@ -293,5 +300,18 @@ impl EventSink for RunDir {
             // One write per event, so a kill leaves at most one torn line.
             let _ = file.write_all(&line);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: a relative `--runs-dir` never matched the absolute paths of the artifact walk, so every
+    /// command stage rescanned the whole runs directory.
+    #[test]
+    fn regression_runs_dirs_are_absolute() {
+        assert!(resolve_runs_dir(Some(PathBuf::from("runs"))).is_absolute());
+        assert!(resolve_runs_dir(None).is_absolute());
     }
 }

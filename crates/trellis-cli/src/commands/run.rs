@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use trellis_engine::services::{Interviewer, RouteOption, Router};
 use trellis_engine::{Engine, RunStatus, Services, Settings};
 use trellis_handlers::interviewer::{Answers, AutoApprove, Console, Unattended};
-use trellis_store::{FileBlobs, RunDir, RunMeta, default_runs_dir, new_run_id};
+use trellis_store::{FileBlobs, RunDir, RunMeta, new_run_id, resolve_runs_dir};
 use trellis_syntax::render::render_terminal;
 use trellis_workflow::{CompileOptions, Workflow};
 
@@ -170,7 +170,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             eprintln!("error: {} is not valid; fix the errors above", args.file.display());
             return Ok(ExitCode::from(EXIT_INVALID));
         };
-        let runs_dir = args.options.runs_dir.clone().unwrap_or_else(default_runs_dir);
+        let runs_dir = resolve_runs_dir(args.options.runs_dir.clone());
         let run_id = new_run_id();
         let extension = args.file.extension().and_then(|e| e.to_str()).unwrap_or("fabro");
         let source_path = std::fs::canonicalize(&args.file).unwrap_or_else(|_| args.file.clone());
@@ -197,11 +197,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        let runs_dir = args
-            .options
-            .runs_dir
-            .clone()
-            .unwrap_or_else(default_runs_dir);
+        let runs_dir = resolve_runs_dir(args.options.runs_dir.clone());
         let record = Arc::new(RunDir::open(&args.run, &runs_dir)?);
         let meta = record.meta()?;
         let mut checkpoint = record

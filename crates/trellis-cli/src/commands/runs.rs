@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use trellis_engine::Event;
 use trellis_engine::event::names;
-use trellis_store::{RunDir, default_runs_dir, list_runs};
+use trellis_store::{RunDir, list_runs, resolve_runs_dir};
 
 #[derive(clap::Args)]
 pub struct RunsArgs {
@@ -46,7 +46,7 @@ pub struct EventsArgs {
 }
 
 pub fn runs(args: &RunsArgs) -> anyhow::Result<ExitCode> {
-    let runs_dir = args.runs_dir.clone().unwrap_or_else(default_runs_dir);
+    let runs_dir = resolve_runs_dir(args.runs_dir.clone());
     let mut rows = Vec::new();
     for path in list_runs(&runs_dir).into_iter().take(args.limit) {
         let record = RunDir::open(&path.display().to_string(), &runs_dir)?;
@@ -78,7 +78,7 @@ pub fn runs(args: &RunsArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
-    let runs_dir = args.runs_dir.clone().unwrap_or_else(default_runs_dir);
+    let runs_dir = resolve_runs_dir(args.runs_dir.clone());
     let record = RunDir::open(&args.run, &runs_dir)?;
     let meta = record.meta()?;
     let checkpoint = record.checkpoint().ok();
@@ -173,7 +173,7 @@ fn ends_run(event: &Event) -> bool {
 }
 
 pub fn events(args: &EventsArgs) -> anyhow::Result<ExitCode> {
-    let runs_dir = args.runs_dir.clone().unwrap_or_else(default_runs_dir);
+    let runs_dir = resolve_runs_dir(args.runs_dir.clone());
     let record = RunDir::open(&args.run, &runs_dir)?;
     let mut printed = 0;
     loop {
