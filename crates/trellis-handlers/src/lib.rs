@@ -1,5 +1,5 @@
 //! `trellis-handlers` provides the handlers that do work: shell and Python commands, waits, human
-//! gates (with their interviewers), and model stages. [`standard_handlers`] registers them beside the
+//! gates (with their interviewers), and model stages, with routing-directive extraction. [`standard_handlers`] registers them beside the
 //! engine's control-flow handlers.
 
 pub mod artifacts;
@@ -7,6 +7,7 @@ pub mod command;
 pub mod human;
 pub mod interviewer;
 pub mod model;
+pub mod routing_directive;
 pub mod wait;
 
 use std::sync::Arc;
