@@ -37,6 +37,39 @@ fn wait_for(what: &str, deadline: Duration, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Starts `trellis run FILE` in the background, as a user would in another terminal.
+fn spawn_run(p: &Project, file: &str) -> std::process::Child {
+    p.command(&["run", file])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Whether the (only) run has its directory yet.
+fn run_exists(p: &Project) -> bool {
+    p.path().join("runs").is_dir()
+        && std::fs::read_dir(p.path().join("runs"))
+            .unwrap()
+            .next()
+            .is_some()
+}
+
+/// Waits until the run's event log shows `event` for `node`.
+fn wait_for_event(p: &Project, event: &str, node: &str) {
+    let (event, node) = (format!("\"{event}\""), format!("\"node_id\":\"{node}\""));
+    wait_for(
+        &format!("{event} of {node}"),
+        Duration::from_secs(20),
+        || {
+            run_exists(p)
+                && std::fs::read_to_string(only_run(p).join("events.jsonl"))
+                    .unwrap_or_default()
+                    .lines()
+                    .any(|l| l.contains(&event) && l.contains(&node))
+        },
+    );
+}
+
 fn completed_nodes(record: &std::path::Path) -> Vec<String> {
     let checkpoint = run_support::read_json(&record.join("checkpoint.json"));
     checkpoint["stages"]
@@ -58,22 +91,8 @@ fn a_run_killed_mid_stage_resumes_without_rerunning_finished_stages() {
 
     let p = Project::new();
     p.write("w.fabro", WORKFLOW);
-    let mut child = p
-        .command(&["run", "w.fabro"])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for("stage b to start", Duration::from_secs(20), || {
-        p.path().join("runs").is_dir()
-            && std::fs::read_dir(p.path().join("runs"))
-                .unwrap()
-                .next()
-                .is_some()
-            && std::fs::read_to_string(only_run(&p).join("events.jsonl"))
-                .unwrap_or_default()
-                .lines()
-                .any(|l| l.contains("\"StageStarted\"") && l.contains("\"node_id\":\"b\""))
-    });
+    let mut child = spawn_run(&p, "w.fabro");
+    wait_for_event(&p, "StageStarted", "b");
     std::thread::sleep(Duration::from_millis(300));
     child.kill().unwrap(); // SIGKILL
     let status = child.wait().unwrap();
@@ -170,17 +189,9 @@ fn events_follow_streams_until_the_run_ends() {
         "w.fabro",
         "digraph F { start [shape=Mdiamond]\n exit [shape=Msquare]\n pause [shape=insulator, duration=\"1s\"]\n start -> pause -> exit }",
     );
-    let mut run = p
-        .command(&["run", "w.fabro"])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut run = spawn_run(&p, "w.fabro");
     wait_for("the run directory", Duration::from_secs(20), || {
-        p.path().join("runs").is_dir()
-            && std::fs::read_dir(p.path().join("runs"))
-                .unwrap()
-                .next()
-                .is_some()
+        run_exists(&p)
     });
     let id = only_run(&p)
         .file_name()
@@ -227,26 +238,8 @@ fn a_run_killed_during_a_fan_out_resumes_each_branch_where_it_stopped() {
         "w.fabro",
         "digraph Fan { start [shape=Mdiamond]\n exit [shape=Msquare]\n fan [shape=component]\n merge [shape=tripleoctagon]\n quick [shape=parallelogram, script=\"echo quick >> quick.log\"]\n first [shape=parallelogram, script=\"echo first >> chain.log\"]\n second [shape=parallelogram, script=\"sleep 2; echo second >> chain.log\"]\n slow [shape=parallelogram, script=\"sleep 2; echo slow >> slow.log\"]\n start -> fan\n fan -> quick -> merge\n fan -> first -> second -> merge\n fan -> slow -> merge\n merge -> exit }",
     );
-    let mut child = p
-        .command(&["run", "w.fabro"])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for(
-        "the second stage of the chain branch to start",
-        Duration::from_secs(20),
-        || {
-            p.path().join("runs").is_dir()
-                && std::fs::read_dir(p.path().join("runs"))
-                    .unwrap()
-                    .next()
-                    .is_some()
-                && std::fs::read_to_string(only_run(&p).join("events.jsonl"))
-                    .unwrap_or_default()
-                    .lines()
-                    .any(|l| l.contains("\"StageStarted\"") && l.contains("\"node_id\":\"second\""))
-        },
-    );
+    let mut child = spawn_run(&p, "w.fabro");
+    wait_for_event(&p, "StageStarted", "second");
     std::thread::sleep(Duration::from_millis(200));
     child.kill().unwrap();
     child.wait().unwrap();
@@ -279,14 +272,7 @@ fn a_run_killed_during_a_fan_out_resumes_each_branch_where_it_stopped() {
         "slow\n",
         "the interrupted stage runs once more, and only once completes"
     );
-    let ids: Vec<String> = resumed
-        .context("parallel.results")
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["id"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(ids, ["quick", "first", "slow"]);
+    assert_eq!(resumed.branch_ids(), ["quick", "first", "slow"]);
     assert!(
         resumed.checkpoint().get("parallel").is_none(),
         "progress is dropped once the fan-out is done"

@@ -153,14 +153,7 @@ fn wait_all_runs_every_branch_and_reports_each() {
     );
     assert_eq!(run.context("parallel.fan_in.best_id"), "a");
     assert_eq!(run.context("parallel.fan_in.best_outcome"), "succeeded");
-    let fan_status = run.checkpoint()["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["node_id"] == "fan")
-        .unwrap()["status"]
-        .clone();
-    assert_eq!(fan_status, "partially_succeeded");
+    assert_eq!(run.stage_status("fan"), "partially_succeeded");
     assert_eq!(run.events_named("ParallelBranchCompleted").len(), 3);
     // Branch updates reach the main context only through parallel.results.
     assert!(
@@ -212,14 +205,7 @@ fn fail_fast_stops_at_the_first_failure() {
     let started = Instant::now();
     let run = p.run("p.fabro", &[]);
     assert!(started.elapsed() < Duration::from_secs(3));
-    let fan_stage = run.checkpoint()["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["node_id"] == "fan")
-        .cloned()
-        .unwrap();
-    assert_eq!(fan_stage["status"], "failed");
+    assert_eq!(run.stage_status("fan"), "failed");
 }
 
 #[test]
@@ -237,14 +223,7 @@ fn k_of_n_and_quorum_count_successes() {
             &fan(&format!("join_policy=\"{policy}\""), branches),
         );
         let run = p.run("p.fabro", &[]);
-        let fan_stage = run.checkpoint()["stages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["node_id"] == "fan")
-            .cloned()
-            .unwrap();
-        let status = fan_stage["status"].as_str().unwrap();
+        let status = run.stage_status("fan");
         assert!(
             status == expected || (expected == "succeeded" && status == "partially_succeeded"),
             "{policy}: {status}"
@@ -257,14 +236,7 @@ fn error_policy_ignore_leaves_failures_out() {
     let p = Project::new();
     p.write("p.fabro", &fan("error_policy=\"ignore\"", "a [shape=parallelogram, script=\"true\"]\n c [shape=parallelogram, script=\"false\"]\n fan -> a -> merge\n fan -> c -> merge"));
     let run = p.run("p.fabro", &[]);
-    let ids: Vec<String> = run
-        .context("parallel.results")
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["id"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(ids, ["a"]);
+    assert_eq!(run.branch_ids(), ["a"]);
 }
 
 #[test]

@@ -7,10 +7,11 @@ use trellis_workflow::StageStatus;
 use crate::handler::{Handler, Stage};
 use crate::outcome::Outcome;
 
-pub struct Start;
+/// Start and exit nodes: they mark the ends of the run and succeed at once.
+pub struct Boundary;
 
 #[async_trait]
-impl Handler for Start {
+impl Handler for Boundary {
     async fn execute(&self, _stage: &Stage<'_>) -> Outcome {
         Outcome::success()
     }

@@ -606,21 +606,33 @@ impl Engine {
                 attempt += 1;
                 continue;
             }
-            let event = if outcome.status == StageStatus::Failed {
-                names::STAGE_FAILED
-            } else {
-                names::STAGE_COMPLETED
-            };
-            self.emit(
-                event,
-                Some(&node.id),
-                json!({
-                    "status": outcome.status, "visit": visit, "attempt": attempt, "duration_ms": duration_ms,
-                    "failure_reason": outcome.failure_reason(), "files_touched": outcome.files_touched,
-                }),
-            );
+            self.emit_stage_end(&node.id, &outcome, visit, attempt, duration_ms);
             return Ok(outcome);
         }
+    }
+
+    /// Emits `StageCompleted`, or `StageFailed` for a failed outcome.
+    fn emit_stage_end(
+        &self,
+        node_id: &str,
+        outcome: &Outcome,
+        visit: u32,
+        attempt: u32,
+        duration_ms: u64,
+    ) {
+        let event = if outcome.status == StageStatus::Failed {
+            names::STAGE_FAILED
+        } else {
+            names::STAGE_COMPLETED
+        };
+        self.emit(
+            event,
+            Some(node_id),
+            json!({
+                "status": outcome.status, "visit": visit, "attempt": attempt, "duration_ms": duration_ms,
+                "failure_reason": outcome.failure_reason(), "files_touched": outcome.files_touched,
+            }),
+        );
     }
 
     /// Ends a stage that ran in one attempt outside the handler path (a fan-out, a sub-workflow): writes
@@ -654,16 +666,7 @@ impl Engine {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
         });
-        let event = if outcome.status == StageStatus::Failed {
-            names::STAGE_FAILED
-        } else {
-            names::STAGE_COMPLETED
-        };
-        self.emit(
-            event,
-            Some(node_id),
-            json!({ "status": outcome.status, "visit": visit, "attempt": 1, "duration_ms": duration_ms, "failure_reason": outcome.failure_reason() }),
-        );
+        self.emit_stage_end(node_id, outcome, visit, 1, duration_ms);
         Ok(())
     }
 

@@ -82,8 +82,8 @@ impl Handlers {
     /// The control-flow handlers the engine owns.
     pub fn with_control_flow() -> Self {
         let mut handlers = Self::default();
-        handlers.register("start", Arc::new(crate::control::Start));
-        handlers.register("exit", Arc::new(crate::control::Start));
+        handlers.register("start", Arc::new(crate::control::Boundary));
+        handlers.register("exit", Arc::new(crate::control::Boundary));
         handlers.register("conditional", Arc::new(crate::control::Conditional));
         handlers.register("parallel.fan_in", Arc::new(crate::control::FanIn));
         handlers

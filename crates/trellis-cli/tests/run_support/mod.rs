@@ -60,6 +60,31 @@ impl Run {
         self.checkpoint()["context"][key].clone()
     }
 
+    /// The ids in `parallel.results`, in order.
+    pub fn branch_ids(&self) -> Vec<String> {
+        self.context("parallel.results")
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// The status of the first finished stage of `node`.
+    pub fn stage_status(&self, node: &str) -> String {
+        let checkpoint = self.checkpoint();
+        let stage = checkpoint["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["node_id"] == node)
+            .cloned();
+        stage.unwrap_or_else(|| panic!("no stage of `{node}`"))["status"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
     pub fn events_named(&self, name: &str) -> Vec<Value> {
         self.events()
             .into_iter()
