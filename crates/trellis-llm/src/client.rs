@@ -1,0 +1,269 @@
+//! The one client callers use: it resolves a model name to a provider and model id (through the
+//! catalog), and makes the call with retries.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::catalog::{self, ModelInfo};
+use crate::config::{Config, ProviderSettings};
+use crate::error::{ErrorKind, LlmError};
+use crate::http::Transport;
+use crate::local::{LocalProvider, SETUP_HELP};
+use crate::message::{Request, Response};
+use crate::provider::{OnEvent, Provider};
+use crate::providers::{Anthropic, Gemini, OpenAiChat, OpenAiResponses};
+use crate::retry::RetryPolicy;
+
+/// A model name resolved to where it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolvedModel {
+    pub provider: String,
+    /// The id sent to the provider.
+    pub model: String,
+    pub info: Option<&'static ModelInfo>,
+    /// Said once to the user: an unknown model id, or a hosted model replaced by the local one.
+    pub warning: Option<String>,
+}
+
+/// Called before each retry with the error, the attempt about to start, and the wait.
+pub type OnRetry<'a> = &'a (dyn Fn(&LlmError, u32, Duration) + Send + Sync);
+
+pub struct Client {
+    providers: BTreeMap<String, Arc<dyn Provider>>,
+    /// Whether a hosted provider is configured; without one every model runs locally.
+    hosted: bool,
+    default_model: Option<String>,
+    default_provider: Option<String>,
+    pub retry: RetryPolicy,
+}
+
+impl Client {
+    /// A client for every provider `config` configures, plus the local model. `local_log` receives the
+    /// local server's output.
+    pub fn from_config(config: &Config, local_log: Option<PathBuf>) -> Self {
+        let mut providers: BTreeMap<String, Arc<dyn Provider>> = BTreeMap::new();
+        for name in config.configured() {
+            let settings = &config.providers[name];
+            providers.insert(name.to_owned(), build_provider(name, settings));
+        }
+        let hosted = !providers.is_empty();
+        providers.insert(
+            "local".into(),
+            Arc::new(LocalProvider::new(config.local.clone(), local_log)),
+        );
+        Self {
+            providers,
+            hosted,
+            default_model: config.default_model.clone(),
+            default_provider: config.default_provider.clone(),
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// A client over the given providers (tests, benchmarks).
+    pub fn with_providers(providers: Vec<Arc<dyn Provider>>) -> Self {
+        let hosted = providers.iter().any(|p| p.name() != "local");
+        Self {
+            providers: providers
+                .into_iter()
+                .map(|p| (p.name().to_owned(), p))
+                .collect(),
+            hosted,
+            default_model: None,
+            default_provider: None,
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// The provider names this client can call.
+    pub fn providers(&self) -> impl Iterator<Item = &str> {
+        self.providers.keys().map(String::as_str)
+    }
+
+    /// Where `model` (or the default model) from `provider` (or the usual one) runs.
+    pub fn resolve(
+        &self,
+        model: Option<&str>,
+        provider: Option<&str>,
+    ) -> Result<ResolvedModel, LlmError> {
+        let model = model.or(self.default_model.as_deref());
+        let info = model.and_then(catalog::lookup);
+        let wanted = provider
+            .map(normalize_provider)
+            .or(info.map(|i| i.provider))
+            .or(model.and_then(catalog::guess_provider))
+            .or(self.default_provider.as_deref())
+            .or_else(|| self.first_hosted());
+        let unknown = match (model, info) {
+            (Some(name), None) => Some(format!(
+                "model `{name}` is not in the catalog; passing it to the provider as it is"
+            )),
+            _ => None,
+        };
+        // No hosted provider at all: everything runs on the local model.
+        if !self.hosted || wanted == Some("local") || wanted.is_none() {
+            let local_id = self.local_model_id();
+            let warning = match (model, info) {
+                (Some(name), Some(i)) if i.provider == "local" => (i.id != local_id).then(|| {
+                    format!("model `{name}` is not the local server's model; using `{local_id}`")
+                }),
+                (Some(name), _) => Some(format!(
+                    "no provider key is set, so `{name}` runs on the local model `{local_id}`"
+                )),
+                (None, _) => None,
+            };
+            return Ok(ResolvedModel {
+                provider: "local".into(),
+                model: local_id,
+                info: catalog::lookup(&self.local_model_id()),
+                warning,
+            });
+        }
+        let wanted = wanted.unwrap_or("local");
+        if !self.providers.contains_key(wanted) {
+            let known = [
+                "anthropic",
+                "openai",
+                "gemini",
+                "openai-compatible",
+                "local",
+            ];
+            let message = if known.contains(&wanted) {
+                format!(
+                    "provider `{wanted}` is not configured{}: set {} (or add it to the config file)",
+                    model
+                        .map(|m| format!(" (needed by model `{m}`)"))
+                        .unwrap_or_default(),
+                    key_variable(wanted)
+                )
+            } else {
+                format!("unknown provider `{wanted}` (known: {})", known.join(", "))
+            };
+            return Err(LlmError::new(ErrorKind::Configuration, wanted, message));
+        }
+        let model_id = match (model, info) {
+            (_, Some(i)) => i.id.to_owned(),
+            (Some(name), None) => name.to_owned(),
+            (None, None) => default_model_for(wanted).to_owned(),
+        };
+        Ok(ResolvedModel {
+            provider: wanted.to_owned(),
+            info: catalog::lookup(&model_id),
+            model: model_id,
+            warning: unknown,
+        })
+    }
+
+    fn first_hosted(&self) -> Option<&str> {
+        crate::config::HOSTED
+            .iter()
+            .copied()
+            .find(|p| self.providers.contains_key(*p))
+    }
+
+    fn local_model_id(&self) -> String {
+        self.providers
+            .get("local")
+            .and_then(|p| p.model_id())
+            .unwrap_or(catalog::LOCAL_MODEL_ID)
+            .to_owned()
+    }
+
+    /// One call with retries. `request.model` is replaced by the resolved id.
+    pub async fn complete(
+        &self,
+        resolved: &ResolvedModel,
+        request: &Request,
+        on_event: OnEvent<'_>,
+        on_retry: OnRetry<'_>,
+    ) -> Result<Response, LlmError> {
+        let provider = self.providers.get(&resolved.provider).ok_or_else(|| {
+            LlmError::new(
+                ErrorKind::Configuration,
+                &resolved.provider,
+                format!(
+                    "provider `{}` is not configured; {SETUP_HELP}",
+                    resolved.provider
+                ),
+            )
+        })?;
+        let mut request = request.clone();
+        request.model.clone_from(&resolved.model);
+        if !resolved.info.is_some_and(|i| i.reasoning) {
+            request.reasoning_effort = None;
+        }
+        let mut attempt = 1;
+        loop {
+            match provider.stream(&request, on_event).await {
+                Ok(response) => return Ok(response),
+                Err(error) => {
+                    let Some(wait) = self.retry.delay(&error, attempt + 1) else {
+                        return Err(error);
+                    };
+                    attempt += 1;
+                    on_retry(&error, attempt, wait);
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+
+    /// Stops every provider's background work (the local server).
+    pub async fn shutdown(&self) {
+        for provider in self.providers.values() {
+            provider.shutdown().await;
+        }
+    }
+}
+
+fn normalize_provider(name: &str) -> &str {
+    match name.trim() {
+        "claude" => "anthropic",
+        "google" => "gemini",
+        "openai_compatible" | "compatible" => "openai-compatible",
+        "llama" | "llama.cpp" | "llama-server" => "local",
+        other => other,
+    }
+}
+
+fn key_variable(provider: &str) -> &'static str {
+    match provider {
+        "anthropic" => "ANTHROPIC_API_KEY",
+        "openai" => "OPENAI_API_KEY",
+        "gemini" => "GEMINI_API_KEY",
+        "openai-compatible" => "OPENAI_COMPATIBLE_BASE_URL",
+        _ => "a provider key",
+    }
+}
+
+fn default_model_for(provider: &str) -> &'static str {
+    match provider {
+        "anthropic" => "claude-sonnet-4-5",
+        "openai" => "gpt-5",
+        "gemini" => "gemini-2.5-pro",
+        _ => "default",
+    }
+}
+
+/// The adapter for a configured hosted provider.
+pub fn build_provider(name: &str, settings: &ProviderSettings) -> Arc<dyn Provider> {
+    let default_url = match name {
+        "anthropic" => "https://api.anthropic.com",
+        "openai" => "https://api.openai.com/v1",
+        "gemini" => "https://generativelanguage.googleapis.com",
+        _ => "http://127.0.0.1:8080/v1",
+    };
+    let base = settings.base_url.as_deref().unwrap_or(default_url);
+    let transport = Transport::new(name, base, settings.api_key.clone());
+    match name {
+        "anthropic" => Arc::new(Anthropic::new(transport)),
+        "gemini" => Arc::new(Gemini::new(transport)),
+        "openai" if settings.api.as_deref() == Some("chat") => {
+            Arc::new(OpenAiChat::openai(transport))
+        }
+        "openai" => Arc::new(OpenAiResponses::new(transport)),
+        _ => Arc::new(OpenAiChat::compatible(transport)),
+    }
+}

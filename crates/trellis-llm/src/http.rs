@@ -1,0 +1,267 @@
+//! The HTTP transport every adapter shares: POST a JSON body, turn an error status into a typed
+//! [`LlmError`] (with `Retry-After`), and read a server-sent-event stream with a per-read timeout.
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+use eventsource_stream::{Event, EventStream, Eventsource};
+use futures::{Stream, StreamExt};
+use serde_json::Value;
+
+use crate::error::{ErrorKind, LlmError};
+
+/// An API key. It prints as `[redacted]`, and [`Secret::redact`] scrubs it out of provider text.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// `text` with every occurrence of the key replaced.
+    pub fn redact(&self, text: &str) -> String {
+        if self.0.len() < 4 {
+            return text.to_owned();
+        }
+        text.replace(&self.0, "[redacted]")
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// How long a stream may go without a byte before the call fails as a network error.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(300);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Error bodies are read up to this size.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// One provider's connection settings.
+#[derive(Clone)]
+pub struct Transport {
+    http: reqwest::Client,
+    pub provider: String,
+    pub base_url: String,
+    pub key: Option<Secret>,
+    pub read_timeout: Duration,
+}
+
+impl fmt::Debug for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transport")
+            .field("provider", &self.provider)
+            .field("base_url", &self.base_url)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Transport {
+    pub fn new(provider: &str, base_url: &str, key: Option<Secret>) -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .build()
+            .unwrap_or_default();
+        Self {
+            http,
+            provider: provider.to_owned(),
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            key,
+            read_timeout: DEFAULT_READ_TIMEOUT,
+        }
+    }
+
+    #[must_use]
+    pub fn with_read_timeout(mut self, timeout: Duration) -> Self {
+        self.read_timeout = timeout;
+        self
+    }
+
+    /// `base_url` joined with `path` (which starts with `/`).
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url)
+    }
+
+    /// An error of `kind` from this provider, with the key scrubbed from `message`.
+    pub fn error(&self, kind: ErrorKind, message: impl AsRef<str>) -> LlmError {
+        LlmError::new(kind, &self.provider, self.scrub(message.as_ref()))
+    }
+
+    fn scrub(&self, text: &str) -> String {
+        match &self.key {
+            Some(key) => key.redact(text),
+            None => text.to_owned(),
+        }
+    }
+
+    /// POSTs `body` and opens the event stream of a successful answer.
+    pub async fn post_sse(
+        &self,
+        url: &str,
+        headers: &[(&str, String)],
+        body: &Value,
+    ) -> Result<SseStream, LlmError> {
+        let mut request = self
+            .http
+            .post(url)
+            .header("accept", "text/event-stream")
+            .json(body);
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        let response = tokio::time::timeout(self.read_timeout, request.send())
+            .await
+            .map_err(|_| self.error(ErrorKind::Network, "no answer before the read timeout"))?
+            .map_err(|e| self.network_error(&e))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(self.status_error(response).await);
+        }
+        let bytes: ByteStream = Box::pin(response.bytes_stream());
+        Ok(SseStream {
+            inner: bytes.eventsource(),
+            transport: self.clone(),
+            started: false,
+        })
+    }
+
+    fn network_error(&self, error: &reqwest::Error) -> LlmError {
+        // reqwest's text names the URL, never headers, so the key cannot leak through it.
+        let mut text = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        self.error(ErrorKind::Network, text)
+    }
+
+    async fn status_error(&self, response: reqwest::Response) -> LlmError {
+        let status = response.status().as_u16();
+        let retry_after = retry_after(response.headers());
+        let mut body = response.text().await.unwrap_or_default();
+        if body.len() > MAX_ERROR_BODY {
+            let cut = (0..=MAX_ERROR_BODY)
+                .rev()
+                .find(|&i| body.is_char_boundary(i))
+                .unwrap_or(0);
+            body.truncate(cut);
+        }
+        let (kind, message) = classify_error_body(status, &body);
+        let mut error = self.error(kind, message).with_status(status);
+        error.retry_after = retry_after;
+        error
+    }
+}
+
+/// Reads `Retry-After` (seconds, possibly fractional) or `retry-after-ms`.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let read = |name: &str| headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok();
+    if let Some(ms) = read("retry-after-ms").filter(|v| v.is_finite() && *v >= 0.0) {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    read("retry-after")
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .map(|secs| Duration::from_secs_f64(secs.min(3600.0)))
+}
+
+/// The error kind and message from a provider's error body. The three formats:
+/// OpenAI `{"error": {"message", "type", "code"}}`, Anthropic `{"type": "error", "error": {"type",
+/// "message"}}`, Gemini `{"error": {"code", "message", "status"}}`.
+pub fn classify_error_body(status: u16, body: &str) -> (ErrorKind, String) {
+    let mut kind = ErrorKind::from_status(status);
+    let parsed: Option<Value> = serde_json::from_str(body).ok();
+    let error = parsed.as_ref().and_then(|v| v.get("error"));
+    let field = |name: &str| {
+        error
+            .and_then(|e| e.get(name))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    };
+    let message = match field("message") {
+        "" if body.trim().is_empty() => format!("HTTP {status} with an empty body"),
+        "" => body.trim().chars().take(500).collect(),
+        message => message.to_owned(),
+    };
+    let code = field("code");
+    let kind_word = field("type");
+    let gemini_status = field("status");
+    if code == "context_length_exceeded"
+        || (kind == ErrorKind::BadRequest
+            && (message.contains("prompt is too long")
+                || message.contains("maximum context length")
+                || message.contains("exceeds the context size")
+                || message.contains("input token count")))
+    {
+        kind = ErrorKind::ContextLength;
+    } else if kind_word == "overloaded_error" {
+        kind = ErrorKind::Overloaded;
+    } else if kind_word == "rate_limit_error" || gemini_status == "RESOURCE_EXHAUSTED" {
+        kind = ErrorKind::RateLimit;
+    } else if code == "content_filter" || code == "content_policy_violation" {
+        kind = ErrorKind::ContentFilter;
+    }
+    (kind, message)
+}
+
+type ByteStream = std::pin::Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+/// Server-sent events of one answer. Every read is bounded by the transport's read timeout.
+pub struct SseStream {
+    inner: EventStream<ByteStream>,
+    transport: Transport,
+    /// Whether any output reached the caller (errors after that are never retried).
+    pub started: bool,
+}
+
+impl SseStream {
+    /// The next event; `None` when the server closed the stream.
+    pub async fn next(&mut self) -> Option<Result<Event, LlmError>> {
+        let item = match tokio::time::timeout(self.transport.read_timeout, self.inner.next()).await
+        {
+            Ok(item) => item?,
+            Err(_) => {
+                return Some(Err(self.fail(
+                    ErrorKind::Network,
+                    "the stream stalled past the read timeout",
+                )));
+            }
+        };
+        Some(item.map_err(|e| self.fail(ErrorKind::Network, format!("the stream broke: {e}"))))
+    }
+
+    /// An error at this point of the stream, marked partial when output already went out.
+    pub fn fail(&self, kind: ErrorKind, message: impl AsRef<str>) -> LlmError {
+        let mut error = self.transport.error(kind, message);
+        error.partial_output = self.started;
+        error
+    }
+
+    /// Parses an event's data as JSON, failing as a protocol error.
+    pub fn json(&self, event: &Event) -> Result<Value, LlmError> {
+        serde_json::from_str(&event.data).map_err(|e| {
+            self.fail(
+                ErrorKind::Protocol,
+                format!("a streamed chunk is not valid JSON ({e})"),
+            )
+        })
+    }
+
+    /// The stream ended before the provider said the answer was complete.
+    pub fn ended_early(&self) -> LlmError {
+        self.fail(
+            ErrorKind::Protocol,
+            "the stream ended before the answer was complete",
+        )
+    }
+}

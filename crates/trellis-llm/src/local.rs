@@ -1,0 +1,215 @@
+//! The offline default: a `llama-server` (llama.cpp) that Trellis starts on the first model call, on a
+//! free loopback port, waits for, talks to as an OpenAI-compatible server, and stops at the end of the
+//! run. `scripts/local-model.sh` builds the server and fetches the models into `~/.cache/trellis/`.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::process::{Child, Command};
+use tokio::sync::Mutex;
+
+use crate::catalog::LOCAL_MODEL_ID;
+use crate::config::LocalSettings;
+use crate::error::{ErrorKind, LlmError};
+use crate::http::Transport;
+use crate::message::{Request, Response};
+use crate::provider::{OnEvent, Provider};
+use crate::providers::OpenAiChat;
+
+/// How long the server may take to load its model.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(180);
+const DEFAULT_CONTEXT: u32 = 16_384;
+
+/// The message that tells a user how to get a model at all.
+pub const SETUP_HELP: &str = "run `scripts/local-model.sh` to build the local model server and fetch the default model \
+     (cached under ~/.cache/trellis), or set ANTHROPIC_API_KEY, OPENAI_API_KEY or GEMINI_API_KEY to use a hosted provider";
+
+/// Whether the local model's files are there, for `trellis models`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalState {
+    Ready { server: PathBuf, model: PathBuf },
+    MissingServer(PathBuf),
+    MissingModel(PathBuf),
+    NotConfigured,
+}
+
+pub fn state(settings: &LocalSettings) -> LocalState {
+    match (&settings.server, &settings.model) {
+        (Some(server), _) if !server.is_file() => LocalState::MissingServer(server.clone()),
+        (_, Some(model)) if !model.is_file() => LocalState::MissingModel(model.clone()),
+        (Some(server), Some(model)) => LocalState::Ready {
+            server: server.clone(),
+            model: model.clone(),
+        },
+        _ => LocalState::NotConfigured,
+    }
+}
+
+struct Running {
+    child: Child,
+    chat: Arc<OpenAiChat>,
+}
+
+/// The local model as a provider; the server starts on the first call.
+pub struct LocalProvider {
+    settings: LocalSettings,
+    /// Where the server's own output goes (the run directory), if anywhere.
+    log: Option<PathBuf>,
+    running: Mutex<Option<Running>>,
+}
+
+impl LocalProvider {
+    pub fn new(settings: LocalSettings, log: Option<PathBuf>) -> Self {
+        Self {
+            settings,
+            log,
+            running: Mutex::new(None),
+        }
+    }
+
+    /// The model id this server answers as.
+    pub fn model_id(&self) -> &str {
+        self.settings.model_id.as_deref().unwrap_or(LOCAL_MODEL_ID)
+    }
+
+    fn error(message: impl Into<String>) -> LlmError {
+        LlmError::new(ErrorKind::Configuration, "local", message)
+    }
+
+    async fn chat(&self) -> Result<Arc<OpenAiChat>, LlmError> {
+        let mut running = self.running.lock().await;
+        if let Some(r) = running.as_mut() {
+            match r.child.try_wait() {
+                Ok(None) => return Ok(r.chat.clone()),
+                // The server died (out of memory, killed): start it again.
+                _ => *running = None,
+            }
+        }
+        let (server, model) = match state(&self.settings) {
+            LocalState::Ready { server, model } => (server, model),
+            LocalState::MissingServer(path) => {
+                return Err(Self::error(format!(
+                    "no model provider is configured and the local model server is missing ({}); {SETUP_HELP}",
+                    path.display()
+                )));
+            }
+            LocalState::MissingModel(path) => {
+                return Err(Self::error(format!(
+                    "no model provider is configured and the local model is missing ({}); {SETUP_HELP}",
+                    path.display()
+                )));
+            }
+            LocalState::NotConfigured => {
+                return Err(Self::error(format!(
+                    "no model provider is configured; {SETUP_HELP}"
+                )));
+            }
+        };
+        let started = self.start(&server, &model).await?;
+        let chat = started.chat.clone();
+        *running = Some(started);
+        Ok(chat)
+    }
+
+    async fn start(&self, server: &Path, model: &Path) -> Result<Running, LlmError> {
+        let port = free_port().map_err(|e| Self::error(format!("no free loopback port: {e}")))?;
+        let log = match &self.log {
+            Some(path) => std::fs::File::create(path).map_or_else(|_| Stdio::null(), Stdio::from),
+            None => Stdio::null(),
+        };
+        let context = self.settings.context_size.unwrap_or(DEFAULT_CONTEXT);
+        let threads = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+        let mut command = Command::new(server);
+        command
+            .arg("--model")
+            .arg(model)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--ctx-size", &context.to_string(), "--parallel", "1"])
+            .args(["--threads", &threads.to_string()])
+            .args(["--alias", self.model_id(), "--jinja", "--no-webui"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(|e| {
+            Self::error(format!(
+                "cannot start the local model server {}: {e}",
+                server.display()
+            ))
+        })?;
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                let hint = self
+                    .log
+                    .as_ref()
+                    .map(|p| format!(" (its output is in {})", p.display()))
+                    .unwrap_or_default();
+                return Err(Self::error(format!(
+                    "the local model server exited while loading the model ({status}){hint}"
+                )));
+            }
+            if let Ok(response) = http.get(format!("{base}/health")).send().await
+                && response.status().is_success()
+            {
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill().await;
+                return Err(Self::error(format!(
+                    "the local model server did not become ready within {}s",
+                    STARTUP_TIMEOUT.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let transport = Transport::new("local", &format!("{base}/v1"), None);
+        Ok(Running {
+            child,
+            chat: Arc::new(OpenAiChat::compatible(transport)),
+        })
+    }
+
+    /// The server's address once it runs (for benchmarks that call it directly).
+    pub async fn ensure_started(&self) -> Result<(), LlmError> {
+        self.chat().await.map(|_| ())
+    }
+}
+
+fn free_port() -> std::io::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+#[async_trait]
+impl Provider for LocalProvider {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn model_id(&self) -> Option<&str> {
+        Some(LocalProvider::model_id(self))
+    }
+
+    async fn stream(&self, request: &Request, on_event: OnEvent<'_>) -> Result<Response, LlmError> {
+        let chat = self.chat().await?;
+        let mut request = request.clone();
+        request.model = self.model_id().to_owned();
+        // Reasoning effort means nothing to these models; an unbounded answer could run for minutes.
+        request.reasoning_effort = None;
+        let cap = crate::catalog::lookup(self.model_id()).map_or(4096, |m| m.max_output);
+        request.max_tokens = Some(request.max_tokens.map_or(cap, |m| m.min(cap)));
+        chat.stream(&request, on_event).await
+    }
+
+    async fn shutdown(&self) {
+        if let Some(mut running) = self.running.lock().await.take() {
+            let _ = running.child.kill().await;
+        }
+    }
+}

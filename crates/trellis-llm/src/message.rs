@@ -1,0 +1,182 @@
+//! The provider-neutral conversation: what a caller sends ([`Request`]) and gets back ([`Response`]).
+//! Every provider adapter translates these to and from its own wire format.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+/// One piece of a message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Part {
+    Text { text: String },
+    ToolCall(ToolCall),
+    ToolResult(ToolResult),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The provider's id for the call, echoed back with its result.
+    pub id: String,
+    pub name: String,
+    /// The arguments as JSON (an object for well-formed calls).
+    pub arguments: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    pub call_id: String,
+    /// The tool's name (Gemini matches results by name, not id).
+    pub name: String,
+    pub content: String,
+    pub is_error: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub parts: Vec<Part>,
+}
+
+impl Message {
+    pub fn user(text: impl Into<String>) -> Self {
+        Self {
+            role: Role::User,
+            parts: vec![Part::Text { text: text.into() }],
+        }
+    }
+
+    pub fn assistant(text: impl Into<String>) -> Self {
+        Self {
+            role: Role::Assistant,
+            parts: vec![Part::Text { text: text.into() }],
+        }
+    }
+
+    /// The concatenated text parts.
+    pub fn text(&self) -> String {
+        self.parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDef {
+    pub name: String,
+    pub description: String,
+    /// A JSON Schema object for the arguments.
+    pub parameters: Value,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasoningEffort {
+    Low,
+    Medium,
+    High,
+}
+
+impl ReasoningEffort {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasoningEffort::Low => "low",
+            ReasoningEffort::Medium => "medium",
+            ReasoningEffort::High => "high",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// The provider's model id (aliases are resolved before a request is built).
+    pub model: String,
+    pub system: Option<String>,
+    pub messages: Vec<Message>,
+    pub tools: Vec<ToolDef>,
+    pub max_tokens: Option<u32>,
+    /// Sent only to models that reason.
+    pub reasoning_effort: Option<ReasoningEffort>,
+    pub temperature: Option<f32>,
+}
+
+/// Token counts of one call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Input tokens served from the provider's prompt cache.
+    pub cached_tokens: u64,
+    /// Output tokens spent on hidden reasoning.
+    pub reasoning_tokens: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cached_tokens += other.cached_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model finished its answer.
+    EndTurn,
+    /// The answer hit the output token limit.
+    MaxTokens,
+    /// The model wants tool results before it goes on.
+    ToolUse,
+    /// A stop sequence ended the answer.
+    StopSequence,
+    /// Anything else the provider reported, verbatim.
+    Other(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    /// The model that answered, as the provider names it.
+    pub model: String,
+    pub provider: String,
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: Usage,
+    pub stop_reason: StopReason,
+}
+
+impl Response {
+    /// The assistant message to append to the conversation for the next turn.
+    pub fn to_message(&self) -> Message {
+        let mut parts = Vec::new();
+        if !self.text.is_empty() {
+            parts.push(Part::Text {
+                text: self.text.clone(),
+            });
+        }
+        parts.extend(self.tool_calls.iter().cloned().map(Part::ToolCall));
+        Message {
+            role: Role::Assistant,
+            parts,
+        }
+    }
+}
+
+/// What a streaming call reports while it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    TextDelta(String),
+    ToolCallStarted { id: String, name: String },
+}

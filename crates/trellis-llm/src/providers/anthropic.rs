@@ -1,0 +1,247 @@
+//! Anthropic Messages (`POST {base}/v1/messages`, `anthropic-version: 2023-06-01`). The base URL has
+//! no version suffix, as in Anthropic's SDKs.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use crate::error::{ErrorKind, LlmError};
+use crate::http::Transport;
+use crate::message::{Part, Request, Response, Role, StopReason, StreamEvent, ToolCall, Usage};
+use crate::provider::{OnEvent, Provider};
+use crate::providers::openai_chat::u64_at;
+
+/// Anthropic requires `max_tokens`; this is used when a node sets none.
+const DEFAULT_MAX_TOKENS: u32 = 8192;
+
+pub struct Anthropic {
+    transport: Transport,
+}
+
+impl Anthropic {
+    pub fn new(transport: Transport) -> Self {
+        Self { transport }
+    }
+
+    fn body(request: &Request, reasoning: bool) -> Value {
+        let messages: Vec<Value> = request
+            .messages
+            .iter()
+            .map(|message| {
+                let content: Vec<Value> = message
+                    .parts
+                    .iter()
+                    .map(|part| match part {
+                        Part::Text { text } => json!({ "type": "text", "text": text }),
+                        Part::ToolCall(call) => json!({
+                            "type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments,
+                        }),
+                        Part::ToolResult(result) => json!({
+                            "type": "tool_result", "tool_use_id": result.call_id,
+                            "content": result.content, "is_error": result.is_error,
+                        }),
+                    })
+                    .collect();
+                let role = match message.role {
+                    Role::User => "user",
+                    Role::Assistant => "assistant",
+                };
+                json!({ "role": role, "content": content })
+            })
+            .collect();
+        let max_tokens = request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+        let mut body = json!({
+            "model": request.model,
+            "max_tokens": max_tokens,
+            "messages": messages,
+            "stream": true,
+        });
+        if let Some(system) = &request.system {
+            body["system"] = json!(system);
+        }
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| json!({ "name": t.name, "description": t.description, "input_schema": t.parameters }))
+                .collect();
+        }
+        if let Some(t) = request.temperature {
+            body["temperature"] = json!(t);
+        }
+        // Extended thinking needs a budget below max_tokens; effort picks its share.
+        if let Some(effort) = request.reasoning_effort.filter(|_| reasoning) {
+            let share = match effort {
+                crate::ReasoningEffort::Low => 4,
+                crate::ReasoningEffort::Medium => 3,
+                crate::ReasoningEffort::High => 2,
+            };
+            let budget = max_tokens / share;
+            if budget >= 1024 {
+                body["thinking"] = json!({ "type": "enabled", "budget_tokens": budget });
+            }
+        }
+        body
+    }
+}
+
+#[derive(Default)]
+struct Block {
+    kind: String,
+    id: String,
+    name: String,
+    json: String,
+}
+
+#[async_trait]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one event loop per wire protocol reads best whole"
+)]
+impl Provider for Anthropic {
+    fn name(&self) -> &str {
+        &self.transport.provider
+    }
+
+    async fn stream(&self, request: &Request, on_event: OnEvent<'_>) -> Result<Response, LlmError> {
+        let mut headers = vec![("anthropic-version", "2023-06-01".to_owned())];
+        if let Some(key) = &self.transport.key {
+            headers.push(("x-api-key", key.expose().to_owned()));
+        }
+        let reasoning = crate::catalog::lookup(&request.model).is_some_and(|m| m.reasoning);
+        let url = self.transport.url("/v1/messages");
+        let mut stream = self
+            .transport
+            .post_sse(&url, &headers, &Self::body(request, reasoning))
+            .await?;
+        let mut text = String::new();
+        let mut blocks: BTreeMap<u64, Block> = BTreeMap::new();
+        let mut usage = Usage::default();
+        let mut stop: Option<String> = None;
+        let mut model = request.model.clone();
+        while let Some(event) = stream.next().await {
+            let event = event?;
+            let data = stream.json(&event)?;
+            let kind = data
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or(&event.event);
+            match kind {
+                "message_start" => {
+                    let message = &data["message"];
+                    if let Some(m) = message["model"].as_str() {
+                        m.clone_into(&mut model);
+                    }
+                    let u = &message["usage"];
+                    usage.input_tokens = u64_at(u, "/input_tokens")
+                        + u64_at(u, "/cache_read_input_tokens")
+                        + u64_at(u, "/cache_creation_input_tokens");
+                    usage.cached_tokens = u64_at(u, "/cache_read_input_tokens");
+                    usage.output_tokens = u64_at(u, "/output_tokens");
+                }
+                "content_block_start" => {
+                    let index = data["index"].as_u64().unwrap_or(0);
+                    let block = &data["content_block"];
+                    let entry = Block {
+                        kind: block["type"].as_str().unwrap_or_default().to_owned(),
+                        id: block["id"].as_str().unwrap_or_default().to_owned(),
+                        name: block["name"].as_str().unwrap_or_default().to_owned(),
+                        json: String::new(),
+                    };
+                    if entry.kind == "tool_use" {
+                        stream.started = true;
+                        on_event(StreamEvent::ToolCallStarted {
+                            id: entry.id.clone(),
+                            name: entry.name.clone(),
+                        });
+                    }
+                    blocks.insert(index, entry);
+                }
+                "content_block_delta" => {
+                    let index = data["index"].as_u64().unwrap_or(0);
+                    let delta = &data["delta"];
+                    match delta["type"].as_str() {
+                        Some("text_delta") => {
+                            let piece = delta["text"].as_str().unwrap_or_default();
+                            text.push_str(piece);
+                            stream.started = true;
+                            on_event(StreamEvent::TextDelta(piece.to_owned()));
+                        }
+                        Some("input_json_delta") => {
+                            if let Some(block) = blocks.get_mut(&index) {
+                                block
+                                    .json
+                                    .push_str(delta["partial_json"].as_str().unwrap_or_default());
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                "message_delta" => {
+                    if let Some(reason) = data.pointer("/delta/stop_reason").and_then(Value::as_str)
+                    {
+                        stop = Some(reason.to_owned());
+                    }
+                    if let Some(out) = data.pointer("/usage/output_tokens").and_then(Value::as_u64)
+                    {
+                        usage.output_tokens = out;
+                    }
+                }
+                "message_stop" => {
+                    let tool_calls: Vec<ToolCall> = blocks
+                        .into_values()
+                        .filter(|b| b.kind == "tool_use")
+                        .map(|b| ToolCall {
+                            id: b.id,
+                            name: b.name,
+                            arguments: if b.json.trim().is_empty() {
+                                json!({})
+                            } else {
+                                serde_json::from_str(&b.json).unwrap_or(Value::String(b.json))
+                            },
+                        })
+                        .collect();
+                    let stop_reason = match stop.as_deref() {
+                        Some("end_turn") | None => StopReason::EndTurn,
+                        Some("max_tokens") => StopReason::MaxTokens,
+                        Some("tool_use") => StopReason::ToolUse,
+                        Some("stop_sequence") => StopReason::StopSequence,
+                        Some("refusal") => {
+                            return Err(stream
+                                .fail(ErrorKind::ContentFilter, "the model refused to answer"));
+                        }
+                        Some(other) => StopReason::Other(other.to_owned()),
+                    };
+                    return Ok(Response {
+                        model,
+                        provider: self.transport.provider.clone(),
+                        text,
+                        tool_calls,
+                        usage,
+                        stop_reason,
+                    });
+                }
+                "error" => {
+                    let word = data
+                        .pointer("/error/type")
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    let message = data
+                        .pointer("/error/message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("error in stream");
+                    let kind = match word {
+                        "overloaded_error" => ErrorKind::Overloaded,
+                        "rate_limit_error" => ErrorKind::RateLimit,
+                        "invalid_request_error" => ErrorKind::BadRequest,
+                        _ => ErrorKind::Server,
+                    };
+                    return Err(stream.fail(kind, message));
+                }
+                _ => {}
+            }
+        }
+        Err(stream.ended_early())
+    }
+}

@@ -1,0 +1,197 @@
+//! Google Gemini (`POST {base}/v1beta/models/{model}:streamGenerateContent?alt=sse`). The base URL has
+//! no version suffix, as in Google's SDKs.
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use crate::error::{ErrorKind, LlmError};
+use crate::http::Transport;
+use crate::message::{Part, Request, Response, Role, StopReason, StreamEvent, ToolCall, Usage};
+use crate::provider::{OnEvent, Provider};
+use crate::providers::openai_chat::u64_at;
+
+pub struct Gemini {
+    transport: Transport,
+}
+
+impl Gemini {
+    pub fn new(transport: Transport) -> Self {
+        Self { transport }
+    }
+
+    fn body(request: &Request, reasoning: bool) -> Value {
+        let contents: Vec<Value> = request
+            .messages
+            .iter()
+            .map(|message| {
+                let parts: Vec<Value> = message
+                    .parts
+                    .iter()
+                    .map(|part| match part {
+                        Part::Text { text } => json!({ "text": text }),
+                        Part::ToolCall(call) => {
+                            json!({ "functionCall": { "name": call.name, "args": call.arguments } })
+                        }
+                        Part::ToolResult(result) => json!({ "functionResponse": {
+                            "name": result.name,
+                            "response": { "content": result.content, "is_error": result.is_error },
+                        } }),
+                    })
+                    .collect();
+                let role = match message.role {
+                    Role::User => "user",
+                    Role::Assistant => "model",
+                };
+                json!({ "role": role, "parts": parts })
+            })
+            .collect();
+        let mut body = json!({ "contents": contents });
+        if let Some(system) = &request.system {
+            body["systemInstruction"] = json!({ "parts": [{ "text": system }] });
+        }
+        if !request.tools.is_empty() {
+            let declarations: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|t| json!({ "name": t.name, "description": t.description, "parameters": t.parameters }))
+                .collect();
+            body["tools"] = json!([{ "functionDeclarations": declarations }]);
+        }
+        let mut config = serde_json::Map::new();
+        if let Some(max) = request.max_tokens {
+            config.insert("maxOutputTokens".into(), json!(max));
+        }
+        if let Some(t) = request.temperature {
+            config.insert("temperature".into(), json!(t));
+        }
+        if let Some(effort) = request.reasoning_effort.filter(|_| reasoning) {
+            let budget = match effort {
+                crate::ReasoningEffort::Low => 1024,
+                crate::ReasoningEffort::Medium => 8192,
+                crate::ReasoningEffort::High => 24576,
+            };
+            config.insert("thinkingConfig".into(), json!({ "thinkingBudget": budget }));
+        }
+        if !config.is_empty() {
+            body["generationConfig"] = Value::Object(config);
+        }
+        body
+    }
+}
+
+#[async_trait]
+impl Provider for Gemini {
+    fn name(&self) -> &str {
+        &self.transport.provider
+    }
+
+    async fn stream(&self, request: &Request, on_event: OnEvent<'_>) -> Result<Response, LlmError> {
+        let mut headers = Vec::new();
+        if let Some(key) = &self.transport.key {
+            headers.push(("x-goog-api-key", key.expose().to_owned()));
+        }
+        let reasoning = crate::catalog::lookup(&request.model).is_some_and(|m| m.reasoning);
+        let url = self.transport.url(&format!(
+            "/v1beta/models/{}:streamGenerateContent?alt=sse",
+            request.model
+        ));
+        let mut stream = self
+            .transport
+            .post_sse(&url, &headers, &Self::body(request, reasoning))
+            .await?;
+        let mut text = String::new();
+        let mut tool_calls = Vec::new();
+        let mut usage = Usage::default();
+        let mut finish: Option<String> = None;
+        let mut model = request.model.clone();
+        while let Some(event) = stream.next().await {
+            let event = event?;
+            let chunk = stream.json(&event)?;
+            if let Some(error) = chunk.get("error") {
+                let message = error["message"].as_str().unwrap_or("error in stream");
+                return Err(stream.fail(ErrorKind::Server, message));
+            }
+            if let Some(m) = chunk.get("modelVersion").and_then(Value::as_str) {
+                m.clone_into(&mut model);
+            }
+            if let Some(u) = chunk.get("usageMetadata") {
+                usage = Usage {
+                    input_tokens: u64_at(u, "/promptTokenCount"),
+                    output_tokens: u64_at(u, "/candidatesTokenCount")
+                        + u64_at(u, "/thoughtsTokenCount"),
+                    cached_tokens: u64_at(u, "/cachedContentTokenCount"),
+                    reasoning_tokens: u64_at(u, "/thoughtsTokenCount"),
+                };
+            }
+            let Some(candidate) = chunk.pointer("/candidates/0") else {
+                if let Some(reason) = chunk
+                    .pointer("/promptFeedback/blockReason")
+                    .and_then(Value::as_str)
+                {
+                    return Err(stream.fail(
+                        ErrorKind::ContentFilter,
+                        format!("the prompt was blocked ({reason})"),
+                    ));
+                }
+                continue;
+            };
+            for part in candidate
+                .pointer("/content/parts")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if part.get("thought").and_then(Value::as_bool) == Some(true) {
+                    continue;
+                }
+                if let Some(piece) = part.get("text").and_then(Value::as_str) {
+                    text.push_str(piece);
+                    stream.started = true;
+                    on_event(StreamEvent::TextDelta(piece.to_owned()));
+                }
+                if let Some(call) = part.get("functionCall") {
+                    let name = call["name"].as_str().unwrap_or_default().to_owned();
+                    let id = call["id"]
+                        .as_str()
+                        .map_or_else(|| format!("call_{}", tool_calls.len()), str::to_owned);
+                    stream.started = true;
+                    on_event(StreamEvent::ToolCallStarted {
+                        id: id.clone(),
+                        name: name.clone(),
+                    });
+                    tool_calls.push(ToolCall {
+                        id,
+                        name,
+                        arguments: call.get("args").cloned().unwrap_or_else(|| json!({})),
+                    });
+                }
+            }
+            if let Some(reason) = candidate.get("finishReason").and_then(Value::as_str) {
+                finish = Some(reason.to_owned());
+            }
+        }
+        let Some(finish) = finish else {
+            return Err(stream.ended_early());
+        };
+        let stop_reason = match finish.as_str() {
+            _ if !tool_calls.is_empty() => StopReason::ToolUse,
+            "STOP" => StopReason::EndTurn,
+            "MAX_TOKENS" => StopReason::MaxTokens,
+            "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII" => {
+                return Err(stream.fail(
+                    ErrorKind::ContentFilter,
+                    format!("the answer was blocked ({finish})"),
+                ));
+            }
+            other => StopReason::Other(other.to_owned()),
+        };
+        Ok(Response {
+            model,
+            provider: self.transport.provider.clone(),
+            text,
+            tool_calls,
+            usage,
+            stop_reason,
+        })
+    }
+}

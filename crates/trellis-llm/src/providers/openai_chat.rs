@@ -1,0 +1,263 @@
+//! OpenAI Chat Completions (`POST {base}/chat/completions`), which is also what every
+//! OpenAI-compatible server speaks — llama-server included. Small local models often answer a tool
+//! call as text; with `text_tool_calls` on, a ```` ```json {"name", "arguments"} ```` block or a
+//! `<tool_call>` element in the answer counts as a call.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use crate::error::{ErrorKind, LlmError};
+use crate::http::Transport;
+use crate::message::{Part, Request, Response, Role, StopReason, StreamEvent, ToolCall, Usage};
+use crate::provider::{OnEvent, Provider};
+use crate::text_tool_calls;
+
+pub struct OpenAiChat {
+    transport: Transport,
+    /// Parse tool calls written as text (small local models).
+    text_tool_calls: bool,
+    /// Send `max_completion_tokens` (OpenAI) rather than `max_tokens` (compatible servers).
+    max_completion_tokens: bool,
+}
+
+impl OpenAiChat {
+    /// OpenAI itself.
+    pub fn openai(transport: Transport) -> Self {
+        Self {
+            transport,
+            text_tool_calls: false,
+            max_completion_tokens: true,
+        }
+    }
+
+    /// Any OpenAI-compatible server.
+    pub fn compatible(transport: Transport) -> Self {
+        Self {
+            transport,
+            text_tool_calls: true,
+            max_completion_tokens: false,
+        }
+    }
+
+    fn body(&self, request: &Request) -> Value {
+        let mut messages = Vec::new();
+        if let Some(system) = &request.system {
+            messages.push(json!({ "role": "system", "content": system }));
+        }
+        for message in &request.messages {
+            let text = message.text();
+            match message.role {
+                Role::User => {
+                    for part in &message.parts {
+                        if let Part::ToolResult(result) = part {
+                            messages.push(json!({
+                                "role": "tool",
+                                "tool_call_id": result.call_id,
+                                "content": result.content,
+                            }));
+                        }
+                    }
+                    if !text.is_empty() {
+                        messages.push(json!({ "role": "user", "content": text }));
+                    }
+                }
+                Role::Assistant => {
+                    let calls: Vec<Value> = message
+                        .parts
+                        .iter()
+                        .filter_map(|p| match p {
+                            Part::ToolCall(call) => Some(json!({
+                                "id": call.id,
+                                "type": "function",
+                                "function": { "name": call.name, "arguments": call.arguments.to_string() },
+                            })),
+                            _ => None,
+                        })
+                        .collect();
+                    let mut m = json!({ "role": "assistant", "content": text });
+                    if !calls.is_empty() {
+                        m["tool_calls"] = Value::Array(calls);
+                    }
+                    messages.push(m);
+                }
+            }
+        }
+        let mut body = json!({
+            "model": request.model,
+            "messages": messages,
+            "stream": true,
+            "stream_options": { "include_usage": true },
+        });
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| json!({ "type": "function", "function": { "name": t.name, "description": t.description, "parameters": t.parameters } }))
+                .collect();
+        }
+        if let Some(max) = request.max_tokens {
+            let field = if self.max_completion_tokens {
+                "max_completion_tokens"
+            } else {
+                "max_tokens"
+            };
+            body[field] = json!(max);
+        }
+        if let Some(effort) = request.reasoning_effort {
+            body["reasoning_effort"] = json!(effort.as_str());
+        }
+        if let Some(t) = request.temperature {
+            body["temperature"] = json!(t);
+        }
+        body
+    }
+}
+
+/// A tool call assembled from streamed fragments.
+#[derive(Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+#[async_trait]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one event loop per wire protocol reads best whole"
+)]
+impl Provider for OpenAiChat {
+    fn name(&self) -> &str {
+        &self.transport.provider
+    }
+
+    async fn stream(&self, request: &Request, on_event: OnEvent<'_>) -> Result<Response, LlmError> {
+        let mut headers = Vec::new();
+        if let Some(key) = &self.transport.key {
+            headers.push(("authorization", format!("Bearer {}", key.expose())));
+        }
+        let url = self.transport.url("/chat/completions");
+        let mut stream = self
+            .transport
+            .post_sse(&url, &headers, &self.body(request))
+            .await?;
+        let mut text = String::new();
+        let mut calls: BTreeMap<u64, PartialCall> = BTreeMap::new();
+        let mut usage = Usage::default();
+        let mut finish: Option<String> = None;
+        let mut model = request.model.clone();
+        while let Some(event) = stream.next().await {
+            let event = event?;
+            if event.data.trim() == "[DONE]" {
+                break;
+            }
+            let chunk = stream.json(&event)?;
+            if let Some(error) = chunk.get("error") {
+                let message = error
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("error in stream");
+                return Err(stream.fail(ErrorKind::Server, message));
+            }
+            if let Some(m) = chunk.get("model").and_then(Value::as_str) {
+                m.clone_into(&mut model);
+            }
+            if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
+                usage = Usage {
+                    input_tokens: u64_at(u, "/prompt_tokens"),
+                    output_tokens: u64_at(u, "/completion_tokens"),
+                    cached_tokens: u64_at(u, "/prompt_tokens_details/cached_tokens"),
+                    reasoning_tokens: u64_at(u, "/completion_tokens_details/reasoning_tokens"),
+                };
+            }
+            let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) else {
+                continue;
+            };
+            let delta = &choice["delta"];
+            if let Some(piece) = delta.get("content").and_then(Value::as_str)
+                && !piece.is_empty()
+            {
+                text.push_str(piece);
+                stream.started = true;
+                on_event(StreamEvent::TextDelta(piece.to_owned()));
+            }
+            for call in delta
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let index = call.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let entry = calls.entry(index).or_default();
+                if let Some(id) = call.get("id").and_then(Value::as_str) {
+                    id.clone_into(&mut entry.id);
+                }
+                if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
+                    entry.name.push_str(name);
+                    stream.started = true;
+                    on_event(StreamEvent::ToolCallStarted {
+                        id: entry.id.clone(),
+                        name: entry.name.clone(),
+                    });
+                }
+                if let Some(args) = call.pointer("/function/arguments").and_then(Value::as_str) {
+                    entry.arguments.push_str(args);
+                }
+            }
+            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+                finish = Some(reason.to_owned());
+            }
+        }
+        // Servers send `[DONE]` last; a finish reason with the connection closed is accepted too.
+        let Some(finish) = finish else {
+            return Err(stream.ended_early());
+        };
+        if finish == "content_filter" {
+            return Err(stream.fail(
+                ErrorKind::ContentFilter,
+                "the answer was withheld by the provider's content filter",
+            ));
+        }
+        let mut tool_calls: Vec<ToolCall> = calls
+            .into_values()
+            .enumerate()
+            .map(|(i, c)| ToolCall {
+                id: if c.id.is_empty() {
+                    format!("call_{i}")
+                } else {
+                    c.id
+                },
+                name: c.name,
+                arguments: serde_json::from_str(&c.arguments).unwrap_or(Value::String(c.arguments)),
+            })
+            .collect();
+        if tool_calls.is_empty() && self.text_tool_calls && !request.tools.is_empty() {
+            let offered: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+            tool_calls = text_tool_calls::parse(&text, &offered);
+        }
+        let stop_reason = if tool_calls.is_empty() {
+            match finish.as_str() {
+                "stop" => StopReason::EndTurn,
+                "length" => StopReason::MaxTokens,
+                "tool_calls" | "function_call" => StopReason::ToolUse,
+                other => StopReason::Other(other.to_owned()),
+            }
+        } else {
+            StopReason::ToolUse
+        };
+        Ok(Response {
+            model,
+            provider: self.transport.provider.clone(),
+            text,
+            tool_calls,
+            usage,
+            stop_reason,
+        })
+    }
+}
+
+pub(crate) fn u64_at(value: &Value, pointer: &str) -> u64 {
+    value.pointer(pointer).and_then(Value::as_u64).unwrap_or(0)
+}

@@ -1,0 +1,90 @@
+//! Retries of one model call: exponential backoff with jitter, at least as long as the provider's
+//! `Retry-After`, only for retryable errors and never once output has streamed.
+
+use std::time::Duration;
+
+use crate::error::LlmError;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    pub max_attempts: u32,
+    pub initial_delay: Duration,
+    pub factor: f64,
+    /// The longest backoff of our own; a longer `Retry-After` is still honoured, up to
+    /// [`MAX_RETRY_AFTER`].
+    pub max_delay: Duration,
+}
+
+/// The longest `Retry-After` we wait for; a provider asking for more fails the call.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 4,
+            initial_delay: Duration::from_secs(1),
+            factor: 2.0,
+            max_delay: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before attempt `next` (2 for the first retry), or `None` when the error must not be
+    /// retried or the attempts are spent.
+    pub fn delay(&self, error: &LlmError, next: u32) -> Option<Duration> {
+        if !error.retryable() || next > self.max_attempts {
+            return None;
+        }
+        if error.retry_after.is_some_and(|wait| wait > MAX_RETRY_AFTER) {
+            return None;
+        }
+        let exponent = i32::try_from(next.saturating_sub(2)).unwrap_or(i32::MAX);
+        let base = self
+            .initial_delay
+            .mul_f64(self.factor.powi(exponent))
+            .min(self.max_delay);
+        // Jitter between half and the whole backoff, so clients that failed together spread out.
+        let jittered = base.mul_f64(0.5 + fastrand::f64() * 0.5);
+        Some(jittered.max(error.retry_after.unwrap_or_default()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    fn error(kind: ErrorKind) -> LlmError {
+        LlmError::new(kind, "test", "boom")
+    }
+
+    #[test]
+    fn backoff_grows_and_stays_within_jitter_bounds() {
+        let policy = RetryPolicy::default();
+        for next in 2..=4 {
+            let d = policy.delay(&error(ErrorKind::Server), next).unwrap();
+            let base = Duration::from_secs(1 << (next - 2));
+            assert!(d >= base / 2 && d <= base, "{d:?} for attempt {next}");
+        }
+        assert_eq!(policy.delay(&error(ErrorKind::Server), 5), None);
+    }
+
+    #[test]
+    fn retry_after_is_a_floor() {
+        let mut e = error(ErrorKind::RateLimit);
+        e.retry_after = Some(Duration::from_secs(7));
+        assert!(RetryPolicy::default().delay(&e, 2).unwrap() >= Duration::from_secs(7));
+    }
+
+    #[test]
+    fn non_retryable_and_partial_errors_are_not_retried() {
+        let policy = RetryPolicy::default();
+        assert_eq!(policy.delay(&error(ErrorKind::Auth), 2), None);
+        assert_eq!(policy.delay(&error(ErrorKind::BadRequest), 2), None);
+        let mut partial = error(ErrorKind::Network);
+        partial.partial_output = true;
+        assert_eq!(policy.delay(&partial, 2), None);
+    }
+}

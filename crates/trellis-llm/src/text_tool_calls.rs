@@ -1,0 +1,110 @@
+//! Tool calls written as text. Small local models often answer a tool request with a fenced
+//! ```` ```json {"name": ..., "arguments": {...}} ```` block or a `<tool_call>{...}</tool_call>` element
+//! instead of the API's structured field. Only calls that name an offered tool count.
+
+use serde_json::Value;
+
+use crate::message::ToolCall;
+
+/// The tool calls in `text`, in order.
+pub fn parse(text: &str, offered: &[&str]) -> Vec<ToolCall> {
+    let mut calls = Vec::new();
+    for body in tagged(text, "<tool_call>", "</tool_call>")
+        .into_iter()
+        .chain(fenced(text))
+    {
+        if let Some(call) = to_call(body.trim(), offered, calls.len()) {
+            calls.push(call);
+        }
+    }
+    calls
+}
+
+fn to_call(body: &str, offered: &[&str], index: usize) -> Option<ToolCall> {
+    let value: Value = serde_json::from_str(body).ok()?;
+    let name = value.get("name")?.as_str()?;
+    if !offered.contains(&name) {
+        return None;
+    }
+    let arguments = match value.get("arguments").or_else(|| value.get("parameters")) {
+        Some(Value::String(s)) => serde_json::from_str(s).unwrap_or(Value::String(s.clone())),
+        Some(v) => v.clone(),
+        None => Value::Object(serde_json::Map::new()),
+    };
+    Some(ToolCall {
+        id: format!("text_call_{index}"),
+        name: name.to_owned(),
+        arguments,
+    })
+}
+
+fn tagged<'a>(text: &'a str, open: &str, close: &str) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(open) {
+        let after = &rest[start + open.len()..];
+        let Some(end) = after.find(close) else {
+            // An unclosed last element (the model stopped at the tag) still counts.
+            out.push(after);
+            break;
+        };
+        out.push(&after[..end]);
+        rest = &after[end + close.len()..];
+    }
+    out
+}
+
+fn fenced(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("```") {
+        let after = &rest[start + 3..];
+        let Some(line_end) = after.find('\n') else {
+            break;
+        };
+        let lang = after[..line_end].trim();
+        let body_start = &after[line_end + 1..];
+        let Some(end) = body_start.find("```") else {
+            break;
+        };
+        if lang.is_empty() || lang.eq_ignore_ascii_case("json") {
+            out.push(&body_start[..end]);
+        }
+        rest = &body_start[end + 3..];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fenced_json_block_is_a_call() {
+        let text = "I'll look.\n```json\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"a.txt\"}}\n```\n";
+        let calls = parse(text, &["read_file"]);
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].name, "read_file");
+        assert_eq!(calls[0].arguments["path"], "a.txt");
+    }
+
+    #[test]
+    fn tool_call_element_is_a_call_and_string_arguments_are_decoded() {
+        let text = "<tool_call>\n{\"name\": \"shell\", \"arguments\": \"{\\\"cmd\\\": \\\"ls\\\"}\"}\n</tool_call>";
+        let calls = parse(text, &["shell"]);
+        assert_eq!(calls[0].arguments["cmd"], "ls");
+    }
+
+    #[test]
+    fn unknown_tools_and_plain_json_are_not_calls() {
+        assert!(
+            parse(
+                "```json\n{\"name\": \"rm_rf\", \"arguments\": {}}\n```",
+                &["shell"]
+            )
+            .is_empty()
+        );
+        assert!(parse("```json\n{\"outcome\": \"succeeded\"}\n```", &["shell"]).is_empty());
+        assert!(parse("no calls here", &["shell"]).is_empty());
+    }
+}
