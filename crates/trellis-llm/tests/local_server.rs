@@ -1,0 +1,83 @@
+//! The local provider against a real `llama-server` running SmolLM2-135M: Trellis starts the server on
+//! a free port, waits for it, streams an answer through the OpenAI-compatible adapter, and stops it.
+
+use std::sync::Mutex;
+
+use trellis_llm::config::LocalSettings;
+use trellis_llm::local::LocalProvider;
+use trellis_llm::{Client, Message, Provider, Request, StopReason, StreamEvent};
+
+#[tokio::test]
+async fn the_local_server_starts_answers_and_stops() {
+    let Some(files) = trellis_test::local_model_files() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("llama-server.log");
+    let provider = std::sync::Arc::new(LocalProvider::new(
+        LocalSettings {
+            server: Some(files.server),
+            model: Some(files.tiny_model),
+            model_id: Some("smollm2-135m-instruct".into()),
+            context_size: Some(2048),
+        },
+        Some(log.clone()),
+    ));
+    let client = Client::with_providers(vec![provider.clone()]);
+    // No hosted provider: any model name resolves to the local one.
+    let resolved = client.resolve(Some("claude-sonnet-4-5"), None).unwrap();
+    assert_eq!(resolved.provider, "local");
+    assert_eq!(resolved.model, "smollm2-135m-instruct");
+    assert!(
+        resolved
+            .warning
+            .as_deref()
+            .unwrap()
+            .contains("no provider key")
+    );
+
+    let request = Request {
+        system: Some("You are a helpful assistant.".into()),
+        messages: vec![Message::user(
+            "What is the capital of France? Answer in one word.",
+        )],
+        max_tokens: Some(16),
+        temperature: Some(0.0),
+        ..Request::default()
+    };
+    let deltas = Mutex::new(String::new());
+    let response = client
+        .complete(
+            &resolved,
+            &request,
+            &|event| {
+                if let StreamEvent::TextDelta(t) = event {
+                    deltas.lock().unwrap().push_str(&t);
+                }
+            },
+            &|_, _, _| {},
+        )
+        .await
+        .unwrap();
+    assert!(!response.text.trim().is_empty());
+    assert_eq!(*deltas.lock().unwrap(), response.text);
+    assert!(
+        response.usage.input_tokens > 0 && response.usage.output_tokens > 0,
+        "{:?}",
+        response.usage
+    );
+    assert!(matches!(
+        response.stop_reason,
+        StopReason::EndTurn | StopReason::MaxTokens
+    ));
+    assert!(
+        std::fs::metadata(&log).unwrap().len() > 0,
+        "the server's output is logged"
+    );
+
+    provider.shutdown().await;
+    // A call after shutdown starts a fresh server.
+    let again = provider.stream(&request, &|_| {}).await.unwrap();
+    assert!(!again.text.is_empty());
+    provider.shutdown().await;
+}

@@ -1,0 +1,10 @@
+//! `trellis-test`: support for tests, never shipped. It finds and starts the real protocol peers the
+//! tests talk to — `llmock` (a mock of the providers' HTTP APIs) and the local `llama-server` with its
+//! models — as installed by `scripts/test-peers.sh`. A missing peer skips the test with a printed
+//! reason, unless `TRELLIS_REQUIRE_PEERS=1` (set by CI), where it fails.
+
+mod llmock;
+mod peers;
+
+pub use llmock::Llmock;
+pub use peers::{LocalModelFiles, cache_dir, local_model_files, missing_peer};

@@ -1,0 +1,152 @@
+//! A running `llmock serve` on a free loopback port, stopped when dropped. It speaks the providers'
+//! real HTTP APIs and takes scripted faults through its admin API (`/_llmock/scenario`).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::peers::{cache_dir, missing_peer};
+
+pub struct Llmock {
+    child: Child,
+    pub port: u16,
+}
+
+impl Llmock {
+    /// Starts llmock, or returns `None` (after reporting the missing peer).
+    pub fn start() -> Option<Self> {
+        let Some(binary) = Self::binary() else {
+            missing_peer("llmock");
+            return None;
+        };
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(binary)
+            .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--log-level", "warning", "--tool-mode", "off"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("llmock starts");
+        let mock = Self { child, port };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while mock.get("/health").is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "llmock did not start within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Some(mock)
+    }
+
+    fn binary() -> Option<PathBuf> {
+        if let Some(path) = std::env::var_os("TRELLIS_LLMOCK") {
+            return Some(path.into());
+        }
+        let cached = cache_dir().join("peers/bin/llmock");
+        cached.is_file().then_some(cached)
+    }
+
+    /// `http://127.0.0.1:<port>` followed by `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Queues behaviours (`{"type": "fail", "status": 429, ...}`) for the next requests.
+    pub fn scenario(&self, behaviors: Value) {
+        let body = serde_json::json!({ "behaviors": behaviors }).to_string();
+        self.request("POST", "/_llmock/scenario", &body)
+            .expect("llmock takes the scenario");
+    }
+
+    /// Forgets recorded requests and queued behaviours.
+    pub fn reset(&self) {
+        self.request("POST", "/_llmock/reset", "{}")
+            .expect("llmock resets");
+    }
+
+    /// Every request llmock has seen since the last reset.
+    pub fn requests(&self) -> Vec<Value> {
+        let text = self
+            .get("/_llmock/requests")
+            .expect("llmock lists requests");
+        let value: Value = serde_json::from_str(&text).expect("requests are JSON");
+        match value {
+            Value::Array(items) => items,
+            Value::Object(mut map) => match map.remove("requests") {
+                Some(Value::Array(items)) => items,
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        }
+    }
+
+    /// llmock's verdict on how the client handled the faults.
+    pub fn verdict(&self) -> Value {
+        let text = self
+            .get("/_llmock/verdict")
+            .expect("llmock gives a verdict");
+        serde_json::from_str(&text).expect("the verdict is JSON")
+    }
+
+    fn get(&self, path: &str) -> Option<String> {
+        self.request("GET", path, "")
+    }
+
+    /// A minimal HTTP/1.1 exchange; the admin API needs nothing more.
+    fn request(&self, method: &str, path: &str, body: &str) -> Option<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .ok()?;
+        write!(
+            stream,
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let (head, body) = response.split_once("\r\n\r\n")?;
+        if !head.starts_with("HTTP/1.1 2") {
+            return None;
+        }
+        if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            return Some(dechunk(body));
+        }
+        Some(body.to_owned())
+    }
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+impl Drop for Llmock {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
