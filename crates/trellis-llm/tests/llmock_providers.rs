@@ -121,7 +121,7 @@ async fn every_provider_returns_scripted_tool_calls_and_takes_tool_results() {
         parameters: json!({ "type": "object", "properties": { "path": { "type": "string" } }, "required": ["path"] }),
     }];
     for &(name, api, base, model) in PROVIDERS {
-        mock.scenario(json!([{ "type": "reply", "tool_calls": [{ "name": "read_file", "arguments": { "path": "src/main.rs" } }], "times": 1 }]));
+        mock.scenario(&json!([{ "type": "reply", "tool_calls": [{ "name": "read_file", "arguments": { "path": "src/main.rs" } }], "times": 1 }]));
         let client = client(provider(&mock, name, api, base));
         let mut req = request(model, "Read src/main.rs");
         req.tools.clone_from(&tools);
@@ -161,7 +161,7 @@ async fn rate_limits_are_retried_after_the_retry_after_wait() {
     let Some(mock) = Llmock::start() else { return };
     for &(name, api, base, model) in PROVIDERS {
         mock.reset();
-        mock.scenario(json!([{ "type": "fail", "status": 429, "retry_after": 0.3, "times": 2 }]));
+        mock.scenario(&json!([{ "type": "fail", "status": 429, "retry_after": 0.3, "times": 2 }]));
         let client = client(provider(&mock, name, api, base));
         let started = std::time::Instant::now();
         let (result, retries, _) =
@@ -185,11 +185,11 @@ async fn overload_and_server_errors_are_retried_then_reported_typed() {
     let Some(mock) = Llmock::start() else { return };
     let (name, api, base, model) = PROVIDERS[0];
     let client = client(provider(&mock, name, api, base));
-    mock.scenario(json!([{ "type": "fail", "status": 529, "times": 1 }]));
+    mock.scenario(&json!([{ "type": "fail", "status": 529, "times": 1 }]));
     let (result, retries, _) = call(&client, model, &request(model, "overloaded once")).await;
     result.unwrap();
     assert_eq!(retries, 1);
-    mock.scenario(json!([{ "type": "fail", "status": 500, "times": null }]));
+    mock.scenario(&json!([{ "type": "fail", "status": 500, "times": null }]));
     let (result, retries, _) = call(&client, model, &request(model, "always failing")).await;
     let error = result.unwrap_err();
     assert_eq!(error.kind, ErrorKind::Server);
@@ -203,7 +203,7 @@ async fn auth_and_bad_requests_fail_at_once_without_leaking_the_key() {
     let Some(mock) = Llmock::start() else { return };
     for &(name, api, base, model) in PROVIDERS {
         mock.reset();
-        mock.scenario(json!([{ "type": "fail", "status": 401, "times": 1 }]));
+        mock.scenario(&json!([{ "type": "fail", "status": 401, "times": 1 }]));
         let client = client(provider(&mock, name, api, base));
         let (result, retries, _) = call(&client, model, &request(model, "who am I")).await;
         let error = result.unwrap_err();
@@ -212,7 +212,7 @@ async fn auth_and_bad_requests_fail_at_once_without_leaking_the_key() {
         assert_eq!(retries, 0, "{name}: an auth error was retried");
         assert!(!error.to_string().contains(KEY), "{name}: {error}");
         assert!(!format!("{error:?}").contains(KEY));
-        mock.scenario(json!([{ "type": "fail", "status": 400, "times": 1 }]));
+        mock.scenario(&json!([{ "type": "fail", "status": 400, "times": 1 }]));
         let (result, retries, _) = call(&client, model, &request(model, "bad")).await;
         assert_eq!(result.unwrap_err().kind, ErrorKind::BadRequest, "{name}");
         assert_eq!(retries, 0);
@@ -223,7 +223,7 @@ async fn auth_and_bad_requests_fail_at_once_without_leaking_the_key() {
 async fn context_overflow_is_reported_as_such() {
     let Some(mock) = Llmock::start() else { return };
     for &(name, api, base, model) in PROVIDERS {
-        mock.scenario(json!([{
+        mock.scenario(&json!([{
             "type": "fail", "status": 400, "code": "context_length_exceeded",
             "message": "This model's maximum context length was exceeded.", "times": 1,
         }]));
@@ -248,7 +248,7 @@ async fn broken_streams_fail_and_are_never_retried_after_output() {
         for &(name, api, base, model) in PROVIDERS {
             mock.reset();
             mock.scenario(
-                json!([{ "type": "stream_fault", "kind": kind, "after_chunks": 6, "times": 1 }]),
+                &json!([{ "type": "stream_fault", "kind": kind, "after_chunks": 6, "times": 1 }]),
             );
             let client = client(provider(&mock, name, api, base));
             let prompt = "tell me a long story about a river";

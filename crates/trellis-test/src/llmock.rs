@@ -61,7 +61,7 @@ impl Llmock {
     }
 
     /// Queues behaviours (`{"type": "fail", "status": 429, ...}`) for the next requests.
-    pub fn scenario(&self, behaviors: Value) {
+    pub fn scenario(&self, behaviors: &Value) {
         let body = serde_json::json!({ "behaviors": behaviors }).to_string();
         self.request("POST", "/_llmock/scenario", &body)
             .expect("llmock takes the scenario");

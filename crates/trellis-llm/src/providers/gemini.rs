@@ -80,6 +80,10 @@ impl Gemini {
 }
 
 #[async_trait]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one event loop per wire protocol reads best whole"
+)]
 impl Provider for Gemini {
     fn name(&self) -> &str {
         &self.transport.provider
