@@ -39,21 +39,12 @@ impl Handler for Conditional {
 
 /// Fan-in: picks the best branch from `parallel.results` (status rank, then score, then id) and
 /// records it as `parallel.fan_in.best_id` / `best_outcome`; the fan-in's outcome is the best branch's.
-/// A fan-in with a prompt asks a model to choose instead, which needs a configured model.
+/// A fan-in with a prompt asks a model to choose instead (`trellis-handlers` registers that one).
 pub struct FanIn;
 
 #[async_trait]
 impl Handler for FanIn {
     async fn execute(&self, stage: &Stage<'_>) -> Outcome {
-        if stage.node.kind.llm().is_some() && !stage.settings.dry_run {
-            return Outcome::failed(
-                crate::outcome::FailureClass::Configuration,
-                format!(
-                    "no model configured: fan-in `{}` has a prompt, so a model picks the best branch; run with --dry-run to simulate",
-                    stage.node.id
-                ),
-            );
-        }
         let results = stage
             .context
             .get(crate::keys::PARALLEL_RESULTS)

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
-use trellis_workflow::node_kind::RetryPolicy;
+use trellis_workflow::node_kind::{Fidelity, RetryPolicy};
 use trellis_workflow::{Condition, NodeIndex, NodeKind, SourceFormat, StageStatus, Workflow};
 
 use crate::checkpoint::{Checkpoint, RunStatus, StageRecord};
@@ -106,6 +106,14 @@ impl Ledger {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(record);
+    }
+
+    /// The stages finished so far, in order.
+    pub(crate) fn snapshot(&self) -> Vec<StageRecord> {
+        self.stages
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     pub(crate) fn steps(&self) -> u32 {
@@ -289,7 +297,7 @@ impl Engine {
             json!({ "workflow": self.workflow.name, "goal": self.workflow.graph.goal, "next_node": cp.next_node }),
         );
         let ledger = Ledger::from_checkpoint(&cp);
-        let result = self.run_loop(&mut cp, &ledger, &context).await;
+        let result = self.run_loop(&mut cp, &ledger, &context, resumed).await;
         ledger.write_to(&mut cp);
         let (status, error) = match result {
             Ok(status) => (status, None),
@@ -336,12 +344,48 @@ impl Engine {
         }
     }
 
+    /// Resolves the fidelity and thread of the node about to run (edge, then node, then graph; the
+    /// context document) into `internal.fidelity` and `internal.thread_id`. The first node after a
+    /// resume gets `summary:high` instead of `full`: its conversation thread is gone with the old process.
+    pub(crate) fn set_fidelity_keys(
+        &self,
+        index: NodeIndex,
+        context: &RunContext,
+        degrade_full: &mut bool,
+    ) {
+        let node = &self.workflow.nodes[index];
+        let Some(llm) = node.kind.llm() else {
+            return;
+        };
+        let edge = context
+            .get(keys::INCOMING_EDGE)
+            .and_then(|v| v.as_u64())
+            .and_then(|i| self.workflow.edges.get(usize::try_from(i).ok()?))
+            .filter(|e| e.to == index);
+        let mut fidelity = edge
+            .and_then(|e| e.fidelity)
+            .or(llm.fidelity)
+            .or(self.workflow.graph.default_fidelity)
+            .unwrap_or_default();
+        if std::mem::take(degrade_full) && fidelity == Fidelity::Full {
+            fidelity = Fidelity::SummaryHigh;
+        }
+        let thread = edge
+            .and_then(|e| e.thread_id.clone())
+            .or_else(|| llm.thread_id.clone())
+            .or_else(|| self.workflow.graph.default_thread.clone());
+        context.set(keys::FIDELITY, fidelity.as_str());
+        context.set(keys::THREAD_ID, thread.map_or(Value::Null, Value::String));
+    }
+
     async fn run_loop(
         &self,
         cp: &mut Checkpoint,
         ledger: &Ledger,
         context: &RunContext,
+        resumed: bool,
     ) -> Result<RunStatus, EngineError> {
+        let mut degrade_full = resumed;
         loop {
             let Some(node_id) = cp.next_node.clone() else {
                 return Ok(RunStatus::Succeeded);
@@ -379,6 +423,7 @@ impl Engine {
             }
             context.set(keys::CURRENT_NODE, node_id.clone());
             context.set(keys::NODE_VISIT_COUNT, visit);
+            self.set_fidelity_keys(index, context, &mut degrade_full);
             let (outcome, jump) = match &node.kind {
                 NodeKind::Parallel(config) => {
                     self.run_parallel(ledger, cp, index, visit, config, context)
@@ -558,6 +603,7 @@ impl Engine {
                 visit,
                 attempt,
                 previous,
+                history: &ledger.snapshot(),
                 services: &self.services,
                 settings: &self.settings,
                 emitter: self,
@@ -594,6 +640,8 @@ impl Engine {
                 duration_ms,
                 failure_reason: outcome.failure_reason().map(str::to_owned),
                 dir: dir_name,
+                details: outcome.details.clone(),
+                files_touched: outcome.files_touched.clone(),
             });
             if outcome.retryable() && attempt < max_attempts {
                 let delay = backoff(node.common.retry_policy, attempt);
@@ -665,6 +713,8 @@ impl Engine {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
+            details: outcome.details.clone(),
+            files_touched: outcome.files_touched.clone(),
         });
         self.emit_stage_end(node_id, outcome, visit, 1, duration_ms);
         Ok(())
@@ -762,6 +812,7 @@ impl Engine {
                 tried: Vec::new(),
             });
         };
+        let edge_index = edge;
         let edge = &self.workflow.edges[edge];
         let key = routing::key_of(&self.workflow, edge);
         if edge.loop_restart {
@@ -769,6 +820,7 @@ impl Engine {
             edge_counts.clear();
         }
         *edge_counts.entry(key).or_insert(0) += 1;
+        context.set(keys::INCOMING_EDGE, edge_index);
         let target = self.workflow.nodes[edge.to].id.clone();
         self.emit(
             names::EDGE_SELECTED,

@@ -25,6 +25,8 @@ pub struct Stage<'a> {
     pub attempt: u32,
     /// The previous stage's outcome (conditional nodes pass it through).
     pub previous: Option<&'a Outcome>,
+    /// Every stage attempt finished before this one, in order (for preambles).
+    pub history: &'a [crate::checkpoint::StageRecord],
     pub services: &'a Services,
     pub settings: &'a Settings,
     /// Emits events into the run's stream, numbered with the engine's sequence.

@@ -18,6 +18,7 @@ mod sub_workflow;
 
 pub use checkpoint::{Checkpoint, RunStatus, StageRecord};
 pub use context::RunContext;
+pub use control::FanIn;
 pub use engine::{Engine, EngineError, RunResult};
 pub use event::Event;
 pub use handler::{Emitter, Handler, Handlers, Services, Settings, Stage};

@@ -73,6 +73,10 @@ pub struct Outcome {
     /// resumable with an answer.
     #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub waiting_for_input: bool,
+    /// What the handler wants recorded beside the outcome (`model`, `usage`, `script`, ...): written
+    /// into `status.json`, kept with the stage record, and shown in later stages' preambles.
+    #[serde(flatten, default)]
+    pub details: BTreeMap<String, Value>,
 }
 
 impl Outcome {
@@ -85,6 +89,7 @@ impl Outcome {
             failure: None,
             files_touched: Vec::new(),
             waiting_for_input: false,
+            details: BTreeMap::new(),
         }
     }
 
@@ -104,6 +109,12 @@ impl Outcome {
     #[must_use]
     pub fn with_update(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
         self.context_updates.insert(key.into(), value.into());
+        self
+    }
+
+    #[must_use]
+    pub fn with_detail(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.details.insert(key.into(), value.into());
         self
     }
 

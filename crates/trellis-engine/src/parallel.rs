@@ -472,6 +472,7 @@ impl Engine {
             visits.insert(node.id.clone(), visit);
             branch.set(keys::CURRENT_NODE, node.id.clone());
             branch.set(keys::NODE_VISIT_COUNT, visit);
+            self.set_fidelity_keys(index, &branch, &mut false);
             let mut outcome = self
                 .execute_with_retries(ledger, index, visit, &branch, last.as_ref())
                 .await?;

@@ -278,6 +278,9 @@ impl Handler for CommandHandler {
             .map(|p| p.display().to_string())
             .collect();
         outcome
+            .with_detail("script", config.script.clone())
+            .with_detail("stdout", output_ref.clone())
+            .with_detail("stderr", stderr_ref.clone())
             .with_update(keys::COMMAND_OUTPUT, output_ref)
             .with_update(keys::COMMAND_STDERR, stderr_ref)
             .with_update(

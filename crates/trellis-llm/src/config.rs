@@ -1,5 +1,6 @@
 //! Where model settings come from: a TOML config file (`$TRELLIS_CONFIG`, else
-//! `~/.config/trellis/config.toml`), then the environment, which wins. Keys are held as [`Secret`]s.
+//! `$XDG_CONFIG_HOME/trellis/config.toml` or `~/.config/trellis/config.toml`), then the environment,
+//! which wins. Keys are held as [`Secret`]s.
 //!
 //! ```toml
 //! default_model = "claude-sonnet-4-5"
@@ -116,9 +117,12 @@ impl Config {
 
     /// Settings from the config file and `env` (a lookup, so tests need not touch the process).
     pub fn load_with(env: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let path = env("TRELLIS_CONFIG").map(PathBuf::from).or_else(|| {
-            env("HOME").map(|home| Path::new(&home).join(".config/trellis/config.toml"))
-        });
+        let path = env("TRELLIS_CONFIG")
+            .map(PathBuf::from)
+            .or_else(|| env("XDG_CONFIG_HOME").map(|d| Path::new(&d).join("trellis/config.toml")))
+            .or_else(|| {
+                env("HOME").map(|home| Path::new(&home).join(".config/trellis/config.toml"))
+            });
         let mut config = match path {
             Some(path) if path.exists() || env("TRELLIS_CONFIG").is_some() => {
                 Self::from_file(&path)?

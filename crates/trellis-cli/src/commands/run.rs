@@ -12,8 +12,10 @@ use std::time::Instant;
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 use trellis_engine::services::{Interviewer, RouteOption, Router};
-use trellis_engine::{Engine, RunStatus, Services, Settings};
+use trellis_engine::{Engine, Handlers, RunStatus, Services, Settings};
 use trellis_handlers::interviewer::{Answers, AutoApprove, Console, Unattended};
+use trellis_handlers::model_router::ModelRouter;
+use trellis_llm::{Client, Config};
 use trellis_store::{FileBlobs, RunDir, RunMeta, new_run_id, resolve_runs_dir};
 use trellis_syntax::render::render_terminal;
 use trellis_workflow::{CompileOptions, Workflow};
@@ -143,16 +145,43 @@ struct Prepared {
     engine: Engine,
     record: Arc<RunDir>,
     checkpoint: trellis_engine::Checkpoint,
+    models: Option<Arc<Client>>,
 }
 
-fn services(record: &Arc<RunDir>, options: &RunOptions, dry_run: bool) -> anyhow::Result<Services> {
-    Ok(Services {
+/// The model client of a real run: providers from the config file and the environment, and the local
+/// model server, whose output goes to `llama-server.log` in the run record. Dry runs have none.
+fn models(record: &RunDir, dry_run: bool) -> anyhow::Result<Option<Arc<Client>>> {
+    if dry_run {
+        return Ok(None);
+    }
+    let config = Config::load()?;
+    Ok(Some(Arc::new(Client::from_config(
+        &config,
+        Some(record.root().join("llama-server.log")),
+    ))))
+}
+
+/// The engine's handlers and services, with models where the run has them.
+fn wiring(
+    record: &Arc<RunDir>,
+    options: &RunOptions,
+    models: Option<&Arc<Client>>,
+) -> anyhow::Result<(Arc<Handlers>, Services)> {
+    let router: Arc<dyn Router> = match models {
+        Some(client) => Arc::new(ModelRouter::new(client.clone(), None)),
+        None => Arc::new(SimulatedRouter),
+    };
+    let services = Services {
         store: record.clone(),
         blobs: Arc::new(FileBlobs::new(record.blobs_dir())),
         events: Progress::new(record.clone()),
         interviewer: interviewer(options)?,
-        router: dry_run.then(|| Arc::new(SimulatedRouter) as Arc<dyn Router>),
-    })
+        router: Some(router),
+    };
+    Ok((
+        Arc::new(trellis_handlers::standard_handlers(models.cloned())),
+        services,
+    ))
 }
 
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
@@ -188,9 +217,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         let record = Arc::new(RunDir::create(&runs_dir, &meta, &recorded, &format!("workflow.{extension}"))?);
         let settings = Settings { work_dir: std::env::current_dir()?, dry_run: args.dry_run, max_steps: args.max_steps };
         let workflow = Arc::new(workflow);
-        let engine = Engine::new(workflow, Arc::new(trellis_handlers::standard_handlers()), services(&record, &args.options, args.dry_run)?, settings, run_id);
+        let models = models(&record, args.dry_run)?;
+        let (handlers, services) = wiring(&record, &args.options, models.as_ref())?;
+        let engine = Engine::new(workflow, handlers, services, settings, run_id);
         let checkpoint = engine.first_checkpoint(initial).context("the workflow has no start node")?;
-        finish(Prepared { engine, record, checkpoint }, &args.options).await
+        finish(Prepared { engine, record, checkpoint, models }, &args.options).await
     })
 }
 
@@ -261,10 +292,12 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
             dry_run,
             max_steps,
         };
+        let models = models(&record, dry_run)?;
+        let (handlers, services) = wiring(&record, &args.options, models.as_ref())?;
         let engine = Engine::new(
             Arc::new(workflow),
-            Arc::new(trellis_handlers::standard_handlers()),
-            services(&record, &args.options, dry_run)?,
+            handlers,
+            services,
             settings,
             meta.run_id.clone(),
         );
@@ -273,6 +306,7 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
                 engine,
                 record,
                 checkpoint,
+                models,
             },
             &args.options,
         )
@@ -285,6 +319,7 @@ async fn finish(prepared: Prepared, options: &RunOptions) -> anyhow::Result<Exit
         engine,
         record,
         checkpoint,
+        models,
     } = prepared;
     let started = Instant::now();
     if !options.json {
@@ -296,6 +331,10 @@ async fn finish(prepared: Prepared, options: &RunOptions) -> anyhow::Result<Exit
         );
     }
     let result = engine.run(checkpoint).await;
+    if let Some(models) = &models {
+        // Stops the local model server, if this run started one.
+        models.shutdown().await;
+    }
     let mut meta = record.meta()?;
     result.status.as_str().clone_into(&mut meta.status);
     meta.ended_at = result

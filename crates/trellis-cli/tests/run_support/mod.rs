@@ -10,7 +10,26 @@ use serde_json::Value;
 
 pub struct Project {
     pub dir: tempfile::TempDir,
+    /// Extra environment for every command (model providers, the model cache).
+    pub env: Vec<(String, String)>,
 }
+
+/// Provider settings a developer's shell may hold; tests start without them.
+const MODEL_VARIABLES: &[&str] = &[
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "GEMINI_API_KEY",
+    "GEMINI_BASE_URL",
+    "OPENAI_COMPATIBLE_BASE_URL",
+    "OPENAI_COMPATIBLE_API_KEY",
+    "TRELLIS_CONFIG",
+    "TRELLIS_MODEL",
+    "TRELLIS_LLAMA_SERVER",
+    "TRELLIS_LOCAL_MODEL",
+    "TRELLIS_LOCAL_MODEL_ID",
+];
 
 pub struct Run {
     pub output: Output,
@@ -102,7 +121,15 @@ impl Project {
     pub fn new() -> Self {
         Self {
             dir: tempfile::tempdir().unwrap(),
+            env: Vec::new(),
         }
+    }
+
+    /// Adds an environment variable to every command of this project.
+    #[must_use]
+    pub fn with_env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
     }
 
     pub fn path(&self) -> &Path {
@@ -128,7 +155,14 @@ impl Project {
             .args(args)
             .current_dir(self.path())
             .env("NO_COLOR", "1")
-            .env("TRELLIS_RUNS_DIR", self.path().join("runs"));
+            .env("TRELLIS_RUNS_DIR", self.path().join("runs"))
+            // No provider and no local model unless a test asks for them.
+            .env("TRELLIS_CACHE_DIR", self.path().join(".no-model-cache"))
+            .env("XDG_CONFIG_HOME", self.path().join(".config"));
+        for name in MODEL_VARIABLES {
+            command.env_remove(name);
+        }
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
         command.stdin(std::process::Stdio::null());
         command
     }

@@ -1,0 +1,204 @@
+//! Fan-in with a prompt: a model reads every branch's result and picks the best one. Without a prompt
+//! (or in a dry run) the engine's own fan-in picks by status, score and id.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use trellis_engine::{FailureClass, Handler, Outcome, Stage, keys};
+use trellis_llm::{Client, Message, Request};
+use trellis_workflow::StageStatus;
+
+use crate::model_call::ModelCall;
+use crate::preamble::clip;
+use crate::prompt::{project_memory, response_updates};
+use crate::routing_directive::json_objects;
+
+pub struct ModelFanIn {
+    client: Option<Arc<Client>>,
+}
+
+impl ModelFanIn {
+    pub fn new(client: Option<Arc<Client>>) -> Self {
+        Self { client }
+    }
+}
+
+/// The branch ids and statuses in `parallel.results`.
+fn branches(results: &[Value]) -> Vec<(String, String)> {
+    results
+        .iter()
+        .filter_map(|r| {
+            Some((
+                r.get("id")?.as_str()?.to_owned(),
+                r.get("status")?.as_str()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+fn prompt(own: &str, results: &[Value]) -> String {
+    let mut text = format!("{own}\n\n## Branch results\n");
+    for result in results {
+        let field = |k: &str| result.get(k).and_then(Value::as_str).unwrap_or("");
+        let _ = write!(text, "\n### {} ({})\n", field("id"), field("status"));
+        if !field("failure_reason").is_empty() {
+            let _ = writeln!(text, "Failure: {}", clip(field("failure_reason"), 500));
+        }
+        if !field("last_response").is_empty() {
+            let _ = writeln!(
+                text,
+                "Last response: {}",
+                clip(field("last_response"), 2_000)
+            );
+        }
+    }
+    let ids: Vec<String> = branches(results)
+        .into_iter()
+        .map(|(id, _)| format!("\"{id}\""))
+        .collect();
+    let _ = write!(
+        text,
+        "\nPick the best branch. End your answer with a JSON object {{\"best_id\": <one of {}>, \"reason\": \"<why>\"}}.",
+        ids.join(", ")
+    );
+    text
+}
+
+/// The branch the answer picks, or what is wrong with the answer.
+fn choice(text: &str, branches: &[(String, String)]) -> Result<(String, String), String> {
+    let Some(id) = json_objects(text)
+        .into_iter()
+        .rev()
+        .find_map(|o| o.get("best_id").and_then(Value::as_str).map(str::to_owned))
+    else {
+        return Err("the answer has no JSON object with a `best_id` field".into());
+    };
+    branches
+        .iter()
+        .find(|(b, _)| *b == id)
+        .cloned()
+        .ok_or_else(|| {
+            let ids: Vec<&str> = branches.iter().map(|(b, _)| b.as_str()).collect();
+            format!(
+                "`best_id` is \"{id}\", which is not a branch (the branches are {})",
+                ids.join(", ")
+            )
+        })
+}
+
+#[async_trait]
+impl Handler for ModelFanIn {
+    async fn execute(&self, stage: &Stage<'_>) -> Outcome {
+        let (Some(llm), Some(client), false) =
+            (stage.node.kind.llm(), &self.client, stage.settings.dry_run)
+        else {
+            return trellis_engine::FanIn.execute(stage).await;
+        };
+        let results = stage
+            .context
+            .get(keys::PARALLEL_RESULTS)
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default();
+        let branches = branches(&results);
+        if branches.is_empty() {
+            return Outcome::failed(
+                FailureClass::StageFailed,
+                format!("fan-in `{}` found no branch results", stage.node.id),
+            );
+        }
+        let mut call =
+            match ModelCall::new(client, stage, llm.model.as_deref(), llm.provider.as_deref()) {
+                Ok(call) => call,
+                Err(outcome) => return *outcome,
+            };
+        let text = prompt(&llm.prompt, &results);
+        let _ = tokio::fs::write(stage.dir.join("prompt.md"), &text).await;
+        let mut request = Request {
+            system: if llm.project_memory {
+                project_memory(stage).await
+            } else {
+                None
+            },
+            messages: vec![Message::user(text)],
+            max_tokens: llm.max_tokens,
+            ..Request::default()
+        };
+        let mut repairs = 0;
+        let (response, (best_id, best_status)) = loop {
+            let response = match call.ask(&request).await {
+                Ok(response) => response,
+                Err(outcome) => {
+                    let mut outcome = *outcome;
+                    call.describe(&mut outcome);
+                    return outcome;
+                }
+            };
+            match choice(&response.text, &branches) {
+                Ok(chosen) => break (response, chosen),
+                Err(problem) if repairs < llm.output_retries => {
+                    repairs += 1;
+                    request.messages.push(response.to_message());
+                    request.messages.push(Message::user(format!(
+                        "{problem}. Reply again, ending with {{\"best_id\": \"<branch id>\"}}."
+                    )));
+                }
+                Err(problem) => {
+                    let _ = tokio::fs::write(stage.dir.join("response.md"), &response.text).await;
+                    let mut outcome = Outcome::failed(
+                        FailureClass::StageFailed,
+                        format!(
+                            "the model did not pick a branch after {repairs} repair attempt(s): {problem}"
+                        ),
+                    );
+                    call.describe(&mut outcome);
+                    return outcome;
+                }
+            }
+        };
+        let _ = tokio::fs::write(stage.dir.join("response.md"), &response.text).await;
+        let status: StageStatus = best_status.parse().unwrap_or(StageStatus::Failed);
+        let mut outcome = if status == StageStatus::Failed {
+            Outcome::failed(
+                FailureClass::StageFailed,
+                format!("the chosen branch `{best_id}` failed"),
+            )
+        } else {
+            Outcome::new(status)
+        };
+        response_updates(&mut outcome, &stage.node.id, &response.text);
+        outcome
+            .context_updates
+            .insert(keys::FAN_IN_BEST_ID.into(), json!(best_id));
+        outcome
+            .context_updates
+            .insert(keys::FAN_IN_BEST_OUTCOME.into(), json!(best_status));
+        call.describe(&mut outcome);
+        outcome.details.insert("repairs".into(), json!(repairs));
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_choice_must_name_a_branch() {
+        let branches = vec![
+            ("a".to_owned(), "succeeded".to_owned()),
+            ("b".to_owned(), "failed".to_owned()),
+        ];
+        assert_eq!(
+            choice("B looks weaker. {\"best_id\": \"a\"}", &branches),
+            Ok(branches[0].clone())
+        );
+        assert!(
+            choice("{\"best_id\": \"c\"}", &branches)
+                .unwrap_err()
+                .contains("not a branch")
+        );
+        assert!(choice("a is best", &branches).is_err());
+    }
+}

@@ -1,0 +1,402 @@
+//! The preamble a prompt node gets before its own prompt (the context document): the goal, the stages
+//! finished so far with their handler-specific details, and the context values not shown with them.
+//! Its detail follows the node's fidelity: `compact` (the default) is a nested bullet list,
+//! `summary:high` a per-stage Markdown report, `summary:medium` and `summary:low` shorter summaries,
+//! `truncate` only the goal and run id, and `full` none at all (the conversation itself carries the
+//! context). Large values are not inlined: the preamble points at the blob's file instead.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+use trellis_engine::services::{BLOB_PREFIX, BlobStore};
+use trellis_engine::{StageRecord, keys};
+use trellis_workflow::node_kind::Fidelity;
+use trellis_workflow::{NodeKind, Workflow};
+
+/// What a preamble is built from.
+pub struct PreambleSource<'a> {
+    pub workflow: &'a Workflow,
+    pub run_id: &'a str,
+    pub history: &'a [StageRecord],
+    pub context: &'a BTreeMap<String, Value>,
+    pub blobs: &'a dyn BlobStore,
+}
+
+/// How much of each thing a fidelity level shows, in characters.
+struct Limits {
+    response: usize,
+    output: usize,
+    /// The whole preamble's budget (the token targets of the context document, at ~4 chars a token).
+    total: usize,
+    details: bool,
+    context: bool,
+    /// `summary:high` writes a section per stage instead of bullets.
+    report: bool,
+}
+
+fn limits(fidelity: Fidelity) -> Option<Limits> {
+    let limits = match fidelity {
+        Fidelity::Full | Fidelity::Truncate => return None,
+        Fidelity::Compact => Limits {
+            response: 2_000,
+            output: 1_000,
+            total: 24_000,
+            details: true,
+            context: true,
+            report: false,
+        },
+        Fidelity::SummaryHigh => Limits {
+            response: 12_000,
+            output: 4_000,
+            total: 64_000,
+            details: true,
+            context: true,
+            report: true,
+        },
+        Fidelity::SummaryMedium => Limits {
+            response: 600,
+            output: 300,
+            total: 6_000,
+            details: true,
+            context: true,
+            report: false,
+        },
+        Fidelity::SummaryLow => Limits {
+            response: 0,
+            output: 0,
+            total: 2_400,
+            details: false,
+            context: false,
+            report: false,
+        },
+    };
+    Some(limits)
+}
+
+/// Context keys that are never shown: engine bookkeeping, and values shown with their stage.
+fn hidden(key: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "internal.",
+        "current",
+        "graph.",
+        "thread.",
+        "response.",
+        "command.",
+        "failure_",
+    ];
+    const KEYS: &[&str] = &[
+        keys::LAST_RESPONSE,
+        keys::LAST_STAGE,
+        keys::OUTCOME,
+        keys::PREFERRED_LABEL,
+        keys::PARALLEL_RESULTS,
+    ];
+    PREFIXES.iter().any(|p| key.starts_with(p)) || KEYS.contains(&key)
+}
+
+/// The preamble for `fidelity`; empty for `full`.
+pub fn build(source: &PreambleSource<'_>, fidelity: Fidelity) -> String {
+    let mut out = String::new();
+    if fidelity == Fidelity::Full {
+        return out;
+    }
+    if let Some(goal) = &source.workflow.graph.goal {
+        let _ = writeln!(out, "Goal: {goal}");
+    }
+    let Some(limits) = limits(fidelity) else {
+        let _ = writeln!(out, "Run: {}", source.run_id);
+        return out;
+    };
+    let stages: Vec<&StageRecord> = source
+        .history
+        .iter()
+        .filter(|r| {
+            source.workflow.node(&r.node_id).is_some_and(|n| {
+                !matches!(
+                    n.kind,
+                    NodeKind::Start | NodeKind::Exit | NodeKind::Conditional
+                )
+            })
+        })
+        .collect();
+    if !stages.is_empty() {
+        out.push_str(if out.is_empty() {
+            "## Completed stages\n"
+        } else {
+            "\n## Completed stages\n"
+        });
+        for record in stages {
+            render_stage(&mut out, source, record, &limits);
+        }
+    }
+    if limits.context {
+        let shown: Vec<(&String, &Value)> =
+            source.context.iter().filter(|(k, _)| !hidden(k)).collect();
+        if !shown.is_empty() {
+            out.push_str("\n## Context\n");
+            for (key, value) in shown {
+                let text = match value {
+                    Value::String(s) => resolve(source, s, 200),
+                    other => clip(&other.to_string(), 200),
+                };
+                let _ = writeln!(out, "- {key}: {text}");
+            }
+        }
+    }
+    if out.len() > limits.total {
+        let cut = floor_char_boundary(&out, limits.total);
+        out.truncate(cut);
+        out.push_str("\n… (preamble shortened)\n");
+    }
+    out
+}
+
+fn render_stage(
+    out: &mut String,
+    source: &PreambleSource<'_>,
+    record: &StageRecord,
+    limits: &Limits,
+) {
+    let status = record.status.as_str();
+    if limits.report {
+        let _ = writeln!(out, "\n### {} ({status})", record.node_id);
+    } else {
+        let _ = writeln!(out, "- **{}**: {status}", record.node_id);
+    }
+    let bullet = if limits.report { "- " } else { "  - " };
+    if let Some(reason) = &record.failure_reason {
+        let _ = writeln!(out, "{bullet}Failure: {}", clip(reason, 300));
+    }
+    if !limits.details {
+        return;
+    }
+    let details = &record.details;
+    if let Some(model) = details.get("model").and_then(Value::as_str) {
+        let usage = details.get("usage");
+        let count = |k: &str| {
+            usage
+                .and_then(|u| u.get(k))
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+        };
+        let _ = writeln!(
+            out,
+            "{bullet}Model: {model}, {} tokens in / {} out",
+            tokens(count("input_tokens")),
+            tokens(count("output_tokens"))
+        );
+    }
+    if !record.files_touched.is_empty() {
+        let _ = writeln!(out, "{bullet}Files: {}", record.files_touched.join(", "));
+    }
+    if let Some(script) = details.get("script").and_then(Value::as_str) {
+        let _ = writeln!(out, "{bullet}Script: `{}`", clip(script.trim(), 300));
+    }
+    for (field, label) in [("stdout", "Stdout"), ("stderr", "Stderr")] {
+        if let Some(reference) = details.get(field).and_then(Value::as_str) {
+            let text = resolve(source, reference, limits.output);
+            block(out, bullet, label, &text);
+        }
+    }
+    if details.contains_key("model") && limits.response > 0 {
+        let key = format!("response.{}", record.node_id);
+        if let Some(Value::String(response)) = source.context.get(&key) {
+            let text = resolve(source, response, limits.response);
+            block(out, bullet, "Response", &text);
+        }
+    }
+}
+
+fn block(out: &mut String, bullet: &str, label: &str, text: &str) {
+    if text.trim().is_empty() {
+        let _ = writeln!(out, "{bullet}{label}: (empty)");
+    } else if text.starts_with("See: ") || !text.contains('\n') {
+        let _ = writeln!(out, "{bullet}{label}: {}", text.trim_end());
+    } else {
+        let _ = writeln!(out, "{bullet}{label}:\n{}", text.trim_end());
+    }
+}
+
+/// A context value as the preamble shows it: blob references become a file path when the content is
+/// longer than `limit`, and text is clipped to `limit`.
+fn resolve(source: &PreambleSource<'_>, value: &str, limit: usize) -> String {
+    if !value.starts_with(BLOB_PREFIX) {
+        return clip(value, limit);
+    }
+    let content = source
+        .blobs
+        .get(value)
+        .ok()
+        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    match content {
+        Some(text) if text.chars().count() <= limit => text,
+        _ => match source.blobs.path_of(value) {
+            Some(path) => format!("See: {}", path.display()),
+            None => "(stored as a blob)".to_owned(),
+        },
+    }
+}
+
+/// `text` cut to `limit` characters, saying how much was left out.
+pub fn clip(text: &str, limit: usize) -> String {
+    let count = text.chars().count();
+    if count <= limit {
+        return text.to_owned();
+    }
+    let kept: String = text.chars().take(limit).collect();
+    format!("{kept}… ({} more characters)", count - limit)
+}
+
+fn tokens(n: u64) -> String {
+    if n >= 1000 {
+        #[allow(
+            clippy::cast_precision_loss,
+            reason = "a display rounding of token counts"
+        )]
+        let k = n as f64 / 1000.0;
+        format!("{k:.1}k")
+    } else {
+        n.to_string()
+    }
+}
+
+fn floor_char_boundary(text: &str, at: usize) -> usize {
+    (0..=at.min(text.len()))
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use trellis_engine::services::memory::MemoryBlobs;
+    use trellis_syntax::SourceFile;
+    use trellis_workflow::{CompileOptions, StageStatus, compile};
+
+    fn workflow() -> Workflow {
+        let source = r#"digraph W {
+            graph [goal="Add a /health endpoint"]
+            start [shape=Mdiamond]; exit [shape=Msquare]
+            plan [shape=tab, prompt="Plan it"]
+            test [shape=parallelogram, script="cargo test"]
+            implement [shape=tab, prompt="Do it"]
+            start -> plan -> test -> implement -> exit
+        }"#;
+        let file = SourceFile::new("w.fabro", source);
+        compile(
+            &file,
+            trellis_syntax::parse(&file),
+            &CompileOptions::default(),
+        )
+        .workflow
+        .expect("valid workflow")
+    }
+
+    fn record(node: &str, details: Value, files: &[&str]) -> StageRecord {
+        StageRecord {
+            rank: 1,
+            node_id: node.into(),
+            visit: 1,
+            attempt: 1,
+            status: StageStatus::Succeeded,
+            duration_ms: 5,
+            failure_reason: None,
+            dir: String::new(),
+            details: serde_json::from_value(details).unwrap(),
+            files_touched: files.iter().map(|f| (*f).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn compact_preamble_lists_stages_with_their_details_and_the_context() {
+        let workflow = workflow();
+        let blobs = MemoryBlobs::default();
+        let stdout = blobs
+            .put(b"running 42 tests ... 41 passed, 1 failed")
+            .unwrap();
+        let stderr = blobs.put(b"").unwrap();
+        let history = vec![
+            record("start", json!({}), &[]),
+            record(
+                "plan",
+                json!({ "model": "claude-sonnet-4-5", "usage": { "input_tokens": 12_400, "output_tokens": 3_200 } }),
+                &["docs/plan.md"],
+            ),
+            record(
+                "test",
+                json!({ "script": "cargo test 2>&1 || true", "stdout": stdout, "stderr": stderr }),
+                &[],
+            ),
+        ];
+        let context: BTreeMap<String, Value> = [
+            ("response.plan", json!("1. add the route\n2. test it")),
+            ("tests_passed", json!(false)),
+            ("internal.run_id", json!("R1")),
+            ("graph.goal", json!("Add a /health endpoint")),
+            ("last_response", json!("1. add")),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let source = PreambleSource {
+            workflow: &workflow,
+            run_id: "R1",
+            history: &history,
+            context: &context,
+            blobs: &blobs,
+        };
+        let preamble = build(&source, Fidelity::Compact);
+        assert_eq!(
+            preamble,
+            "Goal: Add a /health endpoint\n\n## Completed stages\n\
+             - **plan**: succeeded\n  - Model: claude-sonnet-4-5, 12.4k tokens in / 3.2k out\n  - Files: docs/plan.md\n\
+             \x20 - Response:\n1. add the route\n2. test it\n\
+             - **test**: succeeded\n  - Script: `cargo test 2>&1 || true`\n\
+             \x20 - Stdout: running 42 tests ... 41 passed, 1 failed\n  - Stderr: (empty)\n\
+             \n## Context\n- tests_passed: false\n"
+        );
+        assert_eq!(
+            build(&source, Fidelity::Truncate),
+            "Goal: Add a /health endpoint\nRun: R1\n"
+        );
+        assert_eq!(build(&source, Fidelity::Full), "");
+        let low = build(&source, Fidelity::SummaryLow);
+        assert!(
+            low.contains("- **plan**: succeeded\n- **test**: succeeded\n")
+                && !low.contains("Model"),
+            "{low}"
+        );
+        let high = build(&source, Fidelity::SummaryHigh);
+        assert!(
+            high.contains("### plan (succeeded)\n- Model: claude-sonnet-4-5"),
+            "{high}"
+        );
+    }
+
+    #[test]
+    fn large_outputs_point_at_their_blob_file() {
+        let workflow = workflow();
+        let blobs = MemoryBlobs::default();
+        let big = "x".repeat(5_000);
+        let stdout = blobs.put(big.as_bytes()).unwrap();
+        let history = vec![record(
+            "test",
+            json!({ "script": "make", "stdout": stdout }),
+            &[],
+        )];
+        let context = BTreeMap::new();
+        let source = PreambleSource {
+            workflow: &workflow,
+            run_id: "R1",
+            history: &history,
+            context: &context,
+            blobs: &blobs,
+        };
+        let preamble = build(&source, Fidelity::Compact);
+        assert!(!preamble.contains(&big));
+        assert!(preamble.contains("Stdout: "), "{preamble}");
+    }
+}
