@@ -4,10 +4,9 @@
 
 mod run_support;
 
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use run_support::Project;
+use run_support::{Project, wait_for};
 
 const WORKFLOW: &str = "digraph Durable {
     start [shape=Mdiamond]
@@ -18,57 +17,6 @@ const WORKFLOW: &str = "digraph Durable {
     start -> a -> b -> c -> exit
 }
 ";
-
-fn only_run(p: &Project) -> PathBuf {
-    let runs: Vec<PathBuf> = std::fs::read_dir(p.path().join("runs"))
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .collect();
-    assert_eq!(runs.len(), 1, "{runs:?}");
-    runs[0].clone()
-}
-
-fn wait_for(what: &str, deadline: Duration, mut done: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(started.elapsed() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Starts `trellis run FILE` in the background, as a user would in another terminal.
-fn spawn_run(p: &Project, file: &str) -> std::process::Child {
-    p.command(&["run", file])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-/// Whether the (only) run has its directory yet.
-fn run_exists(p: &Project) -> bool {
-    p.path().join("runs").is_dir()
-        && std::fs::read_dir(p.path().join("runs"))
-            .unwrap()
-            .next()
-            .is_some()
-}
-
-/// Waits until the run's event log shows `event` for `node`.
-fn wait_for_event(p: &Project, event: &str, node: &str) {
-    let (event, node) = (format!("\"{event}\""), format!("\"node_id\":\"{node}\""));
-    wait_for(
-        &format!("{event} of {node}"),
-        Duration::from_secs(20),
-        || {
-            run_exists(p)
-                && std::fs::read_to_string(only_run(p).join("events.jsonl"))
-                    .unwrap_or_default()
-                    .lines()
-                    .any(|l| l.contains(&event) && l.contains(&node))
-        },
-    );
-}
 
 fn completed_nodes(record: &std::path::Path) -> Vec<String> {
     let checkpoint = run_support::read_json(&record.join("checkpoint.json"));
@@ -91,13 +39,13 @@ fn a_run_killed_mid_stage_resumes_without_rerunning_finished_stages() {
 
     let p = Project::new();
     p.write("w.fabro", WORKFLOW);
-    let mut child = spawn_run(&p, "w.fabro");
-    wait_for_event(&p, "StageStarted", "b");
+    let mut child = p.spawn_run("w.fabro");
+    p.wait_for_event("StageStarted", "b");
     std::thread::sleep(Duration::from_millis(300));
     child.kill().unwrap(); // SIGKILL
     let status = child.wait().unwrap();
     assert!(!status.success());
-    let record = only_run(&p);
+    let record = p.only_run();
     assert_eq!(
         completed_nodes(&record),
         ["start", "a"],
@@ -189,11 +137,12 @@ fn events_follow_streams_until_the_run_ends() {
         "w.fabro",
         "digraph F { start [shape=Mdiamond]\n exit [shape=Msquare]\n pause [shape=insulator, duration=\"1s\"]\n start -> pause -> exit }",
     );
-    let mut run = spawn_run(&p, "w.fabro");
+    let mut run = p.spawn_run("w.fabro");
     wait_for("the run directory", Duration::from_secs(20), || {
-        run_exists(&p)
+        p.run_exists()
     });
-    let id = only_run(&p)
+    let id = p
+        .only_run()
         .file_name()
         .unwrap()
         .to_string_lossy()
@@ -238,12 +187,12 @@ fn a_run_killed_during_a_fan_out_resumes_each_branch_where_it_stopped() {
         "w.fabro",
         "digraph Fan { start [shape=Mdiamond]\n exit [shape=Msquare]\n fan [shape=component]\n merge [shape=tripleoctagon]\n quick [shape=parallelogram, script=\"echo quick >> quick.log\"]\n first [shape=parallelogram, script=\"echo first >> chain.log\"]\n second [shape=parallelogram, script=\"sleep 2; echo second >> chain.log\"]\n slow [shape=parallelogram, script=\"sleep 2; echo slow >> slow.log\"]\n start -> fan\n fan -> quick -> merge\n fan -> first -> second -> merge\n fan -> slow -> merge\n merge -> exit }",
     );
-    let mut child = spawn_run(&p, "w.fabro");
-    wait_for_event(&p, "StageStarted", "second");
+    let mut child = p.spawn_run("w.fabro");
+    p.wait_for_event("StageStarted", "second");
     std::thread::sleep(Duration::from_millis(200));
     child.kill().unwrap();
     child.wait().unwrap();
-    let record = only_run(&p);
+    let record = p.only_run();
     let checkpoint = run_support::read_json(&record.join("checkpoint.json"));
     assert_eq!(
         checkpoint["parallel"]["branches"]["quick"]["result"]["status"], "succeeded",

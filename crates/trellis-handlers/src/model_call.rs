@@ -111,9 +111,10 @@ impl<'a> ModelCall<'a> {
     }
 }
 
-/// The stage outcome for a failed model call.
+/// The stage outcome for a failed model call. A missing or rejected key is a setup problem that stops
+/// the run: every later model stage would fail the same way.
 pub fn failure(error: &LlmError) -> Outcome {
-    let class = if error.kind == ErrorKind::Configuration {
+    let class = if matches!(error.kind, ErrorKind::Configuration | ErrorKind::Auth) {
         FailureClass::Configuration
     } else if error.retryable() {
         FailureClass::Transient

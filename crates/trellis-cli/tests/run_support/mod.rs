@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -112,6 +113,15 @@ impl Run {
     }
 }
 
+/// Polls `done` until it holds, failing the test after `deadline`.
+pub fn wait_for(what: &str, deadline: Duration, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 pub fn read_json(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
@@ -183,5 +193,49 @@ impl Project {
     fn finish(output: Output) -> Run {
         let summary = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
         Run { output, summary }
+    }
+
+    /// The directory of the project's only run.
+    pub fn only_run(&self) -> PathBuf {
+        let runs: Vec<PathBuf> = std::fs::read_dir(self.path().join("runs"))
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .collect();
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        runs[0].clone()
+    }
+
+    /// Starts `trellis run FILE` in the background, as a user would in another terminal.
+    pub fn spawn_run(&self, file: &str) -> std::process::Child {
+        self.command(&["run", file])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Whether the (only) run has its directory yet.
+    pub fn run_exists(&self) -> bool {
+        self.path().join("runs").is_dir()
+            && std::fs::read_dir(self.path().join("runs"))
+                .unwrap()
+                .next()
+                .is_some()
+    }
+
+    /// Waits until the run's event log shows `event` for `node`.
+    pub fn wait_for_event(&self, event: &str, node: &str) {
+        let (event, node) = (format!("\"{event}\""), format!("\"node_id\":\"{node}\""));
+        wait_for(
+            &format!("{event} of {node}"),
+            Duration::from_secs(20),
+            || {
+                self.run_exists()
+                    && std::fs::read_to_string(self.only_run().join("events.jsonl"))
+                        .unwrap_or_default()
+                        .lines()
+                        .any(|l| l.contains(&event) && l.contains(&node))
+            },
+        );
     }
 }
