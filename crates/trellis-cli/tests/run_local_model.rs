@@ -1,0 +1,136 @@
+//! The example plan → review → summarise workflow on the real local model (Qwen2.5-Coder-1.5B on a
+//! llama-server that `trellis` starts and stops itself): a routing directive checked by
+//! `output_schema="routing"` picks the edge, and the summary must match a JSON Schema. The model's
+//! words vary; the run record's shape does not.
+
+mod run_support;
+
+use run_support::Project;
+use serde_json::Value;
+
+/// Running llama-server processes, by pid.
+fn servers() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&cmdline)
+                .contains("llama-server")
+                .then_some(pid)
+        })
+        .collect()
+}
+
+#[test]
+fn plan_review_runs_on_the_local_model_with_a_routing_directive_and_an_output_schema() {
+    let Some(_files) = trellis_test::local_model_files() else {
+        return;
+    };
+    let p = Project::new().with_env(
+        "TRELLIS_CACHE_DIR",
+        &trellis_test::cache_dir().display().to_string(),
+    );
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    p.write(
+        "plan-review.fabro",
+        &std::fs::read_to_string(examples.join("plan-review.fabro")).unwrap(),
+    );
+    p.write(
+        "schemas/plan-summary.schema.json",
+        &std::fs::read_to_string(examples.join("schemas/plan-summary.schema.json")).unwrap(),
+    );
+    let before = servers();
+    let run = p.run("plan-review.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.summary, run.stderr());
+
+    let stages = run.stages();
+    assert_eq!(stages.first().map(String::as_str), Some("start"));
+    assert_eq!(stages[stages.len() - 3..], ["summarize", "publish", "exit"]);
+    assert!(stages.iter().filter(|s| *s == "review").count() >= 1);
+
+    // The routing directive: the review chose a labelled edge, and the run followed it.
+    let checkpoint = run.checkpoint();
+    let records = checkpoint["stages"].as_array().unwrap();
+    for record in records
+        .iter()
+        .filter(|r| ["plan", "review", "summarize"].contains(&r["node_id"].as_str().unwrap()))
+    {
+        let dir = run
+            .record()
+            .join("stages")
+            .join(record["dir"].as_str().unwrap());
+        let status = run_support::read_json(&dir.join("status.json"));
+        assert_eq!(status["status"], "succeeded", "{status}");
+        assert_eq!(status["model"], "qwen2.5-coder-1.5b-instruct");
+        assert_eq!(status["provider"], "local");
+        assert!(
+            status["usage"]["input_tokens"].as_u64().unwrap() > 0,
+            "{status}"
+        );
+        assert!(
+            status["usage"]["output_tokens"].as_u64().unwrap() > 0,
+            "{status}"
+        );
+        assert!(
+            !std::fs::read_to_string(dir.join("prompt.md"))
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            !std::fs::read_to_string(dir.join("response.md"))
+                .unwrap()
+                .trim()
+                .is_empty()
+        );
+        if record["node_id"] == "review" {
+            let label = status["preferred_label"].as_str().unwrap_or_default();
+            assert!(["approve", "revise"].contains(&label), "{status}");
+        }
+    }
+    let last_review = records
+        .iter()
+        .rev()
+        .find(|r| r["node_id"] == "review")
+        .unwrap();
+    let review_dir = run
+        .record()
+        .join("stages")
+        .join(last_review["dir"].as_str().unwrap());
+    // The last review approved, or asked for a revision once the revision edge was spent.
+    let label = run_support::read_json(&review_dir.join("status.json"))["preferred_label"].clone();
+    let plans = stages.iter().filter(|s| *s == "plan").count();
+    assert!(
+        label == "approve" || plans == 2,
+        "{label} after {plans} plans"
+    );
+
+    // The output schema: the summary is stored as parsed JSON of the required shape.
+    let summary = run.context("output.summarize");
+    assert!(
+        summary["title"].as_str().is_some_and(|t| !t.is_empty()),
+        "{summary}"
+    );
+    let steps = summary["steps"].as_array().unwrap();
+    assert!(
+        !steps.is_empty() && steps.iter().all(Value::is_string),
+        "{summary}"
+    );
+
+    // Every stage saw the run's goal in its preamble, and the review saw the plan.
+    let review_prompt = std::fs::read_to_string(review_dir.join("prompt.md")).unwrap();
+    assert!(review_prompt.starts_with("Goal: Add a --verbose flag"));
+    assert!(
+        review_prompt.contains("- **plan**: succeeded"),
+        "{review_prompt}"
+    );
+
+    let calls = run.events_named("ModelCallCompleted");
+    assert!(
+        calls.len() >= 3 && calls.iter().all(|e| e["error"].is_null()),
+        "{calls:?}"
+    );
+    assert!(run.record().join("llama-server.log").is_file());
+    assert_eq!(servers(), before, "the local server was not stopped");
+}
