@@ -34,9 +34,30 @@ enum Command {
     Show(commands::runs::ShowArgs),
     /// Print a run's event log.
     Events(commands::runs::EventsArgs),
+    /// Show the configured model providers, the local model's state and the model catalog.
+    Models(commands::models::Args),
+}
+
+/// A reader that stops early (`trellis rules | head`) closes the pipe; Rust's `println!` then panics.
+/// Like other command-line tools, end quietly instead, with the status a SIGPIPE would give.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
 }
 
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Validate(args) => commands::validate::run(&args),
@@ -47,6 +68,7 @@ fn main() -> ExitCode {
         Command::Runs(args) => commands::runs::runs(&args),
         Command::Show(args) => commands::runs::show(&args),
         Command::Events(args) => commands::runs::events(&args),
+        Command::Models(args) => commands::models::run(&args),
     };
     match result {
         Ok(code) => code,

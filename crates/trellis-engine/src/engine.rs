@@ -673,14 +673,17 @@ impl Engine {
         } else {
             names::STAGE_COMPLETED
         };
-        self.emit(
-            event,
-            Some(node_id),
-            json!({
-                "status": outcome.status, "visit": visit, "attempt": attempt, "duration_ms": duration_ms,
-                "failure_reason": outcome.failure_reason(), "files_touched": outcome.files_touched,
-            }),
-        );
+        let mut payload = json!({
+            "status": outcome.status, "visit": visit, "attempt": attempt, "duration_ms": duration_ms,
+            "failure_reason": outcome.failure_reason(), "files_touched": outcome.files_touched,
+        });
+        // Model stages say which model answered and what it cost.
+        for key in ["model", "provider", "usage"] {
+            if let Some(value) = outcome.details.get(key) {
+                payload[key] = value.clone();
+            }
+        }
+        self.emit(event, Some(node_id), payload);
     }
 
     /// Ends a stage that ran in one attempt outside the handler path (a fan-out, a sub-workflow): writes

@@ -101,11 +101,24 @@ impl EventSink for Progress {
             names::STAGE_COMPLETED => {
                 let status = p.get("status").and_then(Value::as_str).unwrap_or("");
                 let mark = if status == "succeeded" { "✓" } else { "•" };
-                let suffix = if status == "succeeded" {
+                let mut suffix = if status == "succeeded" {
                     String::new()
                 } else {
                     format!(" [{status}]")
                 };
+                if let Some(model) = p.get("model").and_then(Value::as_str) {
+                    let tokens = |k: &str| {
+                        p.get("usage")
+                            .and_then(|u| u.get(k))
+                            .and_then(Value::as_u64)
+                            .unwrap_or(0)
+                    };
+                    suffix.push_str(&format!(
+                        " · {model}, {} tokens in / {} out",
+                        tokens("input_tokens"),
+                        tokens("output_tokens")
+                    ));
+                }
                 self.line(&format!("  {mark} {node} ({}){suffix}", seconds(p)));
             }
             names::STAGE_FAILED => {
@@ -134,6 +147,18 @@ impl EventSink for Progress {
                 if self.interactive {
                     eprint!("\r\x1b[K");
                 }
+            }
+            "ModelWarning" => {
+                let message = p.get("message").and_then(Value::as_str).unwrap_or("");
+                self.line(&format!("  ! {node}: {message}"));
+            }
+            "ModelCallRetrying" => {
+                let error = p.get("error").and_then(Value::as_str).unwrap_or("");
+                let delay = p.get("delay_ms").and_then(Value::as_u64).unwrap_or(0);
+                self.line(&format!(
+                    "  ↻ {node}: {error} — retrying the model call in {:.1}s",
+                    Duration::from_millis(delay).as_secs_f64()
+                ));
             }
             names::GOAL_GATE_UNMET => {
                 self.line(&format!(

@@ -1,0 +1,132 @@
+//! `trellis models`: which providers are configured (never showing a key), the local model's state,
+//! the default model a prompt node without `model` gets, and with `--catalog` every known model.
+//! Exits 1 with setup instructions when no model at all is available.
+
+use std::process::ExitCode;
+
+use serde_json::json;
+use trellis_llm::catalog::MODELS;
+use trellis_llm::config::HOSTED;
+use trellis_llm::local::{LocalState, SETUP_HELP};
+use trellis_llm::{Client, Config};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Also list every model in the catalog.
+    #[arg(long)]
+    catalog: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn key_variable(provider: &str) -> &'static str {
+    match provider {
+        "anthropic" => "ANTHROPIC_API_KEY",
+        "openai" => "OPENAI_API_KEY",
+        "gemini" => "GEMINI_API_KEY",
+        _ => "OPENAI_COMPATIBLE_BASE_URL",
+    }
+}
+
+fn local_words(state: &LocalState) -> (&'static str, String) {
+    match state {
+        LocalState::Ready { server, model } => (
+            "ready",
+            format!("{} with {}", server.display(), model.display()),
+        ),
+        LocalState::MissingServer(path) => ("missing", format!("no server at {}", path.display())),
+        LocalState::MissingModel(path) => ("missing", format!("no model at {}", path.display())),
+        LocalState::NotConfigured => ("missing", "no cache directory (HOME is not set)".to_owned()),
+    }
+}
+
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let config = Config::load()?;
+    let configured = config.configured();
+    let local = trellis_llm::local::state(&config.local);
+    let (local_state, local_detail) = local_words(&local);
+    let client = Client::from_config(&config, None);
+    let default = client.resolve(None, None).ok();
+    let usable = !configured.is_empty() || matches!(local, LocalState::Ready { .. });
+    if args.json {
+        let providers: Vec<_> = HOSTED
+            .iter()
+            .map(|name| {
+                let settings = config.providers.get(*name);
+                json!({
+                    "name": name,
+                    "configured": configured.contains(name),
+                    "base_url": settings.and_then(|s| s.base_url.clone()),
+                })
+            })
+            .collect();
+        let catalog: Vec<_> = MODELS
+            .iter()
+            .map(|m| json!({ "id": m.id, "aliases": m.aliases, "provider": m.provider, "context_window": m.context_window, "max_output": m.max_output, "tools": m.tools, "reasoning": m.reasoning }))
+            .collect();
+        let report = json!({
+            "providers": providers,
+            "local": { "state": local_state, "detail": local_detail, "in_use": configured.is_empty() },
+            "default_model": default.as_ref().map(|d| json!({ "model": d.model, "provider": d.provider })),
+            "config_file": config.file.as_ref().map(|f| f.display().to_string()),
+            "catalog": if args.catalog { json!(catalog) } else { json!(null) },
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::from(u8::from(!usable)));
+    }
+    println!("Providers");
+    for name in HOSTED {
+        let line = if configured.contains(name) {
+            let url = config
+                .providers
+                .get(*name)
+                .and_then(|s| s.base_url.clone())
+                .unwrap_or_else(|| "default address".to_owned());
+            format!("configured ({url})")
+        } else {
+            format!("not configured (set {})", key_variable(name))
+        };
+        println!("  {name:<18} {line}");
+    }
+    println!("\nLocal model");
+    let use_note = if configured.is_empty() {
+        "in use: no provider key is set"
+    } else {
+        "used for model=\"local\""
+    };
+    println!("  {:<18} {local_state}: {local_detail}", "llama-server");
+    if matches!(local, LocalState::Ready { .. }) {
+        println!("  {:<18} {use_note}", "");
+    }
+    if let Some(file) = &config.file {
+        println!("\nConfig file: {}", file.display());
+    }
+    match &default {
+        Some(d) if usable => println!("\nDefault model: {} ({})", d.model, d.provider),
+        _ => {}
+    }
+    if args.catalog {
+        println!(
+            "\n{:<28} {:<18} {:>10} {:>10}  {:<5} {:<9} aliases",
+            "model", "provider", "context", "output", "tools", "reasoning"
+        );
+        for m in MODELS {
+            println!(
+                "{:<28} {:<18} {:>10} {:>10}  {:<5} {:<9} {}",
+                m.id,
+                m.provider,
+                m.context_window,
+                m.max_output,
+                if m.tools { "yes" } else { "no" },
+                if m.reasoning { "yes" } else { "no" },
+                m.aliases.join(", ")
+            );
+        }
+    }
+    if !usable {
+        eprintln!("\nerror: no model is available: {SETUP_HELP}");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
