@@ -2,6 +2,7 @@
 //! events also become one line each on standard error (status and duration), with a spinner for the
 //! running stage when standard error is a terminal.
 
+use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -113,11 +114,12 @@ impl EventSink for Progress {
                             .and_then(Value::as_u64)
                             .unwrap_or(0)
                     };
-                    suffix.push_str(&format!(
+                    let _ = write!(
+                        suffix,
                         " · {model}, {} tokens in / {} out",
                         tokens("input_tokens"),
                         tokens("output_tokens")
-                    ));
+                    );
                 }
                 self.line(&format!("  {mark} {node} ({}){suffix}", seconds(p)));
             }
