@@ -7,6 +7,7 @@
 //! It prints the median direct call, the median model call inside Trellis, the median prompt stage, and
 //! the whole run's wall time per stage; the differences are the client's and the engine's added latency.
 
+use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
@@ -68,61 +69,55 @@ fn wait_until_ready(port: u16) {
     }
 }
 
-fn main() {
-    let Some(files) = trellis_test::local_model_files() else {
-        println!(
-            "model_latency: skipped (the local model is not installed; run scripts/test-peers.sh)"
-        );
-        return;
-    };
+/// Starts llama-server with the tiny model on a free port.
+fn start_server(files: &trellis_test::LocalModelFiles) -> (std::process::Child, u16) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let mut server = Command::new(&files.server)
+    let server = Command::new(&files.server)
         .arg("--model")
         .arg(&files.tiny_model)
-        .args([
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--ctx-size",
-            "2048",
-            "--parallel",
-            "1",
-            "--no-webui",
-        ])
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--ctx-size", "2048", "--parallel", "1", "--no-webui"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("llama-server starts");
     wait_until_ready(port);
+    (server, port)
+}
 
+/// Milliseconds of each direct call, after a warm-up.
+fn measure_direct(port: u16) -> Vec<f64> {
     // The prompt Trellis sends with fidelity=truncate: the run line, then the node's prompt.
     let prompt = format!("Run: {}\n\n{PROMPT}", "0".repeat(26));
     for _ in 0..3 {
-        direct_call(port, &prompt); // warm-up
+        direct_call(port, &prompt);
     }
-    let direct: Vec<f64> = (0..CALLS)
+    (0..CALLS)
         .map(|_| {
             let started = Instant::now();
             direct_call(port, &prompt);
             started.elapsed().as_secs_f64() * 1000.0
         })
-        .collect();
+        .collect()
+}
 
+/// Runs the chain of prompt nodes; returns the model-call and stage milliseconds and the wall time.
+fn measure_trellis(port: u16) -> (Vec<f64>, Vec<f64>, f64) {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a temp dir");
     let mut workflow =
         String::from("digraph Latency {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n");
     for i in 0..CALLS {
-        workflow.push_str(&format!(
-            " p{i:02} [shape=tab, prompt=\"{PROMPT}\", max_tokens={MAX_TOKENS}, fidelity=\"truncate\", provider=\"openai-compatible\", model=\"bench\", project_memory=false]\n"
-        ));
+        let _ = writeln!(
+            workflow,
+            " p{i:02} [shape=tab, prompt=\"{PROMPT}\", max_tokens={MAX_TOKENS}, fidelity=\"truncate\", provider=\"openai-compatible\", model=\"bench\", project_memory=false]"
+        );
     }
     let chain: Vec<String> = (0..CALLS).map(|i| format!("p{i:02}")).collect();
-    workflow.push_str(&format!(" start -> {} -> exit\n}}\n", chain.join(" -> ")));
+    let _ = writeln!(workflow, " start -> {} -> exit\n}}", chain.join(" -> "));
     std::fs::write(dir.path().join("latency.fabro"), workflow).unwrap();
     let started = Instant::now();
     let output = Command::new(env!("CARGO_BIN_EXE_trellis"))
@@ -139,18 +134,14 @@ fn main() {
         .output()
         .expect("trellis runs");
     let wall = started.elapsed().as_secs_f64() * 1000.0;
-    let _ = server.kill();
-    let _ = server.wait();
     assert!(
         output.status.success(),
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
     let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let events = std::fs::read_to_string(
-        std::path::Path::new(summary["run_dir"].as_str().unwrap()).join("events.jsonl"),
-    )
-    .unwrap();
+    let run_dir = std::path::Path::new(summary["run_dir"].as_str().unwrap());
+    let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
     let (mut calls, mut stages) = (Vec::new(), Vec::new());
     for line in events.lines() {
         let event: serde_json::Value = serde_json::from_str(line).unwrap();
@@ -162,12 +153,27 @@ fn main() {
                     .as_str()
                     .is_some_and(|n| n.starts_with('p')) =>
             {
-                stages.push(ms)
+                stages.push(ms);
             }
             _ => {}
         }
     }
     assert_eq!(calls.len(), CALLS);
+    (calls, stages, wall)
+}
+
+fn main() {
+    let Some(files) = trellis_test::local_model_files() else {
+        println!(
+            "model_latency: skipped (the local model is not installed; run scripts/test-peers.sh)"
+        );
+        return;
+    };
+    let (mut server, port) = start_server(&files);
+    let direct = measure_direct(port);
+    let (calls, stages, wall) = measure_trellis(port);
+    let _ = server.kill();
+    let _ = server.wait();
     let (direct, call, stage) = (median(direct), median(calls), median(stages));
     println!("model_latency: {CALLS} calls of {MAX_TOKENS} tokens to llama-server (SmolLM2-135M)");
     println!("  direct HTTP call           {direct:8.1} ms (median)");
