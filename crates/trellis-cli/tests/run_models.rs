@@ -451,3 +451,51 @@ fn resume_degrades_full_fidelity_to_a_detailed_summary_for_the_first_node() {
         serde_json::from_str(&stage_file(&run, &build_dirs[0], "status.json")).unwrap();
     assert_eq!(status["fidelity"], "summary:high");
 }
+
+#[test]
+fn project_memory_is_the_system_prompt_and_edge_fidelity_wins() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write("AGENTS.md", "Always answer in French.\n");
+    p.write(
+        "w.fabro",
+        &workflow(
+            "graph [default_fidelity=\"summary:low\"]\n \
+             first [shape=tab, prompt=\"One\"]\n \
+             second [shape=tab, prompt=\"Two\", fidelity=\"compact\"]\n \
+             third [shape=tab, prompt=\"Three\", project_memory=false]\n \
+             start -> first\n first -> second [fidelity=\"truncate\"]\n second -> third -> exit",
+        ),
+    );
+    replies(&mock, &["UN", "DEUX", "TROIS"]);
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let bodies = bodies(&mock);
+    let text = |i: usize| {
+        bodies[i]["messages"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(
+        bodies[0]["system"],
+        "# AGENTS.md\n\nAlways answer in French."
+    );
+    assert!(
+        bodies[2].get("system").is_none(),
+        "project_memory=false sends no system prompt"
+    );
+    // The edge's truncate beats the node's compact: goal and run id only.
+    let run_id = run.summary["run_id"].as_str().unwrap();
+    assert_eq!(
+        text(1),
+        format!("Goal: Ship the feature\nRun: {run_id}\n\nTwo")
+    );
+    // The graph default applies where neither edge nor node says: outcomes only.
+    assert!(
+        text(2).contains("- **first**: succeeded\n- **second**: succeeded")
+            && !text(2).contains("DEUX"),
+        "{}",
+        text(2)
+    );
+}
