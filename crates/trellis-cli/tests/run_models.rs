@@ -184,7 +184,8 @@ fn a_custom_output_schema_is_repaired_in_the_same_conversation() {
     // The schema is shown to the model with the prompt.
     let prompt = stage_file(&run, "002-audit@1", "prompt.md");
     assert!(
-        prompt.contains("matching this JSON Schema") && prompt.contains("\"verdict\""),
+        prompt.contains("It must be valid against this JSON Schema")
+            && prompt.contains("\"verdict\": \"approve\""),
         "{prompt}"
     );
     assert!(stage_file(&run, "002-audit@1", "repairs.md").contains("\"maybe\""));

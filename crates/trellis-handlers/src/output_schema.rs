@@ -69,26 +69,87 @@ pub fn repair_message(schema: &OutputSchema, problems: &str) -> String {
     match schema {
         OutputSchema::Routing => format!(
             "Your response did not contain a valid routing directive: {problems}.\n\
-             Reply again, ending with one JSON object that has at least one of the fields {} \
+             Reply again as the original instructions asked, ending with one JSON object that has at least one \
+             of the fields {} \
              (`outcome` is one of succeeded, failed, partially_succeeded, skipped; \
              `suggested_next_ids` is a list of strings; `context_updates` is an object).",
             ROUTING_FIELDS.join(", ")
         ),
         OutputSchema::JsonSchema { .. } => format!(
             "Your JSON did not match the required schema: {problems}.\n\
-             Reply again with one corrected JSON object that matches the schema."
+             Reply again with one corrected JSON object that is valid against the schema (an instance of it, \
+             not the schema itself)."
         ),
     }
 }
 
-/// What the prompt adds for a custom schema, so the model knows the shape it must produce.
+/// What the prompt adds for a custom schema, so the model knows the shape it must produce: an example
+/// of the shape first (small models otherwise tend to answer with a copy of the schema), then the
+/// schema itself for the exact rules.
 pub fn instructions(schema: &OutputSchema) -> Option<String> {
     match schema {
         OutputSchema::Routing => None,
         OutputSchema::JsonSchema { schema, .. } => Some(format!(
-            "Return your answer as one JSON object matching this JSON Schema:\n```json\n{}\n```",
+            "End your answer with one JSON object of this shape:\n```json\n{}\n```\n\
+             It must be valid against this JSON Schema:\n```json\n{}\n```",
+            serde_json::to_string_pretty(&skeleton(schema, 0)).unwrap_or_default(),
             serde_json::to_string_pretty(schema).unwrap_or_default()
         )),
+    }
+}
+
+/// An example instance of `schema`: its properties with placeholder values of their types.
+fn skeleton(schema: &Value, depth: usize) -> Value {
+    if depth > 8 {
+        return Value::Null;
+    }
+    if let Some(first) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|e| e.first())
+    {
+        return first.clone();
+    }
+    if let Some(value) = schema.get("const") {
+        return value.clone();
+    }
+    if let Some(first) = ["oneOf", "anyOf", "allOf"].iter().find_map(|k| {
+        schema
+            .get(*k)
+            .and_then(Value::as_array)
+            .and_then(|v| v.first())
+    }) {
+        return skeleton(first, depth + 1);
+    }
+    let kind = match schema.get("type") {
+        Some(Value::Array(kinds)) => kinds.first().and_then(Value::as_str).unwrap_or("string"),
+        Some(Value::String(kind)) => kind.as_str(),
+        _ if schema.get("properties").is_some() => "object",
+        _ if schema.get("items").is_some() => "array",
+        _ => "string",
+    };
+    match kind {
+        "object" => Value::Object(
+            schema
+                .get("properties")
+                .and_then(Value::as_object)
+                .map(|props| {
+                    props
+                        .iter()
+                        .map(|(k, v)| (k.clone(), skeleton(v, depth + 1)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        ),
+        "array" => Value::Array(vec![skeleton(
+            schema.get("items").unwrap_or(&Value::Null),
+            depth + 1,
+        )]),
+        "integer" => Value::from(0),
+        "number" => Value::from(0.0),
+        "boolean" => Value::Bool(true),
+        "null" => Value::Null,
+        _ => Value::from("..."),
     }
 }
 
@@ -137,6 +198,17 @@ mod tests {
             check(Some(&audit_schema()), "no json"),
             Err(SchemaError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn the_instructions_show_an_example_of_the_shape() {
+        let text = instructions(&audit_schema()).unwrap();
+        assert!(
+            text.contains("\"verdict\": \"approve\"") && text.contains("\"score\": 0"),
+            "{text}"
+        );
+        let nested = json!({ "type": "object", "properties": { "steps": { "type": "array", "items": { "type": "string" } } } });
+        assert_eq!(skeleton(&nested, 0), json!({ "steps": ["..."] }));
     }
 
     #[test]

@@ -19,6 +19,13 @@ use crate::message::{Request, Response};
 use crate::provider::{OnEvent, Provider};
 use crate::providers::OpenAiChat;
 
+/// Runs `"$@"` (the server) until it exits or the process `$1` (trellis) is gone, then stops it.
+const WATCHDOG: &str = r#"parent=$1; shift
+"$@" & server=$!
+trap 'kill $server 2>/dev/null' EXIT
+trap 'exit 0' TERM INT
+while kill -0 "$parent" 2>/dev/null && kill -0 "$server" 2>/dev/null; do sleep 1; done"#;
+
 /// How long the server may take to load its model.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(180);
 const DEFAULT_CONTEXT: u32 = 16_384;
@@ -53,6 +60,13 @@ struct Running {
     chat: Arc<OpenAiChat>,
 }
 
+impl Drop for Running {
+    fn drop(&mut self) {
+        // However the run ends, the server goes with it.
+        stop_group(&self.child);
+    }
+}
+
 /// The local model as a provider; the server starts on the first call.
 pub struct LocalProvider {
     settings: LocalSettings,
@@ -70,9 +84,20 @@ impl LocalProvider {
         }
     }
 
-    /// The model id this server answers as.
+    /// The model id this server answers as: the configured id, else the model file's name for a model
+    /// other than the default one.
     pub fn model_id(&self) -> &str {
-        self.settings.model_id.as_deref().unwrap_or(LOCAL_MODEL_ID)
+        if let Some(id) = &self.settings.model_id {
+            return id;
+        }
+        self.settings
+            .model
+            .as_deref()
+            .filter(|m| {
+                m.file_name().and_then(|n| n.to_str()) != Some(crate::config::DEFAULT_MODEL_FILE)
+            })
+            .and_then(|m| m.file_stem()?.to_str())
+            .unwrap_or(LOCAL_MODEL_ID)
     }
 
     fn error(message: impl Into<String>) -> LlmError {
@@ -122,8 +147,14 @@ impl LocalProvider {
         };
         let context = self.settings.context_size.unwrap_or(DEFAULT_CONTEXT);
         let threads = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
-        let mut command = Command::new(server);
+        // The server runs under a small shell watchdog in its own process group: when this process
+        // dies without stopping it (SIGKILL), the watchdog notices within a second and stops the
+        // server, so no orphan keeps a model in memory.
+        let mut command = Command::new("sh");
         command
+            .args(["-c", WATCHDOG, "trellis-local-model"])
+            .arg(std::process::id().to_string())
+            .arg(server)
             .arg("--model")
             .arg(model)
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
@@ -133,6 +164,7 @@ impl LocalProvider {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
+            .process_group(0)
             .kill_on_drop(true);
         let mut child = command.spawn().map_err(|e| {
             Self::error(format!(
@@ -160,6 +192,7 @@ impl LocalProvider {
                 break;
             }
             if Instant::now() > deadline {
+                stop_group(&child);
                 let _ = child.kill().await;
                 return Err(Self::error(format!(
                     "the local model server did not become ready within {}s",
@@ -178,6 +211,17 @@ impl LocalProvider {
     /// The server's address once it runs (for benchmarks that call it directly).
     pub async fn ensure_started(&self) -> Result<(), LlmError> {
         self.chat().await.map(|_| ())
+    }
+}
+
+/// Stops the watchdog and the server with it (their process group). The server keeps no state worth
+/// a graceful shutdown, and SIGKILL leaves no window in which it still holds the model.
+fn stop_group(child: &Child) {
+    if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
 }
 
@@ -204,11 +248,15 @@ impl Provider for LocalProvider {
         request.reasoning_effort = None;
         let cap = crate::catalog::lookup(self.model_id()).map_or(4096, |m| m.max_output);
         request.max_tokens = Some(request.max_tokens.map_or(cap, |m| m.min(cap)));
+        // Greedy decoding: a small model keeps to instructions and JSON shapes far better, and a run
+        // repeated on the same machine gives the same answers.
+        request.temperature = Some(request.temperature.unwrap_or(0.0));
         chat.stream(&request, on_event).await
     }
 
     async fn shutdown(&self) {
         if let Some(mut running) = self.running.lock().await.take() {
+            stop_group(&running.child);
             let _ = running.child.kill().await;
         }
     }
