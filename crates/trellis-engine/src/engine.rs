@@ -108,14 +108,6 @@ impl Ledger {
             .push(record);
     }
 
-    /// The stages finished so far, in order.
-    pub(crate) fn snapshot(&self) -> Vec<StageRecord> {
-        self.stages
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
     pub(crate) fn steps(&self) -> u32 {
         self.steps.load(Ordering::SeqCst)
     }
@@ -126,6 +118,15 @@ impl Ledger {
 
     pub(crate) fn next_rank(&self) -> u32 {
         self.rank.fetch_add(1, Ordering::SeqCst) + 1
+    }
+}
+
+impl crate::handler::History for Ledger {
+    fn finished(&self) -> Vec<StageRecord> {
+        self.stages
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -603,7 +604,7 @@ impl Engine {
                 visit,
                 attempt,
                 previous,
-                history: &ledger.snapshot(),
+                history: ledger,
                 services: &self.services,
                 settings: &self.settings,
                 emitter: self,

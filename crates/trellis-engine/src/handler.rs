@@ -25,12 +25,17 @@ pub struct Stage<'a> {
     pub attempt: u32,
     /// The previous stage's outcome (conditional nodes pass it through).
     pub previous: Option<&'a Outcome>,
-    /// Every stage attempt finished before this one, in order (for preambles).
-    pub history: &'a [crate::checkpoint::StageRecord],
+    /// The stage attempts finished before this one (for preambles); read only by handlers that need it.
+    pub history: &'a dyn History,
     pub services: &'a Services,
     pub settings: &'a Settings,
     /// Emits events into the run's stream, numbered with the engine's sequence.
     pub emitter: &'a dyn Emitter,
+}
+
+/// The run's finished stage attempts, in order.
+pub trait History: Send + Sync {
+    fn finished(&self) -> Vec<crate::checkpoint::StageRecord>;
 }
 
 /// Emits a named event with a payload for a node.

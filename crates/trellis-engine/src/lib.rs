@@ -21,5 +21,5 @@ pub use context::RunContext;
 pub use control::FanIn;
 pub use engine::{Engine, EngineError, RunResult};
 pub use event::Event;
-pub use handler::{Emitter, Handler, Handlers, Services, Settings, Stage};
+pub use handler::{Emitter, Handler, Handlers, History, Services, Settings, Stage};
 pub use outcome::{Failure, FailureClass, Outcome};

@@ -82,11 +82,12 @@ fn fidelity_of(stage: &Stage<'_>) -> (Fidelity, Option<String>) {
 /// The preamble for this stage at `fidelity`.
 pub fn preamble_for(stage: &Stage<'_>, fidelity: Fidelity) -> String {
     let context = stage.context.snapshot();
+    let history = stage.history.finished();
     preamble::build(
         &PreambleSource {
             workflow: stage.workflow,
             run_id: stage.run_id,
-            history: stage.history,
+            history: &history,
             context: &context,
             blobs: &*stage.services.blobs,
         },
