@@ -81,3 +81,40 @@ async fn the_local_server_starts_answers_and_stops() {
     assert!(!again.text.is_empty());
     provider.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_local_default_model_calls_an_offered_tool() {
+    let Some(files) = trellis_test::local_model_files() else {
+        return;
+    };
+    let provider = std::sync::Arc::new(LocalProvider::new(
+        LocalSettings {
+            server: Some(files.server),
+            model: Some(files.default_model),
+            model_id: None,
+            context_size: Some(4096),
+        },
+        None,
+    ));
+    let request = Request {
+        messages: vec![Message::user("Show me what is in the file src/main.rs.")],
+        tools: vec![trellis_llm::ToolDef {
+            name: "read_file".into(),
+            description: "Read a file of the project and return its text".into(),
+            parameters: serde_json::json!({
+                "type": "object",
+                "properties": { "path": { "type": "string", "description": "The file's path" } },
+                "required": ["path"]
+            }),
+        }],
+        max_tokens: Some(128),
+        ..Request::default()
+    };
+    let response = provider.stream(&request, &|_| {}).await.unwrap();
+    provider.shutdown().await;
+    // Natively or as JSON text, the call comes back as a tool call.
+    assert_eq!(response.tool_calls.len(), 1, "{response:?}");
+    assert_eq!(response.tool_calls[0].name, "read_file");
+    assert_eq!(response.tool_calls[0].arguments["path"], "src/main.rs");
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+}
