@@ -191,8 +191,13 @@ impl Client {
         })?;
         let mut request = request.clone();
         request.model.clone_from(&resolved.model);
-        if !resolved.info.is_some_and(|i| i.reasoning) {
+        let reasoning = resolved.info.is_some_and(|i| i.reasoning);
+        if !reasoning {
             request.reasoning_effort = None;
+        }
+        // OpenAI's reasoning models refuse a temperature.
+        if reasoning && resolved.provider == "openai" {
+            request.temperature = None;
         }
         let mut attempt = 1;
         loop {

@@ -80,6 +80,10 @@ impl Anthropic {
             let budget = max_tokens / share;
             if budget >= 1024 {
                 body["thinking"] = json!({ "type": "enabled", "budget_tokens": budget });
+                // Extended thinking takes no temperature other than the default.
+                if let Some(map) = body.as_object_mut() {
+                    map.remove("temperature");
+                }
             }
         }
         body
