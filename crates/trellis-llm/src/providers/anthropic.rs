@@ -249,3 +249,36 @@ impl Provider for Anthropic {
         Err(stream.ended_early())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Message;
+
+    #[test]
+    fn thinking_gets_a_budget_below_max_tokens_and_drops_the_temperature() {
+        let request = Request {
+            model: "claude-sonnet-4-5".into(),
+            messages: vec![Message::user("hi")],
+            max_tokens: Some(8192),
+            reasoning_effort: Some(crate::ReasoningEffort::High),
+            temperature: Some(0.0),
+            ..Request::default()
+        };
+        let body = Anthropic::body(&request, true);
+        assert_eq!(body["thinking"]["budget_tokens"], 4096);
+        assert!(body.get("temperature").is_none());
+        let plain = Anthropic::body(&request, false);
+        assert!(plain.get("thinking").is_none());
+        assert_eq!(plain["temperature"], 0.0);
+        // A small output budget leaves no room for thinking.
+        let small = Anthropic::body(
+            &Request {
+                max_tokens: Some(300),
+                ..request
+            },
+            true,
+        );
+        assert!(small.get("thinking").is_none());
+    }
+}

@@ -261,3 +261,30 @@ impl Provider for OpenAiChat {
 pub(crate) fn u64_at(value: &Value, pointer: &str) -> u64 {
     value.pointer(pointer).and_then(Value::as_u64).unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Message;
+
+    #[test]
+    fn openai_and_compatible_servers_name_the_output_limit_differently() {
+        let request = Request {
+            model: "m".into(),
+            system: Some("be brief".into()),
+            messages: vec![Message::user("hi")],
+            max_tokens: Some(50),
+            ..Request::default()
+        };
+        let transport = || Transport::new("x", "http://127.0.0.1:9/v1", None);
+        let openai = OpenAiChat::openai(transport()).body(&request);
+        assert_eq!(openai["max_completion_tokens"], 50);
+        assert_eq!(
+            openai["messages"][0],
+            json!({ "role": "system", "content": "be brief" })
+        );
+        let compatible = OpenAiChat::compatible(transport()).body(&request);
+        assert_eq!(compatible["max_tokens"], 50);
+        assert!(compatible.get("max_completion_tokens").is_none());
+    }
+}
