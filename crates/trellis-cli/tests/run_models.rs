@@ -134,6 +134,14 @@ fn a_routing_directive_picks_the_edge_and_updates_the_context() {
         !record_text(&run).contains(KEY),
         "the API key leaked into the run record"
     );
+    // `trellis show` lists the model and its tokens by stage, and the run's total.
+    let run_id = run.summary["run_id"].as_str().unwrap();
+    let show = p.command(&["show", run_id]).output().unwrap();
+    let show = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        show.contains("  claude-sonnet-4-5, ") && show.contains("  tokens: "),
+        "{show}"
+    );
 }
 
 #[test]

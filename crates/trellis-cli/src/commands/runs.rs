@@ -116,12 +116,29 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
         println!("  next:    {next}");
     }
     println!("\nStages:");
+    let (mut tokens_in, mut tokens_out) = (0, 0);
     for stage in &checkpoint.stages {
-        let reason = stage
+        let mut reason = stage
             .failure_reason
             .as_deref()
             .map(|r| format!("  {}", r.lines().next().unwrap_or_default()))
             .unwrap_or_default();
+        if let Some(model) = stage.details.get("model").and_then(Value::as_str) {
+            let usage = stage.details.get("usage");
+            let count = |k: &str| {
+                usage
+                    .and_then(|u| u.get(k))
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0)
+            };
+            tokens_in += count("input_tokens");
+            tokens_out += count("output_tokens");
+            reason = format!(
+                "  {model}, {} in / {} out{reason}",
+                count("input_tokens"),
+                count("output_tokens")
+            );
+        }
         println!(
             "  {:>3}  {:<24} {:<20} {:>8.1}s{reason}",
             stage.rank,
@@ -129,6 +146,9 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
             stage.status.as_str(),
             Duration::from_millis(stage.duration_ms).as_secs_f64()
         );
+    }
+    if tokens_in + tokens_out > 0 {
+        println!("  tokens: {tokens_in} in / {tokens_out} out");
     }
     println!("\nContext:");
     for (key, value) in checkpoint
