@@ -508,3 +508,33 @@ fn project_memory_is_the_system_prompt_and_edge_fidelity_wins() {
         text(2)
     );
 }
+
+#[test]
+fn the_stylesheet_picks_models_and_prompts_come_from_files() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write("prompts/draft.md", "Draft the release notes for $goal.\n");
+    p.write(
+        "w.fabro",
+        "digraph W {\n graph [goal=\"version 2\", model_stylesheet=\"* { model: claude-haiku-4-5; } #polish { model: claude-opus-4-5; reasoning_effort: low; }\"]\n \
+         start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         draft [shape=tab, prompt=\"@prompts/draft.md\", max_tokens=100]\n polish [shape=tab, prompt=\"Polish it\", max_tokens=4096]\n \
+         start -> draft -> polish -> exit\n}\n",
+    );
+    replies(&mock, &["DRAFT", "POLISHED"]);
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let bodies = bodies(&mock);
+    assert_eq!(bodies[0]["model"], "claude-haiku-4-5");
+    assert_eq!(bodies[0]["max_tokens"], 100);
+    let draft = bodies[0]["messages"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(
+        draft.ends_with("Draft the release notes for version 2.\n"),
+        "{draft}"
+    );
+    assert_eq!(bodies[1]["model"], "claude-opus-4-5");
+    // Low effort on a reasoning model: a quarter of the output budget for thinking.
+    assert_eq!(bodies[1]["thinking"]["budget_tokens"], 1024);
+}
