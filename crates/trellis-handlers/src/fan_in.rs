@@ -12,7 +12,7 @@ use trellis_workflow::StageStatus;
 
 use crate::model_call::ModelCall;
 use crate::preamble::clip;
-use crate::prompt::{project_memory, response_updates};
+use crate::prompt::{project_memory, response_updates, write_stage_file};
 use crate::routing_directive::json_objects;
 
 pub struct ModelFanIn {
@@ -114,7 +114,7 @@ impl Handler for ModelFanIn {
                 Err(outcome) => return *outcome,
             };
         let text = prompt(&llm.prompt, &results);
-        let _ = tokio::fs::write(stage.dir.join("prompt.md"), &text).await;
+        write_stage_file(stage, "prompt.md", &text).await;
         let mut request = Request {
             system: if llm.project_memory {
                 project_memory(stage).await
@@ -145,7 +145,7 @@ impl Handler for ModelFanIn {
                     )));
                 }
                 Err(problem) => {
-                    let _ = tokio::fs::write(stage.dir.join("response.md"), &response.text).await;
+                    write_stage_file(stage, "response.md", &response.text).await;
                     let mut outcome = Outcome::failed(
                         FailureClass::StageFailed,
                         format!(
@@ -157,7 +157,7 @@ impl Handler for ModelFanIn {
                 }
             }
         };
-        let _ = tokio::fs::write(stage.dir.join("response.md"), &response.text).await;
+        write_stage_file(stage, "response.md", &response.text).await;
         let status: StageStatus = best_status.parse().unwrap_or(StageStatus::Failed);
         let mut outcome = if status == StageStatus::Failed {
             Outcome::failed(

@@ -140,7 +140,7 @@ pub fn response_updates(outcome: &mut Outcome, node_id: &str, response: &str) {
 }
 
 /// Writes a stage file; a failure to write is reported but never loses the answer.
-async fn write_stage_file(stage: &Stage<'_>, name: &str, text: &str) {
+pub(crate) async fn write_stage_file(stage: &Stage<'_>, name: &str, text: &str) {
     if let Err(error) = tokio::fs::write(stage.dir.join(name), text).await {
         stage.emitter.emit(
             crate::model_call::events::WARNING,

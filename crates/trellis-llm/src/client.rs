@@ -123,23 +123,19 @@ impl Client {
         }
         let wanted = wanted.unwrap_or("local");
         if !self.providers.contains_key(wanted) {
-            let known = [
-                "anthropic",
-                "openai",
-                "gemini",
-                "openai-compatible",
-                "local",
-            ];
-            let message = if known.contains(&wanted) {
+            let message = if wanted == "local" || crate::config::HOSTED.contains(&wanted) {
                 format!(
                     "provider `{wanted}` is not configured{}: set {} (or add it to the config file)",
                     model
                         .map(|m| format!(" (needed by model `{m}`)"))
                         .unwrap_or_default(),
-                    key_variable(wanted)
+                    crate::config::setup_variable(wanted)
                 )
             } else {
-                format!("unknown provider `{wanted}` (known: {})", known.join(", "))
+                format!(
+                    "unknown provider `{wanted}` (known: {}, local)",
+                    crate::config::HOSTED.join(", ")
+                )
             };
             return Err(LlmError::new(ErrorKind::Configuration, wanted, message));
         }
@@ -230,16 +226,6 @@ fn normalize_provider(name: &str) -> &str {
         "openai_compatible" | "compatible" => "openai-compatible",
         "llama" | "llama.cpp" | "llama-server" => "local",
         other => other,
-    }
-}
-
-fn key_variable(provider: &str) -> &'static str {
-    match provider {
-        "anthropic" => "ANTHROPIC_API_KEY",
-        "openai" => "OPENAI_API_KEY",
-        "gemini" => "GEMINI_API_KEY",
-        "openai-compatible" => "OPENAI_COMPATIBLE_BASE_URL",
-        _ => "a provider key",
     }
 }
 

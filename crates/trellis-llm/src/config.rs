@@ -32,6 +32,27 @@ use crate::http::Secret;
 /// The hosted providers, in the order a default is picked.
 pub const HOSTED: &[&str] = &["anthropic", "openai", "gemini", "openai-compatible"];
 
+/// The environment variables of each hosted provider: its key and its base URL.
+const VARIABLES: &[(&str, &str, &str)] = &[
+    ("anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+    ("openai", "OPENAI_API_KEY", "OPENAI_BASE_URL"),
+    ("gemini", "GEMINI_API_KEY", "GEMINI_BASE_URL"),
+    (
+        "openai-compatible",
+        "OPENAI_COMPATIBLE_API_KEY",
+        "OPENAI_COMPATIBLE_BASE_URL",
+    ),
+];
+
+/// The variable a user sets to configure `provider`: its key, or for a compatible server its address.
+pub fn setup_variable(provider: &str) -> &'static str {
+    match VARIABLES.iter().find(|(name, _, _)| *name == provider) {
+        Some(("openai-compatible", _, url)) => url,
+        Some((_, key, _)) => key,
+        None => "a provider key",
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read the config file {path}: {source}")]
@@ -179,16 +200,7 @@ impl Config {
     }
 
     fn apply_env(&mut self, env: &dyn Fn(&str) -> Option<String>) {
-        for (provider, key_var, url_var) in [
-            ("anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
-            ("openai", "OPENAI_API_KEY", "OPENAI_BASE_URL"),
-            ("gemini", "GEMINI_API_KEY", "GEMINI_BASE_URL"),
-            (
-                "openai-compatible",
-                "OPENAI_COMPATIBLE_API_KEY",
-                "OPENAI_COMPATIBLE_BASE_URL",
-            ),
-        ] {
+        for &(provider, key_var, url_var) in VARIABLES {
             let key = env(key_var);
             let url = env(url_var);
             if key.is_none() && url.is_none() {

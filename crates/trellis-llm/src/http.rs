@@ -80,12 +80,6 @@ impl Transport {
         }
     }
 
-    #[must_use]
-    pub fn with_read_timeout(mut self, timeout: Duration) -> Self {
-        self.read_timeout = timeout;
-        self
-    }
-
     /// `base_url` joined with `path` (which starts with `/`).
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url)

@@ -142,7 +142,10 @@ impl LocalProvider {
     async fn start(&self, server: &Path, model: &Path) -> Result<Running, LlmError> {
         let port = free_port().map_err(|e| Self::error(format!("no free loopback port: {e}")))?;
         let log = match &self.log {
-            Some(path) => std::fs::File::create(path).map_or_else(|_| Stdio::null(), Stdio::from),
+            Some(path) => match tokio::fs::File::create(path).await {
+                Ok(file) => Stdio::from(file.into_std().await),
+                Err(_) => Stdio::null(),
+            },
             None => Stdio::null(),
         };
         let context = self.settings.context_size.unwrap_or(DEFAULT_CONTEXT);
@@ -206,11 +209,6 @@ impl LocalProvider {
             child,
             chat: Arc::new(OpenAiChat::compatible(transport)),
         })
-    }
-
-    /// The server's address once it runs (for benchmarks that call it directly).
-    pub async fn ensure_started(&self) -> Result<(), LlmError> {
-        self.chat().await.map(|_| ())
     }
 }
 

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 use trellis_llm::catalog::MODELS;
-use trellis_llm::config::HOSTED;
+use trellis_llm::config::{HOSTED, setup_variable};
 use trellis_llm::local::{LocalState, SETUP_HELP};
 use trellis_llm::{Client, Config};
 
@@ -18,15 +18,6 @@ pub struct Args {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
-}
-
-fn key_variable(provider: &str) -> &'static str {
-    match provider {
-        "anthropic" => "ANTHROPIC_API_KEY",
-        "openai" => "OPENAI_API_KEY",
-        "gemini" => "GEMINI_API_KEY",
-        _ => "OPENAI_COMPATIBLE_BASE_URL",
-    }
 }
 
 fn local_words(state: &LocalState) -> (&'static str, String) {
@@ -85,7 +76,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 .unwrap_or_else(|| "default address".to_owned());
             format!("configured ({url})")
         } else {
-            format!("not configured (set {})", key_variable(name))
+            format!("not configured (set {})", setup_variable(name))
         };
         println!("  {name:<18} {line}");
     }

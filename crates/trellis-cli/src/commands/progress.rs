@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use trellis_handlers::model_call::events;
 
 use serde_json::Value;
 use trellis_engine::Event;
@@ -150,11 +151,11 @@ impl EventSink for Progress {
                     eprint!("\r\x1b[K");
                 }
             }
-            "ModelWarning" => {
+            events::WARNING => {
                 let message = p.get("message").and_then(Value::as_str).unwrap_or("");
                 self.line(&format!("  ! {node}: {message}"));
             }
-            "ModelCallRetrying" => {
+            events::CALL_RETRYING => {
                 let error = p.get("error").and_then(Value::as_str).unwrap_or("");
                 let delay = p.get("delay_ms").and_then(Value::as_u64).unwrap_or(0);
                 self.line(&format!(

@@ -24,7 +24,9 @@ impl Anthropic {
         Self { transport }
     }
 
-    fn body(request: &Request, reasoning: bool) -> Value {
+    /// The request body. Reasoning settings go out only when the request has a `reasoning_effort`,
+    /// which the client keeps for models that reason.
+    fn body(request: &Request) -> Value {
         let messages: Vec<Value> = request
             .messages
             .iter()
@@ -71,7 +73,7 @@ impl Anthropic {
             body["temperature"] = json!(t);
         }
         // Extended thinking needs a budget below max_tokens; effort picks its share.
-        if let Some(effort) = request.reasoning_effort.filter(|_| reasoning) {
+        if let Some(effort) = request.reasoning_effort {
             let share = match effort {
                 crate::ReasoningEffort::Low => 4,
                 crate::ReasoningEffort::Medium => 3,
@@ -113,11 +115,10 @@ impl Provider for Anthropic {
         if let Some(key) = &self.transport.key {
             headers.push(("x-api-key", key.expose().to_owned()));
         }
-        let reasoning = crate::catalog::lookup(&request.model).is_some_and(|m| m.reasoning);
         let url = self.transport.url("/v1/messages");
         let mut stream = self
             .transport
-            .post_sse(&url, &headers, &Self::body(request, reasoning))
+            .post_sse(&url, &headers, &Self::body(request))
             .await?;
         let mut text = String::new();
         let mut blocks: BTreeMap<u64, Block> = BTreeMap::new();
@@ -265,20 +266,20 @@ mod tests {
             temperature: Some(0.0),
             ..Request::default()
         };
-        let body = Anthropic::body(&request, true);
+        let body = Anthropic::body(&request);
         assert_eq!(body["thinking"]["budget_tokens"], 4096);
         assert!(body.get("temperature").is_none());
-        let plain = Anthropic::body(&request, false);
+        let plain = Anthropic::body(&Request {
+            reasoning_effort: None,
+            ..request.clone()
+        });
         assert!(plain.get("thinking").is_none());
         assert_eq!(plain["temperature"], 0.0);
         // A small output budget leaves no room for thinking.
-        let small = Anthropic::body(
-            &Request {
-                max_tokens: Some(300),
-                ..request
-            },
-            true,
-        );
+        let small = Anthropic::body(&Request {
+            max_tokens: Some(300),
+            ..request
+        });
         assert!(small.get("thinking").is_none());
     }
 }

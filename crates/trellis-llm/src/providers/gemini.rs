@@ -19,7 +19,9 @@ impl Gemini {
         Self { transport }
     }
 
-    fn body(request: &Request, reasoning: bool) -> Value {
+    /// The request body. Reasoning settings go out only when the request has a `reasoning_effort`,
+    /// which the client keeps for models that reason.
+    fn body(request: &Request) -> Value {
         let contents: Vec<Value> = request
             .messages
             .iter()
@@ -64,7 +66,7 @@ impl Gemini {
         if let Some(t) = request.temperature {
             config.insert("temperature".into(), json!(t));
         }
-        if let Some(effort) = request.reasoning_effort.filter(|_| reasoning) {
+        if let Some(effort) = request.reasoning_effort {
             let budget = match effort {
                 crate::ReasoningEffort::Low => 1024,
                 crate::ReasoningEffort::Medium => 8192,
@@ -94,14 +96,13 @@ impl Provider for Gemini {
         if let Some(key) = &self.transport.key {
             headers.push(("x-goog-api-key", key.expose().to_owned()));
         }
-        let reasoning = crate::catalog::lookup(&request.model).is_some_and(|m| m.reasoning);
         let url = self.transport.url(&format!(
             "/v1beta/models/{}:streamGenerateContent?alt=sse",
             request.model
         ));
         let mut stream = self
             .transport
-            .post_sse(&url, &headers, &Self::body(request, reasoning))
+            .post_sse(&url, &headers, &Self::body(request))
             .await?;
         let mut text = String::new();
         let mut tool_calls = Vec::new();
