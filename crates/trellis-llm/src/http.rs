@@ -80,6 +80,14 @@ impl Transport {
         }
     }
 
+    /// The `Authorization: Bearer` header OpenAI and compatible servers take, when there is a key.
+    pub fn bearer(&self) -> Vec<(&'static str, String)> {
+        self.key
+            .iter()
+            .map(|key| ("authorization", format!("Bearer {}", key.expose())))
+            .collect()
+    }
+
     /// `base_url` joined with `path` (which starts with `/`).
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url)

@@ -134,10 +134,7 @@ impl Provider for OpenAiChat {
     }
 
     async fn stream(&self, request: &Request, on_event: OnEvent<'_>) -> Result<Response, LlmError> {
-        let mut headers = Vec::new();
-        if let Some(key) = &self.transport.key {
-            headers.push(("authorization", format!("Bearer {}", key.expose())));
-        }
+        let headers = self.transport.bearer();
         let url = self.transport.url("/chat/completions");
         let mut stream = self
             .transport

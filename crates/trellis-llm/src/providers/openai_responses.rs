@@ -86,10 +86,7 @@ impl Provider for OpenAiResponses {
     }
 
     async fn stream(&self, request: &Request, on_event: OnEvent<'_>) -> Result<Response, LlmError> {
-        let mut headers = Vec::new();
-        if let Some(key) = &self.transport.key {
-            headers.push(("authorization", format!("Bearer {}", key.expose())));
-        }
+        let headers = self.transport.bearer();
         let url = self.transport.url("/responses");
         let mut stream = self
             .transport
