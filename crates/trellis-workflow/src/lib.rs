@@ -61,7 +61,8 @@ impl Compiled {
 /// Lowers and validates a parsed workflow.
 ///
 /// Syntax errors stop compilation (the partial tree would only produce echoes of them). Structural
-/// rules run once every node and edge lowered cleanly, so one mistake is not reported three times.
+/// rules run once every node and edge lowered into its shape, so one mistake is not reported three
+/// times; a bad attribute *value* leaves the shape intact, so it never hides the other problems.
 /// Diagnostics come back in source order.
 pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> Compiled {
     let mut diagnostics = parsed.diagnostics;
@@ -81,7 +82,10 @@ pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> C
             sheet: None,
         };
         let workflow = lowerer.lower(&flat);
-        if !diagnostics.iter().any(Diagnostic::is_error) {
+        if !diagnostics
+            .iter()
+            .any(|d| d.is_error() && !rules::VALUE_ONLY.contains(&d.code))
+        {
             for check in rules::GRAPH_CHECKS {
                 check(&workflow, &mut diagnostics);
             }

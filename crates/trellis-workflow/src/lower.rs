@@ -81,6 +81,7 @@ impl Lowerer<'_> {
             workflow.edges.push(edge);
         }
         workflow.index_edges();
+        workflow.resolve_control_flow();
         workflow.start = match flat.format {
             SourceFormat::Dot => {
                 let mut starts = workflow
@@ -241,6 +242,8 @@ impl Lowerer<'_> {
             span: flat.id.span,
             attr_spans: span_map(&flat.attrs),
             attributes,
+            fan_in: None,
+            retry_targets: Vec::new(),
         }
     }
 

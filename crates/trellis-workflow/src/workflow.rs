@@ -85,6 +85,19 @@ pub struct Node {
     pub attr_spans: HashMap<String, Span>,
     /// Resolved attributes (explicit, defaults, stylesheet) as text, for display only.
     pub attributes: BTreeMap<String, String>,
+    /// For a fan-out node: the fan-in node its branches meet at, resolved once at compile time.
+    pub fan_in: Option<NodeIndex>,
+    /// Where a failure with nowhere to go (or an unmet goal gate) sends the run, in order: the node's
+    /// `retry_target`, its `fallback_retry_target`, then the graph's two; only nodes that exist.
+    pub retry_targets: Vec<NodeIndex>,
+}
+
+/// Progress of the fan-in search for one node.
+#[derive(Debug, Clone, Copy)]
+enum FanInState {
+    Unknown,
+    InProgress,
+    Done(Option<NodeIndex>),
 }
 
 /// One transition.
@@ -159,6 +172,109 @@ impl Workflow {
     /// Incoming edges of a node, in declaration order.
     pub fn incoming(&self, node: NodeIndex) -> impl Iterator<Item = &Edge> {
         self.in_edges[node].iter().map(|&i| &self.edges[i])
+    }
+
+    /// Resolves what the engine would otherwise search for at run time: each fan-out's fan-in and each
+    /// node's retry-target chain. Called once, after the last edge is indexed.
+    pub(crate) fn resolve_control_flow(&mut self) {
+        let fan_ins = self.fan_ins();
+        let graph_targets = [
+            self.graph.retry_target.clone(),
+            self.graph.fallback_retry_target.clone(),
+        ];
+        for (index, fan_in) in fan_ins.into_iter().enumerate() {
+            let node = &self.nodes[index];
+            let chain: Vec<NodeIndex> = [
+                node.common.retry_target.as_ref(),
+                node.common.fallback_retry_target.as_ref(),
+            ]
+            .into_iter()
+            .chain(graph_targets.iter().map(Option::as_ref))
+            .flatten()
+            .filter_map(|id| self.node_index(id))
+            .collect();
+            let node = &mut self.nodes[index];
+            node.fan_in = fan_in;
+            node.retry_targets = chain;
+        }
+    }
+
+    /// The fan-in of every fan-out node (`None` for other nodes, and for fan-outs whose branches never
+    /// meet). A branch may hold a fan-out of its own: the walk steps over that nested fan-out to its
+    /// fan-in, so the outer branches still meet at the outer fan-in.
+    fn fan_ins(&self) -> Vec<Option<NodeIndex>> {
+        let mut memo: Vec<FanInState> = vec![FanInState::Unknown; self.nodes.len()];
+        for index in 0..self.nodes.len() {
+            if matches!(self.nodes[index].kind, NodeKind::Parallel(_)) {
+                self.fan_in_of(index, &mut memo, 0);
+            }
+        }
+        memo.into_iter()
+            .map(|state| match state {
+                FanInState::Done(found) => found,
+                FanInState::Unknown | FanInState::InProgress => None,
+            })
+            .collect()
+    }
+
+    /// The nearest fan-in every branch of `fan_out` reaches: fewest steps from the farthest branch,
+    /// then the lexically first id.
+    fn fan_in_of(
+        &self,
+        fan_out: NodeIndex,
+        memo: &mut Vec<FanInState>,
+        depth: usize,
+    ) -> Option<NodeIndex> {
+        /// Deeper nesting than this is treated as branches that never meet.
+        const MAX_NESTING: usize = 64;
+        match memo[fan_out] {
+            FanInState::Done(found) => return found,
+            FanInState::InProgress => return None,
+            FanInState::Unknown if depth > MAX_NESTING => return None,
+            FanInState::Unknown => {}
+        }
+        memo[fan_out] = FanInState::InProgress;
+        let starts: Vec<NodeIndex> = self.outgoing(fan_out).map(|e| e.to).collect();
+        // Per fan-in: the longest distance from any branch start, and how many branches reach it.
+        let mut reached: HashMap<NodeIndex, (usize, usize)> = HashMap::new();
+        for &start in &starts {
+            let mut distance = vec![usize::MAX; self.nodes.len()];
+            let mut queue = std::collections::VecDeque::from([start]);
+            distance[start] = 0;
+            while let Some(n) = queue.pop_front() {
+                let next: Vec<NodeIndex> = match &self.nodes[n].kind {
+                    NodeKind::FanIn(_) => {
+                        let entry = reached.entry(n).or_insert((0, 0));
+                        entry.0 = entry.0.max(distance[n]);
+                        entry.1 += 1;
+                        continue;
+                    }
+                    // A nested fan-out's branches run inside this branch: continue after its fan-in.
+                    NodeKind::Parallel(_) if n != fan_out => {
+                        match self.fan_in_of(n, memo, depth + 1) {
+                            Some(inner) => self.outgoing(inner).map(|e| e.to).collect(),
+                            None => Vec::new(),
+                        }
+                    }
+                    _ => self.outgoing(n).map(|e| e.to).collect(),
+                };
+                for to in next {
+                    if distance[to] == usize::MAX {
+                        distance[to] = distance[n] + 1;
+                        queue.push_back(to);
+                    }
+                }
+            }
+        }
+        let found = reached
+            .into_iter()
+            .filter(|(_, (_, count))| !starts.is_empty() && *count == starts.len())
+            .min_by(|(a, (da, _)), (b, (db, _))| {
+                da.cmp(db).then_with(|| self.nodes[*a].id.cmp(&self.nodes[*b].id))
+            })
+            .map(|(n, _)| n);
+        memo[fan_out] = FanInState::Done(found);
+        found
     }
 
     /// Nodes whose handler is `exit`.
