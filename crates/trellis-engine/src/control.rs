@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use trellis_workflow::StageStatus;
 
 use crate::handler::{Handler, Stage};
-use crate::outcome::Outcome;
+use crate::outcome::{FailureClass, Outcome};
 
 /// Start and exit nodes: they mark the ends of the run and succeed at once.
 pub struct Boundary;
@@ -29,7 +29,7 @@ impl Handler for Conditional {
                 .clone_from(&previous.preferred_label);
             // The failure is reported again, but it is not this node's to retry.
             outcome.failure = previous.failure.clone().map(|f| crate::outcome::Failure {
-                class: crate::outcome::FailureClass::StageFailed,
+                class: FailureClass::StageFailed,
                 ..f
             });
         }
@@ -37,8 +37,22 @@ impl Handler for Conditional {
     }
 }
 
+/// The join's verdict a fan-in reports: the status of the fan-out it merges (the previous stage, whose
+/// outcome carries `parallel.results`), with the fan-out's failure reason when the join policy was not
+/// met. `None` when the fan-in was reached some other way.
+pub fn join_verdict(stage: &Stage<'_>) -> Option<Outcome> {
+    let fan_out = stage.previous.filter(|o| {
+        o.context_updates
+            .contains_key(crate::keys::PARALLEL_RESULTS)
+    })?;
+    let mut verdict = Outcome::new(fan_out.status);
+    verdict.failure.clone_from(&fan_out.failure);
+    Some(verdict)
+}
+
 /// Fan-in: picks the best branch from `parallel.results` (status rank, then score, then id) and
-/// records it as `parallel.fan_in.best_id` / `best_outcome`; the fan-in's outcome is the best branch's.
+/// records it as `parallel.fan_in.best_id` / `best_outcome`. Its outcome is the join's verdict, so an
+/// unmet join policy fails the fan-in and a partial join lets `outcome=partial_success` edges match.
 /// A fan-in with a prompt asks a model to choose instead (`trellis-handlers` registers that one).
 pub struct FanIn;
 
@@ -51,20 +65,23 @@ impl Handler for FanIn {
             .and_then(|v| v.as_array().cloned())
             .unwrap_or_default();
         let Some((best_id, best_outcome)) = crate::parallel::best_branch(&results) else {
-            return Outcome::failed(
-                crate::outcome::FailureClass::StageFailed,
-                format!("fan-in `{}` found no branch results", stage.node.id),
-            );
+            return join_verdict(stage)
+                .filter(|v| v.status == StageStatus::Failed)
+                .unwrap_or_else(|| {
+                    Outcome::failed(
+                        FailureClass::StageFailed,
+                        format!("fan-in `{}` found no branch results", stage.node.id),
+                    )
+                });
         };
-        let status: StageStatus = best_outcome.parse().unwrap_or(StageStatus::Failed);
-        let mut outcome = if status == StageStatus::Failed {
-            Outcome::failed(
-                crate::outcome::FailureClass::StageFailed,
-                "no branch succeeded",
-            )
-        } else {
-            Outcome::new(status)
-        };
+        let mut outcome = join_verdict(stage).unwrap_or_else(|| {
+            match best_outcome.parse().unwrap_or(StageStatus::Failed) {
+                StageStatus::Failed => {
+                    Outcome::failed(FailureClass::StageFailed, "no branch succeeded")
+                }
+                status => Outcome::new(status),
+            }
+        });
         outcome
             .context_updates
             .insert(crate::keys::FAN_IN_BEST_ID.into(), best_id.into());

@@ -23,6 +23,7 @@ pub mod names {
     pub const RUN_COMPLETED: &str = "WorkflowRunCompleted";
     pub const RUN_FAILED: &str = "WorkflowRunFailed";
     pub const RUN_WAITING: &str = "WorkflowRunWaitingForInput";
+    pub const RUN_CANCELLED: &str = "WorkflowRunCancelled";
     pub const STAGE_STARTED: &str = "StageStarted";
     pub const STAGE_COMPLETED: &str = "StageCompleted";
     pub const STAGE_FAILED: &str = "StageFailed";

@@ -27,3 +27,57 @@ pub const HUMAN_TEXT: &str = "human.gate.text";
 pub const PARALLEL_RESULTS: &str = "parallel.results";
 pub const FAN_IN_BEST_ID: &str = "parallel.fan_in.best_id";
 pub const FAN_IN_BEST_OUTCOME: &str = "parallel.fan_in.best_outcome";
+
+/// Whether `key` is one of the engine-managed keys of the context document: the `internal.*` keys, the
+/// mirrored `graph.*` attributes, and the keys the engine rewrites after every stage (`outcome`,
+/// `preferred_label`, `current_node`, `failure_class`, `failure_reason`, `failure_signature`). The one
+/// place this is decided: branch merging, sub-workflows, preambles, the router and `trellis show`
+/// all ask here. A user key that merely starts with the same letters (`current_plan`) is not one.
+pub fn is_engine_key(key: &str) -> bool {
+    const STAGE_KEYS: &[&str] = &[
+        OUTCOME,
+        PREFERRED_LABEL,
+        CURRENT_NODE,
+        FAILURE_CLASS,
+        FAILURE_REASON,
+        FAILURE_SIGNATURE,
+    ];
+    is_bookkeeping(key) || STAGE_KEYS.contains(&key)
+}
+
+/// The engine keys that describe the run rather than the last stage: `internal.*` and the mirrored
+/// `graph.*` attributes. A model judging the last stage (the `when` router) is shown every other key,
+/// the stage's `outcome` and failure keys among them.
+pub fn is_bookkeeping(key: &str) -> bool {
+    key.starts_with(INTERNAL_PREFIX) || key.starts_with(GRAPH_PREFIX)
+}
+
+/// The prefix of the engine's own bookkeeping keys.
+pub const INTERNAL_PREFIX: &str = "internal.";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_keys_are_decided_by_name_not_by_prefix_letters() {
+        for key in [
+            "internal.run_id",
+            "graph.goal",
+            "outcome",
+            "current_node",
+            "failure_reason",
+        ] {
+            assert!(is_engine_key(key), "{key}");
+        }
+        for key in [
+            "current_plan",
+            "outcomes",
+            "tests_passed",
+            "response.plan",
+            "command.output",
+        ] {
+            assert!(!is_engine_key(key), "{key}");
+        }
+    }
+}

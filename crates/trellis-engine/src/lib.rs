@@ -3,6 +3,7 @@
 //! sees the outside world only through the traits in [`services`] and [`handler`]; it never touches a
 //! process, an HTTP client or the file layout of the run record.
 
+mod attempt;
 pub mod checkpoint;
 pub mod context;
 mod control;
@@ -14,12 +15,16 @@ pub mod outcome;
 pub mod parallel;
 pub mod routing;
 pub mod services;
+mod step;
 mod sub_workflow;
+pub mod text;
 
-pub use checkpoint::{Checkpoint, RunStatus, StageRecord};
+pub use attempt::backoff;
+pub use checkpoint::{BranchResult, Checkpoint, RunStatus, StageRecord, Track};
 pub use context::RunContext;
-pub use control::FanIn;
+pub use control::{FanIn, join_verdict};
 pub use engine::{Engine, EngineError, RunResult};
 pub use event::Event;
 pub use handler::{Emitter, Handler, Handlers, History, Services, Settings, Stage};
 pub use outcome::{Failure, FailureClass, Outcome};
+pub use tokio_util::sync::CancellationToken;

@@ -13,65 +13,29 @@
 //! killed during a fan-out resumes every unfinished branch at the stage it was in, and reuses the results
 //! of finished ones.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Mutex;
+use std::collections::BTreeMap;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use trellis_workflow::node_kind::{ErrorPolicy, JoinPolicy, ParallelConfig};
-use trellis_workflow::{NodeIndex, NodeKind, StageStatus};
+use trellis_workflow::{NodeIndex, StageStatus};
 
-use crate::checkpoint::Checkpoint;
-use crate::context::RunContext;
-use crate::engine::{Engine, EngineError, Ledger};
+use crate::checkpoint::{BranchProgress, BranchResult, ParallelProgress, Track};
+use crate::context::{RunContext, resolve_blob};
+use crate::engine::{Engine, EngineError};
 use crate::event::names;
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
+use crate::text::clip;
 
-/// One branch's result, as `parallel.results` records it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BranchResult {
-    id: String,
-    status: StageStatus,
-    failure_reason: Option<String>,
-    updated_keys: Vec<String>,
-    last_response: Option<Value>,
-    score: Option<f64>,
-}
-
-/// A fan-out in progress, checkpointed after every branch stage so a resumed run continues each branch
-/// where it stopped and does not re-run finished branch stages.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ParallelProgress {
-    pub node: String,
-    pub visit: u32,
-    /// By branch start node id.
-    pub branches: BTreeMap<String, BranchProgress>,
-}
-
-/// One branch's state.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BranchProgress {
-    /// The branch's next node; `None` once it has finished.
-    pub next: Option<String>,
-    pub context: BTreeMap<String, Value>,
-    /// The context at the fan-out, to tell which keys the branch updated.
-    pub before: BTreeMap<String, Value>,
-    pub visits: BTreeMap<String, u32>,
-    pub edge_counts: BTreeMap<String, u32>,
-    pub last_outcome: Option<Outcome>,
-    pub result: Option<BranchResult>,
-}
+/// How much of a branch's last output `parallel.results` keeps.
+const BRANCH_OUTPUT_CHARS: usize = 4_000;
 
 impl BranchResult {
     fn to_json(&self) -> Value {
-        json!({
-            "id": self.id, "status": self.status, "failure_reason": self.failure_reason,
-            "updated_keys": self.updated_keys, "last_response": self.last_response, "score": self.score,
-        })
+        serde_json::to_value(self).unwrap_or_default()
     }
 }
 
@@ -161,64 +125,28 @@ struct Collected {
     stop_reason: Option<&'static str>,
 }
 
-/// The nearest fan-in node every branch of `fan_out` reaches (fewest steps from the farthest branch).
-pub(crate) fn fan_in_of(engine: &Engine, fan_out: NodeIndex) -> Option<NodeIndex> {
-    let workflow = &engine.workflow;
-    let mut worst: HashMap<NodeIndex, (usize, usize)> = HashMap::new();
-    let starts: Vec<NodeIndex> = workflow.outgoing(fan_out).map(|e| e.to).collect();
-    for &start in &starts {
-        let mut distance = vec![usize::MAX; workflow.nodes.len()];
-        let mut queue = VecDeque::from([start]);
-        distance[start] = 0;
-        while let Some(n) = queue.pop_front() {
-            if matches!(workflow.nodes[n].kind, NodeKind::FanIn(_)) {
-                let entry = worst.entry(n).or_insert((0, 0));
-                entry.0 = entry.0.max(distance[n]);
-                entry.1 += 1;
-                continue;
-            }
-            for edge in workflow.outgoing(n) {
-                if distance[edge.to] == usize::MAX {
-                    distance[edge.to] = distance[n] + 1;
-                    queue.push_back(edge.to);
-                }
-            }
-        }
-    }
-    worst
-        .into_iter()
-        .filter(|(_, (_, reached_by))| *reached_by == starts.len())
-        .min_by(|(a, (da, _)), (b, (db, _))| {
-            da.cmp(db)
-                .then_with(|| workflow.nodes[*a].id.cmp(&workflow.nodes[*b].id))
-        })
-        .map(|(n, _)| n)
-}
-
 impl Engine {
-    /// Runs a fan-out node: every branch, then the merge. Returns the fan-out's outcome and the fan-in
-    /// node to continue at.
+    /// Runs a fan-out node: every branch (each a walk of its own up to the fan-in, resumed from the
+    /// checkpoint where one is in progress), then the join. Returns the fan-out's outcome, which carries
+    /// `parallel.results` and is the join's verdict.
     pub(crate) async fn run_parallel(
         &self,
-        ledger: &Ledger,
-        cp: &Checkpoint,
+        path: &[String],
+        track: &mut Track,
         index: NodeIndex,
         visit: u32,
         config: &ParallelConfig,
         context: &RunContext,
-    ) -> Result<(Outcome, Option<String>), EngineError> {
+    ) -> Result<Outcome, EngineError> {
         let node = &self.workflow.nodes[index];
-        let Some(fan_in) = fan_in_of(self, index) else {
-            return Ok((
-                Outcome::failed(
-                    FailureClass::Configuration,
-                    format!("the branches of `{}` never meet at a fan-in node", node.id),
-                ),
-                None,
+        let Some(fan_in) = node.fan_in else {
+            return Ok(Outcome::failed(
+                FailureClass::Configuration,
+                format!("the branches of `{}` never meet at a fan-in node", node.id),
             ));
         };
         let starts: Vec<NodeIndex> = self.workflow.outgoing(index).map(|e| e.to).collect();
-        let rank = ledger.next_rank();
+        let rank = self.next_rank(false);
         let dir = self.stage_dir(rank, &node.id, visit).await?;
         let branch_ids: Vec<&str> = starts
             .iter()
@@ -231,27 +159,26 @@ impl Engine {
         );
         let started = std::time::Instant::now();
         // A resumed fan-out continues from its checkpointed progress; a new one starts every branch.
-        let progress = match &cp.parallel {
-            Some(progress) if progress.node == node.id && progress.visit == visit => {
-                progress.clone()
-            }
-            _ => self.fresh_progress(cp, &node.id, visit, &starts, context),
+        let progress = match track.parallel.take() {
+            Some(progress) if progress.node == node.id && progress.visit == visit => *progress,
+            _ => fresh_progress(track, &node.id, visit, &branch_ids, context),
         };
-        let progress = Mutex::new(progress);
+        // Branches write their tracks below this one in the checkpoint from now on.
+        if let Some(slot) = self.book().track.at_mut(path) {
+            slot.parallel = Some(Box::new(progress.clone()));
+        }
         let semaphore = Semaphore::new(config.max_parallel.max(1) as usize);
-        let mut running: FuturesUnordered<_> = starts
+        let mut running: FuturesUnordered<_> = branch_ids
             .iter()
             .enumerate()
-            .map(|(position, &start)| {
-                let (semaphore, progress) = (&semaphore, &progress);
-                let id = self.workflow.nodes[start].id.clone();
+            .map(|(position, id)| {
+                let semaphore = &semaphore;
+                let branch_path: Vec<String> =
+                    path.iter().cloned().chain([(*id).to_owned()]).collect();
+                let state = progress.branches[*id].clone();
                 async move {
                     let _permit = semaphore.acquire().await;
-                    (
-                        position,
-                        self.run_branch(ledger, cp, context, &id, fan_in, progress)
-                            .await,
-                    )
+                    (position, self.run_branch(branch_path, state, fan_in).await)
                 }
             })
             .collect();
@@ -269,27 +196,17 @@ impl Engine {
         drop(running);
         let cancelled = results.iter().filter(|r| r.is_none()).count();
         let results = self.settle(results, &starts, config.error_policy, stop_reason);
-        let outcome = fan_out_outcome(config, succeeded, failed, needed, total, &results);
+        let outcome = fan_out_outcome(config, succeeded, failed, needed, total, &results)
+            .with_detail("cancelled_branches", cancelled);
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.emit(
             names::PARALLEL_COMPLETED,
             Some(&node.id),
             json!({ "status": outcome.status, "succeeded": succeeded, "failed": failed, "cancelled": cancelled }),
         );
-        let mut status_json = crate::engine::status_json(&outcome, &node.id, visit, 1, duration_ms);
-        status_json["cancelled_branches"] = json!(cancelled);
-        self.finish_stage(
-            ledger,
-            rank,
-            &dir,
-            &node.id,
-            visit,
-            &outcome,
-            duration_ms,
-            status_json,
-        )
-        .await?;
-        Ok((outcome, Some(self.workflow.nodes[fan_in].id.clone())))
+        self.finish_stage(rank, &dir, &node.id, visit, &outcome, duration_ms)
+            .await?;
+        Ok(outcome)
     }
 
     /// Final results in declaration order: cancelled branches as skipped, failed ones left out under
@@ -314,63 +231,12 @@ impl Engine {
                     )),
                     updated_keys: Vec::new(),
                     last_response: None,
+                    output: None,
                     score: None,
                 })
             })
             .filter(|r| !(error_policy == ErrorPolicy::Ignore && r.status == StageStatus::Failed))
             .collect()
-    }
-
-    /// Saves the checkpoint with the fan-out's current progress.
-    async fn save_progress(
-        &self,
-        ledger: &Ledger,
-        cp: &Checkpoint,
-        main: &RunContext,
-        progress: &Mutex<ParallelProgress>,
-    ) -> Result<(), EngineError> {
-        let _turn = self.save_turn.lock().await;
-        let mut snapshot = cp.clone();
-        snapshot.parallel = Some(
-            progress
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone(),
-        );
-        self.save_in_turn(&mut snapshot, ledger, main).await
-    }
-
-    /// Progress for a fan-out that starts now: every branch at its first node, on the current context.
-    fn fresh_progress(
-        &self,
-        cp: &Checkpoint,
-        node: &str,
-        visit: u32,
-        starts: &[NodeIndex],
-        context: &RunContext,
-    ) -> ParallelProgress {
-        let snapshot = context.snapshot();
-        let branches = starts
-            .iter()
-            .map(|&start| {
-                let id = self.workflow.nodes[start].id.clone();
-                let state = BranchProgress {
-                    next: Some(id.clone()),
-                    context: snapshot.clone(),
-                    before: snapshot.clone(),
-                    visits: cp.visits.clone(),
-                    edge_counts: cp.edge_counts.clone(),
-                    last_outcome: None,
-                    result: None,
-                };
-                (id, state)
-            })
-            .collect();
-        ParallelProgress {
-            node: node.to_owned(),
-            visit,
-            branches,
-        }
     }
 
     /// Takes branch results as they finish until all are in or the policies say to stop.
@@ -420,137 +286,119 @@ impl Engine {
         Ok(collected)
     }
 
-    /// Runs (or continues) one branch on its own copy of the context, from its next node up to the
-    /// fan-in, checkpointing its progress after every stage.
-    async fn run_branch(
+    /// Runs (or continues) one branch on its own copy of the context: a walk from its next node up to
+    /// the fan-in, checkpointed after every stage like any track. `path` names it in the checkpoint.
+    fn run_branch(
         &self,
-        ledger: &Ledger,
-        cp: &Checkpoint,
-        main: &RunContext,
-        id: &str,
+        path: Vec<String>,
+        state: BranchProgress,
         fan_in: NodeIndex,
-        progress: &Mutex<ParallelProgress>,
-    ) -> Result<BranchResult, EngineError> {
-        let lock = || {
-            progress
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-        };
-        let state = lock().branches[id].clone();
-        if let Some(result) = state.result {
-            return Ok(result);
-        }
-        let branch = RunContext::from_map(state.context);
-        let (mut visits, mut edge_counts, mut last) =
-            (state.visits, state.edge_counts, state.last_outcome);
-        let mut current = state
-            .next
-            .as_deref()
-            .and_then(|n| self.workflow.node_index(n));
-        while let Some(index) = current
-            .filter(|&i| i != fan_in && !matches!(self.workflow.nodes[i].kind, NodeKind::Exit))
-        {
-            let node = &self.workflow.nodes[index];
-            if ledger.steps() >= self.settings.max_steps {
-                return Err(EngineError::StepBudget {
-                    steps: ledger.steps(),
-                });
+    ) -> futures::future::BoxFuture<'_, Result<BranchResult, EngineError>> {
+        // Branches nest (a fan-out inside a branch walks branches of its own), so this future is
+        // boxed: the recursion needs a future of known size.
+        Box::pin(async move {
+            if let Some(result) = state.result {
+                return Ok(result);
             }
-            let visit = visits.get(&node.id).copied().unwrap_or(0) + 1;
-            if let Some(limit) = node
-                .common
-                .max_visits
-                .or(self.workflow.graph.max_node_visits)
-                && visit > limit
-            {
-                last = Some(Outcome::failed(
-                    FailureClass::StageFailed,
-                    format!("node `{}` reached its visit limit of {limit}", node.id),
-                ));
-                break;
-            }
-            visits.insert(node.id.clone(), visit);
-            branch.set(keys::CURRENT_NODE, node.id.clone());
-            branch.set(keys::NODE_VISIT_COUNT, visit);
-            self.set_fidelity_keys(index, &branch, &mut false);
-            let mut outcome = self
-                .execute_with_retries(ledger, index, visit, &branch, last.as_ref())
+            let id = path.last().cloned().unwrap_or_default();
+            let mut track = state.track;
+            let context = RunContext::from_map(std::mem::take(&mut track.context));
+            self.walk(&path, &mut track, &context, Some(fan_in), false)
                 .await?;
-            if outcome.waiting_for_input {
-                outcome = Outcome::failed(
-                    FailureClass::Configuration,
-                    format!(
-                        "human gate `{}` inside a parallel branch needs its answer up front (--answers or --auto-approve)",
-                        node.id
-                    ),
-                );
+            let after = context.snapshot();
+            let output = self.branch_output(&after, &state.before).await;
+            let result = branch_result(
+                &id,
+                &state.before,
+                &after,
+                track.last_outcome.as_ref().unwrap_or(&Outcome::success()),
+                output,
+            );
+            if let Some(branch) = self.book().track.branch_mut(&path) {
+                branch.track = track;
+                branch.track.context = after;
+                branch.track.next_node = None;
+                branch.result = Some(result.clone());
             }
-            self.apply_outcome(&branch, &node.id, &outcome).await?;
-            current = match self
-                .next_node(&mut edge_counts, index, &outcome, &branch)
-                .await
-            {
-                Ok(next) => next.and_then(|(id, _)| self.workflow.node_index(&id)),
-                Err(_) => None,
+            self.save().await?;
+            Ok(result)
+        })
+    }
+
+    /// The branch's last output, for the fan-in: the last stage's model response, else the command
+    /// output it left, resolved from the blob store and cut with a marker when long.
+    async fn branch_output(
+        &self,
+        after: &BTreeMap<String, Value>,
+        before: &BTreeMap<String, Value>,
+    ) -> Option<String> {
+        let last = after.get(keys::CURRENT_NODE)?.as_str()?;
+        let changed = |key: &str| {
+            after
+                .get(key)
+                .filter(|v| before.get(key) != Some(*v))
+                .cloned()
+        };
+        let value =
+            changed(&format!("response.{last}")).or_else(|| changed(keys::COMMAND_OUTPUT))?;
+        let blobs = self.services.blobs.clone();
+        let value = crate::engine::blocking(move || resolve_blob(value, &*blobs)).await;
+        let text = match value {
+            Value::String(text) => text,
+            other => other.to_string(),
+        };
+        Some(clip(text.trim_end(), BRANCH_OUTPUT_CHARS))
+    }
+}
+
+/// Progress for a fan-out that starts now: every branch at its first node, on a copy of the current
+/// context, with the counts of the track that forks.
+fn fresh_progress(
+    track: &Track,
+    node: &str,
+    visit: u32,
+    branch_ids: &[&str],
+    context: &RunContext,
+) -> ParallelProgress {
+    let snapshot = context.snapshot();
+    let branches = branch_ids
+        .iter()
+        .map(|&id| {
+            let state = BranchProgress {
+                track: Track {
+                    next_node: Some(id.to_owned()),
+                    context: snapshot.clone(),
+                    visits: track.visits.clone(),
+                    edge_counts: track.edge_counts.clone(),
+                    last_outcome: None,
+                    goal_gates: std::collections::BTreeMap::new(),
+                    parallel: None,
+                },
+                before: snapshot.clone(),
+                result: None,
             };
-            last = Some(outcome);
-            {
-                let mut guard = lock();
-                let saved = guard
-                    .branches
-                    .get_mut(id)
-                    .expect("every branch has progress");
-                saved.next = current.map(|i| self.workflow.nodes[i].id.clone());
-                saved.context = branch.snapshot();
-                saved.visits.clone_from(&visits);
-                saved.edge_counts.clone_from(&edge_counts);
-                saved.last_outcome.clone_from(&last);
-            }
-            self.save_progress(ledger, cp, main, progress).await?;
-        }
-        let result = branch_result(
-            id,
-            &state.before,
-            &branch.snapshot(),
-            &last.unwrap_or_else(Outcome::success),
-        );
-        {
-            let mut guard = lock();
-            let saved = guard
-                .branches
-                .get_mut(id)
-                .expect("every branch has progress");
-            saved.next = None;
-            saved.result = Some(result.clone());
-        }
-        self.save_progress(ledger, cp, main, progress).await?;
-        Ok(result)
+            (id.to_owned(), state)
+        })
+        .collect();
+    ParallelProgress {
+        node: node.to_owned(),
+        visit,
+        branches,
     }
 }
 
 /// A finished branch's result: its last outcome, the keys it changed (engine keys aside), its last
-/// response and score.
+/// response, output and score.
 fn branch_result(
     id: &str,
     before: &BTreeMap<String, Value>,
     after: &BTreeMap<String, Value>,
     last: &Outcome,
+    output: Option<String>,
 ) -> BranchResult {
-    const ENGINE_KEYS: &[&str] = &[
-        keys::CURRENT_NODE,
-        keys::OUTCOME,
-        keys::PREFERRED_LABEL,
-        keys::FAILURE_CLASS,
-        keys::FAILURE_REASON,
-        keys::FAILURE_SIGNATURE,
-    ];
     let updated_keys = after
         .iter()
-        .filter(|(k, v)| {
-            !k.starts_with("internal.")
-                && !ENGINE_KEYS.contains(&k.as_str())
-                && before.get(*k) != Some(*v)
-        })
+        .filter(|(k, v)| !keys::is_engine_key(k) && before.get(*k) != Some(*v))
         .map(|(k, _)| k.clone())
         .collect();
     BranchResult {
@@ -562,6 +410,7 @@ fn branch_result(
             .get(keys::LAST_RESPONSE)
             .filter(|v| before.get(keys::LAST_RESPONSE) != Some(*v))
             .cloned(),
+        output,
         score: after.get("score").and_then(Value::as_f64),
     }
 }

@@ -86,13 +86,23 @@ pub struct RouteOption {
 
 #[async_trait]
 pub trait Router: Send + Sync {
-    /// Picks one of `options` given the run context, or `None` for "none of the above".
+    /// Picks one of `options` given the run context (blob references already replaced by their
+    /// values), or `None` for "none of the above". Model calls it makes are reported through `events`.
     async fn choose(
         &self,
         node_id: &str,
         options: &[RouteOption],
         context: &std::collections::BTreeMap<String, Value>,
-    ) -> Result<Option<usize>, String>;
+        events: &dyn crate::handler::Emitter,
+    ) -> Result<RouteChoice, String>;
+}
+
+/// A router's answer: the option it picked (`None` for "none of the above") and what judging cost
+/// (model, provider, usage), recorded on the `EdgeSelected` event.
+#[derive(Debug, Clone, Default)]
+pub struct RouteChoice {
+    pub choice: Option<usize>,
+    pub details: Value,
 }
 
 /// In-memory implementations, for tests and dry runs.

@@ -11,7 +11,7 @@ use trellis_workflow::CompileOptions;
 
 use crate::checkpoint::RunStatus;
 use crate::context::RunContext;
-use crate::engine::{Engine, EngineError, Ledger};
+use crate::engine::{Engine, EngineError};
 use crate::event::names;
 use crate::handler::Services;
 use crate::keys;
@@ -23,36 +23,21 @@ const MAX_DEPTH: u32 = 16;
 impl Engine {
     pub(crate) async fn run_sub_workflow(
         &self,
-        ledger: &Ledger,
         index: usize,
         visit: u32,
         path: &Path,
         context: &RunContext,
     ) -> Result<Outcome, EngineError> {
         let node = &self.workflow.nodes[index];
-        let rank = ledger.next_rank();
-        ledger.steps_add(1);
+        let rank = self.next_rank(true);
         let dir = self.stage_dir(rank, &node.id, visit).await?;
-        let dir_name = dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let dir_name = crate::attempt::dir_name(&dir);
         self.emit(names::STAGE_STARTED, Some(&node.id), json!({ "visit": visit, "attempt": 1, "dir": dir_name, "type": "stack.manager_loop", "workflow": path.display().to_string() }));
         let started = std::time::Instant::now();
         let outcome = Box::pin(self.run_child(&dir, path, context, &node.id)).await?;
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let status = crate::engine::status_json(&outcome, &node.id, visit, 1, duration_ms);
-        self.finish_stage(
-            ledger,
-            rank,
-            &dir,
-            &node.id,
-            visit,
-            &outcome,
-            duration_ms,
-            status,
-        )
-        .await?;
+        self.finish_stage(rank, &dir, &node.id, visit, &outcome, duration_ms)
+            .await?;
         Ok(outcome)
     }
 
@@ -114,7 +99,7 @@ impl Engine {
         let parent = context.snapshot();
         let inherited = parent
             .iter()
-            .filter(|(k, _)| !k.starts_with("internal.") && !k.starts_with(keys::GRAPH_PREFIX))
+            .filter(|(k, _)| !keys::is_engine_key(k))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let Some(checkpoint) = engine.first_checkpoint(inherited) else {
@@ -123,7 +108,9 @@ impl Engine {
                 "the child workflow has no start node",
             ));
         };
-        let result = Box::pin(engine.run(checkpoint)).await;
+        // Cancelling the parent drops this stage, and the child run with it.
+        let result =
+            Box::pin(engine.run(checkpoint, &tokio_util::sync::CancellationToken::new())).await;
         let mut outcome = match result.status {
             RunStatus::Succeeded => Outcome::success(),
             RunStatus::WaitingForInput => Outcome::failed(
@@ -142,11 +129,8 @@ impl Engine {
                 ),
             ),
         };
-        for (key, value) in &result.checkpoint.context {
-            let engine_key = key.starts_with("internal.")
-                || key.starts_with(keys::GRAPH_PREFIX)
-                || key == keys::CURRENT_NODE;
-            if !engine_key && parent.get(key) != Some(value) {
+        for (key, value) in &result.checkpoint.track.context {
+            if !keys::is_engine_key(key) && parent.get(key) != Some(value) {
                 outcome.context_updates.insert(key.clone(), value.clone());
             }
         }

@@ -44,16 +44,27 @@ fn skipped(entry: &walkdir::DirEntry, exclude: &Path) -> bool {
                 .is_some_and(|n| n.starts_with('.') || SKIPPED_DIRS.contains(&n)))
 }
 
-/// Copies artifact files under `root` modified since `since` into `dest`, keeping their relative paths,
-/// and returns those paths. `exclude` (the runs directory) is never scanned.
+/// An artifact file, by its path relative to the working directory.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Artifact {
+    pub path: PathBuf,
+    pub bytes: u64,
+    /// Why it was not copied (too large), for files left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<&'static str>,
+}
+
+/// Copies artifact files under `root` modified since `since` into `dest`, keeping their relative paths.
+/// Returns every artifact found, in path order: those copied, and those left out with the reason.
+/// `exclude` (the runs directory) is never scanned.
 pub fn capture(
     root: &Path,
     since: SystemTime,
     dest: &Path,
     exclude: &Path,
-) -> std::io::Result<Vec<PathBuf>> {
+) -> std::io::Result<Vec<Artifact>> {
     // Collected before copying, so nothing copied now can be found again.
-    let found: Vec<(PathBuf, u64)> = WalkDir::new(root)
+    let mut found: Vec<(PathBuf, u64)> = WalkDir::new(root)
         .follow_links(false)
         .into_iter()
         .filter_entry(|e| !skipped(e, exclude))
@@ -66,22 +77,32 @@ pub fn capture(
                 .then_some((relative, meta.len()))
         })
         .collect();
-    let mut copied = Vec::new();
+    found.sort();
+    let mut artifacts = Vec::new();
     let mut total = 0;
-    for (relative, size) in found {
-        if size > MAX_FILE || total + size > MAX_STAGE {
-            continue;
+    for (path, bytes) in found {
+        let skipped = if bytes > MAX_FILE {
+            Some("larger than 10 MB")
+        } else if total + bytes > MAX_STAGE {
+            Some("past the stage's 50 MB of artifacts")
+        } else {
+            None
+        };
+        if skipped.is_none() {
+            let target = dest.join(&path);
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::copy(root.join(&path), &target)?;
+            total += bytes;
         }
-        let target = dest.join(&relative);
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        std::fs::copy(root.join(&relative), &target)?;
-        total += size;
-        copied.push(relative);
+        artifacts.push(Artifact {
+            path,
+            bytes,
+            skipped,
+        });
     }
-    copied.sort();
-    Ok(copied)
+    Ok(artifacts)
 }
 
 #[cfg(test)]

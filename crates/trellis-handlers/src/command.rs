@@ -185,6 +185,23 @@ fn command_for(
     (program, command)
 }
 
+/// Records the captured artifacts: copied ones as the stage's files and `artifacts` detail, those left
+/// out (too large) as `artifacts_skipped` with the reason.
+fn with_artifacts(mut outcome: Outcome, artifacts: Vec<artifacts::Artifact>) -> Outcome {
+    let (copied, skipped): (Vec<_>, Vec<_>) =
+        artifacts.into_iter().partition(|a| a.skipped.is_none());
+    outcome.files_touched = copied
+        .iter()
+        .map(|a| a.path.display().to_string())
+        .collect();
+    for (key, list) in [("artifacts", copied), ("artifacts_skipped", skipped)] {
+        if !list.is_empty() {
+            outcome = outcome.with_detail(key, serde_json::to_value(&list).unwrap_or_default());
+        }
+    }
+    outcome
+}
+
 #[async_trait]
 impl Handler for CommandHandler {
     async fn execute(&self, stage: &Stage<'_>) -> Outcome {
@@ -256,7 +273,7 @@ impl Handler for CommandHandler {
             )
         })
         .await;
-        let Ok(((Ok(output_ref), Ok(stderr_ref)), err, files_touched)) = finished else {
+        let Ok(((Ok(output_ref), Ok(stderr_ref)), err, artifacts)) = finished else {
             return Outcome::failed(
                 FailureClass::Configuration,
                 "cannot store the command's output in the blob store",
@@ -272,11 +289,8 @@ impl Handler for CommandHandler {
             }
         };
         let code = status.code();
-        let mut outcome = exit_outcome(status, &err);
-        outcome.files_touched = files_touched
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect();
+        let outcome = exit_outcome(status, &err);
+        let outcome = with_artifacts(outcome, artifacts);
         outcome
             .with_detail("script", config.script.clone())
             .with_detail("stdout", output_ref.clone())

@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use trellis_engine::{FailureClass, Handler, Outcome, Stage, keys};
+use trellis_engine::text::clip;
+use trellis_engine::{FailureClass, Handler, Outcome, Stage, join_verdict, keys};
 use trellis_llm::{Client, Message, Request};
 use trellis_workflow::StageStatus;
 
-use crate::model_call::ModelCall;
-use crate::preamble::clip;
+use crate::model_call::{ModelCall, Parsed, Unshaped};
 use crate::prompt::{project_memory, response_updates, write_stage_file};
 use crate::routing_directive::json_objects;
 
@@ -46,12 +46,16 @@ fn prompt(own: &str, results: &[Value]) -> String {
         if !field("failure_reason").is_empty() {
             let _ = writeln!(text, "Failure: {}", clip(field("failure_reason"), 500));
         }
-        if !field("last_response").is_empty() {
-            let _ = writeln!(
-                text,
-                "Last response: {}",
-                clip(field("last_response"), 2_000)
-            );
+        // The branch's output (a response or a command's output, already cut to size), else the
+        // short last response.
+        let output = [field("output"), field("last_response")]
+            .into_iter()
+            .find(|o| !o.trim().is_empty());
+        match output {
+            Some(output) => {
+                let _ = writeln!(text, "Output:\n{}", output.trim_end());
+            }
+            None => text.push_str("(no output)\n"),
         }
     }
     let ids: Vec<String> = branches(results)
@@ -96,6 +100,11 @@ impl Handler for ModelFanIn {
         else {
             return trellis_engine::FanIn.execute(stage).await;
         };
+        let verdict = join_verdict(stage);
+        // An unmet join policy fails the fan-in with the join's reason: there is nothing to choose.
+        if let Some(failed) = verdict.clone().filter(|v| v.status == StageStatus::Failed) {
+            return failed;
+        }
         let results = stage
             .context
             .get(keys::PARALLEL_RESULTS)
@@ -108,11 +117,15 @@ impl Handler for ModelFanIn {
                 format!("fan-in `{}` found no branch results", stage.node.id),
             );
         }
-        let mut call =
-            match ModelCall::new(client, stage, llm.model.as_deref(), llm.provider.as_deref()) {
-                Ok(call) => call,
-                Err(outcome) => return *outcome,
-            };
+        let mut call = match ModelCall::for_stage(
+            client,
+            stage,
+            llm.model.as_deref(),
+            llm.provider.as_deref(),
+        ) {
+            Ok(call) => call,
+            Err(outcome) => return *outcome,
+        };
         let text = prompt(&llm.prompt, &results);
         write_stage_file(stage, "prompt.md", &text).await;
         let mut request = Request {
@@ -125,48 +138,55 @@ impl Handler for ModelFanIn {
             max_tokens: llm.max_tokens,
             ..Request::default()
         };
-        let mut repairs = 0;
-        let (response, (best_id, best_status)) = loop {
-            let response = match call.ask(&request).await {
-                Ok(response) => response,
-                Err(outcome) => {
-                    let mut outcome = *outcome;
-                    call.describe(&mut outcome);
-                    return outcome;
-                }
-            };
-            match choice(&response.text, &branches) {
-                Ok(chosen) => break (response, chosen),
-                Err(problem) if repairs < llm.output_retries => {
-                    repairs += 1;
-                    request.messages.push(response.to_message());
-                    request.messages.push(Message::user(format!(
-                        "{problem}. Reply again, ending with {{\"best_id\": \"<branch id>\"}}."
-                    )));
-                }
-                Err(problem) => {
-                    write_stage_file(stage, "response.md", &response.text).await;
-                    let mut outcome = Outcome::failed(
-                        FailureClass::StageFailed,
-                        format!(
-                            "the model did not pick a branch after {repairs} repair attempt(s): {problem}"
-                        ),
-                    );
-                    call.describe(&mut outcome);
-                    return outcome;
-                }
+        let answer = call
+            .ask_until(
+                &mut request,
+                llm.output_retries,
+                |text| match choice(text, &branches) {
+                    Ok(chosen) => Parsed::Valid(chosen),
+                    Err(problem) => Parsed::Invalid(problem),
+                },
+                |problem| {
+                    format!("{problem}. Reply again, ending with {{\"best_id\": \"<branch id>\"}}.")
+                },
+            )
+            .await;
+        let (response, (best_id, best_status), repairs) = match answer {
+            Ok(shaped) => (shaped.response, shaped.value, shaped.repairs),
+            Err(Unshaped::Failed(outcome)) => {
+                let mut outcome = *outcome;
+                call.describe(&mut outcome);
+                return outcome;
+            }
+            Err(Unshaped::Exhausted {
+                response,
+                problem,
+                repairs,
+                ..
+            }) => {
+                write_stage_file(stage, "response.md", &response.text).await;
+                let mut outcome = Outcome::failed(
+                    FailureClass::StageFailed,
+                    format!(
+                        "the model did not pick a branch after {repairs} repair attempt(s): {problem}"
+                    ),
+                );
+                call.describe(&mut outcome);
+                return outcome;
             }
         };
         write_stage_file(stage, "response.md", &response.text).await;
-        let status: StageStatus = best_status.parse().unwrap_or(StageStatus::Failed);
-        let mut outcome = if status == StageStatus::Failed {
-            Outcome::failed(
-                FailureClass::StageFailed,
-                format!("the chosen branch `{best_id}` failed"),
-            )
-        } else {
-            Outcome::new(status)
-        };
+        // The fan-in reports the join's verdict; the model only chooses which branch is best.
+        let mut outcome =
+            verdict.unwrap_or_else(
+                || match best_status.parse().unwrap_or(StageStatus::Failed) {
+                    StageStatus::Failed => Outcome::failed(
+                        FailureClass::StageFailed,
+                        format!("the chosen branch `{best_id}` failed"),
+                    ),
+                    status => Outcome::new(status),
+                },
+            );
         response_updates(&mut outcome, &stage.node.id, &response.text);
         outcome
             .context_updates

@@ -78,6 +78,7 @@ impl Handler for HumanHandler {
             json!({ "prompt": question.prompt, "options": labels, "freeform": question.freeform }),
         );
         let answer = stage.services.interviewer.ask(&question).await;
+        let timed_out = answer == Answer::TimedOut;
         let answer = match answer {
             Answer::TimedOut => match default_choice
                 .as_deref()
@@ -96,8 +97,16 @@ impl Handler for HumanHandler {
             },
             other => other,
         };
+        let answered = |label: &str, text: Option<&str>| {
+            stage.emitter.emit(
+                names::HUMAN_GATE_ANSWERED,
+                Some(&stage.node.id),
+                json!({ "label": label, "text": text, "default_after_timeout": timed_out }),
+            );
+        };
         match answer {
             Answer::Choice(i) if i < question.choices.len() => {
+                answered(&question.choices[i].label, None);
                 let choice = &question.choices[i];
                 let selected = choice
                     .key
@@ -110,6 +119,7 @@ impl Handler for HumanHandler {
             }
             Answer::Freeform(text) if freeform_label.is_some() => {
                 let label = freeform_label.unwrap_or_default();
+                answered(&label, Some(&text));
                 let mut outcome = Outcome::success()
                     .with_update(keys::HUMAN_SELECTED, "freeform")
                     .with_update(keys::HUMAN_LABEL, label.clone())

@@ -1,12 +1,15 @@
-//! One model conversation inside a stage: calls through the `trellis-llm` client, the events that
-//! report them, usage summed over the turns, and provider errors turned into stage outcomes (a
-//! transient error is retryable by the node's retry policy; a missing model stops the run).
+//! One model conversation: calls through the `trellis-llm` client, the events that report them, usage
+//! summed over the turns, provider errors turned into stage outcomes (a transient error is retryable by
+//! the node's retry policy; a missing model stops the run), and the one "ask, parse, repair" loop that
+//! every caller needing a shaped answer uses — prompt output schemas, the fan-in's choice, the `when`
+//! router, and later agents.
 
+use std::fmt::Write as _;
 use std::time::Instant;
 
 use serde_json::json;
-use trellis_engine::{FailureClass, Outcome, Stage};
-use trellis_llm::{Client, ErrorKind, LlmError, Request, ResolvedModel, Response, Usage};
+use trellis_engine::{Emitter, FailureClass, Outcome, Stage};
+use trellis_llm::{Client, ErrorKind, LlmError, Message, Request, ResolvedModel, Response, Usage};
 
 /// Event names of model calls.
 pub mod events {
@@ -16,20 +19,54 @@ pub mod events {
     pub const WARNING: &str = "ModelWarning";
 }
 
-/// A stage's conversation with one model.
+/// A conversation with one model on behalf of one node (a stage, or the router of its edges).
 pub struct ModelCall<'a> {
     client: &'a Client,
     pub resolved: ResolvedModel,
-    stage: &'a Stage<'a>,
+    emitter: &'a dyn Emitter,
+    node_id: &'a str,
     pub usage: Usage,
     pub turns: u32,
 }
 
+/// What a parser says of an answer.
+pub enum Parsed<T> {
+    /// The answer has the shape wanted.
+    Valid(T),
+    /// It does not: the problem, told to the model in a repair turn.
+    Invalid(String),
+    /// Asking again cannot help (a broken schema): the stage ends with this outcome.
+    Fatal(Outcome),
+}
+
+/// A shaped answer: the value, the response it came from, the repair turns it took, and a log of the
+/// rejected responses with their problems.
+pub struct Shaped<T> {
+    pub value: T,
+    pub response: Response,
+    pub repairs: u32,
+    pub log: String,
+}
+
+/// Why no shaped answer came.
+pub enum Unshaped {
+    /// The call failed, or the parser said asking again cannot help.
+    Failed(Box<Outcome>),
+    /// Every repair turn was used: the last response, its problem, and the log.
+    Exhausted {
+        response: Box<Response>,
+        problem: String,
+        repairs: u32,
+        log: String,
+    },
+}
+
 impl<'a> ModelCall<'a> {
-    /// Resolves the node's model; a model that cannot run here is a configuration failure.
+    /// Resolves `model`; a model that cannot run here is a configuration failure.
     pub fn new(
         client: &'a Client,
-        stage: &'a Stage<'a>,
+        emitter: &'a dyn Emitter,
+        node_id: &'a str,
         model: Option<&str>,
         provider: Option<&str>,
     ) -> Result<Self, Box<Outcome>> {
@@ -37,26 +74,37 @@ impl<'a> ModelCall<'a> {
             .resolve(model, provider)
             .map_err(|e| Box::new(failure(&e)))?;
         if let Some(warning) = &resolved.warning {
-            stage.emitter.emit(
+            emitter.emit(
                 events::WARNING,
-                Some(&stage.node.id),
+                Some(node_id),
                 json!({ "message": warning }),
             );
         }
         Ok(Self {
             client,
             resolved,
-            stage,
+            emitter,
+            node_id,
             usage: Usage::default(),
             turns: 0,
         })
     }
 
+    /// The conversation of a stage's own node.
+    pub fn for_stage(
+        client: &'a Client,
+        stage: &'a Stage<'a>,
+        model: Option<&str>,
+        provider: Option<&str>,
+    ) -> Result<Self, Box<Outcome>> {
+        Self::new(client, stage.emitter, &stage.node.id, model, provider)
+    }
+
     /// One call, retried by the client on transient errors; each call is reported as events.
     pub async fn ask(&mut self, request: &Request) -> Result<Response, Box<Outcome>> {
         self.turns += 1;
-        let node = Some(self.stage.node.id.as_str());
-        let emitter = self.stage.emitter;
+        let node = Some(self.node_id);
+        let emitter = self.emitter;
         emitter.emit(
             events::CALL_STARTED,
             node,
@@ -98,16 +146,64 @@ impl<'a> ModelCall<'a> {
         }
     }
 
+    /// Asks until `parse` accepts the answer. A rejected answer stays in the conversation, followed by
+    /// a repair turn that `repair` words from the problem, at most `repairs` times.
+    pub async fn ask_until<T>(
+        &mut self,
+        request: &mut Request,
+        repairs: u32,
+        parse: impl Fn(&str) -> Parsed<T>,
+        repair: impl Fn(&str) -> String,
+    ) -> Result<Shaped<T>, Unshaped> {
+        let mut used = 0;
+        let mut log = String::new();
+        loop {
+            let response = self.ask(request).await.map_err(Unshaped::Failed)?;
+            let problem = match parse(&response.text) {
+                Parsed::Valid(value) => {
+                    return Ok(Shaped {
+                        value,
+                        response,
+                        repairs: used,
+                        log,
+                    });
+                }
+                Parsed::Fatal(outcome) => return Err(Unshaped::Failed(Box::new(outcome))),
+                Parsed::Invalid(problem) => problem,
+            };
+            let _ = write!(
+                log,
+                "## Response {}\n\n{}\n\n## Problems\n\n{problem}\n\n",
+                used + 1,
+                response.text
+            );
+            if used >= repairs {
+                return Err(Unshaped::Exhausted {
+                    response: Box::new(response),
+                    problem,
+                    repairs: used,
+                    log,
+                });
+            }
+            used += 1;
+            request.messages.push(response.to_message());
+            request.messages.push(Message::user(repair(&problem)));
+        }
+    }
+
+    /// The model, provider, usage and turn count, as stage details.
+    pub fn details(&self) -> serde_json::Value {
+        json!({
+            "model": self.resolved.model, "provider": self.resolved.provider,
+            "usage": self.usage, "turns": self.turns,
+        })
+    }
+
     /// Adds the model, provider, usage and turn count to an outcome's details.
     pub fn describe(&self, outcome: &mut Outcome) {
-        outcome
-            .details
-            .insert("model".into(), json!(self.resolved.model));
-        outcome
-            .details
-            .insert("provider".into(), json!(self.resolved.provider));
-        outcome.details.insert("usage".into(), json!(self.usage));
-        outcome.details.insert("turns".into(), json!(self.turns));
+        if let serde_json::Value::Object(details) = self.details() {
+            outcome.details.extend(details);
+        }
     }
 }
 

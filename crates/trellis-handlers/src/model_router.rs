@@ -8,10 +8,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use trellis_engine::services::{RouteOption, Router};
+use trellis_engine::Emitter;
+use trellis_engine::services::{RouteChoice, RouteOption, Router};
+use trellis_engine::{keys, text::clip};
 use trellis_llm::{Client, Message, Request};
 
-use crate::preamble::clip;
+use crate::model_call::{ModelCall, Parsed, Unshaped};
 use crate::routing_directive::json_objects;
 
 /// Repair turns for an answer that picks no valid option.
@@ -35,10 +37,9 @@ fn prompt(node_id: &str, options: &[RouteOption], context: &BTreeMap<String, Val
          judging only from the run context below.\n\n## Run context\n"
     );
     for (key, value) in context {
-        if key.starts_with("internal.")
-            || key.starts_with("graph.")
+        if keys::is_bookkeeping(key)
             || key.starts_with("response.")
-            || key == "parallel.results"
+            || key == keys::PARALLEL_RESULTS
         {
             continue;
         }
@@ -89,39 +90,42 @@ impl Router for ModelRouter {
         node_id: &str,
         options: &[RouteOption],
         context: &BTreeMap<String, Value>,
-    ) -> Result<Option<usize>, String> {
-        let resolved = self
-            .client
-            .resolve(self.model.as_deref(), None)
-            .map_err(|e| e.to_string())?;
+        events: &dyn Emitter,
+    ) -> Result<RouteChoice, String> {
+        let mut call =
+            ModelCall::new(&self.client, events, node_id, self.model.as_deref(), None)
+                .map_err(|outcome| outcome.failure_reason().unwrap_or_default().to_owned())?;
         let mut request = Request {
             messages: vec![Message::user(prompt(node_id, options, context))],
             max_tokens: Some(256),
             temperature: Some(0.0),
             ..Request::default()
         };
-        let mut problem = String::new();
-        for _ in 0..=REPAIRS {
-            let response = self
-                .client
-                .complete(&resolved, &request, &|_| {}, &|_, _, _| {})
-                .await
-                .map_err(|e| e.to_string())?;
-            match parse_choice(&response.text, options.len()) {
-                Ok(0) => return Ok(None),
-                Ok(n) => return Ok(Some(n - 1)),
-                Err(p) => {
-                    request.messages.push(response.to_message());
-                    request.messages.push(Message::user(format!(
-                        "{p}. Answer again with only {{\"choice\": <number>}}."
-                    )));
-                    problem = p;
-                }
+        let answer = call
+            .ask_until(
+                &mut request,
+                REPAIRS,
+                |text| match parse_choice(text, options.len()) {
+                    Ok(n) => Parsed::Valid(n),
+                    Err(problem) => Parsed::Invalid(problem),
+                },
+                |problem| format!("{problem}. Answer again with only {{\"choice\": <number>}}."),
+            )
+            .await;
+        match answer {
+            Ok(shaped) => Ok(RouteChoice {
+                choice: shaped.value.checked_sub(1),
+                details: call.details(),
+            }),
+            Err(Unshaped::Failed(outcome)) => {
+                Err(outcome.failure_reason().unwrap_or_default().to_owned())
             }
+            Err(Unshaped::Exhausted {
+                problem, repairs, ..
+            }) => Err(format!(
+                "the model gave no valid choice after {repairs} repair attempt(s): {problem}"
+            )),
         }
-        Err(format!(
-            "the model gave no valid choice after {REPAIRS} repair attempt(s): {problem}"
-        ))
     }
 }
 

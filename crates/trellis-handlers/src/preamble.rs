@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 use trellis_engine::services::{BLOB_PREFIX, BlobStore};
+pub use trellis_engine::text::clip;
 use trellis_engine::{StageRecord, keys};
 use trellis_workflow::node_kind::Fidelity;
 use trellis_workflow::{NodeKind, Workflow};
@@ -74,25 +75,18 @@ fn limits(fidelity: Fidelity) -> Option<Limits> {
     Some(limits)
 }
 
-/// Context keys that are never shown: engine bookkeeping, and values shown with their stage.
+/// Context keys the preamble's context list leaves out: the engine's own keys, and values already shown
+/// with their stage (responses, command output, branch results).
 fn hidden(key: &str) -> bool {
-    const PREFIXES: &[&str] = &[
-        "internal.",
-        "current",
-        "graph.",
-        "thread.",
-        "response.",
-        "command.",
-        "failure_",
-    ];
+    const SHOWN_WITH_STAGE: &[&str] = &["response.", "command.", "thread."];
     const KEYS: &[&str] = &[
         keys::LAST_RESPONSE,
         keys::LAST_STAGE,
-        keys::OUTCOME,
-        keys::PREFERRED_LABEL,
         keys::PARALLEL_RESULTS,
     ];
-    PREFIXES.iter().any(|p| key.starts_with(p)) || KEYS.contains(&key)
+    keys::is_engine_key(key)
+        || SHOWN_WITH_STAGE.iter().any(|p| key.starts_with(p))
+        || KEYS.contains(&key)
 }
 
 /// The preamble for `fidelity`; empty for `full`.
@@ -238,16 +232,6 @@ fn resolve(source: &PreambleSource<'_>, value: &str, limit: usize) -> String {
     }
 }
 
-/// `text` cut to `limit` characters, saying how much was left out.
-pub fn clip(text: &str, limit: usize) -> String {
-    let count = text.chars().count();
-    if count <= limit {
-        return text.to_owned();
-    }
-    let kept: String = text.chars().take(limit).collect();
-    format!("{kept}… ({} more characters)", count - limit)
-}
-
 fn tokens(n: u64) -> String {
     if n >= 1000 {
         #[allow(
@@ -374,6 +358,13 @@ mod tests {
             high.contains("### plan (succeeded)\n- Model: claude-sonnet-4-5"),
             "{high}"
         );
+    }
+
+    /// Regression: user keys starting with `current` (like `current_plan`) vanished from preambles.
+    #[test]
+    fn regression_user_keys_starting_with_current_are_shown() {
+        assert!(!hidden("current_plan"));
+        assert!(hidden("current_node") && hidden("internal.run_id") && hidden("response.plan"));
     }
 
     #[test]

@@ -10,7 +10,6 @@
 //! a configuration error in real runs. `--dry-run` simulates both.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -20,7 +19,7 @@ use trellis_llm::{Client, Message, ReasoningEffort, Request};
 use trellis_workflow::NodeKind;
 use trellis_workflow::node_kind::{self, Fidelity, LlmConfig};
 
-use crate::model_call::ModelCall;
+use crate::model_call::{ModelCall, Parsed, Shaped, Unshaped};
 use crate::output_schema::{self, SchemaError, Structured};
 use crate::preamble::{self, PreambleSource};
 
@@ -200,15 +199,6 @@ struct Opening {
     fidelity: Fidelity,
 }
 
-/// A structured-output conversation that ended: the last response, what it yielded, and the log of
-/// rejected responses.
-struct Answer {
-    response: trellis_llm::Response,
-    structured: Structured,
-    repairs: u32,
-    log: String,
-}
-
 impl PromptHandler {
     /// The preamble by fidelity, the node's prompt and schema instructions, and the thread so far.
     fn open(&self, stage: &Stage<'_>, llm: &LlmConfig) -> Opening {
@@ -247,11 +237,15 @@ impl PromptHandler {
     }
 
     async fn run_prompt(&self, client: &Client, stage: &Stage<'_>, llm: &LlmConfig) -> Outcome {
-        let mut call =
-            match ModelCall::new(client, stage, llm.model.as_deref(), llm.provider.as_deref()) {
-                Ok(call) => call,
-                Err(outcome) => return *outcome,
-            };
+        let mut call = match ModelCall::for_stage(
+            client,
+            stage,
+            llm.model.as_deref(),
+            llm.provider.as_deref(),
+        ) {
+            Ok(call) => call,
+            Err(outcome) => return *outcome,
+        };
         let Opening {
             prompt,
             mut messages,
@@ -273,15 +267,29 @@ impl PromptHandler {
             reasoning_effort: Some(effort(llm.reasoning_effort)),
             temperature: None,
         };
-        let answer = match converse(&mut call, &mut request, llm).await {
+        let answer = ask_for_schema(&mut call, &mut request, llm).await;
+        let answer = match answer {
             Ok(answer) => answer,
-            Err(failed) => {
-                let (mut outcome, last) = *failed;
-                if let Some((response, log)) = last {
-                    write_stage_file(stage, "response.md", &response).await;
-                    write_stage_file(stage, "repairs.md", &log).await;
-                    response_updates(&mut outcome, &stage.node.id, &response);
-                }
+            Err(Unshaped::Failed(outcome)) => {
+                let mut outcome = *outcome;
+                call.describe(&mut outcome);
+                return outcome;
+            }
+            Err(Unshaped::Exhausted {
+                response,
+                problem,
+                repairs,
+                log,
+            }) => {
+                let mut outcome = Outcome::failed(
+                    FailureClass::StageFailed,
+                    format!(
+                        "output schema validation failed after {repairs} repair attempt(s): {problem}"
+                    ),
+                );
+                write_stage_file(stage, "response.md", &response.text).await;
+                write_stage_file(stage, "repairs.md", &log).await;
+                response_updates(&mut outcome, &stage.node.id, &response.text);
                 call.describe(&mut outcome);
                 return outcome;
             }
@@ -296,7 +304,7 @@ impl PromptHandler {
         }
         let mut outcome = Outcome::success();
         response_updates(&mut outcome, &stage.node.id, &answer.response.text);
-        match answer.structured {
+        match answer.value {
             Structured::Free(Some(directive)) | Structured::Routing(directive) => {
                 directive.apply(&mut outcome);
             }
@@ -322,63 +330,28 @@ impl PromptHandler {
     }
 }
 
-/// A failed conversation: the outcome, and the last response with the repair log when the schema
-/// was never met.
-type Failed = Box<(Outcome, Option<(String, String)>)>;
-
 /// Asks until the answer meets the node's output schema, with up to `output_retries` repair turns in
-/// the same conversation.
-async fn converse(
+/// the same conversation (none without a schema).
+async fn ask_for_schema(
     call: &mut ModelCall<'_>,
     request: &mut Request,
     llm: &LlmConfig,
-) -> Result<Answer, Failed> {
-    let mut repairs = 0;
-    let mut log = String::new();
-    loop {
-        let response = call.ask(request).await.map_err(|o| Box::new((*o, None)))?;
-        let problems = match output_schema::check(llm.output_schema.as_ref(), &response.text) {
-            Ok(structured) => {
-                return Ok(Answer {
-                    response,
-                    structured,
-                    repairs,
-                    log,
-                });
-            }
+) -> Result<Shaped<Structured>, Unshaped> {
+    let repairs = llm.output_schema.as_ref().map_or(0, |_| llm.output_retries);
+    call.ask_until(
+        request,
+        repairs,
+        |text| match output_schema::check(llm.output_schema.as_ref(), text) {
+            Ok(structured) => Parsed::Valid(structured),
+            Err(SchemaError::Invalid(problems)) => Parsed::Invalid(problems),
             Err(SchemaError::BadSchema(reason)) => {
-                return Err(Box::new((
-                    Outcome::failed(FailureClass::Configuration, reason),
-                    None,
-                )));
+                Parsed::Fatal(Outcome::failed(FailureClass::Configuration, reason))
             }
-            Err(SchemaError::Invalid(problems)) => problems,
-        };
-        let _ = write!(
-            log,
-            "## Response {}\n\n{}\n\n## Problems\n\n{problems}\n\n",
-            repairs + 1,
-            response.text
-        );
-        let Some(schema) = llm
-            .output_schema
-            .as_ref()
-            .filter(|_| repairs < llm.output_retries)
-        else {
-            let outcome = Outcome::failed(
-                FailureClass::StageFailed,
-                format!(
-                    "output schema validation failed after {repairs} repair attempt(s): {problems}"
-                ),
-            );
-            return Err(Box::new((outcome, Some((response.text, log)))));
-        };
-        repairs += 1;
-        request.messages.push(response.to_message());
-        request
-            .messages
-            .push(Message::user(output_schema::repair_message(
-                schema, &problems,
-            )));
-    }
+        },
+        |problems| match &llm.output_schema {
+            Some(schema) => output_schema::repair_message(schema, problems),
+            None => problems.to_owned(),
+        },
+    )
+    .await
 }

@@ -270,7 +270,8 @@ impl Workflow {
             .into_iter()
             .filter(|(_, (_, count))| !starts.is_empty() && *count == starts.len())
             .min_by(|(a, (da, _)), (b, (db, _))| {
-                da.cmp(db).then_with(|| self.nodes[*a].id.cmp(&self.nodes[*b].id))
+                da.cmp(db)
+                    .then_with(|| self.nodes[*a].id.cmp(&self.nodes[*b].id))
             })
             .map(|(n, _)| n);
         memo[fan_out] = FanInState::Done(found);

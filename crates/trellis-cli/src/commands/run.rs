@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
-use trellis_engine::services::{Interviewer, RouteOption, Router};
-use trellis_engine::{Engine, Handlers, RunStatus, Services, Settings};
+use trellis_engine::services::{Interviewer, RouteChoice, RouteOption, Router};
+use trellis_engine::{CancellationToken, Engine, Handlers, RunStatus, Services, Settings};
 use trellis_handlers::interviewer::{Answers, AutoApprove, Console, Unattended};
 use trellis_handlers::model_router::ModelRouter;
 use trellis_llm::{Client, Config};
@@ -81,8 +81,12 @@ impl Router for SimulatedRouter {
         _node: &str,
         _options: &[RouteOption],
         _context: &BTreeMap<String, Value>,
-    ) -> Result<Option<usize>, String> {
-        Ok(Some(0))
+        _events: &dyn trellis_engine::Emitter,
+    ) -> Result<RouteChoice, String> {
+        Ok(RouteChoice {
+            choice: Some(0),
+            details: Value::Null,
+        })
     }
 }
 
@@ -330,7 +334,11 @@ async fn finish(prepared: Prepared, options: &RunOptions) -> anyhow::Result<Exit
             record.root().display()
         );
     }
-    let result = engine.run(checkpoint).await;
+    let cancel = CancellationToken::new();
+    let signal = tokio::spawn(stop_signal(cancel.clone()));
+    let result = engine.run(checkpoint, &cancel).await;
+    signal.abort();
+    let stopped_by = signal.await.ok().flatten();
     if let Some(models) = &models {
         // Stops the local model server, if this run started one.
         models.shutdown().await;
@@ -347,7 +355,8 @@ async fn finish(prepared: Prepared, options: &RunOptions) -> anyhow::Result<Exit
     if options.json {
         let summary = json!({
             "run_id": engine.run_id(), "run_dir": record.root().display().to_string(), "status": result.status.as_str(),
-            "stages": stages, "waiting_at": (result.status == RunStatus::WaitingForInput).then_some(&result.checkpoint.next_node),
+            "stages": stages, "waiting_at": (result.status == RunStatus::WaitingForInput).then(|| result.checkpoint.next_node()),
+            "stopped_at": (result.status == RunStatus::Cancelled).then(|| result.checkpoint.next_node()),
             "error": result.error.as_ref().map(ToString::to_string),
         });
         println!("{}", serde_json::to_string_pretty(&summary)?);
@@ -361,7 +370,13 @@ async fn finish(prepared: Prepared, options: &RunOptions) -> anyhow::Result<Exit
             RunStatus::WaitingForInput => println!(
                 "Run {} is waiting for input at `{}`; answer with: trellis resume {} --answers FILE (or run it on a terminal)",
                 engine.run_id(),
-                result.checkpoint.next_node.as_deref().unwrap_or("?"),
+                result.checkpoint.next_node().unwrap_or("?"),
+                engine.run_id()
+            ),
+            RunStatus::Cancelled => println!(
+                "Run {} was cancelled at `{}`; continue it with: trellis resume {}",
+                engine.run_id(),
+                result.checkpoint.next_node().unwrap_or("?"),
                 engine.run_id()
             ),
             _ => println!(
@@ -377,6 +392,23 @@ async fn finish(prepared: Prepared, options: &RunOptions) -> anyhow::Result<Exit
     Ok(match result.status {
         RunStatus::Succeeded => ExitCode::SUCCESS,
         RunStatus::WaitingForInput => ExitCode::from(EXIT_WAITING),
+        // 128 + the signal's number, as a shell reports a command the signal stopped.
+        RunStatus::Cancelled => ExitCode::from(128 + stopped_by.unwrap_or(2)),
         _ => ExitCode::from(EXIT_INVALID),
     })
+}
+
+/// Waits for Ctrl-C (SIGINT), SIGTERM or SIGHUP and cancels the run; returns the signal's number.
+async fn stop_signal(cancel: CancellationToken) -> Option<u8> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt()).ok()?;
+    let mut terminate = signal(SignalKind::terminate()).ok()?;
+    let mut hangup = signal(SignalKind::hangup()).ok()?;
+    let number = tokio::select! {
+        _ = interrupt.recv() => SignalKind::interrupt(),
+        _ = terminate.recv() => SignalKind::terminate(),
+        _ = hangup.recv() => SignalKind::hangup(),
+    };
+    cancel.cancel();
+    u8::try_from(number.as_raw_value()).ok()
 }

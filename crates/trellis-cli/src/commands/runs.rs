@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use trellis_engine::Event;
 use trellis_engine::event::names;
+use trellis_engine::keys;
 use trellis_store::{RunDir, list_runs, resolve_runs_dir};
 
 #[derive(clap::Args)]
@@ -110,7 +111,7 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
     if let Some(failure) = &checkpoint.failure {
         println!("  error:   {failure}");
     }
-    if let Some(next) = &checkpoint.next_node
+    if let Some(next) = checkpoint.next_node()
         && !checkpoint.status.is_finished()
     {
         println!("  next:    {next}");
@@ -146,15 +147,17 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
             stage.status.as_str(),
             Duration::from_millis(stage.duration_ms).as_secs_f64()
         );
+        print_artifacts(&stage.details);
     }
     if tokens_in + tokens_out > 0 {
         println!("  tokens: {tokens_in} in / {tokens_out} out");
     }
     println!("\nContext:");
     for (key, value) in checkpoint
+        .track
         .context
         .iter()
-        .filter(|(k, _)| !k.starts_with("internal.") && !k.starts_with("graph."))
+        .filter(|(k, _)| !keys::is_engine_key(k))
     {
         let text = match value {
             Value::String(s) => s.clone(),
@@ -167,6 +170,30 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
         println!("  {key} = {}", shown.replace('\n', "\\n"));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The artifacts a stage captured, and those it left out with the reason.
+fn print_artifacts(details: &std::collections::BTreeMap<String, Value>) {
+    for (key, verb) in [
+        ("artifacts", "artifact"),
+        ("artifacts_skipped", "not captured"),
+    ] {
+        for artifact in details
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let path = artifact.get("path").and_then(Value::as_str).unwrap_or("?");
+            let bytes = artifact.get("bytes").and_then(Value::as_u64).unwrap_or(0);
+            let why = artifact
+                .get("skipped")
+                .and_then(Value::as_str)
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default();
+            println!("         {verb}: {path}, {bytes} bytes{why}");
+        }
+    }
 }
 
 fn print_event(event: &Event, json: bool) -> anyhow::Result<()> {
@@ -188,7 +215,7 @@ fn print_event(event: &Event, json: bool) -> anyhow::Result<()> {
 fn ends_run(event: &Event) -> bool {
     matches!(
         event.event.as_str(),
-        names::RUN_COMPLETED | names::RUN_FAILED | names::RUN_WAITING
+        names::RUN_COMPLETED | names::RUN_FAILED | names::RUN_WAITING | names::RUN_CANCELLED
     )
 }
 
@@ -202,7 +229,9 @@ pub fn events(args: &EventsArgs) -> anyhow::Result<ExitCode> {
             print_event(event, args.json)?;
         }
         printed = events.len();
-        let finished = record.checkpoint().is_ok_and(|c| c.status.is_finished())
+        let finished = record
+            .checkpoint()
+            .is_ok_and(|c| c.status != trellis_engine::RunStatus::Running)
             && events.last().is_some_and(ends_run);
         if !args.follow || finished {
             return Ok(ExitCode::SUCCESS);

@@ -1,0 +1,261 @@
+//! Running a work stage through its handler: one stage directory per attempt, the node's timeout
+//! (`stall_timeout` when it sets none), retries of retryable failures with backoff, `status.json`,
+//! the stage record and the stage events. Also how an outcome is merged into the context.
+
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Value, json};
+use trellis_workflow::node_kind::RetryPolicy;
+use trellis_workflow::{Node, NodeIndex, NodeKind, StageStatus};
+
+use crate::checkpoint::StageRecord;
+use crate::context::RunContext;
+use crate::engine::{Engine, EngineError, blocking, status_json};
+use crate::event::names;
+use crate::handler::Stage;
+use crate::keys;
+use crate::outcome::{FailureClass, Outcome};
+use crate::services::BLOB_THRESHOLD;
+
+impl Engine {
+    fn max_attempts(&self, node: &Node) -> u32 {
+        match node.common.retry_policy {
+            Some(policy) => policy.max_attempts,
+            None => node
+                .common
+                .max_retries
+                .unwrap_or(self.workflow.graph.default_max_retries)
+                .saturating_add(1),
+        }
+    }
+
+    /// Runs a node's handler until it succeeds, fails for good, or runs out of attempts.
+    pub(crate) async fn execute_with_retries(
+        &self,
+        index: NodeIndex,
+        visit: u32,
+        context: &RunContext,
+        previous: Option<&Outcome>,
+    ) -> Result<Outcome, EngineError> {
+        let node = &self.workflow.nodes[index];
+        let handler = self
+            .handlers
+            .get(node.kind.type_name())
+            .ok_or(EngineError::NoHandler {
+                node: node.id.clone(),
+                kind: node.kind.type_name(),
+            })?
+            .clone();
+        let max_attempts = self.max_attempts(node).max(1);
+        let timeout = node.common.timeout.or(self.workflow.graph.stall_timeout);
+        let mut attempt = 1;
+        loop {
+            let rank = self.next_rank(true);
+            let dir = self.stage_dir(rank, &node.id, visit).await?;
+            let dir_name = dir_name(&dir);
+            self.emit(names::STAGE_STARTED, Some(&node.id), json!({ "visit": visit, "attempt": attempt, "dir": dir_name, "type": node.kind.type_name() }));
+            let stage = Stage {
+                workflow: &self.workflow,
+                node,
+                context,
+                dir: &dir,
+                run_id: &self.run_id,
+                visit,
+                attempt,
+                previous,
+                history: self,
+                services: &self.services,
+                settings: &self.settings,
+                emitter: self,
+            };
+            let started = Instant::now();
+            let execution = handler.execute(&stage);
+            let outcome = match timeout.filter(|_| !matches!(node.kind, NodeKind::Human(_))) {
+                Some(limit) => tokio::time::timeout(limit, execution)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Outcome::failed(
+                            FailureClass::Timeout,
+                            format!("timed out after {}", humantime::format_duration(limit)),
+                        )
+                    }),
+                None => execution.await,
+            };
+            let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            let status = status_json(&outcome, &node.id, visit, attempt, duration_ms);
+            self.write_status(&dir, status).await?;
+            context.set(
+                format!("{}{}", keys::RETRY_COUNT_PREFIX, node.id),
+                attempt - 1,
+            );
+            if outcome.waiting_for_input {
+                return Ok(outcome);
+            }
+            self.record(stage_record(
+                rank,
+                &node.id,
+                visit,
+                attempt,
+                &outcome,
+                duration_ms,
+                &dir,
+            ));
+            if outcome.retryable() && attempt < max_attempts {
+                let delay = backoff(node.common.retry_policy, attempt);
+                self.emit(
+                    names::STAGE_RETRYING,
+                    Some(&node.id),
+                    json!({ "attempt": attempt, "next_attempt": attempt + 1, "delay_ms": delay.as_millis(), "reason": outcome.failure_reason() }),
+                );
+                tokio::time::sleep(delay).await;
+                attempt += 1;
+                continue;
+            }
+            self.emit_stage_end(&node.id, &outcome, visit, attempt, duration_ms);
+            return Ok(outcome);
+        }
+    }
+
+    /// Emits `StageCompleted`, or `StageFailed` for a failed outcome.
+    fn emit_stage_end(
+        &self,
+        node_id: &str,
+        outcome: &Outcome,
+        visit: u32,
+        attempt: u32,
+        duration_ms: u64,
+    ) {
+        let event = if outcome.status == StageStatus::Failed {
+            names::STAGE_FAILED
+        } else {
+            names::STAGE_COMPLETED
+        };
+        let mut payload = json!({
+            "status": outcome.status, "visit": visit, "attempt": attempt, "duration_ms": duration_ms,
+            "failure_reason": outcome.failure_reason(), "files_touched": outcome.files_touched,
+        });
+        // Model stages say which model answered and what it cost; commands what they captured.
+        for key in [
+            "model",
+            "provider",
+            "usage",
+            "artifacts",
+            "artifacts_skipped",
+        ] {
+            if let Some(value) = outcome.details.get(key) {
+                payload[key] = value.clone();
+            }
+        }
+        self.emit(event, Some(node_id), payload);
+    }
+
+    /// Ends a stage that ran in one attempt outside the handler path (a fan-out, a sub-workflow): writes
+    /// its `status.json`, records it, and emits `StageCompleted` or `StageFailed`.
+    pub(crate) async fn finish_stage(
+        &self,
+        rank: u32,
+        dir: &Path,
+        node_id: &str,
+        visit: u32,
+        outcome: &Outcome,
+        duration_ms: u64,
+    ) -> Result<(), EngineError> {
+        let status = status_json(outcome, node_id, visit, 1, duration_ms);
+        self.write_status(dir, status).await?;
+        self.record(stage_record(
+            rank,
+            node_id,
+            visit,
+            1,
+            outcome,
+            duration_ms,
+            dir,
+        ));
+        self.emit_stage_end(node_id, outcome, visit, 1, duration_ms);
+        Ok(())
+    }
+
+    /// Merges a stage's outcome into the context: its updates (large values as blobs) and the engine keys.
+    pub(crate) async fn apply_outcome(
+        &self,
+        context: &RunContext,
+        node_id: &str,
+        outcome: &Outcome,
+    ) -> Result<(), EngineError> {
+        let mut updates = outcome.context_updates.clone();
+        for value in updates.values_mut() {
+            if serde_json::to_string(value).map_or(0, |s| s.len()) > BLOB_THRESHOLD {
+                let bytes = match &*value {
+                    Value::String(text) => text.clone().into_bytes(),
+                    other => serde_json::to_vec(other).unwrap_or_default(),
+                };
+                let blobs = self.services.blobs.clone();
+                *value = Value::String(blocking(move || blobs.put(&bytes)).await?);
+            }
+        }
+        context.merge(&updates);
+        context.set(keys::OUTCOME, outcome.status.as_str());
+        context.set(
+            keys::PREFERRED_LABEL,
+            outcome.preferred_label.clone().unwrap_or_default(),
+        );
+        // The failure keys describe the last failure (the context document): a later success keeps them.
+        if let Some(failure) = &outcome.failure {
+            context.set(keys::FAILURE_CLASS, failure.class.as_str());
+            context.set(keys::FAILURE_REASON, failure.reason.clone());
+            let first_line = failure.reason.lines().next().unwrap_or_default();
+            context.set(
+                keys::FAILURE_SIGNATURE,
+                format!("{node_id}:{}:{first_line}", failure.class.as_str()),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A stage directory's name (`003-test@1`).
+pub(crate) fn dir_name(dir: &Path) -> String {
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn stage_record(
+    rank: u32,
+    node_id: &str,
+    visit: u32,
+    attempt: u32,
+    outcome: &Outcome,
+    duration_ms: u64,
+    dir: &Path,
+) -> StageRecord {
+    StageRecord {
+        rank,
+        node_id: node_id.to_owned(),
+        visit,
+        attempt,
+        status: outcome.status,
+        duration_ms,
+        failure_reason: outcome.failure_reason().map(str::to_owned),
+        dir: dir_name(dir),
+        details: outcome.details.clone(),
+        files_touched: outcome.files_touched.clone(),
+    }
+}
+
+/// The delay before attempt `attempt + 1`: the policy's schedule (0.5 s doubling without one), capped at
+/// 60 s, with up to 10% jitter.
+pub fn backoff(policy: Option<RetryPolicy>, attempt: u32) -> Duration {
+    let (initial, factor) = policy.map_or((Duration::from_millis(500), 2.0), |p| {
+        (p.initial_delay, p.backoff_factor)
+    });
+    let exponent = i32::try_from(attempt.saturating_sub(1)).unwrap_or(i32::MAX);
+    let delay = initial
+        .mul_f64(factor.powi(exponent))
+        .min(RetryPolicy::MAX_DELAY);
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    delay + delay.mul_f64(f64::from(nanos % 1000) / 10_000.0)
+}

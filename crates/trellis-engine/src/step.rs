@@ -1,0 +1,398 @@
+//! How a track advances: [`Engine::walk`] repeats [`Engine::step`] — execute the next node, whatever
+//! its kind, and decide where to go — persisting the track after every step. The main run and every
+//! parallel branch walk the same way; a branch walks until it reaches its fan-in. Branches nest: a
+//! fan-out or a sub-workflow inside a branch is just another step.
+
+use serde_json::json;
+use trellis_workflow::node_kind::Fidelity;
+use trellis_workflow::{Condition, NodeIndex, NodeKind, SourceFormat, StageStatus};
+
+use crate::checkpoint::Track;
+use crate::context::{ConditionView, RunContext, resolve_blob};
+use crate::engine::{Engine, EngineError};
+use crate::event::names;
+use crate::keys;
+use crate::outcome::{FailureClass, Outcome};
+use crate::routing::{self, Route};
+use crate::services::RouteOption;
+
+/// Why a walk stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WalkEnd {
+    /// The track is over: the exit node ran, or (in YAML) a terminal node did.
+    Finished,
+    /// A branch reached its fan-in node (which the fan-out's own track runs).
+    Reached,
+    /// A human gate has nobody to answer it: the run stops, resumable with an answer.
+    Waiting,
+}
+
+/// Where a step sends the track.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Follow a selected edge to this node.
+    Edge(NodeIndex),
+    /// Go to a node without an edge: a retry target, or a fan-out's fan-in.
+    Jump(NodeIndex),
+    /// Follow a `loop_restart` edge: visit counts and goal-gate results start afresh.
+    LoopRestart(NodeIndex),
+    /// The track is over.
+    End,
+    /// The stage waits for input.
+    Wait,
+}
+
+impl Engine {
+    /// Steps along `track` until it ends, waits, or reaches `stop_at` (a branch's fan-in). `path` names
+    /// the track in the checkpoint (empty for the main run, branch ids below it).
+    pub(crate) async fn walk(
+        &self,
+        path: &[String],
+        track: &mut Track,
+        context: &RunContext,
+        stop_at: Option<NodeIndex>,
+        mut degrade_full: bool,
+    ) -> Result<WalkEnd, EngineError> {
+        loop {
+            let Some(node_id) = track.next_node.clone() else {
+                return Ok(WalkEnd::Finished);
+            };
+            let index = self
+                .workflow
+                .node_index(&node_id)
+                .ok_or(EngineError::UnknownNode { node: node_id })?;
+            if stop_at == Some(index) {
+                return Ok(WalkEnd::Reached);
+            }
+            // A branch that runs into the exit ends there; only the main track finishes the run.
+            if stop_at.is_some() && matches!(self.workflow.nodes[index].kind, NodeKind::Exit) {
+                return Ok(WalkEnd::Finished);
+            }
+            let next = self
+                .step(path, track, index, context, &mut degrade_full)
+                .await?;
+            let target = match next {
+                Next::Wait => {
+                    self.persist(path, track, context).await?;
+                    return Ok(WalkEnd::Waiting);
+                }
+                Next::End => None,
+                Next::Edge(to) | Next::Jump(to) => Some(to),
+                Next::LoopRestart(to) => {
+                    track.visits.clear();
+                    track.goal_gates.clear();
+                    self.emit(
+                        names::LOOP_RESTARTED,
+                        Some(&self.workflow.nodes[index].id),
+                        json!({ "to": self.workflow.nodes[to].id }),
+                    );
+                    Some(to)
+                }
+            };
+            track.next_node = target.map(|to| self.workflow.nodes[to].id.clone());
+            self.persist(path, track, context).await?;
+            self.emit(
+                names::CHECKPOINT_SAVED,
+                Some(&self.workflow.nodes[index].id),
+                json!({ "next_node": track.next_node }),
+            );
+        }
+    }
+
+    /// Executes one node of any kind on `track` and decides where the track goes next.
+    pub(crate) async fn step(
+        &self,
+        path: &[String],
+        track: &mut Track,
+        index: NodeIndex,
+        context: &RunContext,
+        degrade_full: &mut bool,
+    ) -> Result<Next, EngineError> {
+        let node = &self.workflow.nodes[index];
+        if matches!(node.kind, NodeKind::Exit)
+            && let Some(target) = self.unmet_goal_gate(track)?
+        {
+            return Ok(Next::Jump(target));
+        }
+        if self.steps() >= self.settings.max_steps {
+            return Err(EngineError::StepBudget {
+                steps: self.steps(),
+            });
+        }
+        let visit = track.visits.get(&node.id).copied().unwrap_or(0) + 1;
+        if let Some(limit) = self.visit_limit(index)
+            && visit > limit
+        {
+            return Err(EngineError::VisitLimit {
+                node: node.id.clone(),
+                limit,
+            });
+        }
+        context.set(keys::CURRENT_NODE, node.id.clone());
+        context.set(keys::NODE_VISIT_COUNT, visit);
+        self.set_fidelity_keys(index, context, degrade_full);
+        let outcome = match &node.kind {
+            NodeKind::Parallel(config) => {
+                self.run_parallel(path, track, index, visit, config, context)
+                    .await?
+            }
+            NodeKind::SubWorkflow(config) => {
+                self.run_sub_workflow(index, visit, &config.workflow, context)
+                    .await?
+            }
+            _ => {
+                self.execute_with_retries(index, visit, context, track.last_outcome.as_ref())
+                    .await?
+            }
+        };
+        if outcome.waiting_for_input {
+            if path.is_empty() {
+                return Ok(Next::Wait);
+            }
+            return Err(EngineError::Configuration {
+                node: node.id.clone(),
+                reason: "a human gate inside a parallel branch needs its answer up front (--answers or --auto-approve)".into(),
+            });
+        }
+        track.visits.insert(node.id.clone(), visit);
+        // A setup problem (no model, an invalid child workflow) is not an outcome to route on: it stops
+        // the run with its reason, in a branch as anywhere else.
+        if let Some(failure) = outcome
+            .failure
+            .as_ref()
+            .filter(|f| f.class == FailureClass::Configuration)
+        {
+            return Err(EngineError::Configuration {
+                node: node.id.clone(),
+                reason: failure.reason.clone(),
+            });
+        }
+        self.apply_outcome(context, &node.id, &outcome).await?;
+        if node.common.goal_gate {
+            track.goal_gates.insert(node.id.clone(), outcome.status);
+        }
+        let next = match (&node.kind, node.fan_in) {
+            (NodeKind::Exit, _) => Next::End,
+            (NodeKind::Parallel(_), Some(fan_in)) => Next::Jump(fan_in),
+            _ => self.route(track, index, &outcome, context).await?,
+        };
+        track.last_outcome = Some(outcome);
+        track.parallel = None;
+        Ok(next)
+    }
+
+    /// A node's visit limit: its own `max_visits`, else the graph's `max_node_visits`.
+    fn visit_limit(&self, index: NodeIndex) -> Option<u32> {
+        self.workflow.nodes[index]
+            .common
+            .max_visits
+            .or(self.workflow.graph.max_node_visits)
+    }
+
+    /// The goal gate that is not met, if any: the next node of its retry-target chain, or an error when
+    /// the chain has no node that can still run.
+    fn unmet_goal_gate(&self, track: &Track) -> Result<Option<NodeIndex>, EngineError> {
+        let unmet = track
+            .goal_gates
+            .iter()
+            .find(|(_, s)| !matches!(s, StageStatus::Succeeded | StageStatus::PartiallySucceeded));
+        let Some((gate, status)) = unmet else {
+            return Ok(None);
+        };
+        let index = self
+            .workflow
+            .node_index(gate)
+            .ok_or_else(|| EngineError::UnknownNode { node: gate.clone() })?;
+        self.emit(
+            names::GOAL_GATE_UNMET,
+            Some(gate),
+            json!({ "status": status }),
+        );
+        match self.retry_target(index, track) {
+            Some(target) => Ok(Some(target)),
+            None => Err(EngineError::GoalGateUnmet {
+                node: gate.clone(),
+                status: *status,
+            }),
+        }
+    }
+
+    /// The first node of the retry-target chain (resolved at compile time) that can still run: a
+    /// target whose visit limit is spent is passed over for the next, so `fallback_retry_target`
+    /// takes over from an exhausted `retry_target`.
+    fn retry_target(&self, index: NodeIndex, track: &Track) -> Option<NodeIndex> {
+        self.workflow.nodes[index]
+            .retry_targets
+            .iter()
+            .copied()
+            .find(|&target| {
+                let visits = track
+                    .visits
+                    .get(&self.workflow.nodes[target].id)
+                    .copied()
+                    .unwrap_or(0);
+                self.visit_limit(target).is_none_or(|limit| visits < limit)
+            })
+    }
+
+    /// Resolves the fidelity and thread of the node about to run (edge, then node, then graph; the
+    /// context document) into `internal.fidelity` and `internal.thread_id`. The first node after a
+    /// resume gets `summary:high` instead of `full`: its conversation thread is gone with the old process.
+    fn set_fidelity_keys(&self, index: NodeIndex, context: &RunContext, degrade_full: &mut bool) {
+        let node = &self.workflow.nodes[index];
+        let Some(llm) = node.kind.llm() else {
+            return;
+        };
+        let edge = context
+            .get(keys::INCOMING_EDGE)
+            .and_then(|v| v.as_u64())
+            .and_then(|i| self.workflow.edges.get(usize::try_from(i).ok()?))
+            .filter(|e| e.to == index);
+        let mut fidelity = edge
+            .and_then(|e| e.fidelity)
+            .or(llm.fidelity)
+            .or(self.workflow.graph.default_fidelity)
+            .unwrap_or_default();
+        if std::mem::take(degrade_full) && fidelity == Fidelity::Full {
+            fidelity = Fidelity::SummaryHigh;
+        }
+        let thread = edge
+            .and_then(|e| e.thread_id.clone())
+            .or_else(|| llm.thread_id.clone())
+            .or_else(|| self.workflow.graph.default_thread.clone());
+        context.set(keys::FIDELITY, fidelity.as_str());
+        context.set(
+            keys::THREAD_ID,
+            thread.map_or(serde_json::Value::Null, serde_json::Value::String),
+        );
+    }
+
+    /// Chooses the edge out of a finished stage (DESIGN.md §3, routing order). A failed stage with
+    /// nowhere to go takes its retry-target chain; a YAML node without edges ends the track.
+    async fn route(
+        &self,
+        track: &mut Track,
+        index: NodeIndex,
+        outcome: &Outcome,
+        context: &RunContext,
+    ) -> Result<Next, EngineError> {
+        let node = &self.workflow.nodes[index];
+        let view = ConditionView {
+            context,
+            outcome: Some(outcome.status),
+            preferred_label: outcome.preferred_label.as_deref(),
+            blobs: &*self.services.blobs,
+        };
+        // What the router cost, when a model judged `when` edges.
+        let mut router = serde_json::Value::Null;
+        let edge = match routing::select(&self.workflow, index, outcome, &view, &track.edge_counts)
+        {
+            Route::Edge(edge) => Some(edge),
+            Route::AskModel {
+                candidates,
+                fallback,
+            } => self
+                .ask_router(index, &candidates, fallback, context)
+                .await?
+                .map(|(edge, details)| {
+                    router = details;
+                    edge
+                }),
+            Route::NoEdges if self.workflow.format == SourceFormat::Yaml => return Ok(Next::End),
+            Route::NoEdges => None,
+            Route::NoMatch { tried } => {
+                if outcome.status != StageStatus::Failed {
+                    return Err(EngineError::NoEdge {
+                        node: node.id.clone(),
+                        outcome: outcome.status,
+                        tried,
+                    });
+                }
+                None
+            }
+        };
+        let Some(edge_index) = edge else {
+            if outcome.status == StageStatus::Failed
+                && let Some(target) = self.retry_target(index, track)
+            {
+                self.emit(
+                    names::EDGE_SELECTED,
+                    Some(&node.id),
+                    json!({ "to": self.workflow.nodes[target].id, "reason": "retry_target" }),
+                );
+                return Ok(Next::Jump(target));
+            }
+            return Err(EngineError::NoEdge {
+                node: node.id.clone(),
+                outcome: outcome.status,
+                tried: Vec::new(),
+            });
+        };
+        let edge = &self.workflow.edges[edge_index];
+        if edge.loop_restart {
+            // A loop restart begins the loop afresh: edge bounds count again from zero.
+            track.edge_counts.clear();
+        }
+        *track
+            .edge_counts
+            .entry(routing::key_of(&self.workflow, edge))
+            .or_insert(0) += 1;
+        context.set(keys::INCOMING_EDGE, edge_index);
+        let mut payload = json!({ "to": self.workflow.nodes[edge.to].id, "label": edge.label, "condition": edge.condition.as_ref().map(Condition::source), "when": edge.when, "loop_restart": edge.loop_restart });
+        if !router.is_null() {
+            payload["router"] = router;
+        }
+        self.emit(names::EDGE_SELECTED, Some(&node.id), payload);
+        Ok(if edge.loop_restart {
+            Next::LoopRestart(edge.to)
+        } else {
+            Next::Edge(edge.to)
+        })
+    }
+
+    /// Asks the router to judge `when` edges. It is shown the context with blob references replaced by
+    /// their values, so it sees what commands printed.
+    async fn ask_router(
+        &self,
+        index: NodeIndex,
+        candidates: &[usize],
+        fallback: Option<usize>,
+        context: &RunContext,
+    ) -> Result<Option<(usize, serde_json::Value)>, EngineError> {
+        let node = &self.workflow.nodes[index];
+        let options: Vec<RouteOption> = candidates
+            .iter()
+            .map(|&e| RouteOption {
+                target: self.workflow.nodes[self.workflow.edges[e].to].id.clone(),
+                when: self.workflow.edges[e].when.clone().unwrap_or_default(),
+            })
+            .collect();
+        let Some(router) = &self.services.router else {
+            return Err(EngineError::Routing {
+                node: node.id.clone(),
+                reason: "no model is configured".into(),
+            });
+        };
+        let blobs = self.services.blobs.clone();
+        let snapshot = context.snapshot();
+        let resolved = crate::engine::blocking(move || {
+            snapshot
+                .into_iter()
+                .map(|(key, value)| (key, resolve_blob(value, &*blobs)))
+                .collect()
+        })
+        .await;
+        let answer = router
+            .choose(&node.id, &options, &resolved, self)
+            .await
+            .map_err(|reason| EngineError::Routing {
+                node: node.id.clone(),
+                reason,
+            })?;
+        let chosen = answer
+            .choice
+            .and_then(|choice| candidates.get(choice).copied())
+            .or(fallback);
+        Ok(chosen.map(|edge| (edge, answer.details)))
+    }
+}
