@@ -314,7 +314,7 @@ fn ctrl_c_cancels_the_run_kills_the_stage_and_resume_continues() {
     assert_eq!(last["event"], "WorkflowRunCancelled");
     assert_eq!(last["node"], "slow");
     // The stage's process group is gone.
-    let pgid: i32 =
+    let group: i32 =
         std::fs::read_to_string(record.join("stages").join("003-slow@1").join("process"))
             .unwrap()
             .trim()
@@ -324,7 +324,7 @@ fn ctrl_c_cancels_the_run_kills_the_stage_and_resume_continues() {
     wait_for(
         "the cancelled stage's process group to be gone",
         Duration::from_secs(5),
-        || nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None).is_err(),
+        || nix::sys::signal::killpg(nix::unistd::Pid::from_raw(group), None).is_err(),
     );
     let id = record.file_name().unwrap().to_string_lossy().into_owned();
     let resumed = p.resume(&id, &[]);

@@ -165,6 +165,79 @@ pub mod memory {
         }
     }
 
+    /// A run record kept in memory: stage directories are names only (created under a scratch
+    /// directory, since handlers write files into them), checkpoints are kept, the last one readable.
+    pub struct MemoryStore {
+        root: std::path::PathBuf,
+        checkpoints: Mutex<Vec<crate::checkpoint::Checkpoint>>,
+    }
+
+    impl MemoryStore {
+        /// Stage directories go under `root`.
+        pub fn new(root: impl Into<std::path::PathBuf>) -> Self {
+            Self {
+                root: root.into(),
+                checkpoints: Mutex::default(),
+            }
+        }
+
+        /// The last checkpoint saved.
+        pub fn last_checkpoint(&self) -> Option<crate::checkpoint::Checkpoint> {
+            self.checkpoints
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .last()
+                .cloned()
+        }
+
+        /// How many checkpoints were saved.
+        pub fn saves(&self) -> usize {
+            self.checkpoints
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .len()
+        }
+    }
+
+    impl super::RunStore for MemoryStore {
+        fn stage_dir(
+            &self,
+            rank: u32,
+            node: &str,
+            visit: u32,
+        ) -> std::io::Result<std::path::PathBuf> {
+            let dir = self.root.join(format!("{rank:03}-{node}@{visit}"));
+            std::fs::create_dir_all(&dir)?;
+            Ok(dir)
+        }
+
+        fn write_status(
+            &self,
+            _dir: &std::path::Path,
+            _status: &serde_json::Value,
+        ) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn save_checkpoint(
+            &self,
+            checkpoint: &crate::checkpoint::Checkpoint,
+        ) -> std::io::Result<()> {
+            self.checkpoints
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(checkpoint.clone());
+            Ok(())
+        }
+
+        fn child(
+            &self,
+            dir: &std::path::Path,
+        ) -> std::io::Result<std::sync::Arc<dyn super::RunStore>> {
+            Ok(std::sync::Arc::new(MemoryStore::new(dir.join("child"))))
+        }
+    }
+
     /// Answers nothing: every gate waits for input.
     pub struct NoAnswers;
 

@@ -1,0 +1,338 @@
+//! The engine's semantics as unit tests on the in-memory run store: routing through the loop, retries,
+//! goal gates, budgets, branches (nested too), cancellation and resume, large values as blobs. Command
+//! nodes run a scripted handler whose script names what the stage does, so no process is started.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use async_trait::async_trait;
+use trellis_engine::services::memory::{MemoryBlobs, MemoryEvents, MemoryStore, NoAnswers};
+use trellis_engine::services::{BLOB_PREFIX, BlobStore};
+use trellis_engine::{
+    CancellationToken, Engine, FailureClass, Handler, Handlers, Outcome, RunStatus, Services,
+    Settings, Stage,
+};
+use trellis_syntax::SourceFile;
+use trellis_workflow::{CompileOptions, NodeKind, compile};
+
+/// Runs command nodes by their script: `ok`, `fail`, `transient`, `hang`, `big` (a 200,000-character
+/// value), `flaky` (transient on its first attempt), `need KEY` (fails until the context has KEY),
+/// `set KEY=VALUE`.
+#[derive(Default)]
+struct Scripted {
+    attempts: AtomicU32,
+}
+
+#[async_trait]
+impl Handler for Scripted {
+    async fn execute(&self, stage: &Stage<'_>) -> Outcome {
+        let NodeKind::Command(config) = &stage.node.kind else {
+            return Outcome::success();
+        };
+        let script = config.script.as_str();
+        match script {
+            "flaky" if self.attempts.fetch_add(1, Ordering::SeqCst) == 0 => {
+                Outcome::failed(FailureClass::Transient, "overloaded")
+            }
+            "need fixed" if stage.context.get("fixed").is_none() => {
+                Outcome::failed(FailureClass::StageFailed, "not fixed yet")
+            }
+            "ok" | "flaky" | "need fixed" => Outcome::success(),
+            "fail" => Outcome::failed(FailureClass::StageFailed, "it failed"),
+            "transient" => Outcome::failed(FailureClass::Transient, "overloaded"),
+            "hang" => {
+                std::future::pending::<()>().await;
+                Outcome::success()
+            }
+            "big" => Outcome::success()
+                .with_update("big.value", "x".repeat(200_000))
+                .with_update("small", "s"),
+            other => match other.strip_prefix("set ").and_then(|kv| kv.split_once('=')) {
+                Some((key, value)) => Outcome::success().with_update(key, value),
+                None => Outcome::failed(FailureClass::Configuration, "unknown script"),
+            },
+        }
+    }
+}
+
+struct Harness {
+    engine: Engine,
+    store: Arc<MemoryStore>,
+    blobs: Arc<MemoryBlobs>,
+    events: Arc<MemoryEvents>,
+    _dir: tempfile::TempDir,
+}
+
+fn harness(text: &str, handler: Arc<dyn Handler>) -> Harness {
+    let file = SourceFile::new("t.fabro", text);
+    let compiled = compile(
+        &file,
+        trellis_syntax::parse(&file),
+        &CompileOptions::default(),
+    );
+    let workflow = compiled
+        .workflow
+        .unwrap_or_else(|| panic!("{:?}", compiled.diagnostics));
+    let mut handlers = Handlers::with_control_flow();
+    handlers.register("command", handler);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::new(dir.path()));
+    let blobs = Arc::new(MemoryBlobs::default());
+    let events = Arc::new(MemoryEvents::default());
+    let services = Services {
+        store: store.clone(),
+        blobs: blobs.clone(),
+        events: events.clone(),
+        interviewer: Arc::new(NoAnswers),
+        router: None,
+    };
+    let settings = Settings {
+        max_steps: 50,
+        ..Settings::default()
+    };
+    let engine = Engine::new(
+        Arc::new(workflow),
+        Arc::new(handlers),
+        services,
+        settings,
+        "test-run",
+    );
+    Harness {
+        engine,
+        store,
+        blobs,
+        events,
+        _dir: dir,
+    }
+}
+
+fn graph(body: &str) -> String {
+    format!("digraph T {{ start [shape=Mdiamond]\n exit [shape=Msquare]\n {body} }}")
+}
+
+impl Harness {
+    async fn run(&self) -> trellis_engine::RunResult {
+        let first = self.engine.first_checkpoint(BTreeMap::new()).unwrap();
+        self.engine.run(first, &CancellationToken::new()).await
+    }
+
+    fn event_names(&self) -> Vec<String> {
+        self.events
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.event.clone())
+            .collect()
+    }
+}
+
+fn nodes(result: &trellis_engine::RunResult) -> Vec<&str> {
+    result
+        .checkpoint
+        .stages
+        .iter()
+        .map(|s| s.node_id.as_str())
+        .collect()
+}
+
+#[tokio::test]
+async fn large_values_become_blobs_that_conditions_still_read() {
+    let h = harness(
+        &graph(
+            "big [shape=parallelogram, script=\"big\"]\n other [shape=parallelogram, script=\"ok\"]\n start -> big\n big -> exit [condition=\"big.value contains xxxx\"]\n big -> other\n other -> exit",
+        ),
+        Arc::new(Scripted::default()),
+    );
+    let result = h.run().await;
+    assert_eq!(result.status, RunStatus::Succeeded, "{:?}", result.error);
+    assert_eq!(
+        nodes(&result),
+        ["start", "big", "exit"],
+        "the condition saw the real value"
+    );
+    let reference = result.checkpoint.track.context["big.value"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(reference.starts_with(BLOB_PREFIX), "{reference}");
+    assert_eq!(h.blobs.get(&reference).unwrap().len(), 200_000);
+    assert_eq!(
+        result.checkpoint.track.context["small"], "s",
+        "small values stay inline"
+    );
+    assert_eq!(
+        h.store.last_checkpoint().unwrap().track.context["big.value"],
+        reference.as_str()
+    );
+}
+
+#[tokio::test]
+async fn conditions_route_through_the_loop_and_no_match_stops_the_run() {
+    let h = harness(
+        &graph(
+            "t [shape=parallelogram, script=\"fail\"]\n fix [shape=parallelogram, script=\"ok\"]\n start -> t\n t -> exit [condition=\"outcome=success\"]\n t -> fix [condition=\"outcome=fail\"]\n fix -> exit",
+        ),
+        Arc::new(Scripted::default()),
+    );
+    let result = h.run().await;
+    assert_eq!(result.status, RunStatus::Succeeded);
+    assert_eq!(nodes(&result), ["start", "t", "fix", "exit"]);
+
+    let h = harness(
+        &graph(
+            "t [shape=parallelogram, script=\"ok\"]\n start -> t\n t -> exit [condition=\"outcome=fail\"]",
+        ),
+        Arc::new(Scripted::default()),
+    );
+    let result = h.run().await;
+    assert_eq!(result.status, RunStatus::Failed);
+    assert!(
+        result
+            .error
+            .unwrap()
+            .to_string()
+            .contains("no edge from `t` matches")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn transient_failures_are_retried_and_each_attempt_recorded() {
+    let h = harness(
+        &graph("t [shape=parallelogram, script=\"flaky\", max_retries=2]\n start -> t -> exit"),
+        Arc::new(Scripted::default()),
+    );
+    let result = h.run().await;
+    assert_eq!(result.status, RunStatus::Succeeded);
+    let attempts: Vec<u32> = result
+        .checkpoint
+        .stages
+        .iter()
+        .filter(|s| s.node_id == "t")
+        .map(|s| s.attempt)
+        .collect();
+    assert_eq!(attempts, [1, 2]);
+    let names = h.event_names();
+    let retrying = names.iter().position(|n| n == "StageRetrying").unwrap();
+    let completed = names.iter().rposition(|n| n == "StageCompleted").unwrap();
+    assert!(retrying < completed, "{names:?}");
+}
+
+#[tokio::test]
+async fn an_unmet_goal_gate_sends_the_run_to_its_retry_target() {
+    let h = harness(
+        &graph(
+            "fix [shape=parallelogram, script=\"set fixed=yes\"]\n \
+             check [shape=parallelogram, script=\"need fixed\", goal_gate=true, retry_target=\"fix\"]\n \
+             start -> check -> exit\n check -> fix [condition=\"context.never\"]\n fix -> check",
+        ),
+        Arc::new(Scripted::default()),
+    );
+    let result = h.run().await;
+    assert_eq!(result.status, RunStatus::Succeeded, "{:?}", result.error);
+    assert_eq!(nodes(&result), ["start", "check", "fix", "check", "exit"]);
+    let names = h.event_names();
+    assert_eq!(names.iter().filter(|n| *n == "GoalGateUnmet").count(), 1);
+}
+
+#[tokio::test]
+async fn the_step_budget_stops_a_runaway_loop() {
+    let h = harness(
+        &graph(
+            "a [shape=parallelogram, script=\"ok\"]\n b [shape=parallelogram, script=\"ok\"]\n start -> a -> b -> a\n b -> exit [condition=\"context.never\"]",
+        ),
+        Arc::new(Scripted::default()),
+    );
+    let result = h.run().await;
+    assert_eq!(result.status, RunStatus::Failed);
+    assert!(result.error.unwrap().to_string().contains("step budget"));
+}
+
+#[tokio::test]
+async fn branches_walk_the_same_loop_and_nest() {
+    let h = harness(
+        &graph(
+            "outer [shape=component]\n inner [shape=component]\n im [shape=tripleoctagon]\n om [shape=tripleoctagon]\n \
+             x [shape=parallelogram, script=\"set x=1\"]\n y [shape=parallelogram, script=\"fail\"]\n z [shape=parallelogram, script=\"ok\"]\n \
+             start -> outer\n outer -> inner\n inner -> x -> im\n inner -> y -> im\n im -> om\n outer -> z -> om\n om -> exit",
+        ),
+        Arc::new(Scripted::default()),
+    );
+    let result = h.run().await;
+    assert_eq!(result.status, RunStatus::Succeeded, "{:?}", result.error);
+    let status_of = |node: &str| {
+        result
+            .checkpoint
+            .stages
+            .iter()
+            .find(|s| s.node_id == node)
+            .map(|s| s.status.as_str())
+    };
+    assert_eq!(status_of("inner"), Some("partially_succeeded"));
+    assert_eq!(
+        status_of("im"),
+        Some("partially_succeeded"),
+        "the join's verdict"
+    );
+    assert_eq!(status_of("outer"), Some("succeeded"));
+    assert!(result.checkpoint.track.parallel.is_none());
+    // Branch updates reach the main context only through parallel.results.
+    assert!(!result.checkpoint.track.context.contains_key("x"));
+}
+
+#[tokio::test]
+async fn cancelling_stops_the_running_stage_and_resume_runs_it_again() {
+    let h = harness(
+        &graph(
+            "a [shape=parallelogram, script=\"ok\"]\n wait [shape=parallelogram, script=\"hang\"]\n start -> a -> wait -> exit",
+        ),
+        Arc::new(Scripted::default()),
+    );
+    let cancel = CancellationToken::new();
+    let first = h.engine.first_checkpoint(BTreeMap::new()).unwrap();
+    let run = h.engine.run(first, &cancel);
+    let stopper = async {
+        // Cancel once the hanging stage has started.
+        while !h.event_names().iter().any(|n| n == "StageStarted")
+            || h.event_names()
+                .iter()
+                .filter(|n| *n == "StageStarted")
+                .count()
+                < 3
+        {
+            tokio::task::yield_now().await;
+        }
+        cancel.cancel();
+    };
+    let (result, ()) = tokio::join!(run, stopper);
+    assert_eq!(result.status, RunStatus::Cancelled);
+    assert_eq!(result.checkpoint.next_node(), Some("wait"));
+    assert_eq!(nodes(&result), ["start", "a"]);
+    assert_eq!(
+        h.event_names().last().map(String::as_str),
+        Some("WorkflowRunCancelled")
+    );
+    assert_eq!(
+        h.store.last_checkpoint().unwrap().status,
+        RunStatus::Cancelled
+    );
+
+    // Resume with a handler that finishes: only the interrupted stage and what follows run.
+    let resumed = harness(
+        &graph(
+            "a [shape=parallelogram, script=\"ok\"]\n wait [shape=parallelogram, script=\"ok\"]\n start -> a -> wait -> exit",
+        ),
+        Arc::new(Scripted::default()),
+    );
+    let result = resumed
+        .engine
+        .run(result.checkpoint, &CancellationToken::new())
+        .await;
+    assert_eq!(result.status, RunStatus::Succeeded, "{:?}", result.error);
+    assert_eq!(nodes(&result), ["start", "a", "wait", "exit"]);
+    assert_eq!(
+        resumed.event_names().first().map(String::as_str),
+        Some("WorkflowRunResumed")
+    );
+}
