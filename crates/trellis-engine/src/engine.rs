@@ -145,6 +145,7 @@ impl Engine {
             services,
             settings,
             seq: Arc::new(AtomicU64::new(0)),
+            // Replaced by the checkpoint `run` starts from.
             book: Mutex::new(Checkpoint::new(run_id.clone(), "", BTreeMap::new())),
             run_id,
             depth: 0,

@@ -372,9 +372,7 @@ fn fresh_progress(
                     context: snapshot.clone(),
                     visits: track.visits.clone(),
                     edge_counts: track.edge_counts.clone(),
-                    last_outcome: None,
-                    goal_gates: std::collections::BTreeMap::new(),
-                    parallel: None,
+                    ..Track::default()
                 },
                 before: snapshot.clone(),
                 result: None,

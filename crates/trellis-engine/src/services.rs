@@ -165,37 +165,27 @@ pub mod memory {
         }
     }
 
-    /// A run record kept in memory: stage directories are names only (created under a scratch
-    /// directory, since handlers write files into them), checkpoints are kept, the last one readable.
+    /// A run record kept in memory: the last checkpoint saved, readable by tests. Stage directories
+    /// are still created, under `root`, since handlers write their files into them.
     pub struct MemoryStore {
         root: std::path::PathBuf,
-        checkpoints: Mutex<Vec<crate::checkpoint::Checkpoint>>,
+        checkpoint: Mutex<Option<crate::checkpoint::Checkpoint>>,
     }
 
     impl MemoryStore {
-        /// Stage directories go under `root`.
         pub fn new(root: impl Into<std::path::PathBuf>) -> Self {
             Self {
                 root: root.into(),
-                checkpoints: Mutex::default(),
+                checkpoint: Mutex::default(),
             }
         }
 
         /// The last checkpoint saved.
         pub fn last_checkpoint(&self) -> Option<crate::checkpoint::Checkpoint> {
-            self.checkpoints
+            self.checkpoint
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .last()
-                .cloned()
-        }
-
-        /// How many checkpoints were saved.
-        pub fn saves(&self) -> usize {
-            self.checkpoints
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .len()
+                .clone()
         }
     }
 
@@ -223,10 +213,10 @@ pub mod memory {
             &self,
             checkpoint: &crate::checkpoint::Checkpoint,
         ) -> std::io::Result<()> {
-            self.checkpoints
+            *self
+                .checkpoint
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(checkpoint.clone());
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(checkpoint.clone());
             Ok(())
         }
 

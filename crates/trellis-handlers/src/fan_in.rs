@@ -11,7 +11,7 @@ use trellis_engine::{FailureClass, Handler, Outcome, Stage, join_verdict, keys};
 use trellis_llm::{Client, Message, Request};
 use trellis_workflow::StageStatus;
 
-use crate::model_call::{ModelCall, Parsed, Unshaped};
+use crate::model_call::{ModelCall, Parsed};
 use crate::prompt::{project_memory, response_updates, write_stage_file};
 use crate::routing_directive::json_objects;
 
@@ -153,25 +153,13 @@ impl Handler for ModelFanIn {
             .await;
         let (response, (best_id, best_status), repairs) = match answer {
             Ok(shaped) => (shaped.response, shaped.value, shaped.repairs),
-            Err(Unshaped::Failed(outcome)) => {
-                let mut outcome = *outcome;
-                call.describe(&mut outcome);
-                return outcome;
-            }
-            Err(Unshaped::Exhausted {
-                response,
-                problem,
-                repairs,
-                ..
-            }) => {
-                write_stage_file(stage, "response.md", &response.text).await;
-                let mut outcome = Outcome::failed(
-                    FailureClass::StageFailed,
-                    format!(
-                        "the model did not pick a branch after {repairs} repair attempt(s): {problem}"
-                    ),
-                );
-                call.describe(&mut outcome);
+            Err(unshaped) => {
+                let (outcome, last) =
+                    call.unshaped_outcome(unshaped, "the model did not pick a branch");
+                if let Some((response, log)) = last {
+                    write_stage_file(stage, "response.md", &response.text).await;
+                    write_stage_file(stage, "repairs.md", &log).await;
+                }
                 return outcome;
             }
         };

@@ -191,6 +191,33 @@ impl<'a> ModelCall<'a> {
         }
     }
 
+    /// The outcome when no shaped answer came — the call's own failure, or `"{what} after N repair
+    /// attempt(s): {problem}"` — described with the model and usage; with the last response and the
+    /// repair log when the repairs ran out, for the caller to record.
+    pub fn unshaped_outcome(
+        &self,
+        unshaped: Unshaped,
+        what: &str,
+    ) -> (Outcome, Option<(Box<Response>, String)>) {
+        let (mut outcome, last) = match unshaped {
+            Unshaped::Failed(outcome) => (*outcome, None),
+            Unshaped::Exhausted {
+                response,
+                problem,
+                repairs,
+                log,
+            } => (
+                Outcome::failed(
+                    FailureClass::StageFailed,
+                    format!("{what} after {repairs} repair attempt(s): {problem}"),
+                ),
+                Some((response, log)),
+            ),
+        };
+        self.describe(&mut outcome);
+        (outcome, last)
+    }
+
     /// The model, provider, usage and turn count, as stage details.
     pub fn details(&self) -> serde_json::Value {
         json!({

@@ -13,7 +13,7 @@ use trellis_engine::services::{RouteChoice, RouteOption, Router};
 use trellis_engine::{keys, text::clip};
 use trellis_llm::{Client, Message, Request};
 
-use crate::model_call::{ModelCall, Parsed, Unshaped};
+use crate::model_call::{ModelCall, Parsed};
 use crate::routing_directive::json_objects;
 
 /// Repair turns for an answer that picks no valid option.
@@ -117,14 +117,11 @@ impl Router for ModelRouter {
                 choice: shaped.value.checked_sub(1),
                 details: call.details(),
             }),
-            Err(Unshaped::Failed(outcome)) => {
+            Err(unshaped) => {
+                let (outcome, _) =
+                    call.unshaped_outcome(unshaped, "the model gave no valid choice");
                 Err(outcome.failure_reason().unwrap_or_default().to_owned())
             }
-            Err(Unshaped::Exhausted {
-                problem, repairs, ..
-            }) => Err(format!(
-                "the model gave no valid choice after {repairs} repair attempt(s): {problem}"
-            )),
         }
     }
 }

@@ -270,27 +270,14 @@ impl PromptHandler {
         let answer = ask_for_schema(&mut call, &mut request, llm).await;
         let answer = match answer {
             Ok(answer) => answer,
-            Err(Unshaped::Failed(outcome)) => {
-                let mut outcome = *outcome;
-                call.describe(&mut outcome);
-                return outcome;
-            }
-            Err(Unshaped::Exhausted {
-                response,
-                problem,
-                repairs,
-                log,
-            }) => {
-                let mut outcome = Outcome::failed(
-                    FailureClass::StageFailed,
-                    format!(
-                        "output schema validation failed after {repairs} repair attempt(s): {problem}"
-                    ),
-                );
-                write_stage_file(stage, "response.md", &response.text).await;
-                write_stage_file(stage, "repairs.md", &log).await;
-                response_updates(&mut outcome, &stage.node.id, &response.text);
-                call.describe(&mut outcome);
+            Err(unshaped) => {
+                let (mut outcome, last) =
+                    call.unshaped_outcome(unshaped, "output schema validation failed");
+                if let Some((response, log)) = last {
+                    write_stage_file(stage, "response.md", &response.text).await;
+                    write_stage_file(stage, "repairs.md", &log).await;
+                    response_updates(&mut outcome, &stage.node.id, &response.text);
+                }
                 return outcome;
             }
         };
