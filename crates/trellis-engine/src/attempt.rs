@@ -5,14 +5,14 @@
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use trellis_workflow::node_kind::RetryPolicy;
 use trellis_workflow::{Node, NodeIndex, NodeKind, StageStatus};
 
 use crate::checkpoint::StageRecord;
 use crate::context::RunContext;
 use crate::engine::{Engine, EngineError, blocking, status_json};
-use crate::event::names;
+use crate::event::{EventKind, StageEnd};
 use crate::handler::Stage;
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
@@ -54,7 +54,16 @@ impl Engine {
             let rank = self.next_rank(true);
             let dir = self.stage_dir(rank, &node.id, visit).await?;
             let dir_name = dir_name(&dir);
-            self.emit(names::STAGE_STARTED, Some(&node.id), json!({ "visit": visit, "attempt": attempt, "dir": dir_name, "type": node.kind.type_name() }));
+            self.emit(
+                Some(&node.id),
+                EventKind::StageStarted {
+                    visit,
+                    attempt,
+                    dir: dir_name,
+                    handler: node.kind.type_name().to_owned(),
+                    workflow: None,
+                },
+            );
             let stage = Stage {
                 workflow: &self.workflow,
                 node,
@@ -104,9 +113,13 @@ impl Engine {
             if outcome.retryable() && attempt < max_attempts {
                 let delay = backoff(node.common.retry_policy, attempt);
                 self.emit(
-                    names::STAGE_RETRYING,
                     Some(&node.id),
-                    json!({ "attempt": attempt, "next_attempt": attempt + 1, "delay_ms": delay.as_millis(), "reason": outcome.failure_reason() }),
+                    EventKind::StageRetrying {
+                        attempt,
+                        next_attempt: attempt + 1,
+                        delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                        reason: outcome.failure_reason().map(str::to_owned),
+                    },
                 );
                 tokio::time::sleep(delay).await;
                 attempt += 1;
@@ -126,28 +139,28 @@ impl Engine {
         attempt: u32,
         duration_ms: u64,
     ) {
-        let event = if outcome.status == StageStatus::Failed {
-            names::STAGE_FAILED
-        } else {
-            names::STAGE_COMPLETED
-        };
-        let mut payload = json!({
-            "status": outcome.status, "visit": visit, "attempt": attempt, "duration_ms": duration_ms,
-            "failure_reason": outcome.failure_reason(), "files_touched": outcome.files_touched,
-        });
+        let detail = |key: &str| outcome.details.get(key).cloned();
+        let text = |key: &str| detail(key).and_then(|v| v.as_str().map(str::to_owned));
         // Model stages say which model answered and what it cost; commands what they captured.
-        for key in [
-            "model",
-            "provider",
-            "usage",
-            "artifacts",
-            "artifacts_skipped",
-        ] {
-            if let Some(value) = outcome.details.get(key) {
-                payload[key] = value.clone();
-            }
-        }
-        self.emit(event, Some(node_id), payload);
+        let end = StageEnd {
+            status: outcome.status,
+            visit,
+            attempt,
+            duration_ms,
+            failure_reason: outcome.failure_reason().map(str::to_owned),
+            files_touched: outcome.files_touched.clone(),
+            model: text("model"),
+            provider: text("provider"),
+            usage: detail("usage").and_then(|v| serde_json::from_value(v).ok()),
+            artifacts: detail("artifacts"),
+            artifacts_skipped: detail("artifacts_skipped"),
+        };
+        let event = if outcome.status == StageStatus::Failed {
+            EventKind::StageFailed(end)
+        } else {
+            EventKind::StageCompleted(end)
+        };
+        self.emit(Some(node_id), event);
     }
 
     /// Ends a stage that ran in one attempt outside the handler path (a fan-out, a sub-workflow): writes

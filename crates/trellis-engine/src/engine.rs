@@ -15,7 +15,7 @@ use trellis_workflow::{StageStatus, Workflow};
 
 use crate::checkpoint::{Checkpoint, RunStatus, StageRecord, Track};
 use crate::context::RunContext;
-use crate::event::{Event, names};
+use crate::event::{Event, EventKind, RunStart};
 use crate::handler::{Handlers, Services, Settings};
 use crate::keys;
 use crate::outcome::Outcome;
@@ -201,26 +201,21 @@ impl crate::handler::History for Engine {
 }
 
 impl crate::handler::Emitter for Engine {
-    fn emit(&self, event: &str, node: Option<&str>, payload: Value) {
-        Engine::emit(self, event, node, payload);
+    fn emit(&self, node: Option<&str>, event: EventKind) {
+        Engine::emit(self, node, event);
     }
 }
 
 impl Engine {
-    pub fn emit(&self, event: &str, node: Option<&str>, payload: Value) {
+    /// Numbers and stamps an event and hands it to every subscriber.
+    pub fn emit(&self, node: Option<&str>, kind: EventKind) {
         let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
-        let payload = match payload {
-            Value::Object(map) => map,
-            Value::Null => serde_json::Map::new(),
-            other => serde_json::Map::from_iter([("value".to_owned(), other)]),
-        };
         self.services.events.emit(&Event {
             seq,
             ts: timestamp(),
             run_id: self.run_id.clone(),
-            event: event.to_owned(),
             node_id: node.map(str::to_owned),
-            payload,
+            kind,
         });
     }
 
@@ -250,11 +245,14 @@ impl Engine {
             (self.saves.fetch_add(1, Ordering::SeqCst) + 1, book.clone())
         };
         let (store, written) = (self.services.store.clone(), self.written.clone());
+        let events = self.services.events.clone();
         blocking(move || {
             let mut last = written
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             if generation > *last {
+                // The log first: the checkpoint names the last event, which must be stored.
+                events.flush()?;
                 store.save_checkpoint(&snapshot)?;
                 *last = generation;
             }
@@ -300,10 +298,18 @@ impl Engine {
         *self.book() = cp;
         let context = RunContext::from_map(std::mem::take(&mut track.context));
         self.set_engine_keys(&context);
+        let start = RunStart {
+            workflow: self.workflow.name.clone(),
+            goal: self.workflow.graph.goal.clone(),
+            next_node: track.next_node.clone(),
+        };
         self.emit(
-            if resumed { names::RUN_RESUMED } else { names::RUN_STARTED },
             None,
-            json!({ "workflow": self.workflow.name, "goal": self.workflow.graph.goal, "next_node": track.next_node }),
+            if resumed {
+                EventKind::WorkflowRunResumed(start)
+            } else {
+                EventKind::WorkflowRunStarted(start)
+            },
         );
         let walked = tokio::select! {
             walked = self.walk(&[], &mut track, &context, None, resumed) => Some(walked),
@@ -326,27 +332,29 @@ impl Engine {
             book.status = status;
             book.failure = error.as_ref().map(ToString::to_string);
         }
-        let (event, payload) = {
+        let end = {
             let book = self.book();
             match status {
-                RunStatus::Succeeded => (
-                    names::RUN_COMPLETED,
-                    json!({ "status": "succeeded", "stages": book.stages.len(), "artifact_count": artifact_count(&book.stages) }),
-                ),
-                RunStatus::WaitingForInput => {
-                    (names::RUN_WAITING, json!({ "node": book.track.next_node }))
-                }
-                RunStatus::Cancelled => (
-                    names::RUN_CANCELLED,
-                    json!({ "status": "cancelled", "node": book.track.next_node, "stages": book.stages.len() }),
-                ),
-                _ => (
-                    names::RUN_FAILED,
-                    json!({ "status": "failed", "error": book.failure }),
-                ),
+                RunStatus::Succeeded => EventKind::WorkflowRunCompleted {
+                    status,
+                    stages: book.stages.len(),
+                    artifact_count: artifact_count(&book.stages),
+                },
+                RunStatus::WaitingForInput => EventKind::WorkflowRunWaitingForInput {
+                    node: book.track.next_node.clone(),
+                },
+                RunStatus::Cancelled => EventKind::WorkflowRunCancelled {
+                    status,
+                    node: book.track.next_node.clone(),
+                    stages: book.stages.len(),
+                },
+                _ => EventKind::WorkflowRunFailed {
+                    status,
+                    error: book.failure.clone(),
+                },
             }
         };
-        self.emit(event, None, payload);
+        self.emit(None, end);
         let saved = self.save().await;
         let checkpoint = self.book().clone();
         match saved {

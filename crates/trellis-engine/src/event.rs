@@ -1,40 +1,313 @@
-//! Events: one JSON object per line, `{seq, ts, run_id, event, node_id?, ...payload}`, named as the
-//! specification names them (`StageCompleted`, `WorkflowRunCompleted`, ...).
+//! Events: every event of a run as one serde-tagged enum, [`EventKind`] — the contract the terminal
+//! display, `trellis events`, the event log and (later) the server's stream all read. One JSON object
+//! per line: `{seq, ts, run_id, node_id?, event, ...fields}`, named as the specification names them
+//! (`StageCompleted`, `WorkflowRunCompleted`, ...) and DESIGN.md §3 for the rest.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
+use trellis_workflow::StageStatus;
 
+use crate::checkpoint::RunStatus;
+
+/// One event of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub seq: u64,
     pub ts: String,
     pub run_id: String,
-    pub event: String,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub node_id: Option<String>,
     #[serde(flatten)]
-    pub payload: Map<String, Value>,
+    pub kind: EventKind,
 }
 
-/// Event names.
-pub mod names {
-    pub const RUN_STARTED: &str = "WorkflowRunStarted";
-    pub const RUN_RESUMED: &str = "WorkflowRunResumed";
-    pub const RUN_COMPLETED: &str = "WorkflowRunCompleted";
-    pub const RUN_FAILED: &str = "WorkflowRunFailed";
-    pub const RUN_WAITING: &str = "WorkflowRunWaitingForInput";
-    pub const RUN_CANCELLED: &str = "WorkflowRunCancelled";
-    pub const STAGE_STARTED: &str = "StageStarted";
-    pub const STAGE_COMPLETED: &str = "StageCompleted";
-    pub const STAGE_FAILED: &str = "StageFailed";
-    pub const STAGE_RETRYING: &str = "StageRetrying";
-    pub const EDGE_SELECTED: &str = "EdgeSelected";
-    pub const LOOP_RESTARTED: &str = "LoopRestarted";
-    pub const CHECKPOINT_SAVED: &str = "CheckpointSaved";
-    pub const GOAL_GATE_UNMET: &str = "GoalGateUnmet";
-    pub const HUMAN_GATE_ASKED: &str = "HumanGateAsked";
-    pub const HUMAN_GATE_ANSWERED: &str = "HumanGateAnswered";
-    pub const PARALLEL_STARTED: &str = "ParallelStarted";
-    pub const PARALLEL_BRANCH_COMPLETED: &str = "ParallelBranchCompleted";
-    pub const PARALLEL_COMPLETED: &str = "ParallelCompleted";
+impl Event {
+    /// The event's name (`StageCompleted`, ...).
+    pub fn name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    /// The event's own fields, without its name, for display.
+    pub fn fields(&self) -> serde_json::Map<String, Value> {
+        let mut fields = match serde_json::to_value(&self.kind) {
+            Ok(Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        };
+        fields.remove("event");
+        fields
+    }
+}
+
+/// What happened. The variant name is the event's name in the log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event")]
+pub enum EventKind {
+    WorkflowRunStarted(RunStart),
+    WorkflowRunResumed(RunStart),
+    WorkflowRunCompleted {
+        status: RunStatus,
+        stages: usize,
+        /// Artifacts the run's stages captured (the outputs document).
+        artifact_count: usize,
+    },
+    WorkflowRunFailed {
+        status: RunStatus,
+        error: Option<String>,
+    },
+    WorkflowRunWaitingForInput {
+        node: Option<String>,
+    },
+    WorkflowRunCancelled {
+        status: RunStatus,
+        /// The stage the run was stopped in; `resume` runs it again.
+        node: Option<String>,
+        stages: usize,
+    },
+    StageStarted {
+        visit: u32,
+        attempt: u32,
+        dir: String,
+        /// The handler type (`command`, `prompt`, ...).
+        #[serde(rename = "type")]
+        handler: String,
+        /// A sub-workflow stage's child workflow file.
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        workflow: Option<String>,
+    },
+    StageCompleted(StageEnd),
+    StageFailed(StageEnd),
+    StageRetrying {
+        attempt: u32,
+        next_attempt: u32,
+        delay_ms: u64,
+        reason: Option<String>,
+    },
+    EdgeSelected(EdgeChoice),
+    LoopRestarted {
+        to: String,
+    },
+    CheckpointSaved {
+        next_node: Option<String>,
+    },
+    GoalGateUnmet {
+        status: StageStatus,
+    },
+    HumanGateAsked {
+        prompt: String,
+        options: Vec<String>,
+        freeform: bool,
+    },
+    HumanGateAnswered {
+        label: String,
+        text: Option<String>,
+        /// The gate's `human.default_choice`, taken when its timeout ran out.
+        default_after_timeout: bool,
+    },
+    ParallelStarted {
+        branches: Vec<String>,
+        fan_in: String,
+        join_policy: String,
+        max_parallel: u32,
+    },
+    ParallelBranchCompleted {
+        branch: String,
+        status: StageStatus,
+        failure_reason: Option<String>,
+    },
+    ParallelCompleted {
+        status: StageStatus,
+        succeeded: usize,
+        failed: usize,
+        cancelled: usize,
+    },
+    ModelCallStarted {
+        model: String,
+        provider: String,
+        turn: u32,
+    },
+    ModelCallCompleted(ModelCallEnd),
+    ModelCallRetrying {
+        error: String,
+        kind: String,
+        attempt: u32,
+        delay_ms: u64,
+    },
+    ModelWarning {
+        message: String,
+    },
+    /// An event this version does not know (a log written by a newer one).
+    #[serde(other)]
+    Unknown,
+}
+
+/// `WorkflowRunStarted` and `WorkflowRunResumed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunStart {
+    pub workflow: String,
+    pub goal: Option<String>,
+    pub next_node: Option<String>,
+}
+
+/// `StageCompleted` and `StageFailed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageEnd {
+    pub status: StageStatus,
+    pub visit: u32,
+    pub attempt: u32,
+    pub duration_ms: u64,
+    pub failure_reason: Option<String>,
+    #[serde(default)]
+    pub files_touched: Vec<String>,
+    /// Model stages: which model answered, and what it cost.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub provider: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub usage: Option<TokenUsage>,
+    /// Command stages: the artifacts captured, and those left out with the reason.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub artifacts: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub artifacts_skipped: Option<Value>,
+}
+
+/// `EdgeSelected`: an edge followed, or a jump to a retry target (`reason`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct EdgeChoice {
+    pub to: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub label: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub condition: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub when: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub loop_restart: bool,
+    /// Why the run went there without an edge (`retry_target`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reason: Option<String>,
+    /// The model that judged `when` edges, and what it cost.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub router: Option<Value>,
+}
+
+/// `ModelCallCompleted`: the answer's model, usage and stop reason, or the error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelCallEnd {
+    pub model: String,
+    pub provider: String,
+    pub turn: u32,
+    pub duration_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub usage: Option<TokenUsage>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub stop_reason: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
+    /// The error's kind (`rate_limit`, `auth`, ...).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub kind: Option<String>,
+}
+
+/// Tokens a model call (or a stage's calls together) used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TokenUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub cached_tokens: u64,
+    #[serde(default)]
+    pub reasoning_tokens: u64,
+}
+
+impl EventKind {
+    /// The event's name in the log.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::WorkflowRunStarted(_) => "WorkflowRunStarted",
+            EventKind::WorkflowRunResumed(_) => "WorkflowRunResumed",
+            EventKind::WorkflowRunCompleted { .. } => "WorkflowRunCompleted",
+            EventKind::WorkflowRunFailed { .. } => "WorkflowRunFailed",
+            EventKind::WorkflowRunWaitingForInput { .. } => "WorkflowRunWaitingForInput",
+            EventKind::WorkflowRunCancelled { .. } => "WorkflowRunCancelled",
+            EventKind::StageStarted { .. } => "StageStarted",
+            EventKind::StageCompleted(_) => "StageCompleted",
+            EventKind::StageFailed(_) => "StageFailed",
+            EventKind::StageRetrying { .. } => "StageRetrying",
+            EventKind::EdgeSelected(_) => "EdgeSelected",
+            EventKind::LoopRestarted { .. } => "LoopRestarted",
+            EventKind::CheckpointSaved { .. } => "CheckpointSaved",
+            EventKind::GoalGateUnmet { .. } => "GoalGateUnmet",
+            EventKind::HumanGateAsked { .. } => "HumanGateAsked",
+            EventKind::HumanGateAnswered { .. } => "HumanGateAnswered",
+            EventKind::ParallelStarted { .. } => "ParallelStarted",
+            EventKind::ParallelBranchCompleted { .. } => "ParallelBranchCompleted",
+            EventKind::ParallelCompleted { .. } => "ParallelCompleted",
+            EventKind::ModelCallStarted { .. } => "ModelCallStarted",
+            EventKind::ModelCallCompleted(_) => "ModelCallCompleted",
+            EventKind::ModelCallRetrying { .. } => "ModelCallRetrying",
+            EventKind::ModelWarning { .. } => "ModelWarning",
+            EventKind::Unknown => "Unknown",
+        }
+    }
+
+    /// Whether the event ends the run's process (it finished, failed, waits or was cancelled).
+    pub fn ends_run(&self) -> bool {
+        matches!(
+            self,
+            EventKind::WorkflowRunCompleted { .. }
+                | EventKind::WorkflowRunFailed { .. }
+                | EventKind::WorkflowRunWaitingForInput { .. }
+                | EventKind::WorkflowRunCancelled { .. }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(kind: EventKind) -> Value {
+        serde_json::to_value(Event {
+            seq: 3,
+            ts: "2026-11-23T12:00:00.000Z".into(),
+            run_id: "R".into(),
+            node_id: Some("test".into()),
+            kind,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn events_keep_the_log_format_and_read_back() {
+        let event = line(EventKind::StageStarted {
+            visit: 1,
+            attempt: 2,
+            dir: "002-test@1".into(),
+            handler: "command".into(),
+            workflow: None,
+        });
+        assert_eq!(
+            event,
+            serde_json::json!({
+                "seq": 3, "ts": "2026-11-23T12:00:00.000Z", "run_id": "R", "node_id": "test",
+                "event": "StageStarted", "visit": 1, "attempt": 2, "dir": "002-test@1", "type": "command",
+            })
+        );
+        let back: Event = serde_json::from_value(event).unwrap();
+        assert_eq!(back.name(), "StageStarted");
+        assert_eq!(back.fields()["type"], "command");
+    }
+
+    #[test]
+    fn every_name_is_the_serialized_tag() {
+        let kind = EventKind::CheckpointSaved { next_node: None };
+        assert_eq!(line(kind.clone())["event"], kind.name());
+        let unknown: Event = serde_json::from_value(serde_json::json!({
+            "seq": 1, "ts": "t", "run_id": "R", "event": "SomethingNewer", "x": 1
+        }))
+        .unwrap();
+        assert_eq!(unknown.kind, EventKind::Unknown);
+    }
 }

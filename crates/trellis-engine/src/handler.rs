@@ -11,7 +11,7 @@ use trellis_workflow::{Node, Workflow};
 
 use crate::context::RunContext;
 use crate::outcome::Outcome;
-use crate::services::{BlobStore, EventSink, Interviewer, Router, RunStore};
+use crate::services::{BlobStore, Interviewer, Router, RunStore, Subscribers};
 
 /// Everything a handler may use while executing one stage attempt.
 pub struct Stage<'a> {
@@ -38,9 +38,9 @@ pub trait History: Send + Sync {
     fn finished(&self) -> Vec<crate::checkpoint::StageRecord>;
 }
 
-/// Emits a named event with a payload for a node.
+/// Emits an event into the run's stream, for a node (or the run as a whole).
 pub trait Emitter: Send + Sync {
-    fn emit(&self, event: &str, node: Option<&str>, payload: serde_json::Value);
+    fn emit(&self, node: Option<&str>, event: crate::event::EventKind);
 }
 
 /// The services of a run.
@@ -48,7 +48,7 @@ pub trait Emitter: Send + Sync {
 pub struct Services {
     pub store: Arc<dyn RunStore>,
     pub blobs: Arc<dyn BlobStore>,
-    pub events: Arc<dyn EventSink>,
+    pub events: Subscribers,
     pub interviewer: Arc<dyn Interviewer>,
     pub router: Option<Arc<dyn Router>>,
 }

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::Semaphore;
 use trellis_workflow::node_kind::{ErrorPolicy, JoinPolicy, ParallelConfig};
 use trellis_workflow::{NodeIndex, StageStatus};
@@ -27,7 +27,7 @@ use trellis_workflow::{NodeIndex, StageStatus};
 use crate::checkpoint::{BranchProgress, BranchResult, ParallelProgress, Track};
 use crate::context::{RunContext, resolve_blob};
 use crate::engine::{Engine, EngineError};
-use crate::event::names;
+use crate::event::EventKind;
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
 use crate::text::clip;
@@ -155,9 +155,13 @@ impl Engine {
             .map(|&s| self.workflow.nodes[s].id.as_str())
             .collect();
         self.emit(
-            names::PARALLEL_STARTED,
             Some(&node.id),
-            json!({ "branches": branch_ids, "fan_in": self.workflow.nodes[fan_in].id, "join_policy": config.join_policy.to_string(), "max_parallel": config.max_parallel }),
+            EventKind::ParallelStarted {
+                branches: branch_ids.iter().map(|&id| id.to_owned()).collect(),
+                fan_in: self.workflow.nodes[fan_in].id.clone(),
+                join_policy: config.join_policy.to_string(),
+                max_parallel: config.max_parallel,
+            },
         );
         let started = std::time::Instant::now();
         // A resumed fan-out continues from its checkpointed progress; a new one starts every branch.
@@ -202,9 +206,13 @@ impl Engine {
             .with_detail("cancelled_branches", cancelled);
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.emit(
-            names::PARALLEL_COMPLETED,
             Some(&node.id),
-            json!({ "status": outcome.status, "succeeded": succeeded, "failed": failed, "cancelled": cancelled }),
+            EventKind::ParallelCompleted {
+                status: outcome.status,
+                succeeded,
+                failed,
+                cancelled,
+            },
         );
         self.finish_stage(rank, &dir, &node.id, visit, &outcome, duration_ms)
             .await?;
@@ -262,9 +270,12 @@ impl Engine {
         while let Some((position, result)) = running.next().await {
             let result = result?;
             self.emit(
-                names::PARALLEL_BRANCH_COMPLETED,
                 Some(node_id),
-                json!({ "branch": result.id, "status": result.status, "failure_reason": result.failure_reason }),
+                EventKind::ParallelBranchCompleted {
+                    branch: result.id.clone(),
+                    status: result.status,
+                    failure_reason: result.failure_reason.clone(),
+                },
             );
             let failed = result.status == StageStatus::Failed;
             if matches!(

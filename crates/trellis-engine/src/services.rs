@@ -42,6 +42,33 @@ pub trait BlobStore: Send + Sync {
 /// Receives every event, in order.
 pub trait EventSink: Send + Sync {
     fn emit(&self, event: &Event);
+    /// Returns once every event received so far is stored (a sink that stores nothing has nothing to
+    /// wait for). The engine calls it before each checkpoint, so a checkpoint never names an event the
+    /// log does not have; an error is a write error of the log, reported, never dropped.
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Everyone who hears a run's events, in order: the run record's log, the terminal display, a live
+/// stream. Persisting events and showing them are separate subscribers.
+#[derive(Clone, Default)]
+pub struct Subscribers(Vec<std::sync::Arc<dyn EventSink>>);
+
+impl Subscribers {
+    pub fn new(sinks: impl IntoIterator<Item = std::sync::Arc<dyn EventSink>>) -> Self {
+        Self(sinks.into_iter().collect())
+    }
+
+    pub fn emit(&self, event: &Event) {
+        for sink in &self.0 {
+            sink.emit(event);
+        }
+    }
+
+    pub fn flush(&self) -> io::Result<()> {
+        self.0.iter().try_for_each(|sink| sink.flush())
+    }
 }
 
 /// One option of a human gate.

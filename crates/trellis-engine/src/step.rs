@@ -3,14 +3,13 @@
 //! parallel branch walk the same way; a branch walks until it reaches its fan-in. Branches nest: a
 //! fan-out or a sub-workflow inside a branch is just another step.
 
-use serde_json::json;
 use trellis_workflow::node_kind::Fidelity;
-use trellis_workflow::{Condition, NodeIndex, NodeKind, SourceFormat, StageStatus};
+use trellis_workflow::{NodeIndex, NodeKind, SourceFormat, StageStatus};
 
 use crate::checkpoint::Track;
 use crate::context::{ConditionView, RunContext, resolve_blob};
 use crate::engine::{Engine, EngineError};
-use crate::event::names;
+use crate::event::{EdgeChoice, EventKind};
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
 use crate::routing::{self, Route};
@@ -82,9 +81,10 @@ impl Engine {
                     track.visits.clear();
                     track.goal_gates.clear();
                     self.emit(
-                        names::LOOP_RESTARTED,
                         Some(&self.workflow.nodes[index].id),
-                        json!({ "to": self.workflow.nodes[to].id }),
+                        EventKind::LoopRestarted {
+                            to: self.workflow.nodes[to].id.clone(),
+                        },
                     );
                     Some(to)
                 }
@@ -92,9 +92,10 @@ impl Engine {
             track.next_node = target.map(|to| self.workflow.nodes[to].id.clone());
             self.persist(path, track, context).await?;
             self.emit(
-                names::CHECKPOINT_SAVED,
                 Some(&self.workflow.nodes[index].id),
-                json!({ "next_node": track.next_node }),
+                EventKind::CheckpointSaved {
+                    next_node: track.next_node.clone(),
+                },
             );
         }
     }
@@ -203,11 +204,7 @@ impl Engine {
             .workflow
             .node_index(gate)
             .ok_or_else(|| EngineError::UnknownNode { node: gate.clone() })?;
-        self.emit(
-            names::GOAL_GATE_UNMET,
-            Some(gate),
-            json!({ "status": status }),
-        );
+        self.emit(Some(gate), EventKind::GoalGateUnmet { status: *status });
         match self.retry_target(index, track) {
             Some(target) => Ok(Some(target)),
             None => Err(EngineError::GoalGateUnmet {
@@ -284,7 +281,7 @@ impl Engine {
             blobs: &*self.services.blobs,
         };
         // What the router cost, when a model judged `when` edges.
-        let mut router = serde_json::Value::Null;
+        let mut router = None;
         let edge = match routing::select(&self.workflow, index, outcome, &view, &track.edge_counts)
         {
             Route::Edge(edge) => Some(edge),
@@ -295,7 +292,7 @@ impl Engine {
                 .ask_router(index, &candidates, fallback, context)
                 .await?
                 .map(|(edge, details)| {
-                    router = details;
+                    router = Some(details).filter(|d| !d.is_null());
                     edge
                 }),
             Route::NoEdges if self.workflow.format == SourceFormat::Yaml => return Ok(Next::End),
@@ -316,9 +313,12 @@ impl Engine {
                 && let Some(target) = self.retry_target(index, track)
             {
                 self.emit(
-                    names::EDGE_SELECTED,
                     Some(&node.id),
-                    json!({ "to": self.workflow.nodes[target].id, "reason": "retry_target" }),
+                    EventKind::EdgeSelected(EdgeChoice {
+                        to: self.workflow.nodes[target].id.clone(),
+                        reason: Some("retry_target".into()),
+                        ..EdgeChoice::default()
+                    }),
                 );
                 return Ok(Next::Jump(target));
             }
@@ -338,11 +338,18 @@ impl Engine {
             .entry(routing::key_of(&self.workflow, edge))
             .or_insert(0) += 1;
         context.set(keys::INCOMING_EDGE, edge_index);
-        let mut payload = json!({ "to": self.workflow.nodes[edge.to].id, "label": edge.label, "condition": edge.condition.as_ref().map(Condition::source), "when": edge.when, "loop_restart": edge.loop_restart });
-        if !router.is_null() {
-            payload["router"] = router;
-        }
-        self.emit(names::EDGE_SELECTED, Some(&node.id), payload);
+        self.emit(
+            Some(&node.id),
+            EventKind::EdgeSelected(EdgeChoice {
+                to: self.workflow.nodes[edge.to].id.clone(),
+                label: edge.label.clone(),
+                condition: edge.condition.as_ref().map(|c| c.source().to_owned()),
+                when: edge.when.clone(),
+                loop_restart: edge.loop_restart,
+                reason: None,
+                router,
+            }),
+        );
         Ok(if edge.loop_restart {
             Next::LoopRestart(edge.to)
         } else {

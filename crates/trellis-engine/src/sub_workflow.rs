@@ -6,13 +6,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use serde_json::json;
 use trellis_workflow::CompileOptions;
 
 use crate::checkpoint::RunStatus;
 use crate::context::RunContext;
 use crate::engine::{Engine, EngineError};
-use crate::event::names;
+use crate::event::EventKind;
 use crate::handler::Services;
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
@@ -32,7 +31,16 @@ impl Engine {
         let rank = self.next_rank(true);
         let dir = self.stage_dir(rank, &node.id, visit).await?;
         let dir_name = crate::attempt::dir_name(&dir);
-        self.emit(names::STAGE_STARTED, Some(&node.id), json!({ "visit": visit, "attempt": 1, "dir": dir_name, "type": "stack.manager_loop", "workflow": path.display().to_string() }));
+        self.emit(
+            Some(&node.id),
+            EventKind::StageStarted {
+                visit,
+                attempt: 1,
+                dir: dir_name,
+                handler: node.kind.type_name().to_owned(),
+                workflow: Some(path.display().to_string()),
+            },
+        );
         let started = std::time::Instant::now();
         let outcome = Box::pin(self.run_child(&dir, path, context, &node.id)).await?;
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use async_trait::async_trait;
 use trellis_engine::services::memory::{MemoryBlobs, MemoryEvents, MemoryStore, NoAnswers};
-use trellis_engine::services::{BLOB_PREFIX, BlobStore};
+use trellis_engine::services::{BLOB_PREFIX, BlobStore, EventSink, Subscribers};
 use trellis_engine::{
     CancellationToken, Engine, FailureClass, Handler, Handlers, Outcome, RunStatus, Services,
     Settings, Stage,
@@ -83,7 +83,7 @@ fn harness(text: &str, handler: Arc<dyn Handler>) -> Harness {
     let services = Services {
         store: store.clone(),
         blobs: blobs.clone(),
-        events: events.clone(),
+        events: Subscribers::new([events.clone() as Arc<dyn EventSink>]),
         interviewer: Arc::new(NoAnswers),
         router: None,
     };
@@ -123,7 +123,7 @@ impl Harness {
             .lock()
             .unwrap()
             .iter()
-            .map(|e| e.event.clone())
+            .map(|e| e.name().to_owned())
             .collect()
     }
 }

@@ -5,8 +5,7 @@
 //! follows, and `human.gate.selected`, `human.gate.label`, `human.gate.text` in the context.
 
 use async_trait::async_trait;
-use serde_json::json;
-use trellis_engine::event::names;
+use trellis_engine::event::EventKind;
 use trellis_engine::services::{Answer, Choice, Question};
 use trellis_engine::{FailureClass, Handler, Outcome, Stage, keys};
 use trellis_workflow::NodeKind;
@@ -73,9 +72,12 @@ impl Handler for HumanHandler {
         };
         let labels: Vec<&str> = question.choices.iter().map(|c| c.label.as_str()).collect();
         stage.emitter.emit(
-            names::HUMAN_GATE_ASKED,
             Some(&stage.node.id),
-            json!({ "prompt": question.prompt, "options": labels, "freeform": question.freeform }),
+            EventKind::HumanGateAsked {
+                prompt: question.prompt.clone(),
+                options: labels.iter().map(|&l| l.to_owned()).collect(),
+                freeform: question.freeform,
+            },
         );
         let answer = stage.services.interviewer.ask(&question).await;
         let timed_out = answer == Answer::TimedOut;
@@ -99,9 +101,12 @@ impl Handler for HumanHandler {
         };
         let answered = |label: &str, text: Option<&str>| {
             stage.emitter.emit(
-                names::HUMAN_GATE_ANSWERED,
                 Some(&stage.node.id),
-                json!({ "label": label, "text": text, "default_after_timeout": timed_out }),
+                EventKind::HumanGateAnswered {
+                    label: label.to_owned(),
+                    text: text.map(str::to_owned),
+                    default_after_timeout: timed_out,
+                },
             );
         };
         match answer {

@@ -8,16 +8,9 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 use serde_json::json;
+use trellis_engine::event::{EventKind, ModelCallEnd, TokenUsage};
 use trellis_engine::{Emitter, FailureClass, Outcome, Stage};
 use trellis_llm::{Client, ErrorKind, LlmError, Message, Request, ResolvedModel, Response, Usage};
-
-/// Event names of model calls.
-pub mod events {
-    pub const CALL_STARTED: &str = "ModelCallStarted";
-    pub const CALL_COMPLETED: &str = "ModelCallCompleted";
-    pub const CALL_RETRYING: &str = "ModelCallRetrying";
-    pub const WARNING: &str = "ModelWarning";
-}
 
 /// A conversation with one model on behalf of one node (a stage, or the router of its edges).
 pub struct ModelCall<'a> {
@@ -75,9 +68,10 @@ impl<'a> ModelCall<'a> {
             .map_err(|e| Box::new(failure(&e)))?;
         if let Some(warning) = &resolved.warning {
             emitter.emit(
-                events::WARNING,
                 Some(node_id),
-                json!({ "message": warning }),
+                EventKind::ModelWarning {
+                    message: warning.clone(),
+                },
             );
         }
         Ok(Self {
@@ -106,41 +100,53 @@ impl<'a> ModelCall<'a> {
         let node = Some(self.node_id);
         let emitter = self.emitter;
         emitter.emit(
-            events::CALL_STARTED,
             node,
-            json!({ "model": self.resolved.model, "provider": self.resolved.provider, "turn": self.turns }),
+            EventKind::ModelCallStarted {
+                model: self.resolved.model.clone(),
+                provider: self.resolved.provider.clone(),
+                turn: self.turns,
+            },
         );
         let started = Instant::now();
         let result = self
             .client
             .complete(&self.resolved, request, &|_| {}, &|error, attempt, wait| {
                 emitter.emit(
-                    events::CALL_RETRYING,
                     node,
-                    json!({ "error": error.to_string(), "kind": error.kind.as_str(), "attempt": attempt, "delay_ms": wait.as_millis() }),
+                    EventKind::ModelCallRetrying {
+                        error: error.to_string(),
+                        kind: error.kind.as_str().to_owned(),
+                        attempt,
+                        delay_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                    },
                 );
             })
             .await;
-        let duration_ms = started.elapsed().as_millis();
+        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let mut end = ModelCallEnd {
+            model: self.resolved.model.clone(),
+            provider: self.resolved.provider.clone(),
+            turn: self.turns,
+            duration_ms,
+            usage: None,
+            stop_reason: None,
+            error: None,
+            kind: None,
+        };
         match result {
             Ok(response) => {
                 self.usage.add(response.usage);
-                emitter.emit(
-                    events::CALL_COMPLETED,
-                    node,
-                    json!({
-                        "model": response.model, "provider": response.provider, "turn": self.turns,
-                        "usage": response.usage, "stop_reason": response.stop_reason, "duration_ms": duration_ms,
-                    }),
-                );
+                end.model.clone_from(&response.model);
+                end.provider.clone_from(&response.provider);
+                end.usage = Some(token_usage(response.usage));
+                end.stop_reason = serde_json::to_value(&response.stop_reason).ok();
+                emitter.emit(node, EventKind::ModelCallCompleted(end));
                 Ok(response)
             }
             Err(error) => {
-                emitter.emit(
-                    events::CALL_COMPLETED,
-                    node,
-                    json!({ "model": self.resolved.model, "provider": self.resolved.provider, "turn": self.turns, "error": error.to_string(), "kind": error.kind.as_str(), "duration_ms": duration_ms }),
-                );
+                end.error = Some(error.to_string());
+                end.kind = Some(error.kind.as_str().to_owned());
+                emitter.emit(node, EventKind::ModelCallCompleted(end));
                 Err(Box::new(failure(&error)))
             }
         }
@@ -231,6 +237,16 @@ impl<'a> ModelCall<'a> {
         if let serde_json::Value::Object(details) = self.details() {
             outcome.details.extend(details);
         }
+    }
+}
+
+/// A call's usage in the engine's terms.
+pub fn token_usage(usage: Usage) -> TokenUsage {
+    TokenUsage {
+        input_tokens: usage.input_tokens,
+        output_tokens: usage.output_tokens,
+        cached_tokens: usage.cached_tokens,
+        reasoning_tokens: usage.reasoning_tokens,
     }
 }
 

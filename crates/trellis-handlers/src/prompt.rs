@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use trellis_engine::event::EventKind;
 use trellis_engine::{FailureClass, Handler, Outcome, Stage, keys};
 use trellis_llm::{Client, Message, ReasoningEffort, Request};
 use trellis_workflow::NodeKind;
@@ -142,9 +143,10 @@ pub fn response_updates(outcome: &mut Outcome, node_id: &str, response: &str) {
 pub(crate) async fn write_stage_file(stage: &Stage<'_>, name: &str, text: &str) {
     if let Err(error) = tokio::fs::write(stage.dir.join(name), text).await {
         stage.emitter.emit(
-            crate::model_call::events::WARNING,
             Some(&stage.node.id),
-            json!({ "message": format!("cannot write {name}: {error}") }),
+            EventKind::ModelWarning {
+                message: format!("cannot write {name}: {error}"),
+            },
         );
     }
 }

@@ -10,12 +10,15 @@
 //!   blobs/<hex>       content-addressed values
 //! ```
 //!
-//! It implements the engine's [`RunStore`], [`BlobStore`] and [`EventSink`] traits.
+//! It implements the engine's [`RunStore`], [`BlobStore`] and [`EventSink`] traits (the event log is
+//! written by [`EventLog`], a writer thread fed by a channel).
 
 mod blobs;
+mod event_log;
 mod run_dir;
 
 pub use blobs::FileBlobs;
+pub use event_log::EventLog;
 pub use run_dir::{
     RunDir, RunMeta, StoreError, default_runs_dir, list_runs, new_run_id, resolve_runs_dir,
     write_atomically,

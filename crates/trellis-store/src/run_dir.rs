@@ -1,14 +1,13 @@
 //! One run's directory: creating it, stage directories, atomic checkpoint and status writes, the event
 //! log, and `run.json`. Also finding runs again by id or path.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use trellis_engine::services::{EventSink, RunStore};
+use trellis_engine::services::RunStore;
 use trellis_engine::{Checkpoint, Event};
 
 #[derive(Debug, thiserror::Error)]
@@ -111,7 +110,6 @@ pub fn list_runs(runs_dir: &Path) -> Vec<PathBuf> {
 /// The on-disk record of one run.
 pub struct RunDir {
     root: PathBuf,
-    events: Mutex<Option<File>>,
 }
 
 fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> StoreError {
@@ -141,10 +139,7 @@ impl RunDir {
     }
 
     fn open_dir(root: PathBuf) -> Self {
-        Self {
-            root,
-            events: Mutex::new(None),
-        }
+        Self { root }
     }
 
     /// Opens an existing run by directory path, or by id (or unique id prefix) under `runs_dir`.
@@ -183,6 +178,11 @@ impl RunDir {
 
     pub fn events_path(&self) -> PathBuf {
         self.root.join("events.jsonl")
+    }
+
+    /// Opens the run's event log for appending (its writer thread starts now).
+    pub fn event_log(&self) -> io::Result<crate::EventLog> {
+        crate::EventLog::open(&self.events_path())
     }
 
     pub fn checkpoint_path(&self) -> PathBuf {
@@ -277,29 +277,6 @@ impl RunStore for RunDir {
         let root = stage_dir.join("child");
         fs::create_dir_all(root.join("stages"))?;
         Ok(std::sync::Arc::new(Self::open_dir(root)))
-    }
-}
-
-impl EventSink for RunDir {
-    fn emit(&self, event: &Event) {
-        let mut guard = self
-            .events
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if guard.is_none() {
-            *guard = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(self.events_path())
-                .ok();
-        }
-        if let Some(file) = guard.as_mut()
-            && let Ok(mut line) = serde_json::to_vec(event)
-        {
-            line.push(b'\n');
-            // One write per event, so a kill leaves at most one torn line.
-            let _ = file.write_all(&line);
-        }
     }
 }
 

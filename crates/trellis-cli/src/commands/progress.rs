@@ -1,18 +1,15 @@
-//! Live progress for `trellis run` and `trellis resume`: every event goes to the run record, and stage
-//! events also become one line each on standard error (status and duration), with a spinner for the
-//! running stage when standard error is a terminal.
+//! Live progress for `trellis run` and `trellis resume`, one subscriber of the run's events (the event
+//! log is another): stage events become one line each on standard error (status and duration), with a
+//! spinner for the running stage when standard error is a terminal.
 
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use trellis_handlers::model_call::events;
 
-use serde_json::Value;
-use trellis_engine::Event;
-use trellis_engine::event::names;
+use trellis_engine::event::{Event, EventKind};
 use trellis_engine::services::EventSink;
-use trellis_store::RunDir;
+use trellis_workflow::StageStatus;
 
 /// The stage currently running, for the spinner.
 #[derive(Default)]
@@ -22,23 +19,13 @@ struct Running {
 }
 
 pub struct Progress {
-    record: Arc<RunDir>,
     interactive: bool,
     running: Arc<Mutex<Running>>,
 }
 
-fn seconds(payload: &serde_json::Map<String, Value>) -> String {
-    let ms = payload
-        .get("duration_ms")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    format!("{:.1}s", Duration::from_millis(ms).as_secs_f64())
-}
-
 impl Progress {
-    pub fn new(record: Arc<RunDir>) -> Arc<Self> {
+    pub fn new() -> Arc<Self> {
         let progress = Arc::new(Self {
-            record,
             interactive: std::io::stderr().is_terminal(),
             running: Arc::default(),
         });
@@ -80,68 +67,72 @@ impl Progress {
     }
 }
 
+/// A duration in milliseconds as seconds with one decimal.
+fn seconds(ms: u64) -> String {
+    format!("{:.1}s", Duration::from_millis(ms).as_secs_f64())
+}
+
+/// The first line of a message.
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
 impl EventSink for Progress {
     fn emit(&self, event: &Event) {
-        self.record.emit(event);
         // Stages of a sub-workflow (run id `<run>/<node>`) show under their parent node: `first › greet`.
         let node_id = event.node_id.as_deref().unwrap_or("");
         let node = match event.run_id.split_once('/') {
             Some((_, path)) => format!("{} › {node_id}", path.replace('/', " › ")),
             None => node_id.to_owned(),
         };
-        let node = node.as_str();
-        let p = &event.payload;
-        match event.event.as_str() {
-            names::STAGE_STARTED if self.interactive => {
+        match &event.kind {
+            EventKind::StageStarted { .. } if self.interactive => {
                 let mut running = self
                     .running
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                running.node = Some(node.to_owned());
+                running.node = Some(node);
                 running.since = Some(Instant::now());
             }
-            names::STAGE_COMPLETED => {
-                let status = p.get("status").and_then(Value::as_str).unwrap_or("");
-                let mark = if status == "succeeded" { "✓" } else { "•" };
-                let mut suffix = if status == "succeeded" {
+            EventKind::StageCompleted(end) => {
+                let succeeded = end.status == StageStatus::Succeeded;
+                let mark = if succeeded { "✓" } else { "•" };
+                let mut suffix = if succeeded {
                     String::new()
                 } else {
-                    format!(" [{status}]")
+                    format!(" [{}]", end.status)
                 };
-                if let Some(model) = p.get("model").and_then(Value::as_str) {
-                    let tokens = |k: &str| {
-                        p.get("usage")
-                            .and_then(|u| u.get(k))
-                            .and_then(Value::as_u64)
-                            .unwrap_or(0)
-                    };
+                if let Some(model) = &end.model {
+                    let usage = end.usage.unwrap_or_default();
                     let _ = write!(
                         suffix,
                         " · {model}, {} tokens in / {} out",
-                        tokens("input_tokens"),
-                        tokens("output_tokens")
+                        usage.input_tokens, usage.output_tokens
                     );
                 }
-                self.line(&format!("  {mark} {node} ({}){suffix}", seconds(p)));
-            }
-            names::STAGE_FAILED => {
-                let reason = p
-                    .get("failure_reason")
-                    .and_then(Value::as_str)
-                    .unwrap_or("failed");
-                let first = reason.lines().next().unwrap_or_default();
-                self.line(&format!("  ✗ {node} ({}): {first}", seconds(p)));
-            }
-            names::STAGE_RETRYING => {
-                let reason = p.get("reason").and_then(Value::as_str).unwrap_or("");
-                let delay = p.get("delay_ms").and_then(Value::as_u64).unwrap_or(0);
                 self.line(&format!(
-                    "  ↻ {node}: {} — retrying in {:.1}s",
-                    reason.lines().next().unwrap_or_default(),
-                    Duration::from_millis(delay).as_secs_f64()
+                    "  {mark} {node} ({}){suffix}",
+                    seconds(end.duration_ms)
                 ));
             }
-            names::HUMAN_GATE_ASKED => {
+            EventKind::StageFailed(end) => {
+                let reason = end.failure_reason.as_deref().unwrap_or("failed");
+                self.line(&format!(
+                    "  ✗ {node} ({}): {}",
+                    seconds(end.duration_ms),
+                    first_line(reason)
+                ));
+            }
+            EventKind::StageRetrying {
+                reason, delay_ms, ..
+            } => {
+                self.line(&format!(
+                    "  ↻ {node}: {} — retrying in {}",
+                    first_line(reason.as_deref().unwrap_or_default()),
+                    seconds(*delay_ms)
+                ));
+            }
+            EventKind::HumanGateAsked { .. } => {
                 // The question owns the terminal until the answer: no spinner over it.
                 self.running
                     .lock()
@@ -151,19 +142,18 @@ impl EventSink for Progress {
                     eprint!("\r\x1b[K");
                 }
             }
-            events::WARNING => {
-                let message = p.get("message").and_then(Value::as_str).unwrap_or("");
+            EventKind::ModelWarning { message } => {
                 self.line(&format!("  ! {node}: {message}"));
             }
-            events::CALL_RETRYING => {
-                let error = p.get("error").and_then(Value::as_str).unwrap_or("");
-                let delay = p.get("delay_ms").and_then(Value::as_u64).unwrap_or(0);
+            EventKind::ModelCallRetrying {
+                error, delay_ms, ..
+            } => {
                 self.line(&format!(
-                    "  ↻ {node}: {error} — retrying the model call in {:.1}s",
-                    Duration::from_millis(delay).as_secs_f64()
+                    "  ↻ {node}: {error} — retrying the model call in {}",
+                    seconds(*delay_ms)
                 ));
             }
-            names::GOAL_GATE_UNMET => {
+            EventKind::GoalGateUnmet { .. } => {
                 self.line(&format!(
                     "  ! goal gate {node} is not met; retrying from its retry target"
                 ));

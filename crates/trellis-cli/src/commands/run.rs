@@ -11,12 +11,14 @@ use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
-use trellis_engine::services::{Interviewer, RouteChoice, RouteOption, Router};
+use trellis_engine::services::{
+    EventSink, Interviewer, RouteChoice, RouteOption, Router, Subscribers,
+};
 use trellis_engine::{CancellationToken, Engine, Handlers, RunStatus, Services, Settings};
 use trellis_handlers::interviewer::{Answers, AutoApprove, Console, Unattended};
 use trellis_handlers::model_router::ModelRouter;
 use trellis_llm::{Client, Config};
-use trellis_store::{FileBlobs, RunDir, RunMeta, new_run_id, resolve_runs_dir};
+use trellis_store::{EventLog, FileBlobs, RunDir, RunMeta, new_run_id, resolve_runs_dir};
 use trellis_syntax::render::render_terminal;
 use trellis_workflow::{CompileOptions, Workflow};
 
@@ -148,6 +150,7 @@ fn compile(
 struct Prepared {
     engine: Engine,
     record: Arc<RunDir>,
+    log: Arc<EventLog>,
     checkpoint: trellis_engine::Checkpoint,
     models: Option<Arc<Client>>,
 }
@@ -165,26 +168,34 @@ fn models(record: &RunDir, dry_run: bool) -> anyhow::Result<Option<Arc<Client>>>
     ))))
 }
 
-/// The engine's handlers and services, with models where the run has them.
+/// The engine's handlers and services, with models where the run has them. Events go to the run's
+/// event log and to the terminal display; the log is returned so the run can close it.
 fn wiring(
     record: &Arc<RunDir>,
     options: &RunOptions,
     models: Option<&Arc<Client>>,
-) -> anyhow::Result<(Arc<Handlers>, Services)> {
+) -> anyhow::Result<(Arc<Handlers>, Services, Arc<EventLog>)> {
     let router: Arc<dyn Router> = match models {
         Some(client) => Arc::new(ModelRouter::new(client.clone(), None)),
         None => Arc::new(SimulatedRouter),
     };
+    let log = Arc::new(
+        record
+            .event_log()
+            .with_context(|| format!("cannot open {}", record.events_path().display()))?,
+    );
+    let progress: Arc<dyn EventSink> = Progress::new();
     let services = Services {
         store: record.clone(),
         blobs: Arc::new(FileBlobs::new(record.blobs_dir())),
-        events: Progress::new(record.clone()),
+        events: Subscribers::new([log.clone() as Arc<dyn EventSink>, progress]),
         interviewer: interviewer(options)?,
         router: Some(router),
     };
     Ok((
         Arc::new(trellis_handlers::standard_handlers(models.cloned())),
         services,
+        log,
     ))
 }
 
@@ -222,10 +233,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         let settings = Settings { work_dir: std::env::current_dir()?, dry_run: args.dry_run, max_steps: args.max_steps };
         let workflow = Arc::new(workflow);
         let models = models(&record, args.dry_run)?;
-        let (handlers, services) = wiring(&record, &args.options, models.as_ref())?;
+        let (handlers, services, log) = wiring(&record, &args.options, models.as_ref())?;
         let engine = Engine::new(workflow, handlers, services, settings, run_id);
         let checkpoint = engine.first_checkpoint(initial).context("the workflow has no start node")?;
-        finish(Prepared { engine, record, checkpoint, models }, &args.options).await
+        finish(Prepared { engine, record, log, checkpoint, models }, &args.options).await
     })
 }
 
@@ -297,7 +308,7 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
             max_steps,
         };
         let models = models(&record, dry_run)?;
-        let (handlers, services) = wiring(&record, &args.options, models.as_ref())?;
+        let (handlers, services, log) = wiring(&record, &args.options, models.as_ref())?;
         let engine = Engine::new(
             Arc::new(workflow),
             handlers,
@@ -309,6 +320,7 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
             Prepared {
                 engine,
                 record,
+                log,
                 checkpoint,
                 models,
             },
@@ -322,6 +334,7 @@ async fn finish(prepared: Prepared, options: &RunOptions) -> anyhow::Result<Exit
     let Prepared {
         engine,
         record,
+        log,
         checkpoint,
         models,
     } = prepared;
@@ -339,6 +352,19 @@ async fn finish(prepared: Prepared, options: &RunOptions) -> anyhow::Result<Exit
     let result = engine.run(checkpoint, &cancel).await;
     signal.abort();
     let stopped_by = signal.await.ok().flatten();
+    // Every event is in the log once it closes; a write error there means the record is incomplete.
+    let log_error = tokio::task::spawn_blocking(move || log.close())
+        .await
+        .map_or_else(
+            |e| Some(e.to_string()),
+            |closed| closed.err().map(|e| e.to_string()),
+        );
+    if let Some(error) = &log_error {
+        eprintln!(
+            "error: the event log of run {} is incomplete: {error}",
+            engine.run_id()
+        );
+    }
     if let Some(models) = &models {
         // Stops the local model server, if this run started one.
         models.shutdown().await;
@@ -390,6 +416,7 @@ async fn finish(prepared: Prepared, options: &RunOptions) -> anyhow::Result<Exit
         }
     }
     Ok(match result.status {
+        RunStatus::Succeeded if log_error.is_some() => ExitCode::from(EXIT_INVALID),
         RunStatus::Succeeded => ExitCode::SUCCESS,
         RunStatus::WaitingForInput => ExitCode::from(EXIT_WAITING),
         // 128 + the signal's number, as a shell reports a command the signal stopped.

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use trellis_engine::Event;
-use trellis_engine::event::names;
 use trellis_engine::keys;
 use trellis_store::{RunDir, list_runs, resolve_runs_dir};
 
@@ -200,23 +199,16 @@ fn print_event(event: &Event, json: bool) -> anyhow::Result<()> {
     if json {
         println!("{}", serde_json::to_string(event)?);
     } else {
-        let payload = serde_json::to_string(&event.payload)?;
+        let fields = serde_json::to_string(&event.fields())?;
         println!(
-            "{:>5}  {}  {:<28} {:<16} {payload}",
+            "{:>5}  {}  {:<28} {:<16} {fields}",
             event.seq,
             event.ts,
-            event.event,
+            event.name(),
             event.node_id.as_deref().unwrap_or("-")
         );
     }
     Ok(())
-}
-
-fn ends_run(event: &Event) -> bool {
-    matches!(
-        event.event.as_str(),
-        names::RUN_COMPLETED | names::RUN_FAILED | names::RUN_WAITING | names::RUN_CANCELLED
-    )
 }
 
 pub fn events(args: &EventsArgs) -> anyhow::Result<ExitCode> {
@@ -232,7 +224,7 @@ pub fn events(args: &EventsArgs) -> anyhow::Result<ExitCode> {
         let finished = record
             .checkpoint()
             .is_ok_and(|c| c.status != trellis_engine::RunStatus::Running)
-            && events.last().is_some_and(ends_run);
+            && events.last().is_some_and(|e| e.kind.ends_run());
         if !args.follow || finished {
             return Ok(ExitCode::SUCCESS);
         }

@@ -1,0 +1,156 @@
+//! A run's event log, `events.jsonl`: one writer thread appends every event, fed by a channel, so the
+//! engine's async workers never wait on the file. Each event is one `write` of one line, so a kill
+//! leaves at most one torn line (which readers skip). The engine flushes the log before every
+//! checkpoint; a write error is kept and reported by that flush (and by [`EventLog::close`]), never
+//! dropped.
+
+use std::fs::OpenOptions;
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
+use std::sync::{Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use trellis_engine::Event;
+use trellis_engine::services::EventSink;
+
+enum Message {
+    Line(Vec<u8>),
+    /// Answers once every line sent before it is written: `Ok`, or the first write error.
+    Flush(SyncSender<Result<(), String>>),
+}
+
+/// The writer of one `events.jsonl`.
+pub struct EventLog {
+    sender: Mutex<Option<Sender<Message>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl EventLog {
+    /// Opens (or creates) the log at `path` for appending and starts its writer.
+    pub fn open(path: &Path) -> io::Result<Self> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let (sender, receiver) = channel();
+        let writer = std::thread::Builder::new()
+            .name("trellis-events".into())
+            .spawn(move || write_lines(file, &receiver))?;
+        Ok(Self {
+            sender: Mutex::new(Some(sender)),
+            writer: Mutex::new(Some(writer)),
+        })
+    }
+
+    fn send(&self, message: Message) -> bool {
+        self.sender
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(|s| s.send(message).is_ok())
+    }
+
+    /// Writes what is queued, stops the writer, and reports the first write error, if any.
+    pub fn close(&self) -> io::Result<()> {
+        let flushed = self.flush();
+        self.sender
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(writer) = self
+            .writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            let _ = writer.join();
+        }
+        flushed
+    }
+}
+
+/// The writer thread: appends lines until every sender is gone, keeping the first error.
+fn write_lines(mut file: std::fs::File, receiver: &Receiver<Message>) {
+    let mut error: Option<String> = None;
+    for message in receiver {
+        match message {
+            Message::Line(line) => {
+                if let Err(e) = file.write_all(&line)
+                    && error.is_none()
+                {
+                    error = Some(e.to_string());
+                }
+            }
+            Message::Flush(answer) => {
+                let _ = answer.send(error.clone().map_or(Ok(()), Err));
+            }
+        }
+    }
+}
+
+impl EventSink for EventLog {
+    fn emit(&self, event: &Event) {
+        if let Ok(mut line) = serde_json::to_vec(event) {
+            line.push(b'\n');
+            self.send(Message::Line(line));
+        }
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        let (answer, answered) = sync_channel(1);
+        if !self.send(Message::Flush(answer)) {
+            return Err(io::Error::other("the event log is closed"));
+        }
+        match answered.recv() {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(io::Error::other(format!(
+                "cannot write the event log: {error}"
+            ))),
+            Err(_) => Err(io::Error::other("the event log's writer stopped")),
+        }
+    }
+}
+
+impl Drop for EventLog {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trellis_engine::event::EventKind;
+
+    fn event(seq: u64) -> Event {
+        Event {
+            seq,
+            ts: "t".into(),
+            run_id: "R".into(),
+            node_id: None,
+            kind: EventKind::CheckpointSaved { next_node: None },
+        }
+    }
+
+    #[test]
+    fn a_flush_returns_once_every_event_before_it_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let log = EventLog::open(&path).unwrap();
+        for seq in 1..=100 {
+            log.emit(&event(seq));
+        }
+        log.flush().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 100);
+        log.close().unwrap();
+        assert!(log.flush().is_err(), "a closed log says so");
+    }
+
+    #[test]
+    fn write_errors_are_reported_by_the_next_flush() {
+        // /dev/full accepts the open and fails every write with "no space left on device".
+        let log = EventLog::open(Path::new("/dev/full")).unwrap();
+        log.emit(&event(1));
+        let error = log.flush().unwrap_err().to_string();
+        assert!(error.contains("cannot write the event log"), "{error}");
+    }
+}
