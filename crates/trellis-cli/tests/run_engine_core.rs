@@ -297,6 +297,10 @@ fn ctrl_c_cancels_the_run_kills_the_stage_and_resume_continues() {
     );
     let mut child = p.spawn_run("w.fabro");
     p.wait_for_event("StageStarted", "slow");
+    // The command itself is running once it has touched its marker.
+    wait_for("the slow command to start", Duration::from_secs(10), || {
+        p.path().join("again").exists()
+    });
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
     let mut status = None;

@@ -53,8 +53,9 @@ pub struct Services {
     pub router: Option<Arc<dyn Router>>,
 }
 
-/// Run-wide settings from the command line.
-#[derive(Debug, Clone)]
+/// Run-wide settings from the command line, kept in `run.json` so a resumed run keeps them.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Settings {
     /// The directory commands run in.
     pub work_dir: std::path::PathBuf,

@@ -41,7 +41,7 @@ pub struct RunMeta {
     pub started_at: String,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub ended_at: Option<String>,
-    pub settings: Value,
+    pub settings: trellis_engine::Settings,
 }
 
 /// A new run id: a ULID, so ids sort by time.

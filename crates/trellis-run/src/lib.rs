@@ -1,0 +1,12 @@
+//! `trellis-run` is runs as a library: everything between a workflow file and a finished run record
+//! that is not about a terminal. It compiles the workflow ([`load`]), creates the run record, wires the
+//! engine to the store, the handlers (created per run, so conversation threads are the run's own), the
+//! model client, the event log and the caller's subscribers ([`Run::create`]), executes the run with a
+//! cancellation token and finishes its record ([`Run::execute`]), and reopens a stopped run to continue
+//! it ([`Resumable`]). `trellis-cli` calls it for `trellis run`/`resume`; `trellis-server` will call the
+//! same functions. What the caller decides: who answers human gates, who else hears the events, and how
+//! diagnostics and results are shown.
+
+mod run;
+
+pub use run::{Finished, Loaded, NewRun, Resumable, Run, RunError, Wiring, load};

@@ -1,0 +1,355 @@
+//! One run from creation to its finished record: [`Run`] and the steps around it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+use trellis_engine::services::{
+    EventSink, Interviewer, RouteChoice, RouteOption, Router, Subscribers,
+};
+use trellis_engine::{
+    CancellationToken, Checkpoint, Emitter, Engine, EngineError, RunStatus, Services, Settings,
+};
+use trellis_handlers::model_router::ModelRouter;
+use trellis_llm::{Client, Config};
+use trellis_store::{EventLog, FileBlobs, RunDir, RunMeta, StoreError, new_run_id};
+use trellis_syntax::SourceFile;
+use trellis_workflow::{CompileOptions, Compiled, Workflow};
+
+/// Why a run could not be created, reopened or finished.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The workflow file is missing, unreadable or not text.
+    #[error(transparent)]
+    Source(#[from] trellis_syntax::SourceError),
+    #[error("{path} is not valid; fix the errors above")]
+    Invalid { path: PathBuf },
+    #[error("the workflow has no start node")]
+    NoStart,
+    #[error("run {run_id} has no checkpoint to resume from: {source}")]
+    NoCheckpoint {
+        run_id: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error("the run record of {run_id} has no workflow source")]
+    NoSource { run_id: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot open the event log {path}: {source}")]
+    EventLog {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Models(#[from] trellis_llm::config::ConfigError),
+}
+
+/// A compiled workflow file and every diagnostic, for the caller to show.
+pub struct Loaded {
+    path: PathBuf,
+    pub file: SourceFile,
+    pub compiled: Compiled,
+}
+
+impl Loaded {
+    /// The workflow, when it compiled without errors.
+    fn into_workflow(self) -> Result<(Workflow, SourceFile), RunError> {
+        match self.compiled.workflow {
+            Some(workflow) => Ok((workflow, self.file)),
+            None => Err(RunError::Invalid { path: self.path }),
+        }
+    }
+}
+
+/// Reads and compiles `path`; `@file` references resolve beside `source_path` (the original file of a
+/// workflow kept in a run record).
+pub fn load(path: &Path, source_path: &Path, goal: Option<String>) -> Result<Loaded, RunError> {
+    let options = CompileOptions {
+        goal,
+        base_dir: source_path.parent().map(Path::to_path_buf),
+    };
+    let (file, compiled) = trellis_workflow::load(path, &options)?;
+    Ok(Loaded {
+        path: path.to_path_buf(),
+        file,
+        compiled,
+    })
+}
+
+/// What a new run needs besides its workflow.
+pub struct NewRun {
+    /// The workflow file, as given (the record keeps its absolute path).
+    pub path: PathBuf,
+    /// Values put into the context before the first stage.
+    pub initial: BTreeMap<String, Value>,
+    pub settings: Settings,
+    pub runs_dir: PathBuf,
+}
+
+/// What the caller decides about a run: who answers human gates, and who hears the events besides the
+/// run's own event log.
+pub struct Wiring {
+    pub interviewer: Arc<dyn Interviewer>,
+    pub subscribers: Vec<Arc<dyn EventSink>>,
+}
+
+/// In a dry run, natural-language edges take the first candidate.
+struct SimulatedRouter;
+
+#[async_trait::async_trait]
+impl Router for SimulatedRouter {
+    async fn choose(
+        &self,
+        _node: &str,
+        _options: &[RouteOption],
+        _context: &BTreeMap<String, Value>,
+        _events: &dyn Emitter,
+    ) -> Result<RouteChoice, String> {
+        Ok(RouteChoice {
+            choice: Some(0),
+            details: Value::Null,
+        })
+    }
+}
+
+/// A run ready to execute: its engine, record, event log and model client.
+pub struct Run {
+    engine: Engine,
+    record: Arc<RunDir>,
+    log: Arc<EventLog>,
+    checkpoint: Checkpoint,
+    models: Option<Arc<Client>>,
+}
+
+/// How a run's execution ended, with the record it left.
+pub struct Finished {
+    pub run_id: String,
+    pub record: Arc<RunDir>,
+    pub status: RunStatus,
+    pub checkpoint: Checkpoint,
+    pub error: Option<EngineError>,
+    /// The event log could not be written completely.
+    pub log_error: Option<std::io::Error>,
+}
+
+impl Run {
+    /// Creates the run record of a new run of the loaded workflow and wires it; a workflow with errors
+    /// is [`RunError::Invalid`].
+    pub fn create(loaded: Loaded, request: NewRun, wiring: Wiring) -> Result<Run, RunError> {
+        let (workflow, file) = loaded.into_workflow()?;
+        let run_id = new_run_id();
+        let extension = request
+            .path
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or("fabro");
+        let source_path = std::fs::canonicalize(&request.path).unwrap_or(request.path.clone());
+        let meta = RunMeta {
+            run_id: run_id.clone(),
+            workflow: workflow.name.clone(),
+            goal: workflow.graph.goal.clone(),
+            source_path: source_path.display().to_string(),
+            status: RunStatus::Running.as_str().to_owned(),
+            started_at: trellis_engine::engine::timestamp(),
+            ended_at: None,
+            settings: request.settings.clone(),
+        };
+        let recorded = trellis_workflow::inline::inline_file_references(file.text(), &workflow);
+        let record = Arc::new(RunDir::create(
+            &request.runs_dir,
+            &meta,
+            &recorded,
+            &format!("workflow.{extension}"),
+        )?);
+        let run = Self::wire(
+            workflow,
+            record,
+            request.settings,
+            run_id,
+            wiring,
+            |engine| engine.first_checkpoint(request.initial),
+        )?;
+        Ok(run)
+    }
+
+    /// Wires the engine of a run whose record exists; `checkpoint` gives where it starts.
+    fn wire(
+        workflow: Workflow,
+        record: Arc<RunDir>,
+        settings: Settings,
+        run_id: String,
+        wiring: Wiring,
+        checkpoint: impl FnOnce(&Engine) -> Option<Checkpoint>,
+    ) -> Result<Run, RunError> {
+        let models = models(&record, settings.dry_run)?;
+        let router: Arc<dyn Router> = match &models {
+            Some(client) => Arc::new(ModelRouter::new(client.clone(), None)),
+            None => Arc::new(SimulatedRouter),
+        };
+        let log = Arc::new(record.event_log().map_err(|source| RunError::EventLog {
+            path: record.events_path(),
+            source,
+        })?);
+        let subscribers =
+            std::iter::once(log.clone() as Arc<dyn EventSink>).chain(wiring.subscribers);
+        let services = Services {
+            store: record.clone(),
+            blobs: Arc::new(FileBlobs::new(record.blobs_dir())),
+            events: Subscribers::new(subscribers),
+            interviewer: wiring.interviewer,
+            router: Some(router),
+        };
+        // Handlers are the run's own: `full`-fidelity conversation threads live and die with it.
+        let handlers = Arc::new(trellis_handlers::standard_handlers(models.clone()));
+        let engine = Engine::new(Arc::new(workflow), handlers, services, settings, run_id);
+        let checkpoint = checkpoint(&engine).ok_or(RunError::NoStart)?;
+        Ok(Run {
+            engine,
+            record,
+            log,
+            checkpoint,
+            models,
+        })
+    }
+
+    pub fn id(&self) -> &str {
+        self.engine.run_id()
+    }
+
+    pub fn workflow_name(&self) -> &str {
+        &self.engine.workflow.name
+    }
+
+    pub fn record(&self) -> &Arc<RunDir> {
+        &self.record
+    }
+
+    /// Executes the run until it ends, waits for input or `cancel` fires; then stops the local model
+    /// server (if this run started one), closes the event log and records the status in `run.json`.
+    pub async fn execute(self, cancel: &CancellationToken) -> Result<Finished, RunError> {
+        let Run {
+            engine,
+            record,
+            log,
+            checkpoint,
+            models,
+        } = self;
+        let result = engine.run(checkpoint, cancel).await;
+        if let Some(models) = &models {
+            models.shutdown().await;
+        }
+        // Every event is in the log once it closes.
+        let log_error = match tokio::task::spawn_blocking(move || log.close()).await {
+            Ok(closed) => closed.err(),
+            Err(panic) => Some(std::io::Error::other(panic.to_string())),
+        };
+        let mut meta = record.meta()?;
+        result.status.as_str().clone_into(&mut meta.status);
+        meta.ended_at = result
+            .status
+            .is_finished()
+            .then(trellis_engine::engine::timestamp);
+        record.write_meta(&meta)?;
+        Ok(Finished {
+            run_id: engine.run_id().to_owned(),
+            record,
+            status: result.status,
+            checkpoint: result.checkpoint,
+            error: result.error,
+            log_error,
+        })
+    }
+}
+
+/// The model client of a real run: providers from the config file and the environment, and the local
+/// model server, whose output goes to `llama-server.log` in the run record. Dry runs have none.
+fn models(record: &RunDir, dry_run: bool) -> Result<Option<Arc<Client>>, RunError> {
+    if dry_run {
+        return Ok(None);
+    }
+    let config = Config::load()?;
+    Ok(Some(Arc::new(Client::from_config(
+        &config,
+        Some(record.root().join("llama-server.log")),
+    ))))
+}
+
+/// A stopped run, opened to continue it.
+pub struct Resumable {
+    record: Arc<RunDir>,
+    meta: RunMeta,
+    checkpoint: Checkpoint,
+}
+
+impl Resumable {
+    /// Opens run `reference` (an id, a unique id prefix, or a run directory) under `runs_dir`.
+    pub fn open(reference: &str, runs_dir: &Path) -> Result<Self, RunError> {
+        let record = Arc::new(RunDir::open(reference, runs_dir)?);
+        let meta = record.meta()?;
+        let mut checkpoint = record
+            .checkpoint()
+            .map_err(|source| RunError::NoCheckpoint {
+                run_id: meta.run_id.clone(),
+                source,
+            })?;
+        // Events written after the last checkpoint (by a killed process) keep their numbers.
+        let last_seq = record.events()?.last().map_or(0, |e| e.seq);
+        checkpoint.seq = checkpoint.seq.max(last_seq);
+        Ok(Self {
+            record,
+            meta,
+            checkpoint,
+        })
+    }
+
+    pub fn id(&self) -> &str {
+        &self.meta.run_id
+    }
+
+    /// The run's status when it has already finished (nothing to resume).
+    pub fn finished(&self) -> Option<RunStatus> {
+        self.checkpoint
+            .status
+            .is_finished()
+            .then_some(self.checkpoint.status)
+    }
+
+    /// Stops the commands the interrupted process left running; returns how many.
+    pub async fn reap(&self) -> usize {
+        let (root, run_id) = (self.record.root().to_path_buf(), self.meta.run_id.clone());
+        tokio::task::spawn_blocking(move || trellis_handlers::command::reap(&root, &run_id))
+            .await
+            .unwrap_or(0)
+    }
+
+    /// Compiles the workflow source kept with the run (its `@file` references inlined).
+    pub fn load(&self) -> Result<Loaded, RunError> {
+        let source = self
+            .record
+            .source_file()
+            .ok_or_else(|| RunError::NoSource {
+                run_id: self.meta.run_id.clone(),
+            })?;
+        load(
+            &source,
+            Path::new(&self.meta.source_path),
+            self.meta.goal.clone(),
+        )
+    }
+
+    /// Wires the run again to continue from its checkpoint, with the settings it was started with.
+    pub fn into_run(self, loaded: Loaded, wiring: Wiring) -> Result<Run, RunError> {
+        let (workflow, _) = loaded.into_workflow()?;
+        let Resumable {
+            record,
+            meta,
+            checkpoint,
+        } = self;
+        Run::wire(workflow, record, meta.settings, meta.run_id, wiring, |_| {
+            Some(checkpoint)
+        })
+    }
+}

@@ -1,0 +1,110 @@
+//! The run library used as the server will use it: no terminal, its own event subscriber, its own
+//! cancellation token, then a resume of the cancelled run.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use trellis_engine::services::EventSink;
+use trellis_engine::services::memory::{MemoryEvents, NoAnswers};
+use trellis_engine::{CancellationToken, RunStatus, Settings};
+use trellis_run::{NewRun, Resumable, Run, Wiring};
+
+fn wiring(events: &Arc<MemoryEvents>) -> Wiring {
+    Wiring {
+        interviewer: Arc::new(NoAnswers),
+        subscribers: vec![events.clone() as Arc<dyn EventSink>],
+    }
+}
+
+fn names(events: &MemoryEvents) -> Vec<String> {
+    events
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.name().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_is_created_executed_cancelled_and_resumed_through_the_library() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path();
+    let file = work.join("w.fabro");
+    std::fs::write(
+        &file,
+        "digraph W { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         first [shape=parallelogram, script=\"echo first >> first.log\"]\n \
+         slow [shape=parallelogram, script=\"test -f again || { touch again; sleep 30; }\"]\n \
+         start -> first -> slow -> exit }",
+    )
+    .unwrap();
+    let loaded = trellis_run::load(&file, &file, None).unwrap();
+    assert!(loaded.compiled.diagnostics.is_empty());
+    let events = Arc::new(MemoryEvents::default());
+    let request = NewRun {
+        path: file.clone(),
+        initial: [("ticket".to_owned(), serde_json::json!("T-1"))].into(),
+        settings: Settings {
+            work_dir: work.to_path_buf(),
+            dry_run: false,
+            max_steps: 100,
+        },
+        runs_dir: work.join("runs"),
+    };
+    let run = Run::create(loaded, request, wiring(&events)).unwrap();
+    let id = run.id().to_owned();
+    let cancel = CancellationToken::new();
+    let stopper = {
+        let (cancel, again) = (cancel.clone(), work.join("again"));
+        async move {
+            // Once the slow command is running (it has touched its marker), stop the run.
+            while !again.exists() {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            cancel.cancel();
+        }
+    };
+    let (finished, ()) = tokio::join!(run.execute(&cancel), stopper);
+    let finished = finished.unwrap();
+    assert_eq!(finished.status, RunStatus::Cancelled);
+    assert!(finished.log_error.is_none());
+    assert_eq!(finished.checkpoint.next_node(), Some("slow"));
+    assert_eq!(finished.checkpoint.track.context["ticket"], "T-1");
+    // The extra subscriber heard exactly what the log holds.
+    let logged: Vec<String> = finished
+        .record
+        .events()
+        .unwrap()
+        .iter()
+        .map(|e| e.name().to_owned())
+        .collect();
+    assert_eq!(logged, names(&events));
+    assert_eq!(
+        logged.last().map(String::as_str),
+        Some("WorkflowRunCancelled")
+    );
+    assert_eq!(finished.record.meta().unwrap().status, "cancelled");
+
+    let resumable = Resumable::open(&id, &work.join("runs")).unwrap();
+    assert_eq!(resumable.finished(), None);
+    let loaded = resumable.load().unwrap();
+    let resumed_events = Arc::new(MemoryEvents::default());
+    let run = resumable.into_run(loaded, wiring(&resumed_events)).unwrap();
+    let finished = run.execute(&CancellationToken::new()).await.unwrap();
+    assert_eq!(
+        finished.status,
+        RunStatus::Succeeded,
+        "{:?}",
+        finished.error
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.join("first.log")).unwrap(),
+        "first\n",
+        "finished stages are not run again"
+    );
+    let meta = finished.record.meta().unwrap();
+    assert_eq!(meta.status, "succeeded");
+    assert_eq!(meta.settings.max_steps, 100, "the run keeps its settings");
+    assert!(Path::new(&meta.source_path).is_absolute());
+}
