@@ -41,7 +41,7 @@ impl Engine {
         let node = &self.workflow.nodes[index];
         let handler = self
             .handlers
-            .get(node.kind.type_name())
+            .get(node.kind.handler_kind())
             .ok_or(EngineError::NoHandler {
                 node: node.id.clone(),
                 kind: node.kind.type_name(),

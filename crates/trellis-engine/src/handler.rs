@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use trellis_workflow::node_kind::HandlerKind;
 use trellis_workflow::{Node, Workflow};
 
 use crate::context::RunContext;
@@ -80,28 +81,37 @@ pub trait Handler: Send + Sync {
     async fn execute(&self, stage: &Stage<'_>) -> Outcome;
 }
 
-/// Handlers by node type name (`command`, `human`, ...).
+/// Handlers by node kind. Kinds the engine runs itself (fan-out, sub-workflow) have none; see
+/// [`KINDS`](trellis_workflow::node_kind::KINDS).
 #[derive(Clone, Default)]
 pub struct Handlers {
-    map: HashMap<&'static str, Arc<dyn Handler>>,
+    map: HashMap<HandlerKind, Arc<dyn Handler>>,
 }
 
 impl Handlers {
     /// The control-flow handlers the engine owns.
     pub fn with_control_flow() -> Self {
         let mut handlers = Self::default();
-        handlers.register("start", Arc::new(crate::control::Boundary));
-        handlers.register("exit", Arc::new(crate::control::Boundary));
-        handlers.register("conditional", Arc::new(crate::control::Conditional));
-        handlers.register("parallel.fan_in", Arc::new(crate::control::FanIn));
+        handlers.register(HandlerKind::Start, Arc::new(crate::control::Boundary));
+        handlers.register(HandlerKind::Exit, Arc::new(crate::control::Boundary));
+        handlers.register(
+            HandlerKind::Conditional,
+            Arc::new(crate::control::Conditional),
+        );
+        handlers.register(HandlerKind::FanIn, Arc::new(crate::control::FanIn));
         handlers
     }
 
-    pub fn register(&mut self, type_name: &'static str, handler: Arc<dyn Handler>) {
-        self.map.insert(type_name, handler);
+    pub fn register(&mut self, kind: HandlerKind, handler: Arc<dyn Handler>) {
+        self.map.insert(kind, handler);
     }
 
-    pub fn get(&self, type_name: &str) -> Option<&Arc<dyn Handler>> {
-        self.map.get(type_name)
+    pub fn get(&self, kind: HandlerKind) -> Option<&Arc<dyn Handler>> {
+        self.map.get(&kind)
+    }
+
+    /// Whether nodes of `kind` can run: a handler is registered, or the engine runs them itself.
+    pub fn runs(&self, kind: HandlerKind) -> bool {
+        kind.spec().engine_runs || self.map.contains_key(&kind)
     }
 }

@@ -14,6 +14,7 @@ use trellis_engine::{
     Settings, Stage,
 };
 use trellis_syntax::SourceFile;
+use trellis_workflow::node_kind::HandlerKind;
 use trellis_workflow::{CompileOptions, NodeKind, compile};
 
 /// Runs command nodes by their script: `ok`, `fail`, `transient`, `hang`, `big` (a 200,000-character
@@ -75,7 +76,7 @@ fn harness(text: &str, handler: Arc<dyn Handler>) -> Harness {
         .workflow
         .unwrap_or_else(|| panic!("{:?}", compiled.diagnostics));
     let mut handlers = Handlers::with_control_flow();
-    handlers.register("command", handler);
+    handlers.register(HandlerKind::Command, handler);
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(MemoryStore::new(dir.path()));
     let blobs = Arc::new(MemoryBlobs::default());

@@ -20,17 +20,38 @@ use std::sync::Arc;
 
 use trellis_engine::Handlers;
 use trellis_llm::Client;
+use trellis_workflow::node_kind::HandlerKind;
 
 /// Every handler a run needs, by node type. Model stages use `client`; without one they fail with a
 /// clear message (dry runs simulate them).
 pub fn standard_handlers(client: Option<Arc<Client>>) -> Handlers {
     let mut handlers = Handlers::with_control_flow();
-    handlers.register("command", Arc::new(command::CommandHandler));
-    handlers.register("wait", Arc::new(wait::WaitHandler));
-    handlers.register("human", Arc::new(human::HumanHandler));
+    handlers.register(HandlerKind::Command, Arc::new(command::CommandHandler));
+    handlers.register(HandlerKind::Wait, Arc::new(wait::WaitHandler));
+    handlers.register(HandlerKind::Human, Arc::new(human::HumanHandler));
     let prompt = Arc::new(prompt::PromptHandler::new(client.clone()));
-    handlers.register("prompt", prompt.clone());
-    handlers.register("agent", prompt);
-    handlers.register("parallel.fan_in", Arc::new(fan_in::ModelFanIn::new(client)));
+    handlers.register(HandlerKind::Prompt, prompt.clone());
+    handlers.register(HandlerKind::Agent, prompt);
+    handlers.register(
+        HandlerKind::FanIn,
+        Arc::new(fan_in::ModelFanIn::new(client)),
+    );
     handlers
+}
+
+#[cfg(test)]
+mod tests {
+    use trellis_workflow::node_kind::KINDS;
+
+    #[test]
+    fn every_kind_resolves_to_a_handler() {
+        let handlers = super::standard_handlers(None);
+        for spec in KINDS {
+            assert!(
+                handlers.runs(spec.kind),
+                "no handler for {} nodes",
+                spec.type_name
+            );
+        }
+    }
 }

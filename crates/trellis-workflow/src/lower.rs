@@ -13,9 +13,9 @@ use trellis_syntax::stylesheet::Stylesheet;
 
 use crate::flatten::{AttrMap, FlatEdge, FlatGraph, FlatNode};
 use crate::node_kind::{
-    Backend, CommandConfig, ErrorPolicy, FanInConfig, HumanConfig, JoinPolicy, LlmConfig, NodeKind,
-    OutputSchema, ParallelConfig, ReasoningEffort, RetryPolicy, RetryPreset, ScriptLanguage,
-    SubWorkflowConfig, WaitConfig,
+    Backend, CommandConfig, ErrorPolicy, FanInConfig, HandlerKind, HumanConfig, JoinPolicy,
+    LlmConfig, NodeKind, OutputSchema, ParallelConfig, ReasoningEffort, RetryPolicy, RetryPreset,
+    ScriptLanguage, SubWorkflowConfig, WaitConfig,
 };
 use crate::rules::attribute_value::{self, AttrReader};
 use crate::rules::{
@@ -148,13 +148,14 @@ impl Lowerer<'_> {
     fn node(&mut self, flat: &FlatNode, graph: &GraphConfig) -> Node {
         let id = flat.id.name.clone();
         let resolved = known_handler::resolve(flat, self.out);
-        let (type_name, shape) = resolved
-            .clone()
-            .unwrap_or(("conditional", "diamond".to_owned()));
+        let (handler, shape) = resolved.clone().unwrap_or((
+            HandlerKind::Conditional,
+            HandlerKind::Conditional.spec().shape.to_owned(),
+        ));
         // Applicability is judged only for nodes whose handler is known.
         for attr in flat.attrs.values() {
             let explicit = resolved.is_some() && flat.explicit.contains(&attr.key.name);
-            unknown_attribute::check_node(attr, type_name, explicit, self.out);
+            unknown_attribute::check_node(attr, handler, explicit, self.out);
         }
         let mut attributes = text_map(&flat.attrs);
         let mut r = self.reader(&flat.attrs);
@@ -171,18 +172,18 @@ impl Lowerer<'_> {
             auto_status: r.bool("auto_status").unwrap_or(false),
         };
         let label = r.string("label").unwrap_or_else(|| id.clone());
-        let kind = match type_name {
-            "start" => NodeKind::Start,
-            "exit" => NodeKind::Exit,
-            "agent" => NodeKind::Agent(self.llm(flat, graph, &shape, &mut attributes)),
-            "prompt" => NodeKind::Prompt(self.llm(flat, graph, &shape, &mut attributes)),
-            "parallel.fan_in" => NodeKind::FanIn(FanInConfig {
+        let kind = match handler {
+            HandlerKind::Start => NodeKind::Start,
+            HandlerKind::Exit => NodeKind::Exit,
+            HandlerKind::Agent => NodeKind::Agent(self.llm(flat, graph, &shape, &mut attributes)),
+            HandlerKind::Prompt => NodeKind::Prompt(self.llm(flat, graph, &shape, &mut attributes)),
+            HandlerKind::FanIn => NodeKind::FanIn(FanInConfig {
                 llm: flat
                     .attrs
                     .contains_key("prompt")
                     .then(|| self.llm(flat, graph, &shape, &mut attributes)),
             }),
-            "command" => {
+            HandlerKind::Command => {
                 let script = command_script::require(&id, r.string("script"), flat.id.span, r.out)
                     .unwrap_or_default();
                 let language = r
@@ -190,10 +191,10 @@ impl Lowerer<'_> {
                     .unwrap_or(ScriptLanguage::Shell);
                 NodeKind::Command(CommandConfig { script, language })
             }
-            "human" => NodeKind::Human(HumanConfig {
+            HandlerKind::Human => NodeKind::Human(HumanConfig {
                 default_choice: r.string("human.default_choice"),
             }),
-            "parallel" => NodeKind::Parallel(ParallelConfig {
+            HandlerKind::Parallel => NodeKind::Parallel(ParallelConfig {
                 join_policy: r
                     .parsed("join_policy", "a join policy")
                     .unwrap_or(JoinPolicy::WaitAll),
@@ -202,7 +203,7 @@ impl Lowerer<'_> {
                     .unwrap_or(ErrorPolicy::Continue),
                 max_parallel: r.count("max_parallel", 1).unwrap_or(DEFAULT_MAX_PARALLEL),
             }),
-            "wait" => {
+            HandlerKind::Wait => {
                 let duration = if r.value("duration").is_some() {
                     r.duration("duration")
                 } else {
@@ -213,7 +214,7 @@ impl Lowerer<'_> {
                     duration: duration.unwrap_or_default(),
                 })
             }
-            "stack.manager_loop" => {
+            HandlerKind::SubWorkflow => {
                 let value = flat
                     .attrs
                     .get("workflow")
@@ -224,9 +225,9 @@ impl Lowerer<'_> {
                         .unwrap_or_default();
                 NodeKind::SubWorkflow(SubWorkflowConfig { workflow })
             }
-            _ => NodeKind::Conditional,
+            HandlerKind::Conditional => NodeKind::Conditional,
         };
-        attributes.insert("type".into(), type_name.to_owned());
+        attributes.insert("type".into(), handler.type_name().to_owned());
         attributes.insert("shape".into(), shape.clone());
         if !flat.classes.is_empty() {
             attributes.insert("class".into(), flat.classes.join(","));

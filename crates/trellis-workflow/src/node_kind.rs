@@ -31,19 +31,82 @@ pub enum NodeKind {
     SubWorkflow(SubWorkflowConfig),
 }
 
-/// The handler types `type=` accepts, with the shape each corresponds to.
-pub const HANDLER_TYPES: &[(&str, &str)] = &[
-    ("start", "Mdiamond"),
-    ("exit", "Msquare"),
-    ("agent", "box"),
-    ("prompt", "tab"),
-    ("command", "parallelogram"),
-    ("human", "hexagon"),
-    ("conditional", "diamond"),
-    ("parallel", "component"),
-    ("parallel.fan_in", "tripleoctagon"),
-    ("wait", "insulator"),
-    ("stack.manager_loop", "house"),
+/// The kinds of node, one per handler: what [`NodeKind`] is without its configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HandlerKind {
+    Start,
+    Exit,
+    Agent,
+    Prompt,
+    Command,
+    Human,
+    Conditional,
+    Parallel,
+    FanIn,
+    Wait,
+    SubWorkflow,
+}
+
+/// One kind's row of [`KINDS`].
+#[derive(Debug)]
+pub struct KindSpec {
+    pub kind: HandlerKind,
+    /// The name `type=` takes, and the engine's handler registry uses.
+    pub type_name: &'static str,
+    /// The shape that selects this kind.
+    pub shape: &'static str,
+    /// Attributes that apply to this kind, besides [`COMMON_ATTRIBUTES`].
+    pub attributes: &'static [&'static str],
+    /// The engine runs nodes of this kind itself (they contain other stages); no handler is registered.
+    pub engine_runs: bool,
+}
+
+/// Attributes every node takes.
+pub const COMMON_ATTRIBUTES: &[&str] = &[
+    "label",
+    "shape",
+    "type",
+    "class",
+    "timeout",
+    "max_visits",
+    "max_retries",
+    "retry_policy",
+    "retry_target",
+    "fallback_retry_target",
+    "goal_gate",
+    "auto_status",
+];
+
+/// Attributes of the nodes that call a model.
+const LLM_ATTRIBUTES: &[&str] = &[
+    "prompt",
+    "reasoning_effort",
+    "max_tokens",
+    "fidelity",
+    "thread_id",
+    "model",
+    "provider",
+    "project_memory",
+    "backend",
+    "output_schema",
+    "output_retries",
+];
+
+/// The one table of node kinds: lowering resolves `type` and `shape` through it, the
+/// `unknown-attribute` rule judges attributes by it, and the engine registers handlers by its kinds.
+#[rustfmt::skip]
+pub const KINDS: &[KindSpec] = &[
+    KindSpec { kind: HandlerKind::Start, type_name: "start", shape: "Mdiamond", attributes: &[], engine_runs: false },
+    KindSpec { kind: HandlerKind::Exit, type_name: "exit", shape: "Msquare", attributes: &[], engine_runs: false },
+    KindSpec { kind: HandlerKind::Agent, type_name: "agent", shape: "box", attributes: LLM_ATTRIBUTES, engine_runs: false },
+    KindSpec { kind: HandlerKind::Prompt, type_name: "prompt", shape: "tab", attributes: LLM_ATTRIBUTES, engine_runs: false },
+    KindSpec { kind: HandlerKind::Command, type_name: "command", shape: "parallelogram", attributes: &["script", "language"], engine_runs: false },
+    KindSpec { kind: HandlerKind::Human, type_name: "human", shape: "hexagon", attributes: &["human.default_choice"], engine_runs: false },
+    KindSpec { kind: HandlerKind::Conditional, type_name: "conditional", shape: "diamond", attributes: &[], engine_runs: false },
+    KindSpec { kind: HandlerKind::Parallel, type_name: "parallel", shape: "component", attributes: &["join_policy", "error_policy", "max_parallel"], engine_runs: true },
+    KindSpec { kind: HandlerKind::FanIn, type_name: "parallel.fan_in", shape: "tripleoctagon", attributes: LLM_ATTRIBUTES, engine_runs: false },
+    KindSpec { kind: HandlerKind::Wait, type_name: "wait", shape: "insulator", attributes: &["duration"], engine_runs: false },
+    KindSpec { kind: HandlerKind::SubWorkflow, type_name: "stack.manager_loop", shape: "house", attributes: &["workflow", "stack.child_dotfile"], engine_runs: true },
 ];
 
 /// Older or alternative names for handler types.
@@ -55,22 +118,56 @@ pub const HANDLER_ALIASES: &[(&str, &str)] = &[
     ("subworkflow", "stack.manager_loop"),
 ];
 
+impl HandlerKind {
+    /// This kind's row of [`KINDS`].
+    pub fn spec(self) -> &'static KindSpec {
+        KINDS
+            .iter()
+            .find(|spec| spec.kind == self)
+            .expect("every kind has a row in KINDS")
+    }
+
+    /// The `type` name (`agent`, `parallel.fan_in`, ...).
+    pub fn type_name(self) -> &'static str {
+        self.spec().type_name
+    }
+
+    /// The kind a `type` name (or one of its aliases) names.
+    pub fn from_type(name: &str) -> Option<Self> {
+        let name = HANDLER_ALIASES
+            .iter()
+            .find(|(alias, _)| *alias == name)
+            .map_or(name, |(_, to)| *to);
+        KINDS.iter().find(|s| s.type_name == name).map(|s| s.kind)
+    }
+
+    /// The kind a shape selects.
+    pub fn from_shape(shape: &str) -> Option<Self> {
+        KINDS.iter().find(|s| s.shape == shape).map(|s| s.kind)
+    }
+}
+
 impl NodeKind {
+    /// The node's kind, without its configuration.
+    pub fn handler_kind(&self) -> HandlerKind {
+        match self {
+            NodeKind::Start => HandlerKind::Start,
+            NodeKind::Exit => HandlerKind::Exit,
+            NodeKind::Agent(_) => HandlerKind::Agent,
+            NodeKind::Prompt(_) => HandlerKind::Prompt,
+            NodeKind::Command(_) => HandlerKind::Command,
+            NodeKind::Human(_) => HandlerKind::Human,
+            NodeKind::Conditional => HandlerKind::Conditional,
+            NodeKind::Parallel(_) => HandlerKind::Parallel,
+            NodeKind::FanIn(_) => HandlerKind::FanIn,
+            NodeKind::Wait(_) => HandlerKind::Wait,
+            NodeKind::SubWorkflow(_) => HandlerKind::SubWorkflow,
+        }
+    }
+
     /// The handler type name (`agent`, `parallel.fan_in`, ...).
     pub fn type_name(&self) -> &'static str {
-        match self {
-            NodeKind::Start => "start",
-            NodeKind::Exit => "exit",
-            NodeKind::Agent(_) => "agent",
-            NodeKind::Prompt(_) => "prompt",
-            NodeKind::Command(_) => "command",
-            NodeKind::Human(_) => "human",
-            NodeKind::Conditional => "conditional",
-            NodeKind::Parallel(_) => "parallel",
-            NodeKind::FanIn(_) => "parallel.fan_in",
-            NodeKind::Wait(_) => "wait",
-            NodeKind::SubWorkflow(_) => "stack.manager_loop",
-        }
+        self.handler_kind().type_name()
     }
 
     /// The LLM settings of nodes that call a model.
@@ -333,6 +430,16 @@ mod tests {
         assert!("k_of_n(0)".parse::<JoinPolicy>().is_err());
         assert!("quorum(2)".parse::<JoinPolicy>().is_err());
         assert!("majority".parse::<JoinPolicy>().is_err());
+    }
+
+    #[test]
+    fn every_kind_has_one_row_and_a_shape_of_its_own() {
+        for spec in KINDS {
+            assert_eq!(spec.kind.spec().type_name, spec.type_name);
+            assert_eq!(HandlerKind::from_shape(spec.shape), Some(spec.kind));
+            assert_eq!(HandlerKind::from_type(spec.type_name), Some(spec.kind));
+        }
+        assert_eq!(HandlerKind::from_type("codergen"), Some(HandlerKind::Agent));
     }
 
     #[test]

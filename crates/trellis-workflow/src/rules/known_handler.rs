@@ -11,7 +11,7 @@
 use trellis_syntax::{Diagnostic, Severity};
 
 use crate::flatten::FlatNode;
-use crate::node_kind::{HANDLER_ALIASES, HANDLER_TYPES};
+use crate::node_kind::{HandlerKind, KINDS};
 use crate::rules::{Rule, closest};
 
 pub const RULE: Rule = Rule {
@@ -20,23 +20,17 @@ pub const RULE: Rule = Rule {
     summary: "node shapes and types map to known handlers",
 };
 
-/// The node's handler type name and resolved shape, or `None` (reported) when unknown.
-pub(crate) fn resolve(
-    node: &FlatNode,
-    out: &mut Vec<Diagnostic>,
-) -> Option<(&'static str, String)> {
+/// The node's kind and resolved shape, or `None` (reported) when unknown.
+pub(crate) fn resolve(node: &FlatNode, out: &mut Vec<Diagnostic>) -> Option<(HandlerKind, String)> {
     let shape_attr = node.attrs.get("shape");
     if let Some(type_attr) = node.attrs.get("type") {
         let name = type_attr.value.text.trim();
-        let canonical = HANDLER_ALIASES
-            .iter()
-            .find(|(alias, _)| *alias == name)
-            .map_or(name, |(_, to)| *to);
-        if let Some((type_name, shape)) = HANDLER_TYPES.iter().find(|(t, _)| *t == canonical) {
-            let shape = shape_attr.map_or_else(|| (*shape).to_owned(), |a| a.value.text.clone());
-            return Some((type_name, shape));
+        if let Some(kind) = HandlerKind::from_type(name) {
+            let shape =
+                shape_attr.map_or_else(|| kind.spec().shape.to_owned(), |a| a.value.text.clone());
+            return Some((kind, shape));
         }
-        let names = HANDLER_TYPES.iter().map(|(t, _)| *t);
+        let names = KINDS.iter().map(|k| k.type_name);
         let help = match closest(name, names.clone()) {
             Some(near) => format!("did you mean `{near}`?"),
             None => format!("known types: {}", names.collect::<Vec<_>>().join(", ")),
@@ -52,18 +46,18 @@ pub(crate) fn resolve(
         return None;
     }
     let Some(shape_attr) = shape_attr else {
-        let by_id = match node.id.name.as_str() {
-            "start" | "Start" => ("start", "Mdiamond"),
-            "exit" | "Exit" | "end" | "End" => ("exit", "Msquare"),
-            _ => ("agent", "box"),
+        let kind = match node.id.name.as_str() {
+            "start" | "Start" => HandlerKind::Start,
+            "exit" | "Exit" | "end" | "End" => HandlerKind::Exit,
+            _ => HandlerKind::Agent,
         };
-        return Some((by_id.0, by_id.1.to_owned()));
+        return Some((kind, kind.spec().shape.to_owned()));
     };
     let shape = shape_attr.value.text.trim();
-    if let Some((type_name, _)) = HANDLER_TYPES.iter().find(|(_, s)| *s == shape) {
-        return Some((type_name, shape.to_owned()));
+    if let Some(kind) = HandlerKind::from_shape(shape) {
+        return Some((kind, shape.to_owned()));
     }
-    let shapes = HANDLER_TYPES.iter().map(|(_, s)| *s);
+    let shapes = KINDS.iter().map(|k| k.shape);
     let near = closest(shape, shapes.clone())
         .or_else(|| shapes.clone().find(|s| s.eq_ignore_ascii_case(shape)));
     let help = match near {

@@ -13,6 +13,7 @@
 use trellis_syntax::ast::Attr;
 use trellis_syntax::{Diagnostic, Severity};
 
+use crate::node_kind::{COMMON_ATTRIBUTES, HandlerKind, KINDS};
 use crate::rules::{Rule, closest};
 
 pub const RULE: Rule = Rule {
@@ -37,44 +38,6 @@ pub const GRAPH: &[&str] = &[
     "stall_timeout",
     "start",
 ];
-
-/// Node attributes and the handler types they apply to (`*`: all).
-pub const NODE: &[(&str, &[&str])] = &[
-    ("label", &["*"]),
-    ("shape", &["*"]),
-    ("type", &["*"]),
-    ("class", &["*"]),
-    ("timeout", &["*"]),
-    ("max_visits", &["*"]),
-    ("max_retries", &["*"]),
-    ("retry_policy", &["*"]),
-    ("retry_target", &["*"]),
-    ("fallback_retry_target", &["*"]),
-    ("goal_gate", &["*"]),
-    ("auto_status", &["*"]),
-    ("prompt", LLM),
-    ("reasoning_effort", LLM),
-    ("max_tokens", LLM),
-    ("fidelity", LLM),
-    ("thread_id", LLM),
-    ("model", LLM),
-    ("provider", LLM),
-    ("project_memory", LLM),
-    ("backend", LLM),
-    ("output_schema", LLM),
-    ("output_retries", LLM),
-    ("script", &["command"]),
-    ("language", &["command"]),
-    ("join_policy", &["parallel"]),
-    ("error_policy", &["parallel"]),
-    ("max_parallel", &["parallel"]),
-    ("duration", &["wait"]),
-    ("human.default_choice", &["human"]),
-    ("workflow", &["stack.manager_loop"]),
-    ("stack.child_dotfile", &["stack.manager_loop"]),
-];
-
-const LLM: &[&str] = &["agent", "prompt", "parallel.fan_in"];
 
 /// Edge attributes.
 pub const EDGE: &[&str] = &[
@@ -172,30 +135,44 @@ pub(crate) fn check_edge(attr: &Attr, out: &mut Vec<Diagnostic>) {
     }
 }
 
-/// Checks one node attribute; `explicit` says it was written on the node rather than inherited.
-pub(crate) fn check_node(attr: &Attr, handler: &str, explicit: bool, out: &mut Vec<Diagnostic>) {
+/// Every node attribute name: those all nodes take, then each kind's, once each.
+fn node_attributes() -> Vec<&'static str> {
+    let mut names: Vec<&str> = COMMON_ATTRIBUTES.to_vec();
+    for name in KINDS.iter().flat_map(|k| k.attributes) {
+        if !names.contains(name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// Checks one node attribute of a `kind` node; `explicit` says it was written on the node rather than
+/// inherited. What applies where comes from the table of kinds ([`KINDS`]).
+pub(crate) fn check_node(
+    attr: &Attr,
+    kind: HandlerKind,
+    explicit: bool,
+    out: &mut Vec<Diagnostic>,
+) {
     let name = attr.key.name.as_str();
-    if LAYOUT.contains(&name) {
+    if LAYOUT.contains(&name) || COMMON_ATTRIBUTES.contains(&name) {
         return;
     }
-    match NODE.iter().find(|(n, _)| *n == name) {
-        None => out.push(unknown(
-            "node",
-            attr,
-            &NODE.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
-        )),
-        Some((_, applies))
-            if explicit && !applies.contains(&"*") && !applies.contains(&handler) =>
-        {
-            out.push(
-                RULE.diagnostic(
-                    format!("`{name}` has no effect on a {handler} node"),
-                    attr.key.span,
-                )
-                .with_label("ignored here")
-                .with_help(format!("`{name}` applies to {} nodes", applies.join(", "))),
-            );
-        }
-        Some(_) => {}
+    let applies: Vec<&str> = KINDS
+        .iter()
+        .filter(|k| k.attributes.contains(&name))
+        .map(|k| k.type_name)
+        .collect();
+    if applies.is_empty() {
+        out.push(unknown("node", attr, &node_attributes()));
+    } else if explicit && !applies.contains(&kind.type_name()) {
+        out.push(
+            RULE.diagnostic(
+                format!("`{name}` has no effect on a {} node", kind.type_name()),
+                attr.key.span,
+            )
+            .with_label("ignored here")
+            .with_help(format!("`{name}` applies to {} nodes", applies.join(", "))),
+        );
     }
 }
