@@ -139,9 +139,8 @@ impl Engine {
         attempt: u32,
         duration_ms: u64,
     ) {
-        let detail = |key: &str| outcome.details.get(key).cloned();
-        let text = |key: &str| detail(key).and_then(|v| v.as_str().map(str::to_owned));
         // Model stages say which model answered and what it cost; commands what they captured.
+        let details = &outcome.details;
         let end = StageEnd {
             status: outcome.status,
             visit,
@@ -149,11 +148,11 @@ impl Engine {
             duration_ms,
             failure_reason: outcome.failure_reason().map(str::to_owned),
             files_touched: outcome.files_touched.clone(),
-            model: text("model"),
-            provider: text("provider"),
-            usage: detail("usage").and_then(|v| serde_json::from_value(v).ok()),
-            artifacts: detail("artifacts"),
-            artifacts_skipped: detail("artifacts_skipped"),
+            model: details.model.as_ref().map(|m| m.model.clone()),
+            provider: details.model.as_ref().map(|m| m.provider.clone()),
+            usage: details.model.as_ref().map(|m| m.usage),
+            artifacts: details.artifacts.clone(),
+            artifacts_skipped: details.artifacts_skipped.clone(),
         };
         let event = if outcome.status == StageStatus::Failed {
             EventKind::StageFailed(end)

@@ -51,9 +51,9 @@ pub struct StageRecord {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub failure_reason: Option<String>,
     pub dir: String,
-    /// The handler's details (model, usage, script, files), for preambles.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
-    pub details: BTreeMap<String, Value>,
+    /// The handler's details (model, usage, script, artifacts), for preambles and `trellis show`.
+    #[serde(flatten, default)]
+    pub details: crate::details::StageDetails,
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub files_touched: Vec<String>,
 }

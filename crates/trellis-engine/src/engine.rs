@@ -118,11 +118,7 @@ pub(crate) fn status_json(
 
 /// How many artifacts the run's stages captured (the outputs document's `artifact_count`).
 fn artifact_count(stages: &[StageRecord]) -> usize {
-    stages
-        .iter()
-        .filter_map(|s| s.details.get("artifacts").and_then(Value::as_array))
-        .map(Vec::len)
-        .sum()
+    stages.iter().map(|s| s.details.artifacts.len()).sum()
 }
 
 /// The current time as RFC 3339 with milliseconds.

@@ -8,6 +8,7 @@ use serde_json::Value;
 use trellis_workflow::StageStatus;
 
 use crate::checkpoint::RunStatus;
+pub use crate::details::{Artifact, ModelDetails, TokenUsage};
 
 /// One event of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -166,10 +167,10 @@ pub struct StageEnd {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub usage: Option<TokenUsage>,
     /// Command stages: the artifacts captured, and those left out with the reason.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub artifacts: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub artifacts_skipped: Option<Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub artifacts: Vec<Artifact>,
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub artifacts_skipped: Vec<Artifact>,
 }
 
 /// `EdgeSelected`: an edge followed, or a jump to a retry target (`reason`).
@@ -189,7 +190,7 @@ pub struct EdgeChoice {
     pub reason: Option<String>,
     /// The model that judged `when` edges, and what it cost.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub router: Option<Value>,
+    pub router: Option<ModelDetails>,
 }
 
 /// `ModelCallCompleted`: the answer's model, usage and stop reason, or the error.
@@ -208,17 +209,6 @@ pub struct ModelCallEnd {
     /// The error's kind (`rate_limit`, `auth`, ...).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub kind: Option<String>,
-}
-
-/// Tokens a model call (or a stage's calls together) used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct TokenUsage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    #[serde(default)]
-    pub cached_tokens: u64,
-    #[serde(default)]
-    pub reasoning_tokens: u64,
 }
 
 impl EventKind {

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::details::StageDetails;
 use trellis_workflow::StageStatus;
 
 /// Why a stage failed.
@@ -73,10 +75,10 @@ pub struct Outcome {
     /// resumable with an answer.
     #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub waiting_for_input: bool,
-    /// What the handler wants recorded beside the outcome (`model`, `usage`, `script`, ...): written
-    /// into `status.json`, kept with the stage record, and shown in later stages' preambles.
+    /// What the handler records beside the outcome (model and usage, script and output, artifacts):
+    /// written into `status.json`, kept with the stage record, and shown in later stages' preambles.
     #[serde(flatten, default)]
-    pub details: BTreeMap<String, Value>,
+    pub details: StageDetails,
 }
 
 impl Outcome {
@@ -89,7 +91,7 @@ impl Outcome {
             failure: None,
             files_touched: Vec::new(),
             waiting_for_input: false,
-            details: BTreeMap::new(),
+            details: StageDetails::default(),
         }
     }
 
@@ -109,12 +111,6 @@ impl Outcome {
     #[must_use]
     pub fn with_update(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
         self.context_updates.insert(key.into(), value.into());
-        self
-    }
-
-    #[must_use]
-    pub fn with_detail(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
-        self.details.insert(key.into(), value.into());
         self
     }
 

@@ -202,8 +202,8 @@ impl Engine {
         drop(running);
         let cancelled = results.iter().filter(|r| r.is_none()).count();
         let results = self.settle(results, &starts, config.error_policy, stop_reason);
-        let outcome = fan_out_outcome(config, succeeded, failed, needed, total, &results)
-            .with_detail("cancelled_branches", cancelled);
+        let mut outcome = fan_out_outcome(config, succeeded, failed, needed, total, &results);
+        outcome.details.cancelled_branches = Some(cancelled);
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.emit(
             Some(&node.id),

@@ -129,7 +129,7 @@ pub trait Router: Send + Sync {
 #[derive(Debug, Clone, Default)]
 pub struct RouteChoice {
     pub choice: Option<usize>,
-    pub details: Value,
+    pub model: Option<crate::details::ModelDetails>,
 }
 
 /// In-memory implementations, for tests and dry runs.

@@ -8,6 +8,7 @@ use trellis_workflow::{NodeIndex, NodeKind, SourceFormat, StageStatus};
 
 use crate::checkpoint::Track;
 use crate::context::{ConditionView, RunContext, resolve_blob};
+use crate::details::ModelDetails;
 use crate::engine::{Engine, EngineError};
 use crate::event::{EdgeChoice, EventKind};
 use crate::keys;
@@ -291,8 +292,8 @@ impl Engine {
             } => self
                 .ask_router(index, &candidates, fallback, context)
                 .await?
-                .map(|(edge, details)| {
-                    router = Some(details).filter(|d| !d.is_null());
+                .map(|(edge, model)| {
+                    router = model;
                     edge
                 }),
             Route::NoEdges if self.workflow.format == SourceFormat::Yaml => return Ok(Next::End),
@@ -365,7 +366,7 @@ impl Engine {
         candidates: &[usize],
         fallback: Option<usize>,
         context: &RunContext,
-    ) -> Result<Option<(usize, serde_json::Value)>, EngineError> {
+    ) -> Result<Option<(usize, Option<ModelDetails>)>, EngineError> {
         let node = &self.workflow.nodes[index];
         let options: Vec<RouteOption> = candidates
             .iter()
@@ -400,6 +401,6 @@ impl Engine {
             .choice
             .and_then(|choice| candidates.get(choice).copied())
             .or(fallback);
-        Ok(chosen.map(|edge| (edge, answer.details)))
+        Ok(chosen.map(|edge| (edge, answer.model)))
     }
 }

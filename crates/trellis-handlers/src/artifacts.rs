@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use trellis_engine::Artifact;
 use walkdir::WalkDir;
 
 const MAX_FILE: u64 = 10 * 1024 * 1024;
@@ -44,16 +45,6 @@ fn skipped(entry: &walkdir::DirEntry, exclude: &Path) -> bool {
                 .is_some_and(|n| n.starts_with('.') || SKIPPED_DIRS.contains(&n)))
 }
 
-/// An artifact file, by its path relative to the working directory.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Artifact {
-    pub path: PathBuf,
-    pub bytes: u64,
-    /// Why it was not copied (too large), for files left out.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub skipped: Option<&'static str>,
-}
-
 /// Copies artifact files under `root` modified since `since` into `dest`, keeping their relative paths.
 /// Returns every artifact found, in path order: those copied, and those left out with the reason.
 /// `exclude` (the runs directory) is never scanned.
@@ -82,9 +73,9 @@ pub fn capture(
     let mut total = 0;
     for (path, bytes) in found {
         let skipped = if bytes > MAX_FILE {
-            Some("larger than 10 MB")
+            Some("larger than 10 MB".to_owned())
         } else if total + bytes > MAX_STAGE {
-            Some("past the stage's 50 MB of artifacts")
+            Some("past the stage's 50 MB of artifacts".to_owned())
         } else {
             None
         };
@@ -97,7 +88,7 @@ pub fn capture(
             total += bytes;
         }
         artifacts.push(Artifact {
-            path,
+            path: path.display().to_string(),
             bytes,
             skipped,
         });

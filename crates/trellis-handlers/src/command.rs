@@ -15,7 +15,7 @@ use nix::unistd::Pid;
 use std::io::{Read, Write};
 
 use tokio::process::{ChildStderr, ChildStdout};
-use trellis_engine::{FailureClass, Handler, Outcome, Stage, keys};
+use trellis_engine::{Artifact, FailureClass, Handler, Outcome, Stage, keys};
 use trellis_workflow::NodeKind;
 use trellis_workflow::node_kind::ScriptLanguage;
 
@@ -187,18 +187,12 @@ fn command_for(
 
 /// Records the captured artifacts: copied ones as the stage's files and `artifacts` detail, those left
 /// out (too large) as `artifacts_skipped` with the reason.
-fn with_artifacts(mut outcome: Outcome, artifacts: Vec<artifacts::Artifact>) -> Outcome {
+fn with_artifacts(mut outcome: Outcome, artifacts: Vec<Artifact>) -> Outcome {
     let (copied, skipped): (Vec<_>, Vec<_>) =
         artifacts.into_iter().partition(|a| a.skipped.is_none());
-    outcome.files_touched = copied
-        .iter()
-        .map(|a| a.path.display().to_string())
-        .collect();
-    for (key, list) in [("artifacts", copied), ("artifacts_skipped", skipped)] {
-        if !list.is_empty() {
-            outcome = outcome.with_detail(key, serde_json::to_value(&list).unwrap_or_default());
-        }
-    }
+    outcome.files_touched = copied.iter().map(|a| a.path.clone()).collect();
+    outcome.details.artifacts = copied;
+    outcome.details.artifacts_skipped = skipped;
     outcome
 }
 
@@ -289,12 +283,12 @@ impl Handler for CommandHandler {
             }
         };
         let code = status.code();
-        let outcome = exit_outcome(status, &err);
-        let outcome = with_artifacts(outcome, artifacts);
+        let mut outcome = with_artifacts(exit_outcome(status, &err), artifacts);
+        outcome.details.script = Some(config.script.clone());
+        outcome.details.stdout = Some(output_ref.clone());
+        outcome.details.stderr = Some(stderr_ref.clone());
+        outcome.details.exit_code = code;
         outcome
-            .with_detail("script", config.script.clone())
-            .with_detail("stdout", output_ref.clone())
-            .with_detail("stderr", stderr_ref.clone())
             .with_update(keys::COMMAND_OUTPUT, output_ref)
             .with_update(keys::COMMAND_STDERR, stderr_ref)
             .with_update(

@@ -183,7 +183,7 @@ impl Handler for ModelFanIn {
             .context_updates
             .insert(keys::FAN_IN_BEST_OUTCOME.into(), json!(best_status));
         call.describe(&mut outcome);
-        outcome.details.insert("repairs".into(), json!(repairs));
+        outcome.details.repairs = Some(repairs);
         outcome
     }
 }

@@ -7,9 +7,9 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use serde_json::json;
-use trellis_engine::event::{EventKind, ModelCallEnd, TokenUsage};
+use trellis_engine::event::{EventKind, ModelCallEnd};
 use trellis_engine::{Emitter, FailureClass, Outcome, Stage};
+use trellis_engine::{ModelDetails, TokenUsage};
 use trellis_llm::{Client, ErrorKind, LlmError, Message, Request, ResolvedModel, Response, Usage};
 
 /// A conversation with one model on behalf of one node (a stage, or the router of its edges).
@@ -29,7 +29,7 @@ pub enum Parsed<T> {
     /// It does not: the problem, told to the model in a repair turn.
     Invalid(String),
     /// Asking again cannot help (a broken schema): the stage ends with this outcome.
-    Fatal(Outcome),
+    Fatal(Box<Outcome>),
 }
 
 /// A shaped answer: the value, the response it came from, the repair turns it took, and a log of the
@@ -174,7 +174,7 @@ impl<'a> ModelCall<'a> {
                         log,
                     });
                 }
-                Parsed::Fatal(outcome) => return Err(Unshaped::Failed(Box::new(outcome))),
+                Parsed::Fatal(outcome) => return Err(Unshaped::Failed(outcome)),
                 Parsed::Invalid(problem) => problem,
             };
             let _ = write!(
@@ -224,19 +224,19 @@ impl<'a> ModelCall<'a> {
         (outcome, last)
     }
 
-    /// The model, provider, usage and turn count, as stage details.
-    pub fn details(&self) -> serde_json::Value {
-        json!({
-            "model": self.resolved.model, "provider": self.resolved.provider,
-            "usage": self.usage, "turns": self.turns,
-        })
+    /// The model, provider, usage and turn count of the conversation so far.
+    pub fn details(&self) -> ModelDetails {
+        ModelDetails {
+            model: self.resolved.model.clone(),
+            provider: self.resolved.provider.clone(),
+            usage: token_usage(self.usage),
+            turns: self.turns,
+        }
     }
 
-    /// Adds the model, provider, usage and turn count to an outcome's details.
+    /// Records the model, provider, usage and turn count in an outcome's details.
     pub fn describe(&self, outcome: &mut Outcome) {
-        if let serde_json::Value::Object(details) = self.details() {
-            outcome.details.extend(details);
-        }
+        outcome.details.model = Some(self.details());
     }
 }
 

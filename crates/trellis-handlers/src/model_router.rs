@@ -115,7 +115,7 @@ impl Router for ModelRouter {
         match answer {
             Ok(shaped) => Ok(RouteChoice {
                 choice: shaped.value.checked_sub(1),
-                details: call.details(),
+                model: Some(call.details()),
             }),
             Err(unshaped) => {
                 let (outcome, _) =

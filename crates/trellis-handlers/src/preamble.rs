@@ -166,34 +166,28 @@ fn render_stage(
         return;
     }
     let details = &record.details;
-    if let Some(model) = details.get("model").and_then(Value::as_str) {
-        let usage = details.get("usage");
-        let count = |k: &str| {
-            usage
-                .and_then(|u| u.get(k))
-                .and_then(Value::as_u64)
-                .unwrap_or(0)
-        };
+    if let Some(model) = &details.model {
         let _ = writeln!(
             out,
-            "{bullet}Model: {model}, {} tokens in / {} out",
-            tokens(count("input_tokens")),
-            tokens(count("output_tokens"))
+            "{bullet}Model: {}, {} tokens in / {} out",
+            model.model,
+            tokens(model.usage.input_tokens),
+            tokens(model.usage.output_tokens)
         );
     }
     if !record.files_touched.is_empty() {
         let _ = writeln!(out, "{bullet}Files: {}", record.files_touched.join(", "));
     }
-    if let Some(script) = details.get("script").and_then(Value::as_str) {
+    if let Some(script) = &details.script {
         let _ = writeln!(out, "{bullet}Script: `{}`", clip(script.trim(), 300));
     }
-    for (field, label) in [("stdout", "Stdout"), ("stderr", "Stderr")] {
-        if let Some(reference) = details.get(field).and_then(Value::as_str) {
+    for (reference, label) in [(&details.stdout, "Stdout"), (&details.stderr, "Stderr")] {
+        if let Some(reference) = reference {
             let text = resolve(source, reference, limits.output);
             block(out, bullet, label, &text);
         }
     }
-    if details.contains_key("model") && limits.response > 0 {
+    if details.model.is_some() && limits.response > 0 {
         let key = format!("response.{}", record.node_id);
         if let Some(Value::String(response)) = source.context.get(&key) {
             let text = resolve(source, response, limits.response);

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::json;
 use trellis_engine::event::EventKind;
 use trellis_engine::{FailureClass, Handler, Outcome, Stage, keys};
 use trellis_llm::{Client, Message, ReasoningEffort, Request};
@@ -305,16 +305,9 @@ impl PromptHandler {
             }
         }
         call.describe(&mut outcome);
-        outcome
-            .details
-            .insert("repairs".into(), json!(answer.repairs));
-        outcome.details.insert(
-            "stop_reason".into(),
-            serde_json::to_value(&answer.response.stop_reason).unwrap_or(Value::Null),
-        );
-        outcome
-            .details
-            .insert("fidelity".into(), json!(fidelity.as_str()));
+        outcome.details.repairs = Some(answer.repairs);
+        outcome.details.stop_reason = serde_json::to_value(&answer.response.stop_reason).ok();
+        outcome.details.fidelity = Some(fidelity.as_str().to_owned());
         outcome
     }
 }
@@ -333,9 +326,10 @@ async fn ask_for_schema(
         |text| match output_schema::check(llm.output_schema.as_ref(), text) {
             Ok(structured) => Parsed::Valid(structured),
             Err(SchemaError::Invalid(problems)) => Parsed::Invalid(problems),
-            Err(SchemaError::BadSchema(reason)) => {
-                Parsed::Fatal(Outcome::failed(FailureClass::Configuration, reason))
-            }
+            Err(SchemaError::BadSchema(reason)) => Parsed::Fatal(Box::new(Outcome::failed(
+                FailureClass::Configuration,
+                reason,
+            ))),
         },
         |problems| match &llm.output_schema {
             Some(schema) => output_schema::repair_message(schema, problems),

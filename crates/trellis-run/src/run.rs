@@ -110,7 +110,7 @@ impl Router for SimulatedRouter {
     ) -> Result<RouteChoice, String> {
         Ok(RouteChoice {
             choice: Some(0),
-            details: Value::Null,
+            model: None,
         })
     }
 }

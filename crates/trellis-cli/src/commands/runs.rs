@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use trellis_engine::Event;
-use trellis_engine::keys;
+use trellis_engine::{StageDetails, keys};
 use trellis_store::{RunDir, list_runs, resolve_runs_dir};
 
 #[derive(clap::Args)]
@@ -123,20 +123,13 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
             .as_deref()
             .map(|r| format!("  {}", r.lines().next().unwrap_or_default()))
             .unwrap_or_default();
-        if let Some(model) = stage.details.get("model").and_then(Value::as_str) {
-            let usage = stage.details.get("usage");
-            let count = |k: &str| {
-                usage
-                    .and_then(|u| u.get(k))
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0)
-            };
-            tokens_in += count("input_tokens");
-            tokens_out += count("output_tokens");
+        if let Some(model) = &stage.details.model {
+            let usage = model.usage;
+            tokens_in += usage.input_tokens;
+            tokens_out += usage.output_tokens;
             reason = format!(
-                "  {model}, {} in / {} out{reason}",
-                count("input_tokens"),
-                count("output_tokens")
+                "  {}, {} in / {} out{reason}",
+                model.model, usage.input_tokens, usage.output_tokens
             );
         }
         println!(
@@ -172,26 +165,22 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The artifacts a stage captured, and those it left out with the reason.
-fn print_artifacts(details: &std::collections::BTreeMap<String, Value>) {
-    for (key, verb) in [
-        ("artifacts", "artifact"),
-        ("artifacts_skipped", "not captured"),
-    ] {
-        for artifact in details
-            .get(key)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let path = artifact.get("path").and_then(Value::as_str).unwrap_or("?");
-            let bytes = artifact.get("bytes").and_then(Value::as_u64).unwrap_or(0);
-            let why = artifact
-                .get("skipped")
-                .and_then(Value::as_str)
-                .map(|r| format!(" ({r})"))
-                .unwrap_or_default();
-            println!("         {verb}: {path}, {bytes} bytes{why}");
-        }
+fn print_artifacts(details: &StageDetails) {
+    let captured = details.artifacts.iter().map(|a| ("artifact", a));
+    let skipped = details
+        .artifacts_skipped
+        .iter()
+        .map(|a| ("not captured", a));
+    for (verb, artifact) in captured.chain(skipped) {
+        let why = artifact
+            .skipped
+            .as_deref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
+        println!(
+            "         {verb}: {}, {} bytes{why}",
+            artifact.path, artifact.bytes
+        );
     }
 }
 
