@@ -13,7 +13,7 @@ use crate::checkpoint::StageRecord;
 use crate::context::RunContext;
 use crate::engine::{Engine, EngineError, blocking, status_json};
 use crate::event::{EventKind, StageEnd};
-use crate::handler::Stage;
+use crate::handler::{Attempt, Stage};
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
 use crate::services::BLOB_THRESHOLD;
@@ -37,7 +37,7 @@ impl Engine {
         visit: u32,
         context: &RunContext,
         previous: Option<&Outcome>,
-    ) -> Result<Outcome, EngineError> {
+    ) -> Result<Attempt, EngineError> {
         let node = &self.workflow.nodes[index];
         let handler = self
             .handlers
@@ -80,7 +80,7 @@ impl Engine {
             };
             let started = Instant::now();
             let execution = handler.execute(&stage);
-            let outcome = match timeout.filter(|_| !matches!(node.kind, NodeKind::Human(_))) {
+            let executed = match timeout.filter(|_| !matches!(node.kind, NodeKind::Human(_))) {
                 Some(limit) => tokio::time::timeout(limit, execution)
                     .await
                     .unwrap_or_else(|_| {
@@ -88,19 +88,26 @@ impl Engine {
                             FailureClass::Timeout,
                             format!("timed out after {}", humantime::format_duration(limit)),
                         )
+                        .into()
                     }),
                 None => execution.await,
             };
             let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            let status = status_json(&outcome, &node.id, visit, attempt, duration_ms);
-            self.write_status(&dir, status).await?;
             context.set(
                 format!("{}{}", keys::RETRY_COUNT_PREFIX, node.id),
                 attempt - 1,
             );
-            if outcome.waiting_for_input {
-                return Ok(outcome);
-            }
+            let Attempt::Finished(outcome) = executed else {
+                // No outcome yet: the attempt's status says what it waits for.
+                let waiting = serde_json::json!({
+                    "node_id": node.id, "visit": visit, "attempt": attempt,
+                    "duration_ms": duration_ms, "waiting_for_input": true,
+                });
+                self.write_status(&dir, waiting).await?;
+                return Ok(Attempt::WaitingForInput);
+            };
+            let status = status_json(&outcome, &node.id, visit, attempt, duration_ms);
+            self.write_status(&dir, status).await?;
             self.record(stage_record(
                 rank,
                 &node.id,
@@ -126,7 +133,7 @@ impl Engine {
                 continue;
             }
             self.emit_stage_end(&node.id, &outcome, visit, attempt, duration_ms);
-            return Ok(outcome);
+            return Ok(Attempt::Finished(outcome));
         }
     }
 

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use trellis_workflow::StageStatus;
 
-use crate::handler::{Handler, Stage};
+use crate::handler::{Attempt, Handler, Stage};
 use crate::outcome::{FailureClass, Outcome};
 
 /// Start and exit nodes: they mark the ends of the run and succeed at once.
@@ -12,8 +12,8 @@ pub struct Boundary;
 
 #[async_trait]
 impl Handler for Boundary {
-    async fn execute(&self, _stage: &Stage<'_>) -> Outcome {
-        Outcome::success()
+    async fn execute(&self, _stage: &Stage<'_>) -> Attempt {
+        Outcome::success().into()
     }
 }
 
@@ -21,7 +21,7 @@ pub struct Conditional;
 
 #[async_trait]
 impl Handler for Conditional {
-    async fn execute(&self, stage: &Stage<'_>) -> Outcome {
+    async fn execute(&self, stage: &Stage<'_>) -> Attempt {
         let mut outcome = Outcome::new(stage.previous.map_or(StageStatus::Succeeded, |p| p.status));
         if let Some(previous) = stage.previous {
             outcome
@@ -33,7 +33,7 @@ impl Handler for Conditional {
                 ..f
             });
         }
-        outcome
+        outcome.into()
     }
 }
 
@@ -58,7 +58,14 @@ pub struct FanIn;
 
 #[async_trait]
 impl Handler for FanIn {
-    async fn execute(&self, stage: &Stage<'_>) -> Outcome {
+    async fn execute(&self, stage: &Stage<'_>) -> Attempt {
+        FanIn::merge(stage).into()
+    }
+}
+
+impl FanIn {
+    /// The merge without a model: the best branch by status, score and id, and the join's verdict.
+    pub fn merge(stage: &Stage<'_>) -> Outcome {
         let results = stage
             .context
             .get(crate::keys::PARALLEL_RESULTS)

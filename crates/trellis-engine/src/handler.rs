@@ -76,9 +76,29 @@ impl Default for Settings {
     }
 }
 
+/// What one attempt at a stage came to.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "returned once per stage attempt and matched at once; a box would only add an allocation"
+)]
+pub enum Attempt {
+    /// The stage ran and has an outcome to route on.
+    Finished(Outcome),
+    /// The stage needs an answer nobody can give now (a human gate in a non-interactive run): the run
+    /// stops as waiting for input, resumable with an answer.
+    WaitingForInput,
+}
+
+impl From<Outcome> for Attempt {
+    fn from(outcome: Outcome) -> Self {
+        Attempt::Finished(outcome)
+    }
+}
+
 #[async_trait]
 pub trait Handler: Send + Sync {
-    async fn execute(&self, stage: &Stage<'_>) -> Outcome;
+    async fn execute(&self, stage: &Stage<'_>) -> Attempt;
 }
 
 /// Handlers by node kind. Kinds the engine runs itself (fan-out, sub-workflow) have none; see

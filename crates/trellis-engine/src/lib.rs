@@ -27,6 +27,6 @@ pub use control::{FanIn, join_verdict};
 pub use details::{Artifact, ModelDetails, StageDetails, TokenUsage};
 pub use engine::{Engine, EngineError, RunResult};
 pub use event::Event;
-pub use handler::{Emitter, Handler, Handlers, History, Services, Settings, Stage};
+pub use handler::{Attempt, Emitter, Handler, Handlers, History, Services, Settings, Stage};
 pub use outcome::{Failure, FailureClass, Outcome};
 pub use tokio_util::sync::CancellationToken;

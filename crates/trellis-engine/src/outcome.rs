@@ -71,10 +71,6 @@ pub struct Outcome {
     pub failure: Option<Failure>,
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub files_touched: Vec<String>,
-    /// Set when a human gate could not get an answer in a non-interactive run: the run stops here,
-    /// resumable with an answer.
-    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
-    pub waiting_for_input: bool,
     /// What the handler records beside the outcome (model and usage, script and output, artifacts):
     /// written into `status.json`, kept with the stage record, and shown in later stages' preambles.
     #[serde(flatten, default)]
@@ -90,7 +86,6 @@ impl Outcome {
             context_updates: BTreeMap::new(),
             failure: None,
             files_touched: Vec::new(),
-            waiting_for_input: false,
             details: StageDetails::default(),
         }
     }

@@ -11,6 +11,7 @@ use crate::context::{ConditionView, RunContext, resolve_blob};
 use crate::details::ModelDetails;
 use crate::engine::{Engine, EngineError};
 use crate::event::{EdgeChoice, EventKind};
+use crate::handler::Attempt;
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
 use crate::routing::{self, Route};
@@ -133,29 +134,30 @@ impl Engine {
         context.set(keys::CURRENT_NODE, node.id.clone());
         context.set(keys::NODE_VISIT_COUNT, visit);
         self.set_fidelity_keys(index, context, degrade_full);
-        let outcome = match &node.kind {
-            NodeKind::Parallel(config) => {
-                self.run_parallel(path, track, index, visit, config, context)
-                    .await?
-            }
-            NodeKind::SubWorkflow(config) => {
-                self.run_sub_workflow(index, visit, &config.workflow, context)
-                    .await?
-            }
+        let attempt = match &node.kind {
+            NodeKind::Parallel(config) => self
+                .run_parallel(path, track, index, visit, config, context)
+                .await?
+                .into(),
+            NodeKind::SubWorkflow(config) => self
+                .run_sub_workflow(index, visit, &config.workflow, context)
+                .await?
+                .into(),
             _ => {
                 self.execute_with_retries(index, visit, context, track.last_outcome.as_ref())
                     .await?
             }
         };
-        if outcome.waiting_for_input {
-            if path.is_empty() {
-                return Ok(Next::Wait);
+        let outcome = match attempt {
+            Attempt::Finished(outcome) => outcome,
+            Attempt::WaitingForInput if path.is_empty() => return Ok(Next::Wait),
+            Attempt::WaitingForInput => {
+                return Err(EngineError::Configuration {
+                    node: node.id.clone(),
+                    reason: "a human gate inside a parallel branch needs its answer up front (--answers or --auto-approve)".into(),
+                });
             }
-            return Err(EngineError::Configuration {
-                node: node.id.clone(),
-                reason: "a human gate inside a parallel branch needs its answer up front (--answers or --auto-approve)".into(),
-            });
-        }
+        };
         track.visits.insert(node.id.clone(), visit);
         // A setup problem (no model, an invalid child workflow) is not an outcome to route on: it stops
         // the run with its reason, in a branch as anywhere else.

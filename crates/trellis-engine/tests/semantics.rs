@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use trellis_engine::services::memory::{MemoryBlobs, MemoryEvents, MemoryStore, NoAnswers};
 use trellis_engine::services::{BLOB_PREFIX, BlobStore, EventSink, Subscribers};
 use trellis_engine::{
-    CancellationToken, Engine, FailureClass, Handler, Handlers, Outcome, RunStatus, Services,
-    Settings, Stage,
+    Attempt, CancellationToken, Engine, FailureClass, Handler, Handlers, Outcome, RunStatus,
+    Services, Settings, Stage,
 };
 use trellis_syntax::SourceFile;
 use trellis_workflow::node_kind::HandlerKind;
@@ -25,9 +25,8 @@ struct Scripted {
     attempts: AtomicU32,
 }
 
-#[async_trait]
-impl Handler for Scripted {
-    async fn execute(&self, stage: &Stage<'_>) -> Outcome {
+impl Scripted {
+    async fn outcome(&self, stage: &Stage<'_>) -> Outcome {
         let NodeKind::Command(config) = &stage.node.kind else {
             return Outcome::success();
         };
@@ -54,6 +53,13 @@ impl Handler for Scripted {
                 None => Outcome::failed(FailureClass::Configuration, "unknown script"),
             },
         }
+    }
+}
+
+#[async_trait]
+impl Handler for Scripted {
+    async fn execute(&self, stage: &Stage<'_>) -> Attempt {
+        self.outcome(stage).await.into()
     }
 }
 

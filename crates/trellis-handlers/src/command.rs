@@ -15,7 +15,7 @@ use nix::unistd::Pid;
 use std::io::{Read, Write};
 
 use tokio::process::{ChildStderr, ChildStdout};
-use trellis_engine::{Artifact, FailureClass, Handler, Outcome, Stage, keys};
+use trellis_engine::{Artifact, Attempt, FailureClass, Handler, Outcome, Stage, keys};
 use trellis_workflow::NodeKind;
 use trellis_workflow::node_kind::ScriptLanguage;
 
@@ -196,9 +196,9 @@ fn with_artifacts(mut outcome: Outcome, artifacts: Vec<Artifact>) -> Outcome {
     outcome
 }
 
-#[async_trait]
-impl Handler for CommandHandler {
-    async fn execute(&self, stage: &Stage<'_>) -> Outcome {
+impl CommandHandler {
+    /// Runs the script and records what it did.
+    async fn outcome(&self, stage: &Stage<'_>) -> Outcome {
         let NodeKind::Command(config) = &stage.node.kind else {
             return Outcome::success();
         };
@@ -295,5 +295,12 @@ impl Handler for CommandHandler {
                 keys::COMMAND_EXIT_CODE,
                 code.map_or(serde_json::Value::Null, Into::into),
             )
+    }
+}
+
+#[async_trait]
+impl Handler for CommandHandler {
+    async fn execute(&self, stage: &Stage<'_>) -> Attempt {
+        self.outcome(stage).await.into()
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use trellis_engine::text::clip;
-use trellis_engine::{FailureClass, Handler, Outcome, Stage, join_verdict, keys};
+use trellis_engine::{Attempt, FailureClass, Handler, Outcome, Stage, join_verdict, keys};
 use trellis_llm::{Client, Message, Request};
 use trellis_workflow::StageStatus;
 
@@ -92,13 +92,13 @@ fn choice(text: &str, branches: &[(String, String)]) -> Result<(String, String),
         })
 }
 
-#[async_trait]
-impl Handler for ModelFanIn {
-    async fn execute(&self, stage: &Stage<'_>) -> Outcome {
+impl ModelFanIn {
+    /// The merge: a model's choice when the fan-in has a prompt, else the engine's.
+    async fn outcome(&self, stage: &Stage<'_>) -> Outcome {
         let (Some(llm), Some(client), false) =
             (stage.node.kind.llm(), &self.client, stage.settings.dry_run)
         else {
-            return trellis_engine::FanIn.execute(stage).await;
+            return trellis_engine::FanIn::merge(stage);
         };
         let verdict = join_verdict(stage);
         // An unmet join policy fails the fan-in with the join's reason: there is nothing to choose.
@@ -185,6 +185,13 @@ impl Handler for ModelFanIn {
         call.describe(&mut outcome);
         outcome.details.repairs = Some(repairs);
         outcome
+    }
+}
+
+#[async_trait]
+impl Handler for ModelFanIn {
+    async fn execute(&self, stage: &Stage<'_>) -> Attempt {
+        self.outcome(stage).await.into()
     }
 }
 

@@ -7,7 +7,7 @@
 use async_trait::async_trait;
 use trellis_engine::event::EventKind;
 use trellis_engine::services::{Answer, Choice, Question};
-use trellis_engine::{FailureClass, Handler, Outcome, Stage, keys};
+use trellis_engine::{Attempt, FailureClass, Handler, Outcome, Stage, keys};
 use trellis_workflow::NodeKind;
 use trellis_workflow::label::{accelerator, normalize_label};
 
@@ -64,7 +64,7 @@ pub fn question_for(stage: &Stage<'_>) -> (Question, Option<String>) {
 
 #[async_trait]
 impl Handler for HumanHandler {
-    async fn execute(&self, stage: &Stage<'_>) -> Outcome {
+    async fn execute(&self, stage: &Stage<'_>) -> Attempt {
         let (question, freeform_label) = question_for(stage);
         let default_choice = match &stage.node.kind {
             NodeKind::Human(config) => config.default_choice.clone(),
@@ -94,7 +94,8 @@ impl Handler for HumanHandler {
                             "no answer to `{}` before its timeout, and no usable human.default_choice",
                             stage.node.id
                         ),
-                    );
+                    )
+                    .into();
                 }
             },
             other => other,
@@ -109,7 +110,7 @@ impl Handler for HumanHandler {
                 },
             );
         };
-        match answer {
+        let outcome = match answer {
             Answer::Choice(i) if i < question.choices.len() => {
                 answered(&question.choices[i].label, None);
                 let choice = &question.choices[i];
@@ -141,11 +142,10 @@ impl Handler for HumanHandler {
                 ),
             ),
             Answer::Unavailable | Answer::TimedOut | Answer::Choice(_) => {
-                let mut outcome = Outcome::success();
-                outcome.waiting_for_input = true;
-                outcome
+                return Attempt::WaitingForInput;
             }
-        }
+        };
+        outcome.into()
     }
 }
 

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use serde_json::json;
 use trellis_engine::event::EventKind;
-use trellis_engine::{FailureClass, Handler, Outcome, Stage, keys};
+use trellis_engine::{Attempt, FailureClass, Handler, Outcome, Stage, keys};
 use trellis_llm::{Client, Message, ReasoningEffort, Request};
 use trellis_workflow::NodeKind;
 use trellis_workflow::node_kind::{self, Fidelity, LlmConfig};
@@ -155,9 +155,9 @@ fn simulated(stage: &Stage<'_>) -> String {
     format!("[Simulated] Response for stage: {}", stage.node.id)
 }
 
-#[async_trait]
-impl Handler for PromptHandler {
-    async fn execute(&self, stage: &Stage<'_>) -> Outcome {
+impl PromptHandler {
+    /// One model call (or a simulated one in a dry run).
+    async fn outcome(&self, stage: &Stage<'_>) -> Outcome {
         let Some(llm) = stage.node.kind.llm() else {
             return Outcome::success();
         };
@@ -190,6 +190,13 @@ impl Handler for PromptHandler {
             );
         };
         self.run_prompt(client, stage, llm).await
+    }
+}
+
+#[async_trait]
+impl Handler for PromptHandler {
+    async fn execute(&self, stage: &Stage<'_>) -> Attempt {
+        self.outcome(stage).await.into()
     }
 }
 
