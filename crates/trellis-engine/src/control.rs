@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 use trellis_workflow::StageStatus;
 
+use crate::checkpoint::BranchResult;
 use crate::handler::{Attempt, Handler, Stage};
 use crate::outcome::{FailureClass, Outcome};
 
@@ -66,12 +67,8 @@ impl Handler for FanIn {
 impl FanIn {
     /// The merge without a model: the best branch by status, score and id, and the join's verdict.
     pub fn merge(stage: &Stage<'_>) -> Outcome {
-        let results = stage
-            .context
-            .get(crate::keys::PARALLEL_RESULTS)
-            .and_then(|v| v.as_array().cloned())
-            .unwrap_or_default();
-        let Some((best_id, best_outcome)) = crate::parallel::best_branch(&results) else {
+        let results = BranchResult::read_all(stage.context, &*stage.services.blobs);
+        let Some(best) = crate::parallel::best_branch(&results) else {
             return join_verdict(stage)
                 .filter(|v| v.status == StageStatus::Failed)
                 .unwrap_or_else(|| {
@@ -81,20 +78,19 @@ impl FanIn {
                     )
                 });
         };
-        let mut outcome = join_verdict(stage).unwrap_or_else(|| {
-            match best_outcome.parse().unwrap_or(StageStatus::Failed) {
-                StageStatus::Failed => {
-                    Outcome::failed(FailureClass::StageFailed, "no branch succeeded")
-                }
-                status => Outcome::new(status),
+        let mut outcome = join_verdict(stage).unwrap_or_else(|| match best.status {
+            StageStatus::Failed => {
+                Outcome::failed(FailureClass::StageFailed, "no branch succeeded")
             }
+            status => Outcome::new(status),
         });
         outcome
             .context_updates
-            .insert(crate::keys::FAN_IN_BEST_ID.into(), best_id.into());
-        outcome
-            .context_updates
-            .insert(crate::keys::FAN_IN_BEST_OUTCOME.into(), best_outcome.into());
+            .insert(crate::keys::FAN_IN_BEST_ID.into(), best.id.clone().into());
+        outcome.context_updates.insert(
+            crate::keys::FAN_IN_BEST_OUTCOME.into(),
+            best.status.as_str().into(),
+        );
         outcome
     }
 }

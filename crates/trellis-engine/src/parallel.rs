@@ -426,24 +426,28 @@ fn branch_result(
     }
 }
 
-/// Picks the best branch from `parallel.results`: status rank, then score (higher first), then id.
-pub(crate) fn best_branch(results: &[Value]) -> Option<(String, String)> {
-    results
-        .iter()
-        .filter_map(|r| {
-            let id = r.get("id")?.as_str()?.to_owned();
-            let status: StageStatus = r.get("status")?.as_str()?.parse().ok()?;
-            let score = r
-                .get("score")
-                .and_then(Value::as_f64)
-                .unwrap_or(f64::NEG_INFINITY);
-            Some((id, status, score))
-        })
-        .min_by(|a, b| {
-            status_rank(a.1)
-                .cmp(&status_rank(b.1))
-                .then_with(|| b.2.total_cmp(&a.2))
-                .then_with(|| a.0.cmp(&b.0))
-        })
-        .map(|(id, status, _)| (id, status.as_str().to_owned()))
+impl BranchResult {
+    /// The branch results a fan-in merges, from `parallel.results` (resolved from the blob store when
+    /// the list grew past the blob threshold).
+    pub fn read_all(
+        context: &RunContext,
+        blobs: &dyn crate::services::BlobStore,
+    ) -> Vec<BranchResult> {
+        context
+            .get(keys::PARALLEL_RESULTS)
+            .map(|value| resolve_blob(value, blobs))
+            .and_then(|value| serde_json::from_value(value).ok())
+            .unwrap_or_default()
+    }
+}
+
+/// The best branch: status rank, then score (higher first), then id.
+pub fn best_branch(results: &[BranchResult]) -> Option<&BranchResult> {
+    results.iter().min_by(|a, b| {
+        let score = |r: &BranchResult| r.score.unwrap_or(f64::NEG_INFINITY);
+        status_rank(a.status)
+            .cmp(&status_rank(b.status))
+            .then_with(|| score(b).total_cmp(&score(a)))
+            .then_with(|| a.id.cmp(&b.id))
+    })
 }

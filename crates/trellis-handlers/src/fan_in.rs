@@ -7,7 +7,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use trellis_engine::text::clip;
-use trellis_engine::{Attempt, FailureClass, Handler, Outcome, Stage, join_verdict, keys};
+use trellis_engine::{
+    Attempt, BranchResult, FailureClass, Handler, Outcome, Stage, join_verdict, keys,
+};
 use trellis_llm::{Client, Message, Request};
 use trellis_workflow::StageStatus;
 
@@ -25,31 +27,27 @@ impl ModelFanIn {
     }
 }
 
-/// The branch ids and statuses in `parallel.results`.
-fn branches(results: &[Value]) -> Vec<(String, String)> {
+/// The branch ids and statuses.
+fn branches(results: &[BranchResult]) -> Vec<(String, String)> {
     results
         .iter()
-        .filter_map(|r| {
-            Some((
-                r.get("id")?.as_str()?.to_owned(),
-                r.get("status")?.as_str()?.to_owned(),
-            ))
-        })
+        .map(|r| (r.id.clone(), r.status.as_str().to_owned()))
         .collect()
 }
 
-fn prompt(own: &str, results: &[Value]) -> String {
+fn prompt(own: &str, results: &[BranchResult]) -> String {
     let mut text = format!("{own}\n\n## Branch results\n");
     for result in results {
-        let field = |k: &str| result.get(k).and_then(Value::as_str).unwrap_or("");
-        let _ = write!(text, "\n### {} ({})\n", field("id"), field("status"));
-        if !field("failure_reason").is_empty() {
-            let _ = writeln!(text, "Failure: {}", clip(field("failure_reason"), 500));
+        let _ = write!(text, "\n### {} ({})\n", result.id, result.status);
+        if let Some(reason) = result.failure_reason.as_deref().filter(|r| !r.is_empty()) {
+            let _ = writeln!(text, "Failure: {}", clip(reason, 500));
         }
         // The branch's output (a response or a command's output, already cut to size), else the
         // short last response.
-        let output = [field("output"), field("last_response")]
+        let last_response = result.last_response.as_ref().and_then(Value::as_str);
+        let output = [result.output.as_deref(), last_response]
             .into_iter()
+            .flatten()
             .find(|o| !o.trim().is_empty());
         match output {
             Some(output) => {
@@ -105,11 +103,7 @@ impl ModelFanIn {
         if let Some(failed) = verdict.clone().filter(|v| v.status == StageStatus::Failed) {
             return failed;
         }
-        let results = stage
-            .context
-            .get(keys::PARALLEL_RESULTS)
-            .and_then(|v| v.as_array().cloned())
-            .unwrap_or_default();
+        let results = BranchResult::read_all(stage.context, &*stage.services.blobs);
         let branches = branches(&results);
         if branches.is_empty() {
             return Outcome::failed(
