@@ -3,7 +3,7 @@
 //! the stage record and the stage events. Also how an outcome is merged into the context.
 
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 use trellis_workflow::node_kind::RetryPolicy;
@@ -78,7 +78,7 @@ impl Engine {
                 settings: &self.settings,
                 emitter: self,
             };
-            let started = Instant::now();
+            let started = self.services.clock.instant();
             let execution = handler.execute(&stage);
             let executed = match timeout.filter(|_| !matches!(node.kind, NodeKind::Human(_))) {
                 Some(limit) => tokio::time::timeout(limit, execution)
@@ -118,7 +118,7 @@ impl Engine {
                 &dir,
             ));
             if outcome.retryable() && attempt < max_attempts {
-                let delay = backoff(node.common.retry_policy, attempt);
+                let delay = backoff(node.common.retry_policy, attempt, self.services.clock.now());
                 self.emit(
                     Some(&node.id),
                     EventKind::StageRetrying {
@@ -264,8 +264,8 @@ fn stage_record(
 }
 
 /// The delay before attempt `attempt + 1`: the policy's schedule (0.5 s doubling without one), capped at
-/// 60 s, with up to 10% jitter.
-pub fn backoff(policy: Option<RetryPolicy>, attempt: u32) -> Duration {
+/// 60 s, with up to 10% jitter drawn from the clock's sub-second digits (`now`).
+pub fn backoff(policy: Option<RetryPolicy>, attempt: u32, now: SystemTime) -> Duration {
     let (initial, factor) = policy.map_or((Duration::from_millis(500), 2.0), |p| {
         (p.initial_delay, p.backoff_factor)
     });
@@ -273,7 +273,7 @@ pub fn backoff(policy: Option<RetryPolicy>, attempt: u32) -> Duration {
     let delay = initial
         .mul_f64(factor.powi(exponent))
         .min(RetryPolicy::MAX_DELAY);
-    let nanos = SystemTime::now()
+    let nanos = now
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
     delay + delay.mul_f64(f64::from(nanos % 1000) / 10_000.0)

@@ -123,7 +123,12 @@ fn artifact_count(stages: &[StageRecord]) -> usize {
 
 /// The current time as RFC 3339 with milliseconds.
 pub fn timestamp() -> String {
-    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+    format_time(SystemTime::now())
+}
+
+/// A time as RFC 3339 with milliseconds, as events and `run.json` write it.
+pub fn format_time(time: SystemTime) -> String {
+    humantime::format_rfc3339_millis(time).to_string()
 }
 
 impl Engine {
@@ -208,7 +213,7 @@ impl Engine {
         let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
         self.services.events.emit(&Event {
             seq,
-            ts: timestamp(),
+            ts: format_time(self.services.clock.now()),
             run_id: self.run_id.clone(),
             node_id: node.map(str::to_owned),
             kind,

@@ -12,7 +12,7 @@ use trellis_workflow::{Node, Workflow};
 
 use crate::context::RunContext;
 use crate::outcome::Outcome;
-use crate::services::{BlobStore, Interviewer, Router, RunStore, Subscribers};
+use crate::services::{BlobStore, Clock, Interviewer, Router, RunStore, Subscribers};
 
 /// Everything a handler may use while executing one stage attempt.
 pub struct Stage<'a> {
@@ -50,6 +50,7 @@ pub struct Services {
     pub store: Arc<dyn RunStore>,
     pub blobs: Arc<dyn BlobStore>,
     pub events: Subscribers,
+    pub clock: Arc<dyn Clock>,
     pub interviewer: Arc<dyn Interviewer>,
     pub router: Option<Arc<dyn Router>>,
 }

@@ -163,7 +163,7 @@ impl Engine {
                 max_parallel: config.max_parallel,
             },
         );
-        let started = std::time::Instant::now();
+        let started = self.services.clock.instant();
         // A resumed fan-out continues from its checkpointed progress; a new one starts every branch.
         let progress = match track.parallel.take() {
             Some(progress) if progress.node == node.id && progress.visit == visit => *progress,

@@ -30,6 +30,25 @@ pub trait RunStore: Send + Sync {
     fn child(&self, stage_dir: &std::path::Path) -> io::Result<std::sync::Arc<dyn RunStore>>;
 }
 
+/// Where the engine reads time: the wall clock for timestamps and retry jitter, a monotonic instant for
+/// durations (tokio's, so tests with paused time measure what they scheduled).
+pub trait Clock: Send + Sync {
+    fn now(&self) -> std::time::SystemTime;
+
+    fn instant(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now()
+    }
+}
+
+/// The system's clock.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> std::time::SystemTime {
+        std::time::SystemTime::now()
+    }
+}
+
 /// Content-addressed storage for large values and command output.
 pub trait BlobStore: Send + Sync {
     /// Stores bytes once and returns their reference.
@@ -252,6 +271,15 @@ pub mod memory {
             dir: &std::path::Path,
         ) -> std::io::Result<std::sync::Arc<dyn super::RunStore>> {
             Ok(std::sync::Arc::new(MemoryStore::new(dir.join("child"))))
+        }
+    }
+
+    /// A wall clock that always says the same time, for reproducible timestamps.
+    pub struct FixedClock(pub std::time::SystemTime);
+
+    impl super::Clock for FixedClock {
+        fn now(&self) -> std::time::SystemTime {
+            self.0
         }
     }
 

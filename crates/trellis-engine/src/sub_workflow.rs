@@ -41,7 +41,7 @@ impl Engine {
                 workflow: Some(path.display().to_string()),
             },
         );
-        let started = std::time::Instant::now();
+        let started = self.services.clock.instant();
         let outcome = Box::pin(self.run_child(&dir, path, context, &node.id)).await?;
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.finish_stage(rank, &dir, &node.id, visit, &outcome, duration_ms)

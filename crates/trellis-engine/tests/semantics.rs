@@ -7,7 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use async_trait::async_trait;
-use trellis_engine::services::memory::{MemoryBlobs, MemoryEvents, MemoryStore, NoAnswers};
+use std::time::{Duration, SystemTime};
+
+use trellis_engine::services::memory::{
+    FixedClock, MemoryBlobs, MemoryEvents, MemoryStore, NoAnswers,
+};
 use trellis_engine::services::{BLOB_PREFIX, BlobStore, EventSink, Subscribers};
 use trellis_engine::{
     Attempt, CancellationToken, Engine, FailureClass, Handler, Handlers, Outcome, RunStatus,
@@ -93,6 +97,9 @@ fn harness(text: &str, handler: Arc<dyn Handler>) -> Harness {
         events: Subscribers::new([events.clone() as Arc<dyn EventSink>]),
         interviewer: Arc::new(NoAnswers),
         router: None,
+        clock: Arc::new(FixedClock(
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000),
+        )),
     };
     let settings = Settings {
         max_steps: 50,
@@ -342,4 +349,20 @@ async fn cancelling_stops_the_running_stage_and_resume_runs_it_again() {
         resumed.event_names().first().map(String::as_str),
         Some("WorkflowRunResumed")
     );
+}
+
+#[tokio::test]
+async fn events_take_their_time_from_the_clock() {
+    let h = harness(
+        &graph("a [shape=parallelogram, script=\"ok\"]\n start -> a -> exit"),
+        Arc::new(Scripted::default()),
+    );
+    let result = h.run().await;
+    assert_eq!(result.status, RunStatus::Succeeded);
+    let fixed = trellis_engine::engine::format_time(
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000),
+    );
+    let events = h.events.events.lock().unwrap();
+    assert!(events.len() > 5);
+    assert!(events.iter().all(|e| e.ts == fixed), "{fixed}");
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use trellis_engine::services::{
-    EventSink, Interviewer, RouteChoice, RouteOption, Router, Subscribers,
+    EventSink, Interviewer, RouteChoice, RouteOption, Router, Subscribers, SystemClock,
 };
 use trellis_engine::{
     CancellationToken, Checkpoint, Emitter, Engine, EngineError, RunStatus, Services, Settings,
@@ -199,6 +199,7 @@ impl Run {
             store: record.clone(),
             blobs: Arc::new(FileBlobs::new(record.blobs_dir())),
             events: Subscribers::new(subscribers),
+            clock: Arc::new(SystemClock),
             interviewer: wiring.interviewer,
             router: Some(router),
         };
