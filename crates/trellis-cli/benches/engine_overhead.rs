@@ -4,6 +4,11 @@
 //!   per stage;
 //! - a 64-branch fan-out of `sleep 0.2` with `max_parallel=64`, against the 0.2 s ideal.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests and benchmarks set up and read files around the code they run"
+)]
+
 use std::fmt::Write;
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -7,6 +7,11 @@
 //! It prints the median direct call, the median model call inside Trellis, the median prompt stage, and
 //! the whole run's wall time per stage; the differences are the client's and the engine's added latency.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests and benchmarks set up and read files around the code they run"
+)]
+
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::TcpStream;

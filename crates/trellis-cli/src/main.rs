@@ -2,6 +2,11 @@
 //! Exit codes: 0 success, 1 an invalid workflow (or a failed run), 2 usage or file-system problems,
 //! 3 a run waiting for input.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the commands are synchronous; a run's async path goes through trellis-run"
+)]
+
 mod commands;
 
 use std::process::ExitCode;

@@ -2,6 +2,11 @@
 //! checkpoint, re-runs only the interrupted stage, and loses nothing from the record; timed-out commands
 //! leave no process behind.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests and benchmarks set up and read files around the code they run"
+)]
+
 mod run_support;
 
 use std::time::Duration;

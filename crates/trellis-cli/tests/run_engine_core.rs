@@ -3,6 +3,11 @@
 //! branch), the fan-in reports the join's verdict and sees each branch's output, fallback retry
 //! targets, the events the documents name, the router's view of the context, and cancellation.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests and benchmarks set up and read files around the code they run"
+)]
+
 mod run_support;
 
 use std::time::Duration;

@@ -1,6 +1,11 @@
 //! End-to-end: human gates, parallel fan-out/fan-in policies, sub-workflows and artifact capture, run
 //! through the real binary.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests and benchmarks set up and read files around the code they run"
+)]
+
 mod run_support;
 
 use std::time::{Duration, Instant};

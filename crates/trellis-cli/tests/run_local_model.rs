@@ -3,6 +3,11 @@
 //! `output_schema="routing"` picks the edge, and the summary must match a JSON Schema. The model's
 //! words vary; the run record's shape does not.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests and benchmarks set up and read files around the code they run"
+)]
+
 mod run_support;
 
 use run_support::Project;

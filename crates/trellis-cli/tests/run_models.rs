@@ -2,6 +2,11 @@
 //! API: scripted answers drive routing directives, structured output and its repair turns, shared
 //! conversation threads, prompted fan-ins and model-judged `when` edges; faults drive retries.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests and benchmarks set up and read files around the code they run"
+)]
+
 mod run_support;
 
 use run_support::{Project, Run};

@@ -1,6 +1,11 @@
 //! End-to-end: `trellis run` routing, retries, goal gates, limits and errors, asserted on exit codes,
 //! the run record and the events.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests and benchmarks set up and read files around the code they run"
+)]
+
 mod run_support;
 
 use run_support::Project;

@@ -1,6 +1,11 @@
 //! End-to-end tests of `trellis validate`, `trellis graph` and `trellis rules`: the real binary, run as a
 //! user would, with exact output and exit codes.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests and benchmarks set up and read files around the code they run"
+)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

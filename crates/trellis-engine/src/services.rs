@@ -235,6 +235,10 @@ pub mod memory {
         }
     }
 
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the engine calls the run store on the blocking pool"
+    )]
     impl super::RunStore for MemoryStore {
         fn stage_dir(
             &self,

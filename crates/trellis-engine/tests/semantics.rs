@@ -2,6 +2,11 @@
 //! goal gates, budgets, branches (nested too), cancellation and resume, large values as blobs. Command
 //! nodes run a scripted handler whose script names what the stage does, so no process is started.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests and benchmarks set up and read files around the code they run"
+)]
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

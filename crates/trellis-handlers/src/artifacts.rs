@@ -48,6 +48,10 @@ fn skipped(entry: &walkdir::DirEntry, exclude: &Path) -> bool {
 /// Copies artifact files under `root` modified since `since` into `dest`, keeping their relative paths.
 /// Returns every artifact found, in path order: those copied, and those left out with the reason.
 /// `exclude` (the runs directory) is never scanned.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "called on the blocking pool after the command ends"
+)]
 pub fn capture(
     root: &Path,
     since: SystemTime,

@@ -36,6 +36,10 @@ const PROCESS_FILE: &str = "process";
 /// `process` file but no `status.json` (the stage never finished) names a process group, which is killed
 /// if it still belongs to this run (its leader's environment has `TRELLIS_RUN_ID=<run_id>`, so a reused
 /// pid is never touched). Returns how many groups were stopped.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "called before a resumed run starts, on the blocking pool"
+)]
 pub fn reap(run_dir: &Path, run_id: &str) -> usize {
     let marker = format!("TRELLIS_RUN_ID={run_id}");
     walkdir::WalkDir::new(run_dir)
@@ -75,6 +79,10 @@ impl Drop for ProcessGroup {
 
 /// Copies a pipe into a log file while keeping (up to a limit) a copy in memory. Runs on the blocking
 /// pool, one thread per pipe, so the logs fill while the command runs.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "runs on the blocking pool, one thread per pipe"
+)]
 fn tee(mut pipe: std::fs::File, log: &Path) -> Vec<u8> {
     let mut file = std::fs::File::create(log).ok();
     let mut captured = Vec::new();
@@ -105,6 +113,7 @@ fn tail(text: &str, chars: usize) -> &str {
 /// "Now" on the file system's clock. File times come from the kernel's coarse clock; a marker file
 /// written before the command starts gives the instant on that clock, so artifacts written right after
 /// the start are never mistaken for older files.
+#[allow(clippy::disallowed_methods, reason = "called on the blocking pool")]
 fn start_marker(stage_dir: &Path) -> std::time::SystemTime {
     let marker = stage_dir.join(PROCESS_FILE);
     std::fs::write(&marker, b"")
@@ -116,6 +125,10 @@ type Reader = tokio::task::JoinHandle<Vec<u8>>;
 
 /// Starts one blocking reader per pipe, teeing into `stdout.log` and `stderr.log`. The first also
 /// records the process group in the `process` file, so `trellis resume` can stop it after a kill.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "its file work runs in the blocking-pool closures it starts"
+)]
 fn spawn_readers(
     child: &mut tokio::process::Child,
     dir: &Path,

@@ -154,6 +154,10 @@ impl Config {
         Ok(config)
     }
 
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "read once before a run starts; async callers load the config on the blocking pool"
+    )]
     fn from_file(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
@@ -270,6 +274,7 @@ pub const DEFAULT_MODEL_FILE: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
 pub const TINY_MODEL_FILE: &str = "smollm2-135m-instruct-q4_1.gguf";
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests write config files")]
 mod tests {
     use super::*;
 

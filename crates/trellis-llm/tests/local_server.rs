@@ -1,6 +1,11 @@
 //! The local provider against a real `llama-server` running SmolLM2-135M: Trellis starts the server on
 //! a free port, waits for it, streams an answer through the OpenAI-compatible adapter, and stops it.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests and benchmarks set up and read files around the code they run"
+)]
+
 use std::sync::Mutex;
 
 use trellis_llm::config::LocalSettings;

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::Value;
+use trellis_engine::engine::blocking;
 use trellis_engine::services::{
     EventSink, Interviewer, RouteChoice, RouteOption, Router, Subscribers, SystemClock,
 };
@@ -64,19 +65,27 @@ impl Loaded {
     }
 }
 
-/// Reads and compiles `path`; `@file` references resolve beside `source_path` (the original file of a
-/// workflow kept in a run record).
-pub fn load(path: &Path, source_path: &Path, goal: Option<String>) -> Result<Loaded, RunError> {
+/// Reads and compiles `path` (on the blocking pool); `@file` references resolve beside `source_path`
+/// (the original file of a workflow kept in a run record).
+pub async fn load(
+    path: &Path,
+    source_path: &Path,
+    goal: Option<String>,
+) -> Result<Loaded, RunError> {
     let options = CompileOptions {
         goal,
         base_dir: source_path.parent().map(Path::to_path_buf),
     };
-    let (file, compiled) = trellis_workflow::load(path, &options)?;
-    Ok(Loaded {
-        path: path.to_path_buf(),
-        file,
-        compiled,
+    let path = path.to_path_buf();
+    blocking(move || {
+        let (file, compiled) = trellis_workflow::load(&path, &options)?;
+        Ok(Loaded {
+            path,
+            file,
+            compiled,
+        })
     })
+    .await
 }
 
 /// What a new run needs besides its workflow.
@@ -136,9 +145,17 @@ pub struct Finished {
 }
 
 impl Run {
-    /// Creates the run record of a new run of the loaded workflow and wires it; a workflow with errors
-    /// is [`RunError::Invalid`].
-    pub fn create(loaded: Loaded, request: NewRun, wiring: Wiring) -> Result<Run, RunError> {
+    /// Creates the run record of a new run of the loaded workflow and wires it (on the blocking pool);
+    /// a workflow with errors is [`RunError::Invalid`].
+    pub async fn create(loaded: Loaded, request: NewRun, wiring: Wiring) -> Result<Run, RunError> {
+        blocking(move || Self::create_blocking(loaded, request, wiring)).await
+    }
+
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "runs on the blocking pool (Run::create)"
+    )]
+    fn create_blocking(loaded: Loaded, request: NewRun, wiring: Wiring) -> Result<Run, RunError> {
         let (workflow, file) = loaded.into_workflow()?;
         let run_id = new_run_id();
         let extension = request
@@ -175,7 +192,8 @@ impl Run {
         Ok(run)
     }
 
-    /// Wires the engine of a run whose record exists; `checkpoint` gives where it starts.
+    /// Wires the engine of a run whose record exists; `checkpoint` gives where it starts. Blocking: it
+    /// reads the model config and opens the event log.
     fn wire(
         workflow: Workflow,
         record: Arc<RunDir>,
@@ -247,13 +265,14 @@ impl Run {
             Ok(closed) => closed.err(),
             Err(panic) => Some(std::io::Error::other(panic.to_string())),
         };
-        let mut meta = record.meta()?;
-        result.status.as_str().clone_into(&mut meta.status);
-        meta.ended_at = result
-            .status
-            .is_finished()
-            .then(trellis_engine::engine::timestamp);
-        record.write_meta(&meta)?;
+        let (status, finished_record) = (result.status, record.clone());
+        blocking(move || {
+            let mut meta = finished_record.meta()?;
+            status.as_str().clone_into(&mut meta.status);
+            meta.ended_at = status.is_finished().then(trellis_engine::engine::timestamp);
+            finished_record.write_meta(&meta)
+        })
+        .await?;
         Ok(Finished {
             run_id: engine.run_id().to_owned(),
             record,
@@ -287,7 +306,12 @@ pub struct Resumable {
 
 impl Resumable {
     /// Opens run `reference` (an id, a unique id prefix, or a run directory) under `runs_dir`.
-    pub fn open(reference: &str, runs_dir: &Path) -> Result<Self, RunError> {
+    pub async fn open(reference: &str, runs_dir: &Path) -> Result<Self, RunError> {
+        let (reference, runs_dir) = (reference.to_owned(), runs_dir.to_path_buf());
+        blocking(move || Self::open_blocking(&reference, &runs_dir)).await
+    }
+
+    fn open_blocking(reference: &str, runs_dir: &Path) -> Result<Self, RunError> {
         let record = Arc::new(RunDir::open(reference, runs_dir)?);
         let meta = record.meta()?;
         let mut checkpoint = record
@@ -321,16 +345,14 @@ impl Resumable {
     /// Stops the commands the interrupted process left running; returns how many.
     pub async fn reap(&self) -> usize {
         let (root, run_id) = (self.record.root().to_path_buf(), self.meta.run_id.clone());
-        tokio::task::spawn_blocking(move || trellis_handlers::command::reap(&root, &run_id))
-            .await
-            .unwrap_or(0)
+        blocking(move || trellis_handlers::command::reap(&root, &run_id)).await
     }
 
     /// Compiles the workflow source kept with the run (its `@file` references inlined).
-    pub fn load(&self) -> Result<Loaded, RunError> {
-        let source = self
-            .record
-            .source_file()
+    pub async fn load(&self) -> Result<Loaded, RunError> {
+        let record = self.record.clone();
+        let source = blocking(move || record.source_file())
+            .await
             .ok_or_else(|| RunError::NoSource {
                 run_id: self.meta.run_id.clone(),
             })?;
@@ -339,10 +361,16 @@ impl Resumable {
             Path::new(&self.meta.source_path),
             self.meta.goal.clone(),
         )
+        .await
     }
 
-    /// Wires the run again to continue from its checkpoint, with the settings it was started with.
-    pub fn into_run(self, loaded: Loaded, wiring: Wiring) -> Result<Run, RunError> {
+    /// Wires the run again (on the blocking pool) to continue from its checkpoint, with the settings it
+    /// was started with.
+    pub async fn into_run(self, loaded: Loaded, wiring: Wiring) -> Result<Run, RunError> {
+        blocking(move || self.into_run_blocking(loaded, wiring)).await
+    }
+
+    fn into_run_blocking(self, loaded: Loaded, wiring: Wiring) -> Result<Run, RunError> {
         let (workflow, _) = loaded.into_workflow()?;
         let Resumable {
             record,

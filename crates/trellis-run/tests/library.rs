@@ -1,6 +1,11 @@
 //! The run library used as the server will use it: no terminal, its own event subscriber, its own
 //! cancellation token, then a resume of the cancelled run.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests and benchmarks set up and read files around the code they run"
+)]
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -39,7 +44,7 @@ async fn a_run_is_created_executed_cancelled_and_resumed_through_the_library() {
          start -> first -> slow -> exit }",
     )
     .unwrap();
-    let loaded = trellis_run::load(&file, &file, None).unwrap();
+    let loaded = trellis_run::load(&file, &file, None).await.unwrap();
     assert!(loaded.compiled.diagnostics.is_empty());
     let events = Arc::new(MemoryEvents::default());
     let request = NewRun {
@@ -52,7 +57,7 @@ async fn a_run_is_created_executed_cancelled_and_resumed_through_the_library() {
         },
         runs_dir: work.join("runs"),
     };
-    let run = Run::create(loaded, request, wiring(&events)).unwrap();
+    let run = Run::create(loaded, request, wiring(&events)).await.unwrap();
     let id = run.id().to_owned();
     let cancel = CancellationToken::new();
     let stopper = {
@@ -86,11 +91,14 @@ async fn a_run_is_created_executed_cancelled_and_resumed_through_the_library() {
     );
     assert_eq!(finished.record.meta().unwrap().status, "cancelled");
 
-    let resumable = Resumable::open(&id, &work.join("runs")).unwrap();
+    let resumable = Resumable::open(&id, &work.join("runs")).await.unwrap();
     assert_eq!(resumable.finished(), None);
-    let loaded = resumable.load().unwrap();
+    let loaded = resumable.load().await.unwrap();
     let resumed_events = Arc::new(MemoryEvents::default());
-    let run = resumable.into_run(loaded, wiring(&resumed_events)).unwrap();
+    let run = resumable
+        .into_run(loaded, wiring(&resumed_events))
+        .await
+        .unwrap();
     let finished = run.execute(&CancellationToken::new()).await.unwrap();
     assert_eq!(
         finished.status,

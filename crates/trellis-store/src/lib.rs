@@ -13,6 +13,11 @@
 //! It implements the engine's [`RunStore`], [`BlobStore`] and [`EventSink`] traits (the event log is
 //! written by [`EventLog`], a writer thread fed by a channel).
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the run record is written synchronously; the engine calls the store on the blocking pool"
+)]
+
 mod blobs;
 mod event_log;
 mod run_dir;

@@ -3,6 +3,11 @@
 //! condition language and the model stylesheet, plus the YAML workflow loader. It gives nothing a meaning:
 //! that is `trellis-workflow`'s job, which lowers the [`ast::Document`] produced here.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "loading a source file is synchronous; async callers load on the blocking pool"
+)]
+
 pub mod ast;
 pub mod condition;
 pub mod diagnostic;

@@ -3,6 +3,11 @@
 //! models — as installed by `scripts/test-peers.sh`. A missing peer skips the test with a printed
 //! reason, unless `TRELLIS_REQUIRE_PEERS=1` (set by CI), where it fails.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test support sets up files before and after the code under test runs"
+)]
+
 mod llmock;
 mod peers;
 

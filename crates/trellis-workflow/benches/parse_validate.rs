@@ -2,6 +2,11 @@
 //! figures (`cargo bench -p trellis-workflow`). The generated graphs mix every common node kind,
 //! subgraphs with classes, a stylesheet, conditions and loops, so every rule has real work to do.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests and benchmarks set up and read files around the code they run"
+)]
+
 use std::fmt::Write;
 use std::time::{Duration, Instant};
 

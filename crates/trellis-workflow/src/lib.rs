@@ -3,6 +3,11 @@
 //! conditions, applies the model stylesheet, loads `@file` prompts, expands `$goal`, and runs the
 //! validation [`rules`]. It sits between `trellis-syntax` (which parses) and the engine (which runs).
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "compiling is synchronous (it reads `@file` prompts and schemas); async callers compile on the blocking pool"
+)]
+
 pub mod condition;
 mod flatten;
 pub mod graph_dot;

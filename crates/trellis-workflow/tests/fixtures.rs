@@ -3,6 +3,11 @@
 //! snapshots, structural checks: every rule has a passing and a failing fixture, the specification's
 //! examples validate as the documents say, and the shipped examples validate clean.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests and benchmarks set up and read files around the code they run"
+)]
+
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 

@@ -3,6 +3,11 @@
 //! span lands on a character boundary inside the file. Inputs come from a seeded generator, so a failure
 //! reproduces; the failing input is printed.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests and benchmarks set up and read files around the code they run"
+)]
+
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 

@@ -131,7 +131,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let initial = parse_sets(&args.set)?;
-        let loaded = match trellis_run::load(&args.file, &args.file, args.goal.clone()) {
+        let loaded = match trellis_run::load(&args.file, &args.file, args.goal.clone()).await {
             Ok(loaded) => loaded,
             Err(error @ RunError::Source(_)) => {
                 eprintln!("error: {error}");
@@ -150,7 +150,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             },
             runs_dir: resolve_runs_dir(args.options.runs_dir.clone()),
         };
-        match Run::create(loaded, request, wiring(&args.options)?) {
+        match Run::create(loaded, request, wiring(&args.options)?).await {
             Ok(run) => execute(run, &args.options).await,
             Err(error @ RunError::Invalid { .. }) => {
                 eprintln!("error: {error}");
@@ -165,7 +165,7 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let runs_dir = resolve_runs_dir(args.options.runs_dir.clone());
-        let resumable = Resumable::open(&args.run, &runs_dir)?;
+        let resumable = Resumable::open(&args.run, &runs_dir).await?;
         if let Some(status) = resumable.finished() {
             eprintln!(
                 "run {} already {}; nothing to resume",
@@ -182,10 +182,10 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
         if reaped > 0 && !args.options.json {
             eprintln!("stopped {reaped} command(s) left running by the interrupted run");
         }
-        let loaded = resumable.load()?;
+        let loaded = resumable.load().await?;
         show_diagnostics(&loaded)?;
         let id = resumable.id().to_owned();
-        match resumable.into_run(loaded, wiring(&args.options)?) {
+        match resumable.into_run(loaded, wiring(&args.options)?).await {
             Ok(run) => execute(run, &args.options).await,
             Err(RunError::Invalid { .. }) => {
                 eprintln!("error: the workflow saved with run {id} no longer compiles");

@@ -1,6 +1,10 @@
 //! Shared helpers for end-to-end run tests: a scratch project directory, running the real binary in it
 //! with its own runs directory, and reading the run record back.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests and benchmarks set up and read files around the code they run"
+)]
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
