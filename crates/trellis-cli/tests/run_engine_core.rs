@@ -322,19 +322,7 @@ fn ctrl_c_cancels_the_run_kills_the_stage_and_resume_continues() {
     let last: Value = serde_json::from_str(events.lines().last().unwrap()).unwrap();
     assert_eq!(last["event"], "WorkflowRunCancelled");
     assert_eq!(last["node"], "slow");
-    // The stage's process group is gone.
-    let group: i32 =
-        std::fs::read_to_string(record.join("stages").join("003-slow@1").join("process"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-    // (Killed processes linger as zombies until init reaps them, so give that a moment.)
-    wait_for(
-        "the cancelled stage's process group to be gone",
-        Duration::from_secs(5),
-        || nix::sys::signal::killpg(nix::unistd::Pid::from_raw(group), None).is_err(),
-    );
+    run_support::assert_process_group_gone(&record.join("stages").join("003-slow@1"));
     let id = record.file_name().unwrap().to_string_lossy().into_owned();
     let resumed = p.resume(&id, &[]);
     assert_eq!(resumed.code(), Some(0), "{}", resumed.stderr());

@@ -129,12 +129,9 @@ fn timeouts_are_retried_with_a_stage_directory_per_attempt() {
         "w.fabro",
         &workflow("slow [shape=parallelogram, script=\"sleep 5\", timeout=\"200ms\", max_retries=1]\n start -> slow -> exit"),
     );
-    let started = std::time::Instant::now();
     let run = p.run("w.fabro", &[]);
-    assert!(
-        started.elapsed() < std::time::Duration::from_secs(4),
-        "the timed-out process must be killed"
-    );
+    // The timed-out process must be killed.
+    run_support::assert_process_group_gone(&run.record().join("stages/002-slow@1"));
     assert_eq!(run.stages(), ["start", "slow", "slow", "exit"]);
     let retrying = run.events_named("StageRetrying");
     assert_eq!(retrying.len(), 1);

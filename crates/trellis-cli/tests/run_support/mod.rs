@@ -117,6 +117,64 @@ impl Run {
     }
 }
 
+impl Run {
+    /// Positions in the event log of `event` for `node`.
+    pub fn positions(&self, event: &str, node: &str) -> Vec<usize> {
+        self.events()
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e["event"] == event && e["node_id"] == node)
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// Where `node`'s stage ended (completed or failed) in the event log, if it did.
+    pub fn stage_end(&self, node: &str) -> Option<usize> {
+        let mut ends = self.positions("StageCompleted", node);
+        ends.extend(self.positions("StageFailed", node));
+        ends.into_iter().min()
+    }
+
+    /// Where `node`'s first stage started in the event log.
+    pub fn stage_start(&self, node: &str) -> usize {
+        self.positions("StageStarted", node)
+            .into_iter()
+            .min()
+            .unwrap_or_else(|| panic!("`{node}` never started"))
+    }
+}
+
+/// Waits until the process group recorded in a stage directory's `process` file is gone. A stage
+/// stopped before its command spawned has no group, and nothing to check. (Killed processes linger
+/// as zombies until init reaps them, so this polls briefly.)
+pub fn assert_process_group_gone(stage_dir: &Path) {
+    let recorded = std::fs::read_to_string(stage_dir.join("process")).unwrap_or_default();
+    let Ok(group) = recorded.trim().parse::<i32>() else {
+        return;
+    };
+    wait_for(
+        &format!("the process group of {} to be gone", stage_dir.display()),
+        Duration::from_secs(5),
+        || nix::sys::signal::killpg(nix::unistd::Pid::from_raw(group), None).is_err(),
+    );
+}
+
+/// The directory of `node`'s first stage attempt in a run record.
+pub fn stage_dir(record: &Path, node: &str) -> PathBuf {
+    std::fs::read_dir(record.join("stages"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.split_once('-'))
+                .is_some_and(|(_, rest)| rest.starts_with(&format!("{node}@")))
+        })
+        .min()
+        .unwrap_or_else(|| panic!("no stage directory of `{node}`"))
+}
+
 /// Polls `done` until it holds, failing the test after `deadline`.
 pub fn wait_for(what: &str, deadline: Duration, mut done: impl FnMut() -> bool) {
     let started = Instant::now();
