@@ -202,6 +202,18 @@ pub mod memory {
         pub events: Mutex<Vec<Event>>,
     }
 
+    impl MemoryEvents {
+        /// The names of the events received, in order.
+        pub fn names(&self) -> Vec<String> {
+            self.events
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .iter()
+                .map(|e| e.name().to_owned())
+                .collect()
+        }
+    }
+
     impl EventSink for MemoryEvents {
         fn emit(&self, event: &Event) {
             self.events

@@ -137,13 +137,7 @@ impl Harness {
     }
 
     fn event_names(&self) -> Vec<String> {
-        self.events
-            .events
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|e| e.name().to_owned())
-            .collect()
+        self.events.names()
     }
 }
 

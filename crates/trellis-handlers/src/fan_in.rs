@@ -111,12 +111,7 @@ impl ModelFanIn {
                 format!("fan-in `{}` found no branch results", stage.node.id),
             );
         }
-        let mut call = match ModelCall::for_stage(
-            client,
-            stage,
-            llm.model.as_deref(),
-            llm.provider.as_deref(),
-        ) {
+        let mut call = match ModelCall::for_stage(client, stage) {
             Ok(call) => call,
             Err(outcome) => return *outcome,
         };

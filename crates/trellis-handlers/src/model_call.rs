@@ -84,14 +84,16 @@ impl<'a> ModelCall<'a> {
         })
     }
 
-    /// The conversation of a stage's own node.
-    pub fn for_stage(
-        client: &'a Client,
-        stage: &'a Stage<'a>,
-        model: Option<&str>,
-        provider: Option<&str>,
-    ) -> Result<Self, Box<Outcome>> {
-        Self::new(client, stage.emitter, &stage.node.id, model, provider)
+    /// The conversation of a stage's own node, with the node's model and provider.
+    pub fn for_stage(client: &'a Client, stage: &'a Stage<'a>) -> Result<Self, Box<Outcome>> {
+        let llm = stage.node.kind.llm();
+        Self::new(
+            client,
+            stage.emitter,
+            &stage.node.id,
+            llm.and_then(|l| l.model.as_deref()),
+            llm.and_then(|l| l.provider.as_deref()),
+        )
     }
 
     /// One call, retried by the client on transient errors; each call is reported as events.

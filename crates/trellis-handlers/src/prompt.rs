@@ -246,12 +246,7 @@ impl PromptHandler {
     }
 
     async fn run_prompt(&self, client: &Client, stage: &Stage<'_>, llm: &LlmConfig) -> Outcome {
-        let mut call = match ModelCall::for_stage(
-            client,
-            stage,
-            llm.model.as_deref(),
-            llm.provider.as_deref(),
-        ) {
+        let mut call = match ModelCall::for_stage(client, stage) {
             Ok(call) => call,
             Err(outcome) => return *outcome,
         };

@@ -21,16 +21,6 @@ fn wiring(events: &Arc<MemoryEvents>) -> Wiring {
     }
 }
 
-fn names(events: &MemoryEvents) -> Vec<String> {
-    events
-        .events
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|e| e.name().to_owned())
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_is_created_executed_cancelled_and_resumed_through_the_library() {
     let dir = tempfile::tempdir().unwrap();
@@ -84,7 +74,7 @@ async fn a_run_is_created_executed_cancelled_and_resumed_through_the_library() {
         .iter()
         .map(|e| e.name().to_owned())
         .collect();
-    assert_eq!(logged, names(&events));
+    assert_eq!(logged, events.names());
     assert_eq!(
         logged.last().map(String::as_str),
         Some("WorkflowRunCancelled")
