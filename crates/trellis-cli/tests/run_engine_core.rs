@@ -333,3 +333,44 @@ fn ctrl_c_cancels_the_run_kills_the_stage_and_resume_continues() {
     );
     assert_eq!(p.read("slow.log"), "slow\n");
 }
+
+#[test]
+fn ctrl_c_stops_a_model_call_in_flight() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = Project::new()
+        .with_env("ANTHROPIC_API_KEY", "sk-ant-test")
+        .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"));
+    p.write(
+        "w.fabro",
+        &workflow("ask [shape=tab, prompt=\"Write a long essay\"]\n start -> ask -> exit"),
+    );
+    // The answer starts streaming, then stalls for 30 seconds.
+    mock.scenario(&json!([
+        { "type": "stream_fault", "kind": "stall", "after_chunks": 1, "stall_seconds": 30, "times": 1 }
+    ]));
+    let mut child = p.spawn_run("w.fabro");
+    p.wait_for_event("ModelCallStarted", "ask");
+    // llmock journals a request only when it ends; give the stream a moment to reach its stall.
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let mut status = None;
+    wait_for("trellis to stop", Duration::from_secs(5), || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    assert_eq!(status.unwrap().code(), Some(130));
+    let checkpoint = run_support::read_json(&p.only_run().join("checkpoint.json"));
+    assert_eq!(checkpoint["status"], "cancelled");
+    assert_eq!(checkpoint["next_node"], "ask");
+    // llmock saw the client leave the stalled stream rather than sit it out.
+    wait_for(
+        "llmock to journal the request",
+        Duration::from_secs(5),
+        || {
+            mock.requests()
+                .first()
+                .is_some_and(|r| r["completed"] == false)
+        },
+    );
+}
