@@ -1,0 +1,203 @@
+//! Context compaction, as the context document describes it: after every assistant turn the session
+//! estimates its size (characters / 4 over the system prompt and the history); above 80% of the
+//! model's context window, everything but the last 6 turns is rendered as text (tool arguments and
+//! results cut to 500 characters), summarised by the same model in fixed sections, and replaced by one
+//! `[Context Summary]` message. The tracked files are copied into the summary verbatim.
+//!
+//! A turn is an assistant message with the messages that answer it (tool results, a repair request);
+//! the messages before the first assistant message (the opening prompt) are a turn of their own. The
+//! summary opens the new history as a user-role message, because every provider wants the conversation
+//! to open with the user's turn; the preserved turns follow unchanged.
+
+use std::fmt::Write as _;
+
+use trellis_llm::{Message, Part, Role};
+
+/// Turns kept verbatim.
+pub const PRESERVED_TURNS: usize = 6;
+/// Compaction starts above this share of the context window.
+pub const THRESHOLD_PERCENT: u64 = 80;
+/// Tool arguments and results are cut to this many characters in the rendered history.
+pub const RENDER_CHARS: usize = 500;
+/// The heading of the summary message.
+pub const SUMMARY_HEADING: &str = "[Context Summary]";
+
+/// Estimated tokens of a conversation: one per four characters.
+pub fn estimate_tokens(system: Option<&str>, history: &[Message]) -> u64 {
+    let mut chars = system.map_or(0, |s| s.chars().count());
+    for message in history {
+        for part in &message.parts {
+            chars += match part {
+                Part::Text { text } => text.chars().count(),
+                Part::ToolCall(call) => {
+                    call.name.len() + call.arguments.to_string().chars().count()
+                }
+                Part::ToolResult(result) => result.content.chars().count(),
+            };
+        }
+    }
+    (chars as u64).div_ceil(4)
+}
+
+/// The index where each turn starts.
+fn turn_starts(history: &[Message]) -> Vec<usize> {
+    let mut starts = Vec::new();
+    for (i, message) in history.iter().enumerate() {
+        if i == 0 || message.role == Role::Assistant {
+            starts.push(i);
+        }
+    }
+    starts
+}
+
+/// Where the preserved turns begin and how many turns there are, when there is anything older to
+/// summarise.
+pub fn split(history: &[Message]) -> Option<(usize, usize)> {
+    let starts = turn_starts(history);
+    if starts.len() <= PRESERVED_TURNS {
+        return None;
+    }
+    Some((starts[starts.len() - PRESERVED_TURNS], starts.len()))
+}
+
+/// The older turns as readable text for the summariser.
+pub fn render(messages: &[Message]) -> String {
+    let mut out = String::new();
+    for message in messages {
+        let who = match message.role {
+            Role::User => "User",
+            Role::Assistant => "Assistant",
+        };
+        for part in &message.parts {
+            match part {
+                Part::Text { text } => {
+                    let _ = writeln!(out, "{who}: {text}\n");
+                }
+                Part::ToolCall(call) => {
+                    let _ = writeln!(
+                        out,
+                        "{who} called {}({})\n",
+                        call.name,
+                        cut(&call.arguments.to_string())
+                    );
+                }
+                Part::ToolResult(result) => {
+                    let _ = writeln!(
+                        out,
+                        "Result of {}{}: {}\n",
+                        result.name,
+                        if result.is_error { " (error)" } else { "" },
+                        cut(&result.content)
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+fn cut(text: &str) -> String {
+    let count = text.chars().count();
+    if count <= RENDER_CHARS {
+        return text.to_owned();
+    }
+    let kept: String = text.chars().take(RENDER_CHARS).collect();
+    format!("{kept}… [{} more characters]", count - RENDER_CHARS)
+}
+
+/// The summariser's instructions.
+pub const SUMMARY_SYSTEM: &str = "You summarise the earlier part of a coding agent's session so the agent can go on without it. \
+Write Markdown with exactly these sections, in this order:\n\
+## Goal\nWhat the user asked for.\n\
+## Progress\nWhat was accomplished, with file paths and key decisions.\n\
+## Key Decisions\nImportant choices and their rationale.\n\
+## Failed Approaches\nWhat was tried and did not work.\n\
+## Open Issues\nRemaining bugs, edge cases or TODOs.\n\
+## Next Steps\nWhat should happen next.\n\
+Be specific and brief. Do not call tools.";
+
+/// The summary request's one user message.
+pub fn summary_prompt(rendered: &str) -> String {
+    format!("Summarise this conversation history:\n\n{rendered}")
+}
+
+/// The `File Operations` section: the tracked files, verbatim.
+pub fn file_operations(files: &[String]) -> String {
+    let mut out = String::from("## File Operations\n");
+    for file in files {
+        let _ = writeln!(out, "- {file}");
+    }
+    out
+}
+
+/// The message that replaces the older turns.
+pub fn summary_message(summary: &str, files: &[String]) -> Message {
+    let mut text = format!("{SUMMARY_HEADING}\n\n{}", summary.trim());
+    if !files.is_empty() {
+        let _ = write!(text, "\n\n{}", file_operations(files));
+    }
+    Message::user(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use trellis_llm::{ToolCall, ToolResult};
+
+    use super::*;
+
+    fn turn(i: usize) -> Vec<Message> {
+        vec![
+            Message {
+                role: Role::Assistant,
+                parts: vec![Part::ToolCall(ToolCall {
+                    id: format!("c{i}"),
+                    name: "read_file".into(),
+                    arguments: json!({ "path": "x".repeat(600) }),
+                })],
+            },
+            Message {
+                role: Role::User,
+                parts: vec![Part::ToolResult(ToolResult {
+                    call_id: format!("c{i}"),
+                    name: "read_file".into(),
+                    content: format!("line {i}"),
+                    is_error: false,
+                })],
+            },
+        ]
+    }
+
+    #[test]
+    fn the_last_six_turns_are_kept_and_the_prompt_is_a_turn() {
+        let mut history = vec![Message::user("Do the task")];
+        assert_eq!(split(&history), None);
+        for i in 0..5 {
+            history.extend(turn(i));
+        }
+        assert_eq!(
+            split(&history),
+            None,
+            "six turns: nothing older to summarise"
+        );
+        history.extend(turn(5));
+        assert_eq!(split(&history), Some((1, 7)), "the prompt is summarised");
+    }
+
+    #[test]
+    fn rendering_cuts_arguments_and_the_estimate_counts_characters() {
+        let rendered = render(&turn(0));
+        assert!(rendered.contains("… ["), "{rendered}");
+        assert!(rendered.contains("Result of read_file: line 0"));
+        assert_eq!(estimate_tokens(Some("abcd"), &[Message::user("efgh")]), 2);
+    }
+
+    #[test]
+    fn the_summary_carries_the_tracked_files_verbatim() {
+        let message = summary_message("## Goal\nx", &["src/a.rs".into()]);
+        assert_eq!(
+            message.text(),
+            "[Context Summary]\n\n## Goal\nx\n\n## File Operations\n- src/a.rs\n"
+        );
+    }
+}

@@ -1,0 +1,423 @@
+//! The tools that work on files: `read_file`, `write_file`, `edit_file`, `grep`, `glob`, `list_dir`.
+//! Synchronous: [`crate::tools::Toolbox::run`] calls them on the blocking pool. Every path goes through
+//! [`WorkDir::resolve`] first, so nothing outside the working directory is read or written.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "these tools run on the blocking pool (Toolbox::run)"
+)]
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::SystemTime;
+
+use grep::regex::RegexMatcherBuilder;
+use grep::searcher::{BinaryDetection, SearcherBuilder, sinks::UTF8};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::tools::{Tool, ToolOutput, parse_args};
+use crate::work_dir::WorkDir;
+
+/// Lines `read_file` returns unless told otherwise.
+const READ_DEFAULT_LINES: usize = 2_000;
+/// A longer line is cut when read.
+const READ_LINE_CHARS: usize = 2_000;
+/// `grep` stops collecting past this much output (what the model sees is cut shorter still).
+const GREP_COLLECT_CHARS: usize = 200_000;
+/// `glob` lists at most this many paths.
+const GLOB_MAX: usize = 5_000;
+
+/// Runs a file tool; `Err` is the error result's text.
+pub fn run(tool: Tool, work_dir: &WorkDir, arguments: &Value) -> Result<ToolOutput, String> {
+    match tool {
+        Tool::ReadFile => read_file(work_dir, &parse_args(tool, arguments)?),
+        Tool::WriteFile => write_file(work_dir, &parse_args(tool, arguments)?),
+        Tool::EditFile => edit_file(work_dir, &parse_args(tool, arguments)?),
+        Tool::Grep => grep(work_dir, &parse_args(tool, arguments)?),
+        Tool::Glob => glob(work_dir, &parse_args(tool, arguments)?),
+        Tool::ListDir => list_dir(work_dir, &parse_args(tool, arguments)?),
+        Tool::Shell => Err("`shell` is not a file tool".to_owned()),
+    }
+}
+
+#[derive(Deserialize)]
+struct ReadArgs {
+    path: String,
+    offset: Option<usize>,
+    limit: Option<usize>,
+}
+
+fn read_file(work_dir: &WorkDir, args: &ReadArgs) -> Result<ToolOutput, String> {
+    let path = work_dir.resolve(&args.path)?;
+    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read `{}`: {e}", args.path))?;
+    if bytes.contains(&0) {
+        return Err(format!(
+            "`{}` is a binary file ({} bytes); read_file shows text only",
+            args.path,
+            bytes.len()
+        ));
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    if text.is_empty() {
+        return Ok(ToolOutput::ok(format!("(`{}` is empty)", args.path)));
+    }
+    let first = args.offset.unwrap_or(1).max(1);
+    let limit = args.limit.unwrap_or(READ_DEFAULT_LINES).max(1);
+    let total = text.lines().count();
+    if first > total {
+        return Err(format!(
+            "`{}` has {total} lines; offset {first} is past its end",
+            args.path
+        ));
+    }
+    let mut out = String::new();
+    for (index, line) in text.lines().enumerate().skip(first - 1).take(limit) {
+        let shown: String = line.chars().take(READ_LINE_CHARS).collect();
+        let _ = writeln!(out, "{:>6}\t{shown}", index + 1);
+    }
+    let last = (first - 1 + limit).min(total);
+    if last < total {
+        let _ = writeln!(
+            out,
+            "[… `{}` has {total} lines; read on with offset={}]",
+            args.path,
+            last + 1
+        );
+    }
+    Ok(ToolOutput::ok(out))
+}
+
+#[derive(Deserialize)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+fn write_file(work_dir: &WorkDir, args: &WriteArgs) -> Result<ToolOutput, String> {
+    let path = work_dir.resolve(&args.path)?;
+    if path.is_dir() {
+        return Err(format!("`{}` is a folder", args.path));
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create the folders of `{}`: {e}", args.path))?;
+    }
+    std::fs::write(&path, &args.content)
+        .map_err(|e| format!("cannot write `{}`: {e}", args.path))?;
+    Ok(touched(
+        format!("wrote {} bytes to {}", args.content.len(), args.path),
+        work_dir,
+        &path,
+    ))
+}
+
+#[derive(Deserialize)]
+struct EditArgs {
+    path: String,
+    old_string: String,
+    new_string: String,
+    #[serde(default)]
+    replace_all: bool,
+}
+
+fn edit_file(work_dir: &WorkDir, args: &EditArgs) -> Result<ToolOutput, String> {
+    let path = work_dir.resolve(&args.path)?;
+    if args.old_string.is_empty() {
+        return Err("old_string is empty; give the exact text to replace".to_owned());
+    }
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| format!("cannot read `{}`: {e}", args.path))?;
+    let count = text.matches(&args.old_string).count();
+    match count {
+        0 => {
+            return Err(format!(
+                "old_string was not found in `{}`; it must match the file exactly, whitespace included",
+                args.path
+            ));
+        }
+        n if n > 1 && !args.replace_all => {
+            return Err(format!(
+                "old_string occurs {n} times in `{}`; add surrounding lines to make it unique, or set replace_all",
+                args.path
+            ));
+        }
+        _ => {}
+    }
+    let edited = if args.replace_all {
+        text.replace(&args.old_string, &args.new_string)
+    } else {
+        text.replacen(&args.old_string, &args.new_string, 1)
+    };
+    std::fs::write(&path, edited).map_err(|e| format!("cannot write `{}`: {e}", args.path))?;
+    Ok(touched(
+        format!("replaced {count} occurrence(s) in {}", args.path),
+        work_dir,
+        &path,
+    ))
+}
+
+fn touched(message: String, work_dir: &WorkDir, path: &Path) -> ToolOutput {
+    ToolOutput {
+        touched: Some(work_dir.relative(path)),
+        ..ToolOutput::ok(message)
+    }
+}
+
+#[derive(Deserialize)]
+struct GrepArgs {
+    pattern: String,
+    path: Option<String>,
+    glob: Option<String>,
+    #[serde(default)]
+    case_insensitive: bool,
+}
+
+fn grep(work_dir: &WorkDir, args: &GrepArgs) -> Result<ToolOutput, String> {
+    let root = work_dir.resolve(args.path.as_deref().unwrap_or(""))?;
+    let matcher = RegexMatcherBuilder::new()
+        .case_insensitive(args.case_insensitive)
+        .build(&args.pattern)
+        .map_err(|e| format!("invalid regular expression `{}`: {e}", args.pattern))?;
+    let mut walk = ignore::WalkBuilder::new(&root);
+    walk.require_git(false);
+    if let Some(glob) = &args.glob {
+        let mut overrides = ignore::overrides::OverrideBuilder::new(&root);
+        overrides
+            .add(glob)
+            .map_err(|e| format!("invalid glob `{glob}`: {e}"))?;
+        walk.overrides(
+            overrides
+                .build()
+                .map_err(|e| format!("invalid glob `{glob}`: {e}"))?,
+        );
+    }
+    let mut searcher = SearcherBuilder::new()
+        .binary_detection(BinaryDetection::quit(0))
+        .line_number(true)
+        .build();
+    let mut out = String::new();
+    let mut hits = 0usize;
+    for entry in walk.build().filter_map(Result::ok) {
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let shown = work_dir.relative(entry.path());
+        let _ = searcher.search_path(
+            &matcher,
+            entry.path(),
+            UTF8(|line, text| {
+                hits += 1;
+                let _ = writeln!(out, "{shown}:{line}:{}", text.trim_end_matches('\n'));
+                Ok(out.len() < GREP_COLLECT_CHARS)
+            }),
+        );
+        if out.len() >= GREP_COLLECT_CHARS {
+            break;
+        }
+    }
+    if hits == 0 {
+        return Ok(ToolOutput::ok(format!("no matches for `{}`", args.pattern)));
+    }
+    Ok(ToolOutput::ok(out))
+}
+
+#[derive(Deserialize)]
+struct GlobArgs {
+    pattern: String,
+    path: Option<String>,
+}
+
+fn glob(work_dir: &WorkDir, args: &GlobArgs) -> Result<ToolOutput, String> {
+    let root = work_dir.resolve(args.path.as_deref().unwrap_or(""))?;
+    let matcher = globset::Glob::new(&args.pattern)
+        .map_err(|e| format!("invalid glob `{}`: {e}", args.pattern))?
+        .compile_matcher();
+    let mut found: Vec<(SystemTime, String)> = ignore::WalkBuilder::new(&root)
+        .require_git(false)
+        .build()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+        .filter(|e| {
+            e.path()
+                .strip_prefix(&root)
+                .is_ok_and(|rel| matcher.is_match(rel))
+        })
+        .take(GLOB_MAX)
+        .map(|e| {
+            let modified = e
+                .metadata()
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            (modified, work_dir.relative(e.path()))
+        })
+        .collect();
+    if found.is_empty() {
+        return Ok(ToolOutput::ok(format!("no files match `{}`", args.pattern)));
+    }
+    found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let mut out = String::new();
+    for (_, path) in found {
+        let _ = writeln!(out, "{path}");
+    }
+    Ok(ToolOutput::ok(out))
+}
+
+#[derive(Deserialize)]
+struct ListArgs {
+    path: Option<String>,
+}
+
+fn list_dir(work_dir: &WorkDir, args: &ListArgs) -> Result<ToolOutput, String> {
+    let shown = args.path.as_deref().unwrap_or(".");
+    let dir = work_dir.resolve(args.path.as_deref().unwrap_or(""))?;
+    let entries = std::fs::read_dir(&dir).map_err(|e| format!("cannot list `{shown}`: {e}"))?;
+    let mut lines: Vec<String> = entries
+        .filter_map(Result::ok)
+        .map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            match entry.path().symlink_metadata() {
+                Ok(m) if m.file_type().is_symlink() => format!("link  {name}"),
+                Ok(m) if m.is_dir() => format!("dir   {name}/"),
+                Ok(m) => format!("file  {name}  ({} bytes)", m.len()),
+                Err(_) => format!("?     {name}"),
+            }
+        })
+        .collect();
+    if lines.is_empty() {
+        return Ok(ToolOutput::ok(format!("`{shown}` is empty")));
+    }
+    lines.sort_by(|a, b| a[6..].cmp(&b[6..]));
+    Ok(ToolOutput::ok(lines.join("\n") + "\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn setup() -> (tempfile::TempDir, WorkDir) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("src")).unwrap();
+        std::fs::write(
+            dir.path().join("src/lib.rs"),
+            "pub fn add(a: i32, b: i32) -> i32 {\n    a - b\n}\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join(".gitignore"), "target/\n").unwrap();
+        std::fs::create_dir(dir.path().join("target")).unwrap();
+        std::fs::write(dir.path().join("target/junk.rs"), "pub fn add() {}\n").unwrap();
+        let work = WorkDir::new(dir.path()).unwrap();
+        (dir, work)
+    }
+
+    fn call(work: &WorkDir, tool: Tool, args: &Value) -> Result<ToolOutput, String> {
+        run(tool, work, args)
+    }
+
+    #[test]
+    fn read_numbers_lines_and_says_where_to_read_on() {
+        let (_d, work) = setup();
+        let out = call(
+            &work,
+            Tool::ReadFile,
+            &json!({"path": "src/lib.rs", "limit": 2}),
+        )
+        .unwrap();
+        assert_eq!(
+            out.content,
+            "     1\tpub fn add(a: i32, b: i32) -> i32 {\n     2\t    a - b\n[… `src/lib.rs` has 3 lines; read on with offset=3]\n"
+        );
+        let out = call(
+            &work,
+            Tool::ReadFile,
+            &json!({"path": "src/lib.rs", "offset": 3}),
+        )
+        .unwrap();
+        assert_eq!(out.content, "     3\t}\n");
+    }
+
+    #[test]
+    fn edit_needs_exactly_one_match_unless_replace_all() {
+        let (d, work) = setup();
+        let missing = call(
+            &work,
+            Tool::EditFile,
+            &json!({"path": "src/lib.rs", "old_string": "a * b", "new_string": "x"}),
+        )
+        .unwrap_err();
+        assert!(missing.contains("not found"), "{missing}");
+        let twice = call(
+            &work,
+            Tool::EditFile,
+            &json!({"path": "src/lib.rs", "old_string": "i32", "new_string": "i64"}),
+        )
+        .unwrap_err();
+        assert!(twice.contains("occurs 3 times"), "{twice}");
+        let out = call(&work, Tool::EditFile, &json!({"path": "src/lib.rs", "old_string": "i32", "new_string": "i64", "replace_all": true}),
+        )
+        .unwrap();
+        assert_eq!(out.touched.as_deref(), Some("src/lib.rs"));
+        assert!(
+            std::fs::read_to_string(d.path().join("src/lib.rs"))
+                .unwrap()
+                .starts_with("pub fn add(a: i64, b: i64) -> i64")
+        );
+    }
+
+    #[test]
+    fn write_creates_folders_and_reports_the_path() {
+        let (d, work) = setup();
+        let out = call(
+            &work,
+            Tool::WriteFile,
+            &json!({"path": "docs/api/intro.md", "content": "# Intro\n"}),
+        )
+        .unwrap();
+        assert_eq!(out.touched.as_deref(), Some("docs/api/intro.md"));
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("docs/api/intro.md")).unwrap(),
+            "# Intro\n"
+        );
+    }
+
+    #[test]
+    fn grep_honours_gitignore_and_globs() {
+        let (_d, work) = setup();
+        let out = call(&work, Tool::Grep, &json!({"pattern": "pub fn add"})).unwrap();
+        assert_eq!(
+            out.content,
+            "src/lib.rs:1:pub fn add(a: i32, b: i32) -> i32 {\n"
+        );
+        let none = call(
+            &work,
+            Tool::Grep,
+            &json!({"pattern": "A - B", "case_insensitive": true, "glob": "*.md"}),
+        )
+        .unwrap();
+        assert!(none.content.starts_with("no matches"), "{}", none.content);
+        let bad = call(&work, Tool::Grep, &json!({"pattern": "("})).unwrap_err();
+        assert!(bad.contains("invalid regular expression"), "{bad}");
+    }
+
+    #[test]
+    fn glob_and_list_dir() {
+        let (_d, work) = setup();
+        let out = call(&work, Tool::Glob, &json!({"pattern": "**/*.rs"})).unwrap();
+        assert_eq!(out.content, "src/lib.rs\n");
+        let out = call(&work, Tool::ListDir, &json!({})).unwrap();
+        assert_eq!(
+            out.content,
+            "file  .gitignore  (8 bytes)\ndir   src/\ndir   target/\n"
+        );
+    }
+
+    #[test]
+    fn wrong_arguments_say_what_is_wrong() {
+        let (_d, work) = setup();
+        let error = call(&work, Tool::WriteFile, &json!({"path": "x"})).unwrap_err();
+        assert!(error.contains("missing field `content`"), "{error}");
+    }
+}

@@ -1,0 +1,20 @@
+//! `trellis-agent`: the multi-turn, tool-using agent loop that agent nodes (`shape=box`) run. A
+//! [`Session`] sends the model a prompt with tool definitions, runs the tools it calls —
+//! `read_file`, `write_file`, `edit_file`, `shell`, `grep`, `glob`, `list_dir`, all confined to the
+//! run's working directory ([`WorkDir`]) — sends the results back (cut to each tool's limit), and
+//! repeats until the model answers without a tool call. It tracks the files it wrote, detects loops,
+//! and compacts its history when it nears the model's context window. Sits on `trellis-llm`; the agent
+//! handler in `trellis-handlers` drives it and turns its [`AgentEvent`]s into run events.
+
+pub mod compaction;
+mod file_tools;
+pub mod loop_detector;
+mod session;
+pub mod shell;
+pub mod tools;
+pub mod truncate;
+mod work_dir;
+
+pub use session::{AgentEvent, Model, Observer, Session, Settings, Stop};
+pub use tools::{Tool, ToolOutput, Toolbox};
+pub use work_dir::WorkDir;

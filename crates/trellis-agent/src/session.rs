@@ -1,0 +1,365 @@
+//! The agent loop. A [`Session`] holds one live conversation: the system prompt, the history, the
+//! tools. [`Session::send`] adds a user message and runs turns — ask the model, run every tool call it
+//! makes, send the results back — until the model answers without calling a tool, the turn limit is
+//! reached, or the model call fails. Tool calls of one turn that only read run concurrently. After each
+//! assistant turn the session checks its size and compacts itself (see [`crate::compaction`]). What
+//! happens is reported to an [`Observer`] as [`AgentEvent`]s; the model is reached through the [`Model`]
+//! seam, so the caller decides how calls are made, reported and retried.
+
+use std::time::Instant;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use trellis_llm::{Message, Part, Request, Response, Role, ToolCall, ToolResult};
+
+use crate::compaction;
+use crate::loop_detector::LoopDetector;
+use crate::tools::{Tool, ToolOutput, Toolbox};
+
+/// How the session reaches its model: one call, made and reported by the caller.
+#[async_trait]
+pub trait Model: Send {
+    type Error: Send;
+    async fn ask(&mut self, request: &Request) -> Result<Response, Self::Error>;
+}
+
+/// What the session reports while it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentEvent {
+    TurnStarted {
+        turn: u32,
+    },
+    /// The text of an assistant turn.
+    Text {
+        turn: u32,
+        text: String,
+    },
+    ToolCallStarted {
+        call_id: String,
+        tool: String,
+        /// The path, command or pattern, for one-line displays.
+        target: String,
+        arguments: Value,
+    },
+    ToolCallCompleted {
+        call_id: String,
+        tool: String,
+        target: String,
+        is_error: bool,
+        duration_ms: u64,
+        /// The whole output; `shown_chars` of it (after cutting) reached the model.
+        output: String,
+        shown_chars: usize,
+        note: Option<String>,
+    },
+    LoopDetected {
+        period: usize,
+        tools: Vec<String>,
+    },
+    ContextWindowWarning {
+        estimated_tokens: u64,
+        context_window_size: u64,
+        usage_percent: u64,
+    },
+    CompactionStarted {
+        estimated_tokens: u64,
+        context_window_size: u64,
+    },
+    CompactionCompleted {
+        original_turn_count: usize,
+        preserved_turn_count: usize,
+        summary_token_estimate: u64,
+        tracked_file_count: usize,
+    },
+    Error {
+        message: String,
+    },
+}
+
+pub trait Observer: Send + Sync {
+    fn on_event(&self, event: AgentEvent);
+}
+
+/// Why a session stopped without a final answer.
+#[derive(Debug)]
+pub enum Stop<E> {
+    /// The model call failed (after the caller's retries).
+    Model(E),
+    /// `max_turns` turns were used; the text of the last one.
+    MaxTurns { turns: u32, last_text: String },
+}
+
+/// The request settings every turn shares.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// Copied into every request: model, max tokens, reasoning effort, temperature.
+    pub template: Request,
+    /// The model's context window in tokens, when known; compaction needs it.
+    pub context_window: Option<u64>,
+}
+
+pub struct Session {
+    pub system: Option<String>,
+    pub history: Vec<Message>,
+    toolbox: Toolbox,
+    settings: Settings,
+    detector: LoopDetector,
+    /// Files written or edited without error, in the order first touched.
+    files: Vec<String>,
+    last_touched: Option<String>,
+    turns: u32,
+    max_turns: Option<u32>,
+}
+
+impl Session {
+    /// A session continuing `history` (empty for a new one).
+    pub fn new(
+        toolbox: Toolbox,
+        system: Option<String>,
+        history: Vec<Message>,
+        settings: Settings,
+    ) -> Self {
+        Self {
+            system,
+            history,
+            toolbox,
+            settings,
+            detector: LoopDetector::default(),
+            files: Vec::new(),
+            last_touched: None,
+            turns: 0,
+            max_turns: None,
+        }
+    }
+
+    /// At most `max` more turns (none: unlimited); the count starts again.
+    pub fn limit_turns(&mut self, max: Option<u32>) {
+        self.turns = 0;
+        self.max_turns = max;
+    }
+
+    /// Turns taken since the last [`Session::limit_turns`].
+    pub fn turns(&self) -> u32 {
+        self.turns
+    }
+
+    /// Files written or edited without error.
+    pub fn files_touched(&self) -> &[String] {
+        &self.files
+    }
+
+    /// The file most recently written or edited without error.
+    pub fn last_touched(&self) -> Option<&str> {
+        self.last_touched.as_deref()
+    }
+
+    pub fn toolbox(&self) -> &Toolbox {
+        &self.toolbox
+    }
+
+    /// Sends `text` as the user and runs turns until the model answers without calling a tool.
+    pub async fn send<M: Model>(
+        &mut self,
+        model: &mut M,
+        observer: &dyn Observer,
+        text: String,
+    ) -> Result<Response, Stop<M::Error>> {
+        self.history.push(Message::user(text));
+        let mut last_text = String::new();
+        loop {
+            if let Some(max) = self.max_turns
+                && self.turns >= max
+            {
+                return Err(Stop::MaxTurns {
+                    turns: self.turns,
+                    last_text,
+                });
+            }
+            self.turns += 1;
+            observer.on_event(AgentEvent::TurnStarted { turn: self.turns });
+            let response = model.ask(&self.request()).await.map_err(Stop::Model)?;
+            if !response.text.is_empty() {
+                last_text.clone_from(&response.text);
+                observer.on_event(AgentEvent::Text {
+                    turn: self.turns,
+                    text: response.text.clone(),
+                });
+            }
+            self.history.push(assistant_message(&response));
+            if response.tool_calls.is_empty() {
+                self.compact_if_needed(model, observer).await;
+                return Ok(response);
+            }
+            let parts = self.run_tools(&response.tool_calls, observer).await;
+            self.history.push(Message {
+                role: Role::User,
+                parts,
+            });
+            self.compact_if_needed(model, observer).await;
+        }
+    }
+
+    fn request(&self) -> Request {
+        Request {
+            system: self.system.clone(),
+            messages: self.history.clone(),
+            tools: self.toolbox.definitions(),
+            ..self.settings.template.clone()
+        }
+    }
+
+    /// Runs a turn's calls in order, consecutive read-only calls together; returns the result parts
+    /// (and a loop warning, when the calls complete one).
+    async fn run_tools(&mut self, calls: &[ToolCall], observer: &dyn Observer) -> Vec<Part> {
+        let mut parts = Vec::new();
+        let mut warning = None;
+        let mut index = 0;
+        while index < calls.len() {
+            let read_only = |c: &ToolCall| self.toolbox.find(c).is_some_and(Tool::read_only);
+            let end = if read_only(&calls[index]) {
+                index + calls[index..].iter().take_while(|c| read_only(c)).count()
+            } else {
+                index + 1
+            };
+            let group = &calls[index..end];
+            for call in group {
+                observer.on_event(AgentEvent::ToolCallStarted {
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    target: target(&self.toolbox, call),
+                    arguments: call.arguments.clone(),
+                });
+            }
+            let toolbox = &self.toolbox;
+            let outputs = futures::future::join_all(group.iter().map(|call| async move {
+                let started = Instant::now();
+                let output = toolbox.run(call).await;
+                (output, started.elapsed())
+            }))
+            .await;
+            for (call, (output, elapsed)) in group.iter().zip(outputs) {
+                let shown = match self.toolbox.find(call) {
+                    Some(tool) => tool.limit().apply(&output.content),
+                    None => output.content.clone(),
+                };
+                self.track(&output);
+                observer.on_event(AgentEvent::ToolCallCompleted {
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    target: target(&self.toolbox, call),
+                    is_error: output.is_error,
+                    duration_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+                    shown_chars: shown.chars().count(),
+                    output: output.content,
+                    note: output.note,
+                });
+                parts.push(Part::ToolResult(ToolResult {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    content: shown,
+                    is_error: output.is_error,
+                }));
+                if let Some(found) = self.detector.record(&call.name, &call.arguments) {
+                    observer.on_event(AgentEvent::LoopDetected {
+                        period: found.period,
+                        tools: found.tools.clone(),
+                    });
+                    warning = Some(found.warning());
+                }
+            }
+            index = end;
+        }
+        if let Some(text) = warning {
+            parts.push(Part::Text { text });
+        }
+        parts
+    }
+
+    fn track(&mut self, output: &ToolOutput) {
+        if output.is_error {
+            return;
+        }
+        if let Some(path) = &output.touched {
+            if !self.files.contains(path) {
+                self.files.push(path.clone());
+            }
+            self.last_touched = Some(path.clone());
+        }
+    }
+
+    /// Compacts the history when it fills more than 80% of the context window. A failed summary is
+    /// reported and the history kept; the next turn tries again.
+    async fn compact_if_needed<M: Model>(&mut self, model: &mut M, observer: &dyn Observer) {
+        let Some(window) = self.settings.context_window.filter(|w| *w > 0) else {
+            return;
+        };
+        let estimated = compaction::estimate_tokens(self.system.as_deref(), &self.history);
+        if estimated * 100 <= window * compaction::THRESHOLD_PERCENT {
+            return;
+        }
+        observer.on_event(AgentEvent::ContextWindowWarning {
+            estimated_tokens: estimated,
+            context_window_size: window,
+            usage_percent: estimated * 100 / window,
+        });
+        let Some((split, turn_count)) = compaction::split(&self.history) else {
+            return;
+        };
+        observer.on_event(AgentEvent::CompactionStarted {
+            estimated_tokens: estimated,
+            context_window_size: window,
+        });
+        let request = Request {
+            system: Some(compaction::SUMMARY_SYSTEM.to_owned()),
+            messages: vec![Message::user(compaction::summary_prompt(
+                &compaction::render(&self.history[..split]),
+            ))],
+            tools: Vec::new(),
+            ..self.settings.template.clone()
+        };
+        match model.ask(&request).await {
+            Ok(response) if !response.text.trim().is_empty() => {
+                let summary = compaction::summary_message(&response.text, &self.files);
+                let summary_tokens =
+                    compaction::estimate_tokens(None, std::slice::from_ref(&summary));
+                let preserved = self.history.split_off(split);
+                self.history = std::iter::once(summary).chain(preserved).collect();
+                observer.on_event(AgentEvent::CompactionCompleted {
+                    original_turn_count: turn_count,
+                    preserved_turn_count: compaction::PRESERVED_TURNS,
+                    summary_token_estimate: summary_tokens,
+                    tracked_file_count: self.files.len(),
+                });
+            }
+            Ok(_) => observer.on_event(AgentEvent::Error {
+                message: "context compaction failed: the summary was empty; the history is kept"
+                    .to_owned(),
+            }),
+            Err(_) => observer.on_event(AgentEvent::Error {
+                message: "context compaction failed: the summary call failed; the history is kept"
+                    .to_owned(),
+            }),
+        }
+    }
+}
+
+fn target(toolbox: &Toolbox, call: &ToolCall) -> String {
+    toolbox
+        .find(call)
+        .map(|tool| tool.target(&call.arguments))
+        .unwrap_or_default()
+}
+
+/// The response as a history message. Arguments that are not a JSON object (a malformed call) are
+/// wrapped in one: providers reject a tool call whose input is not an object.
+fn assistant_message(response: &Response) -> Message {
+    let mut message = response.to_message();
+    for part in &mut message.parts {
+        if let Part::ToolCall(call) = part
+            && !call.arguments.is_object()
+        {
+            call.arguments = json!({ "invalid_arguments": call.arguments });
+        }
+    }
+    message
+}

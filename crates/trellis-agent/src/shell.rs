@@ -1,0 +1,179 @@
+//! The `shell` tool: `sh -c` in the working directory, in a process group of its own, with secrets
+//! (`*_API_KEY`, `*_SECRET`, `*_TOKEN`, `*_PASSWORD`, `*_CREDENTIAL`) removed from its environment.
+//! When the call ends — the command exits, its timeout runs out, or the session is dropped because the
+//! stage was cancelled — the whole group is killed, so nothing it started in the background lingers.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::tools::ToolOutput;
+
+/// Environment variables whose names end so are never passed to a command the model wrote.
+const SECRET_SUFFIXES: &[&str] = &["_API_KEY", "_SECRET", "_TOKEN", "_PASSWORD", "_CREDENTIAL"];
+/// Output kept in memory per stream; more is dropped (the model sees far less anyway).
+const MAX_CAPTURED: usize = 4 * 1024 * 1024;
+
+pub struct ShellCommand<'a> {
+    pub dir: &'a Path,
+    pub command: &'a str,
+    pub timeout: Duration,
+    pub env: &'a [(String, String)],
+    /// Receives the process group id while the command runs.
+    pub process_file: Option<&'a Path>,
+}
+
+/// Whether a variable may reach the model's commands.
+pub fn is_secret(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    SECRET_SUFFIXES.iter().any(|s| upper.ends_with(s))
+}
+
+/// Kills the process group when dropped.
+struct Group(Option<Pid>);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0.take() {
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+    }
+}
+
+pub async fn run(shell: &ShellCommand<'_>) -> ToolOutput {
+    let mut command = tokio::process::Command::new("sh");
+    command
+        .arg("-c")
+        .arg(shell.command)
+        .current_dir(shell.dir)
+        .env_clear()
+        .envs(std::env::vars_os().filter(|(name, _)| !is_secret(&name.to_string_lossy())))
+        .envs(shell.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let started = Instant::now();
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => return ToolOutput::error(format!("cannot start `sh`: {e}")),
+    };
+    let pid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
+    let group = Group(pid);
+    if let (Some(file), Some(pid)) = (shell.process_file, pid) {
+        let _ = tokio::fs::write(file, pid.to_string()).await;
+    }
+    let stdout = tokio::spawn(capture(child.stdout.take()));
+    let stderr = tokio::spawn(capture(child.stderr.take()));
+    let status = tokio::time::timeout(shell.timeout, child.wait()).await;
+    // The command is over (or out of time): stop whatever it left behind, which also closes the pipes.
+    drop(group);
+    let stdout = stdout.await.unwrap_or_default();
+    let stderr = stderr.await.unwrap_or_default();
+    let mut content = String::from_utf8_lossy(&stdout).into_owned();
+    if !stderr.is_empty() {
+        if !content.is_empty() && !content.ends_with('\n') {
+            content.push('\n');
+        }
+        let _ = write!(content, "[stderr]\n{}", String::from_utf8_lossy(&stderr));
+    }
+    if !content.is_empty() && !content.ends_with('\n') {
+        content.push('\n');
+    }
+    match status {
+        Ok(Ok(status)) => {
+            let note = status.code().map_or_else(
+                || "killed by a signal".to_owned(),
+                |code| format!("exit {code}"),
+            );
+            let _ = write!(content, "[{note}]");
+            ToolOutput {
+                note: Some(note),
+                ..ToolOutput::ok(content)
+            }
+        }
+        Ok(Err(e)) => ToolOutput::error(format!("{content}[cannot wait for the command: {e}]")),
+        Err(_) => {
+            let _ = write!(
+                content,
+                "[timed out after {} ms; the command and everything it started were killed]",
+                started.elapsed().as_millis()
+            );
+            ToolOutput {
+                note: Some("timed out".to_owned()),
+                ..ToolOutput::error(content)
+            }
+        }
+    }
+}
+
+async fn capture(pipe: Option<impl AsyncRead + Unpin>) -> Vec<u8> {
+    let Some(mut pipe) = pipe else {
+        return Vec::new();
+    };
+    let mut kept = Vec::new();
+    let mut buffer = vec![0u8; 64 * 1024];
+    while let Ok(n) = pipe.read(&mut buffer).await {
+        if n == 0 {
+            break;
+        }
+        if kept.len() < MAX_CAPTURED {
+            kept.extend_from_slice(&buffer[..n]);
+        }
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command<'a>(dir: &'a Path, script: &'a str, timeout: Duration) -> ShellCommand<'a> {
+        ShellCommand {
+            dir,
+            command: script,
+            timeout,
+            env: &[],
+            process_file: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn output_error_stream_and_exit_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = run(&command(
+            dir.path(),
+            "echo out; echo err >&2; exit 3",
+            Duration::from_secs(10),
+        ))
+        .await;
+        assert_eq!(out.content, "out\n[stderr]\nerr\n[exit 3]");
+        assert!(!out.is_error);
+        assert_eq!(out.note.as_deref(), Some("exit 3"));
+    }
+
+    #[test]
+    fn secrets_are_recognised_by_suffix() {
+        for name in [
+            "ANTHROPIC_API_KEY",
+            "aws_secret",
+            "GITHUB_TOKEN",
+            "DB_PASSWORD",
+            "X_CREDENTIAL",
+        ] {
+            assert!(is_secret(name), "{name}");
+        }
+        for name in ["PATH", "HOME", "TOKENIZERS_PARALLELISM"] {
+            assert!(!is_secret(name), "{name}");
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! The agent's tools: their definitions as the model sees them, which of them a node may use
+//! (`allowed_tools`/`disallowed_tools`), and running one call. A call never fails the session: a
+//! malformed call, an unknown tool, invalid arguments, a refused path or a tool's own error all come
+//! back as an error result the model reads.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use trellis_llm::{ToolCall, ToolDef};
+
+use crate::file_tools;
+use crate::shell::{self, ShellCommand};
+use crate::truncate::{Keep, Limit};
+use crate::work_dir::WorkDir;
+
+/// One of the agent's tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tool {
+    ReadFile,
+    WriteFile,
+    EditFile,
+    Shell,
+    Grep,
+    Glob,
+    ListDir,
+}
+
+/// What a tool call produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    /// The whole output; the model is shown it cut to the tool's [`Limit`].
+    pub content: String,
+    pub is_error: bool,
+    /// A short word on the result for one-line displays (`exit 101`, `timed out`).
+    pub note: Option<String>,
+    /// The file written or edited, relative to the working directory.
+    pub touched: Option<String>,
+}
+
+impl ToolOutput {
+    pub fn ok(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            is_error: false,
+            note: None,
+            touched: None,
+        }
+    }
+
+    pub fn error(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            is_error: true,
+            note: None,
+            touched: None,
+        }
+    }
+}
+
+/// The longest a `shell` call may run, and how long it runs unless the model says otherwise.
+pub const SHELL_DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+pub const SHELL_MAX_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl Tool {
+    pub const ALL: [Tool; 7] = [
+        Tool::ReadFile,
+        Tool::WriteFile,
+        Tool::EditFile,
+        Tool::Shell,
+        Tool::Grep,
+        Tool::Glob,
+        Tool::ListDir,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Tool::ReadFile => "read_file",
+            Tool::WriteFile => "write_file",
+            Tool::EditFile => "edit_file",
+            Tool::Shell => "shell",
+            Tool::Grep => "grep",
+            Tool::Glob => "glob",
+            Tool::ListDir => "list_dir",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Tool> {
+        Tool::ALL.into_iter().find(|t| t.name() == name.trim())
+    }
+
+    /// Tools that only read may run concurrently with each other.
+    pub fn read_only(self) -> bool {
+        matches!(
+            self,
+            Tool::ReadFile | Tool::Grep | Tool::Glob | Tool::ListDir
+        )
+    }
+
+    /// Whether a successful call changes a file that `files_touched` should name.
+    pub fn writes_file(self) -> bool {
+        matches!(self, Tool::WriteFile | Tool::EditFile)
+    }
+
+    /// How much of the output the model is shown.
+    pub fn limit(self) -> Limit {
+        let (chars, lines, keep) = match self {
+            Tool::ReadFile => (50_000, 2_000, Keep::Head),
+            Tool::Shell => (30_000, 400, Keep::HeadAndTail),
+            Tool::Grep => (20_000, 400, Keep::Head),
+            Tool::Glob | Tool::ListDir => (20_000, 500, Keep::Head),
+            Tool::WriteFile | Tool::EditFile => (5_000, 100, Keep::Head),
+        };
+        Limit { chars, lines, keep }
+    }
+
+    /// The argument a one-line display shows (the path, the command or the pattern).
+    pub fn target(self, arguments: &Value) -> String {
+        let key = match self {
+            Tool::Shell => "command",
+            Tool::Grep | Tool::Glob => "pattern",
+            _ => "path",
+        };
+        arguments
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    pub fn definition(self) -> ToolDef {
+        let (description, parameters) = match self {
+            Tool::ReadFile => (
+                "Read a text file. Lines come numbered; by default the first 2000 lines. Use offset (1-based line) and limit to read on.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "path": { "type": "string", "description": "File path, relative to the working directory" },
+                        "offset": { "type": "integer", "description": "First line to read (1-based)" },
+                        "limit": { "type": "integer", "description": "How many lines to read" }
+                    },
+                    "required": ["path"]
+                }),
+            ),
+            Tool::WriteFile => (
+                "Write a file with the given content, replacing it if it exists. Parent folders are created.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "path": { "type": "string", "description": "File path, relative to the working directory" },
+                        "content": { "type": "string", "description": "The whole new content of the file" }
+                    },
+                    "required": ["path", "content"]
+                }),
+            ),
+            Tool::EditFile => (
+                "Replace an exact string in a file. old_string must occur exactly once unless replace_all is true.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "path": { "type": "string" },
+                        "old_string": { "type": "string", "description": "The exact text to replace" },
+                        "new_string": { "type": "string", "description": "The text to put in its place" },
+                        "replace_all": { "type": "boolean", "description": "Replace every occurrence" }
+                    },
+                    "required": ["path", "old_string", "new_string"]
+                }),
+            ),
+            Tool::Shell => (
+                "Run a shell command (sh -c) in the working directory. Returns its output and exit code. Default timeout 120000 ms, at most 600000.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "command": { "type": "string" },
+                        "timeout_ms": { "type": "integer", "description": "Timeout in milliseconds" }
+                    },
+                    "required": ["command"]
+                }),
+            ),
+            Tool::Grep => (
+                "Search file contents with a regular expression, honouring .gitignore. Returns path:line:text.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "pattern": { "type": "string", "description": "A regular expression" },
+                        "path": { "type": "string", "description": "File or folder to search (default: the working directory)" },
+                        "glob": { "type": "string", "description": "Only files matching this glob, e.g. *.rs" },
+                        "case_insensitive": { "type": "boolean" }
+                    },
+                    "required": ["pattern"]
+                }),
+            ),
+            Tool::Glob => (
+                "List files matching a glob pattern (e.g. **/*.rs), newest first.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "pattern": { "type": "string" },
+                        "path": { "type": "string", "description": "Folder to search (default: the working directory)" }
+                    },
+                    "required": ["pattern"]
+                }),
+            ),
+            Tool::ListDir => (
+                "List a folder's entries with their type and size.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "path": { "type": "string", "description": "Folder (default: the working directory)" }
+                    }
+                }),
+            ),
+        };
+        ToolDef {
+            name: self.name().to_owned(),
+            description: description.to_owned(),
+            parameters,
+        }
+    }
+}
+
+/// The tools one session may use, confined to its working directory.
+#[derive(Debug, Clone)]
+pub struct Toolbox {
+    work_dir: WorkDir,
+    tools: Vec<Tool>,
+    /// Where a `shell` call records its process group, so a resumed run can stop it after a kill.
+    pub process_file: Option<PathBuf>,
+    /// Variables added to every `shell` call's environment (the run's identity).
+    pub shell_env: Vec<(String, String)>,
+}
+
+impl Toolbox {
+    /// Every tool, less those outside `allowed` (when given) and those in `disallowed`.
+    pub fn new(work_dir: WorkDir, allowed: Option<&[String]>, disallowed: &[String]) -> Self {
+        let tools = Tool::ALL
+            .into_iter()
+            .filter(|t| allowed.is_none_or(|a| a.iter().any(|n| n == t.name())))
+            .filter(|t| !disallowed.iter().any(|n| n == t.name()))
+            .collect();
+        Self {
+            work_dir,
+            tools,
+            process_file: None,
+            shell_env: Vec::new(),
+        }
+    }
+
+    pub fn work_dir(&self) -> &WorkDir {
+        &self.work_dir
+    }
+
+    pub fn tools(&self) -> &[Tool] {
+        &self.tools
+    }
+
+    pub fn definitions(&self) -> Vec<ToolDef> {
+        self.tools.iter().map(|t| t.definition()).collect()
+    }
+
+    /// The offered tool `call` names.
+    pub fn find(&self, call: &ToolCall) -> Option<Tool> {
+        Tool::from_name(&call.name).filter(|t| self.tools.contains(t))
+    }
+
+    /// Runs one call. Never fails: every problem is an error result.
+    pub async fn run(&self, call: &ToolCall) -> ToolOutput {
+        let Some(tool) = self.find(call) else {
+            let offered: Vec<&str> = self.tools.iter().map(|t| t.name()).collect();
+            return ToolOutput::error(format!(
+                "unknown tool `{}`; the tools you can call are: {}",
+                call.name,
+                offered.join(", ")
+            ));
+        };
+        if !call.arguments.is_object() {
+            return ToolOutput::error(format!(
+                "the arguments of `{}` must be a JSON object, got: {}",
+                tool.name(),
+                clip_for_message(&call.arguments.to_string())
+            ));
+        }
+        if tool == Tool::Shell {
+            return self.shell(&call.arguments).await;
+        }
+        let work_dir = self.work_dir.clone();
+        let arguments = call.arguments.clone();
+        tokio::task::spawn_blocking(move || {
+            file_tools::run(tool, &work_dir, &arguments).unwrap_or_else(ToolOutput::error)
+        })
+        .await
+        .unwrap_or_else(|e| ToolOutput::error(format!("the tool stopped: {e}")))
+    }
+
+    async fn shell(&self, arguments: &Value) -> ToolOutput {
+        #[derive(serde::Deserialize)]
+        struct Args {
+            command: String,
+            timeout_ms: Option<u64>,
+        }
+        let args: Args = match parse_args(Tool::Shell, arguments) {
+            Ok(args) => args,
+            Err(message) => return ToolOutput::error(message),
+        };
+        let timeout = args
+            .timeout_ms
+            .map_or(SHELL_DEFAULT_TIMEOUT, Duration::from_millis)
+            .min(SHELL_MAX_TIMEOUT);
+        shell::run(&ShellCommand {
+            dir: self.work_dir.root(),
+            command: &args.command,
+            timeout,
+            env: &self.shell_env,
+            process_file: self.process_file.as_deref(),
+        })
+        .await
+    }
+}
+
+/// A call's arguments as the tool's argument type, or the message saying what is wrong.
+pub(crate) fn parse_args<T: DeserializeOwned>(tool: Tool, arguments: &Value) -> Result<T, String> {
+    serde_json::from_value(arguments.clone())
+        .map_err(|e| format!("invalid arguments for `{}`: {e}", tool.name()))
+}
+
+fn clip_for_message(text: &str) -> String {
+    Limit {
+        chars: 200,
+        lines: 5,
+        keep: Keep::Head,
+    }
+    .apply(text)
+}

@@ -1,0 +1,159 @@
+//! The agent's confinement: every path a tool is given is resolved against the run's working directory,
+//! and one that resolves outside it — an absolute path elsewhere, a `..` that climbs out, or a symlink
+//! that points out — is refused before anything is read or written.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tools resolve paths on the blocking pool, where they do their file work"
+)]
+
+use std::path::{Component, Path, PathBuf};
+
+/// The directory an agent may work in.
+#[derive(Debug, Clone)]
+pub struct WorkDir {
+    /// Canonical: symlinks in the directory's own path are resolved once.
+    root: PathBuf,
+}
+
+impl WorkDir {
+    pub fn new(dir: &Path) -> std::io::Result<Self> {
+        Ok(Self {
+            root: std::fs::canonicalize(dir)?,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The real path `path` names, if it lies inside the working directory. Symlinks are followed as
+    /// far as the path exists; the rest of it cannot be a link yet.
+    pub fn resolve(&self, path: &str) -> Result<PathBuf, String> {
+        let given = Path::new(path.trim());
+        let joined = if given.is_absolute() {
+            given.to_owned()
+        } else {
+            self.root.join(given)
+        };
+        let lexical = normalize(&joined).ok_or_else(|| self.outside(path))?;
+        if !lexical.starts_with(&self.root) {
+            return Err(self.outside(path));
+        }
+        // Follow links through the part that exists.
+        let mut existing = lexical.as_path();
+        let mut rest = Vec::new();
+        let real = loop {
+            if let Ok(real) = std::fs::canonicalize(existing) {
+                break real;
+            }
+            let Some(parent) = existing.parent() else {
+                return Err(self.outside(path));
+            };
+            if let Some(name) = existing.file_name() {
+                rest.push(name.to_owned());
+            }
+            existing = parent;
+        };
+        // A dangling symlink in the missing part would be written through: refuse it.
+        if let Some(first) = rest.last()
+            && real
+                .join(first)
+                .symlink_metadata()
+                .is_ok_and(|m| m.file_type().is_symlink())
+        {
+            return Err(self.outside(path));
+        }
+        let full = rest.iter().rev().fold(real, |acc, name| acc.join(name));
+        if full.starts_with(&self.root) {
+            Ok(full)
+        } else {
+            Err(self.outside(path))
+        }
+    }
+
+    /// `path` relative to the working directory, for messages and `files_touched`.
+    pub fn relative(&self, path: &Path) -> String {
+        path.strip_prefix(&self.root)
+            .unwrap_or(path)
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    fn outside(&self, path: &str) -> String {
+        format!(
+            "`{path}` is outside the working directory {}; only paths inside it can be used",
+            self.root.display()
+        )
+    }
+}
+
+/// `path` with `.` and `..` applied, or `None` when `..` climbs above the file system root.
+fn normalize(path: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn work_dir() -> (tempfile::TempDir, WorkDir) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("src")).unwrap();
+        std::fs::write(dir.path().join("src/main.rs"), "fn main() {}").unwrap();
+        let work = WorkDir::new(dir.path()).unwrap();
+        (dir, work)
+    }
+
+    #[test]
+    fn paths_inside_resolve_and_new_files_may_be_named() {
+        let (_dir, work) = work_dir();
+        assert_eq!(
+            work.resolve("src/main.rs").unwrap(),
+            work.root().join("src/main.rs")
+        );
+        assert_eq!(
+            work.resolve("src/../new/deep/file.txt").unwrap(),
+            work.root().join("new/deep/file.txt")
+        );
+        let absolute = work.root().join("src/main.rs");
+        assert_eq!(work.resolve(absolute.to_str().unwrap()).unwrap(), absolute);
+        assert_eq!(work.resolve("").unwrap(), work.root());
+        assert_eq!(work.relative(&work.root().join("src/x")), "src/x");
+    }
+
+    #[test]
+    fn climbing_out_absolute_paths_and_symlinks_out_are_refused() {
+        let (dir, work) = work_dir();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("escape")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("missing"), dir.path().join("dangling"))
+            .unwrap();
+        for path in [
+            "../x",
+            "src/../../x",
+            "/etc/passwd",
+            "escape/file",
+            "escape",
+            "dangling",
+        ] {
+            let error = work.resolve(path).unwrap_err();
+            assert!(
+                error.contains("outside the working directory"),
+                "{path}: {error}"
+            );
+        }
+    }
+}
