@@ -50,6 +50,9 @@ pub struct StageDetails {
     pub repairs: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub stop_reason: Option<Value>,
+    /// Agent stages: the tool calls the loop ran.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tool_calls: Option<u32>,
     /// The fidelity the stage's prompt was built with.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub fidelity: Option<String>,

@@ -210,7 +210,12 @@ impl crate::handler::Emitter for Engine {
 impl Engine {
     /// Numbers and stamps an event and hands it to every subscriber.
     pub fn emit(&self, node: Option<&str>, kind: EventKind) {
-        let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
+        // Live-only events are not logged, so they take no number of their own.
+        let seq = if kind.is_live_only() {
+            self.seq.load(Ordering::SeqCst)
+        } else {
+            self.seq.fetch_add(1, Ordering::SeqCst) + 1
+        };
         self.services.events.emit(&Event {
             seq,
             ts: format_time(self.services.clock.now()),

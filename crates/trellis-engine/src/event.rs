@@ -136,6 +136,53 @@ pub enum EventKind {
     ModelWarning {
         message: String,
     },
+    /// A piece of a model's answer as it streams. Live only: never written to the event log (the
+    /// stage's files keep the answer); `trellis run --verbose` prints it.
+    ModelTextDelta {
+        text: String,
+    },
+    /// An agent stage's loop begins a turn.
+    #[serde(rename = "Agent.TurnStarted")]
+    AgentTurnStarted {
+        turn: u32,
+    },
+    #[serde(rename = "Agent.ToolCallStarted")]
+    AgentToolCallStarted {
+        call_id: String,
+        tool: String,
+        /// The path, command or pattern, for one-line displays.
+        target: String,
+        arguments: Value,
+    },
+    #[serde(rename = "Agent.ToolCallCompleted")]
+    AgentToolCallCompleted(ToolCallEnd),
+    #[serde(rename = "Agent.LoopDetected")]
+    AgentLoopDetected {
+        period: usize,
+        tools: Vec<String>,
+    },
+    #[serde(rename = "Agent.ContextWindowWarning")]
+    AgentContextWindowWarning {
+        estimated_tokens: u64,
+        context_window_size: u64,
+        usage_percent: u64,
+    },
+    #[serde(rename = "Agent.CompactionStarted")]
+    AgentCompactionStarted {
+        estimated_tokens: u64,
+        context_window_size: u64,
+    },
+    #[serde(rename = "Agent.CompactionCompleted")]
+    AgentCompactionCompleted {
+        original_turn_count: usize,
+        preserved_turn_count: usize,
+        summary_token_estimate: u64,
+        tracked_file_count: usize,
+    },
+    #[serde(rename = "Agent.Error")]
+    AgentError {
+        message: String,
+    },
     /// An event this version does not know (a log written by a newer one).
     #[serde(other)]
     Unknown,
@@ -211,6 +258,23 @@ pub struct ModelCallEnd {
     pub kind: Option<String>,
 }
 
+/// `Agent.ToolCallCompleted`: how a tool call ended, with its whole output (the model was shown
+/// `shown_chars` characters of it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallEnd {
+    pub call_id: String,
+    pub tool: String,
+    pub target: String,
+    pub is_error: bool,
+    pub duration_ms: u64,
+    pub output_chars: usize,
+    pub shown_chars: usize,
+    /// A short word on the result (`exit 101`, `timed out`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub note: Option<String>,
+    pub output: String,
+}
+
 impl EventKind {
     /// The event's name in the log.
     pub fn name(&self) -> &'static str {
@@ -238,8 +302,22 @@ impl EventKind {
             EventKind::ModelCallCompleted(_) => "ModelCallCompleted",
             EventKind::ModelCallRetrying { .. } => "ModelCallRetrying",
             EventKind::ModelWarning { .. } => "ModelWarning",
+            EventKind::AgentTurnStarted { .. } => "Agent.TurnStarted",
+            EventKind::ModelTextDelta { .. } => "ModelTextDelta",
+            EventKind::AgentToolCallStarted { .. } => "Agent.ToolCallStarted",
+            EventKind::AgentToolCallCompleted(_) => "Agent.ToolCallCompleted",
+            EventKind::AgentLoopDetected { .. } => "Agent.LoopDetected",
+            EventKind::AgentContextWindowWarning { .. } => "Agent.ContextWindowWarning",
+            EventKind::AgentCompactionStarted { .. } => "Agent.CompactionStarted",
+            EventKind::AgentCompactionCompleted { .. } => "Agent.CompactionCompleted",
+            EventKind::AgentError { .. } => "Agent.Error",
             EventKind::Unknown => "Unknown",
         }
+    }
+
+    /// Whether the event is only for live displays and not kept in the event log.
+    pub fn is_live_only(&self) -> bool {
+        matches!(self, EventKind::ModelTextDelta { .. })
     }
 
     /// Whether the event ends the run's process (it finished, failed, waits or was cancelled).

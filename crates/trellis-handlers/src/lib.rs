@@ -1,8 +1,9 @@
 //! `trellis-handlers` provides the handlers that do work: shell and Python commands, waits, human
-//! gates (with their interviewers), prompt nodes and prompted fan-ins on `trellis-llm` models (with
+//! gates (with their interviewers), agent nodes (the `trellis-agent` loop), prompt nodes and prompted fan-ins on `trellis-llm` models (with
 //! preambles, routing directives and structured output), and the model router for `when` edges.
 //! [`standard_handlers`] registers them beside the engine's control-flow handlers.
 
+pub mod agent;
 pub mod artifacts;
 pub mod command;
 pub mod fan_in;
@@ -29,9 +30,15 @@ pub fn standard_handlers(client: Option<Arc<Client>>) -> Handlers {
     handlers.register(HandlerKind::Command, Arc::new(command::CommandHandler));
     handlers.register(HandlerKind::Wait, Arc::new(wait::WaitHandler));
     handlers.register(HandlerKind::Human, Arc::new(human::HumanHandler));
-    let prompt = Arc::new(prompt::PromptHandler::new(client.clone()));
-    handlers.register(HandlerKind::Prompt, prompt.clone());
-    handlers.register(HandlerKind::Agent, prompt);
+    let threads = Arc::new(prompt::Threads::default());
+    handlers.register(
+        HandlerKind::Prompt,
+        Arc::new(prompt::PromptHandler::new(client.clone(), threads.clone())),
+    );
+    handlers.register(
+        HandlerKind::Agent,
+        Arc::new(agent::AgentHandler::new(client.clone(), threads)),
+    );
     handlers.register(
         HandlerKind::FanIn,
         Arc::new(fan_in::ModelFanIn::new(client)),

@@ -2,7 +2,7 @@
 //! summed over the turns, provider errors turned into stage outcomes (a transient error is retryable by
 //! the node's retry policy; a missing model stops the run), and the one "ask, parse, repair" loop that
 //! every caller needing a shaped answer uses — prompt output schemas, the fan-in's choice, the `when`
-//! router, and later agents.
+//! router, and the agent loop's repair turns.
 
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -10,7 +10,9 @@ use std::time::Instant;
 use trellis_engine::event::{EventKind, ModelCallEnd};
 use trellis_engine::{Emitter, FailureClass, Outcome, Stage};
 use trellis_engine::{ModelDetails, TokenUsage};
-use trellis_llm::{Client, ErrorKind, LlmError, Message, Request, ResolvedModel, Response, Usage};
+use trellis_llm::{
+    Client, ErrorKind, LlmError, Message, Request, ResolvedModel, Response, StreamEvent, Usage,
+};
 
 /// A conversation with one model on behalf of one node (a stage, or the router of its edges).
 pub struct ModelCall<'a> {
@@ -112,17 +114,26 @@ impl<'a> ModelCall<'a> {
         let started = Instant::now();
         let result = self
             .client
-            .complete(&self.resolved, request, &|_| {}, &|error, attempt, wait| {
-                emitter.emit(
-                    node,
-                    EventKind::ModelCallRetrying {
-                        error: error.to_string(),
-                        kind: error.kind.as_str().to_owned(),
-                        attempt,
-                        delay_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                    },
-                );
-            })
+            .complete(
+                &self.resolved,
+                request,
+                &|event| {
+                    if let StreamEvent::TextDelta(text) = event {
+                        emitter.emit(node, EventKind::ModelTextDelta { text });
+                    }
+                },
+                &|error, attempt, wait| {
+                    emitter.emit(
+                        node,
+                        EventKind::ModelCallRetrying {
+                            error: error.to_string(),
+                            kind: error.kind.as_str().to_owned(),
+                            attempt,
+                            delay_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                        },
+                    );
+                },
+            )
             .await;
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let mut end = ModelCallEnd {
@@ -239,6 +250,17 @@ impl<'a> ModelCall<'a> {
     /// Records the model, provider, usage and turn count in an outcome's details.
     pub fn describe(&self, outcome: &mut Outcome) {
         outcome.details.model = Some(self.details());
+    }
+}
+
+/// An agent session reaches its model through the stage's conversation, so its calls are reported,
+/// retried and counted like every other model call.
+#[async_trait::async_trait]
+impl trellis_agent::Model for ModelCall<'_> {
+    type Error = Box<Outcome>;
+
+    async fn ask(&mut self, request: &Request) -> Result<Response, Box<Outcome>> {
+        ModelCall::ask(self, request).await
     }
 }
 

@@ -5,9 +5,8 @@
 //! `last_response` and `response.<id>`, its routing directive steers the next edge, and an
 //! `output_schema` is enforced with repair turns. Writes `prompt.md`, `response.md` and (through the
 //! engine) `status.json` for every attempt.
-//!
-//! Agent nodes (`shape=box`) need the multi-turn agent loop with tools; until it exists they fail with
-//! a configuration error in real runs. `--dry-run` simulates both.
+//! `--dry-run` simulates them. Agent nodes share this module's preambles, threads and project memory
+//! (see [`crate::agent`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,7 +16,6 @@ use serde_json::json;
 use trellis_engine::event::EventKind;
 use trellis_engine::{Attempt, FailureClass, Handler, Outcome, Stage, keys};
 use trellis_llm::{Client, Message, ReasoningEffort, Request};
-use trellis_workflow::NodeKind;
 use trellis_workflow::node_kind::{self, Fidelity, LlmConfig};
 
 use crate::model_call::{ModelCall, Parsed, Shaped, Unshaped};
@@ -35,33 +33,36 @@ const DEFAULT_THREAD: &str = "default";
 
 pub struct PromptHandler {
     client: Option<Arc<Client>>,
-    /// Conversations of `full`-fidelity nodes, by thread id. They live as long as the process: a
-    /// resumed run starts them afresh (and the engine degrades its first node to `summary:high`).
-    threads: Mutex<HashMap<String, Vec<Message>>>,
+    threads: Arc<Threads>,
 }
 
-impl PromptHandler {
-    /// `client` is `None` when models are unavailable; such stages then fail with a clear message.
-    pub fn new(client: Option<Arc<Client>>) -> Self {
-        Self {
-            client,
-            threads: Mutex::new(HashMap::new()),
-        }
-    }
+/// Conversations of `full`-fidelity nodes, by thread id, shared by prompt and agent nodes. They live as
+/// long as the process: a resumed run starts them afresh (and the engine degrades its first node to
+/// `summary:high`).
+#[derive(Default)]
+pub struct Threads(Mutex<HashMap<String, Vec<Message>>>);
 
-    fn thread(&self, key: &str) -> Option<Vec<Message>> {
-        self.threads
+impl Threads {
+    fn get(&self, key: &str) -> Option<Vec<Message>> {
+        self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(key)
             .cloned()
     }
 
-    fn save_thread(&self, key: String, messages: Vec<Message>) {
-        self.threads
+    pub(crate) fn save(&self, key: String, messages: Vec<Message>) {
+        self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(key, messages);
+    }
+}
+
+impl PromptHandler {
+    /// `client` is `None` when models are unavailable; such stages then fail with a clear message.
+    pub fn new(client: Option<Arc<Client>>, threads: Arc<Threads>) -> Self {
+        Self { client, threads }
     }
 }
 
@@ -95,24 +96,43 @@ pub fn preamble_for(stage: &Stage<'_>, fidelity: Fidelity) -> String {
     )
 }
 
-/// The project memory as one system prompt, or `None` when there is none.
+/// The project memory as one system prompt, or `None` when there is none: the memory files of every
+/// folder from the repository's root (the nearest folder above with `.git`) down to the working
+/// directory, outermost first; just the working directory's outside a repository.
 pub async fn project_memory(stage: &Stage<'_>) -> Option<String> {
-    let mut parts = Vec::new();
-    for name in MEMORY_FILES {
-        let path = stage.settings.work_dir.join(name);
-        if let Ok(text) = tokio::fs::read_to_string(&path).await
-            && !text.trim().is_empty()
+    let work_dir = &stage.settings.work_dir;
+    let mut dirs = vec![work_dir.as_path()];
+    for dir in work_dir.ancestors() {
+        if tokio::fs::try_exists(dir.join(".git"))
+            .await
+            .unwrap_or(false)
         {
-            parts.push(format!(
-                "# {name}\n\n{}",
-                preamble::clip(text.trim(), MEMORY_LIMIT)
-            ));
+            dirs = work_dir.ancestors().take_while(|d| *d != dir).collect();
+            dirs.push(dir);
+            dirs.reverse();
+            break;
+        }
+    }
+    let root = dirs[0];
+    let mut parts = Vec::new();
+    for dir in &dirs {
+        for name in MEMORY_FILES {
+            let path = dir.join(name);
+            if let Ok(text) = tokio::fs::read_to_string(&path).await
+                && !text.trim().is_empty()
+            {
+                let shown = path.strip_prefix(root).unwrap_or(&path).display();
+                parts.push(format!(
+                    "# {shown}\n\n{}",
+                    preamble::clip(text.trim(), MEMORY_LIMIT)
+                ));
+            }
         }
     }
     (!parts.is_empty()).then(|| parts.join("\n\n"))
 }
 
-fn effort(effort: node_kind::ReasoningEffort) -> ReasoningEffort {
+pub(crate) fn effort(effort: node_kind::ReasoningEffort) -> ReasoningEffort {
     match effort {
         node_kind::ReasoningEffort::High => ReasoningEffort::High,
         node_kind::ReasoningEffort::Medium => ReasoningEffort::Medium,
@@ -151,8 +171,26 @@ pub(crate) async fn write_stage_file(stage: &Stage<'_>, name: &str, text: &str) 
     }
 }
 
-fn simulated(stage: &Stage<'_>) -> String {
-    format!("[Simulated] Response for stage: {}", stage.node.id)
+/// The outcome of a simulated model stage (`--dry-run`): a canned answer, recorded like a real one.
+pub(crate) async fn simulated_outcome(stage: &Stage<'_>, llm: &LlmConfig) -> Outcome {
+    let response = format!("[Simulated] Response for stage: {}", stage.node.id);
+    write_stage_file(stage, "prompt.md", &llm.prompt).await;
+    write_stage_file(stage, "response.md", &response).await;
+    let mut outcome = Outcome::success();
+    response_updates(&mut outcome, &stage.node.id, &response);
+    outcome
+}
+
+/// The outcome of a model stage when no model is configured.
+pub(crate) fn no_model(stage: &Stage<'_>) -> Outcome {
+    Outcome::failed(
+        FailureClass::Configuration,
+        format!(
+            "no model configured: node `{}` needs a model; {}",
+            stage.node.id,
+            trellis_llm::local::SETUP_HELP
+        ),
+    )
 }
 
 impl PromptHandler {
@@ -162,32 +200,10 @@ impl PromptHandler {
             return Outcome::success();
         };
         if stage.settings.dry_run {
-            let response = simulated(stage);
-            write_stage_file(stage, "prompt.md", &llm.prompt).await;
-            write_stage_file(stage, "response.md", &response).await;
-            let mut outcome = Outcome::success();
-            response_updates(&mut outcome, &stage.node.id, &response);
-            return outcome;
-        }
-        if matches!(stage.node.kind, NodeKind::Agent(_)) {
-            return Outcome::failed(
-                FailureClass::Configuration,
-                format!(
-                    "agent node `{}` needs the multi-turn agent loop with tools, which this version of trellis does not have yet; \
-                     use a prompt node (shape=tab) for a single model call, or --dry-run to simulate",
-                    stage.node.id
-                ),
-            );
+            return simulated_outcome(stage, llm).await;
         }
         let Some(client) = &self.client else {
-            return Outcome::failed(
-                FailureClass::Configuration,
-                format!(
-                    "no model configured: prompt node `{}` needs a model; {}",
-                    stage.node.id,
-                    trellis_llm::local::SETUP_HELP
-                ),
-            );
+            return no_model(stage);
         };
         self.run_prompt(client, stage, llm).await
     }
@@ -200,23 +216,23 @@ impl Handler for PromptHandler {
     }
 }
 
-/// The assembled first message of a prompt stage and the thread it continues.
-struct Opening {
-    prompt: String,
-    messages: Vec<Message>,
-    thread_key: Option<String>,
-    fidelity: Fidelity,
+/// The assembled first message of a model stage and the thread it continues.
+pub(crate) struct Opening {
+    pub prompt: String,
+    pub messages: Vec<Message>,
+    pub thread_key: Option<String>,
+    pub fidelity: Fidelity,
 }
 
-impl PromptHandler {
+impl Opening {
     /// The preamble by fidelity, the node's prompt and schema instructions, and the thread so far.
-    fn open(&self, stage: &Stage<'_>, llm: &LlmConfig) -> Opening {
+    pub(crate) fn new(stage: &Stage<'_>, llm: &LlmConfig, threads: &Threads) -> Opening {
         let (fidelity, thread) = fidelity_of(stage);
         let thread_key = (fidelity == Fidelity::Full)
             .then(|| thread.unwrap_or_else(|| DEFAULT_THREAD.to_owned()));
         let messages = thread_key
             .as_deref()
-            .and_then(|k| self.thread(k))
+            .and_then(|k| threads.get(k))
             .unwrap_or_default();
         // A full-fidelity node that starts its thread has no conversation to continue: it gets the
         // default preamble instead, so it still knows what happened before it.
@@ -244,7 +260,9 @@ impl PromptHandler {
             fidelity,
         }
     }
+}
 
+impl PromptHandler {
     async fn run_prompt(&self, client: &Client, stage: &Stage<'_>, llm: &LlmConfig) -> Outcome {
         let mut call = match ModelCall::for_stage(client, stage) {
             Ok(call) => call,
@@ -255,7 +273,7 @@ impl PromptHandler {
             mut messages,
             thread_key,
             fidelity,
-        } = self.open(stage, llm);
+        } = Opening::new(stage, llm, &self.threads);
         write_stage_file(stage, "prompt.md", &prompt).await;
         messages.push(Message::user(prompt));
         let mut request = Request {
@@ -291,7 +309,7 @@ impl PromptHandler {
         }
         request.messages.push(answer.response.to_message());
         if let Some(key) = thread_key {
-            self.save_thread(key, request.messages);
+            self.threads.save(key, request.messages);
         }
         let mut outcome = Outcome::success();
         response_updates(&mut outcome, &stage.node.id, &answer.response.text);

@@ -96,6 +96,11 @@ fn has_routing_field(object: &Map<String, Value>) -> bool {
     ROUTING_FIELDS.iter().any(|f| object.contains_key(*f))
 }
 
+/// Whether `text` holds a JSON object with a routing field (well typed or not).
+pub fn has_directive(text: &str) -> bool {
+    json_objects(text).iter().any(has_routing_field)
+}
+
 /// The last object in `text` with a routing field, leniently read: fields of the wrong type are ignored.
 pub fn extract(text: &str) -> Option<RoutingDirective> {
     let object = json_objects(text)

@@ -36,6 +36,8 @@ pub struct Client {
     hosted: bool,
     default_model: Option<String>,
     default_provider: Option<String>,
+    /// Context windows the config sets, by provider.
+    context_windows: BTreeMap<String, u32>,
     pub retry: RetryPolicy,
 }
 
@@ -58,6 +60,11 @@ impl Client {
             hosted,
             default_model: config.default_model.clone(),
             default_provider: config.default_provider.clone(),
+            context_windows: config
+                .providers
+                .iter()
+                .filter_map(|(name, p)| Some((name.clone(), p.context_window?)))
+                .collect(),
             retry: RetryPolicy::default(),
         }
     }
@@ -73,6 +80,7 @@ impl Client {
             hosted,
             default_model: None,
             default_provider: None,
+            context_windows: BTreeMap::new(),
             retry: RetryPolicy::default(),
         }
     }
@@ -165,6 +173,20 @@ impl Client {
             .and_then(|p| p.model_id())
             .unwrap_or(catalog::LOCAL_MODEL_ID)
             .to_owned()
+    }
+
+    /// The context window of a resolved model in tokens: the config's figure for its provider, else
+    /// what the provider reports (the local server), else the catalog's.
+    pub fn context_window(&self, resolved: &ResolvedModel) -> Option<u32> {
+        self.context_windows
+            .get(&resolved.provider)
+            .copied()
+            .or_else(|| {
+                self.providers
+                    .get(&resolved.provider)
+                    .and_then(|p| p.context_window())
+            })
+            .or(resolved.info.map(|i| i.context_window))
     }
 
     /// One call with retries. `request.model` is replaced by the resolved id.

@@ -70,6 +70,9 @@ pub struct ProviderSettings {
     pub base_url: Option<String>,
     /// For OpenAI: `responses` (default) or `chat`.
     pub api: Option<String>,
+    /// The context window of the models this provider serves, in tokens, over the catalog's figure
+    /// (for servers whose models the catalog does not know).
+    pub context_window: Option<u32>,
 }
 
 impl ProviderSettings {
@@ -119,6 +122,7 @@ struct FileProvider {
     api_key: Option<String>,
     base_url: Option<String>,
     api: Option<String>,
+    context_window: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -187,6 +191,7 @@ impl Config {
                             api_key: p.api_key.map(Secret::new),
                             base_url: p.base_url,
                             api: p.api,
+                            context_window: p.context_window,
                         },
                     )
                 })

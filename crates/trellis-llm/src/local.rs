@@ -238,6 +238,10 @@ impl Provider for LocalProvider {
         Some(LocalProvider::model_id(self))
     }
 
+    fn context_window(&self) -> Option<u32> {
+        Some(self.settings.context_size.unwrap_or(DEFAULT_CONTEXT))
+    }
+
     async fn stream(&self, request: &Request, on_event: OnEvent<'_>) -> Result<Response, LlmError> {
         let chat = self.chat().await?;
         let mut request = request.clone();

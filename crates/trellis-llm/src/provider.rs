@@ -22,6 +22,12 @@ pub trait Provider: Send + Sync {
         None
     }
 
+    /// The context window of the model it serves, when the provider knows it (the local server was
+    /// started with one).
+    fn context_window(&self) -> Option<u32> {
+        None
+    }
+
     /// Stops anything the provider started (the local model server). Called at the end of a run.
     async fn shutdown(&self) {}
 }

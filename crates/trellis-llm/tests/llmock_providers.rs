@@ -30,6 +30,7 @@ fn provider(mock: &Llmock, name: &str, api: Option<&str>, base: &str) -> Arc<dyn
         api_key: Some(Secret::new(KEY)),
         base_url: Some(mock.url(base)),
         api: api.map(str::to_owned),
+        context_window: None,
     };
     build_provider(name, &settings)
 }

@@ -88,6 +88,9 @@ fn write_lines(mut file: std::fs::File, receiver: &Receiver<Message>) {
 
 impl EventSink for EventLog {
     fn emit(&self, event: &Event) {
+        if event.kind.is_live_only() {
+            return;
+        }
         if let Ok(mut line) = serde_json::to_vec(event) {
             line.push(b'\n');
             self.send(Message::Line(line));

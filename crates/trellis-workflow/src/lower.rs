@@ -323,6 +323,12 @@ impl Lowerer<'_> {
                 .map_or(DEFAULT_OUTPUT_RETRIES, |n| {
                     u32::try_from(n.max(0)).unwrap_or(u32::MAX)
                 }),
+            max_turns: r.count("max_turns", 1),
+            allowed_tools: r.string("allowed_tools").map(|s| name_list(&s)),
+            disallowed_tools: r
+                .string("disallowed_tools")
+                .map(|s| name_list(&s))
+                .unwrap_or_default(),
         }
     }
 
@@ -401,4 +407,13 @@ impl Lowerer<'_> {
             attributes: text_map(&flat.attrs),
         }
     }
+}
+
+/// A comma- or space-separated list of names.
+fn name_list(text: &str) -> Vec<String> {
+    text.split([',', ' '])
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
 }

@@ -92,13 +92,31 @@ const LLM_ATTRIBUTES: &[&str] = &[
     "output_retries",
 ];
 
+/// Attributes of agent nodes: the model attributes and the agent loop's own.
+const AGENT_ATTRIBUTES: &[&str] = &[
+    "prompt",
+    "reasoning_effort",
+    "max_tokens",
+    "fidelity",
+    "thread_id",
+    "model",
+    "provider",
+    "project_memory",
+    "backend",
+    "output_schema",
+    "output_retries",
+    "max_turns",
+    "allowed_tools",
+    "disallowed_tools",
+];
+
 /// The one table of node kinds: lowering resolves `type` and `shape` through it, the
 /// `unknown-attribute` rule judges attributes by it, and the engine registers handlers by its kinds.
 #[rustfmt::skip]
 pub const KINDS: &[KindSpec] = &[
     KindSpec { kind: HandlerKind::Start, type_name: "start", shape: "Mdiamond", attributes: &[], engine_runs: false },
     KindSpec { kind: HandlerKind::Exit, type_name: "exit", shape: "Msquare", attributes: &[], engine_runs: false },
-    KindSpec { kind: HandlerKind::Agent, type_name: "agent", shape: "box", attributes: LLM_ATTRIBUTES, engine_runs: false },
+    KindSpec { kind: HandlerKind::Agent, type_name: "agent", shape: "box", attributes: AGENT_ATTRIBUTES, engine_runs: false },
     KindSpec { kind: HandlerKind::Prompt, type_name: "prompt", shape: "tab", attributes: LLM_ATTRIBUTES, engine_runs: false },
     KindSpec { kind: HandlerKind::Command, type_name: "command", shape: "parallelogram", attributes: &["script", "language"], engine_runs: false },
     KindSpec { kind: HandlerKind::Human, type_name: "human", shape: "hexagon", attributes: &["human.default_choice"], engine_runs: false },
@@ -206,6 +224,12 @@ pub struct LlmConfig {
     pub output_schema: Option<OutputSchema>,
     /// Repair turns for invalid structured output (default 2; negative values count as 0).
     pub output_retries: u32,
+    /// Agent nodes: the most turns the loop may take (`max_turns`; unlimited when absent).
+    pub max_turns: Option<u32>,
+    /// Agent nodes: the only tools offered (`allowed_tools`, comma-separated), when given.
+    pub allowed_tools: Option<Vec<String>>,
+    /// Agent nodes: tools never offered (`disallowed_tools`).
+    pub disallowed_tools: Vec<String>,
 }
 
 /// `output_schema`: the built-in routing schema or a JSON Schema loaded from a file.

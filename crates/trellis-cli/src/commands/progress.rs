@@ -1,6 +1,8 @@
 //! Live progress for `trellis run` and `trellis resume`, one subscriber of the run's events (the event
 //! log is another): stage events become one line each on standard error (status and duration), with a
-//! spinner for the running stage when standard error is a terminal.
+//! spinner for the running stage when standard error is a terminal. An agent's tool calls show one line
+//! each under their stage as they finish (`shell cargo test … exit 101`); with `--verbose` the models'
+//! answers stream as they are written.
 
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
@@ -16,17 +18,25 @@ use trellis_workflow::StageStatus;
 struct Running {
     node: Option<String>,
     since: Option<Instant>,
+    /// Streamed model text is on the current line.
+    mid_text: bool,
 }
 
 pub struct Progress {
     interactive: bool,
+    /// Stream the models' text (`--verbose`).
+    verbose: bool,
     running: Arc<Mutex<Running>>,
 }
 
+/// How much of a tool call's path or command its line shows.
+const TARGET_CHARS: usize = 80;
+
 impl Progress {
-    pub fn new() -> Arc<Self> {
+    pub fn new(verbose: bool) -> Arc<Self> {
         let progress = Arc::new(Self {
             interactive: std::io::stderr().is_terminal(),
+            verbose,
             running: Arc::default(),
         });
         if progress.interactive {
@@ -59,11 +69,28 @@ impl Progress {
             .running
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if self.interactive {
+        if running.mid_text {
+            eprintln!();
+            running.mid_text = false;
+        } else if self.interactive {
             eprint!("\r\x1b[K");
         }
         running.node = None;
         eprintln!("{text}");
+    }
+
+    fn stream(&self, text: &str) {
+        let mut running = self
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !running.mid_text && self.interactive {
+            eprint!("\r\x1b[K");
+        }
+        running.node = None;
+        running.mid_text = true;
+        eprint!("{text}");
+        let _ = std::io::stderr().flush();
     }
 }
 
@@ -78,6 +105,10 @@ fn first_line(text: &str) -> &str {
 }
 
 impl EventSink for Progress {
+    #[allow(
+        clippy::too_many_lines,
+        reason = "one arm per event shown: splitting it would scatter the display's one table"
+    )]
     fn emit(&self, event: &Event) {
         // Stages of a sub-workflow (run id `<run>/<node>`) show under their parent node: `first › greet`.
         let node_id = event.node_id.as_deref().unwrap_or("");
@@ -142,7 +173,7 @@ impl EventSink for Progress {
                     eprint!("\r\x1b[K");
                 }
             }
-            EventKind::ModelWarning { message } => {
+            EventKind::ModelWarning { message } | EventKind::AgentError { message } => {
                 self.line(&format!("  ! {node}: {message}"));
             }
             EventKind::ModelCallRetrying {
@@ -153,6 +184,33 @@ impl EventSink for Progress {
                     seconds(*delay_ms)
                 ));
             }
+            EventKind::AgentToolCallCompleted(end) => {
+                let target = first_line(&end.target);
+                let mut shown: String = target.chars().take(TARGET_CHARS).collect();
+                if shown.len() < target.len() {
+                    shown.push('…');
+                }
+                let result = match (&end.note, end.is_error) {
+                    (Some(word), _) => format!(" … {word}"),
+                    (None, true) => " … error".to_owned(),
+                    (None, false) => String::new(),
+                };
+                self.line(&format!("    {node}: {} {shown}{result}", end.tool));
+            }
+            EventKind::AgentLoopDetected { period, .. } => {
+                self.line(&format!(
+                    "  ! {node}: the agent repeats itself (a loop of {period} call(s)); it was told so"
+                ));
+            }
+            EventKind::AgentCompactionCompleted {
+                original_turn_count,
+                ..
+            } => {
+                self.line(&format!(
+                    "  ! {node}: the conversation neared the context window; {original_turn_count} turns were summarised"
+                ));
+            }
+            EventKind::ModelTextDelta { text } if self.verbose => self.stream(text),
             EventKind::GoalGateUnmet { .. } => {
                 self.line(&format!(
                     "  ! goal gate {node} is not met; retrying from its retry target"

@@ -40,6 +40,9 @@ pub struct RunOptions {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+    /// Stream the models' answers as they are written.
+    #[arg(long, short)]
+    verbose: bool,
 }
 
 #[derive(clap::Args)]
@@ -120,7 +123,7 @@ fn show_diagnostics(loaded: &Loaded) -> anyhow::Result<()> {
 
 /// Who answers gates and who else hears the events: the terminal display.
 fn wiring(options: &RunOptions) -> anyhow::Result<Wiring> {
-    let progress: Arc<dyn EventSink> = Progress::new();
+    let progress: Arc<dyn EventSink> = Progress::new(options.verbose);
     Ok(Wiring {
         interviewer: interviewer(options)?,
         subscribers: vec![progress],

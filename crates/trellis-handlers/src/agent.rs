@@ -1,0 +1,506 @@
+//! Agent nodes (`shape=box`, the default): a multi-turn, tool-using session from `trellis-agent` on the
+//! node's model. The prompt is assembled as for prompt nodes (preamble by fidelity, the node's prompt,
+//! schema instructions; project memory as the system prompt) and `full`-fidelity nodes with the same
+//! thread continue one live conversation. The session's events become run events
+//! (`Agent.ToolCallStarted`, ...), and the stage writes `prompt.md`, `response.md`, `transcript.jsonl`
+//! and (through the engine) `status.json` with the files it touched.
+//!
+//! Routing follows the outputs document: the directive comes from the final response, else
+//! `status.json` in the working directory (written during the stage), else the last file the agent
+//! touched. With `output_schema="routing"` a source is passed over only when it holds no routing
+//! object at all; a malformed one gets a repair turn in the same live session. A custom schema reads
+//! the response only.
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use trellis_agent::{AgentEvent, Observer, Session, Stop, Tool, Toolbox, WorkDir};
+use trellis_engine::event::{EventKind, ToolCallEnd};
+use trellis_engine::{Attempt, Emitter, FailureClass, Handler, Outcome, Stage};
+use trellis_llm::{Client, Request};
+use trellis_workflow::node_kind::{Backend, LlmConfig, OutputSchema};
+
+use crate::model_call::ModelCall;
+use crate::output_schema::{self, SchemaError, Structured};
+use crate::prompt::{
+    Opening, Threads, effort, no_model, project_memory, response_updates, simulated_outcome,
+    write_stage_file,
+};
+use crate::routing_directive;
+
+/// What every agent is told before the project memory.
+const AGENT_SYSTEM: &str = "You are a coding agent working in a project's directory. Use the tools to read, \
+search, change and test files; every path is relative to the working directory, and nothing outside it \
+can be reached. Work step by step. When the task is done, answer with a short summary of what you did, \
+without calling a tool.";
+
+pub struct AgentHandler {
+    client: Option<Arc<Client>>,
+    threads: Arc<Threads>,
+}
+
+impl AgentHandler {
+    pub fn new(client: Option<Arc<Client>>, threads: Arc<Threads>) -> Self {
+        Self { client, threads }
+    }
+}
+
+#[async_trait]
+impl Handler for AgentHandler {
+    async fn execute(&self, stage: &Stage<'_>) -> Attempt {
+        let Some(llm) = stage.node.kind.llm() else {
+            return Outcome::success().into();
+        };
+        if stage.settings.dry_run {
+            return simulated_outcome(stage, llm).await.into();
+        }
+        if llm.backend != Backend::Api {
+            return Outcome::failed(
+                FailureClass::Configuration,
+                format!(
+                    "agent node `{}` asks for backend=\"{}\", which this version of trellis does not run; \
+                     remove the attribute to use the built-in agent (backend=\"api\")",
+                    stage.node.id, llm.backend
+                ),
+            )
+            .into();
+        }
+        let Some(client) = &self.client else {
+            return no_model(stage).into();
+        };
+        self.run(client, stage, llm).await.into()
+    }
+}
+
+/// Turns the session's events into run events and keeps the transcript.
+struct StageObserver<'a> {
+    emitter: &'a dyn Emitter,
+    node_id: &'a str,
+    transcript: Mutex<Vec<Value>>,
+    tool_calls: Mutex<u32>,
+}
+
+impl StageObserver<'_> {
+    fn note(&self, entry: Value) {
+        self.transcript
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(entry);
+    }
+
+    fn transcript(&self) -> String {
+        let lines = self
+            .transcript
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        lines.iter().fold(String::new(), |mut out, line| {
+            let _ = writeln!(out, "{line}");
+            out
+        })
+    }
+
+    fn tool_calls(&self) -> u32 {
+        *self
+            .tool_calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Observer for StageObserver<'_> {
+    fn on_event(&self, event: AgentEvent) {
+        let node = Some(self.node_id);
+        let kind = match event {
+            AgentEvent::TurnStarted { turn } => {
+                self.note(json!({ "type": "turn", "turn": turn }));
+                EventKind::AgentTurnStarted { turn }
+            }
+            AgentEvent::Text { turn, text } => {
+                self.note(json!({ "type": "assistant", "turn": turn, "text": text }));
+                return;
+            }
+            AgentEvent::ToolCallStarted {
+                call_id,
+                tool,
+                target,
+                arguments,
+            } => {
+                self.note(json!({
+                    "type": "tool_call", "call_id": call_id, "tool": tool, "arguments": arguments,
+                }));
+                EventKind::AgentToolCallStarted {
+                    call_id,
+                    tool,
+                    target,
+                    arguments,
+                }
+            }
+            AgentEvent::ToolCallCompleted {
+                call_id,
+                tool,
+                target,
+                is_error,
+                duration_ms,
+                output,
+                shown_chars,
+                note,
+            } => {
+                *self
+                    .tool_calls
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
+                self.note(json!({
+                    "type": "tool_result", "call_id": call_id, "tool": tool, "is_error": is_error,
+                    "duration_ms": duration_ms, "shown_chars": shown_chars, "output": output,
+                }));
+                EventKind::AgentToolCallCompleted(ToolCallEnd {
+                    call_id,
+                    tool,
+                    target,
+                    is_error,
+                    duration_ms,
+                    output_chars: output.chars().count(),
+                    shown_chars,
+                    note,
+                    output,
+                })
+            }
+            AgentEvent::LoopDetected { period, tools } => {
+                self.note(json!({ "type": "loop_detected", "period": period, "tools": tools }));
+                EventKind::AgentLoopDetected { period, tools }
+            }
+            AgentEvent::ContextWindowWarning {
+                estimated_tokens,
+                context_window_size,
+                usage_percent,
+            } => EventKind::AgentContextWindowWarning {
+                estimated_tokens,
+                context_window_size,
+                usage_percent,
+            },
+            AgentEvent::CompactionStarted {
+                estimated_tokens,
+                context_window_size,
+            } => EventKind::AgentCompactionStarted {
+                estimated_tokens,
+                context_window_size,
+            },
+            AgentEvent::CompactionCompleted {
+                original_turn_count,
+                preserved_turn_count,
+                summary_token_estimate,
+                tracked_file_count,
+            } => {
+                self.note(
+                    json!({ "type": "compaction", "original_turn_count": original_turn_count }),
+                );
+                EventKind::AgentCompactionCompleted {
+                    original_turn_count,
+                    preserved_turn_count,
+                    summary_token_estimate,
+                    tracked_file_count,
+                }
+            }
+            AgentEvent::Error { message } => {
+                self.note(json!({ "type": "error", "message": message }));
+                EventKind::AgentError { message }
+            }
+        };
+        self.emitter.emit(node, kind);
+    }
+}
+
+/// What the routing sources yielded under the node's schema.
+enum Reading {
+    Valid(Structured),
+    /// Worth a repair turn: the problem.
+    Invalid(String),
+    Fatal(String),
+}
+
+impl AgentHandler {
+    async fn run(&self, client: &Client, stage: &Stage<'_>, llm: &LlmConfig) -> Outcome {
+        if let Some(unknown) = unknown_tools(llm) {
+            return Outcome::failed(FailureClass::Configuration, unknown);
+        }
+        let mut call = match ModelCall::for_stage(client, stage) {
+            Ok(call) => call,
+            Err(outcome) => return *outcome,
+        };
+        let work_dir = match WorkDir::new(&stage.settings.work_dir) {
+            Ok(dir) => dir,
+            Err(e) => {
+                return Outcome::failed(
+                    FailureClass::Configuration,
+                    format!(
+                        "the working directory {} cannot be used: {e}",
+                        stage.settings.work_dir.display()
+                    ),
+                );
+            }
+        };
+        let opening = Opening::new(stage, llm, &self.threads);
+        write_stage_file(stage, "prompt.md", &opening.prompt).await;
+        let mut session = open_session(stage, llm, client, &call, work_dir, opening.messages).await;
+        let observer = StageObserver {
+            emitter: stage.emitter,
+            node_id: &stage.node.id,
+            transcript: Mutex::new(Vec::new()),
+            tool_calls: Mutex::new(0),
+        };
+        let mut outcome = converse(
+            stage,
+            llm,
+            &mut session,
+            &mut call,
+            &observer,
+            opening.prompt,
+        )
+        .await;
+        outcome.details.fidelity = Some(opening.fidelity.as_str().to_owned());
+        write_stage_file(stage, "transcript.jsonl", &observer.transcript()).await;
+        outcome.files_touched = session.files_touched().to_vec();
+        call.describe(&mut outcome);
+        outcome.details.tool_calls = Some(observer.tool_calls());
+        if let Some(key) = opening.thread_key {
+            self.threads.save(key, session.history);
+        }
+        outcome
+    }
+}
+
+/// A session on the node's tools (confined to the working directory, shell calls recorded for the
+/// reaper), with the agent's system prompt and project memory, continuing `history`.
+async fn open_session(
+    stage: &Stage<'_>,
+    llm: &LlmConfig,
+    client: &Client,
+    call: &ModelCall<'_>,
+    work_dir: WorkDir,
+    history: Vec<trellis_llm::Message>,
+) -> Session {
+    let mut toolbox = Toolbox::new(
+        work_dir,
+        llm.allowed_tools.as_deref(),
+        &llm.disallowed_tools,
+    );
+    toolbox.process_file = Some(stage.dir.join("process"));
+    toolbox.shell_env = vec![
+        ("TRELLIS_RUN_ID".into(), stage.run_id.to_owned()),
+        ("TRELLIS_NODE_ID".into(), stage.node.id.clone()),
+    ];
+    let memory = if llm.project_memory {
+        project_memory(stage).await
+    } else {
+        None
+    };
+    let system = match memory {
+        Some(memory) => format!("{AGENT_SYSTEM}\n\n{memory}"),
+        None => AGENT_SYSTEM.to_owned(),
+    };
+    let settings = trellis_agent::Settings {
+        template: Request {
+            max_tokens: llm.max_tokens,
+            reasoning_effort: Some(effort(llm.reasoning_effort)),
+            ..Request::default()
+        },
+        context_window: client.context_window(&call.resolved).map(u64::from),
+    };
+    let mut session = Session::new(toolbox, Some(system), history, settings);
+    session.limit_turns(llm.max_turns);
+    session
+}
+
+/// Runs the session on `prompt` until its answer meets the node's schema (with repair turns in the
+/// same session), and writes `response.md` (and `repairs.md`). The outcome carries the response keys
+/// and the routing directive or structured output.
+async fn converse(
+    stage: &Stage<'_>,
+    llm: &LlmConfig,
+    session: &mut Session,
+    call: &mut ModelCall<'_>,
+    observer: &StageObserver<'_>,
+    prompt: String,
+) -> Outcome {
+    let started = stage_start(stage).await;
+    let repairs_allowed = llm.output_schema.as_ref().map_or(0, |_| llm.output_retries);
+    let mut repairs = 0;
+    let mut log = String::new();
+    let mut message = prompt;
+    loop {
+        observer.note(json!({ "type": "user", "text": message }));
+        let response = match session.send(call, observer, message).await {
+            Ok(response) => response,
+            Err(Stop::Model(outcome)) => return *outcome,
+            Err(Stop::MaxTurns { turns, last_text }) => {
+                let mut outcome = Outcome::failed(
+                    FailureClass::StageFailed,
+                    format!(
+                        "the agent used its {turns} turn(s) (max_turns) without finishing; \
+                         its work so far is kept (files_touched, transcript.jsonl)"
+                    ),
+                );
+                write_stage_file(stage, "response.md", &last_text).await;
+                response_updates(&mut outcome, &stage.node.id, &last_text);
+                return outcome;
+            }
+        };
+        let problem = match read_routing(
+            llm.output_schema.as_ref(),
+            &response.text,
+            session,
+            started,
+        )
+        .await
+        {
+            Reading::Valid(structured) => {
+                write_stage_file(stage, "response.md", &response.text).await;
+                if !log.is_empty() {
+                    write_stage_file(stage, "repairs.md", &log).await;
+                }
+                let mut outcome = Outcome::success();
+                response_updates(&mut outcome, &stage.node.id, &response.text);
+                match structured {
+                    Structured::Free(Some(directive)) | Structured::Routing(directive) => {
+                        directive.apply(&mut outcome);
+                    }
+                    Structured::Free(None) => {}
+                    Structured::Json(value) => {
+                        outcome
+                            .context_updates
+                            .insert(format!("output.{}", stage.node.id), value);
+                    }
+                }
+                outcome.details.repairs = Some(repairs);
+                outcome.details.stop_reason = serde_json::to_value(&response.stop_reason).ok();
+                return outcome;
+            }
+            Reading::Fatal(reason) => return Outcome::failed(FailureClass::Configuration, reason),
+            Reading::Invalid(problem) => problem,
+        };
+        let _ = write!(
+            log,
+            "## Response {}\n\n{}\n\n## Problems\n\n{problem}\n\n",
+            repairs + 1,
+            response.text
+        );
+        let Some(schema) = llm
+            .output_schema
+            .as_ref()
+            .filter(|_| repairs < repairs_allowed)
+        else {
+            write_stage_file(stage, "response.md", &response.text).await;
+            write_stage_file(stage, "repairs.md", &log).await;
+            let mut outcome = Outcome::failed(
+                FailureClass::StageFailed,
+                format!(
+                    "output schema validation failed after {repairs} repair attempt(s): {problem}"
+                ),
+            );
+            response_updates(&mut outcome, &stage.node.id, &response.text);
+            outcome.details.repairs = Some(repairs);
+            return outcome;
+        };
+        repairs += 1;
+        message = output_schema::repair_message(schema, &problem);
+    }
+}
+
+/// The names in `allowed_tools`/`disallowed_tools` that are no tool, as a message.
+fn unknown_tools(llm: &LlmConfig) -> Option<String> {
+    let named = llm
+        .allowed_tools
+        .iter()
+        .flatten()
+        .chain(&llm.disallowed_tools);
+    let unknown: Vec<&str> = named
+        .filter(|n| Tool::from_name(n).is_none())
+        .map(String::as_str)
+        .collect();
+    if unknown.is_empty() {
+        return None;
+    }
+    let known: Vec<&str> = Tool::ALL.iter().map(|t| t.name()).collect();
+    Some(format!(
+        "unknown tool(s) {} in allowed_tools/disallowed_tools; the tools are: {}",
+        unknown.join(", "),
+        known.join(", ")
+    ))
+}
+
+/// When the stage started, on the file system's clock (`prompt.md`'s time), so a `status.json` the
+/// agent writes is told from one left by an earlier stage.
+async fn stage_start(stage: &Stage<'_>) -> SystemTime {
+    tokio::fs::metadata(stage.dir.join("prompt.md"))
+        .await
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| SystemTime::now())
+}
+
+/// The routing sources after the response: `status.json` in the working directory if the stage wrote
+/// it, then the last file touched. Read lazily, in order.
+async fn fallback_sources(session: &Session, started: SystemTime) -> Vec<(String, String)> {
+    let root = session.toolbox().work_dir().root();
+    let mut sources = Vec::new();
+    let status = root.join("status.json");
+    if let Ok(meta) = tokio::fs::metadata(&status).await
+        && meta.modified().is_ok_and(|m| m >= started)
+        && let Ok(text) = tokio::fs::read_to_string(&status).await
+    {
+        sources.push(("status.json".to_owned(), text));
+    }
+    if let Some(last) = session.last_touched()
+        && last != "status.json"
+        && let Ok(text) = tokio::fs::read_to_string(root.join(last)).await
+    {
+        sources.push((format!("the last file touched ({last})"), text));
+    }
+    sources
+}
+
+async fn read_routing(
+    schema: Option<&OutputSchema>,
+    response: &str,
+    session: &Session,
+    started: SystemTime,
+) -> Reading {
+    match schema {
+        Some(OutputSchema::JsonSchema { .. }) => match output_schema::check(schema, response) {
+            Ok(structured) => Reading::Valid(structured),
+            Err(SchemaError::Invalid(problem)) => Reading::Invalid(problem),
+            Err(SchemaError::BadSchema(reason)) => Reading::Fatal(reason),
+        },
+        None => {
+            if let Some(directive) = routing_directive::extract(response) {
+                return Reading::Valid(Structured::Free(Some(directive)));
+            }
+            let found = fallback_sources(session, started)
+                .await
+                .into_iter()
+                .find_map(|(_, text)| routing_directive::extract(&text));
+            Reading::Valid(Structured::Free(found))
+        }
+        Some(OutputSchema::Routing) => {
+            let mut sources = vec![("the response".to_owned(), response.to_owned())];
+            if !routing_directive::has_directive(response) {
+                sources.extend(fallback_sources(session, started).await);
+            }
+            let Some((name, text)) = sources
+                .into_iter()
+                .find(|(_, text)| routing_directive::has_directive(text))
+            else {
+                return Reading::Invalid(format!(
+                    "no JSON object with a routing field ({}) was found in the response, status.json or the last file touched",
+                    routing_directive::ROUTING_FIELDS.join(", ")
+                ));
+            };
+            match routing_directive::validate_routing(&text) {
+                Ok(directive) => Reading::Valid(Structured::Routing(directive)),
+                Err(problem) => Reading::Invalid(format!("in {name}: {problem}")),
+            }
+        }
+    }
+}
