@@ -343,8 +343,10 @@ async fn converse(
                          its work so far is kept (files_touched, transcript.jsonl)"
                     ),
                 );
-                write_stage_file(stage, "response.md", &last_text).await;
-                response_updates(&mut outcome, &stage.node.id, &last_text);
+                if !last_text.is_empty() {
+                    write_stage_file(stage, "response.md", &last_text).await;
+                    response_updates(&mut outcome, &stage.node.id, &last_text);
+                }
                 return outcome;
             }
         };

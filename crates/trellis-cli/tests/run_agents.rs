@@ -1,0 +1,768 @@
+//! Agent nodes end to end through the real `trellis` binary, with llmock standing in for Anthropic's API
+//! and scripting the model's tool calls. Each test checks what happened on disk and in the run record,
+//! and what the model was shown (llmock's request log).
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests and benchmarks set up and read files around the code they run"
+)]
+
+mod run_support;
+
+use run_support::{Project, Run, stage_dir};
+use serde_json::{Value, json};
+use trellis_test::Llmock;
+
+const KEY: &str = "sk-ant-test-agent-NEVER-SHOWN-4d2c";
+
+fn project(mock: &Llmock) -> Project {
+    Project::new()
+        .with_env("ANTHROPIC_API_KEY", KEY)
+        .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"))
+}
+
+/// A scripted turn that calls tools.
+fn calls(calls: &[(&str, Value)]) -> Value {
+    let calls: Vec<Value> = calls
+        .iter()
+        .map(|(name, arguments)| json!({ "name": name, "arguments": arguments }))
+        .collect();
+    json!({ "type": "reply", "tool_calls": calls, "times": 1 })
+}
+
+fn call(name: &str, arguments: Value) -> Value {
+    calls(&[(name, arguments)])
+}
+
+fn answer(text: &str) -> Value {
+    json!({ "type": "reply", "text": text, "times": 1 })
+}
+
+fn workflow(body: &str) -> String {
+    format!(
+        "digraph W {{\n graph [goal=\"Fix the add function\"]\n start [shape=Mdiamond]\n exit [shape=Msquare]\n {body}\n}}\n"
+    )
+}
+
+/// One agent node between start and exit.
+fn one_agent(attrs: &str) -> String {
+    workflow(&format!(
+        "fix [prompt=\"Fix add in src/lib.rs\", model=\"sonnet\"{attrs}]\n start -> fix -> exit"
+    ))
+}
+
+/// The request bodies llmock received, in order.
+fn bodies(mock: &Llmock) -> Vec<Value> {
+    mock.requests()
+        .into_iter()
+        .map(|r| r["body"].clone())
+        .collect()
+}
+
+/// Every `tool_result` block of a request, in order.
+fn tool_results(body: &Value) -> Vec<Value> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .collect()
+}
+
+fn stage_file(run: &Run, node: &str, name: &str) -> String {
+    let path = stage_dir(&run.record(), node).join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn status(run: &Run, node: &str) -> Value {
+    serde_json::from_str(&stage_file(run, node, "status.json")).unwrap()
+}
+
+fn lib_rs(p: &Project) {
+    p.write(
+        "src/lib.rs",
+        "pub fn add(a: i32, b: i32) -> i32 {\n    a - b\n}\n",
+    );
+}
+
+#[test]
+fn an_agent_reads_edits_runs_a_command_and_answers() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    lib_rs(&p);
+    p.write("w.fabro", &one_agent(""));
+    mock.scenario(&json!([
+        call("read_file", json!({ "path": "src/lib.rs" })),
+        call(
+            "edit_file",
+            json!({ "path": "src/lib.rs", "old_string": "a - b", "new_string": "a + b" })
+        ),
+        // A write that fails (a refused path) is not a file touched.
+        call(
+            "write_file",
+            json!({ "path": "../escaped.txt", "content": "x" })
+        ),
+        call(
+            "shell",
+            json!({ "command": "grep -c 'a + b' src/lib.rs; exit 101" })
+        ),
+        answer("Fixed: add now adds."),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(
+        p.read("src/lib.rs"),
+        "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n"
+    );
+    assert!(!p.path().parent().unwrap().join("escaped.txt").exists());
+
+    // What the model was shown: the prompt with tools, then each result in turn.
+    let bodies = bodies(&mock);
+    assert_eq!(bodies.len(), 5);
+    let tools: Vec<&str> = bodies[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            "read_file",
+            "write_file",
+            "edit_file",
+            "shell",
+            "grep",
+            "glob",
+            "list_dir"
+        ]
+    );
+    assert!(
+        bodies[0]["system"]
+            .as_str()
+            .unwrap()
+            .contains("coding agent")
+    );
+    let results = tool_results(&bodies[4]);
+    assert_eq!(results.len(), 4);
+    assert_eq!(
+        results[0]["content"],
+        "     1\tpub fn add(a: i32, b: i32) -> i32 {\n     2\t    a - b\n     3\t}\n"
+    );
+    assert_eq!(
+        results[1]["content"],
+        "replaced 1 occurrence(s) in src/lib.rs"
+    );
+    assert_eq!(results[2]["is_error"], true);
+    assert!(
+        results[2]["content"]
+            .as_str()
+            .unwrap()
+            .contains("outside the working directory")
+    );
+    assert_eq!(results[3]["content"], "1\n[exit 101]");
+
+    // The stage's record.
+    let status = status(&run, "fix");
+    assert_eq!(status["files_touched"], json!(["src/lib.rs"]));
+    assert_eq!(status["tool_calls"], 4);
+    assert_eq!(status["turns"], 5);
+    assert_eq!(status["model"], "claude-sonnet-4-5");
+    assert!(status["usage"]["input_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(
+        stage_file(&run, "fix", "response.md"),
+        "Fixed: add now adds."
+    );
+    assert!(stage_file(&run, "fix", "prompt.md").ends_with("Fix add in src/lib.rs"));
+    let transcript: Vec<Value> = stage_file(&run, "fix", "transcript.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = transcript
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "user",
+            "turn",
+            "tool_call",
+            "tool_result",
+            "turn",
+            "tool_call",
+            "tool_result",
+            "turn",
+            "tool_call",
+            "tool_result",
+            "turn",
+            "tool_call",
+            "tool_result",
+            "turn",
+            "assistant"
+        ]
+    );
+    assert_eq!(run.context("response.fix"), "Fixed: add now adds.");
+
+    // The events, in order, and files_touched on StageCompleted.
+    let agent_events: Vec<String> = run
+        .events()
+        .iter()
+        .filter(|e| e["event"].as_str().unwrap().starts_with("Agent."))
+        .map(|e| {
+            let name = e["event"].as_str().unwrap();
+            match e["tool"].as_str() {
+                Some(tool) => format!("{name} {tool}"),
+                None => name.to_owned(),
+            }
+        })
+        .collect();
+    assert_eq!(
+        agent_events,
+        [
+            "Agent.TurnStarted",
+            "Agent.ToolCallStarted read_file",
+            "Agent.ToolCallCompleted read_file",
+            "Agent.TurnStarted",
+            "Agent.ToolCallStarted edit_file",
+            "Agent.ToolCallCompleted edit_file",
+            "Agent.TurnStarted",
+            "Agent.ToolCallStarted write_file",
+            "Agent.ToolCallCompleted write_file",
+            "Agent.TurnStarted",
+            "Agent.ToolCallStarted shell",
+            "Agent.ToolCallCompleted shell",
+            "Agent.TurnStarted",
+        ]
+    );
+    let completed = run.events_named("StageCompleted");
+    let fix = completed.iter().find(|e| e["node_id"] == "fix").unwrap();
+    assert_eq!(fix["files_touched"], json!(["src/lib.rs"]));
+    let shell = &run.events_named("Agent.ToolCallCompleted")[3];
+    assert_eq!(shell["note"], "exit 101");
+    assert_eq!(shell["is_error"], false);
+    // The terminal shows each call under its stage.
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains("    fix: read_file src/lib.rs\n"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("    fix: shell grep -c 'a + b' src/lib.rs; exit 101 … exit 101\n"),
+        "{stderr}"
+    );
+    // The key never reaches the record or the agent's commands.
+    assert!(
+        !std::fs::read_to_string(run.record().join("events.jsonl"))
+            .unwrap()
+            .contains(KEY)
+    );
+}
+
+#[test]
+fn output_is_cut_for_the_model_and_kept_whole_in_the_event() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write("w.fabro", &one_agent(""));
+    mock.scenario(&json!([
+        call(
+            "shell",
+            json!({ "command": "head -c 100000 /dev/zero | tr '\\0' x; echo; env" })
+        ),
+        answer("done"),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let shown = tool_results(&bodies(&mock)[1])[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(shown.len() < 31_000, "{}", shown.len());
+    assert!(shown.contains("characters cut"), "{}", &shown[..200]);
+    assert!(shown.ends_with("[exit 0]"), "the tail is kept");
+    let event = &run.events_named("Agent.ToolCallCompleted")[0];
+    assert!(event["output_chars"].as_u64().unwrap() > 100_000);
+    assert_eq!(
+        event["output"].as_str().unwrap().len() as u64,
+        event["output_chars"].as_u64().unwrap()
+    );
+    assert_eq!(
+        event["shown_chars"].as_u64().unwrap() as usize,
+        shown.chars().count()
+    );
+    // Secrets are not in the command's environment.
+    assert!(
+        !event["output"]
+            .as_str()
+            .unwrap()
+            .contains("ANTHROPIC_API_KEY")
+    );
+    assert!(
+        event["output"]
+            .as_str()
+            .unwrap()
+            .contains("TRELLIS_RUN_ID=")
+    );
+}
+
+#[test]
+fn paths_outside_the_working_directory_are_refused_and_never_touched() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "outside").unwrap();
+    std::os::unix::fs::symlink(outside.path(), p.path().join("link")).unwrap();
+    let absolute = outside.path().join("abs.txt");
+    p.write("w.fabro", &one_agent(""));
+    mock.scenario(&json!([
+        calls(&[
+            ("write_file", json!({ "path": "../climb.txt", "content": "x" })),
+            ("write_file", json!({ "path": absolute.to_str().unwrap(), "content": "x" })),
+            ("write_file", json!({ "path": "link/through.txt", "content": "x" })),
+            ("edit_file", json!({ "path": "link/secret.txt", "old_string": "outside", "new_string": "changed" })),
+            ("read_file", json!({ "path": "link/secret.txt" })),
+        ]),
+        answer("done"),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    for result in tool_results(&bodies(&mock)[1]) {
+        assert_eq!(result["is_error"], true, "{result}");
+        assert!(
+            result["content"]
+                .as_str()
+                .unwrap()
+                .contains("outside the working directory"),
+            "{result}"
+        );
+    }
+    assert!(!p.path().parent().unwrap().join("climb.txt").exists());
+    assert!(!absolute.exists());
+    assert!(!outside.path().join("through.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret.txt")).unwrap(),
+        "outside"
+    );
+    assert_eq!(
+        status(&run, "fix").get("files_touched"),
+        None,
+        "nothing was touched"
+    );
+}
+
+#[test]
+fn a_shell_timeout_kills_the_command_and_everything_it_started() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write("w.fabro", &one_agent(""));
+    mock.scenario(&json!([
+        call(
+            "shell",
+            json!({ "command": "sleep 60 & echo $! > child.pid; sleep 60", "timeout_ms": 500 })
+        ),
+        answer("gave up"),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let result = &tool_results(&bodies(&mock)[1])[0];
+    assert_eq!(result["is_error"], true);
+    assert!(
+        result["content"]
+            .as_str()
+            .unwrap()
+            .contains("timed out after"),
+        "{result}"
+    );
+    let pid = p.read("child.pid").trim().to_owned();
+    assert!(!pid.is_empty());
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.contains(") Z ")),
+        "the background child {pid} still runs"
+    );
+    assert_eq!(
+        run.events_named("Agent.ToolCallCompleted")[0]["note"],
+        "timed out"
+    );
+}
+
+#[test]
+fn malformed_and_unknown_tool_calls_are_answered_with_errors() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write("w.fabro", &one_agent(""));
+    mock.scenario(&json!([
+        call("write_file", json!({ "path": "a.txt", "content": "some content here" })),
+        { "type": "tool_fault", "kind": "malformed_arguments", "times": 1 },
+        call("read_file", json!({ "path": "a.txt" })),
+        { "type": "tool_fault", "kind": "unknown_tool", "times": 1 },
+        call("list_dir", json!({})),
+        { "type": "tool_fault", "kind": "unknown_tool", "times": 1 },
+        answer("still standing"),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let results = tool_results(&bodies(&mock)[3]);
+    assert_eq!(results.len(), 3);
+    assert_eq!(results[0]["is_error"], true);
+    assert!(
+        results[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("must be a JSON object"),
+        "{}",
+        results[0]
+    );
+    for result in &results[1..] {
+        assert_eq!(result["is_error"], true);
+        assert!(
+            result["content"]
+                .as_str()
+                .unwrap()
+                .contains("unknown tool `llmock_unknown_tool`"),
+            "{result}"
+        );
+    }
+    assert!(
+        !p.path().join("a.txt").exists(),
+        "the broken write wrote nothing"
+    );
+    assert_eq!(run.context("response.fix"), "still standing");
+}
+
+#[test]
+fn a_loop_is_detected_reported_and_told_to_the_model() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    lib_rs(&p);
+    p.write("w.fabro", &one_agent(""));
+    let mut script: Vec<Value> = (0..10)
+        .map(|_| call("read_file", json!({ "path": "src/lib.rs" })))
+        .collect();
+    script.push(answer("I was going round in circles."));
+    mock.scenario(&Value::Array(script));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let detected = run.events_named("Agent.LoopDetected");
+    assert_eq!(detected.len(), 1);
+    assert_eq!(detected[0]["period"], 1);
+    let bodies = bodies(&mock);
+    let last_user = bodies[10]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    let texts: Vec<&str> = last_user["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["type"] == "text")
+        .map(|b| b["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts.len(), 1, "{last_user}");
+    assert!(texts[0].starts_with("Loop detected"), "{}", texts[0]);
+    // Before the tenth call nothing was said.
+    assert!(!bodies[9].to_string().contains("Loop detected"));
+}
+
+/// A reviewer agent routed to `approve` or `fix` by the first source that has a directive.
+fn review_workflow(schema: &str) -> String {
+    workflow(&format!(
+        "review [prompt=\"Review\", model=\"sonnet\"{schema}]\n \
+         approve [shape=parallelogram, script=\"true\"]\n fix [shape=parallelogram, script=\"true\"]\n \
+         start -> review\n review -> approve [label=\"Approve\"]\n review -> fix [label=\"Fix\"]\n \
+         approve -> exit\n fix -> exit"
+    ))
+}
+
+#[test]
+fn routing_comes_from_the_response_then_status_json_then_the_last_file_touched() {
+    let Some(mock) = Llmock::start() else { return };
+    // 1. The response wins over status.json.
+    let p = project(&mock);
+    p.write("w.fabro", &review_workflow(""));
+    mock.scenario(&json!([
+        call(
+            "write_file",
+            json!({ "path": "status.json", "content": "{\"preferred_next_label\": \"fix\"}" })
+        ),
+        answer("Looks good. {\"preferred_next_label\": \"approve\"}"),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.stages(), ["start", "review", "approve", "exit"]);
+
+    // 2. No directive in the response: status.json, written during the stage.
+    let p = project(&mock);
+    p.write("w.fabro", &review_workflow(""));
+    mock.scenario(&json!([
+        call("write_file", json!({ "path": "status.json", "content": "{\"preferred_next_label\": \"fix\", \"context_updates\": {\"from\": \"status\"}}" })),
+        call("write_file", json!({ "path": "notes.md", "content": "{\"preferred_next_label\": \"approve\"}" })),
+        answer("See status.json."),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.stages(), ["start", "review", "fix", "exit"]);
+    assert_eq!(run.context("from"), "status");
+
+    // 3. Neither: the last file touched. A stale status.json from before the stage is ignored.
+    let p = project(&mock);
+    p.write("status.json", "{\"preferred_next_label\": \"fix\"}");
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(p.path().join("status.json"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    p.write("w.fabro", &review_workflow(""));
+    mock.scenario(&json!([
+        call("write_file", json!({ "path": "review.md", "content": "Verdict:\n{\"preferred_next_label\": \"approve\"}\n" })),
+        answer("Written to review.md."),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.stages(), ["start", "review", "approve", "exit"]);
+}
+
+#[test]
+fn a_routing_schema_is_repaired_in_the_same_live_session() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write(
+        "w.fabro",
+        &review_workflow(", output_schema=\"routing\", output_retries=1"),
+    );
+    mock.scenario(&json!([
+        call("list_dir", json!({})),
+        // Malformed: a routing object with a wrong type. It is repaired, not passed over.
+        answer("{\"preferred_next_label\": 7}"),
+        call("read_file", json!({ "path": "w.fabro" })),
+        answer("{\"preferred_next_label\": \"fix\"}"),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.stages(), ["start", "review", "fix", "exit"]);
+    let bodies = bodies(&mock);
+    assert_eq!(bodies.len(), 4);
+    // The repair request continues the session: the tool call, the bad answer, then the correction.
+    let messages = bodies[2]["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 5, "{messages:?}");
+    assert_eq!(messages[1]["content"][0]["type"], "tool_use");
+    assert_eq!(
+        messages[3]["content"][0]["text"],
+        "{\"preferred_next_label\": 7}"
+    );
+    let repair = messages[4]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        repair.contains("`preferred_next_label` must be a string"),
+        "{repair}"
+    );
+    let status = status(&run, "review");
+    assert_eq!(status["repairs"], 1);
+    assert_eq!(status["tool_calls"], 2);
+    assert!(stage_file(&run, "review", "repairs.md").contains("must be a string"));
+}
+
+#[test]
+fn a_second_node_on_the_thread_continues_the_live_session() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    lib_rs(&p);
+    p.write(
+        "w.fabro",
+        &workflow(
+            "subgraph cluster_impl { node [thread_id=\"impl\", fidelity=\"full\", model=\"sonnet\"]\n \
+             implement [prompt=\"Implement it\"]\n test [prompt=\"Now write tests\"] }\n \
+             start -> implement -> test -> exit",
+        ),
+    );
+    mock.scenario(&json!([
+        call("read_file", json!({ "path": "src/lib.rs" })),
+        answer("Implemented."),
+        call(
+            "write_file",
+            json!({ "path": "tests/add.rs", "content": "#[test] fn t() {}\n" })
+        ),
+        answer("Tests written."),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let bodies = bodies(&mock);
+    let messages = bodies[2]["messages"].as_array().unwrap();
+    // The first node's prompt, its tool call and result, its answer, then the second prompt alone.
+    assert_eq!(messages.len(), 5, "{messages:?}");
+    assert!(
+        messages[0]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("Implement it")
+    );
+    assert_eq!(messages[1]["content"][0]["name"], "read_file");
+    assert_eq!(messages[2]["content"][0]["type"], "tool_result");
+    assert_eq!(messages[3]["content"][0]["text"], "Implemented.");
+    assert_eq!(messages[4]["content"][0]["text"], "Now write tests");
+    assert_eq!(
+        status(&run, "test")["files_touched"],
+        json!(["tests/add.rs"])
+    );
+    assert_eq!(status(&run, "implement").get("files_touched"), None);
+}
+
+#[test]
+fn a_small_context_window_forces_compaction() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write(
+        ".config/trellis/config.toml",
+        "[providers.anthropic]\ncontext_window = 2000\n",
+    );
+    p.write("big.txt", &"0123456789abcdef\n".repeat(30));
+    p.write("w.fabro", &one_agent(""));
+    // The agent's turns offer tools; the summary request does not: each reply waits for its kind.
+    let agent = json!({ "tools": true });
+    let mut script = vec![json!({
+        "type": "reply", "match": agent,
+        "tool_calls": [{ "name": "write_file", "arguments": { "path": "notes.md", "content": "progress" } }],
+    })];
+    for i in 0..8 {
+        script.push(json!({
+            "type": "reply", "match": agent,
+            "tool_calls": [{ "name": "read_file", "arguments": { "path": "big.txt", "limit": 100 + i } }],
+        }));
+    }
+    script.push(json!({ "type": "reply", "match": agent, "text": "All done." }));
+    script.push(json!({
+        "type": "reply", "match": { "tools": false },
+        "text": "Summary of the work so far: read big.txt eight times.",
+    }));
+    mock.scenario(&Value::Array(script));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let warnings = run.events_named("Agent.ContextWindowWarning");
+    assert!(!warnings.is_empty());
+    assert_eq!(warnings[0]["context_window_size"], 2000);
+    assert!(warnings[0]["usage_percent"].as_u64().unwrap() > 80);
+    let started = run.events_named("Agent.CompactionStarted");
+    let completed = run.events_named("Agent.CompactionCompleted");
+    assert_eq!(started.len(), 1);
+    assert_eq!(completed.len(), 1);
+    assert_eq!(completed[0]["preserved_turn_count"], 6);
+    assert_eq!(completed[0]["tracked_file_count"], 1);
+    let original = completed[0]["original_turn_count"].as_u64().unwrap();
+    assert!(original > 6, "{original}");
+
+    // The summary request: no tools, the sections asked for, the old turns rendered with cut arguments.
+    let bodies = bodies(&mock);
+    let (index, summary) = bodies
+        .iter()
+        .enumerate()
+        .find(|(_, b)| {
+            b["system"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("You summarise"))
+        })
+        .expect("a summary request");
+    assert!(summary.get("tools").is_none() || summary["tools"].as_array().unwrap().is_empty());
+    let system = summary["system"].as_str().unwrap();
+    for section in [
+        "## Goal",
+        "## Progress",
+        "## Key Decisions",
+        "## Failed Approaches",
+        "## Open Issues",
+        "## Next Steps",
+    ] {
+        assert!(system.contains(section), "{section}");
+    }
+    let rendered = summary["messages"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(rendered.contains("Fix add in src/lib.rs"), "{rendered}");
+    assert!(
+        rendered.contains("Assistant called write_file"),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains("more characters]"),
+        "results are cut to 500 characters"
+    );
+
+    // The next request: the summary message first (with the tracked files verbatim), then the six
+    // preserved turns.
+    let next = &bodies[index + 1];
+    let messages = next["messages"].as_array().unwrap();
+    let first = messages[0]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        first.starts_with("[Context Summary]\n\nSummary of the work so far"),
+        "{first}"
+    );
+    assert!(
+        first.ends_with("## File Operations\n- notes.md\n"),
+        "{first}"
+    );
+    let assistant_turns = messages.iter().filter(|m| m["role"] == "assistant").count();
+    assert_eq!(assistant_turns, 6);
+    assert_eq!(run.context("response.fix"), "All done.");
+}
+
+#[test]
+fn max_turns_fails_the_stage_and_keeps_the_work() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write("w.fabro", &one_agent(", max_turns=2"));
+    mock.scenario(&json!([
+        call("write_file", json!({ "path": "a.txt", "content": "one" })),
+        call("write_file", json!({ "path": "b.txt", "content": "two" })),
+        answer("never asked"),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(p.read("b.txt"), "two");
+    let status = status(&run, "fix");
+    assert_eq!(status["status"], "failed");
+    assert!(
+        status["failure"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("used its 2 turn(s) (max_turns)"),
+        "{status}"
+    );
+    assert_eq!(status["files_touched"], json!(["a.txt", "b.txt"]));
+    assert_eq!(bodies(&mock).len(), 2);
+}
+
+#[test]
+fn allowed_and_disallowed_tools_narrow_what_is_offered() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write(
+        "w.fabro",
+        &one_agent(", allowed_tools=\"read_file,grep,shell\", disallowed_tools=\"shell\""),
+    );
+    mock.scenario(&json!([
+        call("shell", json!({ "command": "touch x" })),
+        answer("ok")
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let bodies = bodies(&mock);
+    let offered: Vec<&str> = bodies[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(offered, ["read_file", "grep"]);
+    assert_eq!(tool_results(&bodies[1])[0]["is_error"], true);
+    assert!(!p.path().join("x").exists());
+
+    let p = project(&mock);
+    p.write("w.fabro", &one_agent(", allowed_tools=\"read_fil\""));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(1));
+    assert!(
+        run.stderr().contains("unknown tool(s) read_fil"),
+        "{}",
+        run.stderr()
+    );
+}
