@@ -207,3 +207,59 @@ fn a_killed_run_leaves_no_model_server_behind() {
         "the answered stage is in the checkpoint"
     );
 }
+
+#[test]
+fn an_agent_on_the_local_model_writes_a_file_and_reads_it_back() {
+    let Some(_files) = trellis_test::local_model_files() else {
+        return;
+    };
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let p = Project::new().with_env(
+        "TRELLIS_CACHE_DIR",
+        &trellis_test::cache_dir().display().to_string(),
+    );
+    p.write(
+        "a.fabro",
+        "digraph A {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         make [prompt=\"Create a file named hello.txt whose content is exactly: Hello from Trellis\\n\
+         Use the write_file tool. Then use the read_file tool to read hello.txt back. \
+         Then answer with what the file contains.\", max_turns=6]\n start -> make -> exit\n}\n",
+    );
+    let run = p.run("a.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.summary, run.stderr());
+    assert_eq!(p.read("hello.txt").trim_end(), "Hello from Trellis");
+    let tools: Vec<String> = run
+        .events_named("Agent.ToolCallCompleted")
+        .iter()
+        .filter(|e| e["is_error"] == false)
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["tool"].as_str().unwrap(),
+                e["target"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let wrote = tools.iter().position(|t| t == "write_file hello.txt");
+    let read = tools.iter().rposition(|t| t == "read_file hello.txt");
+    assert!(
+        matches!((wrote, read), (Some(w), Some(r)) if w < r),
+        "write_file then read_file: {tools:?}"
+    );
+    let status =
+        run_support::read_json(&run_support::stage_dir(&run.record(), "make").join("status.json"));
+    assert_eq!(status["status"], "succeeded", "{status}");
+    assert_eq!(status["provider"], "local");
+    assert_eq!(status["files_touched"], serde_json::json!(["hello.txt"]));
+    // The read result the model was given holds the content it wrote.
+    let transcript = std::fs::read_to_string(
+        run_support::stage_dir(&run.record(), "make").join("transcript.jsonl"),
+    )
+    .unwrap();
+    assert!(
+        transcript.contains("1\\tHello from Trellis"),
+        "{transcript}"
+    );
+}

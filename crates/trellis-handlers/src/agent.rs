@@ -37,6 +37,10 @@ search, change and test files; every path is relative to the working directory, 
 can be reached. Work step by step. When the task is done, answer with a short summary of what you did, \
 without calling a tool.";
 
+/// The longest one turn's answer may be unless the node sets `max_tokens`: a turn is a step, and a
+/// model that runs on (a small local one repeating itself) must not fill its whole context window.
+const DEFAULT_TURN_TOKENS: u32 = 4096;
+
 pub struct AgentHandler {
     client: Option<Arc<Client>>,
     threads: Arc<Threads>,
@@ -303,7 +307,7 @@ async fn open_session(
     };
     let settings = trellis_agent::Settings {
         template: Request {
-            max_tokens: llm.max_tokens,
+            max_tokens: llm.max_tokens.or(Some(DEFAULT_TURN_TOKENS)),
             reasoning_effort: Some(effort(llm.reasoning_effort)),
             ..Request::default()
         },

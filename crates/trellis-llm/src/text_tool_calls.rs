@@ -20,6 +20,38 @@ pub fn parse(text: &str, offered: &[&str]) -> Vec<ToolCall> {
     calls
 }
 
+/// The id prefix of calls found in text.
+const TEXT_CALL_PREFIX: &str = "text_call_";
+
+/// Whether a call (by its id) was written as text rather than through the API.
+pub fn is_text_call(id: &str) -> bool {
+    id.starts_with(TEXT_CALL_PREFIX)
+}
+
+/// Whether `text` already holds a finished call (a closed element or fence). A streaming caller stops
+/// the answer there: a small model that goes on tends to repeat the call or invent its result.
+pub fn has_complete_call(text: &str, offered: &[&str]) -> bool {
+    let closed_tags = closed_tagged(text, "<tool_call>", "</tool_call>");
+    closed_tags
+        .into_iter()
+        .chain(fenced(text))
+        .any(|body| to_call(body.trim(), offered, 0).is_some())
+}
+
+fn closed_tagged<'a>(text: &'a str, open: &str, close: &str) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(open) {
+        let after = &rest[start + open.len()..];
+        let Some(end) = after.find(close) else {
+            break;
+        };
+        out.push(&after[..end]);
+        rest = &after[end + close.len()..];
+    }
+    out
+}
+
 fn to_call(body: &str, offered: &[&str], index: usize) -> Option<ToolCall> {
     let value: Value = serde_json::from_str(body).ok()?;
     let name = value.get("name")?.as_str()?;
@@ -32,7 +64,7 @@ fn to_call(body: &str, offered: &[&str], index: usize) -> Option<ToolCall> {
         None => Value::Object(serde_json::Map::new()),
     };
     Some(ToolCall {
-        id: format!("text_call_{index}"),
+        id: format!("{TEXT_CALL_PREFIX}{index}"),
         name: name.to_owned(),
         arguments,
     })
@@ -93,6 +125,22 @@ mod tests {
         let text = "<tool_call>\n{\"name\": \"shell\", \"arguments\": \"{\\\"cmd\\\": \\\"ls\\\"}\"}\n</tool_call>";
         let calls = parse(text, &["shell"]);
         assert_eq!(calls[0].arguments["cmd"], "ls");
+    }
+
+    #[test]
+    fn a_call_is_complete_once_its_block_closes() {
+        let offered = ["read_file"];
+        let open = "```json\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"a\"}}\n";
+        assert!(!has_complete_call(open, &offered));
+        assert!(has_complete_call(&format!("{open}```"), &offered));
+        assert!(!has_complete_call(
+            "<tool_call>{\"name\": \"read_file\"}",
+            &offered
+        ));
+        assert!(has_complete_call(
+            "<tool_call>{\"name\": \"read_file\"}</tool_call>",
+            &offered
+        ));
     }
 
     #[test]

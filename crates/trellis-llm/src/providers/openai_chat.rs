@@ -50,8 +50,20 @@ impl OpenAiChat {
             let text = message.text();
             match message.role {
                 Role::User => {
+                    // Results of calls the model wrote as text go back as text too: the model
+                    // never saw them as API tool calls, and small models follow a plain exchange.
+                    let mut plain = Vec::new();
                     for part in &message.parts {
                         if let Part::ToolResult(result) = part {
+                            if text_tool_calls::is_text_call(&result.call_id) {
+                                plain.push(format!(
+                                    "Result of {}{}:\n{}",
+                                    result.name,
+                                    if result.is_error { " (error)" } else { "" },
+                                    result.content
+                                ));
+                                continue;
+                            }
                             messages.push(json!({
                                 "role": "tool",
                                 "tool_call_id": result.call_id,
@@ -60,7 +72,10 @@ impl OpenAiChat {
                         }
                     }
                     if !text.is_empty() {
-                        messages.push(json!({ "role": "user", "content": text }));
+                        plain.push(text);
+                    }
+                    if !plain.is_empty() {
+                        messages.push(json!({ "role": "user", "content": plain.join("\n\n") }));
                     }
                 }
                 Role::Assistant => {
@@ -68,6 +83,8 @@ impl OpenAiChat {
                         .parts
                         .iter()
                         .filter_map(|p| match p {
+                            // A call written as text is already in the text.
+                            Part::ToolCall(call) if text_tool_calls::is_text_call(&call.id) => None,
                             Part::ToolCall(call) => Some(json!({
                                 "id": call.id,
                                 "type": "function",
@@ -145,6 +162,8 @@ impl Provider for OpenAiChat {
         let mut usage = Usage::default();
         let mut finish: Option<String> = None;
         let mut model = request.model.clone();
+        let offered: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+        let watch_text_calls = self.text_tool_calls && !offered.is_empty();
         while let Some(event) = stream.next().await {
             let event = event?;
             if event.data.trim() == "[DONE]" {
@@ -179,6 +198,18 @@ impl Provider for OpenAiChat {
                 text.push_str(piece);
                 stream.started = true;
                 on_event(StreamEvent::TextDelta(piece.to_owned()));
+                // A call written as text is complete: stop the answer there (dropping the stream
+                // closes the connection, which stops the server generating).
+                if watch_text_calls
+                    && piece.contains(['`', '>'])
+                    && text_tool_calls::has_complete_call(&text, &offered)
+                {
+                    finish = Some("tool_calls".to_owned());
+                    if usage == Usage::default() {
+                        usage = estimated_usage(request, &text);
+                    }
+                    break;
+                }
             }
             for call in delta
                 .get("tool_calls")
@@ -230,8 +261,7 @@ impl Provider for OpenAiChat {
                 arguments: serde_json::from_str(&c.arguments).unwrap_or(Value::String(c.arguments)),
             })
             .collect();
-        if tool_calls.is_empty() && self.text_tool_calls && !request.tools.is_empty() {
-            let offered: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+        if tool_calls.is_empty() && watch_text_calls {
             tool_calls = text_tool_calls::parse(&text, &offered);
         }
         let stop_reason = if tool_calls.is_empty() {
@@ -255,6 +285,22 @@ impl Provider for OpenAiChat {
     }
 }
 
+/// Usage estimated at four characters a token, for an answer cut short before the server reported
+/// its own figures.
+fn estimated_usage(request: &Request, text: &str) -> Usage {
+    let prompt: usize = request.system.as_deref().map_or(0, str::len)
+        + request
+            .messages
+            .iter()
+            .map(|m| serde_json::to_string(m).map_or(0, |s| s.len()))
+            .sum::<usize>();
+    Usage {
+        input_tokens: (prompt as u64).div_ceil(4),
+        output_tokens: (text.len() as u64).div_ceil(4),
+        ..Usage::default()
+    }
+}
+
 pub(crate) fn u64_at(value: &Value, pointer: &str) -> u64 {
     value.pointer(pointer).and_then(Value::as_u64).unwrap_or(0)
 }
@@ -263,6 +309,51 @@ pub(crate) fn u64_at(value: &Value, pointer: &str) -> u64 {
 mod tests {
     use super::*;
     use crate::message::Message;
+
+    #[test]
+    fn calls_written_as_text_go_back_as_text() {
+        use crate::message::ToolResult;
+        let call = ToolCall {
+            id: "text_call_0".into(),
+            name: "read_file".into(),
+            arguments: json!({ "path": "a" }),
+        };
+        let request = Request {
+            model: "m".into(),
+            messages: vec![
+                Message::user("read a"),
+                Message {
+                    role: Role::Assistant,
+                    parts: vec![
+                        Part::Text {
+                            text: "```json\n{...}\n```".into(),
+                        },
+                        Part::ToolCall(call),
+                    ],
+                },
+                Message {
+                    role: Role::User,
+                    parts: vec![Part::ToolResult(ToolResult {
+                        call_id: "text_call_0".into(),
+                        name: "read_file".into(),
+                        content: "1\tA".into(),
+                        is_error: false,
+                    })],
+                },
+            ],
+            ..Request::default()
+        };
+        let transport = Transport::new("x", "http://127.0.0.1:9/v1", None);
+        let body = OpenAiChat::compatible(transport).body(&request);
+        assert_eq!(
+            body["messages"][1],
+            json!({ "role": "assistant", "content": "```json\n{...}\n```" })
+        );
+        assert_eq!(
+            body["messages"][2],
+            json!({ "role": "user", "content": "Result of read_file:\n1\tA" })
+        );
+    }
 
     #[test]
     fn openai_and_compatible_servers_name_the_output_limit_differently() {
