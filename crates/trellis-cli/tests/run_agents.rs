@@ -79,6 +79,11 @@ fn status(run: &Run, node: &str) -> Value {
     serde_json::from_str(&stage_file(run, node, "status.json")).unwrap()
 }
 
+/// Whether a process has ended (a zombie waiting for its parent counts as ended).
+fn gone(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| stat.contains(") Z "))
+}
+
 fn lib_rs(p: &Project) {
     p.write(
         "src/lib.rs",
@@ -87,6 +92,10 @@ fn lib_rs(p: &Project) {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one agent stage checked whole: disk, request log, record, events, terminal"
+)]
 fn an_agent_reads_edits_runs_a_command_and_answers() {
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
@@ -376,12 +385,7 @@ fn a_shell_timeout_kills_the_command_and_everything_it_started() {
     );
     let pid = p.read("child.pid").trim().to_owned();
     assert!(!pid.is_empty());
-    assert!(
-        !std::path::Path::new(&format!("/proc/{pid}")).exists()
-            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .is_ok_and(|s| s.contains(") Z ")),
-        "the background child {pid} still runs"
-    );
+    assert!(gone(&pid), "the background child {pid} still runs");
     assert_eq!(
         run.events_named("Agent.ToolCallCompleted")[0]["note"],
         "timed out"
@@ -764,5 +768,71 @@ fn allowed_and_disallowed_tools_narrow_what_is_offered() {
         run.stderr().contains("unknown tool(s) read_fil"),
         "{}",
         run.stderr()
+    );
+}
+
+#[test]
+fn a_run_killed_during_a_tool_call_resumes_by_running_that_stage_again() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write(
+        "w.fabro",
+        &workflow(
+            "prep [shape=parallelogram, script=\"echo prep >> prep.log\"]\n              fix [prompt=\"Fix it\", model=\"sonnet\"]\n start -> prep -> fix -> exit",
+        ),
+    );
+    mock.scenario(&json!([
+        call(
+            "write_file",
+            json!({ "path": "first.txt", "content": "before the kill" })
+        ),
+        call(
+            "shell",
+            json!({ "command": "echo $$ > shell.pid; sleep 60" })
+        ),
+    ]));
+    let mut child = p.spawn_run("w.fabro");
+    p.wait_for_event("Agent.ToolCallStarted", "fix");
+    run_support::wait_for(
+        "the shell to start",
+        std::time::Duration::from_secs(10),
+        || !p.read("shell.pid").trim().is_empty(),
+    );
+    child.kill().unwrap(); // SIGKILL, in the middle of the shell call
+    child.wait().unwrap();
+    let record = p.only_run();
+    let id = record.file_name().unwrap().to_string_lossy().into_owned();
+    let pid = p.read("shell.pid").trim().to_owned();
+
+    mock.reset();
+    mock.scenario(&json!([
+        call("read_file", json!({ "path": "first.txt" })),
+        answer("Done after the restart."),
+    ]));
+    let resumed = p.resume(&id, &[]);
+    assert_eq!(resumed.code(), Some(0), "{}", resumed.stderr());
+    assert_eq!(resumed.stages(), ["start", "prep", "fix", "exit"]);
+    assert_eq!(
+        p.read("prep.log"),
+        "prep\n",
+        "the finished stage did not run again"
+    );
+    assert_eq!(resumed.context("response.fix"), "Done after the restart.");
+    // The interrupted shell's process group was stopped when the run resumed.
+    assert!(gone(&pid), "the killed run's shell {pid} still runs");
+    // Nothing finished was lost: the first attempt's events are still in the log.
+    let started = resumed.events_named("Agent.ToolCallStarted");
+    let tools: Vec<&str> = started
+        .iter()
+        .map(|e| e["tool"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["write_file", "shell", "read_file"]);
+    let bodies = bodies(&mock);
+    assert!(
+        bodies[0]["messages"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("- **prep**: succeeded"),
+        "the re-run stage's preamble shows the finished stage"
     );
 }
