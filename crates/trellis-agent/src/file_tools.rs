@@ -49,7 +49,7 @@ struct ReadArgs {
 }
 
 fn read_file(work_dir: &WorkDir, args: &ReadArgs) -> Result<ToolOutput, String> {
-    let path = work_dir.resolve(&args.path)?;
+    let path = work_dir.resolve_readable(&args.path)?;
     let bytes = std::fs::read(&path).map_err(|e| format!("cannot read `{}`: {e}", args.path))?;
     if bytes.contains(&0) {
         return Err(format!(

@@ -363,3 +363,131 @@ fn assistant_message(response: &Response) -> Message {
     }
     message
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use trellis_llm::{StopReason, Usage};
+
+    use super::*;
+    use crate::WorkDir;
+
+    /// A model that answers from a script and records what it was asked.
+    struct Scripted {
+        answers: Vec<Response>,
+        asked: Vec<Request>,
+    }
+
+    #[async_trait]
+    impl Model for Scripted {
+        type Error = String;
+        async fn ask(&mut self, request: &Request) -> Result<Response, String> {
+            self.asked.push(request.clone());
+            if self.answers.is_empty() {
+                return Err("no more answers".into());
+            }
+            Ok(self.answers.remove(0))
+        }
+    }
+
+    fn response(text: &str, calls: &[(&str, Value)]) -> Response {
+        Response {
+            model: "m".into(),
+            provider: "p".into(),
+            text: text.into(),
+            tool_calls: calls
+                .iter()
+                .enumerate()
+                .map(|(i, (name, arguments))| ToolCall {
+                    id: format!("c{i}"),
+                    name: (*name).into(),
+                    arguments: arguments.clone(),
+                })
+                .collect(),
+            usage: Usage::default(),
+            stop_reason: StopReason::EndTurn,
+        }
+    }
+
+    #[derive(Default)]
+    struct Log(Mutex<Vec<String>>);
+
+    impl Observer for Log {
+        fn on_event(&self, event: AgentEvent) {
+            let line = match event {
+                AgentEvent::ToolCallStarted { tool, .. } => format!("start {tool}"),
+                AgentEvent::ToolCallCompleted { tool, .. } => format!("end {tool}"),
+                _ => return,
+            };
+            self.0.lock().unwrap().push(line);
+        }
+    }
+
+    #[tokio::test]
+    async fn reads_of_one_turn_run_together_and_writes_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "a").unwrap();
+        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
+        let mut session = Session::new(toolbox, None, Vec::new(), Settings::default());
+        let mut model = Scripted {
+            answers: vec![
+                response(
+                    "",
+                    &[
+                        ("read_file", json!({ "path": "a.txt" })),
+                        ("list_dir", json!({})),
+                        ("write_file", json!({ "path": "b.txt", "content": "b" })),
+                        ("grep", json!({ "pattern": "a" })),
+                    ],
+                ),
+                response("done", &[]),
+            ],
+            asked: Vec::new(),
+        };
+        let log = Log::default();
+        let answer = session.send(&mut model, &log, "go".into()).await.unwrap();
+        assert_eq!(answer.text, "done");
+        assert_eq!(
+            *log.0.lock().unwrap(),
+            [
+                "start read_file",
+                "start list_dir",
+                "end read_file",
+                "end list_dir",
+                "start write_file",
+                "end write_file",
+                "start grep",
+                "end grep"
+            ]
+        );
+        // The results went back in the calls' order, one user message after the assistant's.
+        let history = &model.asked[1].messages;
+        assert_eq!(history.len(), 3);
+        let ids: Vec<&str> = history[2]
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::ToolResult(r) => Some(r.call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ids, ["c0", "c1", "c2", "c3"]);
+        assert_eq!(session.files_touched(), ["b.txt"]);
+    }
+
+    #[tokio::test]
+    async fn a_failed_model_call_stops_the_session_with_the_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
+        let mut session = Session::new(toolbox, None, Vec::new(), Settings::default());
+        let mut model = Scripted {
+            answers: Vec::new(),
+            asked: Vec::new(),
+        };
+        match session.send(&mut model, &Log::default(), "go".into()).await {
+            Err(Stop::Model(error)) => assert_eq!(error, "no more answers"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

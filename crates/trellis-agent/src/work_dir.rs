@@ -9,18 +9,30 @@
 
 use std::path::{Component, Path, PathBuf};
 
-/// The directory an agent may work in.
+/// The directory an agent may work in, and folders it may only read (the run's record, where the
+/// preamble points at large outputs).
 #[derive(Debug, Clone)]
 pub struct WorkDir {
     /// Canonical: symlinks in the directory's own path are resolved once.
     root: PathBuf,
+    readable: Vec<PathBuf>,
 }
 
 impl WorkDir {
     pub fn new(dir: &Path) -> std::io::Result<Self> {
         Ok(Self {
             root: std::fs::canonicalize(dir)?,
+            readable: Vec::new(),
         })
+    }
+
+    /// Lets `read_file` read inside `dir` too.
+    #[must_use]
+    pub fn with_readable(mut self, dir: &Path) -> Self {
+        if let Ok(dir) = std::fs::canonicalize(dir) {
+            self.readable.push(dir);
+        }
+        self
     }
 
     pub fn root(&self) -> &Path {
@@ -30,6 +42,16 @@ impl WorkDir {
     /// The real path `path` names, if it lies inside the working directory. Symlinks are followed as
     /// far as the path exists; the rest of it cannot be a link yet.
     pub fn resolve(&self, path: &str) -> Result<PathBuf, String> {
+        self.resolve_within(path, &[])
+    }
+
+    /// As [`WorkDir::resolve`], also accepting the folders that may be read.
+    pub fn resolve_readable(&self, path: &str) -> Result<PathBuf, String> {
+        self.resolve_within(path, &self.readable)
+    }
+
+    fn resolve_within(&self, path: &str, also: &[PathBuf]) -> Result<PathBuf, String> {
+        let inside = |p: &Path| p.starts_with(&self.root) || also.iter().any(|d| p.starts_with(d));
         let given = Path::new(path.trim());
         let joined = if given.is_absolute() {
             given.to_owned()
@@ -37,7 +59,7 @@ impl WorkDir {
             self.root.join(given)
         };
         let lexical = normalize(&joined).ok_or_else(|| self.outside(path))?;
-        if !lexical.starts_with(&self.root) {
+        if !inside(&lexical) {
             return Err(self.outside(path));
         }
         // Follow links through the part that exists.
@@ -65,7 +87,7 @@ impl WorkDir {
             return Err(self.outside(path));
         }
         let full = rest.iter().rev().fold(real, |acc, name| acc.join(name));
-        if full.starts_with(&self.root) {
+        if inside(&full) {
             Ok(full)
         } else {
             Err(self.outside(path))
@@ -132,6 +154,18 @@ mod tests {
         assert_eq!(work.resolve(absolute.to_str().unwrap()).unwrap(), absolute);
         assert_eq!(work.resolve("").unwrap(), work.root());
         assert_eq!(work.relative(&work.root().join("src/x")), "src/x");
+    }
+
+    #[test]
+    fn readable_folders_are_for_reading_only() {
+        let (_dir, work) = work_dir();
+        let record = tempfile::tempdir().unwrap();
+        std::fs::write(record.path().join("blob.json"), "{}").unwrap();
+        let work = work.with_readable(record.path());
+        let blob = record.path().join("blob.json");
+        let blob = blob.to_str().unwrap();
+        assert!(work.resolve_readable(blob).is_ok());
+        assert!(work.resolve(blob).is_err());
     }
 
     #[test]

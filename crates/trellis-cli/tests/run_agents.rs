@@ -590,8 +590,10 @@ fn a_second_node_on_the_thread_continues_the_live_session() {
         ),
         answer("Tests written."),
     ]));
-    let run = p.run("w.fabro", &[]);
+    let run = p.run("w.fabro", &["--verbose"]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    // --verbose streams the models' text as it comes.
+    assert!(run.stderr().contains("Implemented.\n"), "{}", run.stderr());
     let bodies = bodies(&mock);
     let messages = bodies[2]["messages"].as_array().unwrap();
     // The first node's prompt, its tool call and result, its answer, then the second prompt alone.

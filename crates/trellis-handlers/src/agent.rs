@@ -12,6 +12,7 @@
 //! the response only.
 
 use std::fmt::Write as _;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -32,10 +33,16 @@ use crate::prompt::{
 use crate::routing_directive;
 
 /// What every agent is told before the project memory.
-const AGENT_SYSTEM: &str = "You are a coding agent working in a project's directory. Use the tools to read, \
-search, change and test files; every path is relative to the working directory, and nothing outside it \
-can be reached. Work step by step. When the task is done, answer with a short summary of what you did, \
-without calling a tool.";
+const AGENT_SYSTEM: &str = "You are a coding agent working in a project's directory. Do the task yourself \
+with the tools — read, search, change and test files — rather than telling the user what to do. Paths are \
+relative to the working directory, and nothing outside it can be changed (files the prompt points to in \
+the run's record can be read). Work step by step, one tool call at a time if unsure. When the task is \
+done, answer with a short summary of what you did, without calling a tool.";
+
+/// Added for the local model, which calls tools by writing them as JSON.
+const TEXT_CALLS_HINT: &str = "To call a tool, answer with one JSON block and nothing else, for example:\n\
+```json\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"src/lib.rs\"}}\n```\n\
+The tool's result comes back in the next message. Begin by looking at the files the task is about.";
 
 /// The longest one turn's answer may be unless the node sets `max_tokens`: a turn is a step, and a
 /// model that runs on (a small local one repeating itself) must not fill its whole context window.
@@ -234,8 +241,13 @@ impl AgentHandler {
             Ok(call) => call,
             Err(outcome) => return *outcome,
         };
+        // The run's record may be read too: preambles point at large outputs stored there.
+        let record = stage.dir.parent().and_then(Path::parent);
         let work_dir = match WorkDir::new(&stage.settings.work_dir) {
-            Ok(dir) => dir,
+            Ok(dir) => match record {
+                Some(record) => dir.with_readable(record),
+                None => dir,
+            },
             Err(e) => {
                 return Outcome::failed(
                     FailureClass::Configuration,
@@ -301,10 +313,13 @@ async fn open_session(
     } else {
         None
     };
-    let system = match memory {
-        Some(memory) => format!("{AGENT_SYSTEM}\n\n{memory}"),
-        None => AGENT_SYSTEM.to_owned(),
-    };
+    let mut system = AGENT_SYSTEM.to_owned();
+    if call.resolved.provider == "local" {
+        system = format!("{system}\n\n{TEXT_CALLS_HINT}");
+    }
+    if let Some(memory) = memory {
+        system = format!("{system}\n\n{memory}");
+    }
     let settings = trellis_agent::Settings {
         template: Request {
             max_tokens: llm.max_tokens.or(Some(DEFAULT_TURN_TOKENS)),
