@@ -427,7 +427,9 @@ mod tests {
     #[tokio::test]
     async fn reads_of_one_turn_run_together_and_writes_alone() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("a.txt"), "a").unwrap();
+        tokio::fs::write(dir.path().join("a.txt"), "a")
+            .await
+            .unwrap();
         let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
         let mut session = Session::new(toolbox, None, Vec::new(), Settings::default());
         let mut model = Scripted {

@@ -42,7 +42,7 @@ fn crate_with_a_bug(p: &Project) {
     );
 }
 
-fn call(name: &str, arguments: Value) -> Value {
+fn call(name: &str, arguments: &Value) -> Value {
     json!({ "type": "reply", "tool_calls": [{ "name": name, "arguments": arguments }], "times": 1 })
 }
 
@@ -66,10 +66,10 @@ fn implement_feature_the_complete_example_runs_with_auto_approve() {
     crate_with_a_bug(&p);
     mock.scenario(&json!([
         answer("Plan: 1. make add add. 2. test it."),
-        call("read_file", json!({ "path": "src/lib.rs" })),
-        call("edit_file", json!({ "path": "src/lib.rs", "old_string": "a - b", "new_string": "a + b" })),
+        call("read_file", &json!({ "path": "src/lib.rs" })),
+        call("edit_file", &json!({ "path": "src/lib.rs", "old_string": "a - b", "new_string": "a + b" })),
         answer("Implemented the plan."),
-        call("edit_file", json!({
+        call("edit_file", &json!({
             "path": "src/lib.rs",
             "old_string": "    fn adds() {",
             "new_string": "    fn adds_negatives() {\n        assert_eq!(super::add(-2, -3), -5);\n    }\n\n    #[test]\n    fn adds() {",
@@ -121,13 +121,13 @@ fn fix_failing_tests_loops_until_the_suite_passes() {
     example(&p, &["fix-failing-tests.fabro"]);
     crate_with_a_bug(&p);
     mock.scenario(&json!([
-        call("read_file", json!({ "path": "src/lib.rs" })),
+        call("read_file", &json!({ "path": "src/lib.rs" })),
         answer("Root cause: add subtracts."),
         call(
             "edit_file",
-            json!({ "path": "src/lib.rs", "old_string": "a - b", "new_string": "a + b" })
+            &json!({ "path": "src/lib.rs", "old_string": "a - b", "new_string": "a + b" })
         ),
-        call("shell", json!({ "command": "cargo test 2>&1 | tail -3" })),
+        call("shell", &json!({ "command": "cargo test 2>&1 | tail -3" })),
         answer("Fixed: add adds."),
         answer("Good fix. {\"preferred_next_label\": \"approve\"}"),
     ]));
@@ -176,7 +176,7 @@ fn write_docs_drafts_audits_and_builds_the_docs() {
         answer("Outline: crate docs, then add()."),
         call(
             "edit_file",
-            json!({
+            &json!({
                 "path": "src/lib.rs",
                 "old_string": "pub fn add",
                 "new_string": "/// Adds two numbers.\npub fn add",
