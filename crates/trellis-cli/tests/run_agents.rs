@@ -838,3 +838,32 @@ fn a_run_killed_during_a_tool_call_resumes_by_running_that_stage_again() {
         "the re-run stage's preamble shows the finished stage"
     );
 }
+
+#[test]
+fn project_memory_is_read_from_the_repository_root_down_to_the_working_directory() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    std::fs::create_dir(p.path().join(".git")).unwrap();
+    p.write("AGENTS.md", "Root rule: keep it simple.");
+    p.write("pkg/CLAUDE.md", "Package rule: no unsafe code.");
+    p.write("pkg/w.fabro", &one_agent(""));
+    mock.scenario(&json!([answer("ok")]));
+    let output = p
+        .command(&["run", "w.fabro", "--json"])
+        .current_dir(p.path().join("pkg"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let system = bodies(&mock)[0]["system"].as_str().unwrap().to_owned();
+    let root = system
+        .find("# AGENTS.md\n\nRoot rule: keep it simple.")
+        .expect(&system);
+    let package = system
+        .find("# pkg/CLAUDE.md\n\nPackage rule: no unsafe code.")
+        .expect(&system);
+    assert!(root < package, "outermost first: {system}");
+}

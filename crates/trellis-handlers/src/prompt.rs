@@ -100,7 +100,9 @@ pub fn preamble_for(stage: &Stage<'_>, fidelity: Fidelity) -> String {
 /// folder from the repository's root (the nearest folder above with `.git`) down to the working
 /// directory, outermost first; just the working directory's outside a repository.
 pub async fn project_memory(stage: &Stage<'_>) -> Option<String> {
-    let work_dir = &stage.settings.work_dir;
+    let work_dir = tokio::fs::canonicalize(&stage.settings.work_dir)
+        .await
+        .unwrap_or_else(|_| stage.settings.work_dir.clone());
     let mut dirs = vec![work_dir.as_path()];
     for dir in work_dir.ancestors() {
         if tokio::fs::try_exists(dir.join(".git"))
