@@ -15,6 +15,6 @@ pub mod tools;
 pub mod truncate;
 mod work_dir;
 
-pub use session::{AgentEvent, Model, Observer, Session, Settings, Stop};
+pub use session::{AgentEvent, LOOP_WARNINGS, Model, Observer, Session, Settings, Stop};
 pub use tools::{Tool, ToolOutput, Toolbox};
 pub use work_dir::WorkDir;

@@ -87,7 +87,13 @@ pub enum Stop<E> {
     Model(E),
     /// `max_turns` turns were used; the text of the last one.
     MaxTurns { turns: u32, last_text: String },
+    /// The model kept looping after [`LOOP_WARNINGS`] warnings.
+    Looping { warnings: u32, last_text: String },
 }
+
+/// Loop warnings a stage's model may ignore before the session gives up on it: a model that repeats
+/// itself after being told three times will not stop by itself.
+pub const LOOP_WARNINGS: u32 = 3;
 
 /// The request settings every turn shares.
 #[derive(Debug, Clone, Default)]
@@ -109,6 +115,8 @@ pub struct Session {
     last_touched: Option<String>,
     turns: u32,
     max_turns: Option<u32>,
+    /// Loops detected since the last [`Session::limit_turns`].
+    loops: u32,
 }
 
 impl Session {
@@ -129,12 +137,14 @@ impl Session {
             last_touched: None,
             turns: 0,
             max_turns: None,
+            loops: 0,
         }
     }
 
     /// At most `max` more turns (none: unlimited); the count starts again.
     pub fn limit_turns(&mut self, max: Option<u32>) {
         self.turns = 0;
+        self.loops = 0;
         self.max_turns = max;
     }
 
@@ -195,6 +205,12 @@ impl Session {
                 role: Role::User,
                 parts,
             });
+            if self.loops >= LOOP_WARNINGS {
+                return Err(Stop::Looping {
+                    warnings: self.loops,
+                    last_text,
+                });
+            }
             self.compact_if_needed(model, observer).await;
         }
     }
@@ -265,6 +281,7 @@ impl Session {
                         tools: found.tools.clone(),
                     });
                     warning = Some(found.warning());
+                    self.loops += 1;
                 }
             }
             index = end;

@@ -867,3 +867,31 @@ fn project_memory_is_read_from_the_repository_root_down_to_the_working_directory
         .expect(&system);
     assert!(root < package, "outermost first: {system}");
 }
+
+#[test]
+fn a_model_that_ignores_three_loop_warnings_is_stopped() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    lib_rs(&p);
+    p.write("w.fabro", &one_agent(""));
+    let script: Vec<Value> = (0..40)
+        .map(|_| call("list_dir", json!({ "path": "src" })))
+        .collect();
+    mock.scenario(&Value::Array(script));
+    let run = p.run("w.fabro", &[]);
+    let status = status(&run, "fix");
+    assert_eq!(status["status"], "failed");
+    assert!(
+        status["failure"]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("the agent kept repeating the same tool calls after 3 warnings"),
+        "{status}"
+    );
+    assert_eq!(run.events_named("Agent.LoopDetected").len(), 3);
+    assert_eq!(
+        bodies(&mock).len(),
+        30,
+        "stopped right after the third loop"
+    );
+}

@@ -355,18 +355,18 @@ async fn converse(
             Ok(response) => response,
             Err(Stop::Model(outcome)) => return *outcome,
             Err(Stop::MaxTurns { turns, last_text }) => {
-                let mut outcome = Outcome::failed(
-                    FailureClass::StageFailed,
-                    format!(
-                        "the agent used its {turns} turn(s) (max_turns) without finishing; \
-                         its work so far is kept (files_touched, transcript.jsonl)"
-                    ),
+                let reason =
+                    format!("the agent used its {turns} turn(s) (max_turns) without finishing");
+                return stopped(stage, reason, &last_text).await;
+            }
+            Err(Stop::Looping {
+                warnings,
+                last_text,
+            }) => {
+                let reason = format!(
+                    "the agent kept repeating the same tool calls after {warnings} warnings"
                 );
-                if !last_text.is_empty() {
-                    write_stage_file(stage, "response.md", &last_text).await;
-                    response_updates(&mut outcome, &stage.node.id, &last_text);
-                }
-                return outcome;
+                return stopped(stage, reason, &last_text).await;
             }
         };
         let problem = match read_routing(
@@ -428,6 +428,19 @@ async fn converse(
         repairs += 1;
         message = output_schema::repair_message(schema, &problem);
     }
+}
+
+/// The failed outcome of a session stopped before its answer, keeping its last words.
+async fn stopped(stage: &Stage<'_>, reason: String, last_text: &str) -> Outcome {
+    let mut outcome = Outcome::failed(
+        FailureClass::StageFailed,
+        format!("{reason}; its work so far is kept (files_touched, transcript.jsonl)"),
+    );
+    if !last_text.is_empty() {
+        write_stage_file(stage, "response.md", last_text).await;
+        response_updates(&mut outcome, &stage.node.id, last_text);
+    }
+    outcome
 }
 
 /// The names in `allowed_tools`/`disallowed_tools` that are no tool, as a message.
