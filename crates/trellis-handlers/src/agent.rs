@@ -384,17 +384,7 @@ async fn converse(
                 }
                 let mut outcome = Outcome::success();
                 response_updates(&mut outcome, &stage.node.id, &response.text);
-                match structured {
-                    Structured::Free(Some(directive)) | Structured::Routing(directive) => {
-                        directive.apply(&mut outcome);
-                    }
-                    Structured::Free(None) => {}
-                    Structured::Json(value) => {
-                        outcome
-                            .context_updates
-                            .insert(format!("output.{}", stage.node.id), value);
-                    }
-                }
+                structured.apply(&mut outcome, &stage.node.id);
                 outcome.details.repairs = Some(repairs);
                 outcome.details.stop_reason = serde_json::to_value(&response.stop_reason).ok();
                 return outcome;

@@ -4,6 +4,7 @@
 //! spelled out.
 
 use serde_json::Value;
+use trellis_engine::Outcome;
 use trellis_workflow::node_kind::OutputSchema;
 
 use crate::routing_directive::{self, ROUTING_FIELDS, RoutingDirective};
@@ -16,6 +17,24 @@ pub enum Structured {
     Routing(RoutingDirective),
     /// The JSON object that matched the custom schema (stored at `output.<node>`).
     Json(Value),
+}
+
+impl Structured {
+    /// Puts what the answer yielded into the stage's outcome: the routing directive's fields, or the
+    /// custom schema's JSON at `output.<node>`.
+    pub fn apply(self, outcome: &mut Outcome, node_id: &str) {
+        match self {
+            Structured::Free(Some(directive)) | Structured::Routing(directive) => {
+                directive.apply(outcome);
+            }
+            Structured::Free(None) => {}
+            Structured::Json(value) => {
+                outcome
+                    .context_updates
+                    .insert(format!("output.{node_id}"), value);
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -315,17 +315,7 @@ impl PromptHandler {
         }
         let mut outcome = Outcome::success();
         response_updates(&mut outcome, &stage.node.id, &answer.response.text);
-        match answer.value {
-            Structured::Free(Some(directive)) | Structured::Routing(directive) => {
-                directive.apply(&mut outcome);
-            }
-            Structured::Free(None) => {}
-            Structured::Json(value) => {
-                outcome
-                    .context_updates
-                    .insert(format!("output.{}", stage.node.id), value);
-            }
-        }
+        answer.value.apply(&mut outcome, &stage.node.id);
         call.describe(&mut outcome);
         outcome.details.repairs = Some(answer.repairs);
         outcome.details.stop_reason = serde_json::to_value(&answer.response.stop_reason).ok();

@@ -77,22 +77,7 @@ pub const COMMON_ATTRIBUTES: &[&str] = &[
     "auto_status",
 ];
 
-/// Attributes of the nodes that call a model.
-const LLM_ATTRIBUTES: &[&str] = &[
-    "prompt",
-    "reasoning_effort",
-    "max_tokens",
-    "fidelity",
-    "thread_id",
-    "model",
-    "provider",
-    "project_memory",
-    "backend",
-    "output_schema",
-    "output_retries",
-];
-
-/// Attributes of agent nodes: the model attributes and the agent loop's own.
+/// Attributes of agent nodes: those of every node that calls a model, then the agent loop's own.
 const AGENT_ATTRIBUTES: &[&str] = &[
     "prompt",
     "reasoning_effort",
@@ -109,6 +94,9 @@ const AGENT_ATTRIBUTES: &[&str] = &[
     "allowed_tools",
     "disallowed_tools",
 ];
+
+/// Attributes of the nodes that call a model: the agent's, less the loop's own three.
+const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(AGENT_ATTRIBUTES.len() - 3).0;
 
 /// The one table of node kinds: lowering resolves `type` and `shape` through it, the
 /// `unknown-attribute` rule judges attributes by it, and the engine registers handlers by its kinds.
