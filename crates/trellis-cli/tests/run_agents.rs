@@ -805,6 +805,10 @@ fn a_run_killed_during_a_tool_call_resumes_by_running_that_stage_again() {
     let record = p.only_run();
     let id = record.file_name().unwrap().to_string_lossy().into_owned();
     let pid = p.read("shell.pid").trim().to_owned();
+    // The killed stage's transcript holds what it did up to the kill.
+    let transcript =
+        std::fs::read_to_string(stage_dir(&record, "fix").join("transcript.jsonl")).unwrap();
+    assert!(transcript.contains("\"tool\":\"shell\""), "{transcript}");
 
     mock.reset();
     mock.scenario(&json!([

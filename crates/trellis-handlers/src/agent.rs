@@ -86,31 +86,17 @@ impl Handler for AgentHandler {
     }
 }
 
-/// Turns the session's events into run events and keeps the transcript.
+/// Turns the session's events into run events and writes the transcript as it goes.
 struct StageObserver<'a> {
     emitter: &'a dyn Emitter,
     node_id: &'a str,
-    transcript: Mutex<Vec<Value>>,
+    transcript: std::sync::mpsc::Sender<Value>,
     tool_calls: Mutex<u32>,
 }
 
 impl StageObserver<'_> {
     fn note(&self, entry: Value) {
-        self.transcript
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(entry);
-    }
-
-    fn transcript(&self) -> String {
-        let lines = self
-            .transcript
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        lines.iter().fold(String::new(), |mut out, line| {
-            let _ = writeln!(out, "{line}");
-            out
-        })
+        let _ = self.transcript.send(entry);
     }
 
     fn tool_calls(&self) -> u32 {
@@ -119,6 +105,30 @@ impl StageObserver<'_> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// Appends transcript entries to `transcript.jsonl` on the blocking pool until the sender is dropped
+/// — when the stage ends, or when it is cancelled, so a stopped stage keeps what it did.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the file work runs in the blocking-pool closure it starts"
+)]
+fn transcript_writer(
+    path: std::path::PathBuf,
+) -> (std::sync::mpsc::Sender<Value>, tokio::task::JoinHandle<()>) {
+    let (sender, entries) = std::sync::mpsc::channel::<Value>();
+    let writer = tokio::task::spawn_blocking(move || {
+        use std::io::Write as _;
+        let Ok(file) = std::fs::File::create(&path) else {
+            return;
+        };
+        let mut file = std::io::BufWriter::new(file);
+        for entry in entries {
+            let _ = writeln!(file, "{entry}");
+            let _ = file.flush();
+        }
+    });
+    (sender, writer)
 }
 
 impl Observer for StageObserver<'_> {
@@ -261,10 +271,11 @@ impl AgentHandler {
         let opening = Opening::new(stage, llm, &self.threads);
         write_stage_file(stage, "prompt.md", &opening.prompt).await;
         let mut session = open_session(stage, llm, client, &call, work_dir, opening.messages).await;
+        let (transcript, writer) = transcript_writer(stage.dir.join("transcript.jsonl"));
         let observer = StageObserver {
             emitter: stage.emitter,
             node_id: &stage.node.id,
-            transcript: Mutex::new(Vec::new()),
+            transcript,
             tool_calls: Mutex::new(0),
         };
         let mut outcome = converse(
@@ -277,10 +288,11 @@ impl AgentHandler {
         )
         .await;
         outcome.details.fidelity = Some(opening.fidelity.as_str().to_owned());
-        write_stage_file(stage, "transcript.jsonl", &observer.transcript()).await;
+        outcome.details.tool_calls = Some(observer.tool_calls());
+        drop(observer);
+        let _ = writer.await;
         outcome.files_touched = session.files_touched().to_vec();
         call.describe(&mut outcome);
-        outcome.details.tool_calls = Some(observer.tool_calls());
         if let Some(key) = opening.thread_key {
             self.threads.save(key, session.history);
         }
