@@ -13,11 +13,22 @@ pub fn parse(text: &str, offered: &[&str]) -> Vec<ToolCall> {
         .into_iter()
         .chain(fenced(text))
     {
-        if let Some(call) = to_call(body.trim(), offered, calls.len()) {
-            calls.push(call);
+        for value in values(body) {
+            if let Some(call) = to_call(&value, offered, calls.len()) {
+                calls.push(call);
+            }
         }
     }
     calls
+}
+
+/// The JSON values a block holds: one, or several in a row (a model that writes two calls in one
+/// block).
+fn values(body: &str) -> Vec<Value> {
+    serde_json::Deserializer::from_str(body.trim())
+        .into_iter::<Value>()
+        .map_while(Result::ok)
+        .collect()
 }
 
 /// The id prefix of calls found in text.
@@ -32,10 +43,11 @@ pub fn is_text_call(id: &str) -> bool {
 /// the answer there: a small model that goes on tends to repeat the call or invent its result.
 pub fn has_complete_call(text: &str, offered: &[&str]) -> bool {
     let closed_tags = closed_tagged(text, "<tool_call>", "</tool_call>");
-    closed_tags
-        .into_iter()
-        .chain(fenced(text))
-        .any(|body| to_call(body.trim(), offered, 0).is_some())
+    closed_tags.into_iter().chain(fenced(text)).any(|body| {
+        values(body)
+            .iter()
+            .any(|v| to_call(v, offered, 0).is_some())
+    })
 }
 
 fn closed_tagged<'a>(text: &'a str, open: &str, close: &str) -> Vec<&'a str> {
@@ -52,8 +64,7 @@ fn closed_tagged<'a>(text: &'a str, open: &str, close: &str) -> Vec<&'a str> {
     out
 }
 
-fn to_call(body: &str, offered: &[&str], index: usize) -> Option<ToolCall> {
-    let value: Value = serde_json::from_str(body).ok()?;
+fn to_call(value: &Value, offered: &[&str], index: usize) -> Option<ToolCall> {
     let name = value.get("name")?.as_str()?;
     if !offered.contains(&name) {
         return None;
@@ -118,6 +129,15 @@ mod tests {
         assert_eq!(calls.len(), 1);
         assert_eq!(calls[0].name, "read_file");
         assert_eq!(calls[0].arguments["path"], "a.txt");
+    }
+
+    #[test]
+    fn several_calls_in_one_block_are_each_a_call() {
+        let text = "```json\n{\"name\": \"write_file\", \"arguments\": {\"path\": \"a\"}}\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"a\"}}\n```";
+        let calls = parse(text, &["read_file", "write_file"]);
+        let names: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["write_file", "read_file"]);
+        assert_eq!(calls[1].id, "text_call_1");
     }
 
     #[test]
