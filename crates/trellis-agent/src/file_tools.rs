@@ -292,6 +292,35 @@ fn list_dir(work_dir: &WorkDir, args: &ListArgs) -> Result<ToolOutput, String> {
     Ok(ToolOutput::ok(lines.join("\n") + "\n"))
 }
 
+/// The working directory's files two levels deep (honouring `.gitignore`, hidden files left out), at
+/// most `limit` entries: what an agent is shown before it starts, so it need not guess paths.
+pub fn overview(work_dir: &WorkDir, limit: usize) -> String {
+    let root = work_dir.root();
+    let mut entries: Vec<String> = ignore::WalkBuilder::new(root)
+        .require_git(false)
+        .max_depth(Some(2))
+        .build()
+        .filter_map(Result::ok)
+        .filter(|e| e.depth() > 0)
+        .map(|e| {
+            let path = work_dir.relative(e.path());
+            if e.file_type().is_some_and(|t| t.is_dir()) {
+                format!("{path}/")
+            } else {
+                path
+            }
+        })
+        .collect();
+    entries.sort();
+    let total = entries.len();
+    entries.truncate(limit);
+    let mut out = entries.join("\n");
+    if total > limit {
+        let _ = write!(out, "\n[… and {} more]", total - limit);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -400,6 +429,13 @@ mod tests {
         assert!(none.content.starts_with("no matches"), "{}", none.content);
         let bad = call(&work, Tool::Grep, &json!({"pattern": "("})).unwrap_err();
         assert!(bad.contains("invalid regular expression"), "{bad}");
+    }
+
+    #[test]
+    fn the_overview_lists_two_levels_without_ignored_files() {
+        let (_d, work) = setup();
+        assert_eq!(overview(&work, 10), "src/\nsrc/lib.rs");
+        assert_eq!(overview(&work, 1), "src/\n[… and 1 more]");
     }
 
     #[test]

@@ -259,6 +259,14 @@ impl Toolbox {
         self.tools.iter().map(|t| t.definition()).collect()
     }
 
+    /// The working directory's files two levels deep, at most `limit` of them.
+    pub async fn overview(&self, limit: usize) -> String {
+        let work_dir = self.work_dir.clone();
+        tokio::task::spawn_blocking(move || file_tools::overview(&work_dir, limit))
+            .await
+            .unwrap_or_default()
+    }
+
     /// The offered tool `call` names.
     pub fn find(&self, call: &ToolCall) -> Option<Tool> {
         Tool::from_name(&call.name).filter(|t| self.tools.contains(t))

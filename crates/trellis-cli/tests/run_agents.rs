@@ -147,11 +147,12 @@ fn an_agent_reads_edits_runs_a_command_and_answers() {
             "list_dir"
         ]
     );
+    let system = bodies[0]["system"].as_str().unwrap();
+    assert!(system.contains("coding agent"), "{system}");
+    // It is shown the working directory, so it need not guess paths.
     assert!(
-        bodies[0]["system"]
-            .as_str()
-            .unwrap()
-            .contains("coding agent")
+        system.contains("The working directory holds:\n") && system.contains("\nsrc/lib.rs\n"),
+        "{system}"
     );
     let results = tool_results(&bodies[4]);
     assert_eq!(results.len(), 4);

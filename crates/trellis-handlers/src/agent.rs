@@ -44,6 +44,9 @@ const TEXT_CALLS_HINT: &str = "To call a tool, answer with one JSON block and no
 ```json\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"src/lib.rs\"}}\n```\n\
 The tool's result comes back in the next message. Begin by looking at the files the task is about.";
 
+/// Files of the working directory listed in the system prompt.
+const OVERVIEW_ENTRIES: usize = 100;
+
 /// The longest one turn's answer may be unless the node sets `max_tokens`: a turn is a step, and a
 /// model that runs on (a small local one repeating itself) must not fill its whole context window.
 const DEFAULT_TURN_TOKENS: u32 = 4096;
@@ -325,7 +328,12 @@ async fn open_session(
     } else {
         None
     };
-    let mut system = AGENT_SYSTEM.to_owned();
+    let overview = toolbox.overview(OVERVIEW_ENTRIES).await;
+    let mut system = if overview.is_empty() {
+        format!("{AGENT_SYSTEM}\n\nThe working directory is empty.")
+    } else {
+        format!("{AGENT_SYSTEM}\n\nThe working directory holds:\n{overview}")
+    };
     if call.resolved.provider == "local" {
         system = format!("{system}\n\n{TEXT_CALLS_HINT}");
     }
