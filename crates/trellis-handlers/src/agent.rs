@@ -255,12 +255,24 @@ impl AgentHandler {
             Err(outcome) => return *outcome,
         };
         // The run's record may be read too: preambles point at large outputs stored there.
-        let record = stage.dir.parent().and_then(Path::parent);
-        let work_dir = match WorkDir::new(&stage.settings.work_dir) {
-            Ok(dir) => match record {
-                Some(record) => dir.with_readable(record),
-                None => dir,
-            },
+        let record = stage
+            .dir
+            .parent()
+            .and_then(Path::parent)
+            .map(Path::to_owned);
+        let dir = stage.settings.work_dir.clone();
+        // Resolving the directories touches the file system: on the blocking pool.
+        let work_dir = tokio::task::spawn_blocking(move || {
+            let work_dir = WorkDir::new(&dir)?;
+            Ok::<_, std::io::Error>(match record {
+                Some(record) => work_dir.with_readable(&record),
+                None => work_dir,
+            })
+        })
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        let work_dir = match work_dir {
+            Ok(dir) => dir,
             Err(e) => {
                 return Outcome::failed(
                     FailureClass::Configuration,
