@@ -368,9 +368,16 @@ fn target(toolbox: &Toolbox, call: &ToolCall) -> String {
 }
 
 /// The response as a history message. Arguments that are not a JSON object (a malformed call) are
-/// wrapped in one: providers reject a tool call whose input is not an object.
+/// wrapped in one: providers reject a tool call whose input is not an object; an empty answer is
+/// marked as such.
 fn assistant_message(response: &Response) -> Message {
     let mut message = response.to_message();
+    // Providers reject an empty assistant turn in the history (a repair turn or a thread follows).
+    if message.parts.is_empty() {
+        message.parts.push(Part::Text {
+            text: "(empty answer)".to_owned(),
+        });
+    }
     for part in &mut message.parts {
         if let Part::ToolCall(call) = part
             && !call.arguments.is_object()
