@@ -31,6 +31,14 @@ fn servers() -> Vec<u32> {
         .collect()
 }
 
+/// A project whose runs find the local model in the shared cache.
+fn local_project() -> Project {
+    Project::new().with_env(
+        "TRELLIS_CACHE_DIR",
+        &trellis_test::cache_dir().display().to_string(),
+    )
+}
+
 /// A prompt stage's record: succeeded on the local model with usage, its files written, and for the
 /// review a routing directive that the run followed.
 fn check_model_stage(run: &run_support::Run, record: &Value, records: &[Value]) {
@@ -88,10 +96,7 @@ fn plan_review_runs_on_the_local_model_with_a_routing_directive_and_an_output_sc
     let _turn = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let p = Project::new().with_env(
-        "TRELLIS_CACHE_DIR",
-        &trellis_test::cache_dir().display().to_string(),
-    );
+    let p = local_project();
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
     p.write(
         "plan-review.fabro",
@@ -216,10 +221,7 @@ fn an_agent_on_the_local_model_writes_a_file_and_reads_it_back() {
     let _turn = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let p = Project::new().with_env(
-        "TRELLIS_CACHE_DIR",
-        &trellis_test::cache_dir().display().to_string(),
-    );
+    let p = local_project();
     p.write(
         "a.fabro",
         "digraph A {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n \
