@@ -6,15 +6,15 @@
 //! and compacts its history when it nears the model's context window. Sits on `trellis-llm`; the agent
 //! handler in `trellis-handlers` drives it and turns its [`AgentEvent`]s into run events.
 
-pub mod compaction;
+mod compaction;
 mod file_tools;
-pub mod loop_detector;
+mod loop_detector;
 mod session;
-pub mod shell;
-pub mod tools;
-pub mod truncate;
+mod shell;
+mod tools;
+mod truncate;
 mod work_dir;
 
-pub use session::{AgentEvent, LOOP_WARNINGS, Model, Observer, Session, Settings, Stop};
+pub use session::{AgentEvent, Model, Observer, Session, Settings, Stop};
 pub use tools::{Tool, ToolOutput, Toolbox};
 pub use work_dir::WorkDir;

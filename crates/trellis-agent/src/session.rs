@@ -105,10 +105,11 @@ pub struct Settings {
 }
 
 pub struct Session {
-    pub system: Option<String>,
-    pub history: Vec<Message>,
+    /// The next turn's request: the system prompt, the history so far, the tools and the settings.
+    /// Turns add to its messages in place.
+    request: Request,
+    context_window: Option<u64>,
     toolbox: Toolbox,
-    settings: Settings,
     detector: LoopDetector,
     /// Files written or edited without error, in the order first touched.
     files: Vec<String>,
@@ -128,10 +129,14 @@ impl Session {
         settings: Settings,
     ) -> Self {
         Self {
-            system,
-            history,
+            request: Request {
+                system,
+                messages: history,
+                tools: toolbox.definitions(),
+                ..settings.template
+            },
+            context_window: settings.context_window,
             toolbox,
-            settings,
             detector: LoopDetector::default(),
             files: Vec::new(),
             last_touched: None,
@@ -148,9 +153,14 @@ impl Session {
         self.max_turns = max;
     }
 
-    /// Turns taken since the last [`Session::limit_turns`].
-    pub fn turns(&self) -> u32 {
-        self.turns
+    /// The conversation so far.
+    pub fn history(&self) -> &[Message] {
+        &self.request.messages
+    }
+
+    /// The conversation, for a thread to continue.
+    pub fn into_history(self) -> Vec<Message> {
+        self.request.messages
     }
 
     /// Files written or edited without error.
@@ -174,7 +184,7 @@ impl Session {
         observer: &dyn Observer,
         text: String,
     ) -> Result<Response, Stop<M::Error>> {
-        self.history.push(Message::user(text));
+        self.request.messages.push(Message::user(text));
         let mut last_text = String::new();
         loop {
             if let Some(max) = self.max_turns
@@ -187,7 +197,7 @@ impl Session {
             }
             self.turns += 1;
             observer.on_event(AgentEvent::TurnStarted { turn: self.turns });
-            let response = model.ask(&self.request()).await.map_err(Stop::Model)?;
+            let response = model.ask(&self.request).await.map_err(Stop::Model)?;
             if !response.text.is_empty() {
                 last_text.clone_from(&response.text);
                 observer.on_event(AgentEvent::Text {
@@ -195,13 +205,13 @@ impl Session {
                     text: response.text.clone(),
                 });
             }
-            self.history.push(assistant_message(&response));
+            self.request.messages.push(assistant_message(&response));
             if response.tool_calls.is_empty() {
                 self.compact_if_needed(model, observer).await;
                 return Ok(response);
             }
             let parts = self.run_tools(&response.tool_calls, observer).await;
-            self.history.push(Message {
+            self.request.messages.push(Message {
                 role: Role::User,
                 parts,
             });
@@ -212,15 +222,6 @@ impl Session {
                 });
             }
             self.compact_if_needed(model, observer).await;
-        }
-    }
-
-    fn request(&self) -> Request {
-        Request {
-            system: self.system.clone(),
-            messages: self.history.clone(),
-            tools: self.toolbox.definitions(),
-            ..self.settings.template.clone()
         }
     }
 
@@ -238,11 +239,12 @@ impl Session {
                 index + 1
             };
             let group = &calls[index..end];
-            for call in group {
+            let targets: Vec<String> = group.iter().map(|c| target(&self.toolbox, c)).collect();
+            for (call, target) in group.iter().zip(&targets) {
                 observer.on_event(AgentEvent::ToolCallStarted {
                     call_id: call.id.clone(),
                     tool: call.name.clone(),
-                    target: target(&self.toolbox, call),
+                    target: target.clone(),
                     arguments: call.arguments.clone(),
                 });
             }
@@ -253,7 +255,7 @@ impl Session {
                 (output, started.elapsed())
             }))
             .await;
-            for (call, (output, elapsed)) in group.iter().zip(outputs) {
+            for ((call, target), (output, elapsed)) in group.iter().zip(targets).zip(outputs) {
                 let shown = match self.toolbox.find(call) {
                     Some(tool) => tool.limit().apply(&output.content),
                     None => output.content.clone(),
@@ -262,7 +264,7 @@ impl Session {
                 observer.on_event(AgentEvent::ToolCallCompleted {
                     call_id: call.id.clone(),
                     tool: call.name.clone(),
-                    target: target(&self.toolbox, call),
+                    target,
                     is_error: output.is_error,
                     duration_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
                     shown_chars: shown.chars().count(),
@@ -307,10 +309,11 @@ impl Session {
     /// Compacts the history when it fills more than 80% of the context window. A failed summary is
     /// reported and the history kept; the next turn tries again.
     async fn compact_if_needed<M: Model>(&mut self, model: &mut M, observer: &dyn Observer) {
-        let Some(window) = self.settings.context_window.filter(|w| *w > 0) else {
+        let Some(window) = self.context_window.filter(|w| *w > 0) else {
             return;
         };
-        let estimated = compaction::estimate_tokens(self.system.as_deref(), &self.history);
+        let estimated =
+            compaction::estimate_tokens(self.request.system.as_deref(), &self.request.messages);
         if estimated * 100 <= window * compaction::THRESHOLD_PERCENT {
             return;
         }
@@ -319,28 +322,31 @@ impl Session {
             context_window_size: window,
             usage_percent: estimated * 100 / window,
         });
-        let Some((split, turn_count)) = compaction::split(&self.history) else {
+        let Some((split, turn_count)) = compaction::split(&self.request.messages) else {
             return;
         };
         observer.on_event(AgentEvent::CompactionStarted {
             estimated_tokens: estimated,
             context_window_size: window,
         });
+        // The same model and settings, without tools or history.
         let request = Request {
+            model: self.request.model.clone(),
             system: Some(compaction::SUMMARY_SYSTEM.to_owned()),
             messages: vec![Message::user(compaction::summary_prompt(
-                &compaction::render(&self.history[..split]),
+                &compaction::render(&self.request.messages[..split]),
             ))],
             tools: Vec::new(),
-            ..self.settings.template.clone()
+            max_tokens: self.request.max_tokens,
+            reasoning_effort: self.request.reasoning_effort,
+            temperature: self.request.temperature,
         };
         match model.ask(&request).await {
             Ok(response) if !response.text.trim().is_empty() => {
                 let summary = compaction::summary_message(&response.text, &self.files);
                 let summary_tokens =
                     compaction::estimate_tokens(None, std::slice::from_ref(&summary));
-                let preserved = self.history.split_off(split);
-                self.history = std::iter::once(summary).chain(preserved).collect();
+                self.request.messages.splice(..split, [summary]);
                 observer.on_event(AgentEvent::CompactionCompleted {
                     original_turn_count: turn_count,
                     preserved_turn_count: compaction::PRESERVED_TURNS,

@@ -28,8 +28,8 @@ pub struct ShellCommand<'a> {
     pub process_file: Option<&'a Path>,
 }
 
-/// Whether a variable may reach the model's commands.
-pub fn is_secret(name: &str) -> bool {
+/// Whether a variable is kept from the model's commands.
+fn is_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     SECRET_SUFFIXES.iter().any(|s| upper.ends_with(s))
 }

@@ -60,8 +60,8 @@ impl ToolOutput {
 }
 
 /// The longest a `shell` call may run, and how long it runs unless the model says otherwise.
-pub const SHELL_DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
-pub const SHELL_MAX_TIMEOUT: Duration = Duration::from_secs(600);
+const SHELL_DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+const SHELL_MAX_TIMEOUT: Duration = Duration::from_secs(600);
 
 impl Tool {
     pub const ALL: [Tool; 7] = [
@@ -96,11 +96,6 @@ impl Tool {
             self,
             Tool::ReadFile | Tool::Grep | Tool::Glob | Tool::ListDir
         )
-    }
-
-    /// Whether a successful call changes a file that `files_touched` should name.
-    pub fn writes_file(self) -> bool {
-        matches!(self, Tool::WriteFile | Tool::EditFile)
     }
 
     /// How much of the output the model is shown.
@@ -249,10 +244,6 @@ impl Toolbox {
 
     pub fn work_dir(&self) -> &WorkDir {
         &self.work_dir
-    }
-
-    pub fn tools(&self) -> &[Tool] {
-        &self.tools
     }
 
     pub fn definitions(&self) -> Vec<ToolDef> {

@@ -13,7 +13,8 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -94,7 +95,7 @@ struct StageObserver<'a> {
     emitter: &'a dyn Emitter,
     node_id: &'a str,
     transcript: std::sync::mpsc::Sender<Value>,
-    tool_calls: Mutex<u32>,
+    tool_calls: AtomicU32,
 }
 
 impl StageObserver<'_> {
@@ -103,10 +104,7 @@ impl StageObserver<'_> {
     }
 
     fn tool_calls(&self) -> u32 {
-        *self
-            .tool_calls
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.tool_calls.load(Ordering::Relaxed)
     }
 }
 
@@ -172,10 +170,7 @@ impl Observer for StageObserver<'_> {
                 shown_chars,
                 note,
             } => {
-                *self
-                    .tool_calls
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
+                self.tool_calls.fetch_add(1, Ordering::Relaxed);
                 self.note(json!({
                     "type": "tool_result", "call_id": call_id, "tool": tool, "is_error": is_error,
                     "duration_ms": duration_ms, "shown_chars": shown_chars, "output": output,
@@ -291,7 +286,7 @@ impl AgentHandler {
             emitter: stage.emitter,
             node_id: &stage.node.id,
             transcript,
-            tool_calls: Mutex::new(0),
+            tool_calls: AtomicU32::new(0),
         };
         let mut outcome = converse(
             stage,
@@ -309,7 +304,7 @@ impl AgentHandler {
         outcome.files_touched = session.files_touched().to_vec();
         call.describe(&mut outcome);
         if let Some(key) = opening.thread_key {
-            self.threads.save(key, session.history);
+            self.threads.save(key, session.into_history());
         }
         outcome
     }
