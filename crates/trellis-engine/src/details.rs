@@ -37,6 +37,9 @@ pub struct ModelDetails {
     pub usage: TokenUsage,
     #[serde(default)]
     pub turns: u32,
+    /// What the calls cost in US dollars, where the provider or CLI reports it.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cost_usd: Option<f64>,
 }
 
 /// The handler's details of one stage attempt. Every field is optional: each handler fills its own.
@@ -50,6 +53,12 @@ pub struct StageDetails {
     pub repairs: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub stop_reason: Option<Value>,
+    /// CLI agent stages (`backend="cli"`): the CLI that ran the node, and its session id (for
+    /// `claude --resume`, `codex exec resume`, `gemini --resume`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cli: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub session_id: Option<String>,
     /// Agent stages: the tool calls the loop ran.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub tool_calls: Option<u32>,
@@ -91,6 +100,7 @@ mod tests {
                     ..TokenUsage::default()
                 },
                 turns: 1,
+                cost_usd: None,
             }),
             repairs: Some(0),
             ..StageDetails::default()

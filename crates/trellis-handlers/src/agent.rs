@@ -25,6 +25,7 @@ use trellis_engine::{Attempt, Emitter, FailureClass, Handler, Outcome, Stage};
 use trellis_llm::{Client, Request};
 use trellis_workflow::node_kind::{Backend, LlmConfig, OutputSchema};
 
+use crate::cli_agent;
 use crate::model_call::ModelCall;
 use crate::output_schema::{self, SchemaError, Structured};
 use crate::prompt::{
@@ -72,16 +73,20 @@ impl Handler for AgentHandler {
         if stage.settings.dry_run {
             return simulated_outcome(stage, llm).await.into();
         }
-        if llm.backend != Backend::Api {
-            return Outcome::failed(
-                FailureClass::Configuration,
-                format!(
-                    "agent node `{}` asks for backend=\"{}\", which this version of trellis does not run; \
-                     remove the attribute to use the built-in agent (backend=\"api\")",
-                    stage.node.id, llm.backend
-                ),
-            )
-            .into();
+        match llm.backend {
+            Backend::Api => {}
+            Backend::Cli => return cli_agent::run(stage, llm).await.into(),
+            Backend::Acp => {
+                return Outcome::failed(
+                    FailureClass::Configuration,
+                    format!(
+                        "agent node `{}` asks for backend=\"acp\", which this version of trellis does not run; \
+                         use backend=\"cli\" or the built-in agent (backend=\"api\")",
+                        stage.node.id
+                    ),
+                )
+                .into();
+            }
         }
         let Some(client) = &self.client else {
             return no_model(stage).into();
@@ -91,19 +96,33 @@ impl Handler for AgentHandler {
 }
 
 /// Turns the session's events into run events and writes the transcript as it goes.
-struct StageObserver<'a> {
+pub(crate) struct StageObserver<'a> {
     emitter: &'a dyn Emitter,
     node_id: &'a str,
     transcript: std::sync::mpsc::Sender<Value>,
     tool_calls: AtomicU32,
 }
 
-impl StageObserver<'_> {
-    fn note(&self, entry: Value) {
+impl<'a> StageObserver<'a> {
+    /// An observer of `stage` and the writer of its `transcript.jsonl`, which finishes when the
+    /// observer is dropped.
+    pub(crate) fn new(stage: &'a Stage<'a>) -> (Self, tokio::task::JoinHandle<()>) {
+        let (transcript, writer) = transcript_writer(stage.dir.join("transcript.jsonl"));
+        let observer = StageObserver {
+            emitter: stage.emitter,
+            node_id: &stage.node.id,
+            transcript,
+            tool_calls: AtomicU32::new(0),
+        };
+        (observer, writer)
+    }
+
+    /// Adds an entry to the transcript.
+    pub(crate) fn note(&self, entry: Value) {
         let _ = self.transcript.send(entry);
     }
 
-    fn tool_calls(&self) -> u32 {
+    pub(crate) fn tool_calls(&self) -> u32 {
         self.tool_calls.load(Ordering::Relaxed)
     }
 }
@@ -240,6 +259,25 @@ enum Reading {
     Fatal(String),
 }
 
+/// An agent's live conversation, as the routing and repair loop ([`converse`]) sees it: the built-in
+/// session on the node's model, or a coding-agent CLI (`crate::cli_agent`).
+#[async_trait]
+pub(crate) trait Conversation: Send + Sync {
+    /// Sends a message and runs the agent until it answers; a stage that cannot go on gets its
+    /// failed outcome instead.
+    async fn send(&mut self, message: String) -> Result<Answer, Box<Outcome>>;
+    /// The working directory, where `status.json` is looked for.
+    fn root(&self) -> &Path;
+    /// The file the agent wrote last, relative to the working directory.
+    fn last_touched(&self) -> Option<String>;
+}
+
+/// An agent's final answer to a message.
+pub(crate) struct Answer {
+    pub text: String,
+    pub stop_reason: Option<Value>,
+}
+
 impl AgentHandler {
     async fn run(&self, client: &Client, stage: &Stage<'_>, llm: &LlmConfig) -> Outcome {
         if let Some(unknown) = unknown_tools(llm) {
@@ -280,23 +318,16 @@ impl AgentHandler {
         };
         let opening = Opening::new(stage, llm, &self.threads);
         write_stage_file(stage, "prompt.md", &opening.prompt).await;
-        let mut session = open_session(stage, llm, client, &call, work_dir, opening.messages).await;
-        let (transcript, writer) = transcript_writer(stage.dir.join("transcript.jsonl"));
-        let observer = StageObserver {
-            emitter: stage.emitter,
-            node_id: &stage.node.id,
-            transcript,
-            tool_calls: AtomicU32::new(0),
-        };
-        let mut outcome = converse(
+        let session = open_session(stage, llm, client, &call, work_dir, opening.messages).await;
+        let (observer, writer) = StageObserver::new(stage);
+        let mut conversation = ApiConversation {
             stage,
-            llm,
-            &mut session,
-            &mut call,
-            &observer,
-            opening.prompt,
-        )
-        .await;
+            session,
+            call: &mut call,
+            observer: &observer,
+        };
+        let mut outcome = converse(stage, llm, &mut conversation, opening.prompt).await;
+        let session = conversation.session;
         outcome.details.fidelity = Some(opening.fidelity.as_str().to_owned());
         outcome.details.tool_calls = Some(observer.tool_calls());
         drop(observer);
@@ -307,6 +338,51 @@ impl AgentHandler {
             self.threads.save(key, session.into_history());
         }
         outcome
+    }
+}
+
+/// The built-in agent loop on the node's model.
+struct ApiConversation<'s, 'c> {
+    stage: &'s Stage<'s>,
+    session: Session,
+    call: &'c mut ModelCall<'s>,
+    observer: &'c StageObserver<'s>,
+}
+
+#[async_trait]
+impl Conversation for ApiConversation<'_, '_> {
+    async fn send(&mut self, message: String) -> Result<Answer, Box<Outcome>> {
+        self.observer
+            .note(json!({ "type": "user", "text": message }));
+        match self.session.send(self.call, self.observer, message).await {
+            Ok(response) => Ok(Answer {
+                text: response.text,
+                stop_reason: serde_json::to_value(&response.stop_reason).ok(),
+            }),
+            Err(Stop::Model(outcome)) => Err(outcome),
+            Err(Stop::MaxTurns { turns, last_text }) => {
+                let reason =
+                    format!("the agent used its {turns} turn(s) (max_turns) without finishing");
+                Err(Box::new(stopped(self.stage, reason, &last_text).await))
+            }
+            Err(Stop::Looping {
+                warnings,
+                last_text,
+            }) => {
+                let reason = format!(
+                    "the agent kept repeating the same tool calls after {warnings} warnings"
+                );
+                Err(Box::new(stopped(self.stage, reason, &last_text).await))
+            }
+        }
+    }
+
+    fn root(&self) -> &Path {
+        self.session.toolbox().work_dir().root()
+    }
+
+    fn last_touched(&self) -> Option<String> {
+        self.session.last_touched().map(str::to_owned)
     }
 }
 
@@ -360,15 +436,13 @@ async fn open_session(
     session
 }
 
-/// Runs the session on `prompt` until its answer meets the node's schema (with repair turns in the
-/// same session), and writes `response.md` (and `repairs.md`). The outcome carries the response keys
-/// and the routing directive or structured output.
-async fn converse(
+/// Sends `prompt` and reads the answer's routing under the node's schema, with repair turns in the
+/// same conversation, and writes `response.md` (and `repairs.md`). The outcome carries the response
+/// keys and the routing directive or structured output.
+pub(crate) async fn converse(
     stage: &Stage<'_>,
     llm: &LlmConfig,
-    session: &mut Session,
-    call: &mut ModelCall<'_>,
-    observer: &StageObserver<'_>,
+    conversation: &mut dyn Conversation,
     prompt: String,
 ) -> Outcome {
     let started = stage_start(stage).await;
@@ -377,29 +451,14 @@ async fn converse(
     let mut log = String::new();
     let mut message = prompt;
     loop {
-        observer.note(json!({ "type": "user", "text": message }));
-        let response = match session.send(call, observer, message).await {
+        let response = match conversation.send(message).await {
             Ok(response) => response,
-            Err(Stop::Model(outcome)) => return *outcome,
-            Err(Stop::MaxTurns { turns, last_text }) => {
-                let reason =
-                    format!("the agent used its {turns} turn(s) (max_turns) without finishing");
-                return stopped(stage, reason, &last_text).await;
-            }
-            Err(Stop::Looping {
-                warnings,
-                last_text,
-            }) => {
-                let reason = format!(
-                    "the agent kept repeating the same tool calls after {warnings} warnings"
-                );
-                return stopped(stage, reason, &last_text).await;
-            }
+            Err(outcome) => return *outcome,
         };
         let problem = match read_routing(
             llm.output_schema.as_ref(),
             &response.text,
-            session,
+            &*conversation,
             started,
         )
         .await
@@ -413,7 +472,7 @@ async fn converse(
                 response_updates(&mut outcome, &stage.node.id, &response.text);
                 structured.apply(&mut outcome, &stage.node.id);
                 outcome.details.repairs = Some(repairs);
-                outcome.details.stop_reason = serde_json::to_value(&response.stop_reason).ok();
+                outcome.details.stop_reason = response.stop_reason;
                 return outcome;
             }
             Reading::Fatal(reason) => return Outcome::failed(FailureClass::Configuration, reason),
@@ -447,8 +506,8 @@ async fn converse(
     }
 }
 
-/// The failed outcome of a session stopped before its answer, keeping its last words.
-async fn stopped(stage: &Stage<'_>, reason: String, last_text: &str) -> Outcome {
+/// The failed outcome of an agent stopped before its answer, keeping its last words.
+pub(crate) async fn stopped(stage: &Stage<'_>, reason: String, last_text: &str) -> Outcome {
     let mut outcome = Outcome::failed(
         FailureClass::StageFailed,
         format!("{reason}; its work so far is kept (files_touched, transcript.jsonl)"),
@@ -493,8 +552,11 @@ async fn stage_start(stage: &Stage<'_>) -> SystemTime {
 
 /// The routing sources after the response: `status.json` in the working directory if the stage wrote
 /// it, then the last file touched. Read lazily, in order.
-async fn fallback_sources(session: &Session, started: SystemTime) -> Vec<(String, String)> {
-    let root = session.toolbox().work_dir().root();
+async fn fallback_sources(
+    conversation: &dyn Conversation,
+    started: SystemTime,
+) -> Vec<(String, String)> {
+    let root = conversation.root();
     let mut sources = Vec::new();
     let status = root.join("status.json");
     if let Ok(meta) = tokio::fs::metadata(&status).await
@@ -503,9 +565,9 @@ async fn fallback_sources(session: &Session, started: SystemTime) -> Vec<(String
     {
         sources.push(("status.json".to_owned(), text));
     }
-    if let Some(last) = session.last_touched()
+    if let Some(last) = conversation.last_touched()
         && last != "status.json"
-        && let Ok(text) = tokio::fs::read_to_string(root.join(last)).await
+        && let Ok(text) = tokio::fs::read_to_string(root.join(&last)).await
     {
         sources.push((format!("the last file touched ({last})"), text));
     }
@@ -515,7 +577,7 @@ async fn fallback_sources(session: &Session, started: SystemTime) -> Vec<(String
 async fn read_routing(
     schema: Option<&OutputSchema>,
     response: &str,
-    session: &Session,
+    conversation: &dyn Conversation,
     started: SystemTime,
 ) -> Reading {
     match schema {
@@ -528,7 +590,7 @@ async fn read_routing(
             if let Some(directive) = routing_directive::extract(response) {
                 return Reading::Valid(Structured::Free(Some(directive)));
             }
-            let found = fallback_sources(session, started)
+            let found = fallback_sources(conversation, started)
                 .await
                 .into_iter()
                 .find_map(|(_, text)| routing_directive::extract(&text));
@@ -537,7 +599,7 @@ async fn read_routing(
         Some(OutputSchema::Routing) => {
             let mut sources = vec![("the response".to_owned(), response.to_owned())];
             if !routing_directive::has_directive(response) {
-                sources.extend(fallback_sources(session, started).await);
+                sources.extend(fallback_sources(conversation, started).await);
             }
             let Some((name, text)) = sources
                 .into_iter()

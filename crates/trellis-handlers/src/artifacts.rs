@@ -35,7 +35,9 @@ fn is_artifact(relative: &Path) -> bool {
     in_dir || (lower.starts_with("junit") && xml) || lower.ends_with(".trace.zip")
 }
 
-fn skipped(entry: &walkdir::DirEntry, exclude: &Path) -> bool {
+/// Whether a scan of the working tree skips this entry: dependency folders, tool caches, hidden
+/// directories, and `exclude` (the runs directory).
+pub(crate) fn skipped(entry: &walkdir::DirEntry, exclude: &Path) -> bool {
     entry.depth() > 0
         && entry.file_type().is_dir()
         && (entry.path() == exclude
@@ -43,6 +45,16 @@ fn skipped(entry: &walkdir::DirEntry, exclude: &Path) -> bool {
                 .file_name()
                 .to_str()
                 .is_some_and(|n| n.starts_with('.') || SKIPPED_DIRS.contains(&n)))
+}
+
+/// The runs directory of a stage directory (`<runs dir>/<run>/stages/<stage>`), which scans of the
+/// working tree never enter.
+pub fn runs_dir(stage_dir: &Path) -> PathBuf {
+    stage_dir
+        .ancestors()
+        .nth(3)
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
 }
 
 /// Copies artifact files under `root` modified since `since` into `dest`, keeping their relative paths.

@@ -223,13 +223,7 @@ impl CommandHandler {
         }
         let (program, mut command) = command_for(stage, &config.script, config.language);
         let work_dir = stage.settings.work_dir.clone();
-        // The run record is `<runs dir>/<run>/stages/<stage>`; the runs directory is never scanned.
-        let runs_dir = stage
-            .dir
-            .ancestors()
-            .nth(3)
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
+        let runs_dir = artifacts::runs_dir(stage.dir);
         let marker_dir = stage.dir.to_path_buf();
         let started = tokio::task::spawn_blocking(move || start_marker(&marker_dir))
             .await

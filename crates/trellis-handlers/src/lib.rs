@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod artifacts;
+pub mod cli_agent;
 pub mod command;
 pub mod fan_in;
 pub mod human;

@@ -244,6 +244,7 @@ impl<'a> ModelCall<'a> {
             provider: self.resolved.provider.clone(),
             usage: token_usage(self.usage),
             turns: self.turns,
+            cost_usd: None,
         }
     }
 

@@ -326,6 +326,82 @@ word_enum! {
 }
 
 word_enum! {
+    /// The coding-agent CLI a `backend="cli"` agent node runs, chosen by its provider (see
+    /// [`AgentCli::for_node`]).
+    AgentCli { Claude = "claude", Codex = "codex", Gemini = "gemini" }
+}
+
+impl AgentCli {
+    /// The product a user installs, for messages.
+    pub fn product(self) -> &'static str {
+        match self {
+            AgentCli::Claude => "Claude Code",
+            AgentCli::Codex => "Codex CLI",
+            AgentCli::Gemini => "Gemini CLI",
+        }
+    }
+
+    /// The provider whose models the CLI runs.
+    pub fn provider(self) -> &'static str {
+        match self {
+            AgentCli::Claude => "anthropic",
+            AgentCli::Codex => "openai",
+            AgentCli::Gemini => "gemini",
+        }
+    }
+
+    /// The CLI for an agent node: by its `provider` (`anthropic`/`claude`, `openai`/`codex`,
+    /// `gemini`/`google`), else by its model's name (`claude-*`, `sonnet`, `opus`, `haiku`; `gpt-*`,
+    /// `o1`-`o4`, `codex-*`; `gemini-*`), else Claude Code. A provider with no CLI is an error.
+    pub fn for_node(llm: &LlmConfig) -> Result<AgentCli, String> {
+        if let Some(provider) = llm.provider.as_deref() {
+            return match provider.trim().to_ascii_lowercase().as_str() {
+                "anthropic" | "claude" => Ok(AgentCli::Claude),
+                "openai" | "codex" => Ok(AgentCli::Codex),
+                "gemini" | "google" => Ok(AgentCli::Gemini),
+                other => Err(format!(
+                    "provider `{other}` has no agent CLI: backend=\"cli\" runs claude (provider anthropic), codex (openai) or gemini (gemini)"
+                )),
+            };
+        }
+        let model = llm
+            .model
+            .as_deref()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        let starts = |prefixes: &[&str]| prefixes.iter().any(|p| model.starts_with(p));
+        Ok(if starts(&["gpt", "o1", "o3", "o4", "codex", "chatgpt"]) {
+            AgentCli::Codex
+        } else if starts(&["gemini"]) {
+            AgentCli::Gemini
+        } else {
+            AgentCli::Claude
+        })
+    }
+
+    /// Agent-node attributes this CLI cannot honour when set on the node: tool narrowing and the
+    /// per-turn token limit (every CLI chooses its own tools and limits), threads (each stage is a new
+    /// CLI session), and the turn limit and reasoning effort where the CLI has no flag for them.
+    pub fn unhonoured(self) -> &'static [&'static str] {
+        const ATTRIBUTES: &[&str] = &[
+            "allowed_tools",
+            "disallowed_tools",
+            "max_tokens",
+            "thread_id",
+            "max_turns",
+            "reasoning_effort",
+        ];
+        let honoured_at_end = match self {
+            AgentCli::Claude => 2,
+            AgentCli::Codex => 1,
+            AgentCli::Gemini => 0,
+        };
+        &ATTRIBUTES[..ATTRIBUTES.len() - honoured_at_end]
+    }
+}
+
+word_enum! {
     /// The language of a command node's script.
     ScriptLanguage { Shell = "shell", Python = "python" }
 }

@@ -1,10 +1,12 @@
 //! `trellis models`: which providers are configured (never showing a key), the local model's state,
-//! the default model a prompt node without `model` gets, and with `--catalog` every known model.
+//! the default model a prompt node without `model` gets, which coding-agent CLIs (`backend="cli"`) are
+//! installed and their versions, and with `--catalog` every known model.
 //! Exits 1 with setup instructions when no model at all is available.
 
 use std::process::ExitCode;
 
 use serde_json::json;
+use trellis_handlers::cli_agent::{FoundCli, find_clis};
 use trellis_llm::catalog::MODELS;
 use trellis_llm::config::{HOSTED, setup_variable};
 use trellis_llm::local::{LocalState, SETUP_HELP};
@@ -32,6 +34,35 @@ fn local_words(state: &LocalState) -> (&'static str, String) {
     }
 }
 
+fn clis_json(clis: &[FoundCli]) -> Vec<serde_json::Value> {
+    clis.iter()
+        .map(|c| {
+            json!({
+                "name": c.cli.as_str(),
+                "product": c.cli.product(),
+                "provider": c.cli.provider(),
+                "path": c.path.as_ref().map(|p| p.display().to_string()),
+                "version": c.version,
+            })
+        })
+        .collect()
+}
+
+fn print_clis(clis: &[FoundCli]) {
+    println!("\nAgent CLIs (backend=\"cli\")");
+    for found in clis {
+        let line = match (&found.path, &found.version) {
+            (Some(path), Some(version)) => format!("{version} ({})", path.display()),
+            (Some(path), None) => {
+                format!("found, but `--version` did not answer ({})", path.display())
+            }
+            (None, _) => "not found on PATH".to_owned(),
+        };
+        let name = format!("{} ({})", found.cli, found.cli.provider());
+        println!("  {name:<18} {line}");
+    }
+}
+
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let config = Config::load()?;
     let configured = config.configured();
@@ -40,6 +71,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let client = Client::from_config(&config, None);
     let default = client.resolve(None, None).ok();
     let usable = !configured.is_empty() || matches!(local, LocalState::Ready { .. });
+    let clis = find_clis();
     if args.json {
         let providers: Vec<_> = HOSTED
             .iter()
@@ -61,6 +93,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             "local": { "state": local_state, "detail": local_detail, "in_use": configured.is_empty() },
             "default_model": default.as_ref().map(|d| json!({ "model": d.model, "provider": d.provider })),
             "config_file": config.file.as_ref().map(|f| f.display().to_string()),
+            "clis": clis_json(&clis),
             "catalog": if args.catalog { json!(catalog) } else { json!(null) },
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -90,6 +123,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if matches!(local, LocalState::Ready { .. }) {
         println!("  {:<18} {use_note}", "");
     }
+    print_clis(&clis);
     if let Some(file) = &config.file {
         println!("\nConfig file: {}", file.display());
     }

@@ -11,6 +11,8 @@ use trellis_syntax::{Diagnostic, Severity, Span};
 use crate::workflow::{Node, Workflow};
 
 pub mod attribute_value;
+pub mod cli_backend;
+pub mod cli_provider;
 pub mod command_script;
 pub mod condition_syntax;
 pub mod conditional_edges;
@@ -99,6 +101,8 @@ pub const ALL: &[&Rule] = &[
     &goal_gate_retry::RULE,
     &human_freeform::RULE,
     &thread_fidelity::RULE,
+    &cli_provider::RULE,
+    &cli_backend::RULE,
     &parallel_fan_in::RULE,
     &cycles::RULE,
 ];
@@ -121,6 +125,8 @@ pub const GRAPH_CHECKS: &[GraphCheck] = &[
     goal_gate_retry::check,
     human_freeform::check,
     thread_fidelity::check,
+    cli_provider::check,
+    cli_backend::check,
     parallel_fan_in::check,
     cycles::check,
 ];

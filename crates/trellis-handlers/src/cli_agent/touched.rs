@@ -1,0 +1,177 @@
+//! Which files a CLI agent touched, as the outputs document says: in a git repository, the files
+//! `git diff --name-only` (staged too) and `git ls-files --others --exclude-standard` report before and
+//! after the session, compared — a path that appears, disappears, or whose size or modification time
+//! changed was touched — plus the files of any commits the agent made. Outside a repository, a
+//! snapshot of the working tree's file sizes and modification times, skipping what artifact capture
+//! skips and bounded to [`MAX_FILES`] files. Paths are relative to the working directory; the runs
+//! directory is never counted. Everything here blocks: it runs on the blocking pool.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::SystemTime;
+
+use walkdir::WalkDir;
+
+use crate::artifacts;
+
+/// Files of a working tree outside git that a snapshot looks at.
+pub(super) const MAX_FILES: usize = 20_000;
+/// The empty tree, the base of a repository's first commit.
+const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+
+/// A file's size and modification time; `None` when it does not exist.
+type Fingerprint = Option<(u64, SystemTime)>;
+
+/// How a snapshot knows the working tree.
+#[derive(PartialEq)]
+enum Tracking {
+    /// Through git, at this `HEAD` (none before the first commit).
+    Git { head: Option<String> },
+    /// By walking the files.
+    Tree,
+}
+
+pub(super) struct Snapshot {
+    tracking: Tracking,
+    files: BTreeMap<String, Fingerprint>,
+    /// The tree had more files than a snapshot looks at.
+    pub truncated: bool,
+}
+
+fn git(root: &Path, args: &[&str]) -> Option<Vec<u8>> {
+    let output = Command::new("git")
+        .args(args)
+        .current_dir(root)
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    output.status.success().then_some(output.stdout)
+}
+
+/// NUL-separated paths.
+fn paths(bytes: &[u8]) -> impl Iterator<Item = String> + '_ {
+    bytes
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+}
+
+#[allow(clippy::disallowed_methods, reason = "runs on the blocking pool")]
+fn fingerprint(path: &Path) -> Fingerprint {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    Some((meta.len(), meta.modified().ok()?))
+}
+
+/// The files git reports as changed or new, relative to `root`.
+fn git_changes(root: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for args in [
+        &["diff", "--name-only", "-z", "--relative"][..],
+        &["diff", "--name-only", "-z", "--relative", "--cached"],
+        &["ls-files", "--others", "--exclude-standard", "-z"],
+    ] {
+        if let Some(out) = git(root, args) {
+            found.extend(paths(&out));
+        }
+    }
+    found
+}
+
+/// Whether a path (relative to `root`) lies in the excluded directory.
+fn excluded(root: &Path, path: &str, exclude: &Path) -> bool {
+    root.join(path).starts_with(exclude)
+}
+
+impl Snapshot {
+    /// A snapshot of nothing (when taking one failed).
+    pub(super) fn empty() -> Snapshot {
+        Snapshot {
+            tracking: Tracking::Tree,
+            files: BTreeMap::new(),
+            truncated: false,
+        }
+    }
+
+    pub(super) fn take(root: &Path, exclude: &Path) -> Snapshot {
+        let in_git = git(root, &["rev-parse", "--is-inside-work-tree"])
+            .is_some_and(|out| out.starts_with(b"true"));
+        if in_git {
+            let head = git(root, &["rev-parse", "-q", "--verify", "HEAD"])
+                .map(|out| String::from_utf8_lossy(&out).trim().to_owned());
+            let files = git_changes(root)
+                .into_iter()
+                .filter(|p| !excluded(root, p, exclude))
+                .map(|p| {
+                    let print = fingerprint(&root.join(&p));
+                    (p, print)
+                })
+                .collect();
+            return Snapshot {
+                tracking: Tracking::Git { head },
+                files,
+                truncated: false,
+            };
+        }
+        let mut files = BTreeMap::new();
+        let mut truncated = false;
+        let walk = WalkDir::new(root)
+            .follow_links(false)
+            .into_iter()
+            .filter_entry(|e| !artifacts::skipped(e, exclude))
+            .filter_map(Result::ok)
+            .filter(|e| !e.file_type().is_dir());
+        for entry in walk {
+            if files.len() == MAX_FILES {
+                truncated = true;
+                break;
+            }
+            let Ok(relative) = entry.path().strip_prefix(root) else {
+                continue;
+            };
+            let print = entry
+                .metadata()
+                .ok()
+                .and_then(|m| Some((m.len(), m.modified().ok()?)));
+            files.insert(relative.to_string_lossy().into_owned(), print);
+        }
+        Snapshot {
+            tracking: Tracking::Tree,
+            files,
+            truncated,
+        }
+    }
+
+    /// The files touched between this snapshot and `after`, sorted.
+    pub(super) fn touched(&self, after: &Snapshot, root: &Path, exclude: &Path) -> Vec<String> {
+        let mut touched: Vec<String> = after
+            .files
+            .iter()
+            .filter(|(path, print)| self.files.get(*path) != Some(print))
+            .map(|(path, _)| path.clone())
+            .chain(
+                self.files
+                    .keys()
+                    .filter(|path| !after.files.contains_key(*path))
+                    .cloned(),
+            )
+            .collect();
+        if let (Tracking::Git { head: before }, Tracking::Git { head: Some(now) }) =
+            (&self.tracking, &after.tracking)
+            && before.as_ref() != Some(now)
+        {
+            let from = before.as_deref().unwrap_or(EMPTY_TREE);
+            if let Some(out) = git(
+                root,
+                &["diff", "--name-only", "-z", "--relative", from, now],
+            ) {
+                touched.extend(paths(&out).filter(|p| !excluded(root, p, exclude)));
+            }
+        }
+        touched.sort();
+        touched.dedup();
+        touched
+    }
+}
