@@ -9,12 +9,14 @@
 mod compaction;
 mod file_tools;
 mod loop_detector;
+mod process_group;
 mod session;
 mod shell;
 mod tools;
 mod truncate;
 mod work_dir;
 
+pub use process_group::ProcessGroup;
 pub use session::{AgentEvent, Model, Observer, Session, Settings, Stop};
 pub use tools::{Tool, ToolOutput, Toolbox};
 pub use work_dir::WorkDir;

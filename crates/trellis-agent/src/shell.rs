@@ -8,10 +8,9 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use crate::process_group::ProcessGroup;
 use crate::tools::ToolOutput;
 
 /// Environment variables whose names end so are never passed to a command the model wrote.
@@ -34,17 +33,6 @@ fn is_secret(name: &str) -> bool {
     SECRET_SUFFIXES.iter().any(|s| upper.ends_with(s))
 }
 
-/// Kills the process group when dropped.
-struct Group(Option<Pid>);
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.0.take() {
-            let _ = killpg(pgid, Signal::SIGKILL);
-        }
-    }
-}
-
 pub async fn run(shell: &ShellCommand<'_>) -> ToolOutput {
     let mut command = tokio::process::Command::new("sh");
     command
@@ -64,13 +52,9 @@ pub async fn run(shell: &ShellCommand<'_>) -> ToolOutput {
         Ok(child) => child,
         Err(e) => return ToolOutput::error(format!("cannot start `sh`: {e}")),
     };
-    let pid = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .map(Pid::from_raw);
-    let group = Group(pid);
-    if let (Some(file), Some(pid)) = (shell.process_file, pid) {
-        let _ = tokio::fs::write(file, pid.to_string()).await;
+    let group = ProcessGroup::of(&child);
+    if let (Some(file), Some(pgid)) = (shell.process_file, group.id()) {
+        let _ = tokio::fs::write(file, pgid.to_string()).await;
     }
     let stdout = tokio::spawn(capture(child.stdout.take()));
     let stderr = tokio::spawn(capture(child.stderr.take()));

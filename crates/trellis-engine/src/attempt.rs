@@ -158,6 +158,7 @@ impl Engine {
             model: details.model.as_ref().map(|m| m.model.clone()),
             provider: details.model.as_ref().map(|m| m.provider.clone()),
             usage: details.model.as_ref().map(|m| m.usage),
+            cost_usd: details.model.as_ref().and_then(|m| m.cost_usd),
             artifacts: details.artifacts.clone(),
             artifacts_skipped: details.artifacts_skipped.clone(),
         };

@@ -213,6 +213,9 @@ pub struct StageEnd {
     pub provider: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub usage: Option<TokenUsage>,
+    /// What the model calls cost in US dollars, where it was reported.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cost_usd: Option<f64>,
     /// Command stages: the artifacts captured, and those left out with the reason.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub artifacts: Vec<Artifact>,

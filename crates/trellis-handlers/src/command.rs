@@ -15,6 +15,7 @@ use nix::unistd::Pid;
 use std::io::{Read, Write};
 
 use tokio::process::{ChildStderr, ChildStdout};
+use trellis_agent::ProcessGroup;
 use trellis_engine::{Artifact, Attempt, FailureClass, Handler, Outcome, Stage, keys};
 use trellis_workflow::NodeKind;
 use trellis_workflow::node_kind::ScriptLanguage;
@@ -64,17 +65,6 @@ pub fn reap(run_dir: &Path, run_id: &str) -> usize {
         })
         .filter(|pgid| killpg(Pid::from_raw(*pgid), Signal::SIGKILL).is_ok())
         .count()
-}
-
-/// Kills the process group when dropped, unless disarmed.
-struct ProcessGroup(Option<Pid>);
-
-impl Drop for ProcessGroup {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.0.take() {
-            let _ = killpg(pgid, Signal::SIGKILL);
-        }
-    }
 }
 
 /// Copies a pipe into a log file while keeping (up to a limit) a copy in memory. Runs on the blocking
@@ -132,7 +122,7 @@ type Reader = tokio::task::JoinHandle<Vec<u8>>;
 fn spawn_readers(
     child: &mut tokio::process::Child,
     dir: &Path,
-    pgid: Option<Pid>,
+    pgid: Option<i32>,
 ) -> Option<(Reader, Reader)> {
     let stdout = child.stdout.take().map(ChildStdout::into_owned_fd)?.ok()?;
     let stderr = child.stderr.take().map(ChildStderr::into_owned_fd)?.ok()?;
@@ -237,13 +227,9 @@ impl CommandHandler {
                 );
             }
         };
-        let group = ProcessGroup(
-            child
-                .id()
-                .and_then(|id| i32::try_from(id).ok())
-                .map(Pid::from_raw),
-        );
-        let Some((out_reader, err_reader)) = spawn_readers(&mut child, stage.dir, group.0) else {
+        let group = ProcessGroup::of(&child);
+        let Some((out_reader, err_reader)) = spawn_readers(&mut child, stage.dir, group.id())
+        else {
             return Outcome::failed(
                 FailureClass::CouldNotStart,
                 format!("cannot read the output of `{program}`"),

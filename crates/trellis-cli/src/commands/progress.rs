@@ -140,6 +140,9 @@ impl EventSink for Progress {
                         " · {model}, {} tokens in / {} out",
                         usage.input_tokens, usage.output_tokens
                     );
+                    if let Some(cost) = end.cost_usd {
+                        let _ = write!(suffix, ", ${cost:.4}");
+                    }
                 }
                 self.line(&format!(
                     "  {mark} {node} ({}){suffix}",

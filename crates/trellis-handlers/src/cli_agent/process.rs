@@ -7,11 +7,9 @@
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use trellis_agent::AgentEvent;
+use trellis_agent::{AgentEvent, ProcessGroup};
 
 use super::CommandLine;
 use super::stream::Stream;
@@ -43,17 +41,6 @@ pub(super) struct Spawn<'a> {
     pub env: Vec<(String, String)>,
 }
 
-/// Kills the process group when dropped.
-struct Group(Option<Pid>);
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.0.take() {
-            let _ = killpg(pgid, Signal::SIGKILL);
-        }
-    }
-}
-
 /// Runs the command, handing each JSON line to `read` and the events it yields to `observe`.
 pub(super) async fn run(
     spawn: &Spawn<'_>,
@@ -76,13 +63,8 @@ pub(super) async fn run(
         .process_group(0)
         .kill_on_drop(true);
     let mut child = command.spawn()?;
-    let group = Group(
-        child
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .map(Pid::from_raw),
-    );
-    if let Some(pgid) = group.0 {
+    let group = ProcessGroup::of(&child);
+    if let Some(pgid) = group.id() {
         let _ = tokio::fs::write(spawn.stage_dir.join("process"), pgid.to_string()).await;
     }
     if let (Some(mut stdin), Some(text)) = (child.stdin.take(), line.stdin) {

@@ -175,3 +175,72 @@ impl Snapshot {
         touched
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests set up files")]
+mod tests {
+    use super::*;
+
+    fn run_git(root: &Path, args: &[&str]) {
+        let status = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(root)
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    }
+
+    #[test]
+    fn git_changes_and_commits_are_touched_and_the_runs_directory_is_not() {
+        if Command::new("git").arg("--version").output().is_err() {
+            eprintln!("skipping: git is not installed");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let runs = root.join("runs");
+        std::fs::write(root.join("a.txt"), "a").unwrap();
+        std::fs::write(root.join("dirty.txt"), "d").unwrap();
+        run_git(root, &["init", "-q"]);
+        run_git(root, &["add", "-A"]);
+        run_git(root, &["commit", "-q", "-m", "one"]);
+        std::fs::write(root.join("dirty.txt"), "dirty before").unwrap();
+        let before = Snapshot::take(root, &runs);
+        // The agent commits a new file, edits a tracked one, and the run record grows.
+        std::fs::write(root.join("committed.txt"), "c").unwrap();
+        run_git(root, &["add", "committed.txt"]);
+        run_git(root, &["commit", "-q", "-m", "two"]);
+        std::fs::write(root.join("a.txt"), "changed").unwrap();
+        std::fs::create_dir(&runs).unwrap();
+        std::fs::write(runs.join("events.jsonl"), "{}").unwrap();
+        let after = Snapshot::take(root, &runs);
+        assert_eq!(
+            before.touched(&after, root, &runs),
+            ["a.txt", "committed.txt"]
+        );
+    }
+
+    #[test]
+    fn outside_git_new_changed_and_deleted_files_are_touched() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let runs = root.join("runs");
+        std::fs::write(root.join("same.txt"), "s").unwrap();
+        std::fs::write(root.join("gone.txt"), "g").unwrap();
+        std::fs::write(root.join("grows.txt"), "x").unwrap();
+        std::fs::create_dir_all(root.join("node_modules/x")).unwrap();
+        let before = Snapshot::take(root, &runs);
+        std::fs::remove_file(root.join("gone.txt")).unwrap();
+        std::fs::write(root.join("grows.txt"), "xx").unwrap();
+        std::fs::create_dir(root.join("src")).unwrap();
+        std::fs::write(root.join("src/new.rs"), "n").unwrap();
+        std::fs::write(root.join("node_modules/x/skipped.js"), "n").unwrap();
+        let after = Snapshot::take(root, &runs);
+        assert!(!after.truncated);
+        assert_eq!(
+            before.touched(&after, root, &runs),
+            ["gone.txt", "grows.txt", "src/new.rs"]
+        );
+    }
+}

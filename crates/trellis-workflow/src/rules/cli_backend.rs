@@ -15,8 +15,8 @@
 
 use trellis_syntax::{Diagnostic, Severity};
 
-use crate::node_kind::{AgentCli, Backend, NodeKind};
-use crate::rules::Rule;
+use crate::node_kind::AgentCli;
+use crate::rules::{self, Rule};
 use crate::workflow::Workflow;
 
 pub const RULE: Rule = Rule {
@@ -26,13 +26,7 @@ pub const RULE: Rule = Rule {
 };
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
-    for node in &workflow.nodes {
-        let NodeKind::Agent(llm) = &node.kind else {
-            continue;
-        };
-        if llm.backend != Backend::Cli {
-            continue;
-        }
+    for (node, llm) in rules::cli_agents(workflow) {
         let Ok(cli) = AgentCli::for_node(llm) else {
             continue;
         };

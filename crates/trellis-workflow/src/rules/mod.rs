@@ -8,6 +8,7 @@
 
 use trellis_syntax::{Diagnostic, Severity, Span};
 
+use crate::node_kind::{Backend, LlmConfig, NodeKind};
 use crate::workflow::{Node, Workflow};
 
 pub mod attribute_value;
@@ -156,6 +157,14 @@ pub(crate) fn report_extra_nodes(
             .with_help(help),
         );
     }
+}
+
+/// The agent nodes run by a coding-agent CLI (`backend="cli"`), with their settings.
+pub(crate) fn cli_agents(workflow: &Workflow) -> impl Iterator<Item = (&Node, &LlmConfig)> {
+    workflow.nodes.iter().filter_map(|node| match &node.kind {
+        NodeKind::Agent(llm) if llm.backend == Backend::Cli => Some((node, llm)),
+        _ => None,
+    })
 }
 
 /// The closest of `candidates` to `word`, for "did you mean" help.
