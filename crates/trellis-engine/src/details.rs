@@ -59,6 +59,10 @@ pub struct StageDetails {
     pub cli: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub session_id: Option<String>,
+    /// `auto_status=true` stages counted as succeeded although their answer gave no status: why they
+    /// would have failed.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub auto_status: Option<String>,
     /// Agent stages: the tool calls the loop ran.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub tool_calls: Option<u32>,

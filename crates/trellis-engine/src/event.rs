@@ -92,6 +92,9 @@ pub enum EventKind {
     },
     GoalGateUnmet {
         status: StageStatus,
+        /// Where the run goes back to; none when the gate has no retry target left (the run fails).
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        retry_target: Option<String>,
     },
     HumanGateAsked {
         prompt: String,

@@ -63,6 +63,8 @@ pub struct Settings {
     pub work_dir: std::path::PathBuf,
     /// Models are simulated and commands are not run.
     pub dry_run: bool,
+    /// Models are simulated; commands, waits and human gates run (`--simulate`).
+    pub simulate: bool,
     /// Stages a run may execute before it is stopped as a runaway.
     pub max_steps: u32,
 }
@@ -72,8 +74,16 @@ impl Default for Settings {
         Self {
             work_dir: std::path::PathBuf::from("."),
             dry_run: false,
+            simulate: false,
             max_steps: 10_000,
         }
+    }
+}
+
+impl Settings {
+    /// Whether model stages answer with canned responses instead of calling a model.
+    pub fn models_simulated(&self) -> bool {
+        self.dry_run || self.simulate
     }
 }
 

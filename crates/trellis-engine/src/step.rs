@@ -207,8 +207,15 @@ impl Engine {
             .workflow
             .node_index(gate)
             .ok_or_else(|| EngineError::UnknownNode { node: gate.clone() })?;
-        self.emit(Some(gate), EventKind::GoalGateUnmet { status: *status });
-        match self.retry_target(index, track) {
+        let target = self.retry_target(index, track);
+        self.emit(
+            Some(gate),
+            EventKind::GoalGateUnmet {
+                status: *status,
+                retry_target: target.map(|t| self.workflow.nodes[t].id.clone()),
+            },
+        );
+        match target {
             Some(target) => Ok(Some(target)),
             None => Err(EngineError::GoalGateUnmet {
                 node: gate.clone(),

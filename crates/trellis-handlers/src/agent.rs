@@ -29,8 +29,8 @@ use crate::cli_agent;
 use crate::model_call::ModelCall;
 use crate::output_schema::{self, SchemaError, Structured};
 use crate::prompt::{
-    Opening, Threads, effort, no_model, project_memory, response_updates, simulated_outcome,
-    write_stage_file,
+    Opening, Threads, auto_status, effort, no_model, project_memory, response_updates,
+    simulated_outcome, write_stage_file,
 };
 use crate::routing_directive;
 
@@ -70,7 +70,7 @@ impl Handler for AgentHandler {
         let Some(llm) = stage.node.kind.llm() else {
             return Outcome::success().into();
         };
-        if stage.settings.dry_run {
+        if stage.settings.models_simulated() {
             return simulated_outcome(stage, llm).await.into();
         }
         match llm.backend {
@@ -254,8 +254,11 @@ impl Observer for StageObserver<'_> {
 /// What the routing sources yielded under the node's schema.
 enum Reading {
     Valid(Structured),
-    /// Worth a repair turn: the problem.
-    Invalid(String),
+    /// Worth a repair turn: the problem, and whether the answer gave no routing object at all.
+    Invalid {
+        problem: String,
+        missing: bool,
+    },
     Fatal(String),
 }
 
@@ -455,7 +458,7 @@ pub(crate) async fn converse(
             Ok(response) => response,
             Err(outcome) => return *outcome,
         };
-        let problem = match read_routing(
+        let (problem, missing) = match read_routing(
             llm.output_schema.as_ref(),
             &response.text,
             &*conversation,
@@ -476,7 +479,7 @@ pub(crate) async fn converse(
                 return outcome;
             }
             Reading::Fatal(reason) => return Outcome::failed(FailureClass::Configuration, reason),
-            Reading::Invalid(problem) => problem,
+            Reading::Invalid { problem, missing } => (problem, missing),
         };
         let _ = write!(
             log,
@@ -491,12 +494,14 @@ pub(crate) async fn converse(
         else {
             write_stage_file(stage, "response.md", &response.text).await;
             write_stage_file(stage, "repairs.md", &log).await;
-            let mut outcome = Outcome::failed(
-                FailureClass::StageFailed,
-                format!(
-                    "output schema validation failed after {repairs} repair attempt(s): {problem}"
-                ),
+            let reason = format!(
+                "output schema validation failed after {repairs} repair attempt(s): {problem}"
             );
+            if let Some(mut outcome) = auto_status(stage, llm, &response.text, &reason, missing) {
+                outcome.details.repairs = Some(repairs);
+                return outcome;
+            }
+            let mut outcome = Outcome::failed(FailureClass::StageFailed, reason);
             response_updates(&mut outcome, &stage.node.id, &response.text);
             outcome.details.repairs = Some(repairs);
             return outcome;
@@ -583,7 +588,10 @@ async fn read_routing(
     match schema {
         Some(OutputSchema::JsonSchema { .. }) => match output_schema::check(schema, response) {
             Ok(structured) => Reading::Valid(structured),
-            Err(SchemaError::Invalid(problem)) => Reading::Invalid(problem),
+            Err(SchemaError::Invalid(problem)) => Reading::Invalid {
+                problem,
+                missing: false,
+            },
             Err(SchemaError::BadSchema(reason)) => Reading::Fatal(reason),
         },
         None => {
@@ -605,14 +613,20 @@ async fn read_routing(
                 .into_iter()
                 .find(|(_, text)| routing_directive::has_directive(text))
             else {
-                return Reading::Invalid(format!(
-                    "no JSON object with a routing field ({}) was found in the response, status.json or the last file touched",
-                    routing_directive::ROUTING_FIELDS.join(", ")
-                ));
+                return Reading::Invalid {
+                    problem: format!(
+                        "no JSON object with a routing field ({}) was found in the response, status.json or the last file touched",
+                        routing_directive::ROUTING_FIELDS.join(", ")
+                    ),
+                    missing: true,
+                };
             };
             match routing_directive::validate_routing(&text) {
                 Ok(directive) => Reading::Valid(Structured::Routing(directive)),
-                Err(problem) => Reading::Invalid(format!("in {name}: {problem}")),
+                Err(problem) => Reading::Invalid {
+                    problem: format!("in {name}: {problem}"),
+                    missing: false,
+                },
             }
         }
     }

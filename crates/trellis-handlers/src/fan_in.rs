@@ -93,9 +93,11 @@ fn choice(text: &str, branches: &[(String, String)]) -> Result<(String, String),
 impl ModelFanIn {
     /// The merge: a model's choice when the fan-in has a prompt, else the engine's.
     async fn outcome(&self, stage: &Stage<'_>) -> Outcome {
-        let (Some(llm), Some(client), false) =
-            (stage.node.kind.llm(), &self.client, stage.settings.dry_run)
-        else {
+        let (Some(llm), Some(client), false) = (
+            stage.node.kind.llm(),
+            &self.client,
+            stage.settings.models_simulated(),
+        ) else {
             return trellis_engine::FanIn::merge(stage);
         };
         let verdict = join_verdict(stage);

@@ -225,13 +225,14 @@ impl<'a> ModelCall<'a> {
                 problem,
                 repairs,
                 log,
-            } => (
-                Outcome::failed(
+            } => {
+                let mut outcome = Outcome::failed(
                     FailureClass::StageFailed,
                     format!("{what} after {repairs} repair attempt(s): {problem}"),
-                ),
-                Some((response, log)),
-            ),
+                );
+                outcome.details.repairs = Some(repairs);
+                (outcome, Some((response, log)))
+            }
         };
         self.describe(&mut outcome);
         (outcome, last)

@@ -83,6 +83,55 @@ pub fn check(schema: Option<&OutputSchema>, text: &str) -> Result<Structured, Sc
     }
 }
 
+/// The simplest value a JSON Schema accepts, for simulated answers: an object with every property,
+/// the first of an `enum`, a `const` or `default`, the first `anyOf`/`oneOf` option, the minimum of a
+/// number, and empty strings and arrays.
+pub fn sample(schema: &Value) -> Value {
+    if let Some(value) = schema.get("const").or_else(|| schema.get("default")) {
+        return value.clone();
+    }
+    if let Some(first) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|e| e.first())
+    {
+        return first.clone();
+    }
+    if let Some(first) = ["anyOf", "oneOf", "allOf"].iter().find_map(|k| {
+        schema
+            .get(*k)
+            .and_then(Value::as_array)
+            .and_then(|o| o.first())
+    }) {
+        return sample(first);
+    }
+    let kind = match schema.get("type") {
+        Some(Value::Array(kinds)) => kinds.first().and_then(Value::as_str),
+        Some(kind) => kind.as_str(),
+        None if schema.get("properties").is_some() => Some("object"),
+        None => None,
+    };
+    match kind {
+        Some("object") => Value::Object(
+            schema
+                .get("properties")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .map(|(name, property)| (name.clone(), sample(property)))
+                .collect(),
+        ),
+        Some("array") => Value::Array(Vec::new()),
+        Some("string") => Value::String(String::new()),
+        Some("integer" | "number") => schema
+            .get("minimum")
+            .cloned()
+            .unwrap_or_else(|| Value::from(0)),
+        Some("boolean") => Value::Bool(true),
+        _ => Value::Null,
+    }
+}
+
 /// The corrective message of a repair turn.
 pub fn repair_message(schema: &OutputSchema, problems: &str) -> String {
     match schema {

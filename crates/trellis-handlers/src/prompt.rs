@@ -21,6 +21,7 @@ use trellis_workflow::node_kind::{self, Fidelity, LlmConfig};
 use crate::model_call::{ModelCall, Parsed, Shaped, Unshaped};
 use crate::output_schema::{self, SchemaError, Structured};
 use crate::preamble::{self, PreambleSource};
+use crate::routing_directive;
 
 /// How much of a response `last_response` keeps.
 const LAST_RESPONSE_CHARS: usize = 200;
@@ -173,14 +174,58 @@ pub(crate) async fn write_stage_file(stage: &Stage<'_>, name: &str, text: &str) 
     }
 }
 
-/// The outcome of a simulated model stage (`--dry-run`): a canned answer, recorded like a real one.
+/// The outcome of a simulated model stage (`--dry-run`, `--simulate`): a canned answer, recorded like
+/// a real one. It takes the node's first labelled edge, as a model following the workflow's main path
+/// would, so a simulated run can reach the exit of a workflow whose review loops back on any other label;
+/// a node with a custom output schema answers the simplest value the schema accepts.
 pub(crate) async fn simulated_outcome(stage: &Stage<'_>, llm: &LlmConfig) -> Outcome {
-    let response = format!("[Simulated] Response for stage: {}", stage.node.id);
+    let mut response = format!("[Simulated] Response for stage: {}", stage.node.id);
+    // A custom schema gets the simplest value it accepts, so conditions on `output.<id>` see one.
+    let output = match &llm.output_schema {
+        Some(node_kind::OutputSchema::JsonSchema { schema, .. }) => {
+            let value = output_schema::sample(schema);
+            response = format!("{response}\n\n{value}");
+            Some(value)
+        }
+        _ => None,
+    };
     write_stage_file(stage, "prompt.md", &llm.prompt).await;
     write_stage_file(stage, "response.md", &response).await;
     let mut outcome = Outcome::success();
     response_updates(&mut outcome, &stage.node.id, &response);
+    if let Some(value) = output {
+        Structured::Json(value).apply(&mut outcome, &stage.node.id);
+    }
+    outcome.preferred_label = stage
+        .workflow
+        .node_index(&stage.node.id)
+        .and_then(|index| stage.workflow.outgoing(index).find_map(|e| e.label.clone()));
     outcome
+}
+
+/// `auto_status=true`: a stage whose answer gave no status where its `output_schema="routing"` asks for
+/// one (no routing object at all, after the repair turns) counts as succeeded instead of failing, with
+/// the reason kept in `status.json`. `missing` says whether the status was missing rather than
+/// malformed; a malformed one, and every other failure, stands.
+pub(crate) fn auto_status(
+    stage: &Stage<'_>,
+    llm: &LlmConfig,
+    response: &str,
+    problem: &str,
+    missing: bool,
+) -> Option<Outcome> {
+    if !stage.node.common.auto_status
+        || !missing
+        || llm.output_schema != Some(node_kind::OutputSchema::Routing)
+    {
+        return None;
+    }
+    let mut outcome = Outcome::success();
+    response_updates(&mut outcome, &stage.node.id, response);
+    outcome.details.auto_status = Some(format!(
+        "the answer gave no status ({problem}); auto_status=true counts the stage as succeeded"
+    ));
+    Some(outcome)
 }
 
 /// The outcome of a model stage when no model is configured.
@@ -201,7 +246,7 @@ impl PromptHandler {
         let Some(llm) = stage.node.kind.llm() else {
             return Outcome::success();
         };
-        if stage.settings.dry_run {
+        if stage.settings.models_simulated() {
             return simulated_outcome(stage, llm).await;
         }
         let Some(client) = &self.client else {
@@ -300,6 +345,15 @@ impl PromptHandler {
                 if let Some((response, log)) = last {
                     write_stage_file(stage, "response.md", &response.text).await;
                     write_stage_file(stage, "repairs.md", &log).await;
+                    let missing = !routing_directive::has_directive(&response.text);
+                    let reason = outcome.failure_reason().unwrap_or_default().to_owned();
+                    if let Some(mut auto) =
+                        auto_status(stage, llm, &response.text, &reason, missing)
+                    {
+                        call.describe(&mut auto);
+                        auto.details.repairs = outcome.details.repairs;
+                        return auto;
+                    }
                     response_updates(&mut outcome, &stage.node.id, &response.text);
                 }
                 return outcome;

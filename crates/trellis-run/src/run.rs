@@ -105,7 +105,7 @@ pub struct Wiring {
     pub subscribers: Vec<Arc<dyn EventSink>>,
 }
 
-/// In a dry run, natural-language edges take the first candidate.
+/// With simulated models (`--dry-run`, `--simulate`), natural-language edges take the first candidate.
 struct SimulatedRouter;
 
 #[async_trait::async_trait]
@@ -202,7 +202,7 @@ impl Run {
         wiring: Wiring,
         checkpoint: impl FnOnce(&Engine) -> Option<Checkpoint>,
     ) -> Result<Run, RunError> {
-        let models = models(&record, settings.dry_run)?;
+        let models = models(&record, settings.models_simulated())?;
         let router: Arc<dyn Router> = match &models {
             Some(client) => Arc::new(ModelRouter::new(client.clone(), None)),
             None => Arc::new(SimulatedRouter),
@@ -285,9 +285,9 @@ impl Run {
 }
 
 /// The model client of a real run: providers from the config file and the environment, and the local
-/// model server, whose output goes to `llama-server.log` in the run record. Dry runs have none.
-fn models(record: &RunDir, dry_run: bool) -> Result<Option<Arc<Client>>, RunError> {
-    if dry_run {
+/// model server, whose output goes to `llama-server.log` in the run record. Runs with simulated models have none.
+fn models(record: &RunDir, simulated: bool) -> Result<Option<Arc<Client>>, RunError> {
+    if simulated {
         return Ok(None);
     }
     let config = Config::load()?;

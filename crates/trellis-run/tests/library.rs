@@ -42,8 +42,8 @@ async fn a_run_is_created_executed_cancelled_and_resumed_through_the_library() {
         initial: [("ticket".to_owned(), serde_json::json!("T-1"))].into(),
         settings: Settings {
             work_dir: work.to_path_buf(),
-            dry_run: false,
             max_steps: 100,
+            ..Settings::default()
         },
         runs_dir: work.join("runs"),
     };

@@ -28,6 +28,12 @@ pub enum StoreError {
     },
     #[error("no run `{id}` in {runs_dir}")]
     NotFound { id: String, runs_dir: PathBuf },
+    #[error("`{id}` is the start of {} runs in {runs_dir}: {}; give more of the id", candidates.len(), candidates.join(", "))]
+    Ambiguous {
+        id: String,
+        runs_dir: PathBuf,
+        candidates: Vec<String>,
+    },
 }
 
 /// `run.json`.
@@ -161,6 +167,14 @@ impl RunDir {
             .collect();
         match matches.as_slice() {
             [only] if !reference.is_empty() => Ok(Self::open_dir(only.clone())),
+            [_, _, ..] if !reference.is_empty() => Err(StoreError::Ambiguous {
+                id: reference.to_owned(),
+                runs_dir: runs_dir.to_path_buf(),
+                candidates: matches
+                    .iter()
+                    .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                    .collect(),
+            }),
             _ => Err(StoreError::NotFound {
                 id: reference.to_owned(),
                 runs_dir: runs_dir.to_path_buf(),

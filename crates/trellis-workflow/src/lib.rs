@@ -79,7 +79,8 @@ pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> C
             .clone()
             .or_else(|| file.path().and_then(Path::parent).map(Path::to_path_buf))
             .unwrap_or_else(|| PathBuf::from("."));
-        let flat = flatten::flatten(&parsed.document);
+        let mut flat = flatten::flatten(&parsed.document);
+        rules::attribute_alias::apply(&mut flat, &mut diagnostics);
         let lowerer = lower::Lowerer {
             base_dir: &base_dir,
             goal_override: options.goal.as_deref(),

@@ -215,11 +215,7 @@ impl Lowerer<'_> {
                 })
             }
             HandlerKind::SubWorkflow => {
-                let value = flat
-                    .attrs
-                    .get("workflow")
-                    .or_else(|| flat.attrs.get("stack.child_dotfile"))
-                    .map(|a| &a.value);
+                let value = flat.attrs.get("workflow").map(|a| &a.value);
                 let workflow =
                     sub_workflow::require(&id, value, self.base_dir, flat.id.span, self.out)
                         .unwrap_or_default();
@@ -277,7 +273,8 @@ impl Lowerer<'_> {
                 }
             }
         }
-        let (prompt_file, prompt) = match attrs.get("prompt") {
+        // A node without a prompt is asked its label, as Fabro and Attractor do (`llm-prompt` warns).
+        let (prompt_file, prompt) = match attrs.get("prompt").or_else(|| attrs.get("label")) {
             Some(attr) => {
                 match file_reference::load("prompt", &attr.value, self.base_dir, self.out) {
                     Some((file, text)) => {

@@ -112,7 +112,7 @@ pub const KINDS: &[KindSpec] = &[
     KindSpec { kind: HandlerKind::Parallel, type_name: "parallel", shape: "component", attributes: &["join_policy", "error_policy", "max_parallel"], engine_runs: true },
     KindSpec { kind: HandlerKind::FanIn, type_name: "parallel.fan_in", shape: "tripleoctagon", attributes: LLM_ATTRIBUTES, engine_runs: false },
     KindSpec { kind: HandlerKind::Wait, type_name: "wait", shape: "insulator", attributes: &["duration"], engine_runs: false },
-    KindSpec { kind: HandlerKind::SubWorkflow, type_name: "stack.manager_loop", shape: "house", attributes: &["workflow", "stack.child_dotfile"], engine_runs: true },
+    KindSpec { kind: HandlerKind::SubWorkflow, type_name: "stack.manager_loop", shape: "house", attributes: &["workflow"], engine_runs: true },
 ];
 
 /// Older or alternative names for handler types.

@@ -287,8 +287,10 @@ impl Workflow {
             .map(|(i, _)| i)
     }
 
-    /// Nodes reachable from any of `roots` (including them), as a membership vector. With `reverse`,
-    /// nodes from which a root is reachable.
+    /// Nodes reachable from any of `roots` (including them), as a membership vector: along edges, and
+    /// along the jumps a run takes to a node's retry targets (a failed stage with nowhere to go, a goal
+    /// gate unmet at the exit). With `reverse`, nodes from which a root is reachable along edges only —
+    /// a node that reaches the exit only by failing is still a dead end when it succeeds.
     pub fn reachable(
         &self,
         roots: impl IntoIterator<Item = NodeIndex>,
@@ -314,6 +316,9 @@ impl Workflow {
                 if !seen[next] {
                     stack.push(next);
                 }
+            }
+            if !reverse {
+                stack.extend(self.nodes[n].retry_targets.iter().filter(|&&t| !seen[t]));
             }
         }
         seen

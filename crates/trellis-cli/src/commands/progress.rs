@@ -20,6 +20,8 @@ struct Running {
     since: Option<Instant>,
     /// Streamed model text is on the current line.
     mid_text: bool,
+    /// The node whose stage just failed, until its edge is chosen.
+    failed: Option<String>,
 }
 
 pub struct Progress {
@@ -150,12 +152,34 @@ impl EventSink for Progress {
                 ));
             }
             EventKind::StageFailed(end) => {
+                self.running
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .failed = Some(node.clone());
                 let reason = end.failure_reason.as_deref().unwrap_or("failed");
                 self.line(&format!(
                     "  ✗ {node} ({}): {}",
                     seconds(end.duration_ms),
                     first_line(reason)
                 ));
+            }
+            EventKind::EdgeSelected(choice) => {
+                let failed = self
+                    .running
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .failed
+                    .take();
+                if failed.as_deref() == Some(node.as_str())
+                    && choice.condition.is_none()
+                    && choice.when.is_none()
+                    && choice.reason.is_none()
+                {
+                    self.line(&format!(
+                        "  ! {node} failed, and its unconditional edge leads on to {}; give the edge a condition (outcome=success) to stop here",
+                        choice.to
+                    ));
+                }
             }
             EventKind::StageRetrying {
                 reason, delay_ms, ..
@@ -214,9 +238,19 @@ impl EventSink for Progress {
                 ));
             }
             EventKind::ModelTextDelta { text } if self.verbose => self.stream(text),
-            EventKind::GoalGateUnmet { .. } => {
+            EventKind::GoalGateUnmet {
+                retry_target: Some(target),
+                ..
+            } => {
                 self.line(&format!(
-                    "  ! goal gate {node} is not met; retrying from its retry target"
+                    "  ! goal gate {node} is not met; retrying from {target}"
+                ));
+            }
+            EventKind::GoalGateUnmet {
+                retry_target: None, ..
+            } => {
+                self.line(&format!(
+                    "  ! goal gate {node} is not met and has no retry target left; the run fails"
                 ));
             }
             _ => {}

@@ -20,7 +20,7 @@ use trellis_store::resolve_runs_dir;
 use trellis_syntax::render::render_terminal;
 
 use super::progress::Progress;
-use super::{EXIT_INVALID, EXIT_USAGE};
+use super::{ColorChoice, EXIT_INVALID, EXIT_USAGE};
 
 /// Exit code for a run that stopped to wait for a human answer.
 pub const EXIT_WAITING: u8 = 3;
@@ -43,6 +43,9 @@ pub struct RunOptions {
     /// Stream the models' answers as they are written.
     #[arg(long, short)]
     verbose: bool,
+    /// Colour diagnostics.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    color: ColorChoice,
 }
 
 #[derive(clap::Args)]
@@ -53,8 +56,12 @@ pub struct RunArgs {
     #[arg(long)]
     goal: Option<String>,
     /// Simulate models, run no commands and skip waits: test the workflow's shape.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "simulate")]
     dry_run: bool,
+    /// Simulate models, but run commands, waits and human gates: test a workflow's deterministic
+    /// parts without model keys.
+    #[arg(long)]
+    simulate: bool,
     /// Put a value into the run context before the first stage (JSON, or else text).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
@@ -109,13 +116,13 @@ fn parse_sets(sets: &[String]) -> anyhow::Result<BTreeMap<String, Value>> {
 }
 
 /// Shows a workflow's diagnostics (errors and warnings) on standard error.
-fn show_diagnostics(loaded: &Loaded) -> anyhow::Result<()> {
+fn show_diagnostics(loaded: &Loaded, color: ColorChoice) -> anyhow::Result<()> {
     if !loaded.compiled.diagnostics.is_empty() {
         render_terminal(
             &mut std::io::stderr().lock(),
             &loaded.file,
             &loaded.compiled.diagnostics,
-            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            color.for_stderr(),
         )?;
     }
     Ok(())
@@ -142,13 +149,14 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             }
             Err(error) => return Err(error.into()),
         };
-        show_diagnostics(&loaded)?;
+        show_diagnostics(&loaded, args.options.color)?;
         let request = NewRun {
             path: args.file.clone(),
             initial,
             settings: Settings {
                 work_dir: std::env::current_dir()?,
                 dry_run: args.dry_run,
+                simulate: args.simulate,
                 max_steps: args.max_steps,
             },
             runs_dir: resolve_runs_dir(args.options.runs_dir.clone()),
@@ -186,7 +194,7 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
             eprintln!("stopped {reaped} command(s) left running by the interrupted run");
         }
         let loaded = resumable.load().await?;
-        show_diagnostics(&loaded)?;
+        show_diagnostics(&loaded, args.options.color)?;
         let id = resumable.id().to_owned();
         match resumable.into_run(loaded, wiring(&args.options)?).await {
             Ok(run) => execute(run, &args.options).await,

@@ -17,6 +17,7 @@ pub struct RunsArgs {
     /// How many runs to list, newest first.
     #[arg(long, default_value_t = 20)]
     limit: usize,
+    /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
 }
@@ -25,8 +26,10 @@ pub struct RunsArgs {
 pub struct ShowArgs {
     /// The run id (or a unique prefix), or the run's directory.
     run: String,
+    /// Where run records live [default: `$TRELLIS_RUNS_DIR` or `~/.trellis/runs`].
     #[arg(long, value_name = "DIR")]
     runs_dir: Option<PathBuf>,
+    /// Print the run as JSON.
     #[arg(long)]
     json: bool,
 }
@@ -35,6 +38,7 @@ pub struct ShowArgs {
 pub struct EventsArgs {
     /// The run id (or a unique prefix), or the run's directory.
     run: String,
+    /// Where run records live [default: `$TRELLIS_RUNS_DIR` or `~/.trellis/runs`].
     #[arg(long, value_name = "DIR")]
     runs_dir: Option<PathBuf>,
     /// Keep printing new events until the run ends.

@@ -1,6 +1,7 @@
 //! `attribute-value` (error): an attribute's value has the type its attribute needs.
 //!
-//! Durations need a unit (`timeout="900s"`, not `timeout=900`), counts are whole numbers
+//! Durations are a number with a unit (`timeout="900s"`; a bare number is read as seconds with a
+//! `duration-unit` warning), counts are whole numbers
 //! (`max_visits=3`), booleans are `true` or `false`, and word-valued attributes take one of their words
 //! (`retry_policy=standard`, `language=python`, `join_policy="k_of_n(2)"`). A wrong value would otherwise
 //! be silently ignored at run time, so it is an error:
@@ -16,7 +17,7 @@ use trellis_syntax::ast::Value;
 use trellis_syntax::{Diagnostic, Severity};
 
 use crate::flatten::AttrMap;
-use crate::rules::Rule;
+use crate::rules::{Rule, duration_unit};
 
 pub const RULE: Rule = Rule {
     code: "attribute-value",
@@ -80,24 +81,20 @@ impl AttrReader<'_> {
             .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
     }
 
-    /// A duration with a unit; a plain `0` is accepted as zero (used to disable timeouts).
+    /// A duration with a unit; a plain `0` is accepted as zero (used to disable timeouts), and another
+    /// bare number as seconds with a warning (`duration-unit`).
     pub fn duration(&mut self, key: &str) -> Option<Duration> {
         let value = self.value(key)?.clone();
         if value.text.trim() == "0" {
             return Some(Duration::ZERO);
         }
+        if let Some(seconds) = duration_unit::seconds(key, &value, self.out) {
+            return Some(seconds);
+        }
         let parsed = value.as_duration();
         if parsed.is_none() {
-            let help = value
-                .as_i64()
-                .map(|n| format!("add a unit: `{n}s`, `{n}m`, ..."))
-                .or_else(|| {
-                    Some(
-                        "durations are a whole number with a unit: 250ms, 30s, 15m, 2h, 1d"
-                            .to_owned(),
-                    )
-                });
-            self.report(key, &value, "a duration", help);
+            let help = "durations are a whole number with a unit: 250ms, 30s, 15m, 2h, 1d";
+            self.report(key, &value, "a duration", Some(help.to_owned()));
         }
         parsed
     }

@@ -15,7 +15,8 @@
 //! reported, as a warning, only when nothing in it can ever end it: no edge with `max_iterations`, no node
 //! with `max_visits` (and no graph `max_node_visits`), no human gate, and no decision — no edge out of
 //! the loop's nodes with a `condition` or `when`, nor a labelled edge out of a model node that a routing
-//! directive could pick.
+//! directive could pick. A self-loop with a `when` condition and no `max_iterations` is always
+//! reported (the routing page calls it structurally invalid): a model could keep choosing it.
 
 use std::collections::HashSet;
 
@@ -64,25 +65,26 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         .filter(|e| e.from == e.to && e.max_iterations.is_none())
     {
         let members = HashSet::from([edge.from]);
-        if !yaml && can_end_loop(workflow, &members) {
+        // A model-judged self-loop is invalid without a bound (the routing page), even in DOT.
+        if !yaml && edge.when.is_none() && can_end_loop(workflow, &members) {
             continue;
         }
-        out.push(
-            Diagnostic::new(
-                RULE.code,
-                severity,
-                format!(
-                    "self-loop on `{}` has no `max_iterations`",
-                    workflow.nodes[edge.from].id
-                ),
-                edge.span,
+        let id = &workflow.nodes[edge.from].id;
+        let message = if edge.when.is_some() {
+            format!(
+                "self-loop on `{id}` is taken when a model judges its `when` condition, with no `max_iterations` to end it"
             )
-            .with_label("unbounded self-loop")
-            .with_help(if yaml {
-                "add `max_iterations: N` to the edge"
-            } else {
-                "add `max_iterations=N` to the edge"
-            }),
+        } else {
+            format!("self-loop on `{id}` has no `max_iterations`")
+        };
+        out.push(
+            Diagnostic::new(RULE.code, severity, message, edge.span)
+                .with_label("unbounded self-loop")
+                .with_help(if yaml {
+                    "add `max_iterations: N` to the edge"
+                } else {
+                    "add `max_iterations=N` to the edge"
+                }),
         );
     }
     for component in

@@ -11,6 +11,7 @@ use trellis_syntax::{Diagnostic, Severity, Span};
 use crate::node_kind::{Backend, LlmConfig, NodeKind};
 use crate::workflow::{Node, Workflow};
 
+pub mod attribute_alias;
 pub mod attribute_value;
 pub mod cli_backend;
 pub mod cli_provider;
@@ -18,6 +19,7 @@ pub mod command_script;
 pub mod condition_syntax;
 pub mod conditional_edges;
 pub mod cycles;
+pub mod duration_unit;
 pub mod edge_target;
 pub mod exit_node;
 pub mod exit_outgoing;
@@ -79,7 +81,9 @@ pub const ALL: &[&Rule] = &[
     &SYNTAX,
     &known_handler::RULE,
     &unknown_attribute::RULE,
+    &attribute_alias::RULE,
     &attribute_value::RULE,
+    &duration_unit::RULE,
     &condition_syntax::RULE,
     &stylesheet_syntax::RULE,
     &stylesheet_property::RULE,
@@ -165,6 +169,16 @@ pub(crate) fn cli_agents(workflow: &Workflow) -> impl Iterator<Item = (&Node, &L
         NodeKind::Agent(llm) if llm.backend == Backend::Cli => Some((node, llm)),
         _ => None,
     })
+}
+
+/// A word with its indefinite article: "an agent", "a prompt".
+pub(crate) fn with_article(word: &str) -> String {
+    let article = if word.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    format!("{article} {word}")
 }
 
 /// The closest of `candidates` to `word`, for "did you mean" help.

@@ -1,7 +1,9 @@
 //! `reachability` (error): every node is reachable from the start.
 //!
 //! A node no path leads to never runs. That is usually a missing or misspelt edge, so it is an error
-//! rather than dead code that looks alive:
+//! rather than dead code that looks alive. A node that a retry target names (`retry_target`,
+//! `fallback_retry_target`, on a node or the graph) is reached when a stage fails or a goal gate is
+//! unmet, so it counts as reachable:
 //!
 //! ```dot
 //! start -> plan -> exit

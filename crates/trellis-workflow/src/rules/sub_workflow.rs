@@ -1,6 +1,6 @@
 //! `sub-workflow` (error): sub-workflow nodes name a child workflow file.
 //!
-//! A `house` node runs another workflow file, given by `workflow` (or `stack.child_dotfile`), relative
+//! A `house` node runs another workflow file, given by `workflow` (or `stack.child_workflow`), relative
 //! to this one. Without one there is nothing to run; a file that does not exist is reported by
 //! `file-reference`:
 //!

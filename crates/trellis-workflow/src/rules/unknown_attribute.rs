@@ -168,7 +168,10 @@ pub(crate) fn check_node(
     } else if explicit && !applies.contains(&kind.type_name()) {
         out.push(
             RULE.diagnostic(
-                format!("`{name}` has no effect on a {} node", kind.type_name()),
+                format!(
+                    "`{name}` has no effect on {} node",
+                    super::with_article(kind.type_name())
+                ),
                 attr.key.span,
             )
             .with_label("ignored here")
