@@ -339,3 +339,19 @@ fn run_says_where_a_file_is_not_utf8() {
         );
     }
 }
+
+#[test]
+fn a_simulated_review_takes_the_labelled_edge_towards_the_exit() {
+    let p = Project::new();
+    // The first labelled edge loops back; a simulated answer takes the one nearer the exit.
+    p.write(
+        "w.fabro",
+        &workflow(
+            "implement [prompt=\"Implement\"]\n review [shape=tab, prompt=\"Review\"]\n \
+             start -> implement -> review\n review -> implement [label=\"Fix\"]\n review -> exit [label=\"Approve\"]",
+        ),
+    );
+    let run = p.run("w.fabro", &["--dry-run"]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.stages(), ["start", "implement", "review", "exit"]);
+}

@@ -175,9 +175,9 @@ pub(crate) async fn write_stage_file(stage: &Stage<'_>, name: &str, text: &str) 
 }
 
 /// The outcome of a simulated model stage (`--dry-run`, `--simulate`): a canned answer, recorded like
-/// a real one. It takes the node's first labelled edge, as a model following the workflow's main path
-/// would, so a simulated run can reach the exit of a workflow whose review loops back on any other label;
-/// a node with a custom output schema answers the simplest value the schema accepts.
+/// a real one. It takes the labelled edge nearest the end of the run ([`simulated_label`]), so a
+/// simulated run reaches the exit of a workflow whose review loops back on its other labels; a node
+/// with a custom output schema answers the simplest value the schema accepts.
 pub(crate) async fn simulated_outcome(stage: &Stage<'_>, llm: &LlmConfig) -> Outcome {
     let mut response = format!("[Simulated] Response for stage: {}", stage.node.id);
     // A custom schema gets the simplest value it accepts, so conditions on `output.<id>` see one.
@@ -196,11 +196,22 @@ pub(crate) async fn simulated_outcome(stage: &Stage<'_>, llm: &LlmConfig) -> Out
     if let Some(value) = output {
         Structured::Json(value).apply(&mut outcome, &stage.node.id);
     }
-    outcome.preferred_label = stage
-        .workflow
-        .node_index(&stage.node.id)
-        .and_then(|index| stage.workflow.outgoing(index).find_map(|e| e.label.clone()));
+    outcome.preferred_label = simulated_label(stage);
     outcome
+}
+
+/// The label a simulated answer picks: of the node's labelled edges, the one whose target is fewest
+/// steps from the end of the run (the first declared among equals), as a model following the workflow's
+/// main path would; a review that can approve or loop back approves.
+fn simulated_label(stage: &Stage<'_>) -> Option<String> {
+    let workflow = stage.workflow;
+    let index = workflow.node_index(&stage.node.id)?;
+    let steps = workflow.steps_to_end();
+    workflow
+        .outgoing(index)
+        .filter(|e| e.label.is_some())
+        .min_by_key(|e| steps[e.to].unwrap_or(usize::MAX))
+        .and_then(|e| e.label.clone())
 }
 
 /// `auto_status=true`: a stage whose answer gave no status where its `output_schema="routing"` asks for

@@ -287,6 +287,31 @@ impl Workflow {
             .map(|(i, _)| i)
     }
 
+    /// How many edges each node is from the nearest end of the run — an exit node, or a node with no
+    /// outgoing edges — or `None` when it cannot get there.
+    pub fn steps_to_end(&self) -> Vec<Option<usize>> {
+        let mut steps = vec![None; self.nodes.len()];
+        let mut queue: std::collections::VecDeque<NodeIndex> = (0..self.nodes.len())
+            .filter(|&n| {
+                matches!(self.nodes[n].kind, NodeKind::Exit) || self.out_edges[n].is_empty()
+            })
+            .collect();
+        for &n in &queue {
+            steps[n] = Some(0);
+        }
+        while let Some(n) = queue.pop_front() {
+            let next = steps[n].map(|s| s + 1);
+            for &e in &self.in_edges[n] {
+                let from = self.edges[e].from;
+                if steps[from].is_none() {
+                    steps[from] = next;
+                    queue.push_back(from);
+                }
+            }
+        }
+        steps
+    }
+
     /// Nodes reachable from any of `roots` (including them), as a membership vector: along edges, and
     /// along the jumps a run takes to a node's retry targets (a failed stage with nowhere to go, a goal
     /// gate unmet at the exit). With `reverse`, nodes from which a root is reachable along edges only —
