@@ -9,14 +9,15 @@
 mod compaction;
 mod file_tools;
 mod loop_detector;
-mod process_group;
+pub mod process_group;
+pub mod secrets;
 mod session;
 mod shell;
 mod tools;
 mod truncate;
 mod work_dir;
 
-pub use process_group::ProcessGroup;
+pub use process_group::{ProcessGroup, drain};
 pub use session::{AgentEvent, Model, Observer, Session, Settings, Stop};
 pub use tools::{Tool, ToolOutput, Toolbox};
 pub use work_dir::WorkDir;

@@ -1,34 +1,101 @@
 //! A child started in a process group of its own (`process_group(0)`), killed with everything it
-//! started when the guard is dropped — when the command ends, times out, or its stage is cancelled.
-//! The shell tool, command stages and coding-agent CLIs all run their children this way.
+//! started: [`ProcessGroup::close`] when the command ends, or on drop when its stage is cancelled or
+//! times out. A process that left the group (`setsid`) is found by the marker in its environment
+//! (`TRELLIS_STAGE_DIR=<stage>`), which it inherited. The shell tool, command stages and coding-agent
+//! CLIs all run their children this way.
 
-use nix::sys::signal::{Signal, killpg};
+use std::future::Future;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
-/// Kills the process group when dropped.
-pub struct ProcessGroup(Option<Pid>);
+/// How long a finished command's output pipes may stay open before whatever holds them is killed.
+const PIPE_GRACE: Duration = Duration::from_millis(200);
+/// How long the rest of the output may take once they were.
+const PIPE_DRAIN: Duration = Duration::from_secs(2);
+
+/// Kills the process group when dropped (and, then, the processes carrying its marker).
+pub struct ProcessGroup {
+    pgid: Option<Pid>,
+    marker: Option<String>,
+}
 
 impl ProcessGroup {
-    /// The group a child spawned with `process_group(0)` leads (none if it already exited).
-    pub fn of(child: &tokio::process::Child) -> Self {
-        Self(
-            child
+    /// The group a child spawned with `process_group(0)` leads (none if it already exited);
+    /// `marker` (`NAME=value`) is an environment entry only this command's processes carry.
+    pub fn of(child: &tokio::process::Child, marker: Option<String>) -> Self {
+        Self {
+            pgid: child
                 .id()
                 .and_then(|id| i32::try_from(id).ok())
                 .map(Pid::from_raw),
-        )
+            marker,
+        }
     }
 
     /// The group's id, for the stage's `process` file.
     pub fn id(&self) -> Option<i32> {
-        self.0.map(Pid::as_raw)
+        self.pgid.map(Pid::as_raw)
+    }
+
+    /// The command ended: stops what it left running in its group, and returns the marker for
+    /// [`drain`].
+    pub fn close(mut self) -> Option<String> {
+        if let Some(pgid) = self.pgid.take() {
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+        self.marker.take()
     }
 }
 
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
-        if let Some(pgid) = self.0.take() {
+        if let Some(pgid) = self.pgid.take() {
             let _ = killpg(pgid, Signal::SIGKILL);
         }
+        if let Some(marker) = self.marker.take() {
+            kill_marked(&marker);
+        }
     }
+}
+
+/// Kills every process whose environment holds `marker` (`NAME=value`); returns how many.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "reads /proc once, when a stage ends abnormally"
+)]
+pub fn kill_marked(marker: &str) -> usize {
+    let own = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != own)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|b| *b == 0)
+                    .any(|entry| entry == marker.as_bytes())
+            })
+        })
+        .filter_map(|pid| i32::try_from(pid).ok())
+        .filter(|&pid| kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok())
+        .count()
+}
+
+/// Waits for the readers of a finished command's output. A process that escaped its group can keep a
+/// pipe open after the command ended: after a short grace the processes carrying `marker` are killed,
+/// and if the pipes still do not close, the readers are given up (`None`) rather than holding the
+/// stage open.
+pub async fn drain<T>(readers: impl Future<Output = T>, marker: Option<String>) -> Option<T> {
+    tokio::pin!(readers);
+    if let Ok(done) = tokio::time::timeout(PIPE_GRACE, &mut readers).await {
+        return Some(done);
+    }
+    if let Some(marker) = marker {
+        let _ = tokio::task::spawn_blocking(move || kill_marked(&marker)).await;
+    }
+    tokio::time::timeout(PIPE_DRAIN, readers).await.ok()
 }

@@ -1,5 +1,6 @@
 //! The `shell` tool: `sh -c` in the working directory, in a process group of its own, with secrets
-//! (`*_API_KEY`, `*_SECRET`, `*_TOKEN`, `*_PASSWORD`, `*_CREDENTIAL`) removed from its environment.
+//! (`*_API_KEY`, `*_SECRET`, `*_TOKEN`, `*_PASSWORD`, `*_CREDENTIAL`) removed from its environment
+//! unless the node passes them on, and their values redacted from its output (see [`crate::secrets`]).
 //! When the call ends — the command exits, its timeout runs out, or the session is dropped because the
 //! stage was cancelled — the whole group is killed, so nothing it started in the background lingers.
 
@@ -10,11 +11,10 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::process_group::ProcessGroup;
+use crate::process_group::{ProcessGroup, drain};
+use crate::secrets;
 use crate::tools::ToolOutput;
 
-/// Environment variables whose names end so are never passed to a command the model wrote.
-const SECRET_SUFFIXES: &[&str] = &["_API_KEY", "_SECRET", "_TOKEN", "_PASSWORD", "_CREDENTIAL"];
 /// Output kept in memory per stream; more is dropped (the model sees far less anyway).
 const MAX_CAPTURED: usize = 4 * 1024 * 1024;
 
@@ -23,14 +23,10 @@ pub struct ShellCommand<'a> {
     pub command: &'a str,
     pub timeout: Duration,
     pub env: &'a [(String, String)],
+    /// Secret variables the node passes on (`env`).
+    pub pass_env: &'a [String],
     /// Receives the process group id while the command runs.
     pub process_file: Option<&'a Path>,
-}
-
-/// Whether a variable is kept from the model's commands.
-fn is_secret(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    SECRET_SUFFIXES.iter().any(|s| upper.ends_with(s))
 }
 
 pub async fn run(shell: &ShellCommand<'_>) -> ToolOutput {
@@ -40,7 +36,7 @@ pub async fn run(shell: &ShellCommand<'_>) -> ToolOutput {
         .arg(shell.command)
         .current_dir(shell.dir)
         .env_clear()
-        .envs(std::env::vars_os().filter(|(name, _)| !is_secret(&name.to_string_lossy())))
+        .envs(secrets::child_env(shell.pass_env))
         .envs(shell.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -52,7 +48,13 @@ pub async fn run(shell: &ShellCommand<'_>) -> ToolOutput {
         Ok(child) => child,
         Err(e) => return ToolOutput::error(format!("cannot start `sh`: {e}")),
     };
-    let group = ProcessGroup::of(&child);
+    // The stage's marker finds what the command started outside its group.
+    let marker = shell
+        .env
+        .iter()
+        .find(|(name, _)| name == "TRELLIS_STAGE_DIR")
+        .map(|(name, value)| format!("{name}={value}"));
+    let group = ProcessGroup::of(&child, marker);
     if let (Some(file), Some(pgid)) = (shell.process_file, group.id()) {
         let _ = tokio::fs::write(file, pgid.to_string()).await;
     }
@@ -60,15 +62,21 @@ pub async fn run(shell: &ShellCommand<'_>) -> ToolOutput {
     let stderr = tokio::spawn(capture(child.stderr.take()));
     let status = tokio::time::timeout(shell.timeout, child.wait()).await;
     // The command is over (or out of time): stop whatever it left behind, which also closes the pipes.
-    drop(group);
-    let stdout = stdout.await.unwrap_or_default();
-    let stderr = stderr.await.unwrap_or_default();
-    let mut content = String::from_utf8_lossy(&stdout).into_owned();
+    let marker = group.close();
+    let (stdout, stderr) = drain(async { (stdout.await, stderr.await) }, marker)
+        .await
+        .unwrap_or((Ok(Vec::new()), Ok(Vec::new())));
+    let (stdout, stderr) = (stdout.unwrap_or_default(), stderr.unwrap_or_default());
+    let mut content = secrets::redact(&String::from_utf8_lossy(&stdout)).into_owned();
     if !stderr.is_empty() {
         if !content.is_empty() && !content.ends_with('\n') {
             content.push('\n');
         }
-        let _ = write!(content, "[stderr]\n{}", String::from_utf8_lossy(&stderr));
+        let _ = write!(
+            content,
+            "[stderr]\n{}",
+            secrets::redact(&String::from_utf8_lossy(&stderr))
+        );
     }
     if !content.is_empty() && !content.ends_with('\n') {
         content.push('\n');
@@ -127,6 +135,7 @@ mod tests {
             command: script,
             timeout,
             env: &[],
+            pass_env: &[],
             process_file: None,
         }
     }
@@ -143,21 +152,5 @@ mod tests {
         assert_eq!(out.content, "out\n[stderr]\nerr\n[exit 3]");
         assert!(!out.is_error);
         assert_eq!(out.note.as_deref(), Some("exit 3"));
-    }
-
-    #[test]
-    fn secrets_are_recognised_by_suffix() {
-        for name in [
-            "ANTHROPIC_API_KEY",
-            "aws_secret",
-            "GITHUB_TOKEN",
-            "DB_PASSWORD",
-            "X_CREDENTIAL",
-        ] {
-            assert!(is_secret(name), "{name}");
-        }
-        for name in ["PATH", "HOME", "TOKENIZERS_PARALLELISM"] {
-            assert!(!is_secret(name), "{name}");
-        }
     }
 }

@@ -224,6 +224,8 @@ pub struct Toolbox {
     pub process_file: Option<PathBuf>,
     /// Variables added to every `shell` call's environment (the run's identity).
     pub shell_env: Vec<(String, String)>,
+    /// Secret variables the node passes on to the shell (`env`).
+    pub pass_env: Vec<String>,
 }
 
 impl Toolbox {
@@ -239,6 +241,7 @@ impl Toolbox {
             tools,
             process_file: None,
             shell_env: Vec::new(),
+            pass_env: Vec::new(),
         }
     }
 
@@ -311,6 +314,7 @@ impl Toolbox {
             command: &args.command,
             timeout,
             env: &self.shell_env,
+            pass_env: &self.pass_env,
             process_file: self.process_file.as_deref(),
         })
         .await

@@ -19,7 +19,7 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use trellis_agent::{AgentEvent, Observer, Session, Stop, Tool, Toolbox, WorkDir};
+use trellis_agent::{AgentEvent, Observer, Session, Stop, Tool, Toolbox, WorkDir, secrets};
 use trellis_engine::event::{EventKind, ToolCallEnd};
 use trellis_engine::{Attempt, Emitter, FailureClass, Handler, Outcome, Stage};
 use trellis_llm::{Client, Request};
@@ -160,6 +160,7 @@ impl Observer for StageObserver<'_> {
                 EventKind::AgentTurnStarted { turn }
             }
             AgentEvent::Text { turn, text } => {
+                let text = secrets::redact(&text);
                 self.note(json!({ "type": "assistant", "turn": turn, "text": text }));
                 return;
             }
@@ -190,6 +191,8 @@ impl Observer for StageObserver<'_> {
                 note,
             } => {
                 self.tool_calls.fetch_add(1, Ordering::Relaxed);
+                // The built-in shell redacts its output already; a CLI's tools do not.
+                let output = secrets::redact(&output).into_owned();
                 self.note(json!({
                     "type": "tool_result", "call_id": call_id, "tool": tool, "is_error": is_error,
                     "duration_ms": duration_ms, "shown_chars": shown_chars, "output": output,
@@ -408,7 +411,9 @@ async fn open_session(
     toolbox.shell_env = vec![
         ("TRELLIS_RUN_ID".into(), stage.run_id.to_owned()),
         ("TRELLIS_NODE_ID".into(), stage.node.id.clone()),
+        ("TRELLIS_STAGE_DIR".into(), stage.dir.display().to_string()),
     ];
+    toolbox.pass_env.clone_from(&llm.pass_env);
     let memory = if llm.project_memory {
         project_memory(stage).await
     } else {

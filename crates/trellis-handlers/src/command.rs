@@ -1,10 +1,13 @@
 //! Command nodes: run `script` with `sh -c` (or `python3 -c` for `language="python"`) in the run's work
-//! directory, in a process group of its own. Standard output and error stream into the stage's
-//! `stdout.log` and `stderr.log` while it runs, are stored as blobs afterwards, and appear in the context
-//! as `command.output`, `command.stderr` and `command.exit_code`. A non-zero exit is a failed outcome
-//! with the tail of standard error as its reason. When the stage ends — normally, or because it timed
-//! out and the engine dropped it — the whole process group is killed, so no stray process keeps running.
-//! New test artifacts are captured into `artifacts/<node>/attempt-<n>/`.
+//! directory, in a process group of its own, with the secrets of the environment withheld unless the
+//! node's `env` names them (see `trellis_agent::secrets`). Standard output and error stream into the
+//! stage's `stdout.log` and `stderr.log` while it runs, are stored whole as blobs afterwards (with known
+//! secret values redacted), and appear in the context as `command.output`, `command.stderr` and
+//! `command.exit_code`. A non-zero exit is a failed outcome with the tail of standard error as its
+//! reason. When the stage ends — normally, or because it timed out and the engine dropped it — the
+//! whole process group is killed, and so is any process that left the group but carries the stage's
+//! `TRELLIS_STAGE_DIR`, so nothing keeps running or holds the run open. New test artifacts are
+//! captured into `artifacts/<node>/attempt-<n>/`.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -15,10 +18,11 @@ use nix::unistd::Pid;
 use std::io::{Read, Write};
 
 use tokio::process::{ChildStderr, ChildStdout};
-use trellis_agent::ProcessGroup;
+use trellis_agent::{ProcessGroup, drain, secrets};
+use trellis_engine::event::EventKind;
 use trellis_engine::{Artifact, Attempt, FailureClass, Handler, Outcome, Stage, keys};
 use trellis_workflow::NodeKind;
-use trellis_workflow::node_kind::ScriptLanguage;
+use trellis_workflow::node_kind::{CommandConfig, ScriptLanguage};
 
 use crate::artifacts;
 
@@ -26,8 +30,6 @@ pub struct CommandHandler;
 
 /// How much of standard error a failure reason quotes.
 const STDERR_TAIL_CHARS: usize = 2000;
-/// Output kept in memory for the blob store; the log files always get everything.
-const MAX_CAPTURED: usize = 64 * 1024 * 1024;
 
 /// The file in a stage directory created just before a command starts (its time is the start, on the
 /// file system's clock) and then holding the command's process group id.
@@ -67,15 +69,14 @@ pub fn reap(run_dir: &Path, run_id: &str) -> usize {
         .count()
 }
 
-/// Copies a pipe into a log file while keeping (up to a limit) a copy in memory. Runs on the blocking
-/// pool, one thread per pipe, so the logs fill while the command runs.
+/// Copies a pipe into a log file as the command writes it. Runs on the blocking pool, one thread per
+/// pipe, so the logs fill while the command runs.
 #[allow(
     clippy::disallowed_methods,
     reason = "runs on the blocking pool, one thread per pipe"
 )]
-fn tee(mut pipe: std::fs::File, log: &Path) -> Vec<u8> {
+fn tee(mut pipe: std::fs::File, log: &Path) {
     let mut file = std::fs::File::create(log).ok();
-    let mut captured = Vec::new();
     let mut buffer = vec![0u8; 64 * 1024];
     while let Ok(n) = pipe.read(&mut buffer) {
         if n == 0 {
@@ -84,11 +85,20 @@ fn tee(mut pipe: std::fs::File, log: &Path) -> Vec<u8> {
         if let Some(file) = file.as_mut() {
             let _ = file.write_all(&buffer[..n]);
         }
-        if captured.len() < MAX_CAPTURED {
-            captured.extend_from_slice(&buffer[..n]);
-        }
     }
-    captured
+}
+
+/// A finished command's log, whole, with known secret values redacted (in the file too).
+#[allow(clippy::disallowed_methods, reason = "called on the blocking pool")]
+fn read_log(log: &Path) -> Vec<u8> {
+    let bytes = std::fs::read(log).unwrap_or_default();
+    match secrets::redact_bytes(&bytes) {
+        Some(redacted) => {
+            let _ = std::fs::write(log, &redacted);
+            redacted
+        }
+        None => bytes,
+    }
 }
 
 fn tail(text: &str, chars: usize) -> &str {
@@ -111,7 +121,7 @@ fn start_marker(stage_dir: &Path) -> std::time::SystemTime {
         .unwrap_or_else(|_| std::time::SystemTime::now())
 }
 
-type Reader = tokio::task::JoinHandle<Vec<u8>>;
+type Reader = tokio::task::JoinHandle<()>;
 
 /// Starts one blocking reader per pipe, teeing into `stdout.log` and `stderr.log`. The first also
 /// records the process group in the `process` file, so `trellis resume` can stop it after a kill.
@@ -132,7 +142,7 @@ fn spawn_readers(
         if let Some((path, pgid)) = process_file {
             let _ = std::fs::write(path, pgid);
         }
-        tee(std::fs::File::from(stdout), &stdout_log)
+        tee(std::fs::File::from(stdout), &stdout_log);
     });
     let err_reader =
         tokio::task::spawn_blocking(move || tee(std::fs::File::from(stderr), &stderr_log));
@@ -162,9 +172,9 @@ fn exit_outcome(status: std::process::ExitStatus, stderr: &[u8]) -> Outcome {
 /// for the output and the run's identity in the environment.
 fn command_for(
     stage: &Stage<'_>,
-    script: &str,
-    language: ScriptLanguage,
+    config: &CommandConfig,
 ) -> (&'static str, tokio::process::Command) {
+    let (script, language) = (&config.script, config.language);
     let program = match language {
         ScriptLanguage::Shell => "sh",
         ScriptLanguage::Python => "python3",
@@ -174,6 +184,8 @@ fn command_for(
         .arg("-c")
         .arg(script)
         .current_dir(&stage.settings.work_dir)
+        .env_clear()
+        .envs(secrets::child_env(&config.pass_env))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -211,7 +223,7 @@ impl CommandHandler {
                 .with_update(keys::COMMAND_STDERR, "")
                 .with_update(keys::COMMAND_EXIT_CODE, 0);
         }
-        let (program, mut command) = command_for(stage, &config.script, config.language);
+        let (program, mut command) = command_for(stage, config);
         let work_dir = stage.settings.work_dir.clone();
         let runs_dir = artifacts::runs_dir(stage.dir);
         let marker_dir = stage.dir.to_path_buf();
@@ -227,7 +239,8 @@ impl CommandHandler {
                 );
             }
         };
-        let group = ProcessGroup::of(&child);
+        let marker = format!("TRELLIS_STAGE_DIR={}", stage.dir.display());
+        let group = ProcessGroup::of(&child, Some(marker));
         let Some((out_reader, err_reader)) = spawn_readers(&mut child, stage.dir, group.id())
         else {
             return Outcome::failed(
@@ -236,12 +249,21 @@ impl CommandHandler {
             );
         };
         let status = child.wait().await;
-        // The script is done: stop whatever it left running, which also closes the pipes.
-        drop(group);
-        let (out, err) = (
-            out_reader.await.unwrap_or_default(),
-            err_reader.await.unwrap_or_default(),
-        );
+        // The script is done: stop whatever it left running, which also closes the pipes; a process
+        // that left the group and holds them open is killed too.
+        let marker = group.close();
+        if drain(async { (out_reader.await, err_reader.await) }, marker)
+            .await
+            .is_none()
+        {
+            stage.emitter.emit(
+                Some(&stage.node.id),
+                EventKind::ModelWarning {
+                    message: "a process the command started outside its process group kept its output open; its output after the command ended is not recorded".to_owned(),
+                },
+            );
+        }
+        let (stdout_log, stderr_log) = (stage.dir.join("stdout.log"), stage.dir.join("stderr.log"));
         let artifacts_dir = stage.dir.parent().and_then(Path::parent).map(|run| {
             run.join("artifacts")
                 .join(&stage.node.id)
@@ -253,6 +275,7 @@ impl CommandHandler {
             let files = artifacts_dir.map(|dest| {
                 artifacts::capture(&work_dir, started, &dest, &runs_dir).unwrap_or_default()
             });
+            let (out, err) = (read_log(&stdout_log), read_log(&stderr_log));
             (
                 (blobs.put(&out), blobs.put(&err)),
                 err,

@@ -85,7 +85,7 @@ fn fidelity_of(stage: &Stage<'_>) -> (Fidelity, Option<String>) {
 pub fn preamble_for(stage: &Stage<'_>, fidelity: Fidelity) -> String {
     let context = stage.context.snapshot();
     let history = stage.history.finished();
-    preamble::build(
+    let preamble = preamble::build(
         &PreambleSource {
             workflow: stage.workflow,
             run_id: stage.run_id,
@@ -94,7 +94,9 @@ pub fn preamble_for(stage: &Stage<'_>, fidelity: Fidelity) -> String {
             blobs: &*stage.services.blobs,
         },
         fidelity,
-    )
+    );
+    // A secret that reached the context (a file a command printed) never reaches a model.
+    trellis_agent::secrets::redact(&preamble).into_owned()
 }
 
 /// The project memory as one system prompt, or `None` when there is none: the memory files of every

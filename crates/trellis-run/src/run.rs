@@ -14,7 +14,7 @@ use trellis_engine::{
 };
 use trellis_handlers::model_router::ModelRouter;
 use trellis_llm::{Client, Config};
-use trellis_store::{EventLog, FileBlobs, RunDir, RunMeta, StoreError, new_run_id};
+use trellis_store::{EventLog, FileBlobs, Owner, RunDir, RunMeta, StoreError, new_run_id};
 use trellis_syntax::SourceFile;
 use trellis_workflow::{CompileOptions, Compiled, Workflow};
 
@@ -131,6 +131,8 @@ pub struct Run {
     log: Arc<EventLog>,
     checkpoint: Checkpoint,
     models: Option<Arc<Client>>,
+    /// This process's hold on the run, released when the run has finished executing.
+    _owner: Owner,
 }
 
 /// How a run's execution ended, with the record it left.
@@ -181,9 +183,11 @@ impl Run {
             &recorded,
             &format!("workflow.{extension}"),
         )?);
+        let owner = record.claim(&run_id)?;
         let run = Self::wire(
             workflow,
             record,
+            owner,
             request.settings,
             run_id,
             wiring,
@@ -194,9 +198,14 @@ impl Run {
 
     /// Wires the engine of a run whose record exists; `checkpoint` gives where it starts. Blocking: it
     /// reads the model config and opens the event log.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the parts of a run, each needed once"
+    )]
     fn wire(
         workflow: Workflow,
         record: Arc<RunDir>,
+        owner: Owner,
         settings: Settings,
         run_id: String,
         wiring: Wiring,
@@ -231,6 +240,7 @@ impl Run {
             log,
             checkpoint,
             models,
+            _owner: owner,
         })
     }
 
@@ -255,6 +265,7 @@ impl Run {
             log,
             checkpoint,
             models,
+            _owner: owner,
         } = self;
         let result = engine.run(checkpoint, cancel).await;
         if let Some(models) = &models {
@@ -273,6 +284,8 @@ impl Run {
             finished_record.write_meta(&meta)
         })
         .await?;
+        // The record is complete: the run is free to be resumed.
+        drop(owner);
         Ok(Finished {
             run_id: engine.run_id().to_owned(),
             record,
@@ -302,6 +315,9 @@ pub struct Resumable {
     record: Arc<RunDir>,
     meta: RunMeta,
     checkpoint: Checkpoint,
+    /// Claimed before anything else is touched: a run another process is running is refused, and
+    /// its commands are never reaped.
+    owner: Owner,
 }
 
 impl Resumable {
@@ -314,6 +330,8 @@ impl Resumable {
     fn open_blocking(reference: &str, runs_dir: &Path) -> Result<Self, RunError> {
         let record = Arc::new(RunDir::open(reference, runs_dir)?);
         let meta = record.meta()?;
+        let owner = record.claim(&meta.run_id)?;
+        record.remove_temporary_files();
         let mut checkpoint = record
             .checkpoint()
             .map_err(|source| RunError::NoCheckpoint {
@@ -327,6 +345,7 @@ impl Resumable {
             record,
             meta,
             checkpoint,
+            owner,
         })
     }
 
@@ -376,9 +395,16 @@ impl Resumable {
             record,
             meta,
             checkpoint,
+            owner,
         } = self;
-        Run::wire(workflow, record, meta.settings, meta.run_id, wiring, |_| {
-            Some(checkpoint)
-        })
+        Run::wire(
+            workflow,
+            record,
+            owner,
+            meta.settings,
+            meta.run_id,
+            wiring,
+            |_| Some(checkpoint),
+        )
     }
 }

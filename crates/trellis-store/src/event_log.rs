@@ -20,6 +20,38 @@ enum Message {
     Flush(SyncSender<Result<(), String>>),
 }
 
+/// Cuts a log back to its last complete line.
+fn repair_tail(path: &Path) -> io::Result<()> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let Ok(mut file) = OpenOptions::new().read(true).write(true).open(path) else {
+        return Ok(());
+    };
+    let length = file.metadata()?.len();
+    if length == 0 {
+        return Ok(());
+    }
+    let mut last = [0u8];
+    file.seek(SeekFrom::Start(length - 1))?;
+    file.read_exact(&mut last)?;
+    if last[0] == b'\n' {
+        return Ok(());
+    }
+    // Find the last line break, reading backwards in blocks.
+    let mut end = length;
+    let mut block = vec![0u8; 64 * 1024];
+    while end > 0 {
+        let start = end.saturating_sub(block.len() as u64);
+        let chunk = &mut block[..usize::try_from(end - start).unwrap_or(0)];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(chunk)?;
+        if let Some(at) = chunk.iter().rposition(|b| *b == b'\n') {
+            return file.set_len(start + at as u64 + 1);
+        }
+        end = start;
+    }
+    file.set_len(0)
+}
+
 /// The writer of one `events.jsonl`.
 pub struct EventLog {
     sender: Mutex<Option<Sender<Message>>>,
@@ -27,9 +59,18 @@ pub struct EventLog {
 }
 
 impl EventLog {
-    /// Opens (or creates) the log at `path` for appending and starts its writer.
+    /// Opens (or creates) the log at `path` for appending and starts its writer. A torn last line
+    /// (the previous process died mid-write) is cut off first, so the next event starts a line.
     pub fn open(path: &Path) -> io::Result<Self> {
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        repair_tail(path)?;
+        let file = {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(crate::run_dir::file_mode())
+                .open(path)?
+        };
         let (sender, receiver) = channel();
         let writer = std::thread::Builder::new()
             .name("trellis-events".into())

@@ -3,6 +3,7 @@
 //! ```text
 //! <runs dir>/<run id>/
 //!   run.json          workflow name, goal, source path, status, times, settings
+//!   owner             the live owner's pid, under its `flock` (one owner per run)
 //!   workflow.fabro    the exact source that ran
 //!   checkpoint.json   written atomically after every stage (temp file, fsync, rename)
 //!   events.jsonl      append-only event log
@@ -20,10 +21,12 @@
 
 mod blobs;
 mod event_log;
+mod owner;
 mod run_dir;
 
 pub use blobs::FileBlobs;
 pub use event_log::EventLog;
+pub use owner::Owner;
 pub use run_dir::{
     RunDir, RunMeta, StoreError, default_runs_dir, list_runs, new_run_id, resolve_runs_dir,
     write_atomically,

@@ -28,6 +28,8 @@ pub enum StoreError {
     },
     #[error("no run `{id}` in {runs_dir}")]
     NotFound { id: String, runs_dir: PathBuf },
+    #[error("run {run_id} is in use by {}; wait for it to finish, or stop that process first", owner.map_or_else(|| "another process".to_owned(), |pid| format!("process {pid}")))]
+    Busy { run_id: String, owner: Option<u32> },
     #[error("`{id}` is the start of {} runs in {runs_dir}: {}; give more of the id", candidates.len(), candidates.join(", "))]
     Ambiguous {
         id: String,
@@ -88,13 +90,44 @@ fn write_replacing(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = path.with_extension(format!("tmp-{}-{n}", std::process::id()));
     {
-        let mut file = File::create(&tmp)?;
+        let mut file = private_file(&tmp)?;
         file.write_all(bytes)?;
         if durable {
             file.sync_all()?;
         }
     }
     fs::rename(&tmp, path)
+}
+
+/// Whether run records are kept from other users: directories `0700`, files `0600` (prompts and
+/// outputs can hold sensitive text). `TRELLIS_SHARED_RUNS=1` makes them readable by others.
+fn private() -> bool {
+    std::env::var_os("TRELLIS_SHARED_RUNS").is_none_or(|v| v.is_empty() || v == "0")
+}
+
+/// The permissions of a record file.
+pub(crate) fn file_mode() -> u32 {
+    if private() { 0o600 } else { 0o644 }
+}
+
+/// Creates (or truncates) a record file with the record's permissions.
+pub(crate) fn private_file(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(file_mode())
+        .open(path)
+}
+
+/// Creates a record directory (and its parents) with the record's permissions.
+fn private_dir(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(if private() { 0o700 } else { 0o755 })
+        .create(path)
 }
 
 /// Run directories under `runs_dir`, newest first.
@@ -136,9 +169,12 @@ impl RunDir {
         source_name: &str,
     ) -> Result<Self, StoreError> {
         let root = runs_dir.join(&meta.run_id);
-        fs::create_dir_all(root.join("stages")).map_err(io_error("create", &root))?;
+        fs::create_dir_all(runs_dir).map_err(io_error("create", runs_dir))?;
+        private_dir(&root.join("stages")).map_err(io_error("create", &root))?;
         let workflow_file = root.join(source_name);
-        fs::write(&workflow_file, source).map_err(io_error("write", &workflow_file))?;
+        private_file(&workflow_file)
+            .and_then(|mut file| file.write_all(source.as_bytes()))
+            .map_err(io_error("write", &workflow_file))?;
         let dir = Self::open_dir(root);
         dir.write_meta(meta)?;
         Ok(dir)
@@ -203,6 +239,37 @@ impl RunDir {
         self.root.join("checkpoint.json")
     }
 
+    fn owner_path(&self) -> PathBuf {
+        self.root.join("owner")
+    }
+
+    /// Makes this process the run's one owner until the returned [`Owner`] is dropped (or the process
+    /// dies); a run another live process owns is [`StoreError::Busy`].
+    pub fn claim(&self, run_id: &str) -> Result<crate::Owner, StoreError> {
+        let path = self.owner_path();
+        crate::owner::claim(&path).map_err(|claim| match claim {
+            crate::owner::Claim::Busy(owner) => StoreError::Busy {
+                run_id: run_id.to_owned(),
+                owner,
+            },
+            crate::owner::Claim::Io(source) => io_error("lock", &path)(source),
+        })
+    }
+
+    /// The run's status as a reader should see it: `run.json`'s, except that a run recorded as
+    /// `running` whose owner is gone (killed, or the machine restarted) is `interrupted`.
+    pub fn status(&self, meta: &RunMeta) -> String {
+        if meta.status == "running" && !self.has_live_owner() {
+            return "interrupted".to_owned();
+        }
+        meta.status.clone()
+    }
+
+    /// Whether a live process owns the run.
+    pub fn has_live_owner(&self) -> bool {
+        crate::owner::is_owned(&self.owner_path())
+    }
+
     pub fn meta(&self) -> Result<RunMeta, StoreError> {
         let path = self.root.join("run.json");
         let text = fs::read_to_string(&path).map_err(io_error("read", &path))?;
@@ -219,28 +286,76 @@ impl RunDir {
         write_atomically(&path, &text).map_err(io_error("write", &path))
     }
 
+    /// The last checkpoint. A damaged `checkpoint.json` (or one missing because the process died
+    /// between keeping the previous checkpoint and writing the new one) gives way to the previous one,
+    /// kept as `checkpoint.prev.json`: the stage after it runs again.
     pub fn checkpoint(&self) -> Result<Checkpoint, StoreError> {
         let path = self.checkpoint_path();
-        let text = fs::read_to_string(&path).map_err(io_error("read", &path))?;
-        serde_json::from_str(&text).map_err(|source| StoreError::Corrupt {
-            what: "checkpoint",
-            path,
-            source,
+        let read = |path: &Path| -> Result<Checkpoint, StoreError> {
+            let text = fs::read_to_string(path).map_err(io_error("read", path))?;
+            serde_json::from_str(&text).map_err(|source| StoreError::Corrupt {
+                what: "checkpoint",
+                path: path.to_path_buf(),
+                source,
+            })
+        };
+        read(&path).or_else(|error| read(&self.previous_checkpoint_path()).map_err(|_| error))
+    }
+
+    fn previous_checkpoint_path(&self) -> PathBuf {
+        self.root.join("checkpoint.prev.json")
+    }
+
+    /// Removes temporary files a write left behind (a process killed, or a full disk, between
+    /// writing one and renaming it into place); returns how many.
+    pub fn remove_temporary_files(&self) -> usize {
+        let is_temporary = |p: &Path| {
+            p.extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| e.starts_with("tmp-"))
+        };
+        let dirs = std::iter::once(self.root.clone()).chain(
+            fs::read_dir(self.root.join("stages"))
+                .into_iter()
+                .flatten()
+                .filter_map(Result::ok)
+                .map(|e| e.path()),
+        );
+        dirs.flat_map(|dir| {
+            fs::read_dir(dir)
+                .into_iter()
+                .flatten()
+                .filter_map(Result::ok)
         })
+        .map(|e| e.path())
+        .filter(|p| is_temporary(p) && fs::remove_file(p).is_ok())
+        .count()
     }
 
     /// Every event recorded so far. A torn last line (the process died mid-write) is skipped.
     pub fn events(&self) -> Result<Vec<Event>, StoreError> {
+        Ok(self.events_checked()?.0)
+    }
+
+    /// Every event recorded so far, and the (1-based) numbers of the lines that are not events —
+    /// damage, or a torn last line.
+    pub fn events_checked(&self) -> Result<(Vec<Event>, Vec<usize>), StoreError> {
         let path = self.events_path();
         let text = match fs::read_to_string(&path) {
             Ok(text) => text,
             Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
             Err(e) => return Err(io_error("read", &path)(e)),
         };
-        Ok(text
-            .lines()
-            .filter_map(|line| serde_json::from_str(line).ok())
-            .collect())
+        let mut events = Vec::new();
+        let mut bad = Vec::new();
+        for (number, line) in text.lines().enumerate() {
+            match serde_json::from_str(line) {
+                Ok(event) => events.push(event),
+                Err(_) if line.trim().is_empty() => {}
+                Err(_) => bad.push(number + 1),
+            }
+        }
+        Ok((events, bad))
     }
 
     /// The workflow source file kept with the run.
@@ -281,8 +396,14 @@ impl RunStore for RunDir {
     }
 
     fn save_checkpoint(&self, checkpoint: &Checkpoint) -> io::Result<()> {
+        let path = self.checkpoint_path();
+        // The previous checkpoint stays until the new one is durable.
+        match fs::rename(&path, self.previous_checkpoint_path()) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
         write_atomically(
-            &self.checkpoint_path(),
+            &path,
             &serde_json::to_vec_pretty(checkpoint).unwrap_or_default(),
         )
     }

@@ -39,6 +39,9 @@ impl Label {
     }
 }
 
+/// The most diagnostics kept for one file: past them, the rest are counted, not kept.
+pub const MAX_DIAGNOSTICS: usize = 200;
+
 /// One problem found in a workflow.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnostic {

@@ -2,6 +2,7 @@
 //! `codespan-reporting`) and a JSON form for tools and the web UI. Both compute line and column here,
 //! from byte spans, and nowhere else.
 
+use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use codespan_reporting::diagnostic as cs;
@@ -39,10 +40,22 @@ fn to_codespan(diagnostic: &Diagnostic) -> cs::Diagnostic<()> {
         .with_notes(notes)
 }
 
+/// Source lines longer than this are not drawn whole: the snippet shows the part around the span.
+const LONG_LINE: usize = 240;
+/// Characters shown on each side of a span on a long line.
+const CONTEXT_CHARS: usize = 60;
+
 /// Renders one diagnostic as plain text with a source snippet (no colour): the form snapshot tests use.
 pub fn render_plain(file: &SourceFile, diagnostic: &Diagnostic) -> String {
     let simple = SimpleFile::new(file.name(), file.text());
-    term::emit_into_string(&Config::default(), &simple, &to_codespan(diagnostic)).unwrap_or_else(
+    plain(&simple, file, diagnostic)
+}
+
+fn plain(simple: &SimpleFile<&str, &str>, file: &SourceFile, diagnostic: &Diagnostic) -> String {
+    if on_long_line(file, diagnostic) {
+        return clipped(file, diagnostic);
+    }
+    term::emit_into_string(&Config::default(), simple, &to_codespan(diagnostic)).unwrap_or_else(
         |e| {
             format!(
                 "{}: {} (could not draw the snippet: {e})\n",
@@ -52,6 +65,61 @@ pub fn render_plain(file: &SourceFile, diagnostic: &Diagnostic) -> String {
     )
 }
 
+/// Whether a label of the diagnostic sits on a line too long to draw whole.
+fn on_long_line(file: &SourceFile, diagnostic: &Diagnostic) -> bool {
+    std::iter::once(&diagnostic.primary)
+        .chain(&diagnostic.secondary)
+        .any(|label| file.line_text(label.span.start).len() > LONG_LINE)
+}
+
+/// A diagnostic on a long line, drawn like the others but with only the part of the line around the
+/// primary span.
+fn clipped(file: &SourceFile, diagnostic: &Diagnostic) -> String {
+    let span = diagnostic.primary.span;
+    let (line, column) = file.line_col(span.start);
+    let text = file.line_text(span.start);
+    let line_start = span.start as usize - file.line_offset(span.start);
+    let (from, to) = (
+        span.start as usize - line_start,
+        (span.end as usize - line_start).min(text.len()),
+    );
+    let before: String = text[..from]
+        .chars()
+        .rev()
+        .take(CONTEXT_CHARS)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    let marked = &text[from..to.max(from)];
+    let marked: String = marked.chars().take(CONTEXT_CHARS).collect();
+    let after: String = text[to.max(from)..].chars().take(CONTEXT_CHARS).collect();
+    let (lead, trail) = (
+        if before.len() < from { "…" } else { "" },
+        if to + after.len() < text.len() {
+            "…"
+        } else {
+            ""
+        },
+    );
+    let gutter = " ".repeat(line.to_string().len());
+    let pad = " ".repeat(lead.chars().count() + before.chars().count());
+    let carets = "^".repeat(marked.chars().count().max(1));
+    let mut out = format!(
+        "{}[{}]: {}\n{gutter} ┌─ {}:{line}:{column}\n{gutter} │\n{line} │ {lead}{before}{marked}{after}{trail}\n{gutter} │ {pad}{carets} {}\n",
+        diagnostic.severity.as_str(),
+        diagnostic.code,
+        diagnostic.message,
+        file.name(),
+        diagnostic.primary.message,
+    );
+    if let Some(help) = &diagnostic.help {
+        let _ = write!(out, "{gutter} │\n{gutter} = help: {help}\n");
+    }
+    out.push('\n');
+    out
+}
+
 /// Writes diagnostics to standard error or output with colour when `color` is set.
 pub fn render_terminal(
     out: &mut dyn Write,
@@ -59,15 +127,20 @@ pub fn render_terminal(
     diagnostics: &[Diagnostic],
     color: bool,
 ) -> io::Result<()> {
+    // One line index for the file, however many diagnostics there are.
+    let simple = SimpleFile::new(file.name(), file.text());
     if !color {
         for d in diagnostics {
-            out.write_all(render_plain(file, d).as_bytes())?;
+            out.write_all(plain(&simple, file, d).as_bytes())?;
         }
         return Ok(());
     }
-    let simple = SimpleFile::new(file.name(), file.text());
     let mut buffer = term::termcolor::Buffer::ansi();
     for d in diagnostics {
+        if on_long_line(file, d) {
+            buffer.write_all(clipped(file, d).as_bytes())?;
+            continue;
+        }
         term::emit_to_write_style(&mut buffer, &Config::default(), &simple, &to_codespan(d))
             .map_err(io::Error::other)?;
     }

@@ -14,8 +14,32 @@ pub enum SourceError {
     },
     #[error("{path} is not valid UTF-8 text (invalid byte at offset {offset})")]
     NotUtf8 { path: PathBuf, offset: usize },
-    #[error("{path} is too large ({size} bytes; the limit is 4 GiB)")]
-    TooLarge { path: PathBuf, size: usize },
+    #[error("{path} is too large ({size} bytes; a workflow file may have at most 16 MiB)")]
+    TooLarge { path: PathBuf, size: u64 },
+    #[error("{path} is not a regular file ({what})")]
+    NotAFile { path: PathBuf, what: &'static str },
+}
+
+/// The largest workflow (or `@file`) read: larger ones are refused rather than read into memory.
+pub const MAX_SOURCE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// What kind of non-regular file a path is, for messages; `None` for a regular file.
+pub fn non_regular(meta: &std::fs::Metadata) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt as _;
+    let kind = meta.file_type();
+    if kind.is_file() {
+        None
+    } else if kind.is_dir() {
+        Some("a directory")
+    } else if kind.is_char_device() || kind.is_block_device() {
+        Some("a device")
+    } else if kind.is_fifo() {
+        Some("a pipe")
+    } else if kind.is_socket() {
+        Some("a socket")
+    } else {
+        Some("not a file")
+    }
 }
 
 /// One source file: the workflow as the user wrote it.
@@ -44,14 +68,34 @@ impl SourceFile {
 
     /// Reads a file from disk.
     pub fn load(path: &Path) -> Result<Self, SourceError> {
-        let bytes = std::fs::read(path).map_err(|source| SourceError::Io {
+        let io = |source| SourceError::Io {
             path: path.to_path_buf(),
             source,
-        })?;
-        if u32::try_from(bytes.len()).is_err() {
+        };
+        let meta = std::fs::metadata(path).map_err(io)?;
+        if let Some(what) = non_regular(&meta) {
+            return Err(SourceError::NotAFile {
+                path: path.to_path_buf(),
+                what,
+            });
+        }
+        if meta.len() > MAX_SOURCE_BYTES {
             return Err(SourceError::TooLarge {
                 path: path.to_path_buf(),
-                size: bytes.len(),
+                size: meta.len(),
+            });
+        }
+        // Read at most one byte past the limit: the file may grow after it was measured.
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(std::fs::File::open(path).map_err(io)?, MAX_SOURCE_BYTES + 1),
+            &mut bytes,
+        )
+        .map_err(io)?;
+        if bytes.len() as u64 > MAX_SOURCE_BYTES {
+            return Err(SourceError::TooLarge {
+                path: path.to_path_buf(),
+                size: bytes.len() as u64,
             });
         }
         let text = String::from_utf8(bytes).map_err(|e| SourceError::NotUtf8 {
@@ -86,6 +130,26 @@ impl SourceFile {
             .get(start..end)
             .map_or(end - start, |s| s.chars().count());
         (line + 1, column + 1)
+    }
+
+    /// The text of the line holding a byte offset, without its line break.
+    pub fn line_text(&self, offset: u32) -> &str {
+        let line = self.line_starts.partition_point(|&start| start <= offset) - 1;
+        let start = self.line_starts[line] as usize;
+        let end = self
+            .line_starts
+            .get(line + 1)
+            .map_or(self.text.len(), |&next| next as usize);
+        self.text
+            .get(start..end)
+            .unwrap_or_default()
+            .trim_end_matches(['\n', '\r'])
+    }
+
+    /// How far a byte offset is from the start of its line, in bytes.
+    pub fn line_offset(&self, offset: u32) -> usize {
+        let line = self.line_starts.partition_point(|&start| start <= offset) - 1;
+        (offset - self.line_starts[line]) as usize
     }
 
     /// Whether the file is YAML (by extension), as opposed to DOT.

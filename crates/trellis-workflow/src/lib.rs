@@ -116,6 +116,29 @@ pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> C
         edges: w.edges.len(),
     });
     let workflow = workflow.filter(|_| !diagnostics.iter().any(Diagnostic::is_error));
+    // A file with thousands of problems shows the first ones and counts the rest.
+    if diagnostics
+        .iter()
+        .skip(trellis_syntax::diagnostic::MAX_DIAGNOSTICS)
+        .any(|d| d.severity != Severity::Note)
+    {
+        let rest = diagnostics.split_off(trellis_syntax::diagnostic::MAX_DIAGNOSTICS);
+        let errors = rest.iter().filter(|d| d.is_error()).count();
+        let counted = rest.iter().filter(|d| d.severity != Severity::Note).count();
+        let end = trellis_syntax::Span::from_range(file.text().len()..file.text().len());
+        // Still an error when errors were cut, so the verdict stays right.
+        let severity = if errors > 0 {
+            Severity::Error
+        } else {
+            Severity::Note
+        };
+        diagnostics.push(Diagnostic::new(
+            "more",
+            severity,
+            format!("{counted} more problems ({errors} errors) are not shown; fix these first"),
+            end,
+        ));
+    }
     Compiled {
         workflow,
         outline,

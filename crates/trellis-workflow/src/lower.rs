@@ -189,7 +189,12 @@ impl Lowerer<'_> {
                 let language = r
                     .word("language", ScriptLanguage::WORDS)
                     .unwrap_or(ScriptLanguage::Shell);
-                NodeKind::Command(CommandConfig { script, language })
+                let pass_env = r.string("env").map(|s| name_list(&s)).unwrap_or_default();
+                NodeKind::Command(CommandConfig {
+                    script,
+                    language,
+                    pass_env,
+                })
             }
             HandlerKind::Human => NodeKind::Human(HumanConfig {
                 default_choice: r.string("human.default_choice"),
@@ -326,6 +331,7 @@ impl Lowerer<'_> {
                 .string("disallowed_tools")
                 .map(|s| name_list(&s))
                 .unwrap_or_default(),
+            pass_env: r.string("env").map(|s| name_list(&s)).unwrap_or_default(),
         }
     }
 

@@ -93,10 +93,11 @@ const AGENT_ATTRIBUTES: &[&str] = &[
     "max_turns",
     "allowed_tools",
     "disallowed_tools",
+    "env",
 ];
 
-/// Attributes of the nodes that call a model: the agent's, less the loop's own three.
-const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(AGENT_ATTRIBUTES.len() - 3).0;
+/// Attributes of the nodes that call a model: the agent's, less the loop's own four.
+const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(AGENT_ATTRIBUTES.len() - 4).0;
 
 /// The one table of node kinds: lowering resolves `type` and `shape` through it, the
 /// `unknown-attribute` rule judges attributes by it, and the engine registers handlers by its kinds.
@@ -106,7 +107,7 @@ pub const KINDS: &[KindSpec] = &[
     KindSpec { kind: HandlerKind::Exit, type_name: "exit", shape: "Msquare", attributes: &[], engine_runs: false },
     KindSpec { kind: HandlerKind::Agent, type_name: "agent", shape: "box", attributes: AGENT_ATTRIBUTES, engine_runs: false },
     KindSpec { kind: HandlerKind::Prompt, type_name: "prompt", shape: "tab", attributes: LLM_ATTRIBUTES, engine_runs: false },
-    KindSpec { kind: HandlerKind::Command, type_name: "command", shape: "parallelogram", attributes: &["script", "language"], engine_runs: false },
+    KindSpec { kind: HandlerKind::Command, type_name: "command", shape: "parallelogram", attributes: &["script", "language", "env"], engine_runs: false },
     KindSpec { kind: HandlerKind::Human, type_name: "human", shape: "hexagon", attributes: &["human.default_choice"], engine_runs: false },
     KindSpec { kind: HandlerKind::Conditional, type_name: "conditional", shape: "diamond", attributes: &[], engine_runs: false },
     KindSpec { kind: HandlerKind::Parallel, type_name: "parallel", shape: "component", attributes: &["join_policy", "error_policy", "max_parallel"], engine_runs: true },
@@ -218,6 +219,8 @@ pub struct LlmConfig {
     pub allowed_tools: Option<Vec<String>>,
     /// Agent nodes: tools never offered (`disallowed_tools`).
     pub disallowed_tools: Vec<String>,
+    /// Agent nodes: secret variables the shell tool gets (`env`, comma-separated names).
+    pub pass_env: Vec<String>,
 }
 
 /// `output_schema`: the built-in routing schema or a JSON Schema loaded from a file.
@@ -234,6 +237,8 @@ pub enum OutputSchema {
 pub struct CommandConfig {
     pub script: String,
     pub language: ScriptLanguage,
+    /// Secret variables the command gets (`env`, comma-separated names); others are withheld.
+    pub pass_env: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

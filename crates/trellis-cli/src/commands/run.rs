@@ -234,11 +234,24 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
     if let Some(log_error) = &log_error {
         eprintln!("error: the event log of run {run_id} is incomplete: {log_error}");
     }
+    // Ctrl-C is the user cancelling; SIGTERM and SIGHUP interrupt the run from outside (a shutdown, a
+    // closed terminal). Either way the checkpoint is resumable.
+    let interrupted = status == RunStatus::Cancelled && stopped_by.is_some_and(|s| s != 2);
+    if interrupted {
+        let record = record.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut meta = record.meta()?;
+            "interrupted".clone_into(&mut meta.status);
+            record.write_meta(&meta)
+        })
+        .await??;
+    }
     let elapsed = started.elapsed();
     let stages = checkpoint.stages.len();
     if options.json {
         let summary = json!({
-            "run_id": run_id, "run_dir": record.root().display().to_string(), "status": status.as_str(),
+            "run_id": run_id, "run_dir": record.root().display().to_string(),
+            "status": if interrupted { "interrupted" } else { status.as_str() },
             "stages": stages, "waiting_at": (status == RunStatus::WaitingForInput).then(|| checkpoint.next_node()),
             "stopped_at": (status == RunStatus::Cancelled).then(|| checkpoint.next_node()),
             "error": error.as_ref().map(ToString::to_string),
@@ -255,7 +268,12 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
                 checkpoint.next_node().unwrap_or("?"),
             ),
             RunStatus::Cancelled => println!(
-                "Run {run_id} was cancelled at `{}`; continue it with: trellis resume {run_id}",
+                "Run {run_id} was {} at `{}`; continue it with: trellis resume {run_id}",
+                if interrupted {
+                    "interrupted"
+                } else {
+                    "cancelled"
+                },
                 checkpoint.next_node().unwrap_or("?"),
             ),
             _ => println!(

@@ -54,7 +54,10 @@ pub fn runs(args: &RunsArgs) -> anyhow::Result<ExitCode> {
     let mut rows = Vec::new();
     for path in list_runs(&runs_dir).into_iter().take(args.limit) {
         let record = RunDir::open(&path.display().to_string(), &runs_dir)?;
-        let Ok(meta) = record.meta() else { continue };
+        let Ok(mut meta) = record.meta() else {
+            continue;
+        };
+        meta.status = record.status(&meta);
         let stages = record.checkpoint().map_or(0, |c| c.stages.len());
         rows.push((meta, stages));
     }
@@ -84,7 +87,8 @@ pub fn runs(args: &RunsArgs) -> anyhow::Result<ExitCode> {
 pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
     let runs_dir = resolve_runs_dir(args.runs_dir.clone());
     let record = RunDir::open(&args.run, &runs_dir)?;
-    let meta = record.meta()?;
+    let mut meta = record.meta()?;
+    meta.status = record.status(&meta);
     let checkpoint = record.checkpoint().ok();
     if args.json {
         println!(
@@ -208,8 +212,25 @@ pub fn events(args: &EventsArgs) -> anyhow::Result<ExitCode> {
     let runs_dir = resolve_runs_dir(args.runs_dir.clone());
     let record = RunDir::open(&args.run, &runs_dir)?;
     let mut printed = 0;
+    let mut warned = 0;
     loop {
-        let events = record.events()?;
+        let (events, damaged) = record.events_checked()?;
+        // Damaged lines are reported once, by number; while following, a last line may still be
+        // being written.
+        let last_line = events.len() + damaged.len();
+        let settled: Vec<String> = damaged
+            .iter()
+            .filter(|&&n| n > warned && (!args.follow || n < last_line))
+            .map(ToString::to_string)
+            .collect();
+        if let Some(newest) = settled.last() {
+            eprintln!(
+                "warning: {} has lines that are not events (line {}); they are skipped",
+                record.events_path().display(),
+                settled.join(", ")
+            );
+            warned = newest.parse().unwrap_or(warned);
+        }
         for event in &events[printed.min(events.len())..] {
             print_event(event, args.json)?;
         }
@@ -219,6 +240,14 @@ pub fn events(args: &EventsArgs) -> anyhow::Result<ExitCode> {
             .is_ok_and(|c| c.status != trellis_engine::RunStatus::Running)
             && events.last().is_some_and(|e| e.kind.ends_run());
         if !args.follow || finished {
+            return Ok(ExitCode::SUCCESS);
+        }
+        // Nobody will write more: the process that ran it is gone.
+        if !record.has_live_owner() && record.events()?.len() == printed {
+            let id = record.meta().map(|m| m.run_id).unwrap_or_default();
+            eprintln!(
+                "the run was interrupted: the process running it is gone; continue it with `trellis resume {id}`"
+            );
             return Ok(ExitCode::SUCCESS);
         }
         std::thread::sleep(Duration::from_millis(200));

@@ -243,14 +243,14 @@ impl Conversation for CliConversation<'_, '_> {
             env: vec![
                 ("TRELLIS_RUN_ID".into(), stage.run_id.to_owned()),
                 ("TRELLIS_NODE_ID".into(), stage.node.id.clone()),
+                ("TRELLIS_STAGE_DIR".into(), stage.dir.display().to_string()),
             ],
         };
         let observer = self.observer;
         let mut observe = |event: AgentEvent| {
             if let AgentEvent::Text { text, .. } = &event {
-                stage
-                    .emitter
-                    .emit(node, EventKind::ModelTextDelta { text: text.clone() });
+                let text = trellis_agent::secrets::redact(text).into_owned();
+                stage.emitter.emit(node, EventKind::ModelTextDelta { text });
             }
             observer.on_event(event);
         };

@@ -9,15 +9,13 @@ use std::process::{ExitStatus, Stdio};
 
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use trellis_agent::{AgentEvent, ProcessGroup};
+use trellis_agent::{AgentEvent, ProcessGroup, drain};
 
 use super::CommandLine;
 use super::stream::Stream;
 
 /// Lines of output that are not JSON quoted in a failure.
 const QUOTED_LINES: usize = 5;
-/// How long output still buffered is read after the CLI exits.
-const DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 /// Standard error kept in memory for messages (the log gets all of it).
 const STDERR_KEPT: usize = 64 * 1024;
 
@@ -39,6 +37,16 @@ pub(super) struct Spawn<'a> {
     pub work_dir: &'a Path,
     pub stage_dir: &'a Path,
     pub env: Vec<(String, String)>,
+}
+
+impl Spawn<'_> {
+    /// The environment entry only this stage's processes carry.
+    fn marker(&self) -> Option<String> {
+        self.env
+            .iter()
+            .find(|(name, _)| name == "TRELLIS_STAGE_DIR")
+            .map(|(name, value)| format!("{name}={value}"))
+    }
 }
 
 /// Runs the command, handing each JSON line to `read` and the events it yields to `observe`.
@@ -63,7 +71,7 @@ pub(super) async fn run(
         .process_group(0)
         .kill_on_drop(true);
     let mut child = command.spawn()?;
-    let group = ProcessGroup::of(&child);
+    let group = ProcessGroup::of(&child, spawn.marker());
     if let Some(pgid) = group.id() {
         let _ = tokio::fs::write(spawn.stage_dir.join("process"), pgid.to_string()).await;
     }
@@ -113,20 +121,30 @@ pub(super) async fn run(
             status = child.wait() => {
                 // The CLI is gone: stop whatever it left running, which also closes the pipe, then
                 // read what is still buffered (not waiting on a process that escaped the group).
-                drop(group);
-                let _ = tokio::time::timeout(DRAIN, &mut reading).await;
+                let marker = group.close();
+                let _ = drain(&mut reading, marker).await;
                 status
             }
             () = &mut reading => {
                 let status = child.wait().await;
-                drop(group);
+                group.close();
                 status
             }
         }
     };
     ran.status = status?;
+    // The raw streams hold what the CLI's tools printed: no secret value stays in the record.
+    for name in ["stdout.log", "stderr.log"] {
+        let log = spawn.stage_dir.join(name);
+        if let Ok(bytes) = tokio::fs::read(&log).await
+            && let Some(redacted) = trellis_agent::secrets::redact_bytes(&bytes)
+        {
+            let _ = tokio::fs::write(&log, redacted).await;
+        }
+    }
     if let Some(stderr) = stderr {
-        ran.stderr = stderr.await.unwrap_or_default();
+        let text = stderr.await.unwrap_or_default();
+        ran.stderr = trellis_agent::secrets::redact(&text).into_owned();
     }
     Ok(ran)
 }

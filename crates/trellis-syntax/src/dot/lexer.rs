@@ -7,7 +7,7 @@
 //! uses that to resynchronise after an error.
 
 use crate::ast::ValueKind;
-use crate::diagnostic::Diagnostic;
+use crate::diagnostic::{Diagnostic, MAX_DIAGNOSTICS};
 use crate::span::Span;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -113,14 +113,17 @@ impl Lexer<'_, '_> {
                     let ch = self.text[start..].chars().next().unwrap_or('\u{fffd}');
                     self.pos += ch.len_utf8();
                     let span = Span::from_range(start..self.pos);
-                    self.diagnostics.push(
-                        Diagnostic::error(
-                            "syntax",
-                            format!("unexpected character `{}`", ch.escape_debug()),
-                            span,
-                        )
-                        .with_label("not part of the workflow language"),
-                    );
+                    // Past the cap, garbage is counted by the parser's note, not reported.
+                    if self.diagnostics.len() < MAX_DIAGNOSTICS {
+                        self.diagnostics.push(
+                            Diagnostic::error(
+                                "syntax",
+                                format!("unexpected character `{}`", ch.escape_debug()),
+                                span,
+                            )
+                            .with_label("not part of the workflow language"),
+                        );
+                    }
                     self.push(TokenKind::Unknown, start);
                 }
             }

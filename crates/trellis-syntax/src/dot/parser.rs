@@ -20,7 +20,7 @@
 use crate::ast::{
     Attr, DefaultsTarget, Document, Ident, SourceFormat, Stmt, Value, ValueKind, is_node_id,
 };
-use crate::diagnostic::Diagnostic;
+use crate::diagnostic::{Diagnostic, MAX_DIAGNOSTICS};
 use crate::dot::lexer::{Token, TokenKind, lex};
 use crate::span::Span;
 
@@ -35,7 +35,16 @@ pub fn parse_dot(text: &str, diagnostics: &mut Vec<Diagnostic>) -> Document {
     let eof_explained = diagnostics[lexer_errors..]
         .iter()
         .any(|d| d.message.starts_with("unterminated"));
-    Parser {
+    // Characters the lexer rejected past the diagnostics cap were not reported.
+    let rejected = tokens
+        .iter()
+        .filter(|t| t.kind == TokenKind::Unknown)
+        .count();
+    let reported = diagnostics[lexer_errors..]
+        .iter()
+        .filter(|d| d.message.starts_with("unexpected character"))
+        .count();
+    let mut parser = Parser {
         text,
         tokens,
         pos: 0,
@@ -44,8 +53,22 @@ pub fn parse_dot(text: &str, diagnostics: &mut Vec<Diagnostic>) -> Document {
         echo: None,
         errors: 0,
         depth: 0,
+        unreported: rejected - reported,
+    };
+    let document = parser.parse_file();
+    if parser.unreported > 0 {
+        let end = Span::from_range(text.len()..text.len());
+        parser.diagnostics.push(Diagnostic::new(
+            "syntax",
+            crate::Severity::Note,
+            format!(
+                "{} more syntax errors are not shown; fix these first",
+                parser.unreported
+            ),
+            end,
+        ));
     }
-    .parse_file()
+    document
 }
 
 struct Parser<'a, 'd> {
@@ -60,6 +83,8 @@ struct Parser<'a, 'd> {
     errors: usize,
     /// Current subgraph nesting.
     depth: usize,
+    /// Errors past the diagnostics cap, counted rather than kept.
+    unreported: usize,
 }
 
 /// How deep subgraphs may nest: the parser recurses, and the stack is finite.
@@ -100,10 +125,13 @@ impl Parser<'_, '_> {
         // Errors at a character the lexer already rejected, a second error at the same place, and
         // "unclosed" errors at an end of file that an unterminated string explains are echoes: they are
         // built but dropped.
-        let echo = self
+        let rejected = self
             .tokens
-            .iter()
-            .any(|t| t.kind == TokenKind::Unknown && t.span == span)
+            .binary_search_by_key(&span.start, |t| t.span.start)
+            .is_ok_and(|i| {
+                self.tokens[i].kind == TokenKind::Unknown && self.tokens[i].span == span
+            });
+        let echo = rejected
             || (self.eof_explained && span.start as usize >= self.text.len())
             || self
                 .diagnostics
@@ -111,7 +139,10 @@ impl Parser<'_, '_> {
                 .is_some_and(|d| d.primary.span == span);
         let diagnostic = Diagnostic::error("syntax", message, span).with_label(label);
         self.errors += 1;
-        if echo {
+        if !echo && self.diagnostics.len() >= MAX_DIAGNOSTICS {
+            self.unreported += 1;
+        }
+        if echo || self.diagnostics.len() >= MAX_DIAGNOSTICS {
             return self.echo.insert(diagnostic);
         }
         self.diagnostics.push(diagnostic);

@@ -40,16 +40,21 @@ pub(crate) fn check_exists(
     out: &mut Vec<Diagnostic>,
 ) -> Option<PathBuf> {
     let path = resolve_path(reference.trim(), base_dir);
-    if path.is_file() {
-        return Some(path);
-    }
+    let problem = match std::fs::metadata(&path) {
+        Ok(meta) => match trellis_syntax::source::non_regular(&meta) {
+            None if meta.len() > trellis_syntax::source::MAX_SOURCE_BYTES => format!(
+                "`{key}` refers to `{reference}`, which is too large ({} bytes; the limit is 16 MiB)",
+                meta.len()
+            ),
+            None => return Some(path),
+            Some(what) => format!("`{key}` refers to `{reference}`, which is {what}, not a file"),
+        },
+        Err(_) => format!("`{key}` refers to `{reference}`, which does not exist"),
+    };
     out.push(
-        RULE.diagnostic(
-            format!("`{key}` refers to `{reference}`, which does not exist"),
-            value.span,
-        )
-        .with_label(format!("looked for {}", path.display()))
-        .with_help("paths are relative to the workflow file"),
+        RULE.diagnostic(problem, value.span)
+            .with_label(format!("looked for {}", path.display()))
+            .with_help("paths are relative to the workflow file"),
     );
     None
 }

@@ -30,6 +30,7 @@ pub mod goal_gate_retry;
 pub mod human_freeform;
 pub mod known_handler;
 pub mod llm_prompt;
+pub mod node_id;
 pub mod parallel_fan_in;
 pub mod reachability;
 pub mod retry_target;
@@ -91,6 +92,7 @@ pub const ALL: &[&Rule] = &[
     &template_variable::RULE,
     &fidelity_value::RULE,
     &start_node::RULE,
+    &node_id::RULE,
     &exit_node::RULE,
     &start_incoming::RULE,
     &exit_outgoing::RULE,
@@ -118,6 +120,7 @@ pub type GraphCheck = fn(&Workflow, &mut Vec<Diagnostic>);
 /// The graph rules, run in this order after lowering.
 pub const GRAPH_CHECKS: &[GraphCheck] = &[
     start_node::check,
+    node_id::check,
     exit_node::check,
     start_incoming::check,
     exit_outgoing::check,

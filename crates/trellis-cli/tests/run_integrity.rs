@@ -1,0 +1,493 @@
+//! Run-record integrity, secrets and stray processes, through the real `trellis` binary: one owner per
+//! run, provider keys kept from commands (and redacted where they leak anyway), processes that escape
+//! their group, damaged records, unbounded inputs and the record's permissions.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests set up and read files around the code they run"
+)]
+
+mod run_support;
+
+use std::fmt::Write as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use run_support::{Project, stage_dir, wait_for};
+use serde_json::{Value, json};
+use trellis_test::Llmock;
+
+fn workflow(body: &str) -> String {
+    format!(
+        "digraph W {{\n graph [goal=\"Keep the run whole\"]\n start [shape=Mdiamond]\n exit [shape=Msquare]\n {body}\n}}\n"
+    )
+}
+
+/// Whether a process is gone (a zombie counts as gone).
+fn gone(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+        .map_or(true, |stat| stat.split_whitespace().nth(2) == Some("Z"))
+}
+
+/// Processes whose environment holds `marker`.
+fn marked(marker: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| !gone(&pid.to_string()))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|b| *b == 0)
+                    .any(|entry| entry == marker.as_bytes())
+            })
+        })
+        .collect()
+}
+
+/// Every file under `dir`, with its bytes.
+fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().filter_map(Result::ok) {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files(&path));
+        } else if let Ok(bytes) = std::fs::read(&path) {
+            found.push((path, bytes));
+        }
+    }
+    found
+}
+
+fn run_id(record: &Path) -> String {
+    record.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+#[test]
+fn one_owner_per_run_a_second_resume_is_refused() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow(
+            "slow [shape=parallelogram, script=\"echo start >> slow.log; sleep 3; echo end >> slow.log\"]\n \
+             after [shape=parallelogram, script=\"echo after >> after.log\"]\n \
+             start -> slow -> after -> exit",
+        ),
+    );
+    // A resume while the original run is alive is refused, naming the owner, and kills nothing.
+    let mut original = p.spawn_run("w.fabro");
+    p.wait_for_event("StageStarted", "slow");
+    let id = run_id(&p.only_run());
+    let refused = p.resume(&id, &[]);
+    assert_eq!(refused.code(), Some(2), "{}", refused.stderr());
+    assert!(
+        refused
+            .stderr()
+            .contains(&format!("is in use by process {}", original.id())),
+        "{}",
+        refused.stderr()
+    );
+    assert!(original.wait().unwrap().success());
+    assert_eq!(p.read("slow.log"), "start\nend\n");
+    assert_eq!(p.read("after.log"), "after\n");
+
+    // After a SIGKILL, two resumes at once: one continues the run, the other is refused.
+    let q = Project::new();
+    q.write("w.fabro", &p.read("w.fabro"));
+    let mut killed = q.spawn_run("w.fabro");
+    q.wait_for_event("StageStarted", "slow");
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    let id = run_id(&q.only_run());
+    let mut first = q.command(&["resume", &id]).spawn().unwrap();
+    let mut second = q.command(&["resume", &id]).spawn().unwrap();
+    let codes = [first.wait().unwrap().code(), second.wait().unwrap().code()];
+    assert!(
+        codes.contains(&Some(0)) && codes.contains(&Some(2)),
+        "{codes:?}"
+    );
+    assert_eq!(q.read("after.log"), "after\n", "the rest ran once");
+    let events = std::fs::read_to_string(q.only_run().join("events.jsonl")).unwrap();
+    let events: Vec<Value> = events
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[1] > w[0]), "{seqs:?}");
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["event"] == "WorkflowRunCompleted")
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn a_run_whose_owner_died_shows_as_interrupted() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow(
+            "slow [shape=parallelogram, script=\"test -f again || { touch again; sleep 30; }\"]\n start -> slow -> exit",
+        ),
+    );
+    let mut child = p.spawn_run("w.fabro");
+    p.wait_for_event("StageStarted", "slow");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let id = run_id(&p.only_run());
+    let runs = p.command(&["runs", "--json"]).output().unwrap();
+    let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
+    assert_eq!(runs[0]["status"], "interrupted");
+    let show = p.command(&["show", &id]).output().unwrap();
+    assert!(String::from_utf8_lossy(&show.stdout).contains("status:  interrupted"));
+    // `events --follow` ends instead of waiting forever.
+    let started = Instant::now();
+    let follow = p.command(&["events", &id, "--follow"]).output().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        String::from_utf8_lossy(&follow.stderr).contains("the run was interrupted"),
+        "{}",
+        String::from_utf8_lossy(&follow.stderr)
+    );
+    // The reaper of the resume stops the orphaned command, and the run finishes.
+    let resumed = p.resume(&id, &[]);
+    assert_eq!(resumed.code(), Some(0), "{}", resumed.stderr());
+    let runs = p.command(&["runs", "--json"]).output().unwrap();
+    let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
+    assert_eq!(runs[0]["status"], "succeeded");
+}
+
+#[test]
+fn provider_keys_never_reach_commands_or_the_record() {
+    let Some(mock) = Llmock::start() else { return };
+    let canary = "sk-ant-canary-2f9d8c7b6a5e4d3c";
+    let deploy = "deploy-token-passed-on-8e7d6c5b";
+    let p = Project::new()
+        .with_env("ANTHROPIC_API_KEY", canary)
+        .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"))
+        .with_env("DEPLOY_TOKEN", deploy);
+    // A file holding the key: a command can still print it, and it is redacted.
+    p.write("leak.txt", &format!("the key is {canary}\n"));
+    p.write(
+        "w.fabro",
+        &workflow(
+            "probe [shape=parallelogram, script=\"env; echo key=$ANTHROPIC_API_KEY; cat leak.txt\"]\n \
+             deploy [shape=parallelogram, env=\"DEPLOY_TOKEN\", script=\"echo ${#DEPLOY_TOKEN} > passed; echo $DEPLOY_TOKEN\"]\n \
+             summarise [shape=tab, prompt=\"Summarise what the commands printed\"]\n \
+             start -> probe -> deploy -> summarise -> exit",
+        ),
+    );
+    mock.scenario(&json!([{ "type": "reply", "text": "Nothing secret here.", "times": 1 }]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(
+        p.read("passed").trim(),
+        deploy.len().to_string(),
+        "`env` passes a variable on"
+    );
+    let output =
+        std::fs::read_to_string(stage_dir(&run.record(), "probe").join("stdout.log")).unwrap();
+    assert!(output.contains("key=\n"), "{output}");
+    assert!(output.contains("[redacted ANTHROPIC_API_KEY]"), "{output}");
+    for (path, bytes) in files(&run.record()) {
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(!text.contains(canary), "{} holds the key", path.display());
+        assert!(!text.contains(deploy), "{} holds the token", path.display());
+    }
+    // What the model was shown holds neither.
+    for request in mock.requests() {
+        let body = request["body"].to_string();
+        assert!(!body.contains(canary), "the model was shown the key");
+        assert!(!body.contains(deploy), "the model was shown the token");
+    }
+}
+
+#[test]
+fn sigterm_leaves_no_process_of_the_run_behind() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow(
+            "slow [shape=parallelogram, script=\"setsid sleep 300 & echo $! > escaped.pid; sleep 300\"]\n start -> slow -> exit",
+        ),
+    );
+    let mut child = p.spawn_run("w.fabro");
+    p.wait_for_event("StageStarted", "slow");
+    wait_for("the escaped process", Duration::from_secs(10), || {
+        !p.read("escaped.pid").trim().is_empty()
+    });
+    let id = run_id(&p.only_run());
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143));
+    let marker = format!("TRELLIS_RUN_ID={id}");
+    wait_for(
+        "the run's processes to be gone",
+        Duration::from_secs(5),
+        || marked(&marker).is_empty(),
+    );
+    assert!(gone(&p.read("escaped.pid")));
+    let runs = p.command(&["runs", "--json"]).output().unwrap();
+    let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
+    assert_eq!(runs[0]["status"], "interrupted");
+}
+
+#[test]
+fn a_setsid_grandchild_cannot_hold_the_run_open() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow(
+            "spawn [shape=parallelogram, script=\"setsid sh -c 'echo $$ > escaped.pid; sleep 300' & sleep 0.2; echo done\"]\n start -> spawn -> exit",
+        ),
+    );
+    let started = Instant::now();
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the run waited for the escaped process"
+    );
+    wait_for(
+        "the escaped process to be killed",
+        Duration::from_secs(5),
+        || gone(&p.read("escaped.pid")),
+    );
+    assert_eq!(
+        std::fs::read_to_string(stage_dir(&run.record(), "spawn").join("stdout.log")).unwrap(),
+        "done\n"
+    );
+}
+
+#[test]
+fn nothing_is_cut_silently_the_whole_output_is_kept() {
+    let p = Project::new();
+    // More than the 64 MiB that used to be kept, ending in a marker a condition looks for.
+    p.write(
+        "w.fabro",
+        &workflow(
+            "big [shape=parallelogram, script=\"head -c 68000000 /dev/zero | tr '\\\\\\\\0' a; echo; echo THE-END\"]\n \
+             found [shape=parallelogram, script=\"echo found > found.txt\"]\n \
+             start -> big\n big -> found [condition=\"context.command.output contains THE-END\"]\n big -> exit\n found -> exit",
+        ),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(p.read("found.txt"), "found\n", "the condition saw the end");
+}
+
+#[test]
+fn a_torn_event_line_is_repaired_before_the_resume_appends() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow(
+            "slow [shape=parallelogram, script=\"test -f again || { touch again; sleep 30; }\"]\n start -> slow -> exit",
+        ),
+    );
+    let mut child = p.spawn_run("w.fabro");
+    p.wait_for_event("StageStarted", "slow");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let record = p.only_run();
+    let log = record.join("events.jsonl");
+    let mut text = std::fs::read_to_string(&log).unwrap();
+    text.push_str("{\"seq\": 99, \"event\": \"StageComp");
+    std::fs::write(&log, &text).unwrap();
+    let resumed = p.resume(&run_id(&record), &[]);
+    assert_eq!(resumed.code(), Some(0), "{}", resumed.stderr());
+    for (number, line) in std::fs::read_to_string(&log).unwrap().lines().enumerate() {
+        assert!(
+            serde_json::from_str::<Value>(line).is_ok(),
+            "line {} is not an event: {line}",
+            number + 1
+        );
+    }
+    // A line damaged in the middle is reported by `trellis events`, by number.
+    let mut lines: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines[2] = "garbage".to_owned();
+    std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+    let events = p.command(&["events", &run_id(&record)]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&events.stderr);
+    assert!(stderr.contains("line 3"), "{stderr}");
+}
+
+#[test]
+fn a_truncated_checkpoint_falls_back_to_the_previous_one() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow(
+            "first [shape=parallelogram, script=\"echo first >> first.log\"]\n \
+             slow [shape=parallelogram, script=\"test -f again || { touch again; sleep 30; }; echo slow >> slow.log\"]\n \
+             start -> first -> slow -> exit",
+        ),
+    );
+    let mut child = p.spawn_run("w.fabro");
+    p.wait_for_event("StageStarted", "slow");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let record = p.only_run();
+    let checkpoint = record.join("checkpoint.json");
+    let text = std::fs::read(&checkpoint).unwrap();
+    std::fs::write(&checkpoint, &text[..text.len() / 2]).unwrap();
+    std::fs::write(record.join("run.json.tmp-1-1"), b"left by a full disk").unwrap();
+    let resumed = p.resume(&run_id(&record), &[]);
+    assert_eq!(resumed.code(), Some(0), "{}", resumed.stderr());
+    assert_eq!(p.read("slow.log"), "slow\n");
+    assert!(
+        !record.join("run.json.tmp-1-1").exists(),
+        "temporary files are cleaned up"
+    );
+}
+
+#[test]
+fn inputs_are_bounded() {
+    let p = Project::new();
+    let out = p.command(&["validate", "/dev/zero"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("/dev/zero is not a regular file (a device)")
+    );
+    p.write(
+        "w.fabro",
+        &workflow("plan [shape=tab, prompt=\"@/dev/zero\"]\n start -> plan -> exit"),
+    );
+    let out = p.command(&["validate", "w.fabro"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("which is a device, not a file"), "{stdout}");
+    // A megabyte of garbage: a bounded report, quickly.
+    let garbage: String = (0..1_000_000)
+        .map(|i| if i % 7 == 0 { '#' } else { 'x' })
+        .collect();
+    p.write("garbage.fabro", &garbage);
+    let started = Instant::now();
+    let out = p.command(&["validate", "garbage.fabro"]).output().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.matches("error[syntax]").count() <= 200, "unbounded");
+    assert!(
+        stdout.contains("more syntax errors are not shown"),
+        "{stdout:.2000}"
+    );
+}
+
+#[test]
+fn the_record_is_private_to_its_user() {
+    let p = Project::new();
+    p.write("w.fabro", &workflow("start -> exit"));
+    let run = p.run("w.fabro", &[]);
+    let record = run.record();
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&record), 0o700);
+    for name in [
+        "run.json",
+        "checkpoint.json",
+        "events.jsonl",
+        "workflow.fabro",
+    ] {
+        assert_eq!(mode(&record.join(name)), 0o600, "{name}");
+    }
+}
+
+/// The nodes whose stages the run's checkpoint records as finished.
+fn checkpointed(record: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(record.join("checkpoint.json")) else {
+        return Vec::new();
+    };
+    let checkpoint: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    checkpoint["stages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["node_id"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The SIGKILL campaign, small by default (`TRELLIS_KILL_TRIALS` raises it): a chain of commands is
+/// killed at random moments and resumed each time; no stage the checkpoint held when the process died
+/// ever runs again, and the run still finishes with every stage.
+#[test]
+fn random_kills_never_rerun_a_checkpointed_stage() {
+    let trials: u32 = std::env::var("TRELLIS_KILL_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6);
+    let p = Project::new();
+    let nodes: Vec<String> = (1..=25).map(|i| format!("s{i:02}")).collect();
+    let mut body = String::new();
+    for n in &nodes {
+        let _ = write!(
+            body,
+            "{n} [shape=parallelogram, script=\"echo {n} >> ran.log; sleep 0.03\"]\n "
+        );
+    }
+    p.write(
+        "w.fabro",
+        &workflow(&format!("{body}start -> {} -> exit", nodes.join(" -> "))),
+    );
+    // A small generator seeded from the clock: where the kills land differs run to run.
+    let mut seed = u64::from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos(),
+    );
+    let mut next = move || {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        seed >> 33
+    };
+    // For each stage seen in a checkpoint after a kill: how often it had run by then. A stage may run
+    // twice before it is checkpointed (killed mid-stage), never after.
+    let mut held: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    let runs_of = |node: &str, log: &str| log.lines().filter(|l| *l == node).count();
+    let mut child = p.spawn_run("w.fabro");
+    for _ in 0..trials {
+        std::thread::sleep(Duration::from_millis(30 + next() % 250));
+        let _ = child.kill();
+        child.wait().unwrap();
+        if !p.run_exists() {
+            child = p.spawn_run("w.fabro");
+            continue;
+        }
+        let record = p.only_run();
+        let log = p.read("ran.log");
+        for node in checkpointed(&record) {
+            let times = runs_of(&node, &log);
+            held.entry(node).or_insert(times);
+        }
+        child = p.command(&["resume", &run_id(&record)]).spawn().unwrap();
+    }
+    assert!(child.wait().unwrap().code().is_some());
+    let record = p.only_run();
+    let finished = p.resume(&run_id(&record), &[]);
+    assert!(
+        finished.code() == Some(0) || finished.stderr().contains("already"),
+        "{}",
+        finished.stderr()
+    );
+    let ran = p.read("ran.log");
+    for node in &nodes {
+        let times = runs_of(node, &ran);
+        assert!(times >= 1, "{node} never ran");
+        if let Some(before) = held.get(node) {
+            assert_eq!(times, *before, "{node} ran again after it was checkpointed");
+        }
+    }
+    assert_eq!(
+        checkpointed(&record)
+            .iter()
+            .filter(|n| nodes.contains(n))
+            .count(),
+        nodes.len()
+    );
+}

@@ -1,0 +1,69 @@
+//! One owner per run: the live process that runs (or resumes) a run holds an exclusive `flock` on the
+//! run's `owner` file, which also holds its pid for messages. The kernel releases the lock when the
+//! process dies, however it dies, so a second `run`/`resume` of a run in progress is refused, and a
+//! run recorded as running whose lock is free was interrupted.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+/// The owner's hold on a run; dropping it (or the process dying) releases the run.
+pub struct Owner {
+    _lock: Flock<File>,
+}
+
+/// Why a run could not be claimed.
+pub enum Claim {
+    /// Another live process owns it (its pid, when it wrote one).
+    Busy(Option<u32>),
+    Io(std::io::Error),
+}
+
+fn open(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+}
+
+fn pid_in(file: &mut File) -> Option<u32> {
+    let mut text = String::new();
+    file.rewind().ok()?;
+    file.read_to_string(&mut text).ok()?;
+    text.trim().parse().ok()
+}
+
+/// Takes the run's lock for this process, writing its pid into the file.
+pub(crate) fn claim(path: &Path) -> Result<Owner, Claim> {
+    let file = open(path).map_err(Claim::Io)?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(mut lock) => {
+            let pid = std::process::id().to_string();
+            let written = lock
+                .set_len(0)
+                .and_then(|()| lock.rewind())
+                .and_then(|()| lock.write_all(pid.as_bytes()));
+            written.map_err(Claim::Io)?;
+            Ok(Owner { _lock: lock })
+        }
+        Err((mut file, Errno::EWOULDBLOCK)) => Err(Claim::Busy(pid_in(&mut file))),
+        Err((_, errno)) => Err(Claim::Io(errno.into())),
+    }
+}
+
+/// Whether a live process owns the run.
+pub(crate) fn is_owned(path: &Path) -> bool {
+    let Ok(file) = OpenOptions::new().read(true).open(path) else {
+        return false;
+    };
+    // Taking the lock (released as it drops) means nobody holds it.
+    matches!(
+        Flock::lock(file, FlockArg::LockSharedNonblock),
+        Err((_, Errno::EWOULDBLOCK))
+    )
+}
