@@ -52,11 +52,9 @@ pub fn redact(text: &str) -> Cow<'_, str> {
 
 /// `bytes` with every known secret value redacted, or `None` when none occurs in them.
 pub fn redact_bytes(bytes: &[u8]) -> Option<Vec<u8>> {
-    let found = SECRETS.iter().any(|(_, value)| {
-        bytes
-            .windows(value.len())
-            .any(|window| window == value.as_bytes())
-    });
+    let found = SECRETS
+        .iter()
+        .any(|(_, value)| memchr::memmem::find(bytes, value.as_bytes()).is_some());
     found.then(|| {
         redact(&String::from_utf8_lossy(bytes))
             .into_owned()

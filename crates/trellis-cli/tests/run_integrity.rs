@@ -207,6 +207,17 @@ fn provider_keys_never_reach_commands_or_the_record() {
 
 #[test]
 fn sigterm_leaves_no_process_of_the_run_behind() {
+    stopped_by_signal(nix::sys::signal::Signal::SIGTERM, 143, "interrupted");
+}
+
+#[test]
+fn sigint_leaves_no_process_of_the_run_behind() {
+    stopped_by_signal(nix::sys::signal::Signal::SIGINT, 130, "cancelled");
+}
+
+/// Stops a run whose command started a process outside its group with `signal`: the exit code, no
+/// process with the run's marker left, and the status recorded.
+fn stopped_by_signal(signal: nix::sys::signal::Signal, code: i32, recorded: &str) {
     let p = Project::new();
     p.write(
         "w.fabro",
@@ -221,9 +232,9 @@ fn sigterm_leaves_no_process_of_the_run_behind() {
     });
     let id = run_id(&p.only_run());
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(pid, signal).unwrap();
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(143));
+    assert_eq!(status.code(), Some(code));
     let marker = format!("TRELLIS_RUN_ID={id}");
     wait_for(
         "the run's processes to be gone",
@@ -233,7 +244,7 @@ fn sigterm_leaves_no_process_of_the_run_behind() {
     assert!(gone(&p.read("escaped.pid")));
     let runs = p.command(&["runs", "--json"]).output().unwrap();
     let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
-    assert_eq!(runs[0]["status"], "interrupted");
+    assert_eq!(runs[0]["status"], recorded);
 }
 
 #[test]
@@ -260,6 +271,26 @@ fn a_setsid_grandchild_cannot_hold_the_run_open() {
     assert_eq!(
         std::fs::read_to_string(stage_dir(&run.record(), "spawn").join("stdout.log")).unwrap(),
         "done\n"
+    );
+    // The same when the command times out while the escaped process holds its output.
+    std::fs::remove_file(p.path().join("escaped.pid")).unwrap();
+    p.write(
+        "w.fabro",
+        &workflow(
+            "spawn [shape=parallelogram, script=\"setsid sh -c 'echo $$ > escaped.pid; sleep 300' & sleep 300\", timeout=\"1s\", max_retries=0]\n start -> spawn\n spawn -> exit [condition=\"outcome=fail\"]",
+        ),
+    );
+    let started = Instant::now();
+    let run = p.run("w.fabro", &[]);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{}",
+        run.stderr()
+    );
+    wait_for(
+        "the escaped process to be killed",
+        Duration::from_secs(5),
+        || gone(&p.read("escaped.pid")),
     );
 }
 

@@ -332,12 +332,14 @@ impl Resumable {
         let meta = record.meta()?;
         let owner = record.claim(&meta.run_id)?;
         record.remove_temporary_files();
-        let mut checkpoint = record
-            .checkpoint()
-            .map_err(|source| RunError::NoCheckpoint {
+        let mut checkpoint = record.checkpoint().map_err(|source| {
+            // A run that cannot be resumed still gets its stray commands stopped.
+            trellis_handlers::command::reap(record.root(), &meta.run_id);
+            RunError::NoCheckpoint {
                 run_id: meta.run_id.clone(),
                 source,
-            })?;
+            }
+        })?;
         // Events written after the last checkpoint (by a killed process) keep their numbers.
         let last_seq = record.events()?.last().map_or(0, |e| e.seq);
         checkpoint.seq = checkpoint.seq.max(last_seq);
