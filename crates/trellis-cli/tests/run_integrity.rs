@@ -64,6 +64,16 @@ fn run_id(record: &Path) -> String {
     record.file_name().unwrap().to_string_lossy().into_owned()
 }
 
+/// Starts `w.fabro`, SIGKILLs `trellis` once the `slow` stage has started, and returns the run's
+/// record.
+fn killed_at_slow(p: &Project) -> PathBuf {
+    let mut child = p.spawn_run("w.fabro");
+    p.wait_for_event("StageStarted", "slow");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    p.only_run()
+}
+
 #[test]
 fn one_owner_per_run_a_second_resume_is_refused() {
     let p = Project::new();
@@ -95,11 +105,7 @@ fn one_owner_per_run_a_second_resume_is_refused() {
     // After a SIGKILL, two resumes at once: one continues the run, the other is refused.
     let q = Project::new();
     q.write("w.fabro", &p.read("w.fabro"));
-    let mut killed = q.spawn_run("w.fabro");
-    q.wait_for_event("StageStarted", "slow");
-    killed.kill().unwrap();
-    killed.wait().unwrap();
-    let id = run_id(&q.only_run());
+    let id = run_id(&killed_at_slow(&q));
     let mut first = q.command(&["resume", &id]).spawn().unwrap();
     let mut second = q.command(&["resume", &id]).spawn().unwrap();
     let codes = [first.wait().unwrap().code(), second.wait().unwrap().code()];
@@ -133,11 +139,7 @@ fn a_run_whose_owner_died_shows_as_interrupted() {
             "slow [shape=parallelogram, script=\"test -f again || { touch again; sleep 30; }\"]\n start -> slow -> exit",
         ),
     );
-    let mut child = p.spawn_run("w.fabro");
-    p.wait_for_event("StageStarted", "slow");
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let id = run_id(&p.only_run());
+    let id = run_id(&killed_at_slow(&p));
     let runs = p.command(&["runs", "--json"]).output().unwrap();
     let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
     assert_eq!(runs[0]["status"], "interrupted");
@@ -320,11 +322,7 @@ fn a_torn_event_line_is_repaired_before_the_resume_appends() {
             "slow [shape=parallelogram, script=\"test -f again || { touch again; sleep 30; }\"]\n start -> slow -> exit",
         ),
     );
-    let mut child = p.spawn_run("w.fabro");
-    p.wait_for_event("StageStarted", "slow");
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let record = p.only_run();
+    let record = killed_at_slow(&p);
     let log = record.join("events.jsonl");
     let mut text = std::fs::read_to_string(&log).unwrap();
     text.push_str("{\"seq\": 99, \"event\": \"StageComp");
@@ -362,11 +360,7 @@ fn a_truncated_checkpoint_falls_back_to_the_previous_one() {
              start -> first -> slow -> exit",
         ),
     );
-    let mut child = p.spawn_run("w.fabro");
-    p.wait_for_event("StageStarted", "slow");
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let record = p.only_run();
+    let record = killed_at_slow(&p);
     let checkpoint = record.join("checkpoint.json");
     let text = std::fs::read(&checkpoint).unwrap();
     std::fs::write(&checkpoint, &text[..text.len() / 2]).unwrap();
