@@ -87,17 +87,18 @@ const AGENT_ATTRIBUTES: &[&str] = &[
     "model",
     "provider",
     "project_memory",
-    "backend",
     "output_schema",
     "output_retries",
+    "backend",
     "max_turns",
     "allowed_tools",
     "disallowed_tools",
     "env",
 ];
 
-/// Attributes of the nodes that call a model: the agent's, less the loop's own four.
-const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(AGENT_ATTRIBUTES.len() - 4).0;
+/// Attributes of the nodes that call a model: the agent's, less the agent's own five (the backend
+/// and the loop's settings).
+const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(AGENT_ATTRIBUTES.len() - 5).0;
 
 /// The one table of node kinds: lowering resolves `type` and `shape` through it, the
 /// `unknown-attribute` rule judges attributes by it, and the engine registers handlers by its kinds.

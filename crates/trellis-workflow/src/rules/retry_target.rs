@@ -66,6 +66,9 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         out,
     );
     for node in &workflow.nodes {
+        if node.common.retry_target.is_none() && node.common.fallback_retry_target.is_none() {
+            continue;
+        }
         let owner = format!("node `{}`: ", node.id);
         check_target(
             workflow,
