@@ -1,9 +1,11 @@
 //! Agent nodes (`shape=box`, the default): a multi-turn, tool-using session from `trellis-agent` on the
-//! node's model. The prompt is assembled as for prompt nodes (preamble by fidelity, the node's prompt,
-//! schema instructions; project memory as the system prompt) and `full`-fidelity nodes with the same
-//! thread continue one live conversation. The session's events become run events
-//! (`Agent.ToolCallStarted`, ...), and the stage writes `prompt.md`, `response.md`, `transcript.jsonl`
-//! and (through the engine) `status.json` with the files it touched.
+//! node's model (with `backend="cli"`, a coding-agent CLI instead: see [`crate::cli_agent`], which
+//! shares this module's routing and repair loop, `converse`). The prompt is assembled as for prompt
+//! nodes (preamble by fidelity, the node's prompt, schema instructions; project memory as the system
+//! prompt) and `full`-fidelity nodes with the same thread continue one live conversation. The
+//! session's events become run events (`Agent.ToolCallStarted`, ...), and the stage writes
+//! `prompt.md`, `response.md`, `transcript.jsonl` and (through the engine) `status.json` with the
+//! files it touched.
 //!
 //! Routing follows the outputs document: the directive comes from the final response, else
 //! `status.json` in the working directory (written during the stage), else the last file the agent

@@ -11,7 +11,7 @@
 //!   blobs/<hex>       content-addressed values
 //! ```
 //!
-//! It implements the engine's [`RunStore`], [`BlobStore`] and [`EventSink`] traits (the event log is
+//! It implements the engine's `RunStore`, `BlobStore` and `EventSink` traits (the event log is
 //! written by [`EventLog`], a writer thread fed by a channel).
 
 #![allow(

@@ -243,7 +243,7 @@ impl RunDir {
         self.root.join("owner")
     }
 
-    /// Makes this process the run's one owner until the returned [`Owner`] is dropped (or the process
+    /// Makes this process the run's one owner until the returned [`crate::Owner`] is dropped (or the process
     /// dies); a run another live process owns is [`StoreError::Busy`].
     pub fn claim(&self, run_id: &str) -> Result<crate::Owner, StoreError> {
         let path = self.owner_path();

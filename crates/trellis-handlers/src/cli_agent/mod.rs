@@ -5,10 +5,10 @@
 //! prompt, schema instructions) with the project memory before it. The CLI's output is read as it
 //! streams: its tool calls become `Agent.ToolCallStarted`/`Completed` events (and the transcript), its
 //! final answer the response, which is routed and checked against `output_schema` exactly as for the
-//! built-in agent ([`crate::agent::converse`]); a repair turn resumes the same CLI session. Usage and
-//! cost, where reported, go to `status.json`, and `files_touched` comes from git (see [`touched`]).
+//! built-in agent (`crate::agent::converse`); a repair turn resumes the same CLI session. Usage and
+//! cost, where reported, go to `status.json`, and `files_touched` comes from git (see `touched.rs`).
 //!
-//! Each CLI's command line and output format is in its own module; [`process`] runs one invocation.
+//! Each CLI's command line and output format is in its own module; `process.rs` runs one invocation.
 
 mod claude;
 mod codex;
