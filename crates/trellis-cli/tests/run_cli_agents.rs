@@ -231,7 +231,10 @@ fn claude_code_edits_in_a_git_repository_and_its_answer_routes() {
     }
     // Dirty before the stage: not a file the agent touched.
     p.write("README.md", "# adder, being fixed\n");
-    p.write("w.fabro", &routed_workflow(", model=\"sonnet\""));
+    p.write(
+        "w.fabro",
+        &routed_workflow(", model=\"sonnet\", reasoning_effort=\"medium\""),
+    );
     cli.stand_in(
         "claude",
         "2.0.31 (Claude Code)",
@@ -255,7 +258,7 @@ fn claude_code_edits_in_a_git_repository_and_its_answer_routes() {
     }
     assert_eq!(call.flag("--output-format"), Some("stream-json"));
     assert_eq!(call.flag("--model"), Some("sonnet"));
-    assert_eq!(call.flag("--effort"), Some("high"));
+    assert_eq!(call.flag("--effort"), Some("medium"));
     assert_eq!(call.flag("--resume"), None);
     assert_eq!(canonical(&call.cwd), canonical(p.path()));
     assert!(
@@ -522,6 +525,8 @@ fn a_codex_turn_that_failed_fails_the_stage_with_its_message() {
     let run = cli.project.run("w.fabro", &[]);
     assert_eq!(run.stage_status("fix"), "failed");
     assert_eq!(cli.calls()[0].flag("--model"), Some("gpt-5-codex"));
+    // No effort set: the CLI's own default, and no flag it might not know.
+    assert_eq!(cli.calls()[0].flag("-c"), None);
     let reason = failure(&run, "fix");
     assert!(
         reason.starts_with("`codex` failed: stream disconnected before completion"),

@@ -1,4 +1,5 @@
-//! Claude Code: `claude -p --output-format stream-json --verbose`, the prompt on standard input.
+//! Claude Code: `claude -p --output-format stream-json --verbose`, the prompt on standard input; the
+//! node's model, reasoning effort (`--effort`) and `max_turns` when the workflow sets them.
 //!
 //! One JSON object per line: `{"type":"system","subtype":"init","session_id",...,"model"}` first;
 //! `{"type":"assistant","message":{"id","content":[text | tool_use {id,name,input}]}}` for each piece
@@ -29,13 +30,14 @@ pub(super) fn command(ask: &Ask<'_>) -> CommandLine {
         "acceptEdits",
         "--allowedTools",
         ALLOWED_TOOLS,
-        "--effort",
-        ask.effort.as_str(),
     ]
     .map(str::to_owned)
     .to_vec();
     if let Some(model) = ask.model {
         args.extend(["--model".to_owned(), model.to_owned()]);
+    }
+    if let Some(effort) = ask.effort {
+        args.extend(["--effort".to_owned(), effort.as_str().to_owned()]);
     }
     if let Some(turns) = ask.max_turns {
         args.extend(["--max-turns".to_owned(), turns.to_string()]);

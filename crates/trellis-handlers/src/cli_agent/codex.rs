@@ -30,10 +30,12 @@ pub(super) fn command(ask: &Ask<'_>) -> CommandLine {
     if let Some(model) = ask.model {
         args.extend(["--model".to_owned(), model.to_owned()]);
     }
-    args.extend([
-        "-c".to_owned(),
-        format!("model_reasoning_effort=\"{}\"", ask.effort),
-    ]);
+    if let Some(effort) = ask.effort {
+        args.extend([
+            "-c".to_owned(),
+            format!("model_reasoning_effort=\"{effort}\""),
+        ]);
+    }
     if let Some(thread) = ask.resume {
         args.extend(["resume".to_owned(), thread.to_owned()]);
     }

@@ -40,7 +40,8 @@ use touched::Snapshot;
 pub(super) struct Ask<'a> {
     pub prompt: &'a str,
     pub model: Option<&'a str>,
-    pub effort: ReasoningEffort,
+    /// The node's reasoning effort, when the workflow sets one (the CLI's own default otherwise).
+    pub effort: Option<ReasoningEffort>,
     pub max_turns: Option<u32>,
     /// The session to continue (a repair turn).
     pub resume: Option<&'a str>,
@@ -217,7 +218,12 @@ impl Conversation for CliConversation<'_, '_> {
         let line = (format.command)(&Ask {
             prompt: &message,
             model: self.llm.model.as_deref(),
-            effort: self.llm.reasoning_effort,
+            effort: self
+                .stage
+                .node
+                .attributes
+                .contains_key("reasoning_effort")
+                .then_some(self.llm.reasoning_effort),
             max_turns: self.llm.max_turns,
             resume: self.session_id.as_deref(),
         });
