@@ -10,6 +10,34 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
+/// The environment variable naming the stage a process belongs to: its entry is the marker that
+/// finds the stage's processes wherever they went.
+pub const STAGE_DIR_VAR: &str = "TRELLIS_STAGE_DIR";
+
+/// The marker (`TRELLIS_STAGE_DIR=<dir>`) the processes of the stage in `stage_dir` carry.
+pub fn stage_marker(stage_dir: &std::path::Path) -> String {
+    format!("{STAGE_DIR_VAR}={}", stage_dir.display())
+}
+
+/// The stage marker among environment entries given to a child, if there is one.
+pub fn marker_in(env: &[(String, String)]) -> Option<String> {
+    env.iter()
+        .find(|(name, _)| name == STAGE_DIR_VAR)
+        .map(|(name, value)| format!("{name}={value}"))
+}
+
+/// Whether process `pid`'s environment holds `marker` (`NAME=value`).
+#[allow(
+    clippy::disallowed_methods,
+    reason = "reads /proc, off the run's hot path"
+)]
+pub fn carries(pid: u32, marker: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+        env.split(|b| *b == 0)
+            .any(|entry| entry == marker.as_bytes())
+    })
+}
+
 /// How long a finished command's output pipes may stay open before whatever holds them is killed.
 const PIPE_GRACE: Duration = Duration::from_millis(200);
 /// How long the rest of the output may take once they were.
@@ -73,13 +101,7 @@ pub fn kill_marked(marker: &str) -> usize {
     entries
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| pid != own)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
-                env.split(|b| *b == 0)
-                    .any(|entry| entry == marker.as_bytes())
-            })
-        })
+        .filter(|&pid| pid != own && carries(pid, marker))
         .filter_map(|pid| i32::try_from(pid).ok())
         .filter(|&pid| kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok())
         .count()

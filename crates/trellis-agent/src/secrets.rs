@@ -62,6 +62,22 @@ pub fn redact_bytes(bytes: &[u8]) -> Option<Vec<u8>> {
     })
 }
 
+/// A finished command's log file, whole, with known secret values redacted in the file too.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "called on the blocking pool when a command has ended"
+)]
+pub fn redact_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    let bytes = std::fs::read(path)?;
+    match redact_bytes(&bytes) {
+        Some(redacted) => {
+            std::fs::write(path, &redacted)?;
+            Ok(redacted)
+        }
+        None => Ok(bytes),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

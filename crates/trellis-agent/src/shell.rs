@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::process_group::{ProcessGroup, drain};
+use crate::process_group::{self, ProcessGroup, drain};
 use crate::secrets;
 use crate::tools::ToolOutput;
 
@@ -49,12 +49,7 @@ pub async fn run(shell: &ShellCommand<'_>) -> ToolOutput {
         Err(e) => return ToolOutput::error(format!("cannot start `sh`: {e}")),
     };
     // The stage's marker finds what the command started outside its group.
-    let marker = shell
-        .env
-        .iter()
-        .find(|(name, _)| name == "TRELLIS_STAGE_DIR")
-        .map(|(name, value)| format!("{name}={value}"));
-    let group = ProcessGroup::of(&child, marker);
+    let group = ProcessGroup::of(&child, process_group::marker_in(shell.env));
     if let (Some(file), Some(pgid)) = (shell.process_file, group.id()) {
         let _ = tokio::fs::write(file, pgid.to_string()).await;
     }

@@ -21,6 +21,7 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use trellis_agent::process_group::STAGE_DIR_VAR;
 use trellis_agent::{AgentEvent, Observer, Session, Stop, Tool, Toolbox, WorkDir, secrets};
 use trellis_engine::event::{EventKind, ToolCallEnd};
 use trellis_engine::{Attempt, Emitter, FailureClass, Handler, Outcome, Stage};
@@ -413,7 +414,7 @@ async fn open_session(
     toolbox.shell_env = vec![
         ("TRELLIS_RUN_ID".into(), stage.run_id.to_owned()),
         ("TRELLIS_NODE_ID".into(), stage.node.id.clone()),
-        ("TRELLIS_STAGE_DIR".into(), stage.dir.display().to_string()),
+        (STAGE_DIR_VAR.into(), stage.dir.display().to_string()),
     ];
     toolbox.pass_env.clone_from(&llm.pass_env);
     let memory = if llm.project_memory {

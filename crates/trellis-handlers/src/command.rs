@@ -18,8 +18,10 @@ use nix::unistd::Pid;
 use std::io::{Read, Write};
 
 use tokio::process::{ChildStderr, ChildStdout};
-use trellis_agent::{ProcessGroup, drain, secrets};
+use trellis_agent::process_group::{self, ProcessGroup, drain};
+use trellis_agent::secrets;
 use trellis_engine::event::EventKind;
+use trellis_engine::text;
 use trellis_engine::{Artifact, Attempt, FailureClass, Handler, Outcome, Stage, keys};
 use trellis_workflow::NodeKind;
 use trellis_workflow::node_kind::{CommandConfig, ScriptLanguage};
@@ -61,10 +63,7 @@ pub fn reap(run_dir: &Path, run_id: &str) -> usize {
                 .parse::<i32>()
                 .ok()
         })
-        .filter(|pgid| {
-            std::fs::read(format!("/proc/{pgid}/environ"))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == marker.as_bytes()))
-        })
+        .filter(|pgid| u32::try_from(*pgid).is_ok_and(|pid| process_group::carries(pid, &marker)))
         .filter(|pgid| killpg(Pid::from_raw(*pgid), Signal::SIGKILL).is_ok())
         .count()
 }
@@ -86,28 +85,6 @@ fn tee(mut pipe: std::fs::File, log: &Path) {
             let _ = file.write_all(&buffer[..n]);
         }
     }
-}
-
-/// A finished command's log, whole, with known secret values redacted (in the file too).
-#[allow(clippy::disallowed_methods, reason = "called on the blocking pool")]
-fn read_log(log: &Path) -> Vec<u8> {
-    let bytes = std::fs::read(log).unwrap_or_default();
-    match secrets::redact_bytes(&bytes) {
-        Some(redacted) => {
-            let _ = std::fs::write(log, &redacted);
-            redacted
-        }
-        None => bytes,
-    }
-}
-
-fn tail(text: &str, chars: usize) -> &str {
-    let count = text.chars().count();
-    if count <= chars {
-        return text;
-    }
-    let skip = text.char_indices().nth(count - chars).map_or(0, |(i, _)| i);
-    &text[skip..]
 }
 
 /// "Now" on the file system's clock. File times come from the kernel's coarse clock; a marker file
@@ -155,7 +132,7 @@ fn exit_outcome(status: std::process::ExitStatus, stderr: &[u8]) -> Outcome {
         return Outcome::success();
     }
     let stderr_text = String::from_utf8_lossy(stderr);
-    let detail = tail(stderr_text.trim_end(), STDERR_TAIL_CHARS);
+    let detail = text::tail(stderr_text.trim_end(), STDERR_TAIL_CHARS);
     let how = status.code().map_or_else(
         || "was killed by a signal".to_owned(),
         |c| format!("exited with code {c}"),
@@ -193,7 +170,7 @@ fn command_for(
         .kill_on_drop(true)
         .env("TRELLIS_RUN_ID", stage.run_id)
         .env("TRELLIS_NODE_ID", &stage.node.id)
-        .env("TRELLIS_STAGE_DIR", stage.dir);
+        .env(process_group::STAGE_DIR_VAR, stage.dir);
     if let Some(goal) = &stage.workflow.graph.goal {
         command.env("TRELLIS_GOAL", goal);
     }
@@ -239,8 +216,7 @@ impl CommandHandler {
                 );
             }
         };
-        let marker = format!("TRELLIS_STAGE_DIR={}", stage.dir.display());
-        let group = ProcessGroup::of(&child, Some(marker));
+        let group = ProcessGroup::of(&child, Some(process_group::stage_marker(stage.dir)));
         let Some((out_reader, err_reader)) = spawn_readers(&mut child, stage.dir, group.id())
         else {
             return Outcome::failed(
@@ -275,7 +251,10 @@ impl CommandHandler {
             let files = artifacts_dir.map(|dest| {
                 artifacts::capture(&work_dir, started, &dest, &runs_dir).unwrap_or_default()
             });
-            let (out, err) = (read_log(&stdout_log), read_log(&stderr_log));
+            let (out, err) = (
+                secrets::redact_file(&stdout_log).unwrap_or_default(),
+                secrets::redact_file(&stderr_log).unwrap_or_default(),
+            );
             (
                 (blobs.put(&out), blobs.put(&err)),
                 err,

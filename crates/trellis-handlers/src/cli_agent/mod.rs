@@ -22,9 +22,10 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use trellis_agent::process_group::STAGE_DIR_VAR;
 use trellis_agent::{AgentEvent, Observer};
 use trellis_engine::event::{EventKind, ModelCallEnd};
-use trellis_engine::{FailureClass, ModelDetails, Outcome, Stage};
+use trellis_engine::{FailureClass, ModelDetails, Outcome, Stage, text};
 use trellis_llm::Usage;
 use trellis_workflow::node_kind::{AgentCli, LlmConfig, ReasoningEffort};
 
@@ -35,6 +36,9 @@ use crate::prompt::{Opening, Threads, project_memory, write_stage_file};
 use process::{Ran, Spawn};
 use stream::Stream;
 use touched::Snapshot;
+
+/// How much of standard error a failure quotes.
+const STDERR_TAIL_CHARS: usize = 2000;
 
 /// What one invocation is asked.
 pub(super) struct Ask<'a> {
@@ -249,7 +253,7 @@ impl Conversation for CliConversation<'_, '_> {
             env: vec![
                 ("TRELLIS_RUN_ID".into(), stage.run_id.to_owned()),
                 ("TRELLIS_NODE_ID".into(), stage.node.id.clone()),
-                ("TRELLIS_STAGE_DIR".into(), stage.dir.display().to_string()),
+                (STAGE_DIR_VAR.into(), stage.dir.display().to_string()),
             ],
         };
         let observer = self.observer;
@@ -433,7 +437,7 @@ fn judge(cli: AgentCli, format: &Format, ran: Ran) -> Result<String, Box<Outcome
     let said = stream
         .failure
         .clone()
-        .or_else(|| (!stderr.is_empty()).then(|| tail(&stderr)))
+        .or_else(|| (!stderr.is_empty()).then(|| text::tail(&stderr, STDERR_TAIL_CHARS).to_owned()))
         .or_else(|| stream.last_warning.clone());
     if let Some(said) = &said
         && is_login_problem(said)
@@ -468,13 +472,6 @@ fn judge(cli: AgentCli, format: &Format, ran: Ran) -> Result<String, Box<Outcome
         FailureClass::StageFailed,
         format!("{reason}{quoted}"),
     )))
-}
-
-/// The last lines of a message, at most 2000 characters.
-fn tail(text: &str) -> String {
-    let chars: Vec<char> = text.chars().collect();
-    let start = chars.len().saturating_sub(2000);
-    chars[start..].iter().collect()
 }
 
 /// A coding-agent CLI found on `PATH`, for `trellis models`.

@@ -9,7 +9,8 @@ use std::process::{ExitStatus, Stdio};
 
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use trellis_agent::{AgentEvent, ProcessGroup, drain};
+use trellis_agent::AgentEvent;
+use trellis_agent::process_group::{self, ProcessGroup, drain};
 
 use super::CommandLine;
 use super::stream::Stream;
@@ -39,16 +40,6 @@ pub(super) struct Spawn<'a> {
     pub env: Vec<(String, String)>,
 }
 
-impl Spawn<'_> {
-    /// The environment entry only this stage's processes carry.
-    fn marker(&self) -> Option<String> {
-        self.env
-            .iter()
-            .find(|(name, _)| name == "TRELLIS_STAGE_DIR")
-            .map(|(name, value)| format!("{name}={value}"))
-    }
-}
-
 /// Runs the command, handing each JSON line to `read` and the events it yields to `observe`.
 pub(super) async fn run(
     spawn: &Spawn<'_>,
@@ -71,7 +62,7 @@ pub(super) async fn run(
         .process_group(0)
         .kill_on_drop(true);
     let mut child = command.spawn()?;
-    let group = ProcessGroup::of(&child, spawn.marker());
+    let group = ProcessGroup::of(&child, process_group::marker_in(&spawn.env));
     if let Some(pgid) = group.id() {
         let _ = tokio::fs::write(spawn.stage_dir.join("process"), pgid.to_string()).await;
     }
@@ -134,14 +125,16 @@ pub(super) async fn run(
     };
     ran.status = status?;
     // The raw streams hold what the CLI's tools printed: no secret value stays in the record.
-    for name in ["stdout.log", "stderr.log"] {
-        let log = spawn.stage_dir.join(name);
-        if let Ok(bytes) = tokio::fs::read(&log).await
-            && let Some(redacted) = trellis_agent::secrets::redact_bytes(&bytes)
-        {
-            let _ = tokio::fs::write(&log, redacted).await;
+    let logs = [
+        spawn.stage_dir.join("stdout.log"),
+        spawn.stage_dir.join("stderr.log"),
+    ];
+    let _ = tokio::task::spawn_blocking(move || {
+        for log in &logs {
+            let _ = trellis_agent::secrets::redact_file(log);
         }
-    }
+    })
+    .await;
     if let Some(stderr) = stderr {
         let text = stderr.await.unwrap_or_default();
         ran.stderr = trellis_agent::secrets::redact(&text).into_owned();
