@@ -24,7 +24,7 @@ const WORKFLOW: &str = "digraph Durable {
 ";
 
 fn completed_nodes(record: &std::path::Path) -> Vec<String> {
-    let checkpoint = run_support::read_json(&record.join("checkpoint.json"));
+    let checkpoint = run_support::checkpoint_of(record);
     checkpoint["stages"]
         .as_array()
         .unwrap()
@@ -198,7 +198,7 @@ fn a_run_killed_during_a_fan_out_resumes_each_branch_where_it_stopped() {
     child.kill().unwrap();
     child.wait().unwrap();
     let record = p.only_run();
-    let checkpoint = run_support::read_json(&record.join("checkpoint.json"));
+    let checkpoint = run_support::checkpoint_of(&record);
     assert_eq!(
         checkpoint["parallel"]["branches"]["quick"]["result"]["status"], "succeeded",
         "{checkpoint}"

@@ -1,9 +1,15 @@
 //! The checkpoint: everything needed to continue a run after the process stops — where each line of
 //! execution goes next (the main [`Track`] and, during a fan-out, one track per branch, nested as
-//! fan-outs nest), the context, visit and edge counts, and the stages that finished. Written after
-//! every stage.
+//! fan-outs nest), the context, visit and edge counts, and the stages that finished.
+//!
+//! It is kept as a snapshot (`checkpoint.json`, written when a run starts and when it stops) plus a
+//! journal (`journal.jsonl`): after every stage one [`JournalEntry`] is appended that holds only what
+//! the stage changed — its stage record, the context keys it set, the counts it bumped. Replaying the
+//! entries after the snapshot's [`Checkpoint::journal`] gives the checkpoint as of the last stage, so
+//! what is written per stage does not grow with the run. [`Checkpoint::apply`] is the one place a
+//! change is made, both while running and when replaying.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -58,6 +64,132 @@ pub struct StageRecord {
     pub files_touched: Vec<String>,
 }
 
+/// A map of counts or statuses that remembers what changed since the last [`Tracked::take_change`],
+/// so a journal entry holds only that. Read it as the map it derefs to; change it through its methods.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(from = "BTreeMap<String, V>")]
+#[serde(bound(deserialize = "V: Deserialize<'de>"))]
+pub struct Tracked<V> {
+    map: BTreeMap<String, V>,
+    cleared: bool,
+    changed: BTreeSet<String>,
+}
+
+impl<V> From<BTreeMap<String, V>> for Tracked<V> {
+    fn from(map: BTreeMap<String, V>) -> Self {
+        Self {
+            map,
+            cleared: false,
+            changed: BTreeSet::new(),
+        }
+    }
+}
+
+impl<V: Serialize> Serialize for Tracked<V> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.map.serialize(serializer)
+    }
+}
+
+impl<V: PartialEq> PartialEq for Tracked<V> {
+    fn eq(&self, other: &Self) -> bool {
+        self.map == other.map
+    }
+}
+
+impl<V> std::ops::Deref for Tracked<V> {
+    type Target = BTreeMap<String, V>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl<V> Default for Tracked<V> {
+    fn default() -> Self {
+        Self::from(BTreeMap::new())
+    }
+}
+
+impl<V> Tracked<V> {
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+impl<V: Clone> Tracked<V> {
+    pub fn insert(&mut self, key: String, value: V) {
+        self.changed.insert(key.clone());
+        self.map.insert(key, value);
+    }
+
+    pub fn clear(&mut self) {
+        self.map.clear();
+        self.changed.clear();
+        self.cleared = true;
+    }
+
+    /// The same values, with nothing marked as changed: what a new track starts from.
+    #[must_use]
+    pub fn fresh_copy(&self) -> Self {
+        Self::from(self.map.clone())
+    }
+
+    /// What changed since the last call, and forgets it.
+    pub fn take_change(&mut self) -> MapChange<V> {
+        let set = std::mem::take(&mut self.changed)
+            .into_iter()
+            .filter_map(|key| Some((key.clone(), self.map.get(&key)?.clone())))
+            .collect();
+        MapChange {
+            clear: std::mem::take(&mut self.cleared),
+            set,
+        }
+    }
+
+    fn apply(&mut self, change: &MapChange<V>) {
+        if change.clear {
+            self.map.clear();
+        }
+        for (key, value) in &change.set {
+            self.map.insert(key.clone(), value.clone());
+        }
+    }
+}
+
+impl Tracked<u32> {
+    /// Adds one to the count under `key`.
+    pub fn bump(&mut self, key: String) {
+        let count = self.map.get(&key).copied().unwrap_or(0);
+        self.insert(key, count + 1);
+    }
+}
+
+/// How a [`Tracked`] map changed: emptied first (a loop restart), then these keys set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(bound(serialize = "V: Serialize", deserialize = "V: Deserialize<'de>"))]
+pub struct MapChange<V> {
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub clear: bool,
+    #[serde(default = "BTreeMap::new", skip_serializing_if = "BTreeMap::is_empty")]
+    pub set: BTreeMap<String, V>,
+}
+
+impl<V> Default for MapChange<V> {
+    fn default() -> Self {
+        Self {
+            clear: false,
+            set: BTreeMap::new(),
+        }
+    }
+}
+
+impl<V> MapChange<V> {
+    pub fn is_empty(&self) -> bool {
+        !self.clear && self.set.is_empty()
+    }
+}
+
 /// Where one line of execution stands: the main run, or one parallel branch.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Track {
@@ -65,14 +197,14 @@ pub struct Track {
     pub next_node: Option<String>,
     pub context: BTreeMap<String, Value>,
     /// Executions per node id.
-    pub visits: BTreeMap<String, u32>,
+    pub visits: Tracked<u32>,
     /// Times each edge was followed, keyed `from->to#index`.
-    pub edge_counts: BTreeMap<String, u32>,
+    pub edge_counts: Tracked<u32>,
     /// The outcome of the last stage (conditional nodes pass it through).
     pub last_outcome: Option<Outcome>,
     /// The latest status of every goal-gate node executed so far.
     #[serde(default)]
-    pub goal_gates: BTreeMap<String, StageStatus>,
+    pub goal_gates: Tracked<StageStatus>,
     /// A fan-out in progress on this track, so a resume continues its branches.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub parallel: Option<Box<ParallelProgress>>,
@@ -127,11 +259,11 @@ pub struct BranchProgress {
 struct BranchRecord {
     next: Option<String>,
     context: BTreeMap<String, Value>,
-    visits: BTreeMap<String, u32>,
-    edge_counts: BTreeMap<String, u32>,
+    visits: Tracked<u32>,
+    edge_counts: Tracked<u32>,
     last_outcome: Option<Outcome>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    goal_gates: BTreeMap<String, StageStatus>,
+    #[serde(default, skip_serializing_if = "Tracked::is_empty")]
+    goal_gates: Tracked<StageStatus>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     parallel: Option<Box<ParallelProgress>>,
     before: BTreeMap<String, Value>,
@@ -205,6 +337,81 @@ pub struct Checkpoint {
     pub stages: Vec<StageRecord>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub failure: Option<String>,
+    /// The number of the last journal entry this checkpoint includes (0: none; a record written
+    /// before the journal existed has no entries either).
+    #[serde(default)]
+    pub journal: u64,
+}
+
+/// What one save appended to the journal: the counters as they stand and every change since the
+/// previous entry, in the order they were made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    /// Entries are numbered from 1, one after the other.
+    pub n: u64,
+    pub rank: u32,
+    pub steps: u32,
+    pub seq: u64,
+    pub changes: Vec<Change>,
+}
+
+/// One change to a checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    /// A stage attempt finished.
+    Stage(Box<StageRecord>),
+    /// A step of the track at `path` ended.
+    Track(Box<TrackChange>),
+    /// A fan-out began (or continued after a resume) on the track at `path`: its branches are now
+    /// tracks of their own.
+    ParallelStarted {
+        path: Vec<String>,
+        progress: Box<ParallelProgress>,
+    },
+    /// The branch at `path` reached its fan-in.
+    BranchFinished {
+        path: Vec<String>,
+        result: Box<BranchResult>,
+    },
+}
+
+/// What a step changed on one track.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrackChange {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub path: Vec<String>,
+    pub next_node: Option<String>,
+    pub last_outcome: Option<Outcome>,
+    /// The context keys set, with their values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub context: BTreeMap<String, Value>,
+    #[serde(default, skip_serializing_if = "MapChange::is_empty")]
+    pub visits: MapChange<u32>,
+    #[serde(default, skip_serializing_if = "MapChange::is_empty")]
+    pub edge_counts: MapChange<u32>,
+    #[serde(default, skip_serializing_if = "MapChange::is_empty")]
+    pub goal_gates: MapChange<StageStatus>,
+    /// The track's fan-out is over.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub parallel_ended: bool,
+}
+
+impl TrackChange {
+    /// What `track` changed since its last change was taken, with `context` the changed keys
+    /// (`parallel_ended` is for the caller, who knows whether a fan-out was recorded).
+    pub fn take(path: &[String], track: &mut Track, context: BTreeMap<String, Value>) -> Self {
+        Self {
+            path: path.to_vec(),
+            next_node: track.next_node.clone(),
+            last_outcome: track.last_outcome.clone(),
+            context,
+            visits: track.visits.take_change(),
+            edge_counts: track.edge_counts.take_change(),
+            goal_gates: track.goal_gates.take_change(),
+            parallel_ended: false,
+        }
+    }
 }
 
 impl Checkpoint {
@@ -222,7 +429,54 @@ impl Checkpoint {
             seq: 0,
             stages: Vec::new(),
             failure: None,
+            journal: 0,
         }
+    }
+
+    /// Makes one change. A change for a track that is not there (a branch of a fan-out that has
+    /// ended) changes nothing.
+    pub fn apply(&mut self, change: &Change) {
+        match change {
+            Change::Stage(record) => self.stages.push((**record).clone()),
+            Change::Track(change) => {
+                let Some(track) = self.track.at_mut(&change.path) else {
+                    return;
+                };
+                track.next_node.clone_from(&change.next_node);
+                track.last_outcome.clone_from(&change.last_outcome);
+                for (key, value) in &change.context {
+                    track.context.insert(key.clone(), value.clone());
+                }
+                track.visits.apply(&change.visits);
+                track.edge_counts.apply(&change.edge_counts);
+                track.goal_gates.apply(&change.goal_gates);
+                if change.parallel_ended {
+                    track.parallel = None;
+                }
+            }
+            Change::ParallelStarted { path, progress } => {
+                if let Some(track) = self.track.at_mut(path) {
+                    track.parallel = Some(progress.clone());
+                }
+            }
+            Change::BranchFinished { path, result } => {
+                if let Some(branch) = self.track.branch_mut(path) {
+                    branch.track.next_node = None;
+                    branch.result = Some((**result).clone());
+                }
+            }
+        }
+    }
+
+    /// Replays one journal entry (entries must come in order; see [`JournalEntry::n`]).
+    pub fn replay(&mut self, entry: &JournalEntry) {
+        for change in &entry.changes {
+            self.apply(change);
+        }
+        self.rank = entry.rank;
+        self.steps = entry.steps;
+        self.seq = entry.seq;
+        self.journal = entry.n;
     }
 
     /// The node the run continues at (or waits at); `None` once it is over.

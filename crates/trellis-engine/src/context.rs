@@ -1,8 +1,9 @@
 //! The run context: the shared key-value store stages read and write. Thread-safe (parallel branches
 //! and the engine share it) and cheap to deep-copy for a branch. Values are JSON; large values live in
-//! the blob store as `blob://sha256/<hex>` references, which the condition view resolves.
+//! the blob store as `blob://sha256/<hex>` references, which the condition view resolves. It remembers
+//! which keys were set since the engine last took the changes, so a checkpoint journals only those.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
@@ -13,30 +14,40 @@ use crate::services::BlobStore;
 /// The shared context of one run (or one parallel branch).
 #[derive(Debug, Clone, Default)]
 pub struct RunContext {
-    values: Arc<RwLock<BTreeMap<String, Value>>>,
+    inner: Arc<RwLock<Values>>,
+}
+
+#[derive(Debug, Default)]
+struct Values {
+    values: BTreeMap<String, Value>,
+    /// Keys set since the changes were last taken.
+    changed: BTreeSet<String>,
 }
 
 impl RunContext {
     pub fn from_map(values: BTreeMap<String, Value>) -> Self {
         Self {
-            values: Arc::new(RwLock::new(values)),
+            inner: Arc::new(RwLock::new(Values {
+                values,
+                changed: BTreeSet::new(),
+            })),
         }
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Value>> {
-        self.values
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Values> {
+        self.inner
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Value>> {
-        self.values
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Values> {
+        self.inner
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub fn get(&self, key: &str) -> Option<Value> {
-        self.read().get(key).cloned()
+        self.read().values.get(key).cloned()
     }
 
     pub fn get_str(&self, key: &str) -> Option<String> {
@@ -44,19 +55,36 @@ impl RunContext {
     }
 
     pub fn set(&self, key: impl Into<String>, value: impl Into<Value>) {
-        self.write().insert(key.into(), value.into());
+        let key = key.into();
+        let mut inner = self.write();
+        inner.changed.insert(key.clone());
+        inner.values.insert(key, value.into());
     }
 
     pub fn merge(&self, updates: &BTreeMap<String, Value>) {
-        let mut values = self.write();
+        let mut inner = self.write();
         for (key, value) in updates {
-            values.insert(key.clone(), value.clone());
+            inner.changed.insert(key.clone());
+            inner.values.insert(key.clone(), value.clone());
         }
     }
 
     /// A copy of every value, for checkpoints and display.
     pub fn snapshot(&self) -> BTreeMap<String, Value> {
-        self.read().clone()
+        self.read().values.clone()
+    }
+
+    /// The keys set since the last call, with their values, and forgets them.
+    pub fn take_changes(&self) -> BTreeMap<String, Value> {
+        let mut inner = self.write();
+        let changed = std::mem::take(&mut inner.changed);
+        changed
+            .into_iter()
+            .filter_map(|key| {
+                let value = inner.values.get(&key)?.clone();
+                Some((key, value))
+            })
+            .collect()
     }
 
     /// An independent copy: what a parallel branch starts from.

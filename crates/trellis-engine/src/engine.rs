@@ -1,5 +1,6 @@
 //! The engine of one run: it holds the run's checkpoint as it stands (the "book": every track, the
-//! finished stages, ranks and steps), persists it after every stage, numbers and emits events, and
+//! finished stages, ranks and steps), journals what each stage changed in it and snapshots it when
+//! the run starts and stops (see [`crate::checkpoint`]), numbers and emits events, and
 //! runs the main track from the checkpoint until the run ends, waits for input or is cancelled. How a
 //! track advances — one step per node, whatever its kind — is in [`crate::step`]; how a work stage's
 //! attempts run is in [`crate::attempt`].
@@ -13,7 +14,9 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use trellis_workflow::{StageStatus, Workflow};
 
-use crate::checkpoint::{Checkpoint, RunStatus, StageRecord, Track};
+use crate::checkpoint::{
+    Change, Checkpoint, JournalEntry, RunStatus, StageRecord, Track, TrackChange,
+};
 use crate::context::RunContext;
 use crate::event::{Event, EventKind, RunStart};
 use crate::handler::{Handlers, Services, Settings};
@@ -81,13 +84,34 @@ pub struct Engine {
     pub(crate) run_id: String,
     /// Sub-workflow nesting depth (0 for the top-level run).
     pub(crate) depth: u32,
-    /// The run's checkpoint as it stands. Tracks write their state into it (the main track at the
-    /// root, branches below their fan-out) and every save writes all of it.
-    book: Mutex<Checkpoint>,
-    /// Numbers saves, so a save that was overtaken (a cancelled run's last in-flight write) never
-    /// replaces a later one on disk.
-    saves: AtomicU64,
-    written: Arc<Mutex<u64>>,
+    /// The run's checkpoint as it stands, and the changes not yet in a journal entry.
+    book: Mutex<Book>,
+    /// Journal entries made but not yet written. Entries are queued under the book's lock and
+    /// written under the writer's, so they reach the journal in order whichever save writes them.
+    queued: Arc<Mutex<Vec<JournalEntry>>>,
+    /// Held while writing the record; keeps the first write error, after which no entry is
+    /// appended (the journal must have no gaps) until a snapshot succeeds.
+    writer: Arc<Mutex<Option<String>>>,
+}
+
+/// The checkpoint as it stands and what changed in it since the last journal entry.
+pub(crate) struct Book {
+    pub(crate) checkpoint: Checkpoint,
+    pending: Vec<Change>,
+}
+
+impl Book {
+    /// Makes a change, and keeps it for the next journal entry.
+    pub(crate) fn change(&mut self, change: Change) {
+        self.checkpoint.apply(&change);
+        self.pending.push(change);
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Runs blocking file work on the blocking pool, off the async workers (DESIGN.md §5).
@@ -147,11 +171,14 @@ impl Engine {
             settings,
             seq: Arc::new(AtomicU64::new(0)),
             // Replaced by the checkpoint `run` starts from.
-            book: Mutex::new(Checkpoint::new(run_id.clone(), "", BTreeMap::new())),
+            book: Mutex::new(Book {
+                checkpoint: Checkpoint::new(run_id.clone(), "", BTreeMap::new()),
+                pending: Vec::new(),
+            }),
             run_id,
             depth: 0,
-            saves: AtomicU64::new(0),
-            written: Arc::new(Mutex::new(0)),
+            queued: Arc::default(),
+            writer: Arc::default(),
         }
     }
 
@@ -169,35 +196,33 @@ impl Engine {
         ))
     }
 
-    pub(crate) fn book(&self) -> MutexGuard<'_, Checkpoint> {
-        self.book
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    pub(crate) fn book(&self) -> MutexGuard<'_, Book> {
+        lock(&self.book)
     }
 
     /// Records a finished stage attempt.
     pub(crate) fn record(&self, record: StageRecord) {
-        self.book().stages.push(record);
+        self.book().change(Change::Stage(Box::new(record)));
     }
 
     /// The next stage-directory rank; with `step`, the stage also counts against the step budget.
     pub(crate) fn next_rank(&self, step: bool) -> u32 {
-        let mut book = self.book();
-        book.rank += 1;
+        let checkpoint = &mut self.book().checkpoint;
+        checkpoint.rank += 1;
         if step {
-            book.steps += 1;
+            checkpoint.steps += 1;
         }
-        book.rank
+        checkpoint.rank
     }
 
     pub(crate) fn steps(&self) -> u32 {
-        self.book().steps
+        self.book().checkpoint.steps
     }
 }
 
 impl crate::handler::History for Engine {
     fn finished(&self) -> Vec<StageRecord> {
-        self.book().stages.clone()
+        self.book().checkpoint.stages.clone()
     }
 }
 
@@ -225,44 +250,95 @@ impl Engine {
         });
     }
 
-    /// Writes `track` (with its live context) into the book at `path` and saves the checkpoint.
+    /// Writes what the step changed on `track` (and in its live context) into the book at `path`
+    /// and saves it.
     pub(crate) async fn persist(
         &self,
         path: &[String],
-        track: &Track,
+        track: &mut Track,
         context: &RunContext,
     ) -> Result<(), EngineError> {
-        {
-            let mut book = self.book();
-            if let Some(slot) = book.track.at_mut(path) {
-                *slot = track.clone();
-                slot.context = context.snapshot();
-            }
-        }
+        self.change_track(path, track, context);
         self.save().await
     }
 
-    /// Saves the book as the checkpoint (on the blocking pool: it writes and syncs a file). A save that
-    /// finishes after a later one has been written is dropped, so the newest state always wins.
+    /// Makes what changed on `track` since its last change a change to the book.
+    fn change_track(&self, path: &[String], track: &mut Track, context: &RunContext) {
+        let mut change = TrackChange::take(path, track, context.take_changes());
+        let mut book = self.book();
+        change.parallel_ended = track.parallel.is_none()
+            && book
+                .checkpoint
+                .track
+                .at_mut(path)
+                .is_some_and(|t| t.parallel.is_some());
+        book.change(Change::Track(Box::new(change)));
+    }
+
+    /// Saves what changed since the last save: one journal entry, appended and synced (on the
+    /// blocking pool). What is written is what changed, not the whole checkpoint.
     pub(crate) async fn save(&self) -> Result<(), EngineError> {
-        let (generation, snapshot) = {
+        self.queue_entry(&mut self.book());
+        self.write(None).await
+    }
+
+    /// Saves the whole checkpoint as a snapshot (after the journal entries before it): at the start
+    /// and the end of a run, so a record at rest needs no journal to read.
+    async fn save_snapshot(&self) -> Result<(), EngineError> {
+        let snapshot = {
             let mut book = self.book();
-            book.seq = self.seq.load(Ordering::SeqCst);
-            (self.saves.fetch_add(1, Ordering::SeqCst) + 1, book.clone())
+            self.queue_entry(&mut book);
+            book.checkpoint.clone()
         };
-        let (store, written) = (self.services.store.clone(), self.written.clone());
-        let events = self.services.events.clone();
+        self.write(Some(snapshot)).await
+    }
+
+    /// Turns the book's pending changes into the next journal entry, queued for writing.
+    fn queue_entry(&self, book: &mut Book) {
+        book.checkpoint.seq = self.seq.load(Ordering::SeqCst);
+        if book.pending.is_empty() {
+            return;
+        }
+        let checkpoint = &mut book.checkpoint;
+        checkpoint.journal += 1;
+        let entry = JournalEntry {
+            n: checkpoint.journal,
+            rank: checkpoint.rank,
+            steps: checkpoint.steps,
+            seq: checkpoint.seq,
+            changes: std::mem::take(&mut book.pending),
+        };
+        lock(&self.queued).push(entry);
+    }
+
+    /// Writes the queued journal entries (the event log flushed first: an entry names the last
+    /// event, which must be stored), then `snapshot` if given.
+    async fn write(&self, snapshot: Option<Checkpoint>) -> Result<(), EngineError> {
+        let (store, events) = (self.services.store.clone(), self.services.events.clone());
+        let (queued, writer) = (self.queued.clone(), self.writer.clone());
         blocking(move || {
-            let mut last = written
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if generation > *last {
-                // The log first: the checkpoint names the last event, which must be stored.
-                events.flush()?;
-                store.save_checkpoint(&snapshot)?;
-                *last = generation;
+            let mut failed = lock(&writer);
+            if let (Some(error), None) = (&*failed, &snapshot) {
+                return Err(std::io::Error::other(error.clone()));
             }
-            Ok::<_, std::io::Error>(())
+            let entries = std::mem::take(&mut *lock(&queued));
+            let written = (|| {
+                events.flush()?;
+                if !entries.is_empty() && failed.is_none() {
+                    store.append_journal(&entries)?;
+                }
+                if let Some(snapshot) = &snapshot {
+                    store.save_checkpoint(snapshot)?;
+                }
+                Ok::<_, std::io::Error>(())
+            })();
+            match &written {
+                Err(error) => *failed = Some(error.to_string()),
+                // A snapshot holds everything: whatever was lost before it no longer matters.
+                Ok(()) if snapshot.is_some() => *failed = None,
+                Ok(()) => {}
+            }
+            written
         })
         .await?;
         Ok(())
@@ -301,9 +377,19 @@ impl Engine {
         cp.status = RunStatus::Running;
         cp.failure = None;
         let mut track = cp.track.clone();
-        *self.book() = cp;
+        *self.book() = Book {
+            checkpoint: cp,
+            pending: Vec::new(),
+        };
         let context = RunContext::from_map(std::mem::take(&mut track.context));
         self.set_engine_keys(&context);
+        if let Err(error) = self.save_snapshot().await {
+            return RunResult {
+                status: RunStatus::Failed,
+                checkpoint: self.book().checkpoint.clone(),
+                error: Some(error),
+            };
+        }
         let start = RunStart {
             workflow: self.workflow.name.clone(),
             goal: self.workflow.graph.goal.clone(),
@@ -327,19 +413,18 @@ impl Engine {
             Some(Err(error)) => (RunStatus::Failed, Some(error)),
             None => (RunStatus::Cancelled, None),
         };
+        // On success, failure or waiting the walk's track is the truth; a cancelled walk was dropped
+        // mid-stage, and the book holds the track as of its last finished stage.
+        if status != RunStatus::Cancelled {
+            self.change_track(&[], &mut track, &context);
+        }
         {
-            let mut book = self.book();
-            // On success, failure or waiting the walk's track is the truth; a cancelled walk was
-            // dropped mid-stage, and the book holds the track as of its last finished stage.
-            if status != RunStatus::Cancelled {
-                book.track = track;
-                book.track.context = context.snapshot();
-            }
+            let book = &mut self.book().checkpoint;
             book.status = status;
             book.failure = error.as_ref().map(ToString::to_string);
         }
         let end = {
-            let book = self.book();
+            let book = &self.book().checkpoint;
             match status {
                 RunStatus::Succeeded => EventKind::WorkflowRunCompleted {
                     status,
@@ -361,8 +446,8 @@ impl Engine {
             }
         };
         self.emit(None, end);
-        let saved = self.save().await;
-        let checkpoint = self.book().clone();
+        let saved = self.save_snapshot().await;
+        let checkpoint = self.book().checkpoint.clone();
         match saved {
             Ok(()) => RunResult {
                 status,

@@ -24,7 +24,7 @@ use tokio::sync::Semaphore;
 use trellis_workflow::node_kind::{ErrorPolicy, JoinPolicy, ParallelConfig};
 use trellis_workflow::{NodeIndex, StageStatus};
 
-use crate::checkpoint::{BranchProgress, BranchResult, ParallelProgress, Track};
+use crate::checkpoint::{BranchProgress, BranchResult, Change, ParallelProgress, Track};
 use crate::context::{RunContext, resolve_blob};
 use crate::engine::{Engine, EngineError};
 use crate::event::EventKind;
@@ -170,9 +170,10 @@ impl Engine {
             _ => fresh_progress(track, &node.id, visit, &branch_ids, context),
         };
         // Branches write their tracks below this one in the checkpoint from now on.
-        if let Some(slot) = self.book().track.at_mut(path) {
-            slot.parallel = Some(Box::new(progress.clone()));
-        }
+        self.book().change(Change::ParallelStarted {
+            path: path.to_vec(),
+            progress: Box::new(progress.clone()),
+        });
         let semaphore = Semaphore::new(config.max_parallel.max(1) as usize);
         let mut running: FuturesUnordered<_> = branch_ids
             .iter()
@@ -327,12 +328,10 @@ impl Engine {
                 track.last_outcome.as_ref().unwrap_or(&Outcome::success()),
                 output,
             );
-            if let Some(branch) = self.book().track.branch_mut(&path) {
-                branch.track = track;
-                branch.track.context = after;
-                branch.track.next_node = None;
-                branch.result = Some(result.clone());
-            }
+            self.book().change(Change::BranchFinished {
+                path,
+                result: Box::new(result.clone()),
+            });
             self.save().await?;
             Ok(result)
         })
@@ -381,8 +380,8 @@ fn fresh_progress(
                 track: Track {
                     next_node: Some(id.to_owned()),
                     context: snapshot.clone(),
-                    visits: track.visits.clone(),
-                    edge_counts: track.edge_counts.clone(),
+                    visits: track.visits.fresh_copy(),
+                    edge_counts: track.edge_counts.fresh_copy(),
                     ..Track::default()
                 },
                 before: snapshot.clone(),

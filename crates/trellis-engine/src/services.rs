@@ -24,8 +24,12 @@ pub trait RunStore: Send + Sync {
     fn stage_dir(&self, rank: u32, node: &str, visit: u32) -> io::Result<PathBuf>;
     /// Writes a stage attempt's `status.json`.
     fn write_status(&self, stage_dir: &std::path::Path, status: &Value) -> io::Result<()>;
-    /// Saves the checkpoint atomically: after a crash, either the old or the new one is there, whole.
+    /// Saves a snapshot of the checkpoint atomically: after a crash, either the old or the new one is
+    /// there, whole.
     fn save_checkpoint(&self, checkpoint: &Checkpoint) -> io::Result<()>;
+    /// Appends journal entries durably: when this returns they survive the process, and a crash
+    /// mid-write leaves at most a torn last entry, which readers drop.
+    fn append_journal(&self, entries: &[crate::checkpoint::JournalEntry]) -> io::Result<()>;
     /// The record of a sub-workflow run inside a stage directory.
     fn child(&self, stage_dir: &std::path::Path) -> io::Result<std::sync::Arc<dyn RunStore>>;
 }
@@ -223,8 +227,9 @@ pub mod memory {
         }
     }
 
-    /// A run record kept in memory: the last checkpoint saved, readable by tests. Stage directories
-    /// are still created, under `root`, since handlers write their files into them.
+    /// A run record kept in memory: the last snapshot with the journal entries after it replayed,
+    /// readable by tests. Stage directories are still created, under `root`, since handlers write
+    /// their files into them.
     pub struct MemoryStore {
         root: std::path::PathBuf,
         checkpoint: Mutex<Option<crate::checkpoint::Checkpoint>>,
@@ -279,6 +284,25 @@ pub mod memory {
                 .checkpoint
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(checkpoint.clone());
+            Ok(())
+        }
+
+        fn append_journal(
+            &self,
+            entries: &[crate::checkpoint::JournalEntry],
+        ) -> std::io::Result<()> {
+            if let Some(checkpoint) = self
+                .checkpoint
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .as_mut()
+            {
+                for entry in entries {
+                    if entry.n > checkpoint.journal {
+                        checkpoint.replay(entry);
+                    }
+                }
+            }
             Ok(())
         }
 

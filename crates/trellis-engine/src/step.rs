@@ -343,10 +343,9 @@ impl Engine {
             // A loop restart begins the loop afresh: edge bounds count again from zero.
             track.edge_counts.clear();
         }
-        *track
+        track
             .edge_counts
-            .entry(routing::key_of(&self.workflow, edge))
-            .or_insert(0) += 1;
+            .bump(routing::key_of(&self.workflow, edge));
         context.set(keys::INCOMING_EDGE, edge_index);
         self.emit(
             Some(&node.id),

@@ -1,5 +1,5 @@
-//! One run's directory: creating it, stage directories, atomic checkpoint and status writes, the event
-//! log, and `run.json`. Also finding runs again by id or path.
+//! One run's directory: creating it, stage directories, atomic checkpoint snapshots and the checkpoint
+//! journal, status writes, the event log, and `run.json`. Also finding runs again by id or path.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use trellis_engine::checkpoint::JournalEntry;
 use trellis_engine::services::RunStore;
 use trellis_engine::{Checkpoint, Event};
 
@@ -149,6 +150,8 @@ pub fn list_runs(runs_dir: &Path) -> Vec<PathBuf> {
 /// The on-disk record of one run.
 pub struct RunDir {
     root: PathBuf,
+    /// `journal.jsonl`, open for appending once the first entry is written.
+    journal: std::sync::Mutex<Option<File>>,
 }
 
 fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> StoreError {
@@ -181,7 +184,10 @@ impl RunDir {
     }
 
     fn open_dir(root: PathBuf) -> Self {
-        Self { root }
+        Self {
+            root,
+            journal: std::sync::Mutex::new(None),
+        }
     }
 
     /// Opens an existing run by directory path, or by id (or unique id prefix) under `runs_dir`.
@@ -239,6 +245,10 @@ impl RunDir {
         self.root.join("checkpoint.json")
     }
 
+    pub fn journal_path(&self) -> PathBuf {
+        self.root.join("journal.jsonl")
+    }
+
     fn owner_path(&self) -> PathBuf {
         self.root.join("owner")
     }
@@ -286,10 +296,49 @@ impl RunDir {
         write_atomically(&path, &text).map_err(io_error("write", &path))
     }
 
-    /// The last checkpoint. A damaged `checkpoint.json` (or one missing because the process died
-    /// between keeping the previous checkpoint and writing the new one) gives way to the previous one,
-    /// kept as `checkpoint.prev.json`: the stage after it runs again.
+    /// The checkpoint as of the last finished stage: the last snapshot with the journal entries
+    /// after it replayed. A damaged `checkpoint.json` (or one missing because the process died
+    /// between keeping the previous snapshot and writing the new one) gives way to the previous one,
+    /// kept as `checkpoint.prev.json`, and the journal brings it up to date.
     pub fn checkpoint(&self) -> Result<Checkpoint, StoreError> {
+        let mut checkpoint = self.snapshot()?;
+        for entry in self.journal_after(checkpoint.journal) {
+            checkpoint.replay(&entry);
+        }
+        Ok(checkpoint)
+    }
+
+    /// The journal entries numbered after `after`, in order. Replay stops at the first line that is
+    /// not an entry (a torn last line, damage) or an entry out of order: what follows it cannot be
+    /// applied.
+    fn journal_after(&self, after: u64) -> Vec<JournalEntry> {
+        /// Just the number, to skip the entries a snapshot holds without building them.
+        #[derive(Deserialize)]
+        struct Numbered {
+            n: u64,
+        }
+        let Ok(text) = fs::read_to_string(self.journal_path()) else {
+            return Vec::new();
+        };
+        let mut entries = Vec::new();
+        let mut expected = after + 1;
+        for line in text.lines() {
+            match serde_json::from_str::<Numbered>(line) {
+                Ok(numbered) if numbered.n < expected => continue,
+                Ok(numbered) if numbered.n == expected => {}
+                _ => break,
+            }
+            let Ok(entry) = serde_json::from_str::<JournalEntry>(line) else {
+                break;
+            };
+            entries.push(entry);
+            expected += 1;
+        }
+        entries
+    }
+
+    /// The last snapshot (or the one before it, when the last is damaged).
+    fn snapshot(&self) -> Result<Checkpoint, StoreError> {
         let path = self.checkpoint_path();
         let read = |path: &Path| -> Result<Checkpoint, StoreError> {
             let text = fs::read_to_string(path).map_err(io_error("read", path))?;
@@ -395,17 +444,58 @@ impl RunStore for RunDir {
         )
     }
 
+    fn append_journal(&self, entries: &[JournalEntry]) -> io::Result<()> {
+        let mut lines = Vec::new();
+        for entry in entries {
+            serde_json::to_writer(&mut lines, entry)?;
+            lines.push(b'\n');
+        }
+        let mut journal = self
+            .journal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if journal.is_none() {
+            let path = self.journal_path();
+            // A torn last line (the previous process died mid-write) is cut off first.
+            crate::event_log::repair_tail(&path)?;
+            let created = !path.exists();
+            let file = {
+                use std::os::unix::fs::OpenOptionsExt as _;
+                fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .mode(file_mode())
+                    .open(&path)?
+            };
+            if created {
+                // The new file's name must be as durable as its entries.
+                File::open(&self.root)?.sync_all()?;
+            }
+            *journal = Some(file);
+        }
+        let file = journal.as_mut().expect("opened above");
+        file.write_all(&lines)?;
+        file.sync_data()
+    }
+
     fn save_checkpoint(&self, checkpoint: &Checkpoint) -> io::Result<()> {
         let path = self.checkpoint_path();
-        // The previous checkpoint stays until the new one is durable.
-        match fs::rename(&path, self.previous_checkpoint_path()) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
+        let previous = self.previous_checkpoint_path();
+        // The previous snapshot stays until the new one is durable; the first is kept twice, so
+        // there is always one to fall back on (with the journal, it gives the same state).
+        let first = match fs::rename(&path, &previous) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => true,
+            Err(e) => return Err(e),
+            Ok(()) => false,
+        };
         write_atomically(
             &path,
             &serde_json::to_vec_pretty(checkpoint).unwrap_or_default(),
-        )
+        )?;
+        if first {
+            fs::copy(&path, &previous)?;
+        }
+        Ok(())
     }
 
     fn child(&self, stage_dir: &Path) -> io::Result<std::sync::Arc<dyn RunStore>> {

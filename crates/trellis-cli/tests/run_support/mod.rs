@@ -184,6 +184,24 @@ pub fn wait_for(what: &str, deadline: Duration, mut done: impl FnMut() -> bool) 
     }
 }
 
+/// A run's checkpoint as `trellis show --json` reads it — the last snapshot with the journal
+/// replayed — also while the run is going or after it was killed.
+pub fn checkpoint_of(record: &Path) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_trellis"))
+        .arg("show")
+        .arg(record)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    shown["checkpoint"].clone()
+}
+
 pub fn read_json(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
