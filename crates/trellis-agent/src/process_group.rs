@@ -88,23 +88,51 @@ impl Drop for ProcessGroup {
     }
 }
 
-/// Kills every process whose environment holds `marker` (`NAME=value`); returns how many.
+/// Every process but this one whose environment holds `marker` (`NAME=value`).
 #[allow(
     clippy::disallowed_methods,
-    reason = "reads /proc once, when a stage ends abnormally"
+    reason = "reads /proc once, when a stage ends abnormally or a run resumes"
 )]
-pub fn kill_marked(marker: &str) -> usize {
+fn marked(marker: &str) -> Vec<Pid> {
     let own = std::process::id();
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
+        return Vec::new();
     };
     entries
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| pid != own && carries(pid, marker))
-        .filter_map(|pid| i32::try_from(pid).ok())
-        .filter(|&pid| kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok())
+        .filter_map(|pid| Some(Pid::from_raw(i32::try_from(pid).ok()?)))
+        .collect()
+}
+
+/// Kills every process whose environment holds `marker` (`NAME=value`); returns how many.
+pub fn kill_marked(marker: &str) -> usize {
+    marked(marker)
+        .into_iter()
+        .filter(|&pid| kill(pid, Signal::SIGKILL).is_ok())
         .count()
+}
+
+/// The variable every process a run starts carries (commands, agent shells, coding-agent CLIs, and
+/// what they start in turn), with the run's id.
+pub const RUN_ID_VAR: &str = "TRELLIS_RUN_ID";
+
+/// Stops what an interrupted run left running: every process carrying the run's id, with its
+/// process group (never this process's own). Returns how many processes were found. Called before a
+/// resumed run starts, when no live process owns the run, so whatever carries its id is a leftover.
+pub fn reap_run(run_id: &str) -> usize {
+    let own_group = nix::unistd::getpgrp();
+    let found = marked(&format!("{RUN_ID_VAR}={run_id}"));
+    for &pid in &found {
+        if let Ok(group) = nix::unistd::getpgid(Some(pid))
+            && group != own_group
+        {
+            let _ = killpg(group, Signal::SIGKILL);
+        }
+        let _ = kill(pid, Signal::SIGKILL);
+    }
+    found.len()
 }
 
 /// Waits for the readers of a finished command's output. A process that escaped its group can keep a

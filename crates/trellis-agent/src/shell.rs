@@ -25,8 +25,6 @@ pub struct ShellCommand<'a> {
     pub env: &'a [(String, String)],
     /// Secret variables the node passes on (`env`).
     pub pass_env: &'a [String],
-    /// Receives the process group id while the command runs.
-    pub process_file: Option<&'a Path>,
 }
 
 pub async fn run(shell: &ShellCommand<'_>) -> ToolOutput {
@@ -50,9 +48,6 @@ pub async fn run(shell: &ShellCommand<'_>) -> ToolOutput {
     };
     // The stage's marker finds what the command started outside its group.
     let group = ProcessGroup::of(&child, process_group::marker_in(shell.env));
-    if let (Some(file), Some(pgid)) = (shell.process_file, group.id()) {
-        let _ = tokio::fs::write(file, pgid.to_string()).await;
-    }
     let stdout = tokio::spawn(capture(child.stdout.take()));
     let stderr = tokio::spawn(capture(child.stderr.take()));
     let status = tokio::time::timeout(shell.timeout, child.wait()).await;
@@ -131,7 +126,6 @@ mod tests {
             timeout,
             env: &[],
             pass_env: &[],
-            process_file: None,
         }
     }
 

@@ -3,7 +3,6 @@
 //! malformed call, an unknown tool, invalid arguments, a refused path or a tool's own error all come
 //! back as an error result the model reads.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -220,8 +219,6 @@ impl Tool {
 pub struct Toolbox {
     work_dir: WorkDir,
     tools: Vec<Tool>,
-    /// Where a `shell` call records its process group, so a resumed run can stop it after a kill.
-    pub process_file: Option<PathBuf>,
     /// Variables added to every `shell` call's environment (the run's identity).
     pub shell_env: Vec<(String, String)>,
     /// Secret variables the node passes on to the shell (`env`).
@@ -239,7 +236,6 @@ impl Toolbox {
         Self {
             work_dir,
             tools,
-            process_file: None,
             shell_env: Vec::new(),
             pass_env: Vec::new(),
         }
@@ -315,7 +311,6 @@ impl Toolbox {
             timeout,
             env: &self.shell_env,
             pass_env: &self.pass_env,
-            process_file: self.process_file.as_deref(),
         })
         .await
     }

@@ -410,9 +410,11 @@ async fn open_session(
         llm.allowed_tools.as_deref(),
         &llm.disallowed_tools,
     );
-    toolbox.process_file = Some(stage.dir.join("process"));
     toolbox.shell_env = vec![
-        ("TRELLIS_RUN_ID".into(), stage.run_id.to_owned()),
+        (
+            trellis_agent::process_group::RUN_ID_VAR.into(),
+            stage.run_id.to_owned(),
+        ),
         ("TRELLIS_NODE_ID".into(), stage.node.id.clone()),
         (STAGE_DIR_VAR.into(), stage.dir.display().to_string()),
     ];

@@ -1,20 +1,20 @@
 //! Command nodes: run `script` with `sh -c` (or `python3 -c` for `language="python"`) in the run's work
 //! directory, in a process group of its own, with the secrets of the environment withheld unless the
 //! node's `env` names them (see `trellis_agent::secrets`). Standard output and error stream into the
-//! stage's `stdout.log` and `stderr.log` while it runs, are stored whole as blobs afterwards (with known
+//! stage's `stdout.log` and `stderr.log` while it runs (each created when the command first writes to
+//! it, so a quiet command leaves no empty files), are stored whole as blobs afterwards (with known
 //! secret values redacted), and appear in the context as `command.output`, `command.stderr` and
 //! `command.exit_code`. A non-zero exit is a failed outcome with the tail of standard error as its
 //! reason. When the stage ends — normally, or because it timed out and the engine dropped it — the
 //! whole process group is killed, and so is any process that left the group but carries the stage's
-//! `TRELLIS_STAGE_DIR`, so nothing keeps running or holds the run open. New test artifacts are
-//! captured into `artifacts/<node>/attempt-<n>/`.
+//! `TRELLIS_STAGE_DIR`, so nothing keeps running or holds the run open (and after a kill, a resumed run
+//! stops whatever carries its `TRELLIS_RUN_ID`). New test artifacts are captured into
+//! `artifacts/<node>/attempt-<n>/` unless `capture_artifacts=false`.
 
 use std::path::Path;
 use std::process::Stdio;
 
 use async_trait::async_trait;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use std::io::{Read, Write};
 
 use tokio::process::{ChildStderr, ChildStdout};
@@ -28,45 +28,14 @@ use trellis_workflow::node_kind::{CommandConfig, ScriptLanguage};
 
 use crate::artifacts;
 
-pub struct CommandHandler;
+#[derive(Default)]
+pub struct CommandHandler {
+    /// The working trees scanned for artifacts, so the next scan reads only what changed.
+    trees: std::sync::Arc<artifacts::Trees>,
+}
 
 /// How much of standard error a failure reason quotes.
 const STDERR_TAIL_CHARS: usize = 2000;
-
-/// The file in a stage directory created just before a command starts (its time is the start, on the
-/// file system's clock) and then holding the command's process group id.
-const PROCESS_FILE: &str = "process";
-
-/// Stops the commands an interrupted run left running: every stage directory under `run_dir` with a
-/// `process` file but no `status.json` (the stage never finished) names a process group, which is killed
-/// if it still belongs to this run (its leader's environment has `TRELLIS_RUN_ID=<run_id>`, so a reused
-/// pid is never touched). Returns how many groups were stopped.
-#[allow(
-    clippy::disallowed_methods,
-    reason = "called before a resumed run starts, on the blocking pool"
-)]
-pub fn reap(run_dir: &Path, run_id: &str) -> usize {
-    let marker = format!("TRELLIS_RUN_ID={run_id}");
-    walkdir::WalkDir::new(run_dir)
-        .into_iter()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name() == PROCESS_FILE)
-        .filter(|e| {
-            e.path()
-                .parent()
-                .is_some_and(|dir| !dir.join("status.json").exists())
-        })
-        .filter_map(|e| {
-            std::fs::read_to_string(e.path())
-                .ok()?
-                .trim()
-                .parse::<i32>()
-                .ok()
-        })
-        .filter(|pgid| u32::try_from(*pgid).is_ok_and(|pid| process_group::carries(pid, &marker)))
-        .filter(|pgid| killpg(Pid::from_raw(*pgid), Signal::SIGKILL).is_ok())
-        .count()
-}
 
 /// Copies a pipe into a log file as the command writes it. Runs on the blocking pool, one thread per
 /// pipe, so the logs fill while the command runs.
@@ -75,52 +44,66 @@ pub fn reap(run_dir: &Path, run_id: &str) -> usize {
     reason = "runs on the blocking pool, one thread per pipe"
 )]
 fn tee(mut pipe: std::fs::File, log: &Path) {
-    let mut file = std::fs::File::create(log).ok();
+    let mut file = None;
     let mut buffer = vec![0u8; 64 * 1024];
     while let Ok(n) = pipe.read(&mut buffer) {
         if n == 0 {
             break;
         }
+        let file = file.get_or_insert_with(|| std::fs::File::create(log).ok());
         if let Some(file) = file.as_mut() {
             let _ = file.write_all(&buffer[..n]);
         }
     }
 }
 
-/// "Now" on the file system's clock. File times come from the kernel's coarse clock; a marker file
-/// written before the command starts gives the instant on that clock, so artifacts written right after
-/// the start are never mistaken for older files.
+/// "Now" on the file system's clock. File times come from the kernel's coarse clock; the stage
+/// directory, created just before the command starts and not written to since, gives the instant on
+/// that clock, so artifacts written right after the start are never mistaken for older files.
 #[allow(clippy::disallowed_methods, reason = "called on the blocking pool")]
-fn start_marker(stage_dir: &Path) -> std::time::SystemTime {
-    let marker = stage_dir.join(PROCESS_FILE);
-    std::fs::write(&marker, b"")
-        .and_then(|()| std::fs::metadata(&marker)?.modified())
+fn start_time(stage_dir: &Path) -> std::time::SystemTime {
+    std::fs::metadata(stage_dir)
+        .and_then(|m| m.modified())
         .unwrap_or_else(|_| std::time::SystemTime::now())
+}
+
+/// Where a program is on `PATH`, looked up once per program (a child would search `PATH` on every
+/// start); the bare name when it is not found, so starting it reports the problem.
+fn program_path(program: &'static str) -> std::ffi::OsString {
+    static FOUND: std::sync::Mutex<Vec<(&str, std::ffi::OsString)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut found = FOUND
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, path)) = found.iter().find(|(name, _)| *name == program) {
+        return path.clone();
+    }
+    let path = std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join(program))
+                .find(|candidate| is_executable(candidate))
+        })
+        .map_or_else(|| program.into(), std::path::PathBuf::into_os_string);
+    found.push((program, path.clone()));
+    path
+}
+
+#[allow(clippy::disallowed_methods, reason = "a stat, once per program")]
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 type Reader = tokio::task::JoinHandle<()>;
 
-/// Starts one blocking reader per pipe, teeing into `stdout.log` and `stderr.log`. The first also
-/// records the process group in the `process` file, so `trellis resume` can stop it after a kill.
-#[allow(
-    clippy::disallowed_methods,
-    reason = "its file work runs in the blocking-pool closures it starts"
-)]
-fn spawn_readers(
-    child: &mut tokio::process::Child,
-    dir: &Path,
-    pgid: Option<i32>,
-) -> Option<(Reader, Reader)> {
+/// Starts one blocking reader per pipe, teeing into `stdout.log` and `stderr.log`.
+fn spawn_readers(child: &mut tokio::process::Child, dir: &Path) -> Option<(Reader, Reader)> {
     let stdout = child.stdout.take().map(ChildStdout::into_owned_fd)?.ok()?;
     let stderr = child.stderr.take().map(ChildStderr::into_owned_fd)?.ok()?;
-    let process_file = pgid.map(|pgid| (dir.join(PROCESS_FILE), pgid.to_string()));
     let (stdout_log, stderr_log) = (dir.join("stdout.log"), dir.join("stderr.log"));
-    let out_reader = tokio::task::spawn_blocking(move || {
-        if let Some((path, pgid)) = process_file {
-            let _ = std::fs::write(path, pgid);
-        }
-        tee(std::fs::File::from(stdout), &stdout_log);
-    });
+    let out_reader =
+        tokio::task::spawn_blocking(move || tee(std::fs::File::from(stdout), &stdout_log));
     let err_reader =
         tokio::task::spawn_blocking(move || tee(std::fs::File::from(stderr), &stderr_log));
     Some((out_reader, err_reader))
@@ -156,7 +139,7 @@ fn command_for(
         ScriptLanguage::Shell => "sh",
         ScriptLanguage::Python => "python3",
     };
-    let mut command = tokio::process::Command::new(program);
+    let mut command = tokio::process::Command::new(program_path(program));
     command
         .arg("-c")
         .arg(script)
@@ -168,7 +151,7 @@ fn command_for(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true)
-        .env("TRELLIS_RUN_ID", stage.run_id)
+        .env(process_group::RUN_ID_VAR, stage.run_id)
         .env("TRELLIS_NODE_ID", &stage.node.id)
         .env(process_group::STAGE_DIR_VAR, stage.dir);
     if let Some(goal) = &stage.workflow.graph.goal {
@@ -204,7 +187,7 @@ impl CommandHandler {
         let work_dir = stage.settings.work_dir.clone();
         let runs_dir = artifacts::runs_dir(stage.dir);
         let marker_dir = stage.dir.to_path_buf();
-        let started = tokio::task::spawn_blocking(move || start_marker(&marker_dir))
+        let started = tokio::task::spawn_blocking(move || start_time(&marker_dir))
             .await
             .unwrap_or_else(|_| std::time::SystemTime::now());
         let mut child = match command.spawn() {
@@ -217,8 +200,7 @@ impl CommandHandler {
             }
         };
         let group = ProcessGroup::of(&child, Some(process_group::stage_marker(stage.dir)));
-        let Some((out_reader, err_reader)) = spawn_readers(&mut child, stage.dir, group.id())
-        else {
+        let Some((out_reader, err_reader)) = spawn_readers(&mut child, stage.dir) else {
             return Outcome::failed(
                 FailureClass::CouldNotStart,
                 format!("cannot read the output of `{program}`"),
@@ -240,16 +222,23 @@ impl CommandHandler {
             );
         }
         let (stdout_log, stderr_log) = (stage.dir.join("stdout.log"), stage.dir.join("stderr.log"));
-        let artifacts_dir = stage.dir.parent().and_then(Path::parent).map(|run| {
-            run.join("artifacts")
-                .join(&stage.node.id)
-                .join(format!("attempt-{}", stage.attempt))
-        });
-        let blobs = stage.services.blobs.clone();
+        let artifacts_dir = stage
+            .dir
+            .parent()
+            .and_then(Path::parent)
+            .filter(|_| config.capture_artifacts)
+            .map(|run| {
+                run.join("artifacts")
+                    .join(&stage.node.id)
+                    .join(format!("attempt-{}", stage.attempt))
+            });
+        let (blobs, trees) = (stage.services.blobs.clone(), self.trees.clone());
         // Artifacts and blobs in one trip to the blocking pool; standard error comes back for the reason.
         let finished = tokio::task::spawn_blocking(move || {
             let files = artifacts_dir.map(|dest| {
-                artifacts::capture(&work_dir, started, &dest, &runs_dir).unwrap_or_default()
+                trees
+                    .capture(&work_dir, started, &dest, &runs_dir)
+                    .unwrap_or_default()
             });
             let (out, err) = (
                 secrets::redact_file(&stdout_log).unwrap_or_default(),
@@ -277,8 +266,19 @@ impl CommandHandler {
                 );
             }
         };
+        if artifacts.truncated {
+            stage.emitter.emit(
+                Some(&stage.node.id),
+                EventKind::ModelWarning {
+                    message: format!(
+                        "artifact capture looked at the first {} directories of the working tree only; set capture_artifacts=false, or run in a smaller directory",
+                        artifacts::MAX_DIRS
+                    ),
+                },
+            );
+        }
         let code = status.code();
-        let mut outcome = with_artifacts(exit_outcome(status, &err), artifacts);
+        let mut outcome = with_artifacts(exit_outcome(status, &err), artifacts.artifacts);
         outcome.details.script = Some(config.script.clone());
         outcome.details.stdout = Some(output_ref.clone());
         outcome.details.stderr = Some(stderr_ref.clone());

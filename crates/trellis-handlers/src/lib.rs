@@ -28,7 +28,10 @@ use trellis_workflow::node_kind::HandlerKind;
 /// clear message (dry runs simulate them).
 pub fn standard_handlers(client: Option<Arc<Client>>) -> Handlers {
     let mut handlers = Handlers::with_control_flow();
-    handlers.register(HandlerKind::Command, Arc::new(command::CommandHandler));
+    handlers.register(
+        HandlerKind::Command,
+        Arc::new(command::CommandHandler::default()),
+    );
     handlers.register(HandlerKind::Wait, Arc::new(wait::WaitHandler));
     handlers.register(HandlerKind::Human, Arc::new(human::HumanHandler));
     let threads = Arc::new(prompt::Threads::default());

@@ -334,7 +334,7 @@ impl Resumable {
         record.remove_temporary_files();
         let mut checkpoint = record.checkpoint().map_err(|source| {
             // A run that cannot be resumed still gets its stray commands stopped.
-            trellis_handlers::command::reap(record.root(), &meta.run_id);
+            trellis_agent::process_group::reap_run(&meta.run_id);
             RunError::NoCheckpoint {
                 run_id: meta.run_id.clone(),
                 source,
@@ -365,8 +365,8 @@ impl Resumable {
 
     /// Stops the commands the interrupted process left running; returns how many.
     pub async fn reap(&self) -> usize {
-        let (root, run_id) = (self.record.root().to_path_buf(), self.meta.run_id.clone());
-        blocking(move || trellis_handlers::command::reap(&root, &run_id)).await
+        let run_id = self.meta.run_id.clone();
+        blocking(move || trellis_agent::process_group::reap_run(&run_id)).await
     }
 
     /// Compiles the workflow source kept with the run (its `@file` references inlined).

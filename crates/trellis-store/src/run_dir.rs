@@ -79,23 +79,14 @@ pub fn default_runs_dir() -> PathBuf {
 /// Writes a file so that a crash leaves either the old or the new content, whole: temp file, fsync,
 /// rename (DESIGN.md §4). The content is on disk before the name points at it.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    write_replacing(path, bytes, true)
-}
-
-/// Writes a file by renaming a complete temporary file over it. With `durable`, the content is synced
-/// to disk first; without, the write still survives the process being killed at any point, since the
-/// kernel holds it.
-fn write_replacing(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
-    // Unique per write: concurrent writers (parallel branches) must never share a temporary file.
+    // Unique per write: concurrent writers must never share a temporary file.
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = path.with_extension(format!("tmp-{}-{n}", std::process::id()));
     {
         let mut file = private_file(&tmp)?;
         file.write_all(bytes)?;
-        if durable {
-            file.sync_all()?;
-        }
+        file.sync_all()?;
     }
     fs::rename(&tmp, path)
 }
@@ -436,12 +427,10 @@ impl RunStore for RunDir {
     }
 
     fn write_status(&self, stage_dir: &Path, status: &Value) -> io::Result<()> {
-        // The checkpoint is the durable truth; a stage's status only needs to be whole.
-        write_replacing(
-            &stage_dir.join("status.json"),
-            &serde_json::to_vec_pretty(status).unwrap_or_default(),
-            false,
-        )
+        // The journal is the durable truth, written after this: a stage whose status a kill cut
+        // short is not in it, so it runs again in a directory of its own.
+        private_file(&stage_dir.join("status.json"))?
+            .write_all(&serde_json::to_vec_pretty(status).unwrap_or_default())
     }
 
     fn append_journal(&self, entries: &[JournalEntry]) -> io::Result<()> {

@@ -140,6 +140,7 @@ impl Lowerer<'_> {
             default_thread: r.string("default_thread"),
             max_node_visits: r.count("max_node_visits", 0).filter(|&n| n > 0),
             stall_timeout,
+            capture_artifacts: r.bool("capture_artifacts").unwrap_or(true),
             attributes,
             attr_spans: span_map(attrs),
         }
@@ -190,10 +191,14 @@ impl Lowerer<'_> {
                     .word("language", ScriptLanguage::WORDS)
                     .unwrap_or(ScriptLanguage::Shell);
                 let pass_env = r.string("env").map(|s| name_list(&s)).unwrap_or_default();
+                let capture_artifacts = r
+                    .bool("capture_artifacts")
+                    .unwrap_or(graph.capture_artifacts);
                 NodeKind::Command(CommandConfig {
                     script,
                     language,
                     pass_env,
+                    capture_artifacts,
                 })
             }
             HandlerKind::Human => NodeKind::Human(HumanConfig {

@@ -108,7 +108,7 @@ pub const KINDS: &[KindSpec] = &[
     KindSpec { kind: HandlerKind::Exit, type_name: "exit", shape: "Msquare", attributes: &[], engine_runs: false },
     KindSpec { kind: HandlerKind::Agent, type_name: "agent", shape: "box", attributes: AGENT_ATTRIBUTES, engine_runs: false },
     KindSpec { kind: HandlerKind::Prompt, type_name: "prompt", shape: "tab", attributes: LLM_ATTRIBUTES, engine_runs: false },
-    KindSpec { kind: HandlerKind::Command, type_name: "command", shape: "parallelogram", attributes: &["script", "language", "env"], engine_runs: false },
+    KindSpec { kind: HandlerKind::Command, type_name: "command", shape: "parallelogram", attributes: &["script", "language", "env", "capture_artifacts"], engine_runs: false },
     KindSpec { kind: HandlerKind::Human, type_name: "human", shape: "hexagon", attributes: &["human.default_choice"], engine_runs: false },
     KindSpec { kind: HandlerKind::Conditional, type_name: "conditional", shape: "diamond", attributes: &[], engine_runs: false },
     KindSpec { kind: HandlerKind::Parallel, type_name: "parallel", shape: "component", attributes: &["join_policy", "error_policy", "max_parallel"], engine_runs: true },
@@ -240,6 +240,9 @@ pub struct CommandConfig {
     pub language: ScriptLanguage,
     /// Secret variables the command gets (`env`, comma-separated names); others are withheld.
     pub pass_env: Vec<String>,
+    /// Whether test artifacts the command writes are copied into the run record
+    /// (`capture_artifacts`, on the node or the graph; default true).
+    pub capture_artifacts: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

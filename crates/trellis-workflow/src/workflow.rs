@@ -48,6 +48,8 @@ pub struct GraphConfig {
     pub max_node_visits: Option<u32>,
     /// `None` when disabled (`stall_timeout=0`).
     pub stall_timeout: Option<Duration>,
+    /// Commands capture test artifacts unless this is false (`capture_artifacts`).
+    pub capture_artifacts: bool,
     /// Every graph attribute as text, mirrored into the run context as `graph.<key>`.
     pub attributes: BTreeMap<String, String>,
     /// Value spans of graph attributes, for diagnostics.

@@ -148,14 +148,28 @@ impl Run {
 /// stopped before its command spawned has no group, and nothing to check. (Killed processes linger
 /// as zombies until init reaps them, so this polls briefly.)
 pub fn assert_process_group_gone(stage_dir: &Path) {
-    let recorded = std::fs::read_to_string(stage_dir.join("process")).unwrap_or_default();
-    let Ok(group) = recorded.trim().parse::<i32>() else {
-        return;
+    let marker = format!("TRELLIS_STAGE_DIR={}", stage_dir.display());
+    let carrying = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.parse::<u32>().is_ok())
+            })
+            .filter(|e| {
+                std::fs::read(e.path().join("environ")).is_ok_and(|env| {
+                    env.split(|b| *b == 0)
+                        .any(|entry| entry == marker.as_bytes())
+                })
+            })
+            .count()
     };
     wait_for(
-        &format!("the process group of {} to be gone", stage_dir.display()),
+        &format!("the processes of {} to be gone", stage_dir.display()),
         Duration::from_secs(5),
-        || nix::sys::signal::killpg(nix::unistd::Pid::from_raw(group), None).is_err(),
+        || carrying() == 0,
     );
 }
 

@@ -251,7 +251,10 @@ impl Conversation for CliConversation<'_, '_> {
             work_dir: &self.root,
             stage_dir: stage.dir,
             env: vec![
-                ("TRELLIS_RUN_ID".into(), stage.run_id.to_owned()),
+                (
+                    trellis_agent::process_group::RUN_ID_VAR.into(),
+                    stage.run_id.to_owned(),
+                ),
                 ("TRELLIS_NODE_ID".into(), stage.node.id.clone()),
                 (STAGE_DIR_VAR.into(), stage.dir.display().to_string()),
             ],

@@ -63,9 +63,6 @@ pub(super) async fn run(
         .kill_on_drop(true);
     let mut child = command.spawn()?;
     let group = ProcessGroup::of(&child, process_group::marker_in(&spawn.env));
-    if let Some(pgid) = group.id() {
-        let _ = tokio::fs::write(spawn.stage_dir.join("process"), pgid.to_string()).await;
-    }
     if let (Some(mut stdin), Some(text)) = (child.stdin.take(), line.stdin) {
         // Written beside the reading, so a large prompt cannot block on a full pipe; a CLI that stops
         // reading early only makes the write fail.

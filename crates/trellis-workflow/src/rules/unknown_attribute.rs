@@ -37,6 +37,7 @@ pub const GRAPH: &[&str] = &[
     "max_node_visits",
     "stall_timeout",
     "start",
+    "capture_artifacts",
 ];
 
 /// Edge attributes.
