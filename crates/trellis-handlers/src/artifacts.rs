@@ -46,7 +46,8 @@ fn in_artifact_dir(relative: &Path) -> bool {
 /// Whether a file name is an artifact's wherever it is: `junit*.xml`, `*.trace.zip`.
 fn is_artifact_name(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
-    (lower.starts_with("junit") && lower.ends_with(".xml")) || lower.ends_with(".trace.zip")
+    let xml = Path::new(&lower).extension().is_some_and(|e| e == "xml");
+    (lower.starts_with("junit") && xml) || lower.ends_with(".trace.zip")
 }
 
 /// Whether a directory name is never scanned: dependency folders, tool caches, hidden directories.
@@ -330,6 +331,7 @@ fn copy(root: &Path, found: Vec<(PathBuf, u64)>, dest: &Path) -> std::io::Result
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests set up files")]
 mod tests {
     use super::*;
 

@@ -22,7 +22,7 @@ use trellis_agent::process_group::{self, ProcessGroup, drain};
 use trellis_agent::secrets;
 use trellis_engine::event::EventKind;
 use trellis_engine::text;
-use trellis_engine::{Artifact, Attempt, FailureClass, Handler, Outcome, Stage, keys};
+use trellis_engine::{Attempt, FailureClass, Handler, Outcome, Stage, keys};
 use trellis_workflow::NodeKind;
 use trellis_workflow::node_kind::{CommandConfig, ScriptLanguage};
 
@@ -109,6 +109,29 @@ fn spawn_readers(child: &mut tokio::process::Child, dir: &Path) -> Option<(Reade
     Some((out_reader, err_reader))
 }
 
+/// Where the stage's artifacts go (`artifacts/<node>/attempt-<n>/`), unless capture is off.
+fn artifacts_dir(stage: &Stage<'_>, config: &CommandConfig) -> Option<std::path::PathBuf> {
+    let run = stage.dir.parent().and_then(Path::parent)?;
+    config.capture_artifacts.then(|| {
+        run.join("artifacts")
+            .join(&stage.node.id)
+            .join(format!("attempt-{}", stage.attempt))
+    })
+}
+
+/// Says that artifact capture did not look at the whole working tree.
+fn warn_truncated(stage: &Stage<'_>) {
+    stage.emitter.emit(
+        Some(&stage.node.id),
+        EventKind::ModelWarning {
+            message: format!(
+                "artifact capture looked at the first {} directories of the working tree only; set capture_artifacts=false, or run in a smaller directory",
+                artifacts::MAX_DIRS
+            ),
+        },
+    );
+}
+
 /// A succeeded outcome for a zero exit; otherwise failed, quoting the tail of standard error.
 fn exit_outcome(status: std::process::ExitStatus, stderr: &[u8]) -> Outcome {
     if status.success() {
@@ -161,10 +184,19 @@ fn command_for(
 }
 
 /// Records the captured artifacts: copied ones as the stage's files and `artifacts` detail, those left
-/// out (too large) as `artifacts_skipped` with the reason.
-fn with_artifacts(mut outcome: Outcome, artifacts: Vec<Artifact>) -> Outcome {
-    let (copied, skipped): (Vec<_>, Vec<_>) =
-        artifacts.into_iter().partition(|a| a.skipped.is_none());
+/// out (too large) as `artifacts_skipped` with the reason. A capture cut short says so.
+fn with_artifacts(
+    stage: &Stage<'_>,
+    mut outcome: Outcome,
+    captured: artifacts::Captured,
+) -> Outcome {
+    if captured.truncated {
+        warn_truncated(stage);
+    }
+    let (copied, skipped): (Vec<_>, Vec<_>) = captured
+        .artifacts
+        .into_iter()
+        .partition(|a| a.skipped.is_none());
     outcome.files_touched = copied.iter().map(|a| a.path.clone()).collect();
     outcome.details.artifacts = copied;
     outcome.details.artifacts_skipped = skipped;
@@ -222,16 +254,7 @@ impl CommandHandler {
             );
         }
         let (stdout_log, stderr_log) = (stage.dir.join("stdout.log"), stage.dir.join("stderr.log"));
-        let artifacts_dir = stage
-            .dir
-            .parent()
-            .and_then(Path::parent)
-            .filter(|_| config.capture_artifacts)
-            .map(|run| {
-                run.join("artifacts")
-                    .join(&stage.node.id)
-                    .join(format!("attempt-{}", stage.attempt))
-            });
+        let artifacts_dir = artifacts_dir(stage, config);
         let (blobs, trees) = (stage.services.blobs.clone(), self.trees.clone());
         // Artifacts and blobs in one trip to the blocking pool; standard error comes back for the reason.
         let finished = tokio::task::spawn_blocking(move || {
@@ -266,19 +289,8 @@ impl CommandHandler {
                 );
             }
         };
-        if artifacts.truncated {
-            stage.emitter.emit(
-                Some(&stage.node.id),
-                EventKind::ModelWarning {
-                    message: format!(
-                        "artifact capture looked at the first {} directories of the working tree only; set capture_artifacts=false, or run in a smaller directory",
-                        artifacts::MAX_DIRS
-                    ),
-                },
-            );
-        }
         let code = status.code();
-        let mut outcome = with_artifacts(exit_outcome(status, &err), artifacts.artifacts);
+        let mut outcome = with_artifacts(stage, exit_outcome(status, &err), artifacts);
         outcome.details.script = Some(config.script.clone());
         outcome.details.stdout = Some(output_ref.clone());
         outcome.details.stderr = Some(stderr_ref.clone());

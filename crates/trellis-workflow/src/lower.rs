@@ -43,6 +43,27 @@ pub(crate) struct Lowerer<'a> {
     pub sheet: Option<(Stylesheet, Value)>,
 }
 
+/// A command node's settings.
+fn command(
+    r: &mut AttrReader<'_>,
+    id: &str,
+    flat: &FlatNode,
+    graph: &GraphConfig,
+) -> CommandConfig {
+    let script =
+        command_script::require(id, r.string("script"), flat.id.span, r.out).unwrap_or_default();
+    CommandConfig {
+        script,
+        language: r
+            .word("language", ScriptLanguage::WORDS)
+            .unwrap_or(ScriptLanguage::Shell),
+        pass_env: r.string("env").map(|s| name_list(&s)).unwrap_or_default(),
+        capture_artifacts: r
+            .bool("capture_artifacts")
+            .unwrap_or(graph.capture_artifacts),
+    }
+}
+
 fn text_map(attrs: &AttrMap) -> BTreeMap<String, String> {
     attrs
         .iter()
@@ -184,23 +205,7 @@ impl Lowerer<'_> {
                     .contains_key("prompt")
                     .then(|| self.llm(flat, graph, &shape, &mut attributes)),
             }),
-            HandlerKind::Command => {
-                let script = command_script::require(&id, r.string("script"), flat.id.span, r.out)
-                    .unwrap_or_default();
-                let language = r
-                    .word("language", ScriptLanguage::WORDS)
-                    .unwrap_or(ScriptLanguage::Shell);
-                let pass_env = r.string("env").map(|s| name_list(&s)).unwrap_or_default();
-                let capture_artifacts = r
-                    .bool("capture_artifacts")
-                    .unwrap_or(graph.capture_artifacts);
-                NodeKind::Command(CommandConfig {
-                    script,
-                    language,
-                    pass_env,
-                    capture_artifacts,
-                })
-            }
+            HandlerKind::Command => NodeKind::Command(command(&mut r, &id, flat, graph)),
             HandlerKind::Human => NodeKind::Human(HumanConfig {
                 default_choice: r.string("human.default_choice"),
             }),
