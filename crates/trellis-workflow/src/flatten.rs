@@ -3,19 +3,19 @@
 //! edges sharing their attributes, auto-creates nodes that edges mention, and turns subgraph `label`s and
 //! `class` lists into classes on the nodes inside (`"Loop A"` → `loop-a`). Values stay untyped here.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use trellis_syntax::Span;
 use trellis_syntax::ast::{Attr, DefaultsTarget, Document, Ident, SourceFormat, Stmt};
 
 /// Attributes by name; a later assignment replaces an earlier one.
-pub(crate) type AttrMap = BTreeMap<String, Attr>;
+pub(crate) type AttrMap = crate::small_map::SmallMap<Attr>;
 
 pub(crate) struct FlatNode {
     pub id: Ident,
     pub attrs: AttrMap,
     /// Attributes written on the node itself (not inherited from `node [...]` defaults).
-    pub explicit: BTreeSet<String>,
+    pub explicit: crate::small_map::SmallMap<()>,
     pub classes: Vec<String>,
     pub declared: bool,
 }
@@ -171,7 +171,7 @@ impl Flattener {
                         if attr.key.name == "class" {
                             node.classes.extend(split_classes(&attr.value.text));
                         }
-                        node.explicit.insert(attr.key.name.clone());
+                        node.explicit.insert(attr.key.name.clone(), ());
                         node.attrs.insert(attr.key.name.clone(), attr.clone());
                     }
                 }
@@ -208,7 +208,7 @@ impl Flattener {
             self.graph.nodes.push(FlatNode {
                 id: id.clone(),
                 attrs: scope.node_defaults.clone(),
-                explicit: BTreeSet::new(),
+                explicit: crate::small_map::SmallMap::new(),
                 classes: scope
                     .node_defaults
                     .get("class")

@@ -2,7 +2,6 @@
 //! line per node with its resolved attributes (handler type, shape, classes, stylesheet models, expanded
 //! prompts), one line per edge — so users see exactly what the engine will run.
 
-use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::workflow::Workflow;
@@ -24,13 +23,18 @@ pub(crate) fn quote(text: &str) -> String {
     quoted
 }
 
-fn attr_list(attributes: &BTreeMap<String, String>, first: &[&str]) -> String {
+fn attr_list<'a>(
+    attributes: impl IntoIterator<Item = (&'a String, &'a String)>,
+    first: &[&str],
+) -> String {
+    let attributes: Vec<(&String, &String)> = attributes.into_iter().collect();
     let ordered = first
         .iter()
-        .filter_map(|k| attributes.get_key_value(*k))
+        .filter_map(|k| attributes.iter().find(|(name, _)| name == k).copied())
         .chain(
             attributes
                 .iter()
+                .copied()
                 .filter(|(k, _)| !first.contains(&k.as_str())),
         );
     let parts: Vec<String> = ordered
@@ -67,9 +71,9 @@ pub fn to_dot(workflow: &Workflow) -> String {
         if let Some(llm) = node.kind.llm() {
             attributes.insert("prompt".into(), llm.prompt.clone());
         }
-        attributes
-            .entry("label".into())
-            .or_insert_with(|| node.label.clone());
+        if !attributes.contains_key("label") {
+            attributes.insert("label".into(), node.label.clone());
+        }
         let _ = writeln!(
             out,
             "    {}{}",

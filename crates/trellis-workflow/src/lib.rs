@@ -17,6 +17,7 @@ mod lower;
 pub mod node_kind;
 pub mod outcome;
 pub mod rules;
+pub mod small_map;
 mod style;
 pub mod workflow;
 
@@ -80,6 +81,9 @@ pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> C
             .or_else(|| file.path().and_then(Path::parent).map(Path::to_path_buf))
             .unwrap_or_else(|| PathBuf::from("."));
         let mut flat = flatten::flatten(&parsed.document);
+        // Each stage's input is dropped once the next is built: a large workflow never holds its
+        // syntax tree, flat graph and lowered form at once.
+        drop(parsed.document);
         rules::attribute_alias::apply(&mut flat, &mut diagnostics);
         let lowerer = lower::Lowerer {
             base_dir: &base_dir,
@@ -88,6 +92,7 @@ pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> C
             sheet: None,
         };
         let workflow = lowerer.lower(&flat);
+        drop(flat);
         if !diagnostics
             .iter()
             .any(|d| d.is_error() && !rules::VALUE_ONLY.contains(&d.code))

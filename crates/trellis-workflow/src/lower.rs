@@ -3,7 +3,7 @@
 //! and the model stylesheet, `@file` prompts and `$goal` are applied. Nothing after this reads attribute
 //! text.
 
-use std::collections::{BTreeMap, HashMap};
+use crate::small_map::SmallMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -64,14 +64,14 @@ fn command(
     }
 }
 
-fn text_map(attrs: &AttrMap) -> BTreeMap<String, String> {
+fn text_map(attrs: &AttrMap) -> SmallMap<String> {
     attrs
         .iter()
         .map(|(k, a)| (k.clone(), a.value.text.clone()))
         .collect()
 }
 
-fn span_map(attrs: &AttrMap) -> HashMap<String, trellis_syntax::Span> {
+fn span_map(attrs: &AttrMap) -> SmallMap<trellis_syntax::Span> {
     attrs
         .iter()
         .map(|(k, a)| (k.clone(), a.value.span))
@@ -92,6 +92,8 @@ impl Lowerer<'_> {
             .as_ref()
             .map_or_else(|| "Workflow".to_owned(), |n| n.name.clone());
         let mut workflow = Workflow::new(name, flat.format, flat.header_span);
+        workflow.nodes.reserve_exact(flat.nodes.len());
+        workflow.edges.reserve_exact(flat.edges.len());
         workflow.graph = self.graph_config(&flat.graph_attrs);
         for node in &flat.nodes {
             let node = self.node(node, &workflow.graph);
@@ -176,7 +178,7 @@ impl Lowerer<'_> {
         ));
         // Applicability is judged only for nodes whose handler is known.
         for attr in flat.attrs.values() {
-            let explicit = resolved.is_some() && flat.explicit.contains(&attr.key.name);
+            let explicit = resolved.is_some() && flat.explicit.contains_key(&attr.key.name);
             unknown_attribute::check_node(attr, handler, explicit, self.out);
         }
         let mut attributes = text_map(&flat.attrs);
@@ -197,13 +199,17 @@ impl Lowerer<'_> {
         let kind = match handler {
             HandlerKind::Start => NodeKind::Start,
             HandlerKind::Exit => NodeKind::Exit,
-            HandlerKind::Agent => NodeKind::Agent(self.llm(flat, graph, &shape, &mut attributes)),
-            HandlerKind::Prompt => NodeKind::Prompt(self.llm(flat, graph, &shape, &mut attributes)),
+            HandlerKind::Agent => {
+                NodeKind::Agent(Box::new(self.llm(flat, graph, &shape, &mut attributes)))
+            }
+            HandlerKind::Prompt => {
+                NodeKind::Prompt(Box::new(self.llm(flat, graph, &shape, &mut attributes)))
+            }
             HandlerKind::FanIn => NodeKind::FanIn(FanInConfig {
                 llm: flat
                     .attrs
                     .contains_key("prompt")
-                    .then(|| self.llm(flat, graph, &shape, &mut attributes)),
+                    .then(|| Box::new(self.llm(flat, graph, &shape, &mut attributes))),
             }),
             HandlerKind::Command => NodeKind::Command(command(&mut r, &id, flat, graph)),
             HandlerKind::Human => NodeKind::Human(HumanConfig {
@@ -265,7 +271,7 @@ impl Lowerer<'_> {
         flat: &FlatNode,
         graph: &GraphConfig,
         shape: &str,
-        attributes: &mut BTreeMap<String, String>,
+        attributes: &mut SmallMap<String>,
     ) -> LlmConfig {
         let id = flat.id.name.as_str();
         // Stylesheet values become attribute values (spans inside the sheet) unless the node sets its own.

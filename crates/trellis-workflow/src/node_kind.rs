@@ -12,9 +12,9 @@ pub enum NodeKind {
     Start,
     Exit,
     /// Multi-turn LLM with tools (`box`).
-    Agent(LlmConfig),
+    Agent(Box<LlmConfig>),
     /// One LLM call, no tools (`tab`).
-    Prompt(LlmConfig),
+    Prompt(Box<LlmConfig>),
     /// A shell or Python script (`parallelogram`).
     Command(CommandConfig),
     /// A human decision (`hexagon`).
@@ -182,7 +182,7 @@ impl NodeKind {
     pub fn llm(&self) -> Option<&LlmConfig> {
         match self {
             NodeKind::Agent(c) | NodeKind::Prompt(c) => Some(c),
-            NodeKind::FanIn(f) => f.llm.as_ref(),
+            NodeKind::FanIn(f) => f.llm.as_deref(),
             _ => None,
         }
     }
@@ -190,7 +190,7 @@ impl NodeKind {
     pub fn llm_mut(&mut self) -> Option<&mut LlmConfig> {
         match self {
             NodeKind::Agent(c) | NodeKind::Prompt(c) => Some(c),
-            NodeKind::FanIn(f) => f.llm.as_mut(),
+            NodeKind::FanIn(f) => f.llm.as_deref_mut(),
             _ => None,
         }
     }
@@ -261,7 +261,7 @@ pub struct ParallelConfig {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct FanInConfig {
     /// Present when the fan-in has a prompt: a model picks the best branch.
-    pub llm: Option<LlmConfig>,
+    pub llm: Option<Box<LlmConfig>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

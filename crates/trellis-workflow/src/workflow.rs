@@ -2,7 +2,7 @@
 //! configuration; edges carry compiled [`Condition`]s. Spans stay attached for diagnostics, and each node
 //! and edge keeps its resolved attributes as text only for display (`trellis graph`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use trellis_syntax::Span;
@@ -10,6 +10,7 @@ use trellis_syntax::ast::SourceFormat;
 
 use crate::condition::Condition;
 use crate::node_kind::{Fidelity, NodeKind, RetryPolicy};
+use crate::small_map::SmallMap;
 
 /// Index of a node in [`Workflow::nodes`].
 pub type NodeIndex = usize;
@@ -51,9 +52,9 @@ pub struct GraphConfig {
     /// Commands capture test artifacts unless this is false (`capture_artifacts`).
     pub capture_artifacts: bool,
     /// Every graph attribute as text, mirrored into the run context as `graph.<key>`.
-    pub attributes: BTreeMap<String, String>,
+    pub attributes: SmallMap<String>,
     /// Value spans of graph attributes, for diagnostics.
-    pub attr_spans: HashMap<String, Span>,
+    pub attr_spans: SmallMap<Span>,
 }
 
 /// Settings every node has.
@@ -84,9 +85,9 @@ pub struct Node {
     /// The first place the node was mentioned.
     pub span: Span,
     /// Value spans by attribute name, for diagnostics.
-    pub attr_spans: HashMap<String, Span>,
+    pub attr_spans: SmallMap<Span>,
     /// Resolved attributes (explicit, defaults, stylesheet) as text, for display only.
-    pub attributes: BTreeMap<String, String>,
+    pub attributes: SmallMap<String>,
     /// For a fan-out node: the fan-in node its branches meet at, resolved once at compile time.
     pub fan_in: Option<NodeIndex>,
     /// Where a failure with nowhere to go (or an unmet goal gate) sends the run, in order: the node's
@@ -121,8 +122,8 @@ pub struct Edge {
     /// Position among all edges in declaration order; with `from`/`to` it keys iteration counts.
     pub index: usize,
     pub span: Span,
-    pub attr_spans: HashMap<String, Span>,
-    pub attributes: BTreeMap<String, String>,
+    pub attr_spans: SmallMap<Span>,
+    pub attributes: SmallMap<String>,
 }
 
 impl Workflow {

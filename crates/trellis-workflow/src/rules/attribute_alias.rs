@@ -45,7 +45,7 @@ pub(crate) fn apply(graph: &mut FlatGraph, out: &mut Vec<Diagnostic>) {
             let Some(mut attr) = node.attrs.remove(*alias) else {
                 continue;
             };
-            let explicit = node.explicit.remove(*alias);
+            let explicit = node.explicit.remove(*alias).is_some();
             if node.attrs.contains_key(*canonical) {
                 out.push(
                     Diagnostic::new(
@@ -76,7 +76,7 @@ pub(crate) fn apply(graph: &mut FlatGraph, out: &mut Vec<Diagnostic>) {
             }
             (*canonical).clone_into(&mut attr.key.name);
             if explicit {
-                node.explicit.insert((*canonical).to_owned());
+                node.explicit.insert((*canonical).to_owned(), ());
             }
             node.attrs.insert((*canonical).to_owned(), attr);
         }

@@ -169,7 +169,7 @@ pub(crate) fn report_extra_nodes(
 /// The agent nodes run by a coding-agent CLI (`backend="cli"`), with their settings.
 pub(crate) fn cli_agents(workflow: &Workflow) -> impl Iterator<Item = (&Node, &LlmConfig)> {
     workflow.nodes.iter().filter_map(|node| match &node.kind {
-        NodeKind::Agent(llm) if llm.backend == Backend::Cli => Some((node, llm)),
+        NodeKind::Agent(llm) if llm.backend == Backend::Cli => Some((node, &**llm)),
         _ => None,
     })
 }

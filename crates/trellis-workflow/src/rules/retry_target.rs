@@ -7,8 +7,6 @@
 //! test [shape=parallelogram, script="make test", retry_target="implment"]   // error: no node `implment`
 //! ```
 
-use std::collections::HashMap;
-
 use trellis_syntax::{Diagnostic, Severity, Span};
 
 use crate::rules::{Rule, closest};
@@ -24,7 +22,7 @@ fn check_target(
     workflow: &Workflow,
     key: &str,
     target: Option<&String>,
-    spans: &HashMap<String, Span>,
+    spans: &crate::small_map::SmallMap<Span>,
     owner: &str,
     out: &mut Vec<Diagnostic>,
 ) {
