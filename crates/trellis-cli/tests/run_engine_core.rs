@@ -315,7 +315,7 @@ fn ctrl_c_cancels_the_run_kills_the_stage_and_resume_continues() {
     });
     assert_eq!(status.unwrap().code(), Some(130));
     let record = p.only_run();
-    let checkpoint = run_support::read_json(&record.join("checkpoint.json"));
+    let checkpoint = run_support::checkpoint_of(&record);
     assert_eq!(checkpoint["status"], "cancelled");
     assert_eq!(checkpoint["next_node"], "slow");
     let events = std::fs::read_to_string(record.join("events.jsonl")).unwrap();
@@ -360,7 +360,7 @@ fn ctrl_c_stops_a_model_call_in_flight() {
         status.is_some()
     });
     assert_eq!(status.unwrap().code(), Some(130));
-    let checkpoint = run_support::read_json(&p.only_run().join("checkpoint.json"));
+    let checkpoint = run_support::checkpoint_of(&p.only_run());
     assert_eq!(checkpoint["status"], "cancelled");
     assert_eq!(checkpoint["next_node"], "ask");
     // llmock saw the client leave the stalled stream rather than sit it out.

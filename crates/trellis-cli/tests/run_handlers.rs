@@ -284,12 +284,13 @@ fn sub_workflows_take_context_in_and_give_changes_out() {
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     assert_eq!(run.stages(), ["start", "sub", "check", "exit"]);
     let sub_dir = run.record().join("stages/002-sub@1");
-    let child = run_support::read_json(&sub_dir.join("child/checkpoint.json"));
-    let child_nodes: Vec<&str> = child["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["node_id"].as_str().unwrap())
+    // The child's stage records are in its journal.
+    let journal = std::fs::read_to_string(sub_dir.join("child/journal.jsonl")).unwrap();
+    let child_nodes: Vec<String> = journal
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .flat_map(|entry| entry["changes"].as_array().cloned().unwrap_or_default())
+        .filter_map(|change| Some(change["stage"]["node_id"].as_str()?.to_owned()))
         .collect();
     assert_eq!(
         child_nodes,
@@ -397,6 +398,6 @@ fn a_terminal_user_answers_with_an_accelerator_key() {
     assert!(screen.contains("succeeded: 4 stages"), "{screen}");
     let runs: Vec<_> = std::fs::read_dir(p.path().join("runs")).unwrap().collect();
     let record = runs[0].as_ref().unwrap().path();
-    let checkpoint = run_support::read_json(&record.join("checkpoint.json"));
+    let checkpoint = run_support::checkpoint_of(&record);
     assert_eq!(checkpoint["context"]["human.gate.label"], "[H] Hold");
 }

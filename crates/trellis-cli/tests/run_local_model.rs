@@ -206,7 +206,7 @@ fn a_killed_run_leaves_no_model_server_behind() {
         std::time::Duration::from_secs(10),
         || servers().iter().all(|pid| !ours.contains(pid)),
     );
-    let checkpoint = run_support::read_json(&p.only_run().join("checkpoint.json"));
+    let checkpoint = run_support::checkpoint_of(&p.only_run());
     assert_eq!(
         checkpoint["context"]["last_stage"], "ask",
         "the answered stage is in the checkpoint"

@@ -8,6 +8,10 @@
 //! entries after the snapshot's [`Checkpoint::journal`] gives the checkpoint as of the last stage, so
 //! what is written per stage does not grow with the run. [`Checkpoint::apply`] is the one place a
 //! change is made, both while running and when replaying.
+//!
+//! The finished stages' records live in the journal only: a running engine keeps their count, not
+//! the records, so its memory does not grow with the run's history, and a reader of the record
+//! collects them from every entry.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -334,7 +338,17 @@ pub struct Checkpoint {
     pub steps: u32,
     /// The last event sequence number.
     pub seq: u64,
+    /// The finished stage attempts, as a reader of the record collects them (a running engine
+    /// keeps this empty and counts them in `stage_count`; records written before the journal hold
+    /// them here).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageRecord>,
+    /// How many stage attempts finished.
+    #[serde(default)]
+    pub stage_count: usize,
+    /// How many artifacts they captured.
+    #[serde(default)]
+    pub artifact_count: usize,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub failure: Option<String>,
     /// The number of the last journal entry this checkpoint includes (0: none; a record written
@@ -428,6 +442,8 @@ impl Checkpoint {
             steps: 0,
             seq: 0,
             stages: Vec::new(),
+            stage_count: 0,
+            artifact_count: 0,
             failure: None,
             journal: 0,
         }
@@ -437,7 +453,10 @@ impl Checkpoint {
     /// ended) changes nothing.
     pub fn apply(&mut self, change: &Change) {
         match change {
-            Change::Stage(record) => self.stages.push((**record).clone()),
+            Change::Stage(record) => {
+                self.count(record);
+                self.stages.push((**record).clone());
+            }
             Change::Track(change) => {
                 let Some(track) = self.track.at_mut(&change.path) else {
                     return;
@@ -466,6 +485,12 @@ impl Checkpoint {
                 }
             }
         }
+    }
+
+    /// Counts a finished stage.
+    pub fn count(&mut self, record: &StageRecord) {
+        self.stage_count += 1;
+        self.artifact_count += record.details.artifacts.len();
     }
 
     /// Replays one journal entry (entries must come in order; see [`JournalEntry::n`]).

@@ -101,9 +101,13 @@ pub(crate) struct Book {
 }
 
 impl Book {
-    /// Makes a change, and keeps it for the next journal entry.
+    /// Makes a change, and keeps it for the next journal entry. A stage record is only counted:
+    /// the journal keeps it.
     pub(crate) fn change(&mut self, change: Change) {
-        self.checkpoint.apply(&change);
+        match &change {
+            Change::Stage(record) => self.checkpoint.count(record),
+            _ => self.checkpoint.apply(&change),
+        }
         self.pending.push(change);
     }
 }
@@ -138,11 +142,6 @@ pub(crate) fn status_json(
         map.insert("duration_ms".into(), json!(duration_ms));
     }
     status
-}
-
-/// How many artifacts the run's stages captured (the outputs document's `artifact_count`).
-fn artifact_count(stages: &[StageRecord]) -> usize {
-    stages.iter().map(|s| s.details.artifacts.len()).sum()
 }
 
 /// The current time as RFC 3339 with milliseconds.
@@ -220,9 +219,13 @@ impl Engine {
     }
 }
 
+#[async_trait::async_trait]
 impl crate::handler::History for Engine {
-    fn finished(&self) -> Vec<StageRecord> {
-        self.book().checkpoint.stages.clone()
+    async fn finished(&self) -> Vec<StageRecord> {
+        let store = self.services.store.clone();
+        blocking(move || store.finished_stages())
+            .await
+            .unwrap_or_default()
     }
 }
 
@@ -279,7 +282,7 @@ impl Engine {
     /// blocking pool). What is written is what changed, not the whole checkpoint.
     pub(crate) async fn save(&self) -> Result<(), EngineError> {
         self.queue_entry(&mut self.book());
-        self.write(None).await
+        self.write(None).await.0
     }
 
     /// Saves the whole checkpoint as a snapshot (after the journal entries before it): at the start
@@ -290,7 +293,23 @@ impl Engine {
             self.queue_entry(&mut book);
             book.checkpoint.clone()
         };
-        self.write(Some(snapshot)).await
+        self.write(Some(snapshot)).await.0
+    }
+
+    /// The last snapshot of a run that has stopped: the checkpoint leaves the book (no copy of a
+    /// long run's history is made) and comes back with the result.
+    async fn save_last_snapshot(&self) -> (Result<(), EngineError>, Checkpoint) {
+        let snapshot = {
+            let mut book = self.book();
+            self.queue_entry(&mut book);
+            let placeholder = Checkpoint::new(self.run_id.clone(), "", BTreeMap::new());
+            std::mem::replace(&mut book.checkpoint, placeholder)
+        };
+        let (saved, snapshot) = self.write(Some(snapshot)).await;
+        (
+            saved,
+            snapshot.unwrap_or_else(|| self.book().checkpoint.clone()),
+        )
     }
 
     /// Turns the book's pending changes into the next journal entry, queued for writing.
@@ -313,13 +332,16 @@ impl Engine {
 
     /// Writes the queued journal entries (the event log flushed first: an entry names the last
     /// event, which must be stored), then `snapshot` if given.
-    async fn write(&self, snapshot: Option<Checkpoint>) -> Result<(), EngineError> {
+    async fn write(
+        &self,
+        snapshot: Option<Checkpoint>,
+    ) -> (Result<(), EngineError>, Option<Checkpoint>) {
         let (store, events) = (self.services.store.clone(), self.services.events.clone());
         let (queued, writer) = (self.queued.clone(), self.writer.clone());
-        blocking(move || {
+        let (written, snapshot) = blocking(move || {
             let mut failed = lock(&writer);
             if let (Some(error), None) = (&*failed, &snapshot) {
-                return Err(std::io::Error::other(error.clone()));
+                return (Err(std::io::Error::other(error.clone())), snapshot);
             }
             let entries = std::mem::take(&mut *lock(&queued));
             let written = (|| {
@@ -338,10 +360,10 @@ impl Engine {
                 Ok(()) if snapshot.is_some() => *failed = None,
                 Ok(()) => {}
             }
-            written
+            (written, snapshot)
         })
-        .await?;
-        Ok(())
+        .await;
+        (written.map_err(EngineError::from), snapshot)
     }
 
     /// Creates a stage attempt's directory (on the blocking pool).
@@ -373,13 +395,24 @@ impl Engine {
         if self.depth == 0 {
             self.seq.store(cp.seq, Ordering::SeqCst);
         }
-        let resumed = !cp.stages.is_empty() || cp.status != RunStatus::Running;
+        let resumed = cp.stage_count > 0 || cp.status != RunStatus::Running;
         cp.status = RunStatus::Running;
         cp.failure = None;
+        // The records a reader collected stay on disk; those of a record written before the journal
+        // existed go into it now, with the first snapshot.
+        let stages = std::mem::take(&mut cp.stages);
+        let pending = if cp.journal == 0 {
+            stages
+                .into_iter()
+                .map(|record| Change::Stage(Box::new(record)))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut track = cp.track.clone();
         *self.book() = Book {
             checkpoint: cp,
-            pending: Vec::new(),
+            pending,
         };
         let context = RunContext::from_map(std::mem::take(&mut track.context));
         self.set_engine_keys(&context);
@@ -428,8 +461,8 @@ impl Engine {
             match status {
                 RunStatus::Succeeded => EventKind::WorkflowRunCompleted {
                     status,
-                    stages: book.stages.len(),
-                    artifact_count: artifact_count(&book.stages),
+                    stages: book.stage_count,
+                    artifact_count: book.artifact_count,
                 },
                 RunStatus::WaitingForInput => EventKind::WorkflowRunWaitingForInput {
                     node: book.track.next_node.clone(),
@@ -437,7 +470,7 @@ impl Engine {
                 RunStatus::Cancelled => EventKind::WorkflowRunCancelled {
                     status,
                     node: book.track.next_node.clone(),
-                    stages: book.stages.len(),
+                    stages: book.stage_count,
                 },
                 _ => EventKind::WorkflowRunFailed {
                     status,
@@ -446,8 +479,7 @@ impl Engine {
             }
         };
         self.emit(None, end);
-        let saved = self.save_snapshot().await;
-        let checkpoint = self.book().checkpoint.clone();
+        let (saved, checkpoint) = self.save_last_snapshot().await;
         match saved {
             Ok(()) => RunResult {
                 status,

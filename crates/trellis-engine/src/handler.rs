@@ -35,8 +35,10 @@ pub struct Stage<'a> {
 }
 
 /// The run's finished stage attempts, in order.
+#[async_trait::async_trait]
 pub trait History: Send + Sync {
-    fn finished(&self) -> Vec<crate::checkpoint::StageRecord>;
+    /// The finished stage attempts, read from the run record (the engine does not keep them).
+    async fn finished(&self) -> Vec<crate::checkpoint::StageRecord>;
 }
 
 /// Emits an event into the run's stream, for a node (or the run as a whole).

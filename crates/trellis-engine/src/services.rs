@@ -30,6 +30,8 @@ pub trait RunStore: Send + Sync {
     /// Appends journal entries durably: when this returns they survive the process, and a crash
     /// mid-write leaves at most a torn last entry, which readers drop.
     fn append_journal(&self, entries: &[crate::checkpoint::JournalEntry]) -> io::Result<()>;
+    /// Every finished stage attempt in the record, in order.
+    fn finished_stages(&self) -> io::Result<Vec<crate::checkpoint::StageRecord>>;
     /// The record of a sub-workflow run inside a stage directory.
     fn child(&self, stage_dir: &std::path::Path) -> io::Result<std::sync::Arc<dyn RunStore>>;
 }
@@ -280,11 +282,22 @@ pub mod memory {
             &self,
             checkpoint: &crate::checkpoint::Checkpoint,
         ) -> std::io::Result<()> {
-            *self
+            let mut saved = self
                 .checkpoint
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(checkpoint.clone());
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // As a reader of a real record would: the stages come from the journal.
+            let stages = saved.take().map(|c| c.stages).unwrap_or_default();
+            let mut checkpoint = checkpoint.clone();
+            if checkpoint.stages.is_empty() {
+                checkpoint.stages = stages;
+            }
+            *saved = Some(checkpoint);
             Ok(())
+        }
+
+        fn finished_stages(&self) -> std::io::Result<Vec<crate::checkpoint::StageRecord>> {
+            Ok(self.last_checkpoint().map(|c| c.stages).unwrap_or_default())
         }
 
         fn append_journal(

@@ -325,7 +325,7 @@ impl AgentHandler {
                 );
             }
         };
-        let opening = Opening::new(stage, llm, &self.threads);
+        let opening = Opening::new(stage, llm, &self.threads).await;
         write_stage_file(stage, "prompt.md", &opening.prompt).await;
         let session = open_session(stage, llm, client, &call, work_dir, opening.messages).await;
         let (observer, writer) = StageObserver::new(stage);

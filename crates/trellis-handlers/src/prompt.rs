@@ -82,9 +82,9 @@ fn fidelity_of(stage: &Stage<'_>) -> (Fidelity, Option<String>) {
 }
 
 /// The preamble for this stage at `fidelity`.
-pub fn preamble_for(stage: &Stage<'_>, fidelity: Fidelity) -> String {
+pub async fn preamble_for(stage: &Stage<'_>, fidelity: Fidelity) -> String {
     let context = stage.context.snapshot();
-    let history = stage.history.finished();
+    let history = stage.history.finished().await;
     let preamble = preamble::build(
         &PreambleSource {
             workflow: stage.workflow,
@@ -286,7 +286,7 @@ pub(crate) struct Opening {
 
 impl Opening {
     /// The preamble by fidelity, the node's prompt and schema instructions, and the thread so far.
-    pub(crate) fn new(stage: &Stage<'_>, llm: &LlmConfig, threads: &Threads) -> Opening {
+    pub(crate) async fn new(stage: &Stage<'_>, llm: &LlmConfig, threads: &Threads) -> Opening {
         let (fidelity, thread) = fidelity_of(stage);
         let thread_key = (fidelity == Fidelity::Full)
             .then(|| thread.unwrap_or_else(|| DEFAULT_THREAD.to_owned()));
@@ -298,8 +298,8 @@ impl Opening {
         // default preamble instead, so it still knows what happened before it.
         let preamble = match fidelity {
             Fidelity::Full if !messages.is_empty() => String::new(),
-            Fidelity::Full => preamble_for(stage, Fidelity::Compact),
-            other => preamble_for(stage, other),
+            Fidelity::Full => preamble_for(stage, Fidelity::Compact).await,
+            other => preamble_for(stage, other).await,
         };
         let mut prompt = if preamble.is_empty() {
             llm.prompt.clone()
@@ -333,7 +333,7 @@ impl PromptHandler {
             mut messages,
             thread_key,
             fidelity,
-        } = Opening::new(stage, llm, &self.threads);
+        } = Opening::new(stage, llm, &self.threads).await;
         write_stage_file(stage, "prompt.md", &prompt).await;
         messages.push(Message::user(prompt));
         let mut request = Request {

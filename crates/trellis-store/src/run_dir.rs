@@ -79,14 +79,25 @@ pub fn default_runs_dir() -> PathBuf {
 /// Writes a file so that a crash leaves either the old or the new content, whole: temp file, fsync,
 /// rename (DESIGN.md §4). The content is on disk before the name points at it.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomically_with(path, |file| file.write_all(bytes))
+}
+
+/// [`write_atomically`], with the content written by `write` (so a large document can be
+/// serialized straight into the file rather than built in memory first).
+fn write_atomically_with(
+    path: &Path,
+    write: impl FnOnce(&mut io::BufWriter<File>) -> io::Result<()>,
+) -> io::Result<()> {
     // Unique per write: concurrent writers must never share a temporary file.
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = path.with_extension(format!("tmp-{}-{n}", std::process::id()));
     {
-        let mut file = private_file(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
+        let mut file = io::BufWriter::new(private_file(&tmp)?);
+        write(&mut file)?;
+        file.into_inner()
+            .map_err(io::IntoInnerError::into_error)?
+            .sync_all()?;
     }
     fs::rename(&tmp, path)
 }
@@ -291,39 +302,42 @@ impl RunDir {
     /// after it replayed. A damaged `checkpoint.json` (or one missing because the process died
     /// between keeping the previous snapshot and writing the new one) gives way to the previous one,
     /// kept as `checkpoint.prev.json`, and the journal brings it up to date.
+    /// The finished stages are collected from every entry (a snapshot does not hold them).
     pub fn checkpoint(&self) -> Result<Checkpoint, StoreError> {
         let mut checkpoint = self.snapshot()?;
-        for entry in self.journal_after(checkpoint.journal) {
-            checkpoint.replay(&entry);
+        // Records written before the journal existed keep their stages in the snapshot.
+        checkpoint.stage_count = checkpoint.stages.len();
+        checkpoint.artifact_count = 0;
+        for record in &checkpoint.stages {
+            checkpoint.artifact_count += record.details.artifacts.len();
+        }
+        let snapshot_holds = checkpoint.journal;
+        for entry in self.journal() {
+            if entry.n > snapshot_holds {
+                checkpoint.replay(&entry);
+                continue;
+            }
+            for change in &entry.changes {
+                if matches!(change, trellis_engine::checkpoint::Change::Stage(_)) {
+                    checkpoint.apply(change);
+                }
+            }
         }
         Ok(checkpoint)
     }
 
-    /// The journal entries numbered after `after`, in order. Replay stops at the first line that is
-    /// not an entry (a torn last line, damage) or an entry out of order: what follows it cannot be
-    /// applied.
-    fn journal_after(&self, after: u64) -> Vec<JournalEntry> {
-        /// Just the number, to skip the entries a snapshot holds without building them.
-        #[derive(Deserialize)]
-        struct Numbered {
-            n: u64,
-        }
+    /// The journal's entries, in order. Reading stops at the first line that is not an entry (a
+    /// torn last line, damage) or an entry out of order: what follows it cannot be applied.
+    fn journal(&self) -> Vec<JournalEntry> {
         let Ok(text) = fs::read_to_string(self.journal_path()) else {
             return Vec::new();
         };
         let mut entries = Vec::new();
-        let mut expected = after + 1;
         for line in text.lines() {
-            match serde_json::from_str::<Numbered>(line) {
-                Ok(numbered) if numbered.n < expected => continue,
-                Ok(numbered) if numbered.n == expected => {}
+            match serde_json::from_str::<JournalEntry>(line) {
+                Ok(entry) if entry.n == entries.len() as u64 + 1 => entries.push(entry),
                 _ => break,
             }
-            let Ok(entry) = serde_json::from_str::<JournalEntry>(line) else {
-                break;
-            };
-            entries.push(entry);
-            expected += 1;
         }
         entries
     }
@@ -433,6 +447,12 @@ impl RunStore for RunDir {
             .write_all(&serde_json::to_vec_pretty(status).unwrap_or_default())
     }
 
+    fn finished_stages(&self) -> io::Result<Vec<trellis_engine::StageRecord>> {
+        self.checkpoint()
+            .map(|c| c.stages)
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+
     fn append_journal(&self, entries: &[JournalEntry]) -> io::Result<()> {
         let mut lines = Vec::new();
         for entry in entries {
@@ -477,10 +497,10 @@ impl RunStore for RunDir {
             Err(e) => return Err(e),
             Ok(()) => false,
         };
-        write_atomically(
-            &path,
-            &serde_json::to_vec_pretty(checkpoint).unwrap_or_default(),
-        )?;
+        write_atomically_with(&path, |file| {
+            serde_json::to_writer_pretty(&mut *file, checkpoint)?;
+            Ok(())
+        })?;
         if first {
             fs::copy(&path, &previous)?;
         }

@@ -247,7 +247,7 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
         .await??;
     }
     let elapsed = started.elapsed();
-    let stages = checkpoint.stages.len();
+    let stages = checkpoint.stage_count;
     if options.json {
         let summary = json!({
             "run_id": run_id, "run_dir": record.root().display().to_string(),

@@ -58,7 +58,7 @@ pub fn runs(args: &RunsArgs) -> anyhow::Result<ExitCode> {
             continue;
         };
         meta.status = record.status(&meta);
-        let stages = record.checkpoint().map_or(0, |c| c.stages.len());
+        let stages = record.checkpoint().map_or(0, |c| c.stage_count);
         rows.push((meta, stages));
     }
     if args.json {

@@ -81,6 +81,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 writeln!(stdout, "{}: {}", file.name(), verdict(tally))?;
             }
         }
+        if i + 1 == args.files.len() {
+            // The process ends next: freeing a large workflow node by node would only add to the
+            // time `validate` takes (a tenth of it for 10,000 nodes).
+            std::mem::forget(compiled);
+        }
     }
     if args.format == OutputFormat::Json {
         let document = json!({ "valid": !any_invalid && !any_unreadable, "files": documents });

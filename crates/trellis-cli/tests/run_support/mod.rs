@@ -59,7 +59,7 @@ impl Run {
     }
 
     pub fn checkpoint(&self) -> Value {
-        read_json(&self.record().join("checkpoint.json"))
+        checkpoint_of(&self.record())
     }
 
     pub fn events(&self) -> Vec<Value> {

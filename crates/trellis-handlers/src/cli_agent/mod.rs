@@ -105,7 +105,7 @@ pub(crate) async fn run(stage: &Stage<'_>, llm: &LlmConfig) -> Outcome {
         }
     };
     // Each stage is a new CLI session: a `full`-fidelity node gets the preamble instead of a thread.
-    let opening = Opening::new(stage, llm, &Threads::default());
+    let opening = Opening::new(stage, llm, &Threads::default()).await;
     let mut prompt = opening.prompt;
     if llm.project_memory
         && let Some(memory) = project_memory(stage).await
