@@ -37,19 +37,21 @@ fn main() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a temp dir");
     let bench = Bench {
         dir: dir.path().to_path_buf(),
+        work: dir.path().join("work"),
         runs: std::cell::Cell::new(0),
     };
+    std::fs::create_dir_all(&bench.work).expect("mkdir");
     println!("engine overhead (medians; targets in brackets)");
 
     let shell = Bench::median(3, || shell_loop(1_000));
     let mut per_stage = Vec::new();
     for stages in [250, 1_000, 2_000] {
         let file = bench.chain(stages);
-        let took = Bench::median(3, || bench.time_run(&file, &bench.dir));
+        let took = Bench::median(3, || bench.time_run(&file, &bench.work));
         per_stage.push((stages, took));
     }
     let ten_thousand = bench.chain(10_000);
-    per_stage.push((10_000, bench.time_run(&ten_thousand, &bench.dir)));
+    per_stage.push((10_000, bench.time_run(&ten_thousand, &bench.work)));
     let engine_1000 = per_stage[1].1;
     println!(
         "chain of 1,000 `true` stages: trellis {engine_1000:.2?}, shell loop {shell:.2?}: {} per stage over the loop  [≤ 1.0 ms]",
@@ -90,7 +92,7 @@ fn main() {
     );
 
     let fan = bench.fan_out(64);
-    let fan_time = Bench::median(3, || bench.time_run(&fan, &bench.dir));
+    let fan_time = Bench::median(3, || bench.time_run(&fan, &bench.work));
     println!("64 branches of `sleep 0.2`, max_parallel=64: {fan_time:.3?}  [≤ 0.25 s]");
 
     let generated = bench.dir.join("generated.fabro");
@@ -122,14 +124,17 @@ fn main() {
             .arg(bench.chain(stages))
             .args(["--json", "--runs-dir"])
             .arg(runs)
-            .current_dir(&bench.dir);
+            .current_dir(&bench.work);
         let _ = write!(peaks, "  {stages} stages: {}", mb(peak(&command)));
     }
     println!("peak memory of a run:{peaks}  [< 30 MB, flat]");
 }
 
 struct Bench {
+    /// Workflow files and run records.
     dir: PathBuf,
+    /// The (empty) working directory of the runs.
+    work: PathBuf,
     /// Each run gets a runs directory of its own: deleting records between runs would make the file
     /// system slower at creating files for a while and blur the figures.
     runs: std::cell::Cell<u32>,
@@ -138,7 +143,7 @@ struct Bench {
 impl Bench {
     fn next_runs_dir(&self) -> PathBuf {
         self.runs.set(self.runs.get() + 1);
-        self.dir.join(format!("runs-{}", self.runs.get()))
+        self.dir.join(format!("records/runs-{}", self.runs.get()))
     }
 
     fn median(times: usize, mut measure: impl FnMut() -> Duration) -> Duration {

@@ -447,13 +447,26 @@ fn random_kills_never_rerun_a_checkpointed_stage() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(6);
+    kill_campaign(25, "sleep 0.03", trials, 30..280);
+}
+
+/// The same on a run of 2,000 stages, killed at several random points: the journal, replayed on each
+/// resume, holds every finished stage however long the run is.
+#[test]
+fn a_long_run_killed_at_random_points_loses_and_reruns_nothing() {
+    kill_campaign(2_000, "true", 4, 300..2_500);
+}
+
+/// Runs a chain of `stages` commands (each logs its name, then runs `extra`), kills it `trials` times
+/// after a random delay in `delay_ms` and resumes it each time, then checks the stages.
+fn kill_campaign(stages: usize, extra: &str, trials: u32, delay_ms: std::ops::Range<u64>) {
     let p = Project::new();
-    let nodes: Vec<String> = (1..=25).map(|i| format!("s{i:02}")).collect();
+    let nodes: Vec<String> = (1..=stages).map(|i| format!("s{i:04}")).collect();
     let mut body = String::new();
     for n in &nodes {
         let _ = write!(
             body,
-            "{n} [shape=parallelogram, script=\"echo {n} >> ran.log; sleep 0.03\"]\n "
+            "{n} [shape=parallelogram, script=\"echo {n} >> ran.log; {extra}\"]\n "
         );
     }
     p.write(
@@ -474,10 +487,17 @@ fn random_kills_never_rerun_a_checkpointed_stage() {
     // For each stage seen in a checkpoint after a kill: how often it had run by then. A stage may run
     // twice before it is checkpointed (killed mid-stage), never after.
     let mut held: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
-    let runs_of = |node: &str, log: &str| log.lines().filter(|l| *l == node).count();
+    let runs_of = |log: &str| {
+        let mut counts = std::collections::HashMap::<String, usize>::new();
+        for line in log.lines() {
+            *counts.entry(line.to_owned()).or_default() += 1;
+        }
+        counts
+    };
     let mut child = p.spawn_run("w.fabro");
     for _ in 0..trials {
-        std::thread::sleep(Duration::from_millis(30 + next() % 250));
+        let span = delay_ms.end - delay_ms.start;
+        std::thread::sleep(Duration::from_millis(delay_ms.start + next() % span));
         let _ = child.kill();
         child.wait().unwrap();
         if !p.run_exists() {
@@ -485,9 +505,9 @@ fn random_kills_never_rerun_a_checkpointed_stage() {
             continue;
         }
         let record = p.only_run();
-        let log = p.read("ran.log");
+        let counts = runs_of(&p.read("ran.log"));
         for node in checkpointed(&record) {
-            let times = runs_of(&node, &log);
+            let times = counts.get(&node).copied().unwrap_or(0);
             held.entry(node).or_insert(times);
         }
         child = p.command(&["resume", &run_id(&record)]).spawn().unwrap();
@@ -500,9 +520,9 @@ fn random_kills_never_rerun_a_checkpointed_stage() {
         "{}",
         finished.stderr()
     );
-    let ran = p.read("ran.log");
+    let counts = runs_of(&p.read("ran.log"));
     for node in &nodes {
-        let times = runs_of(node, &ran);
+        let times = counts.get(node).copied().unwrap_or(0);
         assert!(times >= 1, "{node} never ran");
         if let Some(before) = held.get(node) {
             assert_eq!(times, *before, "{node} ran again after it was checkpointed");
