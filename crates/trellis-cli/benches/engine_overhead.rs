@@ -96,7 +96,7 @@ fn main() {
     println!("64 branches of `sleep 0.2`, max_parallel=64: {fan_time:.3?}  [≤ 0.25 s]");
 
     let generated = bench.dir.join("generated.fabro");
-    std::fs::write(&generated, generated_workflow(10_000)).expect("write");
+    std::fs::write(&generated, trellis_test::workflows::generated(10_000)).expect("write");
     let validate = Bench::median(5, || {
         let started = Instant::now();
         let status = Command::new(env!("CARGO_BIN_EXE_trellis"))
@@ -279,53 +279,6 @@ fn ordinary_files(root: &Path, count: usize) {
         }
         std::fs::write(dir.join(format!("f{i}.py")), "x = 1\n").expect("write");
     }
-}
-
-/// The workflow `cargo bench -p trellis-workflow` validates: every common node kind, subgraphs with
-/// classes, a stylesheet, conditions and loops.
-fn generated_workflow(nodes: usize) -> String {
-    let mut dot = String::from(
-        "digraph Generated {\n  graph [goal=\"Benchmark\", model_stylesheet=\"* { model: m1; } .hot { model: m2; } #n5 { model: m3; }\"]\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n",
-    );
-    let body = nodes - 2;
-    for i in 0..body {
-        if i % 100 == 0 {
-            let _ = writeln!(
-                dot,
-                "  subgraph cluster_{i} {{\n    label=\"Group {i}\"\n    node [timeout=\"30s\"]"
-            );
-        }
-        let _ = match i % 4 {
-            0 => writeln!(
-                dot,
-                "    n{i} [shape=parallelogram, script=\"make step-{i}\"]"
-            ),
-            1 => writeln!(
-                dot,
-                "    n{i} [shape=tab, class=\"hot\", prompt=\"Do step {i} of $goal\"]"
-            ),
-            2 => writeln!(dot, "    n{i} [shape=diamond]"),
-            _ => writeln!(dot, "    n{i} [prompt=\"Agent step {i}\", max_visits=3]"),
-        };
-        if i % 100 == 99 || i + 1 == body {
-            dot.push_str("  }\n");
-        }
-    }
-    dot.push_str("  start -> n0\n");
-    for i in 0..body - 1 {
-        if i % 4 == 2 {
-            let _ = writeln!(
-                dot,
-                "  n{i} -> n{} [condition=\"outcome=success && context.score >= 5\"]",
-                i + 1
-            );
-            let _ = writeln!(dot, "  n{i} -> n{}", i.saturating_sub(3));
-        } else {
-            let _ = writeln!(dot, "  n{i} -> n{}", i + 1);
-        }
-    }
-    let _ = writeln!(dot, "  n{} -> exit\n}}", body - 1);
-    dot
 }
 
 /// The same chain in LangGraph with its SQLite checkpointer, timed as a whole process (as `trellis

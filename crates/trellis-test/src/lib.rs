@@ -10,6 +10,7 @@
 
 mod llmock;
 mod peers;
+pub mod workflows;
 
 pub use llmock::Llmock;
 pub use peers::{LocalModelFiles, cache_dir, local_model_files, missing_peer};
