@@ -21,7 +21,7 @@ enum Message {
 }
 
 /// Cuts a log back to its last complete line.
-pub(crate) fn repair_tail(path: &Path) -> io::Result<()> {
+fn repair_tail(path: &Path) -> io::Result<()> {
     use std::io::{Read as _, Seek as _, SeekFrom};
     let Ok(mut file) = OpenOptions::new().read(true).write(true).open(path) else {
         return Ok(());

@@ -332,14 +332,7 @@ impl RunDir {
         let Ok(text) = fs::read_to_string(self.journal_path()) else {
             return Vec::new();
         };
-        let mut entries = Vec::new();
-        for line in text.lines() {
-            match serde_json::from_str::<JournalEntry>(line) {
-                Ok(entry) if entry.n == entries.len() as u64 + 1 => entries.push(entry),
-                _ => break,
-            }
-        }
-        entries
+        readable_entries(&text).0
     }
 
     /// The last snapshot (or the one before it, when the last is damaged).
@@ -422,6 +415,24 @@ impl RunDir {
     }
 }
 
+/// The journal's entries up to the first line that is not the next entry (a torn last line, damage,
+/// an entry out of order), and the length of the text they take.
+fn readable_entries(text: &str) -> (Vec<JournalEntry>, usize) {
+    let mut entries = Vec::new();
+    let mut length = 0;
+    for line in text.split_inclusive('\n') {
+        if !line.ends_with('\n') {
+            break;
+        }
+        match serde_json::from_str::<JournalEntry>(line) {
+            Ok(entry) if entry.n == entries.len() as u64 + 1 => entries.push(entry),
+            _ => break,
+        }
+        length += line.len();
+    }
+    (entries, length)
+}
+
 impl RunStore for RunDir {
     fn stage_dir(&self, rank: u32, node: &str, visit: u32) -> io::Result<PathBuf> {
         let dir = self
@@ -465,9 +476,22 @@ impl RunStore for RunDir {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if journal.is_none() {
             let path = self.journal_path();
-            // A torn last line (the previous process died mid-write) is cut off first.
-            crate::event_log::repair_tail(&path)?;
-            let created = !path.exists();
+            // What a reader cannot use (a torn last line, damage) is cut off first, so the entries
+            // appended now follow the last one readers see.
+            let created = match fs::read_to_string(&path) {
+                Ok(text) => {
+                    let (_, readable) = readable_entries(&text);
+                    if readable < text.len() {
+                        fs::OpenOptions::new()
+                            .write(true)
+                            .open(&path)?
+                            .set_len(readable as u64)?;
+                    }
+                    false
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => true,
+                Err(e) => return Err(e),
+            };
             let file = {
                 use std::os::unix::fs::OpenOptionsExt as _;
                 fs::OpenOptions::new()
@@ -517,6 +541,66 @@ impl RunStore for RunDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn entry(n: u64) -> JournalEntry {
+        JournalEntry {
+            n,
+            rank: u32::try_from(n).unwrap(),
+            steps: 0,
+            seq: 0,
+            changes: vec![trellis_engine::checkpoint::Change::Stage(Box::new(
+                serde_json::from_value(serde_json::json!({
+                    "rank": n, "node_id": format!("s{n}"), "visit": 1, "attempt": 1,
+                    "status": "succeeded", "duration_ms": 0, "dir": format!("{n:03}-s{n}@1"),
+                }))
+                .unwrap(),
+            ))],
+        }
+    }
+
+    #[test]
+    fn readers_stop_at_damage_and_the_next_append_cuts_it_off() {
+        let runs = tempfile::tempdir().unwrap();
+        let meta = RunMeta {
+            run_id: "R".into(),
+            workflow: "w".into(),
+            goal: None,
+            source_path: "w.fabro".into(),
+            status: "running".into(),
+            started_at: "t".into(),
+            ended_at: None,
+            settings: trellis_engine::Settings::default(),
+        };
+        let record = RunDir::create(runs.path(), &meta, "digraph {}", "workflow.fabro").unwrap();
+        record
+            .save_checkpoint(&Checkpoint::new(
+                "R",
+                "start",
+                std::collections::BTreeMap::new(),
+            ))
+            .unwrap();
+        record.append_journal(&[entry(1), entry(2)]).unwrap();
+        // Damage: a line that is not an entry, an entry after it, and a torn line.
+        let mut text = fs::read_to_string(record.journal_path()).unwrap();
+        text.push_str("garbage\n");
+        text.push_str(&serde_json::to_string(&entry(3)).unwrap());
+        text.push_str("\n{\"n\":4,\"ra");
+        fs::write(record.journal_path(), text).unwrap();
+        let nodes = |record: &RunDir| -> Vec<String> {
+            record
+                .checkpoint()
+                .unwrap()
+                .stages
+                .into_iter()
+                .map(|s| s.node_id)
+                .collect()
+        };
+        assert_eq!(nodes(&record), ["s1", "s2"]);
+        let reopened = RunDir::open(&record.root().display().to_string(), runs.path()).unwrap();
+        reopened.append_journal(&[entry(3)]).unwrap();
+        assert_eq!(nodes(&reopened), ["s1", "s2", "s3"]);
+        assert_eq!(reopened.checkpoint().unwrap().journal, 3);
+    }
 
     /// Regression: a relative `--runs-dir` never matched the absolute paths of the artifact walk, so every
     /// command stage rescanned the whole runs directory.
