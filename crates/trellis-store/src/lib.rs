@@ -5,9 +5,10 @@
 //!   run.json          workflow name, goal, source path, status, times, settings
 //!   owner             the live owner's pid, under its `flock` (one owner per run)
 //!   workflow.fabro    the exact source that ran
-//!   checkpoint.json   written atomically after every stage (temp file, fsync, rename)
+//!   checkpoint.json   a snapshot, written atomically when a run starts and stops (temp, fsync, rename)
+//!   journal.jsonl     one synced line per stage with what it changed (replayed after the snapshot)
 //!   events.jsonl      append-only event log
-//!   stages/001-plan@1/ status.json, stdout.log, stderr.log, ...
+//!   stages/001-plan@1/ status.json, stdout.log and stderr.log (when written to), ...
 //!   blobs/<hex>       content-addressed values
 //! ```
 //!
