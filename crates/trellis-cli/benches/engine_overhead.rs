@@ -115,6 +115,11 @@ fn main() {
         mb(peak(&command))
     );
 
+    memory(&bench);
+}
+
+/// The peak memory of runs: chains of 1,000 to 10,000 stages, and a loop of 10,001.
+fn memory(bench: &Bench) {
     let mut peaks = String::new();
     for stages in [1_000, 2_000, 10_000] {
         let runs = bench.next_runs_dir();
@@ -128,6 +133,18 @@ fn main() {
         let _ = write!(peaks, "  {stages} stages: {}", mb(peak(&command)));
     }
     println!("peak memory of a run:{peaks}  [< 30 MB, flat]");
+    let runs = bench.next_runs_dir();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_trellis"));
+    command
+        .arg("run")
+        .arg(bench.loop_of(5_000))
+        .args(["--json", "--max-steps", "20000", "--runs-dir"])
+        .arg(runs)
+        .current_dir(&bench.work);
+    println!(
+        "peak memory of a 10,001-stage run of a 4-node loop: {}  [< 30 MB, flat]",
+        mb(peak(&command))
+    );
 }
 
 struct Bench {
@@ -181,6 +198,21 @@ impl Bench {
         }
         let _ = writeln!(chain, "  n{} -> exit\n}}", nodes - 1);
         std::fs::write(&path, chain).expect("write");
+        path
+    }
+
+    /// A loop of two commands that runs `2 * rounds + 1` stages: the history grows, the workflow
+    /// does not.
+    fn loop_of(&self, rounds: usize) -> PathBuf {
+        let path = self.dir.join("loop.fabro");
+        std::fs::write(
+            &path,
+            format!(
+                "digraph Loop {{\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  count [shape=parallelogram, script=\"f=count-$TRELLIS_RUN_ID; n=$(cat $f 2>/dev/null || echo 0); echo $((n+1)) > $f; test $n -lt {}\"]\n  again [shape=parallelogram, script=\"true\"]\n  start -> count\n  count -> again [condition=\"outcome=success\"]\n  count -> exit [condition=\"outcome=fail\"]\n  again -> count\n}}\n",
+                rounds - 1
+            ),
+        )
+        .expect("write");
         path
     }
 
