@@ -32,10 +32,16 @@ pub fn marker_in(env: &[(String, String)]) -> Option<String> {
     reason = "reads /proc, off the run's hot path"
 )]
 pub fn carries(pid: u32, marker: &str) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
-        env.split(|b| *b == 0)
-            .any(|entry| entry == marker.as_bytes())
-    })
+    has_entry(pid, |entry| entry == marker.as_bytes())
+}
+
+/// Whether an entry of process `pid`'s environment passes `test`.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "reads /proc, off the run's hot path"
+)]
+fn has_entry(pid: u32, test: impl Fn(&[u8]) -> bool) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|b| *b == 0).any(test))
 }
 
 /// How long a finished command's output pipes may stay open before whatever holds them is killed.
@@ -93,7 +99,7 @@ impl Drop for ProcessGroup {
     clippy::disallowed_methods,
     reason = "reads /proc once, when a stage ends abnormally or a run resumes"
 )]
-fn marked(marker: &str) -> Vec<Pid> {
+fn marked(test: impl Fn(&[u8]) -> bool + Copy) -> Vec<Pid> {
     let own = std::process::id();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -101,14 +107,14 @@ fn marked(marker: &str) -> Vec<Pid> {
     entries
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| pid != own && carries(pid, marker))
+        .filter(|&pid| pid != own && has_entry(pid, test))
         .filter_map(|pid| Some(Pid::from_raw(i32::try_from(pid).ok()?)))
         .collect()
 }
 
 /// Kills every process whose environment holds `marker` (`NAME=value`); returns how many.
 pub fn kill_marked(marker: &str) -> usize {
-    marked(marker)
+    marked(|entry| entry == marker.as_bytes())
         .into_iter()
         .filter(|&pid| kill(pid, Signal::SIGKILL).is_ok())
         .count()
@@ -118,12 +124,18 @@ pub fn kill_marked(marker: &str) -> usize {
 /// what they start in turn), with the run's id.
 pub const RUN_ID_VAR: &str = "TRELLIS_RUN_ID";
 
-/// Stops what an interrupted run left running: every process carrying the run's id, with its
-/// process group (never this process's own). Returns how many processes were found. Called before a
-/// resumed run starts, when no live process owns the run, so whatever carries its id is a leftover.
+/// Stops what an interrupted run left running: every process carrying the run's id — or the id of
+/// one of its sub-workflow runs, `<run id>/<node>…` — with its process group (never this process's
+/// own). Returns how many processes were found. Called before a resumed run starts, when no live
+/// process owns the run, so whatever carries its id is a leftover.
 pub fn reap_run(run_id: &str) -> usize {
     let own_group = nix::unistd::getpgrp();
-    let found = marked(&format!("{RUN_ID_VAR}={run_id}"));
+    let marker = format!("{RUN_ID_VAR}={run_id}");
+    let found = marked(|entry| {
+        entry
+            .strip_prefix(marker.as_bytes())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(b"/"))
+    });
     for &pid in &found {
         if let Ok(group) = nix::unistd::getpgid(Some(pid))
             && group != own_group

@@ -74,6 +74,30 @@ fn killed_at_slow(p: &Project) -> PathBuf {
     p.only_run()
 }
 
+/// A command of a sub-workflow that a killed run left running is stopped by the resume too: it
+/// carries the sub-run's id, `<run id>/<node>`.
+#[test]
+fn a_resume_stops_what_a_killed_sub_workflow_left_running() {
+    let p = Project::new();
+    p.write(
+        "child.fabro",
+        "digraph Child { start [shape=Mdiamond]\n exit [shape=Msquare]\n slow [shape=parallelogram, script=\"test -f again || { touch again; sleep 30; }\"]\n start -> slow -> exit }",
+    );
+    p.write(
+        "w.fabro",
+        &workflow("sub [shape=house, workflow=\"child.fabro\"]\n start -> sub -> exit"),
+    );
+    let record = killed_at_slow(&p);
+    let slow = record.join("stages/002-sub@1/child/stages/002-slow@1");
+    assert!(
+        run_support::processes_of(&slow) > 0,
+        "the killed run left its command running"
+    );
+    let resumed = p.resume(&run_id(&record), &[]);
+    assert_eq!(resumed.code(), Some(0), "{}", resumed.stderr());
+    run_support::assert_process_group_gone(&slow);
+}
+
 #[test]
 fn one_owner_per_run_a_second_resume_is_refused() {
     let p = Project::new();

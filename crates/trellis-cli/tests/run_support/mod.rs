@@ -148,29 +148,31 @@ impl Run {
 /// stopped before its command spawned has no group, and nothing to check. (Killed processes linger
 /// as zombies until init reaps them, so this polls briefly.)
 pub fn assert_process_group_gone(stage_dir: &Path) {
-    let marker = format!("TRELLIS_STAGE_DIR={}", stage_dir.display());
-    let carrying = || {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(Result::ok)
-            .filter(|e| {
-                e.file_name()
-                    .to_str()
-                    .is_some_and(|n| n.parse::<u32>().is_ok())
-            })
-            .filter(|e| {
-                std::fs::read(e.path().join("environ")).is_ok_and(|env| {
-                    env.split(|b| *b == 0)
-                        .any(|entry| entry == marker.as_bytes())
-                })
-            })
-            .count()
-    };
     wait_for(
         &format!("the processes of {} to be gone", stage_dir.display()),
         Duration::from_secs(5),
-        || carrying() == 0,
+        || processes_of(stage_dir) == 0,
     );
+}
+
+/// How many processes carry the stage's `TRELLIS_STAGE_DIR`.
+pub fn processes_of(stage_dir: &Path) -> usize {
+    let marker = format!("TRELLIS_STAGE_DIR={}", stage_dir.display());
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
+        .filter(|e| {
+            std::fs::read(e.path().join("environ")).is_ok_and(|env| {
+                env.split(|b| *b == 0)
+                    .any(|entry| entry == marker.as_bytes())
+            })
+        })
+        .count()
 }
 
 /// The directory of `node`'s first stage attempt in a run record.
