@@ -91,8 +91,7 @@ pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> C
             out: &mut diagnostics,
             sheet: None,
         };
-        let workflow = lowerer.lower(&flat);
-        drop(flat);
+        let workflow = lowerer.lower(flat);
         if !diagnostics
             .iter()
             .any(|d| d.is_error() && !rules::VALUE_ONLY.contains(&d.code))

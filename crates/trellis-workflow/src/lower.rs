@@ -86,26 +86,29 @@ impl Lowerer<'_> {
         }
     }
 
-    pub fn lower(mut self, flat: &FlatGraph) -> Workflow {
+    /// Lowers the flat graph, consuming it: each flat node and edge is freed once lowered, so a
+    /// large workflow never holds both forms whole.
+    pub fn lower(mut self, flat: FlatGraph) -> Workflow {
         let name = flat
             .name
             .as_ref()
             .map_or_else(|| "Workflow".to_owned(), |n| n.name.clone());
-        let mut workflow = Workflow::new(name, flat.format, flat.header_span);
+        let format = flat.format;
+        let mut workflow = Workflow::new(name, format, flat.header_span);
         workflow.nodes.reserve_exact(flat.nodes.len());
         workflow.edges.reserve_exact(flat.edges.len());
         workflow.graph = self.graph_config(&flat.graph_attrs);
-        for node in &flat.nodes {
-            let node = self.node(node, &workflow.graph);
+        for node in flat.nodes {
+            let node = self.node(&node, &workflow.graph);
             workflow.push_node(node);
         }
-        for (index, edge) in flat.edges.iter().enumerate() {
-            let edge = self.edge(edge, index, &workflow);
+        for (index, edge) in flat.edges.into_iter().enumerate() {
+            let edge = self.edge(&edge, index, &workflow);
             workflow.edges.push(edge);
         }
         workflow.index_edges();
         workflow.resolve_control_flow();
-        workflow.start = match flat.format {
+        workflow.start = match format {
             SourceFormat::Dot => {
                 let mut starts = workflow
                     .nodes
