@@ -415,7 +415,7 @@ impl Lowerer<'_> {
                 .node_index(&flat.to.name)
                 .expect("edge endpoints are nodes"),
             label: r.string("label"),
-            condition,
+            condition: condition.map(Box::new),
             when: r.string("when").filter(|w| !w.trim().is_empty()),
             max_iterations: r.count("max_iterations", 1),
             weight: r.int("weight", i64::MIN).unwrap_or(0),

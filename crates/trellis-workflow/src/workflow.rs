@@ -109,7 +109,7 @@ pub struct Edge {
     pub from: NodeIndex,
     pub to: NodeIndex,
     pub label: Option<String>,
-    pub condition: Option<Condition>,
+    pub condition: Option<Box<Condition>>,
     /// A natural-language condition judged by a model.
     pub when: Option<String>,
     pub max_iterations: Option<u32>,
