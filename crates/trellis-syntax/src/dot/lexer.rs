@@ -14,11 +14,8 @@ use crate::span::Span;
 pub enum TokenKind {
     /// A bare word with its lexical class.
     Word(ValueKind),
-    /// A quoted string: unescaped text and the escape offset map (see `ast::Value::offset_map`).
-    Str {
-        text: String,
-        offset_map: Vec<(u32, u32)>,
-    },
+    /// A quoted string (boxed: most tokens are not, and a token list is as large as its largest).
+    Str(Box<Quoted>),
     LBrace,
     RBrace,
     LBracket,
@@ -33,6 +30,13 @@ pub enum TokenKind {
     /// A character that starts no token (already reported).
     Unknown,
     Eof,
+}
+
+/// A quoted string's unescaped text and its escape offset map (see `ast::Value::offset_map`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quoted {
+    pub text: String,
+    pub offset_map: Vec<(u32, u32)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -246,7 +250,7 @@ impl Lexer<'_, '_> {
                 }
             }
         }
-        self.push(TokenKind::Str { text, offset_map }, start);
+        self.push(TokenKind::Str(Box::new(Quoted { text, offset_map })), start);
     }
 }
 
@@ -317,10 +321,10 @@ mod tests {
             "\"a\\\"b\\\\c\\nd\\te\\d and \\\n      more\"",
             &mut diagnostics,
         );
-        let TokenKind::Str { text, .. } = &tokens[0].kind else {
+        let TokenKind::Str(quoted) = &tokens[0].kind else {
             panic!("expected a string")
         };
-        assert_eq!(text, "a\"b\\c\nd\te\\d and more");
+        assert_eq!(quoted.text, "a\"b\\c\nd\te\\d and more");
         assert!(diagnostics.is_empty());
     }
 
@@ -329,7 +333,7 @@ mod tests {
         let mut diagnostics = Vec::new();
         let tokens = lex("\"// not /* a */ comment\" // real", &mut diagnostics);
         assert!(
-            matches!(&tokens[0].kind, TokenKind::Str { text, .. } if text == "// not /* a */ comment")
+            matches!(&tokens[0].kind, TokenKind::Str(quoted) if quoted.text == "// not /* a */ comment")
         );
         assert_eq!(tokens[1].kind, TokenKind::Comment);
     }

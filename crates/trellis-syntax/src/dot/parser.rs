@@ -152,7 +152,7 @@ impl Parser<'_, '_> {
     fn describe(&self, token: &Token) -> String {
         match &token.kind {
             TokenKind::Eof => "end of file".to_owned(),
-            TokenKind::Str { .. } => "a quoted string".to_owned(),
+            TokenKind::Str(_) => "a quoted string".to_owned(),
             _ => format!("`{}`", self.slice(token.span)),
         }
     }
@@ -256,10 +256,10 @@ impl Parser<'_, '_> {
                     span: token.span,
                 })
             }
-            TokenKind::Str { text, .. } => {
+            TokenKind::Str(quoted) => {
                 self.bump();
                 Some(Ident {
-                    name: text.clone(),
+                    name: quoted.text.clone(),
                     span: token.span,
                 })
             }
@@ -355,11 +355,11 @@ impl Parser<'_, '_> {
             return self.parse_subgraph();
         }
         match &token.kind {
-            TokenKind::Word(_) | TokenKind::Str { .. } if next == TokenKind::Equals => {
+            TokenKind::Word(_) | TokenKind::Str(_) if next == TokenKind::Equals => {
                 let attr = self.parse_attr()?;
                 Some(Stmt::Attr(attr))
             }
-            TokenKind::Word(_) | TokenKind::Str { .. } => {
+            TokenKind::Word(_) | TokenKind::Str(_) => {
                 let first = self.parse_node_id()?;
                 if matches!(
                     self.peek().kind,
@@ -392,10 +392,10 @@ impl Parser<'_, '_> {
                     name: self.slice(token.span).to_owned(),
                     span: token.span,
                 });
-            } else if let TokenKind::Str { text, .. } = &token.kind {
+            } else if let TokenKind::Str(quoted) = &token.kind {
                 self.bump();
                 name = Some(Ident {
-                    name: text.clone(),
+                    name: quoted.text.clone(),
                     span: token.span,
                 });
             }
@@ -445,7 +445,7 @@ impl Parser<'_, '_> {
         let token = self.peek().clone();
         let (name, quoted) = match &token.kind {
             TokenKind::Word(_) => (self.slice(token.span).to_owned(), false),
-            TokenKind::Str { text, .. } => (text.clone(), true),
+            TokenKind::Str(quoted) => (quoted.text.clone(), true),
             TokenKind::LBrace => {
                 self.error(
                     "edges to subgraphs are not supported",
@@ -565,8 +565,8 @@ impl Parser<'_, '_> {
                 name: self.slice(token.span).to_owned(),
                 span: token.span,
             },
-            TokenKind::Str { text, .. } => Ident {
-                name: text.clone(),
+            TokenKind::Str(quoted) => Ident {
+                name: quoted.text.clone(),
                 span: token.span,
             },
             _ => {
@@ -595,11 +595,11 @@ impl Parser<'_, '_> {
         let token = self.peek().clone();
         let value = match token.kind {
             TokenKind::Word(kind) => Value::plain(self.slice(token.span), kind, token.span),
-            TokenKind::Str { text, offset_map } => Value {
-                text,
+            TokenKind::Str(quoted) => Value {
+                text: quoted.text,
                 kind: ValueKind::Quoted,
                 span: token.span,
-                offset_map,
+                offset_map: quoted.offset_map,
             },
             _ => {
                 let found = self.describe(&token);
