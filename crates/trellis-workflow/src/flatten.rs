@@ -69,10 +69,12 @@ struct Flattener {
     index: HashMap<String, usize>,
 }
 
-pub(crate) fn flatten(document: &Document) -> FlatGraph {
+/// Flattens the document, consuming it: each statement's attributes move into the flat graph, and
+/// a statement is freed once flattened.
+pub(crate) fn flatten(document: Document) -> FlatGraph {
     let mut flattener = Flattener {
         graph: FlatGraph {
-            name: document.name.clone(),
+            name: document.name,
             format: document.format,
             header_span: document.header_span,
             graph_attrs: AttrMap::new(),
@@ -81,7 +83,7 @@ pub(crate) fn flatten(document: &Document) -> FlatGraph {
         },
         index: HashMap::new(),
     };
-    flattener.walk(&document.body, &mut Scope::default(), true);
+    flattener.walk(document.body, &mut Scope::default(), true);
     flattener.graph
 }
 
@@ -109,16 +111,14 @@ fn subgraph_classes(stmts: &[Stmt]) -> Vec<String> {
 }
 
 impl Flattener {
-    fn walk(&mut self, stmts: &[Stmt], scope: &mut Scope, top_level: bool) {
+    fn walk(&mut self, stmts: Vec<Stmt>, scope: &mut Scope, top_level: bool) {
         if !top_level {
-            scope.classes.extend(subgraph_classes(stmts));
+            scope.classes.extend(subgraph_classes(&stmts));
         }
         for stmt in stmts {
             match stmt {
                 Stmt::Attr(attr) if top_level => {
-                    self.graph
-                        .graph_attrs
-                        .insert(attr.key.name.clone(), attr.clone());
+                    self.graph.graph_attrs.insert(attr.key.name.clone(), attr);
                 }
                 Stmt::Defaults {
                     target: DefaultsTarget::Graph,
@@ -126,9 +126,7 @@ impl Flattener {
                     ..
                 } if top_level => {
                     for attr in attrs {
-                        self.graph
-                            .graph_attrs
-                            .insert(attr.key.name.clone(), attr.clone());
+                        self.graph.graph_attrs.insert(attr.key.name.clone(), attr);
                     }
                 }
                 // Subgraph attributes other than label/class are layout hints.
@@ -143,9 +141,7 @@ impl Flattener {
                     ..
                 } => {
                     for attr in attrs {
-                        scope
-                            .node_defaults
-                            .insert(attr.key.name.clone(), attr.clone());
+                        scope.node_defaults.insert(attr.key.name.clone(), attr);
                     }
                 }
                 Stmt::Defaults {
@@ -154,13 +150,11 @@ impl Flattener {
                     ..
                 } => {
                     for attr in attrs {
-                        scope
-                            .edge_defaults
-                            .insert(attr.key.name.clone(), attr.clone());
+                        scope.edge_defaults.insert(attr.key.name.clone(), attr);
                     }
                 }
                 Stmt::Node { id, attrs } => {
-                    let node = self.mention(id, scope);
+                    let node = self.mention(&id, scope);
                     let node = &mut self.graph.nodes[node];
                     // Diagnostics about a node point at its first declaration, not an earlier edge.
                     if !node.declared {
@@ -172,16 +166,16 @@ impl Flattener {
                             node.classes.extend(split_classes(&attr.value.text));
                         }
                         node.explicit.insert(attr.key.name.clone(), ());
-                        node.attrs.insert(attr.key.name.clone(), attr.clone());
+                        node.attrs.insert(attr.key.name.clone(), attr);
                     }
                 }
                 Stmt::Edge { chain, attrs, span } => {
-                    for id in chain {
+                    for id in &chain {
                         self.mention(id, scope);
                     }
                     let mut edge_attrs = scope.edge_defaults.clone();
                     for attr in attrs {
-                        edge_attrs.insert(attr.key.name.clone(), attr.clone());
+                        edge_attrs.insert(attr.key.name.clone(), attr);
                     }
                     for pair in chain.windows(2) {
                         self.graph.edges.push(FlatEdge {
@@ -189,7 +183,7 @@ impl Flattener {
                             to: pair[1].clone(),
                             attrs: edge_attrs.clone(),
                             span: if chain.len() == 2 {
-                                *span
+                                span
                             } else {
                                 pair[0].span.to(pair[1].span)
                             },
@@ -243,7 +237,7 @@ mod tests {
         let mut diagnostics = Vec::new();
         let document = trellis_syntax::dot::parser::parse_dot(text, &mut diagnostics);
         assert!(diagnostics.is_empty(), "{diagnostics:?}");
-        flatten(&document)
+        flatten(document)
     }
 
     #[test]

@@ -80,10 +80,9 @@ pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> C
             .clone()
             .or_else(|| file.path().and_then(Path::parent).map(Path::to_path_buf))
             .unwrap_or_else(|| PathBuf::from("."));
-        let mut flat = flatten::flatten(&parsed.document);
-        // Each stage's input is dropped once the next is built: a large workflow never holds its
-        // syntax tree, flat graph and lowered form at once.
-        drop(parsed.document);
+        // Each form consumes the one before it: a large workflow never holds its syntax tree, flat
+        // graph and lowered form at once.
+        let mut flat = flatten::flatten(parsed.document);
         rules::attribute_alias::apply(&mut flat, &mut diagnostics);
         let lowerer = lower::Lowerer {
             base_dir: &base_dir,

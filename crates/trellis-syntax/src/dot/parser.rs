@@ -295,7 +295,11 @@ impl Parser<'_, '_> {
         let mut stmts = Vec::new();
         loop {
             match self.peek().kind {
-                TokenKind::RBrace | TokenKind::Eof => return stmts,
+                TokenKind::RBrace | TokenKind::Eof => {
+                    // A large workflow's statement list is kept while it is flattened: no slack.
+                    stmts.shrink_to_fit();
+                    return stmts;
+                }
                 TokenKind::Semicolon => {
                     self.bump();
                 }
@@ -539,6 +543,8 @@ impl Parser<'_, '_> {
                 }
             }
         }
+        // Most lists hold one or two attributes; a growing vector keeps room for four.
+        attrs.shrink_to_fit();
         attrs
     }
 
