@@ -26,15 +26,6 @@ pub fn marker_in(env: &[(String, String)]) -> Option<String> {
         .map(|(name, value)| format!("{name}={value}"))
 }
 
-/// Whether process `pid`'s environment holds `marker` (`NAME=value`).
-#[allow(
-    clippy::disallowed_methods,
-    reason = "reads /proc, off the run's hot path"
-)]
-pub fn carries(pid: u32, marker: &str) -> bool {
-    has_entry(pid, |entry| entry == marker.as_bytes())
-}
-
 /// Whether an entry of process `pid`'s environment passes `test`.
 #[allow(
     clippy::disallowed_methods,

@@ -493,6 +493,16 @@ impl Checkpoint {
         self.artifact_count += record.details.artifacts.len();
     }
 
+    /// Sets the counts from the stages held (a record written before the journal existed).
+    pub fn recount(&mut self) {
+        let stages = std::mem::take(&mut self.stages);
+        (self.stage_count, self.artifact_count) = (0, 0);
+        for record in &stages {
+            self.count(record);
+        }
+        self.stages = stages;
+    }
+
     /// Replays one journal entry (entries must come in order; see [`JournalEntry::n`]).
     pub fn replay(&mut self, entry: &JournalEntry) {
         for change in &entry.changes {

@@ -78,21 +78,26 @@ fn program_path(program: &'static str) -> std::ffi::OsString {
     if let Some((_, path)) = found.iter().find(|(name, _)| *name == program) {
         return path.clone();
     }
-    let path = std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|dir| dir.join(program))
-                .find(|candidate| is_executable(candidate))
-        })
-        .map_or_else(|| program.into(), std::path::PathBuf::into_os_string);
+    let path = on_path(program).map_or_else(|| program.into(), std::path::PathBuf::into_os_string);
     found.push((program, path.clone()));
     path
 }
 
-#[allow(clippy::disallowed_methods, reason = "a stat, once per program")]
-fn is_executable(path: &Path) -> bool {
+/// The executable `program` on `PATH`, if there is one.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a stat per PATH entry, once per program"
+)]
+pub(crate) fn on_path(program: &str) -> Option<std::path::PathBuf> {
     use std::os::unix::fs::PermissionsExt as _;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|path| {
+                std::fs::metadata(path)
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
+    })
 }
 
 type Reader = tokio::task::JoinHandle<()>;

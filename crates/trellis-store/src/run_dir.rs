@@ -306,11 +306,7 @@ impl RunDir {
     pub fn checkpoint(&self) -> Result<Checkpoint, StoreError> {
         let mut checkpoint = self.snapshot()?;
         // Records written before the journal existed keep their stages in the snapshot.
-        checkpoint.stage_count = checkpoint.stages.len();
-        checkpoint.artifact_count = 0;
-        for record in &checkpoint.stages {
-            checkpoint.artifact_count += record.details.artifacts.len();
-        }
+        checkpoint.recount();
         let snapshot_holds = checkpoint.journal;
         for entry in self.journal() {
             if entry.n > snapshot_holds {

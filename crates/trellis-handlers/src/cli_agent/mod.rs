@@ -490,23 +490,11 @@ pub fn find_clis() -> Vec<FoundCli> {
     [AgentCli::Claude, AgentCli::Codex, AgentCli::Gemini]
         .into_iter()
         .map(|cli| {
-            let path = on_path(cli.as_str());
+            let path = crate::command::on_path(cli.as_str());
             let version = path.as_deref().and_then(version_of);
             FoundCli { cli, path, version }
         })
         .collect()
-}
-
-fn on_path(program: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(program))
-            .find(|path| {
-                path.metadata()
-                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            })
-    })
 }
 
 fn version_of(program: &Path) -> Option<String> {
