@@ -39,6 +39,8 @@ enum Command {
     Show(commands::runs::ShowArgs),
     /// Print a run's event log.
     Events(commands::runs::EventsArgs),
+    /// Serve the HTTP API and the web app: start, watch, answer and cancel runs from a browser.
+    Serve(commands::serve::Args),
     /// Show the configured model providers, the local model's state and the model catalog.
     Models(commands::models::Args),
 }
@@ -74,6 +76,7 @@ fn main() -> ExitCode {
         Command::Show(args) => commands::runs::show(&args),
         Command::Events(args) => commands::runs::events(&args),
         Command::Models(args) => commands::models::run(&args),
+        Command::Serve(args) => commands::serve::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -9,4 +9,4 @@
 
 mod run;
 
-pub use run::{Finished, Loaded, NewRun, Resumable, Run, RunError, Wiring, load};
+pub use run::{Finished, Loaded, NewRun, Resumable, Run, RunError, Wiring, load, load_text};

@@ -88,6 +88,32 @@ pub async fn load(
     .await
 }
 
+/// Compiles a workflow given as text (pasted into the web app, posted to the API). `path` places it for
+/// the run record (it need not exist: its extension picks DOT or YAML, and `@file` references resolve
+/// beside it); diagnostics name its file name.
+pub async fn load_text(path: &Path, text: String, goal: Option<String>) -> Loaded {
+    let options = CompileOptions {
+        goal,
+        base_dir: path.parent().map(Path::to_path_buf),
+    };
+    let path = path.to_path_buf();
+    blocking(move || {
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let file = SourceFile::new(name, text);
+        let parsed = trellis_syntax::parse(&file);
+        let compiled = trellis_workflow::compile(&file, parsed, &options);
+        Loaded {
+            path,
+            file,
+            compiled,
+        }
+    })
+    .await
+}
+
 /// What a new run needs besides its workflow.
 pub struct NewRun {
     /// The workflow file, as given (the record keeps its absolute path).
@@ -330,6 +356,7 @@ impl Resumable {
     fn open_blocking(reference: &str, runs_dir: &Path) -> Result<Self, RunError> {
         let record = Arc::new(RunDir::open(reference, runs_dir)?);
         let meta = record.meta()?;
+        let mut meta = meta;
         let owner = record.claim(&meta.run_id)?;
         record.remove_temporary_files();
         let mut checkpoint = record.checkpoint().map_err(|source| {
@@ -343,6 +370,11 @@ impl Resumable {
         // Events written after the last checkpoint (by a killed process) keep their numbers.
         let last_seq = record.events()?.last().map_or(0, |e| e.seq);
         checkpoint.seq = checkpoint.seq.max(last_seq);
+        // The run is running again (a reader sees `interrupted` or `waiting` no longer).
+        if !checkpoint.status.is_finished() && meta.status != RunStatus::Running.as_str() {
+            RunStatus::Running.as_str().clone_into(&mut meta.status);
+            record.write_meta(&meta)?;
+        }
         Ok(Self {
             record,
             meta,

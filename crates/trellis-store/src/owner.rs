@@ -56,6 +56,12 @@ pub(crate) fn claim(path: &Path) -> Result<Owner, Claim> {
     }
 }
 
+/// The pid the run's last owner wrote.
+pub(crate) fn pid(path: &Path) -> Option<u32> {
+    let mut file = OpenOptions::new().read(true).open(path).ok()?;
+    pid_in(&mut file)
+}
+
 /// Whether a live process owns the run.
 pub(crate) fn is_owned(path: &Path) -> bool {
     let Ok(file) = OpenOptions::new().read(true).open(path) else {

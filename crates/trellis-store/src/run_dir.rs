@@ -277,6 +277,11 @@ impl RunDir {
         meta.status.clone()
     }
 
+    /// The pid of the process that owns (or last owned) the run; check [`Self::has_live_owner`] too.
+    pub fn owner_pid(&self) -> Option<u32> {
+        crate::owner::pid(&self.owner_path())
+    }
+
     /// Whether a live process owns the run.
     pub fn has_live_owner(&self) -> bool {
         crate::owner::is_owned(&self.owner_path())

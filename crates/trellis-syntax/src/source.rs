@@ -111,6 +111,14 @@ impl SourceFile {
         &self.name
     }
 
+    /// The same file under another name in diagnostics (a server names files relative to the
+    /// folder it serves, never by their absolute path).
+    #[must_use]
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
     /// The path the file was loaded from, if it came from disk.
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()

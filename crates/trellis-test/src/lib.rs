@@ -8,6 +8,7 @@
     reason = "test support sets up files before and after the code under test runs"
 )]
 
+pub mod http;
 mod llmock;
 mod peers;
 pub mod workflows;

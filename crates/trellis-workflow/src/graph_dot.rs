@@ -93,3 +93,97 @@ pub fn to_dot(workflow: &Workflow) -> String {
     out.push_str("}\n");
     out
 }
+
+/// Shapes Graphviz draws that a workflow's picture keeps; any other shape is drawn as a box.
+const PICTURE_SHAPES: &[&str] = &[
+    "box",
+    "rect",
+    "rectangle",
+    "square",
+    "ellipse",
+    "oval",
+    "circle",
+    "doublecircle",
+    "diamond",
+    "Mdiamond",
+    "Msquare",
+    "hexagon",
+    "octagon",
+    "parallelogram",
+    "component",
+    "house",
+    "invhouse",
+    "tab",
+    "folder",
+    "note",
+    "cylinder",
+    "trapezium",
+    "invtrapezium",
+    "point",
+    "plaintext",
+];
+
+/// Clips a label for the picture (the run page shows the whole text on click).
+fn clip(text: &str, max: usize) -> String {
+    let text = text.trim();
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut clipped: String = text.chars().take(max - 1).collect();
+    clipped.push('…');
+    clipped
+}
+
+/// The workflow as a picture for a layout engine (`trellis graph --format svg`, the web app): one box
+/// per node with its label and shape, one arrow per edge with its label or condition. Nodes and edges
+/// carry ids (`node:<id>`, `edge:<index>`) that the SVG keeps, so the run page can colour them.
+pub fn picture(workflow: &Workflow) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "digraph {} {{", quote(&workflow.name));
+    out.push_str(
+        "    graph [fontname=\"Helvetica\", bgcolor=\"transparent\", nodesep=0.35, ranksep=0.45]\n",
+    );
+    out.push_str("    node [fontname=\"Helvetica\", fontsize=11, shape=box, style=\"rounded,filled\", fillcolor=\"#f4f4f5\", color=\"#71717a\"]\n");
+    out.push_str(
+        "    edge [fontname=\"Helvetica\", fontsize=9, color=\"#71717a\", fontcolor=\"#52525b\"]\n",
+    );
+    for node in &workflow.nodes {
+        let shape = node
+            .attributes
+            .get("shape")
+            .map(String::as_str)
+            .filter(|s| PICTURE_SHAPES.contains(s))
+            .unwrap_or("box");
+        let label = if node.label.trim().is_empty() {
+            node.id.as_str()
+        } else {
+            node.label.as_str()
+        };
+        let _ = writeln!(
+            out,
+            "    {} [id={}, label={}, shape={shape}, tooltip={}]",
+            quote(&node.id),
+            quote(&format!("node:{}", node.id)),
+            quote(&clip(label, 40)),
+            quote(&node.id),
+        );
+    }
+    for edge in &workflow.edges {
+        let label = edge
+            .label
+            .clone()
+            .or_else(|| edge.attributes.get("condition").cloned())
+            .or_else(|| edge.when.clone())
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "    {} -> {} [id={}, label={}]",
+            quote(&workflow.nodes[edge.from].id),
+            quote(&workflow.nodes[edge.to].id),
+            quote(&format!("edge:{}", edge.index)),
+            quote(&clip(&label, 32)),
+        );
+    }
+    out.push_str("}\n");
+    out
+}

@@ -64,6 +64,28 @@ impl Compiled {
     }
 }
 
+/// One file's entry in the machine-readable validation report (`trellis validate --format json`,
+/// the server's `/api/validate` and its `422` answers): its outline, verdict and diagnostics with
+/// line and column.
+pub fn report(file: &SourceFile, compiled: &Compiled) -> serde_json::Value {
+    let tally = trellis_syntax::Tally::of(&compiled.diagnostics);
+    serde_json::json!({
+        "file": file.name(),
+        "workflow": compiled.outline.as_ref().map(|o| serde_json::json!({ "name": o.name, "nodes": o.nodes, "edges": o.edges })),
+        "valid": tally.errors == 0,
+        "errors": tally.errors,
+        "warnings": tally.warnings,
+        "diagnostics": compiled.diagnostics.iter().map(|d| trellis_syntax::render::to_json(file, d)).collect::<Vec<_>>(),
+    })
+}
+
+/// The report document around file entries: valid when every file is (an entry with an `error`, a
+/// file that could not be read, is not).
+pub fn report_document(files: Vec<serde_json::Value>) -> serde_json::Value {
+    let valid = files.iter().all(|f| f["valid"] == true);
+    serde_json::json!({ "valid": valid, "files": serde_json::Value::Array(files) })
+}
+
 /// Lowers and validates a parsed workflow.
 ///
 /// Syntax errors stop compilation (the partial tree would only produce echoes of them). Structural

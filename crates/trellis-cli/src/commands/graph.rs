@@ -1,4 +1,4 @@
-//! `trellis graph FILE`: prints the compiled workflow as normalized DOT (resolved attributes, handler
+//! `trellis graph FILE`: prints the compiled workflow as normalized DOT (or, `--format svg`, its picture) (resolved attributes, handler
 //! types, classes, stylesheet models, expanded prompts). An invalid workflow prints its diagnostics to
 //! standard error instead and exits 1.
 
@@ -17,9 +17,19 @@ pub struct Args {
     /// Replace the workflow's goal, as `trellis run --goal` would.
     #[arg(long)]
     goal: Option<String>,
+    /// `dot`: the normalized workflow (what the engine runs); `svg`: its picture, laid out by Graphviz's
+    /// `dot` when installed, else by a built-in layout engine.
+    #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]
+    format: GraphFormat,
     /// Colour diagnostics.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     color: ColorChoice,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GraphFormat {
+    Dot,
+    Svg,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
@@ -44,6 +54,18 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         eprintln!("error: {} is not valid; fix the errors above", file.name());
         return Ok(ExitCode::from(EXIT_INVALID));
     };
-    print!("{}", trellis_workflow::graph_dot::to_dot(workflow));
+    match args.format {
+        GraphFormat::Dot => print!("{}", trellis_workflow::graph_dot::to_dot(workflow)),
+        GraphFormat::Svg => {
+            let picture = trellis_workflow::graph_dot::picture(workflow);
+            match trellis_server::graph::render_svg(&picture) {
+                Ok((svg, _)) => print!("{svg}"),
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    return Ok(ExitCode::from(EXIT_USAGE));
+                }
+            }
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -6,6 +6,7 @@ mod progress;
 pub mod rules;
 pub mod run;
 pub mod runs;
+pub mod serve;
 pub mod validate;
 
 use std::io::IsTerminal;

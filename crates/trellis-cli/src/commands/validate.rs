@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 use trellis_syntax::Tally;
-use trellis_syntax::render::{render_terminal, to_json};
+use trellis_syntax::render::render_terminal;
 use trellis_workflow::{CompileOptions, Compiled};
 
 use super::{ColorChoice, EXIT_INVALID, EXIT_USAGE, OutputFormat};
@@ -61,21 +61,22 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         let tally = Tally::of(diagnostics);
         any_invalid |= tally.errors > 0;
         match args.format {
-            OutputFormat::Json => documents.push(json!({
-                "file": file.name(),
-                "workflow": outline.as_ref().map(|o| json!({ "name": o.name, "nodes": o.nodes, "edges": o.edges })),
-                "valid": tally.errors == 0,
-                "errors": tally.errors,
-                "warnings": tally.warnings,
-                "diagnostics": diagnostics.iter().map(|d| to_json(&file, d)).collect::<Vec<_>>(),
-            })),
+            OutputFormat::Json => documents.push(trellis_workflow::report(&file, &compiled)),
             OutputFormat::Text => {
                 if i > 0 {
                     writeln!(stdout)?;
                 }
                 match outline {
-                    Some(o) => writeln!(stdout, "Workflow: {} ({} nodes, {} edges)", o.name, o.nodes, o.edges)?,
-                    None => writeln!(stdout, "Workflow: {} (not compiled: syntax errors)", file.name())?,
+                    Some(o) => writeln!(
+                        stdout,
+                        "Workflow: {} ({} nodes, {} edges)",
+                        o.name, o.nodes, o.edges
+                    )?,
+                    None => writeln!(
+                        stdout,
+                        "Workflow: {} (not compiled: syntax errors)",
+                        file.name()
+                    )?,
                 }
                 render_terminal(&mut stdout, &file, diagnostics, color)?;
                 writeln!(stdout, "{}: {}", file.name(), verdict(tally))?;
@@ -88,7 +89,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     if args.format == OutputFormat::Json {
-        let document = json!({ "valid": !any_invalid && !any_unreadable, "files": documents });
+        let document = trellis_workflow::report_document(documents);
         writeln!(stdout, "{}", serde_json::to_string_pretty(&document)?)?;
     }
     Ok(if any_unreadable {

@@ -1,0 +1,784 @@
+//! The JSON API. Every route is declared once, with its `#[utoipa::path]` description beside the handler,
+//! and [`router`] builds both the axum router and the OpenAPI document from those declarations, so the
+//! document served at `/api/openapi.json` cannot drift from what the server does.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use trellis_engine::context::resolve_blob;
+use trellis_engine::event::EventKind;
+use trellis_engine::services::Choice;
+use trellis_engine::{Event, keys};
+use trellis_store::{RunDir, RunMeta, list_runs};
+use utoipa::{IntoParams, OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::runs::{ActionError, Server, Start};
+
+/// An API error: its status and a JSON body `{"error": "..."}` (or, for an invalid workflow, the
+/// validation report).
+pub enum ApiError {
+    Status(StatusCode, String),
+    Invalid(Value),
+}
+
+impl ApiError {
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::Status(StatusCode::NOT_FOUND, message.into())
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::Status(StatusCode::BAD_REQUEST, message.into())
+    }
+
+    pub fn internal(message: impl std::fmt::Display) -> Self {
+        Self::Status(StatusCode::INTERNAL_SERVER_ERROR, message.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match self {
+            ApiError::Status(status, message) => {
+                (status, Json(json!({ "error": message }))).into_response()
+            }
+            ApiError::Invalid(report) => {
+                (StatusCode::UNPROCESSABLE_ENTITY, Json(report)).into_response()
+            }
+        }
+    }
+}
+
+impl From<ActionError> for ApiError {
+    fn from(error: ActionError) -> Self {
+        let status = match &error {
+            ActionError::NotFound(_) => StatusCode::NOT_FOUND,
+            ActionError::Conflict(_)
+            | ActionError::Run(trellis_run::RunError::Store(trellis_store::StoreError::Busy {
+                ..
+            })) => StatusCode::CONFLICT,
+            ActionError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ActionError::Run(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Self::Status(status, error.to_string())
+    }
+}
+
+impl From<trellis_run::RunError> for ApiError {
+    fn from(error: trellis_run::RunError) -> Self {
+        ActionError::from(error).into()
+    }
+}
+
+/// Runs blocking file work on the blocking pool.
+pub(crate) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(ApiError::internal)?
+}
+
+/// One run, as lists show it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunSummary {
+    pub id: String,
+    pub workflow: String,
+    /// `running`, `succeeded`, `failed`, `waiting_for_input`, `cancelled` or `interrupted` (recorded as
+    /// running, but the process running it is gone).
+    pub status: String,
+    pub goal: Option<String>,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    /// Stages executed so far.
+    pub stage_count: usize,
+    /// The stage running now (or waiting), while the run is not finished.
+    pub current: Option<String>,
+    /// Whether this server is running it.
+    pub live: bool,
+}
+
+/// A page of runs, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunList {
+    pub runs: Vec<RunSummary>,
+    /// How many runs matched the filters.
+    pub total: usize,
+    pub offset: usize,
+    pub limit: usize,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RunQuery {
+    /// Only runs with this status.
+    status: Option<String>,
+    /// Only runs of this workflow (its name).
+    workflow: Option<String>,
+    #[serde(default)]
+    offset: usize,
+    /// At most this many runs (default 50, at most 500).
+    limit: Option<usize>,
+}
+
+/// One option of a human gate.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct GateOption {
+    pub label: String,
+    /// Its accelerator key (`[A] Approve` → `A`).
+    pub key: Option<String>,
+}
+
+/// A human gate waiting for an answer.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Gate {
+    /// The gate's node id: the `gate` of an answer.
+    pub gate: String,
+    pub prompt: String,
+    pub options: Vec<GateOption>,
+    /// Whether free text is accepted.
+    pub freeform: bool,
+}
+
+impl Gate {
+    fn choices(&self) -> Vec<Choice> {
+        self.options
+            .iter()
+            .map(|o| Choice {
+                label: o.label.clone(),
+                key: o.key.as_deref().and_then(|k| k.chars().next()),
+            })
+            .collect()
+    }
+
+    /// Whether `text` is an answer the gate takes.
+    pub fn accepts(&self, text: &str) -> bool {
+        self.freeform || trellis_handlers::human::match_choice(text, &self.choices()).is_some()
+    }
+
+    pub fn rejection(&self, text: &str) -> String {
+        let labels: Vec<&str> = self.options.iter().map(|o| o.label.as_str()).collect();
+        format!(
+            "`{text}` is not one of the options of gate `{}`: {}",
+            self.gate,
+            labels.join(", ")
+        )
+    }
+
+    fn of(node: String, prompt: String, labels: Vec<String>, freeform: bool) -> Self {
+        Self {
+            gate: node,
+            prompt,
+            options: labels
+                .into_iter()
+                .map(|label| GateOption {
+                    key: trellis_workflow::label::accelerator(&label).map(String::from),
+                    label,
+                })
+                .collect(),
+            freeform,
+        }
+    }
+}
+
+/// A run with its stages, context and what it waits for.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunDetail {
+    #[serde(flatten)]
+    pub summary: RunSummary,
+    /// The workflow file the run was started from.
+    pub source_path: String,
+    /// What stopped it, for a failed run.
+    pub error: Option<String>,
+    /// The run's settings (work directory, dry run, step limit).
+    #[schema(value_type = Object)]
+    pub settings: Value,
+    /// The stages executed, in order: node, visit, attempt, status, duration, stage directory, model and
+    /// tokens, artifacts, failure reason.
+    #[schema(value_type = Vec<Object>)]
+    pub stages: Vec<Value>,
+    /// The run context (engine-internal keys left out).
+    #[schema(value_type = Object)]
+    pub context: Value,
+    /// The human gates waiting for an answer.
+    pub waiting: Vec<Gate>,
+    /// The edges taken so far, as `from->to#index` keys with how often.
+    #[schema(value_type = Object)]
+    pub edges: Value,
+}
+
+/// A new run: a workflow file under `--workflows` or the workflow's source text.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct StartRequest {
+    /// A workflow file, relative to the server's `--workflows` directory.
+    pub workflow: Option<String>,
+    /// The workflow's source text (DOT, or YAML when `name` ends in `.yaml`/`.yml`).
+    pub source: Option<String>,
+    /// The file name of `source`, for diagnostics and the record (default `workflow.fabro`).
+    pub name: Option<String>,
+    /// Replaces the workflow's goal.
+    pub goal: Option<String>,
+    /// Values put into the run context before the first stage.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub set: BTreeMap<String, Value>,
+    /// Simulate models, run no commands and skip waits.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Simulate models but run commands, waits and gates.
+    #[serde(default)]
+    pub simulate: bool,
+}
+
+/// A workflow's source text to validate.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ValidateRequest {
+    pub source: String,
+    /// Its file name (default `workflow.fabro`; `.yaml`/`.yml` reads YAML).
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Started {
+    pub id: String,
+}
+
+/// An answer to a human gate.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct AnswerRequest {
+    /// The gate's node id.
+    pub gate: String,
+    /// An option's label, its accelerator key, or free text where the gate takes it.
+    pub answer: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Accepted {
+    pub id: String,
+    pub status: String,
+}
+
+/// A workflow file under `--workflows`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WorkflowFile {
+    /// Relative to `--workflows`: what `POST /api/runs` takes as `workflow`.
+    pub path: String,
+    pub name: Option<String>,
+    pub valid: bool,
+    pub errors: usize,
+    pub warnings: usize,
+    pub nodes: Option<usize>,
+    /// Why the file could not be read.
+    pub error: Option<String>,
+}
+
+#[derive(OpenApi)]
+#[openapi(paths(crate::files::artifact))]
+struct ArtifactDoc;
+
+#[derive(OpenApi)]
+#[openapi(info(
+    title = "Trellis",
+    description = "Start, watch and steer Trellis workflow runs. Event streams are Server-Sent Events whose `id` is the event's `seq`."
+))]
+struct ApiDoc;
+
+/// The API's routes and their OpenAPI document, built from the same declarations.
+pub fn router(server: Arc<Server>) -> (axum::Router, utoipa::openapi::OpenApi) {
+    let (router, document) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(list_runs_handler, start_run))
+        .routes(routes!(get_run))
+        .routes(routes!(crate::events::events))
+        .routes(routes!(crate::files::stage_file))
+        .routes(routes!(crate::graph::run_graph))
+        .routes(routes!(answer))
+        .routes(routes!(cancel))
+        .routes(routes!(resume))
+        .routes(routes!(validate))
+        .routes(routes!(workflows))
+        .routes(routes!(health))
+        .with_state(server.clone())
+        .split_for_parts();
+    // A path parameter spanning several segments is declared to axum as `{*path}`; the document
+    // names the same route `{path}` (the `artifact` handler's declaration).
+    let mut document = document;
+    document.merge(ArtifactDoc::openapi());
+    let router = router.route(
+        "/api/runs/{id}/artifacts/{*path}",
+        axum::routing::get(crate::files::artifact).with_state(server),
+    );
+    let openapi = Arc::new(document.clone());
+    let router = router.route(
+        "/api/openapi.json",
+        axum::routing::get(move || {
+            let openapi = openapi.clone();
+            async move { Json((*openapi).clone()) }
+        }),
+    );
+    (router, document)
+}
+
+/// A run's status as readers see it, and its summary (the checkpoint read only when `full`).
+fn summary(server: &Server, record: &RunDir, meta: RunMeta, read_checkpoint: bool) -> RunSummary {
+    let live = server.live(&meta.run_id).is_some();
+    let status = record.status(&meta);
+    let checkpoint = read_checkpoint.then(|| record.checkpoint().ok()).flatten();
+    let finished = matches!(status.as_str(), "succeeded" | "failed");
+    RunSummary {
+        stage_count: checkpoint.as_ref().map_or(0, |c| c.stage_count),
+        current: checkpoint
+            .as_ref()
+            .filter(|_| !finished)
+            .and_then(|c| c.next_node().map(str::to_owned)),
+        id: meta.run_id,
+        workflow: meta.workflow,
+        status,
+        goal: meta.goal,
+        started_at: meta.started_at,
+        ended_at: meta.ended_at,
+        live,
+    }
+}
+
+/// Lists runs, newest first.
+#[utoipa::path(get, path = "/api/runs", params(RunQuery), responses((status = 200, body = RunList)))]
+async fn list_runs_handler(
+    State(server): State<Arc<Server>>,
+    Query(query): Query<RunQuery>,
+) -> Result<Json<RunList>, ApiError> {
+    blocking(move || {
+        let limit = query.limit.unwrap_or(50).clamp(1, 500);
+        let mut matched = Vec::new();
+        for path in list_runs(&server.runs_dir) {
+            let Ok(record) = RunDir::open(&path.display().to_string(), &server.runs_dir) else {
+                continue;
+            };
+            let Ok(meta) = record.meta() else { continue };
+            if query.workflow.as_ref().is_some_and(|w| *w != meta.workflow) {
+                continue;
+            }
+            if let Some(status) = &query.status
+                && *status != record.status(&meta)
+            {
+                continue;
+            }
+            matched.push((record, meta));
+        }
+        let total = matched.len();
+        let runs = matched
+            .into_iter()
+            .skip(query.offset)
+            .take(limit)
+            .map(|(record, meta)| summary(&server, &record, meta, true))
+            .collect();
+        Ok(Json(RunList {
+            runs,
+            total,
+            offset: query.offset,
+            limit,
+        }))
+    })
+    .await
+}
+
+/// The gates a run that stopped to wait for input waits at, from its event log.
+fn waiting_from_events(events: &[Event]) -> Vec<Gate> {
+    let mut asked: BTreeMap<String, Gate> = BTreeMap::new();
+    for event in events {
+        match (&event.kind, &event.node_id) {
+            (
+                EventKind::HumanGateAsked {
+                    prompt,
+                    options,
+                    freeform,
+                },
+                Some(node),
+            ) => {
+                asked.insert(
+                    node.clone(),
+                    Gate::of(node.clone(), prompt.clone(), options.clone(), *freeform),
+                );
+            }
+            (EventKind::HumanGateAnswered { .. }, Some(node)) => {
+                asked.remove(node);
+            }
+            _ => {}
+        }
+    }
+    asked.into_values().collect()
+}
+
+/// The gates run `record` waits at: a live run's pending questions, or a stopped run's last unanswered ones.
+pub(crate) fn waiting(server: &Server, record: &RunDir, meta: &RunMeta) -> Vec<Gate> {
+    if let Some(live) = server.live(&meta.run_id) {
+        return live
+            .gates
+            .pending()
+            .into_iter()
+            .map(|q| Gate {
+                gate: q.node_id,
+                prompt: q.prompt,
+                options: q
+                    .choices
+                    .into_iter()
+                    .map(|c| GateOption {
+                        label: c.label,
+                        key: c.key.map(String::from),
+                    })
+                    .collect(),
+                freeform: q.freeform,
+            })
+            .collect();
+    }
+    if record.status(meta) != "waiting_for_input" {
+        return Vec::new();
+    }
+    record
+        .events()
+        .map(|events| waiting_from_events(&events))
+        .unwrap_or_default()
+}
+
+/// Context values longer than this are cut (with a note of how much) in a run's detail.
+const MAX_SHOWN: usize = 64 << 10;
+
+/// A context value as the API shows it: long text cut at [`MAX_SHOWN`] bytes, saying how much was cut.
+fn shown(value: Value) -> Value {
+    match value {
+        Value::String(text) if text.len() > MAX_SHOWN => {
+            let mut end = MAX_SHOWN;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            Value::String(format!(
+                "{}… [{} more bytes]",
+                &text[..end],
+                text.len() - end
+            ))
+        }
+        other => other,
+    }
+}
+
+/// A run with its stages, context and the gates it waits at.
+#[utoipa::path(get, path = "/api/runs/{id}", params(("id" = String, Path, description = "The run id")),
+    responses((status = 200, body = RunDetail), (status = 404, description = "No such run")))]
+async fn get_run(
+    State(server): State<Arc<Server>>,
+    UrlPath(id): UrlPath<String>,
+) -> Result<Json<RunDetail>, ApiError> {
+    blocking(move || {
+        let record = server.record(&id)?;
+        let meta = record.meta().map_err(ApiError::internal)?;
+        let checkpoint = record.checkpoint().ok();
+        let waiting = waiting(&server, &record, &meta);
+        let (source_path, settings) = (
+            meta.source_path.clone(),
+            serde_json::to_value(&meta.settings).unwrap_or_default(),
+        );
+        let summary = summary(&server, &record, meta, true);
+        let (stages, context, edges, error) = match checkpoint {
+            Some(checkpoint) => {
+                let blobs = trellis_store::FileBlobs::new(record.blobs_dir());
+                let context: serde_json::Map<String, Value> = checkpoint
+                    .track
+                    .context
+                    .iter()
+                    .filter(|(k, _)| !keys::is_engine_key(k))
+                    .map(|(k, v)| (k.clone(), shown(resolve_blob(v.clone(), &blobs))))
+                    .collect();
+                (
+                    checkpoint
+                        .stages
+                        .iter()
+                        .filter_map(|s| serde_json::to_value(s).ok())
+                        .collect(),
+                    Value::Object(context),
+                    serde_json::to_value(&*checkpoint.track.edge_counts).unwrap_or_default(),
+                    checkpoint.failure.clone(),
+                )
+            }
+            None => (Vec::new(), json!({}), json!({}), None),
+        };
+        Ok(Json(RunDetail {
+            summary,
+            source_path,
+            error,
+            settings,
+            stages,
+            context,
+            waiting,
+            edges,
+        }))
+    })
+    .await
+}
+
+/// Compiles a workflow from a request: a file under `--workflows`, or source text.
+async fn load_requested(
+    server: &Server,
+    workflow: Option<&str>,
+    source: Option<String>,
+    name: Option<&str>,
+    goal: Option<String>,
+) -> Result<(trellis_run::Loaded, PathBuf), ApiError> {
+    match (workflow, source) {
+        (Some(relative), None) => {
+            let path = server.workflow_path(relative)?;
+            let mut loaded = trellis_run::load(&path, &path, goal).await?;
+            loaded.file = loaded.file.named(relative);
+            Ok((loaded, path))
+        }
+        (None, Some(source)) => {
+            let name = source_name(name)?;
+            let base = server
+                .workflows_dir
+                .clone()
+                .unwrap_or_else(|| server.work_dir.clone());
+            let path = base.join(name);
+            Ok((trellis_run::load_text(&path, source, goal).await, path))
+        }
+        _ => Err(ApiError::bad_request(
+            "give either `workflow` (a file under --workflows) or `source` (the workflow's text)",
+        )),
+    }
+}
+
+/// A pasted workflow's file name: a plain name ending in `.fabro`, `.dot`, `.yaml` or `.yml`.
+fn source_name(name: Option<&str>) -> Result<&str, ApiError> {
+    let name = name.unwrap_or("workflow.fabro");
+    let plain = Path::new(name).file_name().is_some_and(|n| n == name);
+    let known = [".fabro", ".dot", ".yaml", ".yml"]
+        .iter()
+        .any(|e| name.ends_with(e));
+    if plain && known && !name.starts_with('.') {
+        Ok(name)
+    } else {
+        Err(ApiError::bad_request(format!(
+            "`name` must be a file name ending in .fabro, .dot, .yaml or .yml, found `{name}`"
+        )))
+    }
+}
+
+/// Starts a run; `422` with the validation report when the workflow has errors.
+#[utoipa::path(post, path = "/api/runs", request_body = StartRequest,
+    responses((status = 201, body = Started), (status = 422, description = "The workflow has errors: the validation report, as `trellis validate --format json` prints it"),
+        (status = 404, description = "No such workflow file")))]
+async fn start_run(
+    State(server): State<Arc<Server>>,
+    Json(request): Json<StartRequest>,
+) -> Result<(StatusCode, Json<Started>), ApiError> {
+    if request.dry_run && request.simulate {
+        return Err(ApiError::bad_request(
+            "`dry_run` and `simulate` exclude each other",
+        ));
+    }
+    let (loaded, path) = load_requested(
+        &server,
+        request.workflow.as_deref(),
+        request.source,
+        request.name.as_deref(),
+        request.goal,
+    )
+    .await?;
+    if loaded.compiled.has_errors() {
+        let report = trellis_workflow::report(&loaded.file, &loaded.compiled);
+        return Err(ApiError::Invalid(trellis_workflow::report_document(vec![
+            report,
+        ])));
+    }
+    let start = Start {
+        set: request.set,
+        dry_run: request.dry_run,
+        simulate: request.simulate,
+    };
+    let id = server.start(loaded, path, start).await?;
+    Ok((StatusCode::CREATED, Json(Started { id })))
+}
+
+/// Validates a workflow's source text: the report `trellis validate --format json` prints.
+#[utoipa::path(post, path = "/api/validate", request_body = ValidateRequest,
+    responses((status = 200, description = "The validation report (`valid`, `files` with diagnostics)")))]
+async fn validate(
+    State(server): State<Arc<Server>>,
+    Json(request): Json<ValidateRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let (loaded, _) = load_requested(
+        &server,
+        None,
+        Some(request.source),
+        request.name.as_deref(),
+        None,
+    )
+    .await?;
+    let report = trellis_workflow::report(&loaded.file, &loaded.compiled);
+    Ok(Json(trellis_workflow::report_document(vec![report])))
+}
+
+/// Answers a human gate: a live run continues; a run stopped waiting for input resumes with the answer.
+#[utoipa::path(post, path = "/api/runs/{id}/answers", request_body = AnswerRequest,
+    params(("id" = String, Path, description = "The run id")),
+    responses((status = 202, body = Accepted), (status = 409, description = "The run is not waiting at that gate"),
+        (status = 422, description = "The answer is not one of the gate's options")))]
+async fn answer(
+    State(server): State<Arc<Server>>,
+    UrlPath(id): UrlPath<String>,
+    Json(request): Json<AnswerRequest>,
+) -> Result<(StatusCode, Json<Accepted>), ApiError> {
+    let (lookup, run) = (server.clone(), id.clone());
+    let waiting = blocking(move || {
+        let record = lookup.record(&run)?;
+        let meta = record.meta().map_err(ApiError::internal)?;
+        Ok(waiting(&lookup, &record, &meta))
+    })
+    .await?;
+    let gate = waiting.iter().find(|g| g.gate == request.gate);
+    server
+        .answer(&id, &request.gate, &request.answer, gate)
+        .await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(Accepted {
+            id,
+            status: "running".into(),
+        }),
+    ))
+}
+
+/// Cancels a running run, its commands and model calls included; it is recorded as cancelled.
+#[utoipa::path(post, path = "/api/runs/{id}/cancel", params(("id" = String, Path, description = "The run id")),
+    responses((status = 202, body = Accepted), (status = 409, description = "The run is not running")))]
+async fn cancel(
+    State(server): State<Arc<Server>>,
+    UrlPath(id): UrlPath<String>,
+) -> Result<(StatusCode, Json<Accepted>), ApiError> {
+    let lookup = server.clone();
+    let run = id.clone();
+    blocking(move || Ok(lookup.cancel(&run)?)).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(Accepted {
+            id,
+            status: "cancelling".into(),
+        }),
+    ))
+}
+
+/// Resumes a stopped run from its last checkpoint.
+#[utoipa::path(post, path = "/api/runs/{id}/resume", params(("id" = String, Path, description = "The run id")),
+    responses((status = 202, body = Accepted), (status = 409, description = "The run is running or finished")))]
+async fn resume(
+    State(server): State<Arc<Server>>,
+    UrlPath(id): UrlPath<String>,
+) -> Result<(StatusCode, Json<Accepted>), ApiError> {
+    server.resume(&id, None).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(Accepted {
+            id,
+            status: "running".into(),
+        }),
+    ))
+}
+
+/// The workflow files under `--workflows`, with their validation state.
+#[utoipa::path(get, path = "/api/workflows", responses((status = 200, body = Vec<WorkflowFile>)))]
+async fn workflows(State(server): State<Arc<Server>>) -> Result<Json<Vec<WorkflowFile>>, ApiError> {
+    let Some(dir) = server.workflows_dir.clone() else {
+        return Ok(Json(Vec::new()));
+    };
+    blocking(move || Ok(Json(workflow_files(&dir)))).await
+}
+
+/// At most this many workflow files are listed.
+const MAX_WORKFLOWS: usize = 500;
+
+fn workflow_files(dir: &Path) -> Vec<WorkflowFile> {
+    let mut files: Vec<PathBuf> = walk_workflows(dir);
+    files.sort();
+    files.truncate(MAX_WORKFLOWS);
+    files
+        .into_iter()
+        .map(|path| {
+            let relative = path
+                .strip_prefix(dir)
+                .unwrap_or(&path)
+                .display()
+                .to_string();
+            match trellis_workflow::load(&path, &trellis_workflow::CompileOptions::default()) {
+                Ok((_, compiled)) => {
+                    let tally = trellis_syntax::Tally::of(&compiled.diagnostics);
+                    WorkflowFile {
+                        path: relative,
+                        name: compiled.outline.as_ref().map(|o| o.name.clone()),
+                        nodes: compiled.outline.as_ref().map(|o| o.nodes),
+                        valid: tally.errors == 0,
+                        errors: tally.errors,
+                        warnings: tally.warnings,
+                        error: None,
+                    }
+                }
+                Err(error) => WorkflowFile {
+                    path: relative,
+                    name: None,
+                    nodes: None,
+                    valid: false,
+                    errors: 1,
+                    warnings: 0,
+                    error: Some(error.to_string()),
+                },
+            }
+        })
+        .collect()
+}
+
+/// Workflow files (`.fabro`, `.dot`, `.yaml`, `.yml`) under `dir`, hidden folders skipped, four levels deep.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "runs on the blocking pool (workflows)"
+)]
+fn walk_workflows(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut folders = vec![(dir.to_path_buf(), 0)];
+    while let Some((folder, depth)) = folders.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') || name == "target" || name == "node_modules" {
+                continue;
+            }
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let path = entry.path();
+            if kind.is_dir() && depth < 4 {
+                folders.push((path, depth + 1));
+            } else if kind.is_file()
+                && [".fabro", ".dot", ".yaml", ".yml"]
+                    .iter()
+                    .any(|e| name.ends_with(e))
+                && found.len() < MAX_WORKFLOWS * 2
+            {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// The server is up.
+#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "`{\"status\": \"ok\"}`")))]
+async fn health() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}

@@ -1,0 +1,202 @@
+//! A run's events, live: Server-Sent Events read from the run's event log as it grows, so a stream
+//! shows the same events whoever runs the run (this server or a terminal). Each event's `id` is its
+//! `seq`; a client that reconnects with `Last-Event-ID` gets the events after it, none twice. The
+//! stream ends with an `end` event once nobody runs the run any more and every event is sent.
+
+use std::convert::Infallible;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::{HeaderMap, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::{Stream, StreamExt, stream};
+use serde::Deserialize;
+use trellis_store::RunDir;
+use utoipa::IntoParams;
+
+use crate::api::{ApiError, blocking};
+use crate::runs::Server;
+
+/// How often a stream looks at the log when it was not woken (runs of other processes).
+const POLL: Duration = Duration::from_millis(200);
+/// At most this much of the log is read at a time.
+const CHUNK: u64 = 4 << 20;
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    /// `jsonl`: the event log as it stands, one JSON event a line, instead of a stream.
+    format: Option<String>,
+    /// Only events after this `seq` (as `Last-Event-ID` does).
+    after: Option<u64>,
+}
+
+/// A run's events: a Server-Sent Events stream until the run ends, or the log as JSON lines.
+#[utoipa::path(get, path = "/api/runs/{id}/events",
+    params(("id" = String, Path, description = "The run id"), EventsQuery,
+        ("Last-Event-ID" = Option<u64>, Header, description = "Resume the stream after this event's seq")),
+    responses((status = 200, description = "`text/event-stream`: each event's `data` is one event-log line and its `id` the event's `seq`; an `end` event closes the stream. With `format=jsonl`: `application/x-ndjson`."),
+        (status = 404, description = "No such run")))]
+pub async fn events(
+    State(server): State<Arc<Server>>,
+    UrlPath(id): UrlPath<String>,
+    Query(query): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let lookup = server.clone();
+    let (record, run_id) = blocking(move || {
+        let record = lookup.record(&id)?;
+        let run_id = record.meta().map_err(ApiError::internal)?.run_id;
+        Ok((record, run_id))
+    })
+    .await?;
+    match query.format.as_deref() {
+        None | Some("sse") => {}
+        Some("jsonl") => {
+            let path = record.events_path();
+            let (lines, _) = blocking(move || read_lines(&path, 0, u64::MAX)).await?;
+            return Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], lines).into_response());
+        }
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "unknown format `{other}`: use `jsonl`, or none for a live stream"
+            )));
+        }
+    }
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+        .or(query.after);
+    let tail = Tail {
+        server,
+        record: Arc::new(record),
+        run_id,
+        offset: 0,
+        after,
+        ended: false,
+    };
+    Ok(Sse::new(tail.into_stream())
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+/// Reads the complete lines of `path` from `offset` (at most about `limit` bytes); returns them and the
+/// offset after the last complete line. A line still being written is left for the next read.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "runs on the blocking pool (event streams)"
+)]
+fn read_lines(path: &std::path::Path, offset: u64, limit: u64) -> Result<(String, u64), ApiError> {
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((String::new(), offset)),
+        Err(e) => {
+            return Err(ApiError::internal(format!(
+                "cannot read {}: {e}",
+                path.display()
+            )));
+        }
+    };
+    let mut bytes = Vec::new();
+    file.seek(SeekFrom::Start(offset))
+        .and_then(|_| file.take(limit).read_to_end(&mut bytes))
+        .map_err(|e| ApiError::internal(format!("cannot read {}: {e}", path.display())))?;
+    let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    bytes.truncate(complete);
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    Ok((text, offset + complete as u64))
+}
+
+/// The reading end of one stream.
+struct Tail {
+    server: Arc<Server>,
+    record: Arc<RunDir>,
+    run_id: String,
+    offset: u64,
+    /// The last `seq` sent.
+    after: Option<u64>,
+    ended: bool,
+}
+
+impl Tail {
+    fn into_stream(self) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+        stream::unfold(self, |mut tail| async move {
+            let batch = tail.next_batch().await?;
+            Some((stream::iter(batch.into_iter().map(Ok)), tail))
+        })
+        .flatten()
+    }
+
+    /// The next events (waiting until there are some), the `end` event, or `None` after it.
+    async fn next_batch(&mut self) -> Option<Vec<SseEvent>> {
+        if self.ended {
+            return None;
+        }
+        loop {
+            let wake = self.server.live(&self.run_id).map(|live| live.wake.clone());
+            let woken = wake.as_ref().map(|w| w.notified());
+            // Whether anyone runs the run is asked before reading: a run that ends between the two
+            // has written every event before its owner let go, so the read sees them.
+            let record = self.record.clone();
+            let path: PathBuf = record.events_path();
+            let offset = self.offset;
+            let read = blocking(move || {
+                let owned = record.has_live_owner();
+                read_lines(&path, offset, CHUNK).map(|(text, next)| (owned, text, next))
+            })
+            .await;
+            let Ok((owned, text, next)) = read else {
+                self.ended = true;
+                return Some(vec![end_event("the event log cannot be read")]);
+            };
+            self.offset = next;
+            let batch = self.parse(&text);
+            if !batch.is_empty() {
+                return Some(batch);
+            }
+            if !owned && text.is_empty() {
+                self.ended = true;
+                return Some(vec![end_event("the run is not running")]);
+            }
+            if text.is_empty() {
+                match woken {
+                    Some(woken) => {
+                        let _ = tokio::time::timeout(POLL, woken).await;
+                    }
+                    None => tokio::time::sleep(POLL).await,
+                }
+            }
+        }
+    }
+
+    /// The events in `text` after the last one sent; damaged lines are skipped.
+    fn parse(&mut self, text: &str) -> Vec<SseEvent> {
+        let mut batch = Vec::new();
+        for line in text.lines() {
+            let Ok(event) = serde_json::from_str::<trellis_engine::Event>(line) else {
+                continue;
+            };
+            if self.after.is_some_and(|after| event.seq <= after) {
+                continue;
+            }
+            self.after = Some(event.seq);
+            batch.push(
+                SseEvent::default()
+                    .id(event.seq.to_string())
+                    .data(line.trim_end()),
+            );
+        }
+        batch
+    }
+}
+
+fn end_event(reason: &str) -> SseEvent {
+    SseEvent::default()
+        .event("end")
+        .data(serde_json::json!({ "reason": reason }).to_string())
+}

@@ -1,0 +1,148 @@
+//! What every request passes before it reaches a handler.
+//!
+//! - **Token**: when the server has one, every request carries it, as `Authorization: Bearer TOKEN`, the
+//!   `trellis_token` cookie, or `?token=TOKEN` (a browser's first visit; the answer then sets the cookie,
+//!   `HttpOnly` and `SameSite=Strict`, so the app's own requests and event streams carry it).
+//! - **Cross-site requests**: a state-changing request (anything but `GET`/`HEAD`/`OPTIONS`) is refused
+//!   with `403` when a browser says it comes from another site (`Sec-Fetch-Site`), or its `Origin` is not
+//!   this server. Their bodies are JSON, which a cross-site form cannot send without a preflight this
+//!   server never grants.
+//! - **Size**: request bodies are limited to [`MAX_BODY`] (`413` beyond).
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::runs::Server;
+
+/// The largest request body accepted: a workflow source fits many times over.
+pub const MAX_BODY: usize = 4 << 20;
+
+const COOKIE: &str = "trellis_token";
+
+fn refuse(status: StatusCode, message: &str) -> Response {
+    (status, axum::Json(json!({ "error": message }))).into_response()
+}
+
+/// Compares without stopping at the first difference.
+fn same(given: &str, expected: &str) -> bool {
+    given.len() == expected.len()
+        && given
+            .bytes()
+            .zip(expected.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+}
+
+fn cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| pair.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+}
+
+fn query_token(request: &Request) -> Option<String> {
+    request.uri().query()?.split('&').find_map(|pair| {
+        let value = pair.strip_prefix("token=")?;
+        Some(percent_decode(value))
+    })
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether a browser says the request comes from another site.
+fn cross_site(headers: &HeaderMap) -> bool {
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
+        && !matches!(site, "same-origin" | "none")
+    {
+        return true;
+    }
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let origin_host = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+        .unwrap_or(origin);
+    origin == "null" || !origin_host.eq_ignore_ascii_case(host)
+}
+
+/// The middleware: token, then cross-site check.
+pub async fn check(State(server): State<Arc<Server>>, request: Request, next: Next) -> Response {
+    let mut set_cookie = None;
+    if let Some(expected) = server.token.as_deref() {
+        let headers = request.headers();
+        let carried = bearer(headers).is_some_and(|t| same(t, expected))
+            || cookie(headers).is_some_and(|t| same(t, expected));
+        if !carried {
+            match query_token(&request) {
+                Some(token) if same(&token, expected) => set_cookie = Some(expected.to_owned()),
+                _ => {
+                    return refuse(
+                        StatusCode::UNAUTHORIZED,
+                        "this server needs its token: send `Authorization: Bearer TOKEN`, or open the app once with ?token=TOKEN",
+                    );
+                }
+            }
+        }
+    }
+    let safe = matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    );
+    if !safe && cross_site(request.headers()) {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "cross-site requests may not change anything on this server",
+        );
+    }
+    let mut response = next.run(request).await;
+    if let Some(token) = set_cookie
+        && let Ok(value) = HeaderValue::from_str(&format!(
+            "{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"
+        ))
+    {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}

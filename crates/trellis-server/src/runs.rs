@@ -1,0 +1,434 @@
+//! The runs this server is running, and the interviewer that lets the API answer their human gates.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio::sync::{Notify, oneshot};
+use tokio::task::JoinSet;
+use trellis_engine::services::{Answer, EventSink, Interviewer, Question};
+use trellis_engine::{CancellationToken, Event, RunStatus, Settings};
+use trellis_handlers::human::match_choice;
+use trellis_handlers::interviewer::Answers;
+use trellis_run::{Loaded, NewRun, Resumable, Run, RunError, Wiring};
+use trellis_store::{RunDir, StoreError, list_runs};
+
+use crate::Config;
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The server: where runs live, and the runs it is running now.
+pub struct Server {
+    pub runs_dir: PathBuf,
+    pub workflows_dir: Option<PathBuf>,
+    pub work_dir: PathBuf,
+    pub token: Option<String>,
+    live: Mutex<HashMap<String, Arc<LiveRun>>>,
+    tasks: tokio::sync::Mutex<JoinSet<()>>,
+}
+
+/// A run this server is executing.
+pub struct LiveRun {
+    pub cancel: CancellationToken,
+    pub gates: WebGates,
+    /// Woken on every event the run emits (streams then read the log).
+    pub wake: Arc<Notify>,
+}
+
+impl LiveRun {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            cancel: CancellationToken::new(),
+            gates: WebGates::default(),
+            wake: Arc::new(Notify::new()),
+        })
+    }
+}
+
+/// Wakes the run's event streams.
+struct Wake(Arc<Notify>);
+
+impl EventSink for Wake {
+    fn emit(&self, _event: &Event) {
+        self.wake_all();
+    }
+}
+
+impl Wake {
+    fn wake_all(&self) {
+        self.0.notify_waiters();
+    }
+}
+
+/// Why the API could not do what was asked of a run.
+#[derive(Debug, thiserror::Error)]
+pub enum ActionError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+impl From<StoreError> for ActionError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::NotFound { .. } | StoreError::Ambiguous { .. } => {
+                Self::NotFound(error.to_string())
+            }
+            StoreError::Busy { .. } => Self::Conflict(error.to_string()),
+            other => Self::Run(RunError::Store(other)),
+        }
+    }
+}
+
+/// What a new run of the API is asked to do, besides its workflow.
+pub struct Start {
+    pub set: BTreeMap<String, Value>,
+    pub dry_run: bool,
+    pub simulate: bool,
+}
+
+impl Server {
+    pub fn new(config: &Config) -> Arc<Self> {
+        Arc::new(Self {
+            runs_dir: config.runs_dir.clone(),
+            workflows_dir: config.workflows_dir.clone(),
+            work_dir: config.work_dir.clone(),
+            token: config.token.clone(),
+            live: Mutex::new(HashMap::new()),
+            tasks: tokio::sync::Mutex::new(JoinSet::new()),
+        })
+    }
+
+    /// The live run `id`, when this server runs it.
+    pub fn live(&self, id: &str) -> Option<Arc<LiveRun>> {
+        lock(&self.live).get(id).cloned()
+    }
+
+    /// Opens the record of run `id`. Only run ids (letters and digits) are looked up: a path or `..`
+    /// never reaches the file system.
+    pub fn record(&self, id: &str) -> Result<RunDir, ActionError> {
+        let plain =
+            !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric());
+        if !plain {
+            return Err(ActionError::NotFound(format!("no run `{id}`")));
+        }
+        if !self.runs_dir.join(id).join("run.json").is_file() {
+            return Err(ActionError::NotFound(format!("no run `{id}`")));
+        }
+        Ok(RunDir::open(id, &self.runs_dir)?)
+    }
+
+    /// Creates a run of a compiled workflow and starts it; returns its id.
+    pub async fn start(
+        self: &Arc<Self>,
+        loaded: Loaded,
+        path: PathBuf,
+        start: Start,
+    ) -> Result<String, ActionError> {
+        let live = LiveRun::new();
+        let request = NewRun {
+            path,
+            initial: start.set,
+            settings: Settings {
+                work_dir: self.work_dir.clone(),
+                dry_run: start.dry_run,
+                simulate: start.simulate,
+                max_steps: 10_000,
+            },
+            runs_dir: self.runs_dir.clone(),
+        };
+        let run = Run::create(loaded, request, wiring(&live, None)).await?;
+        let id = run.id().to_owned();
+        self.launch(run, live).await;
+        Ok(id)
+    }
+
+    /// Resumes a stopped run (interrupted, cancelled, failed mid-way, or waiting for input, then with
+    /// `answer` for its gate); returns once it is running.
+    pub async fn resume(
+        self: &Arc<Self>,
+        id: &str,
+        answer: Option<(String, String)>,
+    ) -> Result<(), ActionError> {
+        let record = self.record(id)?;
+        let run_id = record.meta()?.run_id;
+        let resumable = Resumable::open(&run_id, &self.runs_dir).await?;
+        if let Some(status) = resumable.finished() {
+            return Err(ActionError::Conflict(format!(
+                "run {run_id} already {}; nothing to resume",
+                status.as_str()
+            )));
+        }
+        let reaped = resumable.reap().await;
+        if reaped > 0 {
+            eprintln!(
+                "run {run_id}: stopped {reaped} command(s) left running by the interrupted run"
+            );
+        }
+        let loaded = resumable.load().await?;
+        let live = LiveRun::new();
+        let run = resumable
+            .into_run(loaded, wiring(&live, answer))
+            .await
+            .map_err(|error| match error {
+                RunError::Invalid { .. } => ActionError::Invalid(format!(
+                    "the workflow saved with run {run_id} no longer compiles"
+                )),
+                other => other.into(),
+            })?;
+        self.launch(run, live).await;
+        Ok(())
+    }
+
+    async fn launch(self: &Arc<Self>, run: Run, live: Arc<LiveRun>) {
+        let id = run.id().to_owned();
+        lock(&self.live).insert(id.clone(), live.clone());
+        let server = self.clone();
+        let cancel = live.cancel.clone();
+        // The run is a task of its own: a panic in it ends that task, not the server.
+        let execution = tokio::spawn(async move { run.execute(&cancel).await });
+        self.tasks.lock().await.spawn(async move {
+            match execution.await {
+                Ok(Ok(finished)) => {
+                    let error = finished
+                        .error
+                        .map(|e| format!(": {e}"))
+                        .unwrap_or_default();
+                    eprintln!("run {id} {}{error}", finished.status.as_str());
+                }
+                Ok(Err(error)) => eprintln!("run {id} could not finish its record: {error}"),
+                Err(failure) => eprintln!(
+                    "run {id} stopped abnormally ({failure}); its record is kept and it can be resumed"
+                ),
+            }
+            lock(&server.live).remove(&id);
+            live.wake.notify_waiters();
+        });
+    }
+
+    /// Cancels run `id`: this server's own run through its token; a run another process (a terminal)
+    /// runs with SIGINT, which that process records as cancelled.
+    pub fn cancel(&self, id: &str) -> Result<(), ActionError> {
+        let record = self.record(id)?;
+        let run_id = record.meta()?.run_id;
+        if let Some(live) = self.live(&run_id) {
+            live.cancel.cancel();
+            return Ok(());
+        }
+        match record.owner_pid() {
+            Some(pid) if record.has_live_owner() => {
+                let pid = i32::try_from(pid).map_err(|_| {
+                    ActionError::Conflict(format!("run {run_id}'s owner pid is not usable"))
+                })?;
+                nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGINT,
+                )
+                .map_err(|e| {
+                    ActionError::Conflict(format!("cannot stop the process running {run_id}: {e}"))
+                })
+            }
+            _ => Err(ActionError::Conflict(format!(
+                "run {run_id} is not running"
+            ))),
+        }
+    }
+
+    /// Answers the human gate `gate` of run `id`: a live run continues at once; a run that stopped to
+    /// wait for input is resumed with the answer.
+    pub async fn answer(
+        self: &Arc<Self>,
+        id: &str,
+        gate: &str,
+        text: &str,
+        waiting: Option<&crate::api::Gate>,
+    ) -> Result<(), ActionError> {
+        let record = self.record(id)?;
+        let run_id = record.meta()?.run_id;
+        if let Some(live) = self.live(&run_id) {
+            return live.gates.answer(gate, text);
+        }
+        let Some(waiting) = waiting.filter(|w| w.gate == gate) else {
+            return Err(ActionError::Conflict(format!(
+                "run {run_id} is not waiting at a gate `{gate}`"
+            )));
+        };
+        if !waiting.accepts(text) {
+            return Err(ActionError::Invalid(waiting.rejection(text)));
+        }
+        self.resume(&run_id, Some((gate.to_owned(), text.to_owned())))
+            .await
+    }
+
+    /// Marks runs recorded as running whose process is gone as interrupted; returns how many.
+    pub async fn recover_interrupted(&self) -> usize {
+        let runs_dir = self.runs_dir.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut marked = 0;
+            for path in list_runs(&runs_dir) {
+                let Ok(record) = RunDir::open(&path.display().to_string(), &runs_dir) else {
+                    continue;
+                };
+                let Ok(mut meta) = record.meta() else {
+                    continue;
+                };
+                if meta.status != RunStatus::Running.as_str() || record.has_live_owner() {
+                    continue;
+                }
+                // Claimed while it is written, so a `trellis resume` starting now is not overwritten.
+                let Ok(_owner) = record.claim(&meta.run_id) else {
+                    continue;
+                };
+                "interrupted".clone_into(&mut meta.status);
+                if record.write_meta(&meta).is_ok() {
+                    marked += 1;
+                }
+            }
+            marked
+        })
+        .await
+        .unwrap_or(0)
+    }
+
+    /// Cancels every run this server is running (it is stopping).
+    pub fn cancel_all(&self) {
+        for live in lock(&self.live).values() {
+            live.cancel.cancel();
+        }
+    }
+
+    /// Waits until every run this server started has finished its record.
+    pub async fn wait_for_runs(&self) {
+        let mut tasks = self.tasks.lock().await;
+        while tasks.join_next().await.is_some() {}
+    }
+
+    /// The workflow file `relative` under `--workflows`; never a path outside it.
+    pub fn workflow_path(&self, relative: &str) -> Result<PathBuf, ActionError> {
+        let Some(dir) = &self.workflows_dir else {
+            return Err(ActionError::Invalid(
+                "the server was started without --workflows; send the workflow's source instead"
+                    .into(),
+            ));
+        };
+        let not_found =
+            || ActionError::NotFound(format!("no workflow `{relative}` under --workflows"));
+        let path = Path::new(relative);
+        if path.is_absolute()
+            || path
+                .components()
+                .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            return Err(not_found());
+        }
+        let root = dir.canonicalize().map_err(|_| not_found())?;
+        let full = root.join(path).canonicalize().map_err(|_| not_found())?;
+        if !full.starts_with(&root) || !full.is_file() {
+            return Err(not_found());
+        }
+        Ok(full)
+    }
+}
+
+fn wiring(live: &Arc<LiveRun>, answer: Option<(String, String)>) -> Wiring {
+    let gates: Arc<dyn Interviewer> = Arc::new(live.gates.clone());
+    let interviewer: Arc<dyn Interviewer> = match answer {
+        Some((gate, text)) => Arc::new(Answers::new(
+            HashMap::from([(gate, text)]),
+            Box::new(live.gates.clone()),
+        )),
+        None => gates,
+    };
+    Wiring {
+        interviewer,
+        subscribers: vec![Arc::new(Wake(live.wake.clone()))],
+    }
+}
+
+/// Human gates answered through the API: a gate waits (up to its timeout) until an answer is posted.
+#[derive(Clone, Default)]
+pub struct WebGates(Arc<Mutex<HashMap<String, Pending>>>);
+
+struct Pending {
+    question: Question,
+    reply: oneshot::Sender<Answer>,
+}
+
+/// Forgets a gate's question when its `ask` ends (answered, timed out, or the run cancelled).
+struct Asked<'a>(&'a WebGates, String);
+
+impl Drop for Asked<'_> {
+    fn drop(&mut self) {
+        lock(&self.0.0).remove(&self.1);
+    }
+}
+
+impl WebGates {
+    /// The questions waiting for an answer.
+    pub fn pending(&self) -> Vec<Question> {
+        lock(&self.0).values().map(|p| p.question.clone()).collect()
+    }
+
+    /// Answers gate `gate` with a label, an accelerator key or (where the gate takes it) free text.
+    pub fn answer(&self, gate: &str, text: &str) -> Result<(), ActionError> {
+        let mut pending = lock(&self.0);
+        let Some(waiting) = pending.get(gate) else {
+            return Err(ActionError::Conflict(format!(
+                "no gate `{gate}` is waiting for an answer"
+            )));
+        };
+        let answer = match match_choice(text, &waiting.question.choices) {
+            Some(i) => Answer::Choice(i),
+            None if waiting.question.freeform => Answer::Freeform(text.to_owned()),
+            None => {
+                let options: Vec<&str> = waiting
+                    .question
+                    .choices
+                    .iter()
+                    .map(|c| c.label.as_str())
+                    .collect();
+                return Err(ActionError::Invalid(format!(
+                    "`{text}` is not one of the options of gate `{gate}`: {}",
+                    options.join(", ")
+                )));
+            }
+        };
+        let waiting = pending.remove(gate).expect("the gate is pending");
+        waiting
+            .reply
+            .send(answer)
+            .map_err(|_| ActionError::Conflict(format!("gate `{gate}` stopped waiting")))
+    }
+}
+
+#[async_trait]
+impl Interviewer for WebGates {
+    async fn ask(&self, question: &Question) -> Answer {
+        let (reply, answered) = oneshot::channel();
+        lock(&self.0).insert(
+            question.node_id.clone(),
+            Pending {
+                question: question.clone(),
+                reply,
+            },
+        );
+        let _asked = Asked(self, question.node_id.clone());
+        match question.timeout {
+            Some(limit) => match tokio::time::timeout(limit, answered).await {
+                Ok(Ok(answer)) => answer,
+                Ok(Err(_)) => Answer::Unavailable,
+                Err(_) => Answer::TimedOut,
+            },
+            None => answered.await.unwrap_or(Answer::Unavailable),
+        }
+    }
+}

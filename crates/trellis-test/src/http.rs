@@ -1,0 +1,276 @@
+//! A plain HTTP/1.1 client over a TCP socket, for end-to-end tests of `trellis serve`: requests are sent
+//! byte for byte as written (a path with `..` or `%2F` reaches the server unnormalized, as an attacker's
+//! would), and Server-Sent Events are read as they arrive.
+
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// An answer: status, headers (names lower-cased) and body.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The body as JSON (panics with the body when it is not).
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}), status {}: {}", self.status, self.text()))
+    }
+}
+
+/// A request to a server on 127.0.0.1.
+pub struct Request<'a> {
+    pub port: u16,
+    pub method: &'a str,
+    pub path: &'a str,
+    pub headers: Vec<(&'a str, String)>,
+    pub body: Option<Vec<u8>>,
+}
+
+impl<'a> Request<'a> {
+    pub fn new(port: u16, method: &'a str, path: &'a str) -> Self {
+        Self {
+            port,
+            method,
+            path,
+            headers: Vec::new(),
+            body: None,
+        }
+    }
+
+    #[must_use]
+    pub fn header(mut self, name: &'a str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    /// A JSON body (with its content type).
+    #[must_use]
+    pub fn json(mut self, body: &Value) -> Self {
+        self.headers
+            .push(("Content-Type", "application/json".to_owned()));
+        self.body = Some(body.to_string().into_bytes());
+        self
+    }
+
+    #[must_use]
+    pub fn body(mut self, bytes: Vec<u8>) -> Self {
+        self.body = Some(bytes);
+        self
+    }
+
+    fn connect(&self) -> TcpStream {
+        let stream = TcpStream::connect(("127.0.0.1", self.port)).expect("the server accepts");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let mut head = format!(
+            "{} {} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n",
+            self.method, self.path, self.port
+        );
+        for (name, value) in &self.headers {
+            let _ = write!(head, "{name}: {value}\r\n");
+        }
+        let body = self.body.clone().unwrap_or_default();
+        if self.body.is_some() || self.method != "GET" {
+            let _ = write!(head, "Content-Length: {}\r\n", body.len());
+        }
+        head.push_str("\r\n");
+        let mut writer = stream.try_clone().unwrap();
+        writer.write_all(head.as_bytes()).unwrap();
+        // A server may answer (413) before it has read a large body; the answer still counts.
+        let _ = writer.write_all(&body);
+        stream
+    }
+
+    /// Sends the request and reads the whole answer.
+    pub fn send(self) -> Response {
+        let mut reader = BufReader::new(self.connect());
+        let (status, headers) = read_head(&mut reader);
+        let chunked = headers
+            .iter()
+            .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+        let mut body = Vec::new();
+        if chunked {
+            let _ = Chunked::new(reader).read_to_end(&mut body);
+        } else {
+            let _ = reader.read_to_end(&mut body);
+        }
+        Response {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// Sends the request and returns the open event stream.
+    pub fn stream(self) -> EventStream {
+        let mut reader = BufReader::new(self.connect());
+        let (status, headers) = read_head(&mut reader);
+        let chunked = headers
+            .iter()
+            .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+        let body: Box<dyn Read + Send> = if chunked {
+            Box::new(Chunked::new(reader))
+        } else {
+            Box::new(reader)
+        };
+        EventStream {
+            status,
+            lines: BufReader::new(body),
+        }
+    }
+}
+
+fn read_head(reader: &mut impl BufRead) -> (u16, Vec<(String, String)>) {
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("a status line");
+    let status = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP status line: {line:?}"));
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).expect("a header line");
+        let trimmed = line.trim_end();
+        if trimmed.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = trimmed.split_once(':') {
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
+        }
+    }
+    (status, headers)
+}
+
+/// Decodes a chunked body.
+struct Chunked<R> {
+    inner: R,
+    left: usize,
+    done: bool,
+}
+
+impl<R: BufRead> Chunked<R> {
+    fn new(inner: R) -> Self {
+        Self {
+            inner,
+            left: 0,
+            done: false,
+        }
+    }
+}
+
+impl<R: BufRead> Read for Chunked<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.done {
+            return Ok(0);
+        }
+        if self.left == 0 {
+            let mut size = String::new();
+            if self.inner.read_line(&mut size)? == 0 {
+                self.done = true;
+                return Ok(0);
+            }
+            let size = size.trim();
+            if size.is_empty() {
+                // The line break after the previous chunk.
+                return self.read(buf);
+            }
+            let size = usize::from_str_radix(size.split(';').next().unwrap_or("0"), 16)
+                .map_err(std::io::Error::other)?;
+            if size == 0 {
+                self.done = true;
+                return Ok(0);
+            }
+            self.left = size;
+        }
+        let wanted = buf.len().min(self.left);
+        let read = self.inner.read(&mut buf[..wanted])?;
+        if read == 0 {
+            self.done = true;
+        }
+        self.left -= read;
+        Ok(read)
+    }
+}
+
+/// One Server-Sent Event.
+#[derive(Debug, Clone, Default)]
+pub struct SseEvent {
+    pub id: Option<String>,
+    /// The event type (`message` when none was given).
+    pub event: String,
+    pub data: String,
+}
+
+impl SseEvent {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.data).unwrap_or(Value::Null)
+    }
+}
+
+/// An open `text/event-stream`.
+pub struct EventStream {
+    pub status: u16,
+    lines: BufReader<Box<dyn Read + Send>>,
+}
+
+impl Iterator for EventStream {
+    type Item = SseEvent;
+
+    /// The next event (comments and keep-alives skipped); `None` when the stream ends.
+    fn next(&mut self) -> Option<SseEvent> {
+        let mut event = SseEvent::default();
+        let mut any = false;
+        loop {
+            let mut line = String::new();
+            if self.lines.read_line(&mut line).ok()? == 0 {
+                return None;
+            }
+            let line = line.trim_end_matches(['\r', '\n']);
+            if line.is_empty() {
+                if any {
+                    if event.event.is_empty() {
+                        "message".clone_into(&mut event.event);
+                    }
+                    return Some(event);
+                }
+                continue;
+            }
+            let (field, value) = line.split_once(':').unwrap_or((line, ""));
+            let value = value.strip_prefix(' ').unwrap_or(value);
+            match field {
+                "id" => event.id = Some(value.to_owned()),
+                "event" => value.clone_into(&mut event.event),
+                "data" => {
+                    if !event.data.is_empty() {
+                        event.data.push('\n');
+                    }
+                    event.data.push_str(value);
+                }
+                _ => continue,
+            }
+            any = true;
+        }
+    }
+}
