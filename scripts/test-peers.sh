@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real protocol peers the tests talk to, cached under ~/.cache/trellis/:
-# llmock (a mock of the providers' HTTP APIs, from PyPI), git, and the local model server with both
-# models (scripts/local-model.sh --all). Idempotent.
+# llmock (a mock of the providers' HTTP APIs, from PyPI), git, Graphviz, Chromium and ChromeDriver, and the
+# local model server with both models (scripts/local-model.sh --all). Idempotent.
 set -euo pipefail
 CACHE="${TRELLIS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trellis}"
 LLMOCK_VERSION="0.2.2"
@@ -10,16 +10,25 @@ if ! "$CACHE/peers/bin/llmock" --help >/dev/null 2>&1; then
     python3 -m venv "$CACHE/peers"
     "$CACHE/peers/bin/pip" install -q --disable-pip-version-check "llmock==$LLMOCK_VERSION"
 fi
-# git: the CLI-agent tests track files_touched in a scratch repository.
-if ! command -v git >/dev/null 2>&1; then
-    echo "test-peers: installing git" >&2
+# Debian packages: git (the CLI-agent tests track files_touched in a scratch repository), Graphviz (the
+# web app's and `trellis graph --format svg`'s layout engine) and Chromium with its WebDriver (the web
+# app's browser tests).
+apt_install() { # PACKAGE COMMAND
+    if command -v "$2" >/dev/null 2>&1; then
+        return
+    fi
+    echo "test-peers: installing $1" >&2
     if [ "$(id -u)" = 0 ]; then
-        apt-get install -y git >/dev/null 2>&1 \
-            || { apt-get update >/dev/null && apt-get install -y git >/dev/null; }
+        apt-get install -y "$1" >/dev/null 2>&1 \
+            || { apt-get update >/dev/null && apt-get install -y "$1" >/dev/null; }
     else
-        echo "test-peers: git is missing; install it (apt-get install -y git)" >&2
+        echo "test-peers: $2 is missing; install it (apt-get install -y $1)" >&2
         exit 1
     fi
-fi
+}
+apt_install git git
+apt_install graphviz dot
+apt_install chromium chromium
+apt_install chromium-driver chromedriver
 "$(dirname "$0")/local-model.sh" --all >/dev/null
 echo "test-peers: ready ($CACHE)" >&2

@@ -129,6 +129,8 @@ pub struct NewRun {
 pub struct Wiring {
     pub interviewer: Arc<dyn Interviewer>,
     pub subscribers: Vec<Arc<dyn EventSink>>,
+    /// Called each time events are in the run's event log (a live stream reads them then).
+    pub logged: Option<trellis_store::Written>,
 }
 
 /// With simulated models (`--dry-run`, `--simulate`), natural-language edges take the first candidate.
@@ -242,10 +244,15 @@ impl Run {
             Some(client) => Arc::new(ModelRouter::new(client.clone(), None)),
             None => Arc::new(SimulatedRouter),
         };
-        let log = Arc::new(record.event_log().map_err(|source| RunError::EventLog {
-            path: record.events_path(),
-            source,
-        })?);
+        let log =
+            Arc::new(
+                record
+                    .event_log(wiring.logged)
+                    .map_err(|source| RunError::EventLog {
+                        path: record.events_path(),
+                        source,
+                    })?,
+            );
         let subscribers =
             std::iter::once(log.clone() as Arc<dyn EventSink>).chain(wiring.subscribers);
         let services = Services {

@@ -18,6 +18,7 @@ fn wiring(events: &Arc<MemoryEvents>) -> Wiring {
     Wiring {
         interviewer: Arc::new(NoAnswers),
         subscribers: vec![events.clone() as Arc<dyn EventSink>],
+        logged: None,
     }
 }
 

@@ -1,0 +1,469 @@
+// The Trellis web app: runs, a run (live graph, timeline, stage files, human gates, cancel and resume),
+// and starting a run. It talks only to the JSON API of the server that serves it; text from runs is put
+// into the page as text, never as markup.
+"use strict";
+
+const view = document.getElementById("view");
+let cleanup = [];
+
+// ---- helpers -----------------------------------------------------------------------------------------
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+    else if (key === "class") el.className = value;
+    else el.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+async function api(path, options = {}) {
+  const init = { credentials: "same-origin", headers: {}, ...options };
+  if (options.json !== undefined) {
+    init.method = init.method || "POST";
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(options.json);
+  }
+  const response = await fetch(path, init);
+  const type = response.headers.get("content-type") || "";
+  const body = type.includes("json") ? await response.json() : await response.text();
+  return { ok: response.ok, status: response.status, body };
+}
+
+function badge(status) {
+  const text = status === "waiting_for_input" ? "waiting" : status;
+  return h("span", { class: "badge " + status, "data-status": status }, text);
+}
+
+function duration(ms) {
+  if (ms === null || ms === undefined || isNaN(ms)) return "";
+  if (ms < 1000) return ms + " ms";
+  const s = ms / 1000;
+  if (s < 60) return s.toFixed(1) + " s";
+  const m = Math.floor(s / 60);
+  if (m < 60) return m + " min " + Math.round(s % 60) + " s";
+  return Math.floor(m / 60) + " h " + (m % 60) + " min";
+}
+
+function since(start, end) {
+  const a = Date.parse(start);
+  const b = end ? Date.parse(end) : Date.now();
+  return isNaN(a) ? "" : duration(Math.max(0, b - a));
+}
+
+function when(ts) {
+  const d = new Date(ts);
+  return isNaN(d) ? ts || "" : d.toLocaleString();
+}
+
+function every(ms, fn) {
+  const id = setInterval(fn, ms);
+  cleanup.push(() => clearInterval(id));
+}
+
+/// Replaces an element's children, leaving out the absent ones.
+function fill(el, ...children) {
+  el.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+}
+
+/// An option's label without its accelerator prefix (`[A] Approve` → `Approve`), shown beside its key.
+function withoutKey(label) {
+  return label.replace(/^\s*(\[\w\]|\(\w\)|\w\)|\w\s+-)\s*/, "");
+}
+
+function show(...children) {
+  view.replaceChildren(...children);
+}
+
+// ---- runs ------------------------------------------------------------------------------------------------
+
+async function runsPage() {
+  const body = h("tbody");
+  const table = h("table", { id: "runs" },
+    h("thead", {}, h("tr", {}, ["Workflow", "Status", "Started", "Duration", "Current stage", "Stages", "Run"].map((t) => h("th", {}, t)))),
+    body);
+  const notice = h("div");
+  show(h("h1", {}, "Runs", h("div", { class: "actions" }, h("a", { href: "#/new" }, h("button", { class: "primary" }, "Start a run")))), notice, table);
+  async function refresh() {
+    const answer = await api("/api/runs?limit=200");
+    if (!answer.ok) {
+      notice.replaceChildren(h("div", { class: "notice error" }, answer.body.error || "cannot list runs"));
+      return;
+    }
+    notice.replaceChildren();
+    const rows = answer.body.runs.map((run) =>
+      h("tr", { class: "row", "data-run": run.id, onclick: () => { location.hash = "#/runs/" + run.id; } },
+        h("td", {}, h("a", { href: "#/runs/" + run.id }, run.workflow)),
+        h("td", {}, badge(run.status)),
+        h("td", {}, when(run.started_at)),
+        h("td", {}, since(run.started_at, run.ended_at)),
+        h("td", {}, run.current || ""),
+        h("td", {}, String(run.stage_count)),
+        h("td", { class: "muted" }, run.id)));
+    if (rows.length === 0) rows.push(h("tr", {}, h("td", { colspan: 7, class: "muted" }, "No runs yet. Start one.")));
+    body.replaceChildren(...rows);
+  }
+  await refresh();
+  every(2000, refresh);
+}
+
+// ---- a run -----------------------------------------------------------------------------------------------
+
+const STATES = ["pending", "running", "succeeded", "failed", "waiting", "skipped"];
+
+async function runPage(id) {
+  const title = h("h1", {}, "Run");
+  const actions = h("div", { class: "actions" });
+  const notice = h("div");
+  const gateBox = h("div");
+  const graph = h("div", { class: "graph panel", id: "graph" }, h("span", { class: "muted" }, "Drawing the workflow…"));
+  const legend = h("div", { class: "legend" }, STATES.map((s) => h("span", { style: "color: var(--" + s + ")" }, s)));
+  const timeline = h("ul", { class: "timeline", id: "timeline" });
+  const stage = h("div", { class: "panel", id: "stage" }, h("span", { class: "muted" }, "Click a node or a stage to see its prompt, response, output and status."));
+  const context = h("dl", { class: "kv" });
+  show(title, notice, gateBox,
+    h("div", { class: "run-layout" },
+      h("div", {}, graph, legend, h("h2", {}, "Context"), h("div", { class: "panel" }, context)),
+      h("div", {}, h("h2", {}, "Timeline"), h("div", { class: "panel" }, timeline), h("h2", {}, "Stage"), stage)));
+
+  const state = { run: null, nodes: {}, edges: new Set(), stages: [], lastSeq: 0, source: null, selected: null };
+
+  async function loadRun() {
+    const answer = await api("/api/runs/" + encodeURIComponent(id));
+    if (!answer.ok) {
+      notice.replaceChildren(h("div", { class: "notice error" }, answer.body.error || "no such run"));
+      return null;
+    }
+    state.run = answer.body;
+    renderHeader();
+    renderGate();
+    renderContext();
+    paint();
+    return state.run;
+  }
+
+  function renderHeader() {
+    const run = state.run;
+    title.replaceChildren(run.workflow, badge(run.status), h("span", { class: "muted", style: "font-size: 13px; font-weight: normal" }, run.id), actions);
+    const running = run.status === "running";
+    const resumable = !running && !["succeeded", "failed"].includes(run.status);
+    fill(actions,
+      h("a", { href: "/api/runs/" + run.id + "/events?format=jsonl", target: "_blank", rel: "noopener" }, "Event log"),
+      running ? h("button", { class: "danger", id: "cancel", onclick: cancel }, "Cancel") : null,
+      resumable ? h("button", { class: "primary", id: "resume", onclick: resume }, "Resume") : null);
+    if (run.error) notice.replaceChildren(h("div", { class: "notice error" }, run.error));
+  }
+
+  function renderGate() {
+    const gates = state.run.waiting || [];
+    if (gates.length === 0) { gateBox.replaceChildren(); return; }
+    gateBox.replaceChildren(...gates.map((gate) => {
+      const text = h("input", { type: "text", name: "answer", placeholder: "Your answer" });
+      const message = h("div");
+      async function send(answer) {
+        const sent = await api("/api/runs/" + encodeURIComponent(id) + "/answers", { json: { gate: gate.gate, answer } });
+        if (!sent.ok) { message.replaceChildren(h("div", { class: "notice error" }, sent.body.error || "not accepted")); return; }
+        gateBox.replaceChildren(h("div", { class: "notice" }, "Answered “" + answer + "”."));
+        connect();
+        setTimeout(loadRun, 300);
+      }
+      return h("form", { class: "panel gate", id: "gate-" + gate.gate, "data-gate": gate.gate, onsubmit: (e) => { e.preventDefault(); if (text.value.trim()) send(text.value.trim()); } },
+        h("strong", {}, "Waiting for your answer at ", h("code", {}, gate.gate)),
+        h("p", {}, gate.prompt),
+        h("div", { class: "options" }, gate.options.map((o) =>
+          h("button", { type: "button", class: "primary", "data-option": o.label, "data-key": o.key, onclick: () => send(o.label) }, o.key ? h("kbd", {}, o.key) : null, o.key ? withoutKey(o.label) : o.label))),
+        gate.freeform ? h("div", {}, text, h("button", { type: "submit" }, "Send")) : null,
+        message);
+    }));
+  }
+
+  function renderContext() {
+    const entries = Object.entries(state.run.context || {});
+    if (entries.length === 0) { context.replaceChildren(h("span", { class: "muted" }, "(empty)")); return; }
+    context.replaceChildren(...entries.flatMap(([k, v]) => {
+      let text = typeof v === "string" ? v : JSON.stringify(v);
+      if (text.length > 300) text = text.slice(0, 300) + "…";
+      return [h("dt", {}, k), h("dd", {}, text)];
+    }));
+  }
+
+  async function cancel() {
+    const answer = await api("/api/runs/" + encodeURIComponent(id) + "/cancel", { json: {} });
+    if (!answer.ok) notice.replaceChildren(h("div", { class: "notice error" }, answer.body.error));
+  }
+
+  async function resume() {
+    const answer = await api("/api/runs/" + encodeURIComponent(id) + "/resume", { json: {} });
+    if (!answer.ok) { notice.replaceChildren(h("div", { class: "notice error" }, answer.body.error)); return; }
+    notice.replaceChildren();
+    await loadRun();
+    connect();
+  }
+
+  // Node states and the edges taken, from the event stream.
+  function apply(event) {
+    const node = event.node_id;
+    switch (event.event) {
+      case "StageStarted":
+        state.nodes[node] = "running";
+        state.stages.push({ node, dir: event.dir, visit: event.visit, attempt: event.attempt, type: event.type, started: event.ts, status: "running" });
+        break;
+      case "StageCompleted":
+      case "StageFailed": {
+        const failed = event.event === "StageFailed" || event.status === "failed";
+        state.nodes[node] = failed ? "failed" : "succeeded";
+        const s = [...state.stages].reverse().find((x) => x.node === node && x.status === "running");
+        if (s) { s.status = event.status || (failed ? "failed" : "succeeded"); s.duration = event.duration_ms; }
+        break;
+      }
+      case "HumanGateAsked":
+        state.nodes[node] = "waiting";
+        break;
+      case "HumanGateAnswered":
+        state.nodes[node] = "running";
+        break;
+      case "EdgeSelected":
+        if (event.to) state.edges.add(node + "->" + event.to);
+        break;
+      case "WorkflowRunWaitingForInput":
+      case "WorkflowRunCancelled":
+      case "WorkflowRunCompleted":
+      case "WorkflowRunFailed":
+        for (const [n, s] of Object.entries(state.nodes)) if (s === "running" && event.event !== "WorkflowRunWaitingForInput") state.nodes[n] = event.event === "WorkflowRunCompleted" ? "succeeded" : "failed";
+        if (event.event === "WorkflowRunWaitingForInput" && event.node) state.nodes[event.node] = "waiting";
+        break;
+    }
+  }
+
+  function paint() {
+    const svg = graph.querySelector("svg");
+    const finished = state.run && ["succeeded", "failed"].includes(state.run.status);
+    if (svg) {
+      for (const g of svg.querySelectorAll("g.node")) {
+        const nodeId = (g.id || "").replace(/^node:/, "");
+        let st = state.nodes[nodeId] || (finished ? "skipped" : "pending");
+        for (const s of STATES) g.classList.remove("st-" + s);
+        g.classList.add("st-" + st);
+        g.setAttribute("data-state", st);
+        g.classList.toggle("selected", state.selected === nodeId);
+      }
+      for (const g of svg.querySelectorAll("g.edge")) {
+        const t = g.querySelector("title");
+        const key = t ? t.textContent.replace("&#45;", "-") : "";
+        g.classList.toggle("taken", state.edges.has(key));
+      }
+    }
+    timeline.replaceChildren(...state.stages.map((s, i) =>
+      h("li", { "data-dir": s.dir, "data-node": s.node, class: state.selected === s.dir ? "selected" : "", onclick: () => openStage(s) },
+        badge(s.status === "running" && state.nodes[s.node] === "waiting" ? "waiting" : s.status === "partial_success" ? "succeeded" : s.status),
+        h("span", { class: "node" }, s.node),
+        h("span", { class: "muted" }, s.type + (s.visit > 1 ? " · visit " + s.visit : "") + (s.attempt > 1 ? " · attempt " + s.attempt : "")),
+        h("span", { class: "when" }, s.duration !== undefined ? duration(s.duration) : "…"))));
+  }
+
+  async function drawGraph() {
+    const answer = await fetch("/api/runs/" + encodeURIComponent(id) + "/graph.svg", { credentials: "same-origin" });
+    if (!answer.ok) { graph.replaceChildren(h("span", { class: "muted" }, "The workflow cannot be drawn.")); return; }
+    const doc = new DOMParser().parseFromString(await answer.text(), "image/svg+xml");
+    const svg = doc.documentElement;
+    if (svg.nodeName !== "svg") { graph.replaceChildren(h("span", { class: "muted" }, "The workflow cannot be drawn.")); return; }
+    for (const bad of svg.querySelectorAll("script, foreignObject")) bad.remove();
+    for (const el of svg.querySelectorAll("*")) for (const a of [...el.attributes]) if (/^on/i.test(a.name) || /javascript:/i.test(a.value)) el.removeAttribute(a.name);
+    // Tooltips duplicate the labels; the page shows details on click.
+    for (const a of svg.querySelectorAll("a")) a.removeAttribute("xlink:title");
+    graph.replaceChildren(document.importNode(svg, true));
+    for (const g of graph.querySelectorAll("g.node")) {
+      g.addEventListener("click", () => {
+        const nodeId = (g.id || "").replace(/^node:/, "");
+        const s = [...state.stages].reverse().find((x) => x.node === nodeId);
+        if (s) openStage(s);
+        else { state.selected = nodeId; paint(); stage.replaceChildren(h("strong", {}, nodeId), h("p", { class: "muted" }, "This node has not run.")); }
+      });
+    }
+    paint();
+  }
+
+  async function openStage(s) {
+    state.selected = s.dir;
+    paint();
+    const base = "/api/runs/" + encodeURIComponent(id) + "/stages/" + encodeURIComponent(s.dir) + "/";
+    const files = ["response.md", "prompt.md", "stdout.log", "stderr.log", "status.json"];
+    const loaded = await Promise.all(files.map(async (f) => {
+      const r = await fetch(base + encodeURIComponent(f), { credentials: "same-origin" });
+      return r.ok ? [f, await r.text()] : null;
+    }));
+    const present = loaded.filter(Boolean);
+    const body = h("div");
+    const tabs = h("div", { class: "tabs" });
+    function select(name, text) {
+      for (const b of tabs.children) b.classList.toggle("active", b.dataset.file === name);
+      let shown = text;
+      if (name === "status.json") { try { shown = JSON.stringify(JSON.parse(text), null, 2); } catch (_) { /* shown as is */ } }
+      body.replaceChildren(h("pre", { id: "stage-file", "data-file": name }, shown || "(empty)"));
+    }
+    for (const [name, text] of present) tabs.append(h("button", { type: "button", "data-file": name, onclick: () => select(name, text) }, name));
+    const status = present.find(([n]) => n === "status.json");
+    let artifacts = [];
+    if (status) { try { artifacts = JSON.parse(status[1]).artifacts || []; } catch (_) { /* none */ } }
+    fill(stage,
+      h("div", { style: "display:flex; gap:8px; align-items:center; margin-bottom:8px" }, h("strong", {}, s.node), badge(s.status), h("span", { class: "muted" }, s.dir)),
+      tabs, body,
+      artifacts.length ? h("div", {}, h("h2", {}, "Artifacts"), h("ul", {}, artifacts.map((a) =>
+        h("li", {}, h("a", { href: "/api/runs/" + encodeURIComponent(id) + "/artifacts/" + encodeURIComponent(s.node) + "/attempt-" + s.attempt + "/" + a.path.split("/").map(encodeURIComponent).join("/"), target: "_blank", rel: "noopener" }, a.path), " ", h("span", { class: "muted" }, a.bytes + " bytes"))))) : null);
+    if (present.length) select(present[0][0], present[0][1]);
+    else body.replaceChildren(h("span", { class: "muted" }, "This stage has no files yet."));
+  }
+
+  let refreshTimer = null;
+  function refreshSoon() {
+    clearTimeout(refreshTimer);
+    refreshTimer = setTimeout(loadRun, 250);
+  }
+
+  function connect() {
+    if (state.source) state.source.close();
+    const source = new EventSource("/api/runs/" + encodeURIComponent(id) + "/events?after=" + state.lastSeq);
+    state.source = source;
+    source.onmessage = (message) => {
+      let event;
+      try { event = JSON.parse(message.data); } catch (_) { return; }
+      if (event.seq <= state.lastSeq) return;
+      state.lastSeq = event.seq;
+      apply(event);
+      paint();
+      if (/^(HumanGate|WorkflowRun|StageCompleted|StageFailed|CheckpointSaved)/.test(event.event)) refreshSoon();
+    };
+    source.addEventListener("end", () => { source.close(); refreshSoon(); });
+    cleanup.push(() => source.close());
+  }
+
+  // A waiting gate's accelerator keys answer it.
+  const onKey = (e) => {
+    if (e.ctrlKey || e.metaKey || e.altKey || /^(INPUT|TEXTAREA|SELECT)$/.test(e.target.tagName)) return;
+    const button = gateBox.querySelector(`button[data-key="${CSS.escape(e.key.toUpperCase())}"]`);
+    if (button) { e.preventDefault(); button.click(); }
+  };
+  document.addEventListener("keydown", onKey);
+  cleanup.push(() => document.removeEventListener("keydown", onKey));
+
+  if (!(await loadRun())) return;
+  await drawGraph();
+  connect();
+}
+
+// ---- start a run -------------------------------------------------------------------------------------
+
+async function newPage() {
+  const workflows = await api("/api/workflows");
+  const files = workflows.ok ? workflows.body : [];
+  const select = h("select", { id: "workflow" },
+    h("option", { value: "" }, files.length ? "— choose a workflow file —" : "(no --workflows folder: paste a workflow below)"),
+    files.map((f) => h("option", { value: f.path }, f.path + (f.name ? " · " + f.name : "") + (f.valid ? "" : " · invalid"))));
+  const source = h("textarea", { id: "source", rows: 12, placeholder: "…or paste a workflow (DOT or YAML)", spellcheck: "false" });
+  const name = h("input", { type: "text", id: "name", value: "workflow.fabro" });
+  const goal = h("input", { type: "text", id: "goal", placeholder: "Replace the workflow's goal (optional)" });
+  const values = h("textarea", { id: "values", rows: 3, placeholder: "KEY=VALUE, one a line (JSON values are parsed)", spellcheck: "false" });
+  const simulate = h("input", { type: "checkbox", id: "simulate" });
+  const dry = h("input", { type: "checkbox", id: "dry-run" });
+  const report = h("div", { id: "diagnostics" });
+  const message = h("div");
+
+  function request() {
+    const chosen = select.value;
+    const body = chosen ? { workflow: chosen } : { source: source.value, name: name.value.trim() || "workflow.fabro" };
+    return body;
+  }
+
+  function showReport(doc) {
+    const file = (doc.files || [])[0];
+    if (!file) { report.replaceChildren(); return; }
+    const items = (file.diagnostics || []).map((d) =>
+      h("li", { class: d.severity }, `${d.severity}[${d.rule}] ${file.file}:${d.line}:${d.column}: ${d.message}` + (d.help ? `\n  help: ${d.help}` : "")));
+    const verdict = file.valid ? (file.warnings ? `Valid with ${file.warnings} warning(s).` : "Valid.") : `Invalid: ${file.errors} error(s), ${file.warnings} warning(s).`;
+    const outline = file.workflow ? ` ${file.workflow.name}: ${file.workflow.nodes} nodes, ${file.workflow.edges} edges.` : "";
+    report.replaceChildren(h("div", { class: "notice" + (file.valid ? "" : " error"), id: "verdict" }, verdict + outline), h("ul", { class: "diagnostics" }, items));
+  }
+
+  async function check() {
+    const body = request();
+    if (!body.workflow && !body.source.trim()) { report.replaceChildren(); return; }
+    const answer = await api("/api/validate", { json: body });
+    if (answer.ok) showReport(answer.body);
+    else report.replaceChildren(h("div", { class: "notice error" }, answer.body.error || "cannot validate"));
+  }
+
+  function parseValues() {
+    const set = {};
+    for (const line of values.value.split("\n")) {
+      if (!line.trim()) continue;
+      const at = line.indexOf("=");
+      if (at <= 0) throw new Error("values are KEY=VALUE lines: " + line);
+      const raw = line.slice(at + 1);
+      try { set[line.slice(0, at).trim()] = JSON.parse(raw); } catch (_) { set[line.slice(0, at).trim()] = raw; }
+    }
+    return set;
+  }
+
+  async function start(e) {
+    e.preventDefault();
+    let set;
+    try { set = parseValues(); } catch (error) { message.replaceChildren(h("div", { class: "notice error" }, error.message)); return; }
+    const body = { ...request(), set, simulate: simulate.checked, dry_run: dry.checked };
+    if (goal.value.trim()) body.goal = goal.value.trim();
+    const answer = await api("/api/runs", { json: body });
+    if (answer.status === 201) { location.hash = "#/runs/" + answer.body.id; return; }
+    if (answer.status === 422 && answer.body.files) { showReport(answer.body); message.replaceChildren(h("div", { class: "notice error" }, "The workflow has errors; fix them first.")); return; }
+    message.replaceChildren(h("div", { class: "notice error" }, answer.body.error || "the run did not start"));
+  }
+
+  let typing = null;
+  select.addEventListener("change", () => { source.disabled = !!select.value; name.disabled = !!select.value; check(); });
+  source.addEventListener("input", () => { clearTimeout(typing); typing = setTimeout(check, 400); });
+  simulate.addEventListener("change", () => { if (simulate.checked) dry.checked = false; });
+  dry.addEventListener("change", () => { if (dry.checked) simulate.checked = false; });
+
+  show(h("h1", {}, "Start a run"),
+    h("form", { class: "panel", id: "start-form", onsubmit: start },
+      h("div", { class: "grid2" },
+        h("div", {},
+          h("label", { for: "workflow" }, "Workflow"), select,
+          h("label", { for: "source" }, "Or its source"), source,
+          h("label", { for: "name" }, "File name of the pasted source"), name),
+        h("div", {},
+          h("label", { for: "goal" }, "Goal"), goal,
+          h("label", { for: "values" }, "Values"), values,
+          h("div", { class: "checks" },
+            h("label", {}, simulate, "Simulate models (run commands and gates)"),
+            h("label", {}, dry, "Dry run (nothing runs)")),
+          h("div", { style: "margin-top: 12px; display: flex; gap: 8px" },
+            h("button", { type: "button", onclick: check }, "Check"),
+            h("button", { type: "submit", class: "primary", id: "start" }, "Start")),
+          message, report))));
+}
+
+// ---- routing ----------------------------------------------------------------------------------------
+
+async function route() {
+  for (const undo of cleanup) undo();
+  cleanup = [];
+  const hash = location.hash || "#/";
+  document.getElementById("nav-runs").classList.toggle("active", hash === "#/" || hash.startsWith("#/runs"));
+  document.getElementById("nav-new").classList.toggle("active", hash === "#/new");
+  const run = hash.match(/^#\/runs\/([A-Za-z0-9]+)$/);
+  try {
+    if (run) await runPage(run[1]);
+    else if (hash === "#/new") await newPage();
+    else await runsPage();
+  } catch (error) {
+    show(h("div", { class: "notice error" }, "Something went wrong: " + error.message));
+  }
+}
+
+window.addEventListener("hashchange", route);
+route();

@@ -238,10 +238,12 @@ pub struct StartRequest {
     pub simulate: bool,
 }
 
-/// A workflow's source text to validate.
+/// A workflow to validate: a file under `--workflows`, or source text.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct ValidateRequest {
-    pub source: String,
+    /// A workflow file, relative to `--workflows`.
+    pub workflow: Option<String>,
+    pub source: Option<String>,
     /// Its file name (default `workflow.fabro`; `.yaml`/`.yml` reads YAML).
     pub name: Option<String>,
 }
@@ -604,7 +606,8 @@ async fn start_run(
     Ok((StatusCode::CREATED, Json(Started { id })))
 }
 
-/// Validates a workflow's source text: the report `trellis validate --format json` prints.
+/// Validates a workflow (a file under `--workflows` or source text): the report `trellis validate
+/// --format json` prints.
 #[utoipa::path(post, path = "/api/validate", request_body = ValidateRequest,
     responses((status = 200, description = "The validation report (`valid`, `files` with diagnostics)")))]
 async fn validate(
@@ -613,8 +616,8 @@ async fn validate(
 ) -> Result<Json<Value>, ApiError> {
     let (loaded, _) = load_requested(
         &server,
-        None,
-        Some(request.source),
+        request.workflow.as_deref(),
+        request.source,
         request.name.as_deref(),
         None,
     )

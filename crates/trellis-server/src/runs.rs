@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinSet;
-use trellis_engine::services::{Answer, EventSink, Interviewer, Question};
-use trellis_engine::{CancellationToken, Event, RunStatus, Settings};
+use trellis_engine::services::{Answer, Interviewer, Question};
+use trellis_engine::{CancellationToken, RunStatus, Settings};
 use trellis_handlers::human::match_choice;
 use trellis_handlers::interviewer::Answers;
 use trellis_run::{Loaded, NewRun, Resumable, Run, RunError, Wiring};
@@ -35,7 +35,7 @@ pub struct Server {
 pub struct LiveRun {
     pub cancel: CancellationToken,
     pub gates: WebGates,
-    /// Woken on every event the run emits (streams then read the log).
+    /// Woken each time events are in the run's event log (streams then read it).
     pub wake: Arc<Notify>,
 }
 
@@ -46,21 +46,6 @@ impl LiveRun {
             gates: WebGates::default(),
             wake: Arc::new(Notify::new()),
         })
-    }
-}
-
-/// Wakes the run's event streams.
-struct Wake(Arc<Notify>);
-
-impl EventSink for Wake {
-    fn emit(&self, _event: &Event) {
-        self.wake_all();
-    }
-}
-
-impl Wake {
-    fn wake_all(&self) {
-        self.0.notify_waiters();
     }
 }
 
@@ -348,9 +333,11 @@ fn wiring(live: &Arc<LiveRun>, answer: Option<(String, String)>) -> Wiring {
         )),
         None => gates,
     };
+    let wake = live.wake.clone();
     Wiring {
         interviewer,
-        subscribers: vec![Arc::new(Wake(live.wake.clone()))],
+        subscribers: Vec::new(),
+        logged: Some(Arc::new(move || wake.notify_waiters())),
     }
 }
 

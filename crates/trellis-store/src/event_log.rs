@@ -62,6 +62,12 @@ impl EventLog {
     /// Opens (or creates) the log at `path` for appending and starts its writer. A torn last line
     /// (the previous process died mid-write) is cut off first, so the next event starts a line.
     pub fn open(path: &Path) -> io::Result<Self> {
+        Self::open_with(path, None)
+    }
+
+    /// Like [`EventLog::open`]; `written` is called (on the writer thread) each time the lines queued so
+    /// far are in the file, so a reader tailing the log learns of them at once.
+    pub fn open_with(path: &Path, written: Option<Written>) -> io::Result<Self> {
         repair_tail(path)?;
         let file = {
             use std::os::unix::fs::OpenOptionsExt as _;
@@ -74,7 +80,7 @@ impl EventLog {
         let (sender, receiver) = channel();
         let writer = std::thread::Builder::new()
             .name("trellis-events".into())
-            .spawn(move || write_lines(file, &receiver))?;
+            .spawn(move || write_lines(file, &receiver, written.as_deref()))?;
         Ok(Self {
             sender: Mutex::new(Some(sender)),
             writer: Mutex::new(Some(writer)),
@@ -108,10 +114,33 @@ impl EventLog {
     }
 }
 
-/// The writer thread: appends lines until every sender is gone, keeping the first error.
-fn write_lines(mut file: std::fs::File, receiver: &Receiver<Message>) {
+/// Told when lines are in the file.
+pub type Written = std::sync::Arc<dyn Fn() + Send + Sync>;
+
+/// The writer thread: appends lines until every sender is gone, keeping the first error; after
+/// writing what was queued, tells `written`.
+fn write_lines(
+    mut file: std::fs::File,
+    receiver: &Receiver<Message>,
+    written: Option<&(dyn Fn() + Send + Sync)>,
+) {
     let mut error: Option<String> = None;
-    for message in receiver {
+    let mut unannounced = false;
+    loop {
+        let message = match receiver.try_recv() {
+            Ok(message) => message,
+            Err(std::sync::mpsc::TryRecvError::Empty) => {
+                if unannounced && let Some(written) = written {
+                    written();
+                }
+                unannounced = false;
+                match receiver.recv() {
+                    Ok(message) => message,
+                    Err(_) => return,
+                }
+            }
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+        };
         match message {
             Message::Line(line) => {
                 if let Err(e) = file.write_all(&line)
@@ -119,11 +148,15 @@ fn write_lines(mut file: std::fs::File, receiver: &Receiver<Message>) {
                 {
                     error = Some(e.to_string());
                 }
+                unannounced = true;
             }
             Message::Flush(answer) => {
                 let _ = answer.send(error.clone().map_or(Ok(()), Err));
             }
         }
+    }
+    if unannounced && let Some(written) = written {
+        written();
     }
 }
 

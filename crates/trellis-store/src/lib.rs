@@ -26,7 +26,7 @@ mod owner;
 mod run_dir;
 
 pub use blobs::FileBlobs;
-pub use event_log::EventLog;
+pub use event_log::{EventLog, Written};
 pub use owner::Owner;
 pub use run_dir::{
     RunDir, RunMeta, StoreError, default_runs_dir, list_runs, new_run_id, resolve_runs_dir,

@@ -239,8 +239,8 @@ impl RunDir {
     }
 
     /// Opens the run's event log for appending (its writer thread starts now).
-    pub fn event_log(&self) -> io::Result<crate::EventLog> {
-        crate::EventLog::open(&self.events_path())
+    pub fn event_log(&self, written: Option<crate::Written>) -> io::Result<crate::EventLog> {
+        crate::EventLog::open_with(&self.events_path(), written)
     }
 
     pub fn checkpoint_path(&self) -> PathBuf {

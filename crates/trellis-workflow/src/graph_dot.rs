@@ -161,11 +161,10 @@ pub fn picture(workflow: &Workflow) -> String {
         };
         let _ = writeln!(
             out,
-            "    {} [id={}, label={}, shape={shape}, tooltip={}]",
+            "    {} [id={}, label={}, shape={shape}]",
             quote(&node.id),
             quote(&format!("node:{}", node.id)),
             quote(&clip(label, 40)),
-            quote(&node.id),
         );
     }
     for edge in &workflow.edges {

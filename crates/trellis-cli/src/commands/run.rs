@@ -134,6 +134,7 @@ fn wiring(options: &RunOptions) -> anyhow::Result<Wiring> {
     Ok(Wiring {
         interviewer: interviewer(options)?,
         subscribers: vec![progress],
+        logged: None,
     })
 }
 

@@ -18,7 +18,12 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     workflows: Option<PathBuf>,
     /// Require this token on every request.
-    #[arg(long, value_name = "TOKEN", env = "TRELLIS_SERVER_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "TRELLIS_SERVER_TOKEN",
+        hide_env_values = true
+    )]
     token: Option<String>,
 }
 

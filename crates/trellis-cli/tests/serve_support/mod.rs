@@ -1,0 +1,132 @@
+//! A running `trellis serve` for end-to-end tests: the real binary on a free loopback port over a
+//! project's runs and `workflows/` folder, driven over plain HTTP.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use trellis_test::http::{Request, Response};
+
+use crate::run_support::{Project, wait_for};
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port()
+}
+
+/// A running `trellis serve` over a project's runs and workflows, killed when dropped.
+pub struct Serve {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl Serve {
+    pub fn start(project: &Project) -> Self {
+        Self::start_with(project, free_port(), &[])
+    }
+
+    pub fn start_with(project: &Project, port: u16, extra: &[&str]) -> Self {
+        let listen = format!("127.0.0.1:{port}");
+        let mut args = vec!["serve", "--listen", &listen, "--workflows", "workflows"];
+        args.extend_from_slice(extra);
+        let child = project
+            .command(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let serve = Self { child, port };
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "trellis serve did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        serve
+    }
+
+    pub fn get(&self, path: &str) -> Response {
+        Request::new(self.port, "GET", path).send()
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> Response {
+        Request::new(self.port, "POST", path).json(body).send()
+    }
+
+    /// Starts a run of a workflow under `workflows/`; returns its id.
+    pub fn start_run(&self, workflow: &str) -> String {
+        let answer = self.post("/api/runs", &json!({ "workflow": workflow }));
+        assert_eq!(answer.status, 201, "{}", answer.text());
+        answer.json()["id"].as_str().unwrap().to_owned()
+    }
+
+    pub fn run(&self, id: &str) -> Value {
+        let answer = self.get(&format!("/api/runs/{id}"));
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        answer.json()
+    }
+
+    pub fn wait_for_status(&self, id: &str, status: &str) -> Value {
+        let mut last = Value::Null;
+        wait_for(
+            &format!("run {id} to be {status}"),
+            Duration::from_secs(30),
+            || {
+                last = self.run(id);
+                last["status"] == status
+            },
+        );
+        last
+    }
+
+    /// Every event of the stream (from `after`), to its `end` event.
+    pub fn events_to_end(&self, id: &str, after: Option<u64>) -> Vec<Value> {
+        let path = format!("/api/runs/{id}/events");
+        let mut request =
+            Request::new(self.port, "GET", &path).header("Accept", "text/event-stream");
+        if let Some(after) = after {
+            request = request.header("Last-Event-ID", after.to_string());
+        }
+        let stream = request.stream();
+        assert_eq!(stream.status, 200);
+        let mut events = Vec::new();
+        for event in stream {
+            if event.event == "end" {
+                return events;
+            }
+            assert_eq!(
+                event.id.as_deref(),
+                Some(event.json()["seq"].to_string().as_str()),
+                "the SSE id is the event's seq"
+            );
+            events.push(event.json());
+        }
+        panic!("the stream closed without an end event");
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn project_with(workflows: &[(&str, &str)]) -> Project {
+    let project = Project::new();
+    for (name, text) in workflows {
+        project.write(&format!("workflows/{name}"), text);
+    }
+    project
+}
