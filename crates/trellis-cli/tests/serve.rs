@@ -677,3 +677,36 @@ fn the_openapi_document_describes_every_route_the_server_answers() {
         assert!(schemas.contains_key(name), "{name}");
     }
 }
+
+#[test]
+fn a_hundred_clients_on_one_run_each_receive_every_event() {
+    let project = project_with(&[("steps.fabro", STEPS)]);
+    let serve = Serve::start(&project);
+    let id = serve.start_run("steps.fabro");
+    let path = format!("/api/runs/{id}/events");
+    // Every stream is open before the clients read: most connect while the run goes on.
+    let streams: Vec<_> = (0..100)
+        .map(|_| Request::new(serve.port, "GET", &path).stream())
+        .collect();
+    let readers: Vec<_> = streams
+        .into_iter()
+        .map(|stream| {
+            std::thread::spawn(move || {
+                stream
+                    .take_while(|e| e.event != "end")
+                    .map(|e| e.json()["seq"].as_u64().unwrap())
+                    .collect::<Vec<u64>>()
+            })
+        })
+        .collect();
+    let received: Vec<Vec<u64>> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    let logged = serve
+        .get(&format!("/api/runs/{id}/events?format=jsonl"))
+        .text()
+        .lines()
+        .count() as u64;
+    assert!(logged > 15);
+    for seqs in received {
+        assert_eq!(seqs, (1..=logged).collect::<Vec<_>>());
+    }
+}
