@@ -710,3 +710,52 @@ fn a_hundred_clients_on_one_run_each_receive_every_event() {
         assert_eq!(seqs, (1..=logged).collect::<Vec<_>>());
     }
 }
+
+#[test]
+fn a_server_stopped_with_sigterm_interrupts_its_runs_and_ends_its_streams() {
+    let marker = "trellis-serve-sigterm-5e2";
+    let project = project_with(&[("slow.fabro", &slow(marker))]);
+    let mut serve = Serve::start(&project);
+    let id = serve.start_run("slow.fabro");
+    wait_for("the command to start", Duration::from_secs(20), || {
+        processes_with(marker) > 0
+    });
+    let path = format!("/api/runs/{id}/events");
+    let stream = Request::new(serve.port, "GET", &path).stream();
+    let reader = std::thread::spawn(move || stream.map(|e| e.event).collect::<Vec<String>>());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(serve.child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let stopped = Instant::now();
+    let status = loop {
+        if let Some(status) = serve.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            stopped.elapsed() < Duration::from_secs(10),
+            "the server did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    let events = reader.join().unwrap();
+    assert_eq!(events.last().map(String::as_str), Some("end"), "the stream ended");
+    assert_eq!(processes_with(marker), 0, "the run's command is stopped");
+    let record = project.path().join("runs").join(&id);
+    assert_eq!(
+        run_support::read_json(&record.join("run.json"))["status"],
+        "interrupted"
+    );
+    // A new server resumes it.
+    let serve = Serve::start(&project);
+    assert_eq!(serve.run(&id)["status"], "interrupted");
+    assert_eq!(
+        serve.post(&format!("/api/runs/{id}/resume"), &json!({})).status,
+        202
+    );
+    serve.wait_for_status(&id, "running");
+    serve.post(&format!("/api/runs/{id}/cancel"), &json!({}));
+    serve.wait_for_status(&id, "cancelled");
+}

@@ -362,8 +362,7 @@ impl Resumable {
 
     fn open_blocking(reference: &str, runs_dir: &Path) -> Result<Self, RunError> {
         let record = Arc::new(RunDir::open(reference, runs_dir)?);
-        let meta = record.meta()?;
-        let mut meta = meta;
+        let mut meta = record.meta()?;
         let owner = record.claim(&meta.run_id)?;
         record.remove_temporary_files();
         let mut checkpoint = record.checkpoint().map_err(|source| {

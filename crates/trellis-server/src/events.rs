@@ -138,6 +138,10 @@ impl Tail {
             return None;
         }
         loop {
+            if self.server.stopping.is_cancelled() {
+                self.ended = true;
+                return Some(vec![end_event("the server is stopping")]);
+            }
             let wake = self.server.live(&self.run_id).map(|live| live.wake.clone());
             let woken = wake.as_ref().map(|w| w.notified());
             // Whether anyone runs the run is asked before reading: a run that ends between the two
@@ -164,11 +168,16 @@ impl Tail {
                 return Some(vec![end_event("the run is not running")]);
             }
             if text.is_empty() {
+                let stopping = self.server.stopping.cancelled();
                 match woken {
-                    Some(woken) => {
-                        let _ = tokio::time::timeout(POLL, woken).await;
-                    }
-                    None => tokio::time::sleep(POLL).await,
+                    Some(woken) => tokio::select! {
+                        _ = tokio::time::timeout(POLL, woken) => {}
+                        () = stopping => {}
+                    },
+                    None => tokio::select! {
+                        () = tokio::time::sleep(POLL) => {}
+                        () = stopping => {}
+                    },
                 }
             }
         }

@@ -91,7 +91,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             eprintln!(
                 "trellis serve: stopping; cancelling the runs it is running (resume them later)"
             );
-            server.cancel_all();
+            server.stop();
         }
     };
     axum::serve(listener, app)

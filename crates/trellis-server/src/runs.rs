@@ -29,6 +29,9 @@ pub struct Server {
     pub token: Option<String>,
     live: Mutex<HashMap<String, Arc<LiveRun>>>,
     tasks: tokio::sync::Mutex<JoinSet<()>>,
+    /// Fired when the server stops: its runs are cancelled (and recorded as interrupted), and event
+    /// streams end.
+    pub stopping: CancellationToken,
 }
 
 /// A run this server is executing.
@@ -90,6 +93,7 @@ impl Server {
             token: config.token.clone(),
             live: Mutex::new(HashMap::new()),
             tasks: tokio::sync::Mutex::new(JoinSet::new()),
+            stopping: CancellationToken::new(),
         })
     }
 
@@ -181,14 +185,29 @@ impl Server {
         let cancel = live.cancel.clone();
         // The run is a task of its own: a panic in it ends that task, not the server.
         let execution = tokio::spawn(async move { run.execute(&cancel).await });
-        self.tasks.lock().await.spawn(async move {
+        let mut tasks = self.tasks.lock().await;
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(async move {
             match execution.await {
                 Ok(Ok(finished)) => {
                     let error = finished
                         .error
                         .map(|e| format!(": {e}"))
                         .unwrap_or_default();
-                    eprintln!("run {id} {}{error}", finished.status.as_str());
+                    let mut status = finished.status.as_str();
+                    // Stopped because the server stops, not by a person: interrupted, as a terminal
+                    // run stopped by SIGTERM is.
+                    if finished.status == RunStatus::Cancelled && server.stopping.is_cancelled() {
+                        status = "interrupted";
+                        let record = finished.record.clone();
+                        let _ = tokio::task::spawn_blocking(move || {
+                            let mut meta = record.meta()?;
+                            "interrupted".clone_into(&mut meta.status);
+                            record.write_meta(&meta)
+                        })
+                        .await;
+                    }
+                    eprintln!("run {id} {status}{error}");
                 }
                 Ok(Err(error)) => eprintln!("run {id} could not finish its record: {error}"),
                 Err(failure) => eprintln!(
@@ -284,8 +303,10 @@ impl Server {
         .unwrap_or(0)
     }
 
-    /// Cancels every run this server is running (it is stopping).
-    pub fn cancel_all(&self) {
+    /// The server is stopping: every run it is running is cancelled (recorded as interrupted) and
+    /// every event stream ends.
+    pub fn stop(&self) {
+        self.stopping.cancel();
         for live in lock(&self.live).values() {
             live.cancel.cancel();
         }
