@@ -741,7 +741,11 @@ fn a_server_stopped_with_sigterm_interrupts_its_runs_and_ends_its_streams() {
     };
     assert!(status.success(), "{status:?}");
     let events = reader.join().unwrap();
-    assert_eq!(events.last().map(String::as_str), Some("end"), "the stream ended");
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("end"),
+        "the stream ended"
+    );
     assert_eq!(processes_with(marker), 0, "the run's command is stopped");
     let record = project.path().join("runs").join(&id);
     assert_eq!(
@@ -752,7 +756,9 @@ fn a_server_stopped_with_sigterm_interrupts_its_runs_and_ends_its_streams() {
     let serve = Serve::start(&project);
     assert_eq!(serve.run(&id)["status"], "interrupted");
     assert_eq!(
-        serve.post(&format!("/api/runs/{id}/resume"), &json!({})).status,
+        serve
+            .post(&format!("/api/runs/{id}/resume"), &json!({}))
+            .status,
         202
     );
     serve.wait_for_status(&id, "running");

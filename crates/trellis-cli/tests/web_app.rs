@@ -24,7 +24,7 @@ use serve_support::{Serve, free_port, project_with};
 const REVIEW: &str = r#"digraph review {
     goal = "Ship the greeting"
     start [shape=Mdiamond]
-    build [shape=parallelogram, script="echo built the greeting"]
+    build [shape=parallelogram, script="mkdir -p test-results && echo passed > test-results/report.txt && echo built the greeting"]
     draft [shape=box, prompt="Write release notes for: $goal"]
     approve [shape=hexagon, label="Ship it?"]
     done [shape=Msquare]
@@ -137,6 +137,7 @@ async fn a_person_starts_a_run_answers_its_gate_and_reads_a_stage_in_the_browser
     let text = verdict.text().await.unwrap();
     assert!(text.starts_with("Valid"), "{text}");
     assert!(text.contains("5 nodes"), "{text}");
+    screenshot(&client, "start").await;
     element(&client, "#simulate").await.click().await.unwrap();
     element(&client, "#start").await.click().await.unwrap();
 
@@ -194,6 +195,16 @@ async fn a_person_starts_a_run_answers_its_gate_and_reads_a_stage_in_the_browser
         .unwrap();
     let output = element(&client, "pre#stage-file[data-file='stdout.log']").await;
     assert_eq!(output.text().await.unwrap().trim(), "built the greeting");
+    // Its artifact is linked, and the link serves the file.
+    let link = element(
+        &client,
+        "a[href$='/artifacts/build/attempt-1/test-results/report.txt']",
+    )
+    .await;
+    let href = link.attr("href").await.unwrap().unwrap();
+    let artifact = trellis_test::http::Request::new(serve.port, "GET", &href).send();
+    assert_eq!(artifact.status, 200, "{href}");
+    assert_eq!(artifact.text(), "passed\n");
     // And the prompt node's, by clicking it in the graph.
     element(&client, "g[id='node:draft']")
         .await
@@ -221,6 +232,27 @@ async fn a_person_starts_a_run_answers_its_gate_and_reads_a_stage_in_the_browser
     .await;
     assert_eq!(row.text().await.unwrap(), "succeeded");
     screenshot(&client, "runs").await;
+
+    // A pasted workflow with a mistake shows where it is before anything starts.
+    client.goto(&format!("{app}/#/new")).await.unwrap();
+    element(&client, "textarea#source")
+        .await
+        .send_keys("digraph broken {\n  start [shape=Mdiamond]\n  a [shape=parallelogram]\n  start -> a\n}\n")
+        .await
+        .unwrap();
+    element(&client, "#start").await.click().await.unwrap();
+    let diagnostic = element(&client, ".diagnostics li.error").await;
+    let text = diagnostic.text().await.unwrap();
+    assert!(text.contains("workflow.fabro:3:3"), "{text}");
+    assert!(text.contains("has no script"), "{text}");
+    screenshot(&client, "invalid").await;
+    assert_eq!(
+        std::fs::read_dir(project.path().join("runs"))
+            .unwrap()
+            .count(),
+        1,
+        "no run was started"
+    );
 
     client.close().await.unwrap();
 }
