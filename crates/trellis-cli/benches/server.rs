@@ -9,23 +9,15 @@
     reason = "benchmarks set up and read files around the binary they run"
 )]
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
-use trellis_test::http::Request;
+use trellis_test::http::{Request, free_port, wait_for_port};
 
 const CLIENTS: usize = 100;
 const RUNS: usize = 1_000;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port()
-}
 
 struct Serve(Child, u16);
 
@@ -46,11 +38,7 @@ fn serve(dir: &Path) -> Serve {
         .stderr(Stdio::null())
         .spawn()
         .expect("trellis serve starts");
-    let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(started.elapsed() < Duration::from_secs(20), "no server");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_port(port, "trellis serve");
     Serve(child, port)
 }
 

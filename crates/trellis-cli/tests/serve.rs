@@ -465,9 +465,7 @@ fn a_server_on_another_address_needs_a_token_and_every_request_carries_it() {
         .spawn()
         .unwrap();
     let serve = Serve { child, port };
-    wait_for("the server", Duration::from_secs(20), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
+    trellis_test::http::wait_for_port(port, "trellis serve");
     assert_eq!(serve.get("/api/runs").status, 401);
     assert_eq!(serve.get("/healthz").status, 401);
     assert_eq!(serve.get("/").status, 401);

@@ -14,7 +14,7 @@ mod serve_support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use run_support::Project;
@@ -56,14 +56,7 @@ impl Driver {
             .stderr(Stdio::null())
             .spawn()
             .expect("chromedriver starts");
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "chromedriver did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        trellis_test::http::wait_for_port(port, "chromedriver");
         Some(Self { child, port })
     }
 }
@@ -107,6 +100,11 @@ async fn screenshot(client: &Client, name: &str) {
     eprintln!("screenshot: {}", path.display());
 }
 
+/// Waits for an element matching `css` and clicks it.
+async fn click(client: &Client, css: &str) {
+    element(client, css).await.click().await.unwrap();
+}
+
 /// Waits for an element matching `css`.
 async fn element(client: &Client, css: &str) -> fantoccini::elements::Element {
     client
@@ -138,8 +136,8 @@ async fn a_person_starts_a_run_answers_its_gate_and_reads_a_stage_in_the_browser
     assert!(text.starts_with("Valid"), "{text}");
     assert!(text.contains("5 nodes"), "{text}");
     screenshot(&client, "start").await;
-    element(&client, "#simulate").await.click().await.unwrap();
-    element(&client, "#start").await.click().await.unwrap();
+    click(&client, "#simulate").await;
+    click(&client, "#start").await;
 
     // The run page: the gate node turns to waiting, and the form shows the gate's options.
     element(&client, "g[id='node:approve'][data-state='waiting']").await;
@@ -160,11 +158,7 @@ async fn a_person_starts_a_run_answers_its_gate_and_reads_a_stage_in_the_browser
     screenshot(&client, "waiting").await;
 
     // Answer it: the graph turns green to the exit node, along the edges taken.
-    element(&client, "button[data-option='[A] Approve']")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&client, "button[data-option='[A] Approve']").await;
     element(&client, "g[id='node:done'][data-state='succeeded']").await;
     element(&client, "h1 .badge[data-status='succeeded']").await;
     for node in ["start", "build", "draft", "approve", "done"] {
@@ -183,16 +177,8 @@ async fn a_person_starts_a_run_answers_its_gate_and_reads_a_stage_in_the_browser
     screenshot(&client, "succeeded").await;
 
     // Open the command's stage and read its output.
-    element(&client, "#timeline li[data-node='build']")
-        .await
-        .click()
-        .await
-        .unwrap();
-    element(&client, ".tabs button[data-file='stdout.log']")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&client, "#timeline li[data-node='build']").await;
+    click(&client, ".tabs button[data-file='stdout.log']").await;
     let output = element(&client, "pre#stage-file[data-file='stdout.log']").await;
     assert_eq!(output.text().await.unwrap().trim(), "built the greeting");
     // Its artifact is linked, and the link serves the file.
@@ -206,16 +192,8 @@ async fn a_person_starts_a_run_answers_its_gate_and_reads_a_stage_in_the_browser
     assert_eq!(artifact.status, 200, "{href}");
     assert_eq!(artifact.text(), "passed\n");
     // And the prompt node's, by clicking it in the graph.
-    element(&client, "g[id='node:draft']")
-        .await
-        .click()
-        .await
-        .unwrap();
-    element(&client, ".tabs button[data-file='prompt.md']")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&client, "g[id='node:draft']").await;
+    click(&client, ".tabs button[data-file='prompt.md']").await;
     let prompt = element(&client, "pre#stage-file[data-file='prompt.md']").await;
     assert!(
         prompt.text().await.unwrap().contains("Ship the greeting"),
@@ -233,6 +211,19 @@ async fn a_person_starts_a_run_answers_its_gate_and_reads_a_stage_in_the_browser
     assert_eq!(row.text().await.unwrap(), "succeeded");
     screenshot(&client, "runs").await;
 
+    client.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pasted_workflow_with_a_mistake_shows_its_diagnostic_before_anything_starts() {
+    let Some(driver) = Driver::start() else {
+        return;
+    };
+    let project: Project = project_with(&[]);
+    let serve = Serve::start(&project);
+    let profile = tempfile::tempdir().unwrap();
+    let client = browser(&driver, profile.path()).await;
+    let app = format!("http://127.0.0.1:{}", serve.port);
     // A pasted workflow with a mistake shows where it is before anything starts.
     client.goto(&format!("{app}/#/new")).await.unwrap();
     element(&client, "textarea#source")
@@ -240,19 +231,13 @@ async fn a_person_starts_a_run_answers_its_gate_and_reads_a_stage_in_the_browser
         .send_keys("digraph broken {\n  start [shape=Mdiamond]\n  a [shape=parallelogram]\n  start -> a\n}\n")
         .await
         .unwrap();
-    element(&client, "#start").await.click().await.unwrap();
+    click(&client, "#start").await;
     let diagnostic = element(&client, ".diagnostics li.error").await;
     let text = diagnostic.text().await.unwrap();
     assert!(text.contains("workflow.fabro:3:3"), "{text}");
     assert!(text.contains("has no script"), "{text}");
     screenshot(&client, "invalid").await;
-    assert_eq!(
-        std::fs::read_dir(project.path().join("runs"))
-            .unwrap()
-            .count(),
-        1,
-        "no run was started"
-    );
+    assert!(!project.path().join("runs").exists(), "no run was started");
 
     client.close().await.unwrap();
 }

@@ -169,15 +169,16 @@ impl Tail {
             }
             if text.is_empty() {
                 let stopping = self.server.stopping.cancelled();
-                match woken {
-                    Some(woken) => tokio::select! {
+                if let Some(woken) = woken {
+                    tokio::select! {
                         _ = tokio::time::timeout(POLL, woken) => {}
                         () = stopping => {}
-                    },
-                    None => tokio::select! {
+                    }
+                } else {
+                    tokio::select! {
                         () = tokio::time::sleep(POLL) => {}
                         () = stopping => {}
-                    },
+                    }
                 }
             }
         }

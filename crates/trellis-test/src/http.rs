@@ -9,6 +9,26 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+/// A loopback port nobody listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Waits until something accepts connections on loopback `port`; panics naming `what` after 20 s.
+pub fn wait_for_port(port: u16, what: &str) {
+    let started = std::time::Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{what} did not start within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// An answer: status, headers (names lower-cased) and body.
 #[derive(Debug)]
 pub struct Response {

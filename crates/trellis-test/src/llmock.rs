@@ -2,7 +2,7 @@
 //! real HTTP APIs and takes scripted faults through its admin API (`/_llmock/scenario`).
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -23,10 +23,7 @@ impl Llmock {
             missing_peer("llmock");
             return None;
         };
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = crate::http::free_port();
         let child = Command::new(binary)
             .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()])
             .args(["--log-level", "warning", "--tool-mode", "off"])

@@ -3,21 +3,15 @@
 
 #![allow(dead_code)]
 
-use std::net::TcpListener;
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use trellis_test::http::{Request, Response};
 
 use crate::run_support::{Project, wait_for};
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port()
-}
+pub use trellis_test::http::free_port;
 
 /// A running `trellis serve` over a project's runs and workflows, killed when dropped.
 pub struct Serve {
@@ -41,14 +35,7 @@ impl Serve {
             .spawn()
             .unwrap();
         let serve = Self { child, port };
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "trellis serve did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        trellis_test::http::wait_for_port(port, "trellis serve");
         serve
     }
 
@@ -125,6 +112,7 @@ impl Drop for Serve {
 
 pub fn project_with(workflows: &[(&str, &str)]) -> Project {
     let project = Project::new();
+    std::fs::create_dir_all(project.path().join("workflows")).unwrap();
     for (name, text) in workflows {
         project.write(&format!("workflows/{name}"), text);
     }
