@@ -146,3 +146,69 @@ pub async fn check(State(server): State<Arc<Server>>, request: Request, next: Ne
     }
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(same("abc", "abc"));
+        assert!(!same("abd", "abc"));
+        assert!(!same("ab", "abc"));
+        assert!(!same("", "abc"));
+    }
+
+    #[test]
+    fn the_token_is_found_in_a_bearer_header_or_among_cookies() {
+        assert_eq!(
+            bearer(&headers(&[("authorization", "Bearer t0k")])),
+            Some("t0k")
+        );
+        assert_eq!(bearer(&headers(&[("authorization", "Basic t0k")])), None);
+        let jar = headers(&[("cookie", "a=1; trellis_token=t0k; b=2")]);
+        assert_eq!(cookie(&jar), Some("t0k"));
+        assert_eq!(cookie(&headers(&[("cookie", "trellis_tokenx=1")])), None);
+    }
+
+    #[test]
+    fn query_tokens_are_percent_decoded() {
+        assert_eq!(percent_decode("a%2Bb%20c+d"), "a+b c d");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz"), "%zz");
+    }
+
+    #[test]
+    fn a_request_from_another_site_is_told_apart() {
+        let host = ("host", "127.0.0.1:7777");
+        assert!(
+            !cross_site(&headers(&[host])),
+            "no origin: not a browser's cross-site request"
+        );
+        assert!(!cross_site(&headers(&[
+            host,
+            ("origin", "http://127.0.0.1:7777")
+        ])));
+        assert!(cross_site(&headers(&[
+            host,
+            ("origin", "http://evil.example")
+        ])));
+        assert!(cross_site(&headers(&[host, ("origin", "null")])));
+        assert!(cross_site(&headers(&[
+            host,
+            ("sec-fetch-site", "cross-site")
+        ])));
+        assert!(!cross_site(&headers(&[
+            host,
+            ("sec-fetch-site", "same-origin")
+        ])));
+    }
+}
