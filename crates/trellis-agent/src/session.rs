@@ -340,6 +340,7 @@ impl Session {
             max_tokens: self.request.max_tokens,
             reasoning_effort: self.request.reasoning_effort,
             temperature: self.request.temperature,
+            response_schema: None,
         };
         match model.ask(&request).await {
             Ok(response) if !response.text.trim().is_empty() => {

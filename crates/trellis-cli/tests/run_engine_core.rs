@@ -247,7 +247,10 @@ fn regression_the_when_router_sees_command_output_and_reports_its_call() {
         .as_str()
         .unwrap()
         .to_owned();
-    assert!(prompt.contains("command.output: tests failed"), "{prompt}");
+    assert!(
+        prompt.contains("\"command.output\": \"tests failed"),
+        "{prompt}"
+    );
     assert!(!prompt.contains("blob://"), "{prompt}");
     let calls = run.events_named("ModelCallCompleted");
     assert_eq!(calls.len(), 1);

@@ -342,8 +342,7 @@ fn when_edges_are_judged_by_the_model() {
         .unwrap()
         .to_owned();
     assert!(
-        prompt.contains("1. the tests passed (go to `b`)")
-            && prompt.contains("2. the tests failed (go to `c`)"),
+        prompt.contains("- `b`: the tests passed\n- `c`: the tests failed"),
         "{prompt}"
     );
 }

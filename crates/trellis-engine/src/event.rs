@@ -244,6 +244,21 @@ pub struct EdgeChoice {
     /// The model that judged `when` edges, and what it cost.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub router: Option<ModelDetails>,
+    /// What the model was asked and answered, when it judged `when` edges.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub decision: Option<RouteDecision>,
+}
+
+/// A model's routing decision: the choices it was shown (the default edge as `none_of_the_above`), its
+/// answer and the reason it gave.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RouteDecision {
+    pub choices: Vec<crate::services::RouteOption>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub default: Option<String>,
+    pub answer: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reason: Option<String>,
 }
 
 /// `ModelCallCompleted`: the answer's model, usage and stop reason, or the error.

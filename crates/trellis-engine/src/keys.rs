@@ -27,6 +27,20 @@ pub const HUMAN_TEXT: &str = "human.gate.text";
 pub const PARALLEL_RESULTS: &str = "parallel.results";
 pub const FAN_IN_BEST_ID: &str = "parallel.fan_in.best_id";
 pub const FAN_IN_BEST_OUTCOME: &str = "parallel.fan_in.best_outcome";
+/// The workflow's input values (a YAML workflow's `inputs`), as one object.
+pub const INPUT: &str = "input";
+pub const RESPONSE_PREFIX: &str = "response.";
+pub const OUTPUT_PREFIX: &str = "output.";
+
+/// Where a node's response text is kept.
+pub fn response_of(node_id: &str) -> String {
+    format!("{RESPONSE_PREFIX}{node_id}")
+}
+
+/// Where a node's structured output (the JSON its output schema accepted) is kept.
+pub fn output_of(node_id: &str) -> String {
+    format!("{OUTPUT_PREFIX}{node_id}")
+}
 
 /// Whether `key` is one of the engine-managed keys of the context document: the `internal.*` keys, the
 /// mirrored `graph.*` attributes, and the keys the engine rewrites after every stage (`outcome`,

@@ -14,6 +14,7 @@ pub mod handler;
 pub mod keys;
 pub mod outcome;
 pub mod parallel;
+pub mod route_view;
 pub mod routing;
 pub mod services;
 mod step;

@@ -75,6 +75,9 @@ pub struct Outcome {
     /// written into `status.json`, kept with the stage record, and shown in later stages' preambles.
     #[serde(flatten, default)]
     pub details: StageDetails,
+    /// The directory of the stage attempt that produced it (routing records its decision there).
+    #[serde(skip)]
+    pub stage_dir: Option<std::path::PathBuf>,
 }
 
 impl Outcome {
@@ -87,6 +90,7 @@ impl Outcome {
             failure: None,
             files_touched: Vec::new(),
             details: StageDetails::default(),
+            stage_dir: None,
         }
     }
 

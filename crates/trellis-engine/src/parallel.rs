@@ -351,8 +351,7 @@ impl Engine {
                 .filter(|v| before.get(key) != Some(*v))
                 .cloned()
         };
-        let value =
-            changed(&format!("response.{last}")).or_else(|| changed(keys::COMMAND_OUTPUT))?;
+        let value = changed(&keys::response_of(last)).or_else(|| changed(keys::COMMAND_OUTPUT))?;
         let blobs = self.services.blobs.clone();
         let value = crate::engine::blocking(move || resolve_blob(value, &*blobs)).await;
         let text = match value {

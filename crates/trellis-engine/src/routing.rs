@@ -1,5 +1,6 @@
 //! Edge selection after a stage, in the order DESIGN.md §3 fixes. Edges whose `max_iterations` is spent
-//! are dropped first; then
+//! are dropped first. A YAML workflow then routes as the edges-and-routing page says (see
+//! [`natural_language`]); a DOT workflow takes
 //! 1. `condition` edges that match: highest weight, then the lexically first target;
 //! 2. the outcome's preferred label, against edge labels (accelerators stripped, case ignored);
 //! 3. the outcome's suggested next ids, in order;
@@ -10,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use trellis_workflow::label::normalize_label;
-use trellis_workflow::{Edge, NodeIndex, Workflow};
+use trellis_workflow::{Edge, NodeIndex, SourceFormat, Workflow};
 
 use crate::checkpoint::edge_key;
 use crate::context::ConditionView;
@@ -66,6 +67,9 @@ pub fn select(
         .collect();
     if remaining.is_empty() {
         return Route::NoEdges;
+    }
+    if workflow.format == SourceFormat::Yaml {
+        return natural_language(workflow, &remaining);
     }
     // 1. Conditions.
     if let Some(edge) = best(
@@ -133,6 +137,31 @@ pub fn select(
                 })
             })
             .collect(),
+    }
+}
+
+/// The edges-and-routing page's algorithm, for YAML workflows (after exhausted edges are dropped): one
+/// edge left without `when` is followed without a model; otherwise the model judges the `when` edges,
+/// with an unconditional edge as "none of the above". Nothing is evaluated programmatically.
+fn natural_language(workflow: &Workflow, remaining: &[&Edge]) -> Route {
+    if let [only] = remaining
+        && only.when.is_none()
+    {
+        return Route::Edge(only.index);
+    }
+    let unconditional = || remaining.iter().copied().filter(|e| e.when.is_none());
+    let when: Vec<usize> = remaining
+        .iter()
+        .filter(|e| e.when.is_some())
+        .map(|e| e.index)
+        .collect();
+    if when.is_empty() {
+        // Several unconditional edges (AMBIGUOUS_EDGES, refused by validation): the first declared.
+        return Route::Edge(remaining[0].index);
+    }
+    Route::AskModel {
+        candidates: when,
+        fallback: best(workflow, unconditional()).map(|e| e.index),
     }
 }
 

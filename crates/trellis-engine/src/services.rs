@@ -130,30 +130,49 @@ pub trait Interviewer: Send + Sync {
 }
 
 /// A natural-language edge for a model to judge.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RouteOption {
+    /// The answer that picks it: the target node's id (with `#n` when two edges share a target).
+    pub id: String,
     pub target: String,
     pub when: String,
 }
 
+/// The answer that stands for "none of the above" (the default edge).
+pub const NONE_OF_THE_ABOVE: &str = "none_of_the_above";
+
+/// What a router judges: the live `when` edges of a stage, and what the stage's run has produced.
+pub struct RouteRequest<'a> {
+    pub node_id: &'a str,
+    pub options: &'a [RouteOption],
+    /// The target of the unconditional edge offered as "none of the above", when there is one.
+    pub default: Option<&'a str>,
+    /// The route-eval view: the workflow input and every prior node's result, long values cut with a
+    /// marker (see `route_view`).
+    pub view: &'a Value,
+    /// The stage's directory, where the router keeps its prompt and answer.
+    pub record_dir: Option<&'a std::path::Path>,
+}
+
 #[async_trait]
 pub trait Router: Send + Sync {
-    /// Picks one of `options` given the run context (blob references already replaced by their
-    /// values), or `None` for "none of the above". Model calls it makes are reported through `events`.
+    /// Picks one of `request.options`, or none (then the engine takes the default edge, or stops the
+    /// run naming the answer). Model calls it makes are reported through `events`.
     async fn choose(
         &self,
-        node_id: &str,
-        options: &[RouteOption],
-        context: &std::collections::BTreeMap<String, Value>,
+        request: &RouteRequest<'_>,
         events: &dyn crate::handler::Emitter,
     ) -> Result<RouteChoice, String>;
 }
 
-/// A router's answer: the option it picked (`None` for "none of the above") and what judging cost
-/// (model, provider, usage), recorded on the `EdgeSelected` event.
+/// A router's answer: the option it picked (`None` for "none of the above", or an answer that names
+/// no live choice), the answer as given, the model's stated reason, and what judging cost (model,
+/// provider, usage), recorded on the `EdgeSelected` event and in the stage's `status.json`.
 #[derive(Debug, Clone, Default)]
 pub struct RouteChoice {
     pub choice: Option<usize>,
+    pub answer: String,
+    pub reason: Option<String>,
     pub model: Option<crate::details::ModelDetails>,
 }
 

@@ -4,18 +4,18 @@
 //! fan-out or a sub-workflow inside a branch is just another step.
 
 use trellis_workflow::node_kind::Fidelity;
-use trellis_workflow::{NodeIndex, NodeKind, SourceFormat, StageStatus};
+use trellis_workflow::{NodeIndex, NodeKind, SourceFormat, StageStatus, Workflow};
 
 use crate::checkpoint::Track;
 use crate::context::{ConditionView, RunContext, resolve_blob};
 use crate::details::ModelDetails;
 use crate::engine::{Engine, EngineError};
-use crate::event::{EdgeChoice, EventKind};
+use crate::event::{EdgeChoice, EventKind, RouteDecision};
 use crate::handler::Attempt;
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
 use crate::routing::{self, Route};
-use crate::services::RouteOption;
+use crate::services::{RouteOption, RouteRequest};
 
 /// Why a walk stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -290,21 +290,22 @@ impl Engine {
             preferred_label: outcome.preferred_label.as_deref(),
             blobs: &*self.services.blobs,
         };
-        // What the router cost, when a model judged `when` edges.
-        let mut router = None;
+        // What the router cost and decided, when a model judged `when` edges.
+        let (mut router, mut decision) = (None, None);
         let edge = match routing::select(&self.workflow, index, outcome, &view, &track.edge_counts)
         {
             Route::Edge(edge) => Some(edge),
             Route::AskModel {
                 candidates,
                 fallback,
-            } => self
-                .ask_router(index, &candidates, fallback, context)
-                .await?
-                .map(|(edge, model)| {
-                    router = model;
-                    edge
-                }),
+            } => {
+                let judged = self
+                    .ask_router(index, &candidates, fallback, context, outcome)
+                    .await?;
+                router = judged.model;
+                decision = Some(judged.decision);
+                Some(judged.edge)
+            }
             Route::NoEdges if self.workflow.format == SourceFormat::Yaml => return Ok(Next::End),
             Route::NoEdges => None,
             Route::NoMatch { tried } => {
@@ -347,18 +348,22 @@ impl Engine {
             .edge_counts
             .bump(routing::key_of(&self.workflow, edge));
         context.set(keys::INCOMING_EDGE, edge_index);
-        self.emit(
-            Some(&node.id),
-            EventKind::EdgeSelected(EdgeChoice {
-                to: self.workflow.nodes[edge.to].id.clone(),
-                label: edge.label.clone(),
-                condition: edge.condition.as_ref().map(|c| c.source().to_owned()),
-                when: edge.when.clone(),
-                loop_restart: edge.loop_restart,
-                reason: None,
-                router,
-            }),
-        );
+        let choice = EdgeChoice {
+            to: self.workflow.nodes[edge.to].id.clone(),
+            label: edge.label.clone(),
+            condition: edge.condition.as_ref().map(|c| c.source().to_owned()),
+            when: edge.when.clone(),
+            loop_restart: edge.loop_restart,
+            reason: None,
+            router,
+            decision,
+        };
+        if choice.decision.is_some()
+            && let Some(dir) = &outcome.stage_dir
+        {
+            self.record_routing(dir, &choice).await?;
+        }
+        self.emit(Some(&node.id), EventKind::EdgeSelected(choice));
         Ok(if edge.loop_restart {
             Next::LoopRestart(edge.to)
         } else {
@@ -366,49 +371,134 @@ impl Engine {
         })
     }
 
-    /// Asks the router to judge `when` edges. It is shown the context with blob references replaced by
-    /// their values, so it sees what commands printed.
+    /// Asks the router to judge `when` edges, showing it the route-eval view of the context (blob
+    /// references replaced by their values). An answer that names no live choice takes the default
+    /// edge, or stops the run naming the node and the answer.
     async fn ask_router(
         &self,
         index: NodeIndex,
         candidates: &[usize],
         fallback: Option<usize>,
         context: &RunContext,
-    ) -> Result<Option<(usize, Option<ModelDetails>)>, EngineError> {
+        outcome: &Outcome,
+    ) -> Result<Judged, EngineError> {
         let node = &self.workflow.nodes[index];
-        let options: Vec<RouteOption> = candidates
-            .iter()
-            .map(|&e| RouteOption {
-                target: self.workflow.nodes[self.workflow.edges[e].to].id.clone(),
-                when: self.workflow.edges[e].when.clone().unwrap_or_default(),
-            })
-            .collect();
+        let options = route_options(&self.workflow, candidates);
         let Some(router) = &self.services.router else {
             return Err(EngineError::Routing {
                 node: node.id.clone(),
                 reason: "no model is configured".into(),
             });
         };
-        let blobs = self.services.blobs.clone();
+        let (blobs, workflow) = (self.services.blobs.clone(), self.workflow.clone());
         let snapshot = context.snapshot();
-        let resolved = crate::engine::blocking(move || {
-            snapshot
+        let view = crate::engine::blocking(move || {
+            let resolved = snapshot
                 .into_iter()
                 .map(|(key, value)| (key, resolve_blob(value, &*blobs)))
-                .collect()
+                .collect();
+            crate::route_view::route_view(&workflow, &resolved)
         })
         .await;
-        let answer = router
-            .choose(&node.id, &options, &resolved, self)
-            .await
-            .map_err(|reason| EngineError::Routing {
-                node: node.id.clone(),
-                reason,
-            })?;
+        let default = fallback.map(|e| self.workflow.nodes[self.workflow.edges[e].to].id.clone());
+        let request = RouteRequest {
+            node_id: &node.id,
+            options: &options,
+            default: default.as_deref(),
+            view: &view,
+            record_dir: outcome.stage_dir.as_deref(),
+        };
+        let answer =
+            router
+                .choose(&request, self)
+                .await
+                .map_err(|reason| EngineError::Routing {
+                    node: node.id.clone(),
+                    reason,
+                })?;
         let chosen = answer
             .choice
             .and_then(|choice| candidates.get(choice).copied())
             .or(fallback);
-        Ok(chosen.map(|edge| (edge, answer.model)))
+        let Some(edge) = chosen else {
+            let ids: Vec<&str> = options.iter().map(|o| o.id.as_str()).collect();
+            return Err(EngineError::Routing {
+                node: node.id.clone(),
+                reason: format!(
+                    "the model's answer `{}` names none of the choices ({}), and no unconditional edge stands as a default",
+                    answer.answer,
+                    ids.join(", ")
+                ),
+            });
+        };
+        Ok(Judged {
+            edge,
+            model: answer.model,
+            decision: RouteDecision {
+                choices: options,
+                default,
+                answer: answer.answer,
+                reason: answer.reason,
+            },
+        })
     }
+
+    /// Adds the routing decision to the stage's `status.json`.
+    async fn record_routing(
+        &self,
+        dir: &std::path::Path,
+        choice: &EdgeChoice,
+    ) -> Result<(), EngineError> {
+        let path = dir.join("status.json");
+        let routing = serde_json::to_value(choice).unwrap_or_default();
+        let store = self.services.store.clone();
+        let dir = dir.to_path_buf();
+        Ok(crate::engine::blocking(move || {
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "runs on the blocking pool (record_routing)"
+            )]
+            let mut status: serde_json::Value = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|text| serde_json::from_str(&text).ok())
+                .unwrap_or_else(|| serde_json::json!({}));
+            status["routing"] = routing;
+            store.write_status(&dir, &status)
+        })
+        .await?)
+    }
+}
+
+/// A router's verdict as the engine follows it.
+struct Judged {
+    edge: usize,
+    model: Option<ModelDetails>,
+    decision: RouteDecision,
+}
+
+/// The options a router is shown for `when` edges: each named by its target's id (`target#2`, ... when
+/// several edges share a target).
+pub(crate) fn route_options(workflow: &Workflow, candidates: &[usize]) -> Vec<RouteOption> {
+    let targets: Vec<&str> = candidates
+        .iter()
+        .map(|&e| workflow.nodes[workflow.edges[e].to].id.as_str())
+        .collect();
+    candidates
+        .iter()
+        .enumerate()
+        .map(|(i, &e)| {
+            let target = targets[i];
+            let before = targets[..i].iter().filter(|t| **t == target).count();
+            let shared = targets.iter().filter(|t| **t == target).count() > 1;
+            RouteOption {
+                id: if shared {
+                    format!("{target}#{}", before + 1)
+                } else {
+                    target.to_owned()
+                },
+                target: target.to_owned(),
+                when: workflow.edges[e].when.clone().unwrap_or_default(),
+            }
+        })
+        .collect()
 }

@@ -31,7 +31,7 @@ impl Structured {
             Structured::Json(value) => {
                 outcome
                     .context_updates
-                    .insert(format!("output.{node_id}"), value);
+                    .insert(trellis_engine::keys::output_of(node_id), value);
             }
         }
     }

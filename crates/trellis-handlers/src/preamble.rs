@@ -188,7 +188,7 @@ fn render_stage(
         }
     }
     if details.model.is_some() && limits.response > 0 {
-        let key = format!("response.{}", record.node_id);
+        let key = keys::response_of(&record.node_id);
         if let Some(Value::String(response)) = source.context.get(&key) {
             let text = resolve(source, response, limits.response);
             block(out, bullet, "Response", &text);

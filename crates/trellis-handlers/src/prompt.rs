@@ -161,7 +161,7 @@ pub fn response_updates(outcome: &mut Outcome, node_id: &str, response: &str) {
     );
     outcome
         .context_updates
-        .insert(format!("response.{node_id}"), json!(response));
+        .insert(keys::response_of(node_id), json!(response));
 }
 
 /// Writes a stage file; a failure to write is reported but never loses the answer.
@@ -348,6 +348,7 @@ impl PromptHandler {
             max_tokens: llm.max_tokens,
             reasoning_effort: Some(effort(llm.reasoning_effort)),
             temperature: None,
+            response_schema: None,
         };
         let answer = ask_for_schema(&mut call, &mut request, llm).await;
         let answer = match answer {

@@ -11,7 +11,7 @@ use crate::config::{Config, ProviderSettings};
 use crate::error::{ErrorKind, LlmError};
 use crate::http::Transport;
 use crate::local::{LocalProvider, SETUP_HELP};
-use crate::message::{Request, Response};
+use crate::message::{Request, Response, StopReason};
 use crate::provider::{OnEvent, Provider};
 use crate::providers::{Anthropic, Gemini, OpenAiChat, OpenAiResponses};
 use crate::retry::RetryPolicy;
@@ -220,7 +220,7 @@ impl Client {
         let mut attempt = 1;
         loop {
             match provider.stream(&request, on_event).await {
-                Ok(response) => return Ok(response),
+                Ok(response) => return Ok(structured(&request, response)),
                 Err(error) => {
                     let Some(wait) = self.retry.delay(&error, attempt + 1) else {
                         return Err(error);
@@ -239,6 +239,25 @@ impl Client {
             provider.shutdown().await;
         }
     }
+}
+
+/// A structured answer given as a call of the answer tool (Anthropic) becomes the answer's text.
+fn structured(request: &Request, mut response: Response) -> Response {
+    let Some(format) = &request.response_schema else {
+        return response;
+    };
+    if let Some(at) = response
+        .tool_calls
+        .iter()
+        .position(|call| call.name == format.name)
+    {
+        let call = response.tool_calls.remove(at);
+        response.text = call.arguments.to_string();
+        if response.tool_calls.is_empty() {
+            response.stop_reason = StopReason::EndTurn;
+        }
+    }
+    response
 }
 
 fn normalize_provider(name: &str) -> &str {

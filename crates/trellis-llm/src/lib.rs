@@ -22,8 +22,8 @@ pub use config::Config;
 pub use error::{ErrorKind, LlmError};
 pub use http::{Secret, Transport};
 pub use message::{
-    Message, Part, ReasoningEffort, Request, Response, Role, StopReason, StreamEvent, ToolCall,
-    ToolDef, ToolResult, Usage,
+    Message, Part, ReasoningEffort, Request, Response, ResponseSchema, Role, StopReason,
+    StreamEvent, ToolCall, ToolDef, ToolResult, Usage,
 };
 pub use provider::{OnEvent, Provider};
 pub use retry::{MAX_RETRY_AFTER, RetryPolicy};

@@ -109,6 +109,37 @@ pub struct Request {
     /// Sent only to models that reason.
     pub reasoning_effort: Option<ReasoningEffort>,
     pub temperature: Option<f32>,
+    /// Structured output: the answer is one JSON value matching this schema, enforced by the
+    /// provider (OpenAI's and compatible servers' `json_schema`, an Anthropic tool the model must
+    /// call, Gemini's `responseSchema`). The answer's text is that JSON.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub response_schema: Option<ResponseSchema>,
+}
+
+/// A JSON Schema an answer must match, and its name (letters, digits, `_`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResponseSchema {
+    pub name: String,
+    pub schema: serde_json::Value,
+}
+
+impl ResponseSchema {
+    /// The schema without `additionalProperties` (Gemini's schema dialect refuses it).
+    pub fn without_additional_properties(&self) -> serde_json::Value {
+        fn strip(value: &serde_json::Value) -> serde_json::Value {
+            match value {
+                serde_json::Value::Object(map) => map
+                    .iter()
+                    .filter(|(k, _)| k.as_str() != "additionalProperties")
+                    .map(|(k, v)| (k.clone(), strip(v)))
+                    .collect::<serde_json::Map<_, _>>()
+                    .into(),
+                serde_json::Value::Array(items) => items.iter().map(strip).collect(),
+                other => other.clone(),
+            }
+        }
+        strip(&self.schema)
+    }
 }
 
 /// Token counts of one call.

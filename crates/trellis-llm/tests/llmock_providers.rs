@@ -285,3 +285,79 @@ async fn broken_streams_fail_and_are_never_retried_after_output() {
         "{verdict}"
     );
 }
+
+#[tokio::test]
+async fn every_provider_is_asked_for_structured_output_in_its_own_terms() {
+    let Some(mock) = Llmock::start() else { return };
+    let schema = json!({
+        "type": "object",
+        "properties": { "reason": { "type": "string" }, "choice": { "type": "string", "enum": ["fix", "ship"] } },
+        "required": ["reason", "choice"],
+        "additionalProperties": false,
+    });
+    for &(name, api, base, model) in PROVIDERS {
+        mock.reset();
+        let answer = json!({ "reason": "the tests fail", "choice": "fix" });
+        let reply = if name == "anthropic" {
+            // Anthropic answers structured output by calling the answer tool.
+            json!([{ "type": "reply", "tool_calls": [{ "name": "route", "arguments": answer }], "times": 1 }])
+        } else {
+            json!([{ "type": "reply", "text": answer.to_string(), "times": 1 }])
+        };
+        mock.scenario(&reply);
+        let client = client(provider(&mock, name, api, base));
+        let mut ask = request(model, "Which way?");
+        ask.response_schema = Some(trellis_llm::ResponseSchema {
+            name: "route".into(),
+            schema: schema.clone(),
+        });
+        let (result, _, _) = call(&client, model, &ask).await;
+        let response = result.unwrap_or_else(|e| panic!("{name}/{api:?}: {e}"));
+        let parsed: Value = serde_json::from_str(&response.text)
+            .unwrap_or_else(|e| panic!("{name}/{api:?}: {e}: {}", response.text));
+        assert_eq!(parsed, answer, "{name}/{api:?}");
+        assert!(
+            response.tool_calls.is_empty(),
+            "{name}: the answer tool is not a tool call"
+        );
+        assert_eq!(response.stop_reason, StopReason::EndTurn, "{name}");
+        let body = &mock.requests()[0]["body"];
+        match (name, api) {
+            ("anthropic", _) => {
+                assert_eq!(
+                    body["tool_choice"],
+                    json!({ "type": "tool", "name": "route" })
+                );
+                let tool = body["tools"].as_array().unwrap().last().unwrap();
+                assert_eq!(tool["name"], "route");
+                assert_eq!(tool["input_schema"], schema);
+            }
+            ("openai", Some("responses")) => {
+                assert_eq!(
+                    body["text"]["format"],
+                    json!({ "type": "json_schema", "name": "route", "schema": schema, "strict": true })
+                );
+            }
+            ("gemini", _) => {
+                let config = &body["generationConfig"];
+                assert_eq!(config["responseMimeType"], "application/json");
+                let mut expected = schema.clone();
+                expected
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("additionalProperties");
+                assert_eq!(
+                    config["responseSchema"], expected,
+                    "Gemini's dialect has no additionalProperties"
+                );
+            }
+            _ => {
+                assert_eq!(
+                    body["response_format"],
+                    json!({ "type": "json_schema", "json_schema": { "name": "route", "schema": schema, "strict": true } }),
+                    "{name}/{api:?}"
+                );
+            }
+        }
+    }
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use trellis_engine::engine::blocking;
 use trellis_engine::services::{
-    EventSink, Interviewer, RouteChoice, RouteOption, Router, Subscribers, SystemClock,
+    EventSink, Interviewer, RouteChoice, RouteRequest, Router, Subscribers, SystemClock,
 };
 use trellis_engine::{
     CancellationToken, Checkpoint, Emitter, Engine, EngineError, RunStatus, Services, Settings,
@@ -140,13 +140,17 @@ struct SimulatedRouter;
 impl Router for SimulatedRouter {
     async fn choose(
         &self,
-        _node: &str,
-        _options: &[RouteOption],
-        _context: &BTreeMap<String, Value>,
+        request: &RouteRequest<'_>,
         _events: &dyn Emitter,
     ) -> Result<RouteChoice, String> {
         Ok(RouteChoice {
             choice: Some(0),
+            answer: request
+                .options
+                .first()
+                .map(|o| o.id.clone())
+                .unwrap_or_default(),
+            reason: Some("simulated: the first condition".into()),
             model: None,
         })
     }
@@ -240,8 +244,13 @@ impl Run {
         checkpoint: impl FnOnce(&Engine) -> Option<Checkpoint>,
     ) -> Result<Run, RunError> {
         let models = models(&record, settings.models_simulated())?;
+        let router_model = workflow
+            .graph
+            .router_model
+            .clone()
+            .or_else(|| workflow.graph.model.clone());
         let router: Arc<dyn Router> = match &models {
-            Some(client) => Arc::new(ModelRouter::new(client.clone(), None)),
+            Some(client) => Arc::new(ModelRouter::new(client.clone(), router_model)),
             None => Arc::new(SimulatedRouter),
         };
         let log =

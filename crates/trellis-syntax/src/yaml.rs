@@ -265,9 +265,9 @@ pub fn parse_yaml(text: &str, default_name: &str, diagnostics: &mut Vec<Diagnost
                     .scalar(value, "name")
                     .map(|(name, span)| Ident { name, span });
             }
-            "start" => {
+            "start" | "entry" => {
                 entry = lowering
-                    .scalar(value, "start")
+                    .scalar(value, "entry")
                     .map(|(name, span)| Ident { name, span });
             }
             "nodes" => lowering.nodes(value),

@@ -157,6 +157,8 @@ impl Lowerer<'_> {
         }
         GraphConfig {
             goal: goal_override.or_else(|| r.string("goal")),
+            model: r.string("model"),
+            router_model: r.string("router_model"),
             label: r.string("label"),
             model_stylesheet: r.string("model_stylesheet"),
             default_max_retries,
@@ -326,7 +328,7 @@ impl Lowerer<'_> {
         LlmConfig {
             prompt,
             prompt_file,
-            model: r.string("model"),
+            model: r.string("model").or_else(|| graph.model.clone()),
             provider: r.string("provider"),
             reasoning_effort: r
                 .word("reasoning_effort", ReasoningEffort::WORDS)

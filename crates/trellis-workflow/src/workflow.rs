@@ -37,6 +37,11 @@ pub struct Workflow {
 #[derive(Debug, Clone, Default)]
 pub struct GraphConfig {
     pub goal: Option<String>,
+    /// The workflow's model (a YAML workflow's top-level `model`): prompt and agent nodes that name
+    /// none use it.
+    pub model: Option<String>,
+    /// The model that judges `when` edges; the workflow's model when unset.
+    pub router_model: Option<String>,
     pub label: Option<String>,
     pub model_stylesheet: Option<String>,
     /// Retries for retryable failures when a node sets none (`default_max_retry`/`default_max_retries`).

@@ -62,12 +62,22 @@ impl Anthropic {
         if let Some(system) = &request.system {
             body["system"] = json!(system);
         }
-        if !request.tools.is_empty() {
-            body["tools"] = request
-                .tools
-                .iter()
-                .map(|t| json!({ "name": t.name, "description": t.description, "input_schema": t.parameters }))
-                .collect();
+        let mut tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| json!({ "name": t.name, "description": t.description, "input_schema": t.parameters }))
+            .collect();
+        // Structured output: a tool the model must call, whose input is the answer.
+        if let Some(format) = &request.response_schema {
+            tools.push(json!({
+                "name": format.name,
+                "description": "Give your answer by calling this tool.",
+                "input_schema": format.schema,
+            }));
+            body["tool_choice"] = json!({ "type": "tool", "name": format.name });
+        }
+        if !tools.is_empty() {
+            body["tools"] = Value::Array(tools);
         }
         if let Some(t) = request.temperature {
             body["temperature"] = json!(t);

@@ -74,6 +74,13 @@ impl Gemini {
             };
             config.insert("thinkingConfig".into(), json!({ "thinkingBudget": budget }));
         }
+        if let Some(format) = &request.response_schema {
+            config.insert("responseMimeType".into(), json!("application/json"));
+            config.insert(
+                "responseSchema".into(),
+                format.without_additional_properties(),
+            );
+        }
         if !config.is_empty() {
             body["generationConfig"] = Value::Object(config);
         }

@@ -128,6 +128,12 @@ impl OpenAiChat {
         if let Some(t) = request.temperature {
             body["temperature"] = json!(t);
         }
+        if let Some(format) = &request.response_schema {
+            body["response_format"] = json!({
+                "type": "json_schema",
+                "json_schema": { "name": format.name, "schema": format.schema, "strict": true },
+            });
+        }
         body
     }
 }

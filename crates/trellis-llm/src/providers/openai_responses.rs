@@ -71,6 +71,11 @@ impl OpenAiResponses {
         if let Some(t) = request.temperature {
             body["temperature"] = json!(t);
         }
+        if let Some(format) = &request.response_schema {
+            body["text"] = json!({ "format": {
+                "type": "json_schema", "name": format.name, "schema": format.schema, "strict": true,
+            } });
+        }
         body
     }
 }

@@ -38,6 +38,8 @@ pub const GRAPH: &[&str] = &[
     "stall_timeout",
     "start",
     "capture_artifacts",
+    "model",
+    "router_model",
 ];
 
 /// Edge attributes.
