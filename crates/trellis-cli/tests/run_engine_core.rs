@@ -237,7 +237,7 @@ fn regression_the_when_router_sees_command_output_and_reports_its_call() {
         .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"));
     p.write(
         "w.yaml",
-        "nodes:\n  a: { type: command, script: echo tests failed }\n  b: { type: command, script: echo b }\n  c: { type: command, script: echo c }\n\
+        "entry: a\nnodes:\n  a: { type: command, script: echo tests failed }\n  b: { type: command, script: echo b }\n  c: { type: command, script: echo c }\n\
          edges:\n  - { from: a, to: b, when: the tests passed }\n  - { from: a, to: c, when: the tests failed }\n",
     );
     mock.scenario(&json!([{ "type": "reply", "text": "{\"choice\": 2}", "times": 1 }]));

@@ -330,7 +330,7 @@ fn when_edges_are_judged_by_the_model() {
     let p = project(&mock);
     p.write(
         "w.yaml",
-        "nodes:\n  a: { type: command, script: echo tests failed }\n  b: { type: command, script: echo b }\n  c: { type: command, script: echo c }\n\
+        "entry: a\nnodes:\n  a: { type: command, script: echo tests failed }\n  b: { type: command, script: echo b }\n  c: { type: command, script: echo c }\n\
          edges:\n  - { from: a, to: b, when: the tests passed }\n  - { from: a, to: c, when: the tests failed }\n",
     );
     replies(&mock, &["{\"choice\": 2}"]);

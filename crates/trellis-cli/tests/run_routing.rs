@@ -260,7 +260,7 @@ fn yaml_workflows_end_at_a_terminal_node() {
     let p = Project::new();
     p.write(
         "w.yaml",
-        "nodes:\n  a: { type: command, script: echo a }\n  b: { type: command, script: echo b }\nedges:\n  - { from: a, to: b }\n",
+        "entry: a\nnodes:\n  a: { type: command, script: echo a }\n  b: { type: command, script: echo b }\nedges:\n  - { from: a, to: b }\n",
     );
     let run = p.run("w.yaml", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
@@ -272,7 +272,7 @@ fn natural_language_edges_need_a_model_and_say_so() {
     let p = Project::new();
     p.write(
         "w.yaml",
-        "nodes:\n  a: { type: command, script: echo a }\n  b: { type: command, script: echo b }\n  c: { type: command, script: echo c }\nedges:\n  - { from: a, to: b, when: things look good }\n  - { from: a, to: c, when: things look bad }\n",
+        "entry: a\nnodes:\n  a: { type: command, script: echo a }\n  b: { type: command, script: echo b }\n  c: { type: command, script: echo c }\nedges:\n  - { from: a, to: b, when: things look good }\n  - { from: a, to: c, when: things look bad }\n",
     );
     let run = p.run("w.yaml", &[]);
     assert_eq!(run.code(), Some(1));

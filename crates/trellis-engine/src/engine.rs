@@ -39,6 +39,10 @@ pub enum EngineError {
         "the run executed {steps} stages without finishing, its step budget: a loop probably never ends"
     )]
     StepBudget { steps: u32 },
+    #[error(
+        "node `{node}` failed: {reason} (in a YAML workflow a failed node stops the run; give it `fail_soft: true` to route on)"
+    )]
+    NodeFailed { node: String, reason: String },
     #[error("no handler for {kind} nodes (node `{node}`)")]
     NoHandler { node: String, kind: &'static str },
     #[error("goal gate `{node}` ended {status} and no retry target is set")]

@@ -284,6 +284,16 @@ impl Engine {
         context: &RunContext,
     ) -> Result<Next, EngineError> {
         let node = &self.workflow.nodes[index];
+        // SWEny semantics: a failed node ends the run unless it is `fail_soft`.
+        if self.workflow.format == SourceFormat::Yaml
+            && outcome.status == StageStatus::Failed
+            && node.attributes.get("fail_soft").map(String::as_str) != Some("true")
+        {
+            return Err(EngineError::NodeFailed {
+                node: node.id.clone(),
+                reason: outcome.failure_reason().unwrap_or("it failed").to_owned(),
+            });
+        }
         let view = ConditionView {
             context,
             outcome: Some(outcome.status),

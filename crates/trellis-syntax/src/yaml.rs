@@ -256,55 +256,96 @@ pub fn parse_yaml(text: &str, default_name: &str, diagnostics: &mut Vec<Diagnost
     let mut lowering = YamlLowering {
         diagnostics,
         stmts: Vec::new(),
+        cascade: Cascade::default(),
+        ignored: Vec::new(),
     };
-    let mut entry = None;
-    for (key, value) in &entries {
-        match key.key_text() {
-            "name" => {
-                document.name = lowering
-                    .scalar(value, "name")
-                    .map(|(name, span)| Ident { name, span });
-            }
-            "start" | "entry" => {
-                entry = lowering
-                    .scalar(value, "entry")
-                    .map(|(name, span)| Ident { name, span });
-            }
-            "nodes" => lowering.nodes(value),
-            "edges" => lowering.edges(value),
-            _ => {
-                if let Some(attr) = lowering.attr(key, value) {
-                    lowering.stmts.insert(0, Stmt::Attr(attr));
-                }
-            }
-        }
-    }
+    lowering.top_level(&entries, &mut document);
     if document.name.is_none() {
         document.name = Some(Ident {
             name: default_name.to_owned(),
             span: header_span,
         });
     }
-    let mut stmts = lowering.stmts;
-    if let Some(entry) = entry {
-        stmts.insert(
-            0,
-            Stmt::Attr(Attr {
-                key: Ident {
-                    name: "start".into(),
-                    span: entry.span,
-                },
-                value: Value::plain(entry.name, ValueKind::Bare, entry.span),
-            }),
-        );
-    }
-    document.body = stmts;
+    document.body = lowering.stmts;
     document
 }
 
 struct YamlLowering<'d> {
     diagnostics: &'d mut Vec<Diagnostic>,
     stmts: Vec<Stmt>,
+    /// The workflow-wide `rules` and `context`, prepended to every node's own.
+    cascade: Cascade,
+    /// Fields accepted but not implemented, in order of first appearance: the field, where it first
+    /// appears, and the nodes that use it.
+    ignored: Vec<(String, Span, Vec<String>)>,
+}
+
+#[derive(Default)]
+struct Cascade {
+    rules: Vec<String>,
+    context: Vec<String>,
+}
+
+/// Marketplace metadata at the top of a SWEny workflow: accepted, with no effect on a run.
+const METADATA: &[&str] = &[
+    "description",
+    "author",
+    "category",
+    "tags",
+    "icon",
+    "color",
+    "version",
+    "sweny_version",
+    "variables",
+];
+
+/// SWEny fields Trellis accepts but does not implement yet, and what is therefore left out.
+fn ignored_field(field: &str) -> Option<&'static str> {
+    Some(match field {
+        "skills" => "SWEny skills (tool bundles and MCP servers) are not provided",
+        "eval" | "eval_policy" | "judge_model" | "judge_budget" => "evaluators are not run",
+        "requires" => "output requirements are not checked",
+        "retry" => "SWEny node retries are not taken (Trellis's `max_retries` is)",
+        "tools" => "skill tool filters are not applied",
+        "on_fail" => "`on_fail` is not applied (`fail_soft` is)",
+        _ => return None,
+    })
+}
+
+/// The SWEny workflow types.
+pub const WORKFLOW_TYPES: &[&str] = &[
+    "generic",
+    "triage",
+    "implement",
+    "pr_review",
+    "e2e_test",
+    "monitor",
+];
+
+/// The input types a SWEny workflow declares.
+pub const INPUT_TYPES: &[&str] = &["string", "number", "boolean", "string[]"];
+
+fn graph_attr(key: &str, text: String, span: Span) -> Stmt {
+    Stmt::Attr(Attr {
+        key: Ident {
+            name: key.to_owned(),
+            span,
+        },
+        value: Value::plain(text, ValueKind::Quoted, span),
+    })
+}
+
+/// Whether `value` has the input type `kind`.
+fn has_input_type(value: &serde_json::Value, kind: &str) -> bool {
+    match kind {
+        "string" => value.is_string(),
+        "number" => value.is_number(),
+        "boolean" => value.is_boolean(),
+        "string[]" => value
+            .as_array()
+            .is_some_and(|items| items.iter().all(serde_json::Value::is_string)),
+        _ => false,
+    }
 }
 
 impl YamlLowering<'_> {
@@ -367,6 +408,433 @@ impl YamlLowering<'_> {
         Some(Attr { key, value })
     }
 
+    /// The top-level fields: `id`, `name`, `entry`, `nodes`, `edges`, `inputs`, `workflow_type`, the
+    /// workflow-wide `rules` and `context`, marketplace metadata, fields not implemented, and any other
+    /// scalar as a graph attribute.
+    fn top_level(&mut self, entries: &[(Node, Node)], document: &mut Document) {
+        // Workflow-wide rules and context cascade into every node, so they are read first.
+        for (key, value) in entries {
+            match key.key_text() {
+                "rules" => self.cascade.rules = self.sources(value, "rules"),
+                "context" => self.cascade.context = self.sources(value, "context"),
+                _ => {}
+            }
+        }
+        let mut entry = None;
+        let (mut id, mut name) = (None, None);
+        for (key, value) in entries {
+            match key.key_text() {
+                "id" => id = self.scalar(value, "id"),
+                "name" => name = self.scalar(value, "name"),
+                "start" | "entry" => {
+                    entry = self
+                        .scalar(value, "entry")
+                        .map(|(name, span)| Ident { name, span });
+                }
+                "nodes" => self.nodes(value),
+                "edges" => self.edges(value),
+                "rules" | "context" => {}
+                "inputs" => {
+                    if let Some(attr) = self.inputs(key, value) {
+                        self.stmts.insert(0, Stmt::Attr(attr));
+                    }
+                }
+                "workflow_type" => {
+                    if let Some(attr) = self.workflow_type(key, value) {
+                        self.stmts.insert(0, Stmt::Attr(attr));
+                    }
+                }
+                field if METADATA.contains(&field) => {}
+                field if ignored_field(field).is_some() => self.ignore(key, None),
+                _ => {
+                    if let Some(attr) = self.attr(key, value) {
+                        self.stmts.insert(0, Stmt::Attr(attr));
+                    }
+                }
+            }
+        }
+        self.report_ignored();
+        // `id` names the workflow; `name` is then its label. A file with only `name` is named by it.
+        match (id, name) {
+            (Some((id, span)), name) => {
+                document.name = Some(Ident { name: id, span });
+                if let Some((label, span)) = name {
+                    self.stmts.insert(0, graph_attr("label", label, span));
+                }
+            }
+            (None, Some((name, span))) => document.name = Some(Ident { name, span }),
+            (None, None) => {}
+        }
+        if let Some(entry) = entry {
+            self.stmts.insert(
+                0,
+                Stmt::Attr(Attr {
+                    key: Ident {
+                        name: "start".into(),
+                        span: entry.span,
+                    },
+                    value: Value::plain(entry.name, ValueKind::Bare, entry.span),
+                }),
+            );
+        }
+    }
+
+    /// A node's fields as attributes: SWEny's (`name`, `instruction`, `output`, `rules`, `context`,
+    /// `disallowed_tools`) read into Trellis's, the rest as they are. A node that names neither a
+    /// `type` nor a `shape` is an agent node.
+    fn node_fields(&mut self, node: &str, id_span: Span, entries: &[(Node, Node)]) -> Vec<Attr> {
+        let mut attrs = Vec::new();
+        let (mut rules, mut context) = (None, None);
+        let mut typed = false;
+        for (key, value) in entries {
+            let field = key.key_text();
+            let renamed = |name: &str| Node::Scalar {
+                text: name.to_owned(),
+                quoted: false,
+                span: key.span(),
+            };
+            match field {
+                "type" | "shape" => {
+                    typed = true;
+                    attrs.extend(self.attr(key, value));
+                }
+                "name" => attrs.extend(self.attr(&renamed("label"), value)),
+                "instruction" => {
+                    if let Some(text) = self.source(value, "instruction") {
+                        attrs.push(Attr {
+                            key: Ident {
+                                name: "prompt".into(),
+                                span: key.span(),
+                            },
+                            value: Value::plain(text, ValueKind::Quoted, value.span()),
+                        });
+                    }
+                }
+                "output" => attrs.extend(self.attr(&renamed("output_schema"), value)),
+                "rules" => rules = Some((key.span(), self.node_sources(value, "rules"))),
+                "context" => context = Some((key.span(), self.node_sources(value, "context"))),
+                "disallowed_tools" | "allowed_tools" => attrs.extend(self.list(key, value)),
+                _ if ignored_field(field).is_some() => self.ignore(key, Some(node)),
+                _ => attrs.extend(self.attr(key, value)),
+            }
+        }
+        for (name, own, inherited) in [
+            ("rules", rules, &self.cascade.rules),
+            ("context", context, &self.cascade.context),
+        ] {
+            let (span, (only, own)) = match own {
+                Some(found) => found,
+                None => (id_span, (false, Vec::new())),
+            };
+            let mut all: Vec<String> = if only { Vec::new() } else { inherited.clone() };
+            all.extend(own);
+            if !all.is_empty() {
+                attrs.push(Attr {
+                    key: Ident {
+                        name: name.into(),
+                        span,
+                    },
+                    value: Value::plain(
+                        serde_json::Value::from(all).to_string(),
+                        ValueKind::Quoted,
+                        span,
+                    ),
+                });
+            }
+        }
+        if !typed {
+            attrs.push(Attr {
+                key: Ident {
+                    name: "type".into(),
+                    span: id_span,
+                },
+                value: Value::plain("agent", ValueKind::Bare, id_span),
+            });
+        }
+        attrs
+    }
+
+    /// A Source: inline text, a `./file` path (or `{file: ...}`) read as an `@file` reference, or
+    /// `{inline: ...}`. URLs are not fetched.
+    fn source(&mut self, node: &Node, what: &str) -> Option<String> {
+        let problem = |this: &mut Self, message: String, span: Span| {
+            this.diagnostics
+                .push(Diagnostic::error("syntax", message, span).with_help(
+                    "a source is text, a `./file` path, `{file: path}` or `{inline: text}`",
+                ));
+            None
+        };
+        match node {
+            Node::Scalar { text, .. } => {
+                let trimmed = text.trim();
+                if trimmed.is_empty() {
+                    return problem(self, format!("`{what}` is empty"), node.span());
+                }
+                if trimmed.starts_with("http://") || trimmed.starts_with("https://") {
+                    return problem(
+                        self,
+                        format!(
+                            "`{what}` is a URL, and Trellis does not fetch sources: save it to a file and give `./file`"
+                        ),
+                        node.span(),
+                    );
+                }
+                if ["./", "../", "/"].iter().any(|p| trimmed.starts_with(p)) {
+                    return Some(format!("@{trimmed}"));
+                }
+                Some(text.clone())
+            }
+            Node::Map { entries, .. } => match entries.as_slice() {
+                [(key, value)] if key.key_text() == "inline" => {
+                    self.scalar(value, "inline").map(|(text, _)| text)
+                }
+                [(key, value)] if key.key_text() == "file" => self
+                    .scalar(value, "file")
+                    .map(|(path, _)| format!("@{}", path.trim())),
+                [(key, _), ..] if key.key_text() == "url" => problem(
+                    self,
+                    format!(
+                        "`{what}` is a URL, and Trellis does not fetch sources: save it to a file and give `{{file: ...}}`"
+                    ),
+                    node.span(),
+                ),
+                _ => problem(self, format!("`{what}` is not a source"), node.span()),
+            },
+            Node::Seq { .. } => problem(
+                self,
+                format!("`{what}` must be one source, found a list"),
+                node.span(),
+            ),
+        }
+    }
+
+    /// A list of Sources (`rules`, `context`).
+    fn sources(&mut self, node: &Node, what: &str) -> Vec<String> {
+        match node {
+            Node::Seq { items, .. } => items
+                .iter()
+                .filter_map(|item| self.source(item, what))
+                .collect(),
+            other => self.source(other, what).into_iter().collect(),
+        }
+    }
+
+    /// A node's `rules` or `context`: a list of Sources, or `{only: true, sources: [...]}` to leave out
+    /// the workflow's. Returns whether only the node's own count, and them.
+    fn node_sources(&mut self, node: &Node, what: &str) -> (bool, Vec<String>) {
+        if let Node::Map { entries, .. } = node
+            && entries.iter().any(|(k, _)| k.key_text() == "sources")
+        {
+            let only = entries
+                .iter()
+                .any(|(k, v)| k.key_text() == "only" && v.key_text() == "true");
+            let sources = entries
+                .iter()
+                .find(|(k, _)| k.key_text() == "sources")
+                .map(|(_, v)| self.sources(v, what))
+                .unwrap_or_default();
+            return (only, sources);
+        }
+        (false, self.sources(node, what))
+    }
+
+    /// A list of names as one comma-separated attribute (`disallowed_tools`).
+    fn list(&mut self, key: &Node, value: &Node) -> Option<Attr> {
+        let Node::Seq { items, span } = value else {
+            return self.attr(key, value);
+        };
+        let names: Vec<String> = items
+            .iter()
+            .filter_map(|item| self.scalar(item, key.key_text()))
+            .map(|(name, _)| name)
+            .collect();
+        Some(Attr {
+            key: Ident {
+                name: key.key_text().to_owned(),
+                span: key.span(),
+            },
+            value: Value::plain(names.join(","), ValueKind::Quoted, *span),
+        })
+    }
+
+    /// Notes a field that is accepted but not implemented (reported once per field).
+    fn ignore(&mut self, key: &Node, node: Option<&str>) {
+        let field = key.key_text().to_owned();
+        match self.ignored.iter_mut().find(|(f, _, _)| *f == field) {
+            Some((_, _, nodes)) => nodes.extend(node.map(str::to_owned)),
+            None => self.ignored.push((
+                field,
+                key.span(),
+                node.map(str::to_owned).into_iter().collect(),
+            )),
+        }
+    }
+
+    fn report_ignored(&mut self) {
+        for (field, span, nodes) in std::mem::take(&mut self.ignored) {
+            let why = ignored_field(&field).unwrap_or("it is not implemented");
+            let place = match nodes.as_slice() {
+                [] => String::new(),
+                [one] => format!(" (node `{one}`)"),
+                several => format!(
+                    " (nodes {})",
+                    several
+                        .iter()
+                        .map(|n| format!("`{n}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            self.diagnostics.push(
+                Diagnostic::warning(
+                    "ignored-field",
+                    format!("`{field}` is accepted but ignored{place}: {why}"),
+                    span,
+                )
+                .with_label("ignored"),
+            );
+        }
+    }
+
+    /// `workflow_type`: one of SWEny's types.
+    fn workflow_type(&mut self, key: &Node, value: &Node) -> Option<Attr> {
+        let (text, span) = self.scalar(value, "workflow_type")?;
+        if !WORKFLOW_TYPES.contains(&text.as_str()) {
+            self.diagnostics.push(
+                Diagnostic::error(
+                    "workflow-type",
+                    format!("unknown workflow_type `{text}`"),
+                    span,
+                )
+                .with_help(format!("workflow types: {}", WORKFLOW_TYPES.join(", "))),
+            );
+            return None;
+        }
+        self.attr(key, value)
+    }
+
+    /// One declared input: its type, `required` with a `default`, the default's and the enum's types.
+    fn input_field(&mut self, name: &Node, field: &Node) {
+        let input = name.key_text();
+        let Node::Map { entries: parts, .. } = field else {
+            self.diagnostics.push(Diagnostic::error(
+                "inputs",
+                format!("input `{input}` must be a mapping with a `type`"),
+                field.span(),
+            ));
+            return;
+        };
+        let get = |k: &str| {
+            parts
+                .iter()
+                .find(|(p, _)| p.key_text() == k)
+                .map(|(_, v)| v)
+        };
+        for (part, _) in parts {
+            if !["type", "description", "required", "default", "enum"].contains(&part.key_text()) {
+                self.diagnostics.push(
+                    Diagnostic::error(
+                        "inputs",
+                        format!("input `{input}` has an unknown field `{}`", part.key_text()),
+                        part.span(),
+                    )
+                    .with_help(
+                        "an input has `type`, `description`, `required`, `default` and `enum`",
+                    ),
+                );
+            }
+        }
+        let kind = get("type").map(Node::key_text).unwrap_or_default();
+        if !INPUT_TYPES.contains(&kind) {
+            let span = get("type").map_or(name.span(), Node::span);
+            self.diagnostics.push(
+                Diagnostic::error(
+                    "inputs",
+                    if kind.is_empty() {
+                        format!("input `{input}` has no `type`")
+                    } else {
+                        format!("input `{input}` has an unknown type `{kind}`")
+                    },
+                    span,
+                )
+                .with_help(format!("input types: {}", INPUT_TYPES.join(", "))),
+            );
+            return;
+        }
+        if let (Some(required), Some(default)) = (get("required"), get("default"))
+            && required.key_text() == "true"
+        {
+            self.diagnostics.push(
+                Diagnostic::error(
+                    "inputs",
+                    format!("input `{input}` is `required` and has a `default`"),
+                    default.span(),
+                )
+                .with_secondary(required.span(), "required here")
+                .with_help("pick one: a default makes the input optional"),
+            );
+        }
+        if let Some(default) = get("default")
+            && !has_input_type(&default.to_json(), kind)
+        {
+            self.diagnostics.push(Diagnostic::error(
+                "inputs",
+                format!("the default of input `{input}` is not a {kind}"),
+                default.span(),
+            ));
+        }
+        if let Some(allowed) = get("enum") {
+            match allowed {
+                Node::Seq { items, .. } if !items.is_empty() => {
+                    for item in items {
+                        if !has_input_type(&item.to_json(), kind) {
+                            self.diagnostics.push(Diagnostic::error(
+                                "inputs",
+                                format!("an `enum` value of input `{input}` is not a {kind}"),
+                                item.span(),
+                            ));
+                        }
+                    }
+                }
+                other => self.diagnostics.push(Diagnostic::error(
+                    "inputs",
+                    format!("the `enum` of input `{input}` must be a non-empty list"),
+                    other.span(),
+                )),
+            }
+        }
+    }
+
+    /// `inputs`: each field's `type`, `description`, `required`, `default` and `enum`, checked (every
+    /// problem reported) and kept as one JSON attribute for runs to check their input against.
+    fn inputs(&mut self, key: &Node, value: &Node) -> Option<Attr> {
+        let Node::Map { entries, span } = value else {
+            self.diagnostics.push(Diagnostic::error(
+                "inputs",
+                format!(
+                    "`inputs` must map input names to their declarations, found {}",
+                    value.describe()
+                ),
+                value.span(),
+            ));
+            return None;
+        };
+        let before = self.diagnostics.len();
+        for (name, field) in entries {
+            self.input_field(name, field);
+        }
+        if self.diagnostics.len() > before {
+            return None;
+        }
+        Some(Attr {
+            key: Ident {
+                name: "inputs".into(),
+                span: key.span(),
+            },
+            value: Value::plain(value.to_json().to_string(), ValueKind::Quoted, *span),
+        })
+    }
+
     fn nodes(&mut self, value: &Node) {
         let Node::Map { entries, .. } = value else {
             self.diagnostics.push(Diagnostic::error(
@@ -383,17 +851,16 @@ impl YamlLowering<'_> {
             let Some((name, span)) = self.scalar(key, "a node id") else {
                 continue;
             };
-            if !crate::ast::is_node_id(&name) {
+            // Any non-empty id names a node (`read-bug-report` included); none is special.
+            if name.trim().is_empty() {
                 self.diagnostics.push(
-                    Diagnostic::error("syntax", format!("invalid node id `{name}`"), span)
-                        .with_help("node ids start with a letter or `_` and contain only letters, digits and `_`"),
+                    Diagnostic::error("syntax", "a node id is empty", span)
+                        .with_help("give the node a name under `nodes:`"),
                 );
+                continue;
             }
             let attrs = match fields {
-                Node::Map { entries, .. } => entries
-                    .iter()
-                    .filter_map(|(k, v)| self.attr(k, v))
-                    .collect(),
+                Node::Map { entries, .. } => self.node_fields(&name, span, entries),
                 Node::Scalar { text, .. } if text.is_empty() => Vec::new(),
                 _ => {
                     self.diagnostics.push(Diagnostic::error(

@@ -12,6 +12,7 @@ pub mod condition;
 mod flatten;
 pub mod graph_dot;
 pub mod inline;
+pub mod inputs;
 pub mod label;
 mod lower;
 pub mod node_kind;

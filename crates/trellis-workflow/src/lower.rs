@@ -120,10 +120,11 @@ impl Lowerer<'_> {
                     _ => None,
                 }
             }
-            SourceFormat::Yaml => match workflow.graph.attributes.get("start") {
-                Some(name) => workflow.node_index(name),
-                None => workflow.nodes.iter().position(|n| n.declared),
-            },
+            SourceFormat::Yaml => workflow
+                .graph
+                .attributes
+                .get("start")
+                .and_then(|name| workflow.node_index(name)),
         };
         workflow
     }
@@ -271,6 +272,38 @@ impl Lowerer<'_> {
     }
 
     /// Settings of a model node: the node's own attributes first, then the stylesheet.
+    /// A SWEny node's `rules` and `context` (lists of sources: text, or `@file`) prepended to its
+    /// prompt under `## Rules` and `## Context`, the instruction after them under `## Task`.
+    fn with_rules_and_context(&mut self, attrs: &AttrMap, prompt: String) -> String {
+        let mut sections = Vec::new();
+        for (key, heading) in [("rules", "Rules"), ("context", "Context")] {
+            let Some(attr) = attrs.get(key) else { continue };
+            let items: Vec<String> = serde_json::from_str(&attr.value.text)
+                .unwrap_or_else(|_| vec![attr.value.text.clone()]);
+            let texts: Vec<String> = items
+                .into_iter()
+                .filter_map(|item| {
+                    let value = trellis_syntax::ast::Value::plain(
+                        item,
+                        trellis_syntax::ast::ValueKind::Quoted,
+                        attr.value.span,
+                    );
+                    file_reference::load(key, &value, self.base_dir, self.out)
+                        .map(|(_, text)| text.trim().to_owned())
+                })
+                .filter(|text| !text.is_empty())
+                .collect();
+            if !texts.is_empty() {
+                sections.push(format!("## {heading}\n\n{}", texts.join("\n\n")));
+            }
+        }
+        if sections.is_empty() {
+            return prompt;
+        }
+        sections.push(format!("## Task\n\n{prompt}"));
+        sections.join("\n\n")
+    }
+
     fn llm(
         &mut self,
         flat: &FlatNode,
@@ -318,6 +351,7 @@ impl Lowerer<'_> {
             }
             None => (None, String::new()),
         };
+        let prompt = self.with_rules_and_context(&attrs, prompt);
         let output_schema = attrs
             .get("output_schema")
             .and_then(|attr| self.output_schema(&attr.value));

@@ -123,6 +123,7 @@ fn every_rule_has_a_passing_and_a_failing_fixture() {
             );
             assert!(found.iter().all(|d| d.severity == rule.severity
                 || rule.code == "cycles"
+                || rule.code == "AMBIGUOUS_EDGES"
                 || rule.code == "condition-syntax"));
         }
     }
@@ -179,12 +180,16 @@ fn specification_examples_validate_as_documented() {
                 file.display()
             );
         } else {
-            assert!(
-                compiled.diagnostics.is_empty(),
-                "{}: {:?}",
-                file.display(),
-                compiled.diagnostics
-            );
+            // The transitions page's weight example shows an edge a heavier one always beats; saying
+            // so is the point of the AMBIGUOUS_EDGES warning.
+            let reported: Vec<_> = compiled
+                .diagnostics
+                .iter()
+                .filter(|d| {
+                    d.code != "AMBIGUOUS_EDGES" || d.severity != trellis_syntax::Severity::Warning
+                })
+                .collect();
+            assert!(reported.is_empty(), "{}: {:?}", file.display(), reported);
         }
     }
 }

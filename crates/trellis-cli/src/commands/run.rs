@@ -65,6 +65,12 @@ pub struct RunArgs {
     /// Put a value into the run context before the first stage (JSON, or else text).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// A workflow input (YAML `inputs`), read as its declared type; repeat for several.
+    #[arg(long = "input", value_name = "KEY=VALUE")]
+    input: Vec<String>,
+    /// Workflow inputs from a JSON object file; `--input` values override them.
+    #[arg(long = "inputs", value_name = "FILE")]
+    inputs: Option<PathBuf>,
     /// Stop a run after this many stages (a runaway loop).
     #[arg(long, default_value_t = 10_000)]
     max_steps: u32,
@@ -115,6 +121,55 @@ fn parse_sets(sets: &[String]) -> anyhow::Result<BTreeMap<String, Value>> {
         .collect()
 }
 
+/// The run's `input`: `--inputs FILE` and `--input KEY=VALUE` checked against the workflow's declared
+/// inputs (every problem at once). A YAML workflow always has one (`{}` at least); a DOT workflow only
+/// when given.
+fn workflow_input(
+    workflow: &trellis_workflow::Workflow,
+    args: &RunArgs,
+) -> Result<Option<Value>, Vec<String>> {
+    let mut provided = serde_json::Map::new();
+    if let Some(path) = &args.inputs {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            vec![format!(
+                "cannot read the inputs file {}: {e}",
+                path.display()
+            )]
+        })?;
+        match serde_json::from_str(&text) {
+            Ok(Value::Object(map)) => provided = map,
+            Ok(_) => {
+                return Err(vec![format!(
+                    "the inputs file {} must hold a JSON object",
+                    path.display()
+                )]);
+            }
+            Err(e) => {
+                return Err(vec![format!(
+                    "the inputs file {} is not JSON: {e}",
+                    path.display()
+                )]);
+            }
+        }
+    }
+    for pair in &args.input {
+        let Some((key, value)) = pair.split_once('=').filter(|(k, _)| !k.trim().is_empty()) else {
+            return Err(vec![format!("--input expects KEY=VALUE, found `{pair}`")]);
+        };
+        let key = key.trim();
+        provided.insert(
+            key.to_owned(),
+            trellis_workflow::inputs::parse_value(workflow, key, value),
+        );
+    }
+    let yaml = workflow.format == trellis_syntax::ast::SourceFormat::Yaml;
+    let declared = trellis_workflow::inputs::declared(workflow).is_some();
+    if !yaml && !declared && provided.is_empty() {
+        return Ok(None);
+    }
+    trellis_workflow::inputs::resolve(workflow, provided).map(Some)
+}
+
 /// Shows a workflow's diagnostics (errors and warnings) on standard error.
 fn show_diagnostics(loaded: &Loaded, color: ColorChoice) -> anyhow::Result<()> {
     if !loaded.compiled.diagnostics.is_empty() {
@@ -151,6 +206,21 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             Err(error) => return Err(error.into()),
         };
         show_diagnostics(&loaded, args.options.color)?;
+        let mut initial = initial;
+        if let Some(workflow) = &loaded.compiled.workflow {
+            match workflow_input(workflow, args) {
+                Ok(Some(input)) => {
+                    initial.insert(trellis_engine::keys::INPUT.to_owned(), input);
+                }
+                Ok(None) => {}
+                Err(problems) => {
+                    for problem in problems {
+                        eprintln!("error: {problem}");
+                    }
+                    return Ok(ExitCode::from(EXIT_USAGE));
+                }
+            }
+        }
         let request = NewRun {
             path: args.file.clone(),
             initial,

@@ -77,8 +77,13 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         } else {
             format!("self-loop on `{id}` has no `max_iterations`")
         };
+        let code = if yaml {
+            crate::rules::sweny::SELF_LOOP.code
+        } else {
+            RULE.code
+        };
         out.push(
-            Diagnostic::new(RULE.code, severity, message, edge.span)
+            Diagnostic::new(code, severity, message, edge.span)
                 .with_label("unbounded self-loop")
                 .with_help(if yaml {
                     "add `max_iterations: N` to the edge"
@@ -124,8 +129,13 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         } else {
             "add `max_iterations=N` to an edge, `max_visits=N` to a node, or a conditional edge that leaves the loop"
         };
+        let code = if yaml {
+            crate::rules::sweny::UNBOUNDED_CYCLE.code
+        } else {
+            RULE.code
+        };
         out.push(
-            Diagnostic::new(RULE.code, severity, message, closing)
+            Diagnostic::new(code, severity, message, closing)
                 .with_label("closes the loop")
                 .with_help(help),
         );

@@ -24,6 +24,10 @@ pub const RULE: Rule = Rule {
 };
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    if workflow.format == SourceFormat::Yaml {
+        check_yaml(workflow, out);
+        return;
+    }
     let declared = || {
         workflow
             .nodes
@@ -55,5 +59,40 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
             .with_label("not declared")
             .with_help(help),
         );
+    }
+}
+
+/// YAML: each edge whose `from` or `to` names no node (`UNKNOWN_EDGE_SOURCE`, `UNKNOWN_EDGE_TARGET`).
+fn check_yaml(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    use crate::rules::sweny::{UNKNOWN_EDGE_SOURCE, UNKNOWN_EDGE_TARGET};
+    let declared = || {
+        workflow
+            .nodes
+            .iter()
+            .filter(|n| n.declared)
+            .map(|n| n.id.as_str())
+    };
+    for edge in &workflow.edges {
+        for (end, rule, field) in [
+            (edge.from, &UNKNOWN_EDGE_SOURCE, "from"),
+            (edge.to, &UNKNOWN_EDGE_TARGET, "to"),
+        ] {
+            let node = &workflow.nodes[end];
+            if node.declared {
+                continue;
+            }
+            let help = match closest(&node.id, declared()) {
+                Some(near) => format!("did you mean `{near}`?"),
+                None => format!("declare `{}` under `nodes:`", node.id),
+            };
+            out.push(
+                rule.diagnostic(
+                    format!("the edge's `{field}` is `{}`, which is not a node", node.id),
+                    edge.span,
+                )
+                .with_label("no such node")
+                .with_help(help),
+            );
+        }
     }
 }

@@ -39,6 +39,7 @@ pub mod start_node;
 pub mod stylesheet_property;
 pub mod stylesheet_syntax;
 pub mod sub_workflow;
+pub mod sweny;
 pub mod template_variable;
 pub mod thread_fidelity;
 pub mod unknown_attribute;
@@ -112,6 +113,16 @@ pub const ALL: &[&Rule] = &[
     &cli_backend::RULE,
     &parallel_fan_in::RULE,
     &cycles::RULE,
+    &sweny::MISSING_ENTRY,
+    &sweny::UNKNOWN_EDGE_SOURCE,
+    &sweny::UNKNOWN_EDGE_TARGET,
+    &sweny::UNREACHABLE_NODE,
+    &sweny::SELF_LOOP,
+    &sweny::UNBOUNDED_CYCLE,
+    &sweny::AMBIGUOUS_EDGES,
+    &sweny::INPUTS,
+    &sweny::WORKFLOW_TYPE,
+    &sweny::IGNORED_FIELD,
 ];
 
 /// A graph rule's check.
@@ -137,6 +148,7 @@ pub const GRAPH_CHECKS: &[GraphCheck] = &[
     cli_backend::check,
     parallel_fan_in::check,
     cycles::check,
+    sweny::check_ambiguous,
 ];
 
 /// Reports every node after the first of a kind there must be exactly one of (`start`, `exit`).

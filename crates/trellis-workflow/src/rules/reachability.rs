@@ -24,9 +24,16 @@ pub const RULE: Rule = Rule {
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     let Some(start) = workflow.start else { return };
     let reachable = workflow.reachable([start], false);
-    for (node, _) in workflow.nodes.iter().zip(&reachable).filter(|(_, r)| !**r) {
+    let rule = if workflow.format == trellis_syntax::ast::SourceFormat::Yaml {
+        &crate::rules::sweny::UNREACHABLE_NODE
+    } else {
+        &RULE
+    };
+    for (node, _) in workflow.nodes.iter().zip(&reachable).filter(|(n, r)| {
+        !**r && (n.declared || workflow.format == trellis_syntax::ast::SourceFormat::Dot)
+    }) {
         out.push(
-            RULE.diagnostic(
+            rule.diagnostic(
                 format!(
                     "node `{}` is not reachable from `{}`",
                     node.id, workflow.nodes[start].id

@@ -2,7 +2,7 @@
 //!
 //! In DOT, exactly one node is a start node (`shape=Mdiamond`, `type=start`, or the id `start`/`Start`
 //! with no other shape): with none the engine does not know where to begin, with two it cannot choose.
-//! In YAML the entry is `start:` (which must name a node) or else the first node listed.
+//! In YAML the entry is `entry:` (or `start:`), which must name a node (`MISSING_ENTRY`, see `sweny`).
 //!
 //! ```dot
 //! digraph G { plan [shape=tab, prompt="..."]; exit [shape=Msquare]; plan -> exit }   // error: no start node
@@ -23,6 +23,7 @@ pub const RULE: Rule = Rule {
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     if workflow.format == SourceFormat::Yaml {
+        let entry = &crate::rules::sweny::MISSING_ENTRY;
         if let Some(name) = workflow.graph.attributes.get("start")
             && workflow.node_index(name).is_none()
         {
@@ -32,9 +33,23 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
                 .get("start")
                 .copied()
                 .unwrap_or(workflow.header_span);
+            let mut diagnostic = entry
+                .diagnostic(format!("`entry` names `{name}`, which is not a node"), span)
+                .with_label("no such node");
+            if let Some(near) =
+                crate::rules::closest(name, workflow.nodes.iter().map(|n| n.id.as_str()))
+            {
+                diagnostic = diagnostic.with_help(format!("did you mean `{near}`?"));
+            }
+            out.push(diagnostic);
+        } else if !workflow.graph.attributes.contains_key("start") && !workflow.nodes.is_empty() {
             out.push(
-                RULE.diagnostic(format!("`start` names `{name}`, which is not a node"), span)
-                    .with_label("no such node"),
+                entry
+                    .diagnostic("the workflow has no `entry`", workflow.header_span)
+                    .with_help(format!(
+                        "add `entry: {}` (the node the workflow starts at)",
+                        workflow.nodes[0].id
+                    )),
             );
         } else if workflow.nodes.is_empty() {
             out.push(

@@ -40,6 +40,8 @@ pub const GRAPH: &[&str] = &[
     "capture_artifacts",
     "model",
     "router_model",
+    "inputs",
+    "workflow_type",
 ];
 
 /// Edge attributes.
