@@ -24,6 +24,35 @@ pub struct PreambleSource<'a> {
     pub blobs: &'a dyn BlobStore,
 }
 
+/// A YAML (SWEny) node sees the workflow's input and every prior node's result (its structured output,
+/// else its response), keyed by node id, as one JSON object — long text cut with a marker.
+fn sweny_context(out: &mut String, source: &PreambleSource<'_>) {
+    let resolve = |value: &Value| trellis_engine::context::resolve_blob(value.clone(), source.blobs);
+    let mut shown = serde_json::Map::new();
+    shown.insert(
+        "input".into(),
+        source
+            .context
+            .get(keys::INPUT)
+            .map_or_else(|| Value::Object(serde_json::Map::new()), resolve),
+    );
+    for node in &source.workflow.nodes {
+        let result = source
+            .context
+            .get(&keys::output_of(&node.id))
+            .or_else(|| source.context.get(&keys::response_of(&node.id)));
+        if let Some(result) = result {
+            shown.insert(node.id.clone(), resolve(result));
+        }
+    }
+    let shown = trellis_engine::route_view::cut(Value::Object(shown));
+    let _ = write!(
+        out,
+        "## Workflow input and results so far\n```json\n{}\n```\n",
+        serde_json::to_string_pretty(&shown).unwrap_or_default()
+    );
+}
+
 /// How much of each thing a fidelity level shows, in characters.
 struct Limits {
     response: usize,
@@ -97,6 +126,10 @@ pub fn build(source: &PreambleSource<'_>, fidelity: Fidelity) -> String {
     }
     if let Some(goal) = &source.workflow.graph.goal {
         let _ = writeln!(out, "Goal: {goal}");
+    }
+    if source.workflow.format == trellis_workflow::SourceFormat::Yaml {
+        sweny_context(&mut out, source);
+        return out;
     }
     let Some(limits) = limits(fidelity) else {
         let _ = writeln!(out, "Run: {}", source.run_id);
