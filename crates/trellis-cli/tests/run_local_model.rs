@@ -265,3 +265,37 @@ fn an_agent_on_the_local_model_writes_a_file_and_reads_it_back() {
         "{transcript}"
     );
 }
+
+/// A model judging `when` edges on the local Qwen model, its answer constrained to the live choices:
+/// ten clear-cut bug reports, each a run of a small triage workflow; at least eight take the right
+/// branch (`cargo bench -p trellis-cli --bench routing_accuracy` prints the rate over thirty).
+#[test]
+fn the_local_model_routes_clear_cut_reports_to_the_right_branch() {
+    let Some(_files) = trellis_test::local_model_files() else {
+        return;
+    };
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let p = local_project();
+    p.write("triage.yml", trellis_test::workflows::TRIAGE_ROUTER);
+    let mut right = 0;
+    let mut wrong = Vec::new();
+    for (report, expected) in &trellis_test::workflows::TRIAGE_CASES[..10] {
+        let input = format!("report={report}");
+        let run = p.run("triage.yml", &["--input", &input]);
+        assert_eq!(run.code(), Some(0), "{}\n{}", run.summary, run.stderr());
+        let stages = run.stages();
+        assert_eq!(stages.len(), 2, "{stages:?}");
+        let edge = &run.events_named("EdgeSelected")[0];
+        // The answer was one of the choices: the constrained output parsed.
+        assert_eq!(edge["decision"]["answer"], edge["to"], "{edge}");
+        assert!(edge["decision"]["reason"].is_string(), "{edge}");
+        if stages[1] == *expected {
+            right += 1;
+        } else {
+            wrong.push(format!("{report} -> {}", stages[1]));
+        }
+    }
+    assert!(right >= 8, "{right} of 10 right; wrong: {wrong:?}");
+}

@@ -27,7 +27,10 @@ fn spec_example(name: &str) -> String {
 fn the_specification_examples_validate_and_dry_run_as_the_page_says() {
     let p = Project::new();
     for (file, expected) in [
-        ("003-linear-flow.yaml", vec!["gather", "investigate", "notify"]),
+        (
+            "003-linear-flow.yaml",
+            vec!["gather", "investigate", "notify"],
+        ),
         // A dry run's router takes the first condition.
         (
             "003-conditional-branching.yaml",
@@ -37,11 +40,21 @@ fn the_specification_examples_validate_and_dry_run_as_the_page_says() {
         (
             "003-bounded-retry-loop.yaml",
             vec![
-                "implement", "test", "implement", "test", "implement", "test", "implement", "test",
+                "implement",
+                "test",
+                "implement",
+                "test",
+                "implement",
+                "test",
+                "implement",
+                "test",
                 "done",
             ],
         ),
-        ("003-self-loop.yaml", vec!["retry", "retry", "retry", "retry", "done"]),
+        (
+            "003-self-loop.yaml",
+            vec!["retry", "retry", "retry", "retry", "done"],
+        ),
     ] {
         p.write(file, &spec_example(file));
         let validated = p.command(&["validate", file]).output().unwrap();
@@ -51,7 +64,13 @@ fn the_specification_examples_validate_and_dry_run_as_the_page_says() {
             String::from_utf8_lossy(&validated.stdout)
         );
         let run = p.run(file, &["--dry-run"]);
-        assert_eq!(run.code(), Some(0), "{file}: {}\n{}", run.summary, run.stderr());
+        assert_eq!(
+            run.code(),
+            Some(0),
+            "{file}: {}\n{}",
+            run.summary,
+            run.stderr()
+        );
         assert_eq!(run.stages(), expected, "{file}");
     }
     for (file, code) in [
@@ -119,9 +138,15 @@ fn triage_project(mock: &Llmock) -> Project {
         .with_env("ANTHROPIC_API_KEY", "sk-ant-test")
         .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"));
     p.write("triage.yml", TRIAGE);
-    p.write("prompts/read.md", "Read the bug report and rate its severity.\n");
+    p.write(
+        "prompts/read.md",
+        "Read the bug report and rate its severity.\n",
+    );
     p.write("context/team.md", "The team ships on Fridays.\n");
-    p.write("rules/filing.md", "Title issues with the component first.\n");
+    p.write(
+        "rules/filing.md",
+        "Title issues with the component first.\n",
+    );
     p
 }
 
@@ -148,7 +173,9 @@ fn a_sweny_workflow_validates_with_one_warning_per_ignored_field() {
         .collect();
     assert_eq!(
         warnings,
-        ["`skills` is accepted but ignored (node `read-bug-report`): SWEny skills (tool bundles and MCP servers) are not provided"]
+        [
+            "`skills` is accepted but ignored (node `read-bug-report`): SWEny skills (tool bundles and MCP servers) are not provided"
+        ]
     );
 }
 
@@ -160,7 +187,10 @@ fn a_sweny_nodes_prompt_has_its_rules_context_input_and_prior_results() {
         { "type": "reply", "text": "Severity: {\"severity\": \"high\", \"why\": \"crash on login\"}", "times": 1 },
         { "type": "reply", "text": "Filed as #12.", "times": 1 },
     ]));
-    let run = p.run("triage.yml", &["--input", "repo=acme/api", "--input", "labels=bug,login"]);
+    let run = p.run(
+        "triage.yml",
+        &["--input", "repo=acme/api", "--input", "labels=bug,login"],
+    );
     assert_eq!(run.code(), Some(0), "{}\n{}", run.summary, run.stderr());
     assert_eq!(run.stages(), ["read-bug-report", "file-issue"]);
     let prompts: Vec<String> = mock
@@ -169,13 +199,25 @@ fn a_sweny_nodes_prompt_has_its_rules_context_input_and_prior_results() {
         .map(|r| {
             let body = &r["body"];
             let messages = body["messages"].as_array().unwrap();
-            messages[0]["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+            messages[0]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
         })
         .collect();
     let first = &prompts[0];
-    assert!(first.contains("## Rules\n\nNever close an issue."), "{first}");
-    assert!(first.contains("## Context\n\nThe team ships on Fridays."), "{first}");
-    assert!(first.contains("## Task\n\nRead the bug report and rate its severity."), "{first}");
+    assert!(
+        first.contains("## Rules\n\nNever close an issue."),
+        "{first}"
+    );
+    assert!(
+        first.contains("## Context\n\nThe team ships on Fridays."),
+        "{first}"
+    );
+    assert!(
+        first.contains("## Task\n\nRead the bug report and rate its severity."),
+        "{first}"
+    );
     assert!(
         first.contains("\"repo\": \"acme/api\"") && first.contains("\"max_issues\": 3"),
         "the input, defaults filled in: {first}"
@@ -185,13 +227,22 @@ fn a_sweny_nodes_prompt_has_its_rules_context_input_and_prior_results() {
         second.contains("## Rules\n\nTitle issues with the component first."),
         "{second}"
     );
-    assert!(!second.contains("Never close an issue."), "only: true drops the workflow's rules");
-    assert!(second.contains("## Context\n\nThe team ships on Fridays."), "{second}");
+    assert!(
+        !second.contains("Never close an issue."),
+        "only: true drops the workflow's rules"
+    );
+    assert!(
+        second.contains("## Context\n\nThe team ships on Fridays."),
+        "{second}"
+    );
     assert!(
         second.contains("\"read-bug-report\": {") && second.contains("\"why\": \"crash on login\""),
         "the prior node's whole result, by its id: {second}"
     );
-    assert!(second.contains("\"labels\": [\n      \"bug\",\n      \"login\"\n    ]"), "{second}");
+    assert!(
+        second.contains("\"labels\": [\n      \"bug\",\n      \"login\"\n    ]"),
+        "{second}"
+    );
     assert_eq!(run.context("output.read-bug-report")["severity"], "high");
 }
 
@@ -199,16 +250,28 @@ fn a_sweny_nodes_prompt_has_its_rules_context_input_and_prior_results() {
 fn inputs_are_checked_with_every_problem_reported_at_once() {
     let Some(mock) = Llmock::start() else { return };
     let p = triage_project(&mock);
-    p.write("inputs.json", "{\"max_issues\": \"many\", \"labels\": \"bug\"}");
+    p.write(
+        "inputs.json",
+        "{\"max_issues\": \"many\", \"labels\": \"bug\"}",
+    );
     let out = p
         .command(&["run", "triage.yml", "--inputs", "inputs.json"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("input `repo` (The repository) is required"), "{stderr}");
-    assert!(stderr.contains("input `max_issues` must be a number, found a string"), "{stderr}");
-    assert!(stderr.contains("input `labels` must be a string[], found a string"), "{stderr}");
+    assert!(
+        stderr.contains("input `repo` (The repository) is required"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("input `max_issues` must be a number, found a string"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("input `labels` must be a string[], found a string"),
+        "{stderr}"
+    );
     assert!(!p.path().join("runs").exists(), "no run was created");
     assert!(mock.requests().is_empty());
 }

@@ -67,9 +67,19 @@ fn scoped(result: Option<&Value>, declared: &[String]) -> Value {
     Value::Object(view)
 }
 
-/// Keys the view shows elsewhere (results, input) or never (the last response again, branch internals).
+/// Keys the view shows elsewhere (results, input) or never (the last response again, branch internals,
+/// the engine's bookkeeping of the stage).
 fn shown_elsewhere(key: &str) -> bool {
+    // The stage's `outcome` and failure reason stay: they are what a router judges a command by.
+    const STAGE_NOISE: &[&str] = &[
+        keys::CURRENT_NODE,
+        keys::PREFERRED_LABEL,
+        keys::LAST_STAGE,
+        keys::FAILURE_CLASS,
+        keys::FAILURE_SIGNATURE,
+    ];
     keys::is_bookkeeping(key)
+        || STAGE_NOISE.contains(&key)
         || key == keys::INPUT
         || key == keys::LAST_RESPONSE
         || key == keys::PARALLEL_RESULTS

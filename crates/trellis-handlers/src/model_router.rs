@@ -38,26 +38,28 @@ fn choices(request: &RouteRequest<'_>) -> Vec<String> {
     ids
 }
 
-/// The JSON Schema of an answer: a reason first (so a constrained model reasons before it chooses),
-/// then one of the live choices.
+/// The JSON Schema of an answer: an assessment first (so a constrained model reasons before it
+/// chooses; properties are written in name order, and `assessment` sorts before `choice`), then one of
+/// the live choices.
 pub fn answer_schema(choices: &[String]) -> Value {
     json!({
         "type": "object",
         "properties": {
-            "reason": { "type": "string" },
+            "assessment": { "type": "string" },
             "choice": { "type": "string", "enum": choices },
         },
-        "required": ["reason", "choice"],
+        "required": ["assessment", "choice"],
         "additionalProperties": false,
     })
 }
 
 fn prompt(request: &RouteRequest<'_>) -> String {
+    // Choices first, then the data, then the question: a small model reads the data last, and
+    // restates its key facts before it chooses (the `assessment` it writes first).
     let view = serde_json::to_string_pretty(request.view).unwrap_or_default();
     let mut text = format!(
-        "You route a workflow. Node `{}` has just finished. Decide which condition holds, judging only \
-         from the workflow input and the results of the nodes that ran so far:\n\n```json\n{view}\n```\n\n\
-         ## Conditions\n",
+        "A workflow must choose where to go after node `{}`. These are the choices, each with the \
+         condition under which it is right:\n",
         request.node_id
     );
     for option in request.options {
@@ -72,7 +74,12 @@ fn prompt(request: &RouteRequest<'_>) -> String {
     let choices = choices(request);
     let _ = write!(
         text,
-        "\nAnswer with one JSON object: {{\"reason\": \"<one sentence>\", \"choice\": \"<one of: {}>\"}}.",
+        "\nHere is what the workflow knows (its input and the results of the nodes that ran):\n\
+         ```json\n{view}\n```\n\n\
+         Read the data above carefully. First restate the key facts in a few words, then pick the one \
+         choice whose condition those facts match.\n\
+         Answer with one JSON object: {{\"assessment\": \"<the key facts, in a few words>\", \
+         \"choice\": \"<one of: {}>\"}}.",
         choices.join(", ")
     );
     text
@@ -88,7 +95,7 @@ fn read_answer(text: &str, request: &RouteRequest<'_>) -> (Option<usize>, String
         .find(|o| o.get("choice").is_some());
     let reason = object
         .as_ref()
-        .and_then(|o| o.get("reason"))
+        .and_then(|o| o.get("assessment").or_else(|| o.get("reason")))
         .and_then(Value::as_str)
         .map(str::to_owned);
     let given = match object.as_ref().and_then(|o| o.get("choice")) {

@@ -27,7 +27,8 @@ pub struct PreambleSource<'a> {
 /// A YAML (SWEny) node sees the workflow's input and every prior node's result (its structured output,
 /// else its response), keyed by node id, as one JSON object — long text cut with a marker.
 fn sweny_context(out: &mut String, source: &PreambleSource<'_>) {
-    let resolve = |value: &Value| trellis_engine::context::resolve_blob(value.clone(), source.blobs);
+    let resolve =
+        |value: &Value| trellis_engine::context::resolve_blob(value.clone(), source.blobs);
     let mut shown = serde_json::Map::new();
     shown.insert(
         "input".into(),
