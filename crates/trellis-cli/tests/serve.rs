@@ -763,3 +763,31 @@ fn a_server_stopped_with_sigterm_interrupts_its_runs_and_ends_its_streams() {
     serve.post(&format!("/api/runs/{id}/cancel"), &json!({}));
     serve.wait_for_status(&id, "cancelled");
 }
+
+#[test]
+fn a_yaml_workflows_input_is_checked_and_reaches_the_run() {
+    let flow = "entry: a\ninputs:\n  repo: { type: string, required: true }\n  limit: { type: number, default: 3 }\nnodes:\n  a: { type: command, script: echo ok }\n";
+    let project = project_with(&[("flow.yml", flow)]);
+    let serve = Serve::start(&project);
+    let refused = serve.post(
+        "/api/runs",
+        &json!({ "workflow": "flow.yml", "input": { "limit": "x" } }),
+    );
+    assert_eq!(refused.status, 422);
+    let error = refused.json()["error"].as_str().unwrap().to_owned();
+    assert!(
+        error.contains("`repo`") && error.contains("`limit` must be a number"),
+        "{error}"
+    );
+    let started = serve.post(
+        "/api/runs",
+        &json!({ "workflow": "flow.yml", "input": { "repo": "acme/api" } }),
+    );
+    assert_eq!(started.status, 201, "{}", started.text());
+    let id = started.json()["id"].as_str().unwrap().to_owned();
+    let run = serve.wait_for_status(&id, "succeeded");
+    assert_eq!(
+        run["context"]["input"],
+        json!({ "repo": "acme/api", "limit": 3 })
+    );
+}

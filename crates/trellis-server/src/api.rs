@@ -230,6 +230,10 @@ pub struct StartRequest {
     #[serde(default)]
     #[schema(value_type = Object)]
     pub set: BTreeMap<String, Value>,
+    /// The workflow's input (YAML `inputs`), checked against its declaration.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub input: serde_json::Map<String, Value>,
     /// Simulate models, run no commands and skip waits.
     #[serde(default)]
     pub dry_run: bool,
@@ -597,8 +601,28 @@ async fn start_run(
             report,
         ])));
     }
+    let mut set = request.set;
+    if let Some(workflow) = &loaded.compiled.workflow {
+        let yaml = workflow.format == trellis_workflow::SourceFormat::Yaml;
+        if yaml
+            || !request.input.is_empty()
+            || trellis_workflow::inputs::declared(workflow).is_some()
+        {
+            match trellis_workflow::inputs::resolve(workflow, request.input) {
+                Ok(input) => {
+                    set.insert(keys::INPUT.to_owned(), input);
+                }
+                Err(problems) => {
+                    return Err(ApiError::Status(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        problems.join("; "),
+                    ));
+                }
+            }
+        }
+    }
     let start = Start {
-        set: request.set,
+        set,
         dry_run: request.dry_run,
         simulate: request.simulate,
     };

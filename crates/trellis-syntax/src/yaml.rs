@@ -1,24 +1,34 @@
-//! The YAML workflow loader: reads the natural-language-routing format (`nodes` keyed by id, `edges` with
-//! `from`, `to`, `when`, `max_iterations`) into the same [`Document`] the DOT parser produces, with spans
-//! pointing into the YAML text. The format:
+//! The YAML workflow loader: SWEny's workflow format (the edges-and-routing page), read into the same
+//! [`Document`] the DOT parser produces, with spans pointing into the YAML text.
 //!
 //! ```yaml
-//! name: Triage                 # the workflow name (default: the file name)
-//! goal: Triage new reports     # any other top-level scalar is a graph attribute
-//! start: gather                # the entry node (default: the first node listed)
+//! id: bug-triage                     # names the workflow (`name` is then its label)
+//! name: Bug triage
+//! entry: read-bug-report             # required: the node the run starts at
+//! inputs:                            # typed, checked against `--input` / `--inputs`
+//!   repo: { type: string, required: true }
+//! rules: [./rules/team.md]           # workflow-wide Sources, cascading into every node
 //! nodes:
-//!   gather: { type: command, script: "./collect.sh" }
-//!   investigate: { prompt: "Investigate the reports" }
-//!   notify: { type: command, script: "./notify.sh" }
+//!   read-bug-report:                 # any non-empty id; none is special
+//!     name: Read the report          # the node's label
+//!     instruction: ./prompts/read.md # text, ./file, {file: ...} or {inline: ...}: an agent node
+//!     output: { type: object, properties: { severity: { type: string } } }
+//!   file-issue: { instruction: File the issue., max_turns: 4, disallowed_tools: [shell] }
 //! edges:
-//!   - from: gather
-//!     to: investigate
-//!   - { from: investigate, to: notify, when: "novel_count is greater than 0", max_iterations: 3 }
+//!   - from: read-bug-report
+//!     to: file-issue
+//!     when: severity is high         # judged by a model
+//!     max_iterations: 3
 //! ```
 //!
-//! Node fields are node attributes (`type`, `shape`, `prompt`, `script`, ...); an `output_schema` may be
-//! written inline as a mapping and is kept as JSON text. Edge fields other than `from`/`to` are edge
-//! attributes. Nodes with no outgoing edges are terminal.
+//! Node fields become node attributes: `name` → `label`, `instruction` → `prompt` (a file as an `@file`
+//! reference), `output` → `output_schema` (as JSON text), `rules` and `context` → JSON lists of sources
+//! that lowering prepends to the prompt, lists such as `disallowed_tools` → comma-separated text, and a
+//! node with neither `type` nor `shape` is an agent. Trellis's own fields (`type`, `script`, `prompt`,
+//! `shape`, ...) work as in DOT. `inputs` and `workflow_type` are checked here (every problem reported);
+//! marketplace metadata is accepted; SWEny fields not implemented yet (`skills`, `eval`, `requires`,
+//! `retry`, `tools`) are accepted with one `ignored-field` warning each. Any other top-level scalar is a
+//! graph attribute (`goal`, `model`, `router_model`). Nodes with no outgoing edges are terminal.
 
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
