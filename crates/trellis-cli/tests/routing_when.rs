@@ -312,3 +312,77 @@ fn a_bounded_retry_loop_killed_mid_run_keeps_its_counts_when_resumed() {
     let checkpoint = run.checkpoint();
     assert_eq!(checkpoint["status"], "succeeded");
 }
+
+#[test]
+fn each_provider_is_asked_for_a_constrained_answer_and_router_model_picks_the_model() {
+    let Some(mock) = Llmock::start() else { return };
+    let cases: [(&str, &str, &str); 4] = [
+        ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "/anthropic"),
+        ("OPENAI_API_KEY", "OPENAI_BASE_URL", "/v1"),
+        ("GEMINI_API_KEY", "GEMINI_BASE_URL", "/gemini"),
+        (
+            "OPENAI_COMPATIBLE_API_KEY",
+            "OPENAI_COMPATIBLE_BASE_URL",
+            "/v1",
+        ),
+    ];
+    for (key, base, path) in cases {
+        mock.reset();
+        let p = Project::new()
+            .with_env(key, "sk-test")
+            .with_env(base, &mock.url(path));
+        let flow = if key == "ANTHROPIC_API_KEY" {
+            format!("router_model: claude-haiku-4-5\n{BRANCH}")
+        } else {
+            BRANCH.to_owned()
+        };
+        p.write("w.yaml", &flow);
+        replies(&mock, &[&answer("fix", "failed")]);
+        let run = p.run("w.yaml", &[]);
+        assert_eq!(
+            run.code(),
+            Some(0),
+            "{key}: {}\n{}",
+            run.summary,
+            run.stderr()
+        );
+        assert_eq!(run.stages(), ["check", "fix"], "{key}");
+        let requests = mock.requests();
+        assert_eq!(requests.len(), 1, "{key}");
+        let body = &requests[0]["body"];
+        let expected = json!(["ship", "fix"]);
+        match key {
+            "ANTHROPIC_API_KEY" => {
+                assert_eq!(body["tool_choice"]["name"], "route");
+                assert_eq!(allowed(body), ["ship", "fix"]);
+                assert!(
+                    body["model"].as_str().unwrap().contains("haiku"),
+                    "router_model: {}",
+                    body["model"]
+                );
+            }
+            "OPENAI_API_KEY" => {
+                let format = &body["text"]["format"];
+                assert_eq!(format["type"], "json_schema", "{body}");
+                assert_eq!(format["strict"], true);
+                assert_eq!(format["schema"]["properties"]["choice"]["enum"], expected);
+            }
+            "GEMINI_API_KEY" => {
+                let config = &body["generationConfig"];
+                assert_eq!(config["responseMimeType"], "application/json", "{body}");
+                assert_eq!(
+                    config["responseSchema"]["properties"]["choice"]["enum"],
+                    expected
+                );
+            }
+            _ => {
+                let format = &body["response_format"];
+                assert_eq!(format["type"], "json_schema", "{body}");
+                assert_eq!(
+                    format["json_schema"]["schema"]["properties"]["choice"]["enum"],
+                    expected
+                );
+            }
+        }
+    }
+}

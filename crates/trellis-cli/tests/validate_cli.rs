@@ -287,11 +287,25 @@ fn rules_lists_every_rule() {
     let listing = text(&out.stdout);
     assert_eq!(listing.lines().count(), trellis_workflow_rule_count());
     assert!(listing.contains("cycles"));
+    for code in [
+        "MISSING_ENTRY",
+        "UNKNOWN_EDGE_SOURCE",
+        "UNKNOWN_EDGE_TARGET",
+        "UNREACHABLE_NODE",
+        "SELF_LOOP",
+        "UNBOUNDED_CYCLE",
+        "AMBIGUOUS_EDGES",
+    ] {
+        assert!(
+            listing.lines().any(|l| l.starts_with(code)),
+            "{code}:\n{listing}"
+        );
+    }
 }
 
 fn trellis_workflow_rule_count() -> usize {
     // Kept in step with `trellis_workflow::rules::ALL` by `every_rule_has_a_passing_and_a_failing_fixture`.
-    33
+    43
 }
 
 #[test]
