@@ -127,18 +127,12 @@ pub fn route_view(workflow: &Workflow, context: &BTreeMap<String, Value>) -> Val
 
 #[cfg(test)]
 mod tests {
-    use trellis_syntax::SourceFile;
-    use trellis_workflow::{CompileOptions, compile};
+    use trellis_workflow::{CompileOptions, compile_text};
 
     use super::*;
 
     fn workflow(yaml: &str) -> Workflow {
-        let file = SourceFile::new("w.yaml", yaml);
-        let compiled = compile(
-            &file,
-            trellis_syntax::parse(&file),
-            &CompileOptions::default(),
-        );
+        let (_, compiled) = compile_text("w.yaml", yaml, &CompileOptions::default());
         compiled
             .workflow
             .unwrap_or_else(|| panic!("{:?}", compiled.diagnostics))

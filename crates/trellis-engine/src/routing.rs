@@ -169,8 +169,7 @@ fn natural_language(workflow: &Workflow, remaining: &[&Edge]) -> Route {
 mod tests {
     use std::collections::BTreeMap;
 
-    use trellis_syntax::SourceFile;
-    use trellis_workflow::{CompileOptions, StageStatus, Workflow, compile};
+    use trellis_workflow::{CompileOptions, StageStatus, Workflow, compile_text};
 
     use super::*;
     use crate::context::{ConditionView, RunContext};
@@ -180,12 +179,7 @@ mod tests {
         let text = format!(
             "digraph R {{ start [shape=Mdiamond]\n exit [shape=Msquare]\n n [shape=parallelogram, script=\"true\"]\n a [shape=parallelogram, script=\"true\"]\n b [shape=parallelogram, script=\"true\"]\n c [shape=parallelogram, script=\"true\"]\n start -> n\n a -> exit\n b -> exit\n c -> exit\n {edges} }}"
         );
-        let file = SourceFile::new("r.fabro", text);
-        let compiled = compile(
-            &file,
-            trellis_syntax::parse(&file),
-            &CompileOptions::default(),
-        );
+        let (_, compiled) = compile_text("r.fabro", text, &CompileOptions::default());
         compiled
             .workflow
             .unwrap_or_else(|| panic!("{:?}", compiled.diagnostics))

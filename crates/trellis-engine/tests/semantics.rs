@@ -22,9 +22,8 @@ use trellis_engine::{
     Attempt, CancellationToken, Engine, FailureClass, Handler, Handlers, Outcome, RunStatus,
     Services, Settings, Stage,
 };
-use trellis_syntax::SourceFile;
 use trellis_workflow::node_kind::HandlerKind;
-use trellis_workflow::{CompileOptions, NodeKind, compile};
+use trellis_workflow::{CompileOptions, NodeKind, compile_text};
 
 /// Runs command nodes by their script: `ok`, `fail`, `transient`, `hang`, `big` (a 200,000-character
 /// value), `flaky` (transient on its first attempt), `need KEY` (fails until the context has KEY),
@@ -81,12 +80,7 @@ struct Harness {
 }
 
 fn harness(text: &str, handler: Arc<dyn Handler>) -> Harness {
-    let file = SourceFile::new("t.fabro", text);
-    let compiled = compile(
-        &file,
-        trellis_syntax::parse(&file),
-        &CompileOptions::default(),
-    );
+    let (_, compiled) = compile_text("t.fabro", text, &CompileOptions::default());
     let workflow = compiled
         .workflow
         .unwrap_or_else(|| panic!("{:?}", compiled.diagnostics));

@@ -285,8 +285,7 @@ mod tests {
     use super::*;
     use serde_json::json;
     use trellis_engine::services::memory::MemoryBlobs;
-    use trellis_syntax::SourceFile;
-    use trellis_workflow::{CompileOptions, StageStatus, compile};
+    use trellis_workflow::{CompileOptions, StageStatus, compile_text};
 
     fn workflow() -> Workflow {
         let source = r#"digraph W {
@@ -297,14 +296,10 @@ mod tests {
             implement [shape=tab, prompt="Do it"]
             start -> plan -> test -> implement -> exit
         }"#;
-        let file = SourceFile::new("w.fabro", source);
-        compile(
-            &file,
-            trellis_syntax::parse(&file),
-            &CompileOptions::default(),
-        )
-        .workflow
-        .expect("valid workflow")
+        compile_text("w.fabro", source, &CompileOptions::default())
+            .1
+            .workflow
+            .expect("valid workflow")
     }
 
     fn record(node: &str, details: Value, files: &[&str]) -> StageRecord {

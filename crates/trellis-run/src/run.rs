@@ -102,9 +102,7 @@ pub async fn load_text(path: &Path, text: String, goal: Option<String>) -> Loade
             || path.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         );
-        let file = SourceFile::new(name, text);
-        let parsed = trellis_syntax::parse(&file);
-        let compiled = trellis_workflow::compile(&file, parsed, &options);
+        let (file, compiled) = trellis_workflow::compile_text(name, text, &options);
         Loaded {
             path,
             file,

@@ -138,21 +138,17 @@ pub fn resolve(workflow: &Workflow, provided: Map<String, Value>) -> Result<Valu
 #[cfg(test)]
 mod tests {
     use serde_json::json;
-    use trellis_syntax::SourceFile;
 
     use super::*;
-    use crate::{CompileOptions, compile};
+    use crate::{CompileOptions, compile_text};
 
     fn workflow() -> Workflow {
-        let file = SourceFile::new(
+        compile_text(
             "w.yaml",
             "entry: a\ninputs:\n  repo: { type: string, required: true }\n  limit: { type: number, default: 5 }\n  dry: { type: boolean }\n  labels: { type: \"string[]\" }\n  level: { type: string, enum: [low, high] }\nnodes:\n  a: { instruction: Go. }\n",
-        );
-        compile(
-            &file,
-            trellis_syntax::parse(&file),
             &CompileOptions::default(),
         )
+        .1
         .workflow
         .unwrap()
     }

@@ -175,7 +175,18 @@ pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> C
 /// Reads, parses and compiles a workflow file.
 pub fn load(path: &Path, options: &CompileOptions) -> Result<(SourceFile, Compiled), SourceError> {
     let file = SourceFile::load(path)?;
-    let parsed = trellis_syntax::parse(&file);
-    let compiled = compile(&file, parsed, options);
+    let compiled = compile(&file, trellis_syntax::parse(&file), options);
     Ok((file, compiled))
+}
+
+/// Parses and compiles source text held in memory, named `name` for diagnostics (its extension picks
+/// DOT or YAML): a workflow pasted into the web app, or a test's.
+pub fn compile_text(
+    name: impl Into<String>,
+    text: impl Into<String>,
+    options: &CompileOptions,
+) -> (SourceFile, Compiled) {
+    let file = SourceFile::new(name, text);
+    let compiled = compile(&file, trellis_syntax::parse(&file), options);
+    (file, compiled)
 }
