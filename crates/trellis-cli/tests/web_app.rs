@@ -100,9 +100,31 @@ async fn screenshot(client: &Client, name: &str) {
     eprintln!("screenshot: {}", path.display());
 }
 
-/// Waits for an element matching `css` and clicks it.
+/// Whether a WebDriver error says the element was drawn again since it was found.
+fn stale(error: &fantoccini::error::CmdError) -> bool {
+    error.to_string().contains("stale element")
+}
+
+/// Waits for an element matching `css` and clicks it (found again if the page redrew it meanwhile).
 async fn click(client: &Client, css: &str) {
-    element(client, css).await.click().await.unwrap();
+    for _ in 0..5 {
+        match element(client, css).await.click().await {
+            Err(error) if stale(&error) => {}
+            done => return done.unwrap(),
+        }
+    }
+    panic!("`{css}` kept being redrawn");
+}
+
+/// The text of the element matching `css` (found again if the page redrew it meanwhile).
+async fn text_of(client: &Client, css: &str) -> String {
+    for _ in 0..5 {
+        match element(client, css).await.text().await {
+            Err(error) if stale(&error) => {}
+            done => return done.unwrap(),
+        }
+    }
+    panic!("`{css}` kept being redrawn");
 }
 
 /// Waits for an element matching `css`.
@@ -131,8 +153,7 @@ async fn a_person_starts_a_run_answers_its_gate_and_reads_a_stage_in_the_browser
     let select = element(&client, "select#workflow").await;
     element(&client, "option[value='review.fabro']").await;
     select.select_by_value("review.fabro").await.unwrap();
-    let verdict = element(&client, "#verdict").await;
-    let text = verdict.text().await.unwrap();
+    let text = text_of(&client, "#verdict").await;
     assert!(text.starts_with("Valid"), "{text}");
     assert!(text.contains("5 nodes"), "{text}");
     screenshot(&client, "start").await;
@@ -148,8 +169,7 @@ async fn a_person_starts_a_run_answers_its_gate_and_reads_a_stage_in_the_browser
         .and_then(|f| f.strip_prefix("/runs/"))
         .expect("the run page")
         .to_owned();
-    let form = element(&client, "form#gate-approve").await;
-    let form_text = form.text().await.unwrap();
+    let form_text = text_of(&client, "form#gate-approve").await;
     assert!(form_text.contains("Ship it?"), "{form_text}");
     assert!(
         form_text.contains("Approve") && form_text.contains("Revise"),
@@ -179,8 +199,12 @@ async fn a_person_starts_a_run_answers_its_gate_and_reads_a_stage_in_the_browser
     // Open the command's stage and read its output.
     click(&client, "#timeline li[data-node='build']").await;
     click(&client, ".tabs button[data-file='stdout.log']").await;
-    let output = element(&client, "pre#stage-file[data-file='stdout.log']").await;
-    assert_eq!(output.text().await.unwrap().trim(), "built the greeting");
+    assert_eq!(
+        text_of(&client, "pre#stage-file[data-file='stdout.log']")
+            .await
+            .trim(),
+        "built the greeting"
+    );
     // Its artifact is linked, and the link serves the file.
     let link = element(
         &client,
@@ -194,21 +218,24 @@ async fn a_person_starts_a_run_answers_its_gate_and_reads_a_stage_in_the_browser
     // And the prompt node's, by clicking it in the graph.
     click(&client, "g[id='node:draft']").await;
     click(&client, ".tabs button[data-file='prompt.md']").await;
-    let prompt = element(&client, "pre#stage-file[data-file='prompt.md']").await;
     assert!(
-        prompt.text().await.unwrap().contains("Ship the greeting"),
+        text_of(&client, "pre#stage-file[data-file='prompt.md']")
+            .await
+            .contains("Ship the greeting"),
         "the prompt shows the goal"
     );
     screenshot(&client, "stage").await;
 
     // The runs list shows it.
     client.goto(&format!("{app}/#/")).await.unwrap();
-    let row = element(
-        &client,
-        &format!("tr[data-run='{id}'] .badge[data-status='succeeded']"),
-    )
-    .await;
-    assert_eq!(row.text().await.unwrap(), "succeeded");
+    assert_eq!(
+        text_of(
+            &client,
+            &format!("tr[data-run='{id}'] .badge[data-status='succeeded']"),
+        )
+        .await,
+        "succeeded"
+    );
     screenshot(&client, "runs").await;
 
     client.close().await.unwrap();
@@ -232,8 +259,7 @@ async fn a_pasted_workflow_with_a_mistake_shows_its_diagnostic_before_anything_s
         .await
         .unwrap();
     click(&client, "#start").await;
-    let diagnostic = element(&client, ".diagnostics li.error").await;
-    let text = diagnostic.text().await.unwrap();
+    let text = text_of(&client, ".diagnostics li.error").await;
     assert!(text.contains("workflow.fabro:3:3"), "{text}");
     assert!(text.contains("has no script"), "{text}");
     screenshot(&client, "invalid").await;

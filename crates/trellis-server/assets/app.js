@@ -160,8 +160,13 @@ async function runPage(id) {
     if (run.error) notice.replaceChildren(h("div", { class: "notice error" }, run.error));
   }
 
+  let shownGates = "";
   function renderGate() {
     const gates = state.run.waiting || [];
+    // Drawn again only when the gates change, so text being typed into a form stays.
+    const key = JSON.stringify(gates);
+    if (key === shownGates) return;
+    shownGates = key;
     if (gates.length === 0) { gateBox.replaceChildren(); return; }
     gateBox.replaceChildren(...gates.map((gate) => {
       const text = h("input", { type: "text", name: "answer", placeholder: "Your answer" });
@@ -412,6 +417,7 @@ async function newPage() {
 
   async function start(e) {
     e.preventDefault();
+    clearTimeout(typing);
     let set;
     try { set = parseValues(); } catch (error) { message.replaceChildren(h("div", { class: "notice error" }, error.message)); return; }
     const body = { ...request(), set, simulate: simulate.checked, dry_run: dry.checked };

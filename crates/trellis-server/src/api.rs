@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use trellis_engine::context::resolve_blob;
 use trellis_engine::event::EventKind;
-use trellis_engine::services::Choice;
-use trellis_engine::{Event, keys};
+use trellis_engine::services::{Choice, Question};
+use trellis_engine::{Checkpoint, Event, keys};
 use trellis_store::{RunDir, RunMeta, list_runs};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -146,6 +146,24 @@ pub struct Gate {
     pub options: Vec<GateOption>,
     /// Whether free text is accepted.
     pub freeform: bool,
+}
+
+impl From<Question> for Gate {
+    fn from(question: Question) -> Self {
+        Self {
+            gate: question.node_id,
+            prompt: question.prompt,
+            options: question
+                .choices
+                .into_iter()
+                .map(|c| GateOption {
+                    label: c.label,
+                    key: c.key.map(String::from),
+                })
+                .collect(),
+            freeform: question.freeform,
+        }
+    }
 }
 
 impl Gate {
@@ -332,25 +350,26 @@ pub fn router(server: Arc<Server>) -> (axum::Router, utoipa::openapi::OpenApi) {
     (router, document)
 }
 
-/// A run's status as readers see it, and its summary (the checkpoint read only when `full`).
-fn summary(server: &Server, record: &RunDir, meta: RunMeta, read_checkpoint: bool) -> RunSummary {
-    let live = server.live(&meta.run_id).is_some();
-    let status = record.status(&meta);
-    let checkpoint = read_checkpoint.then(|| record.checkpoint().ok()).flatten();
+/// A run as lists show it, from its record: `status` as readers see it, and its checkpoint if read.
+fn summary(
+    server: &Server,
+    meta: RunMeta,
+    status: String,
+    checkpoint: Option<&Checkpoint>,
+) -> RunSummary {
     let finished = matches!(status.as_str(), "succeeded" | "failed");
     RunSummary {
-        stage_count: checkpoint.as_ref().map_or(0, |c| c.stage_count),
+        stage_count: checkpoint.map_or(0, |c| c.stage_count),
         current: checkpoint
-            .as_ref()
             .filter(|_| !finished)
             .and_then(|c| c.next_node().map(str::to_owned)),
+        live: server.live(&meta.run_id).is_some(),
         id: meta.run_id,
         workflow: meta.workflow,
         status,
         goal: meta.goal,
         started_at: meta.started_at,
         ended_at: meta.ended_at,
-        live,
     }
 }
 
@@ -371,19 +390,20 @@ async fn list_runs_handler(
             if query.workflow.as_ref().is_some_and(|w| *w != meta.workflow) {
                 continue;
             }
-            if let Some(status) = &query.status
-                && *status != record.status(&meta)
-            {
+            let status = record.status(&meta);
+            if query.status.as_ref().is_some_and(|s| *s != status) {
                 continue;
             }
-            matched.push((record, meta));
+            matched.push((record, meta, status));
         }
         let total = matched.len();
         let runs = matched
             .into_iter()
             .skip(query.offset)
             .take(limit)
-            .map(|(record, meta)| summary(&server, &record, meta, true))
+            .map(|(record, meta, status)| {
+                summary(&server, meta, status, record.checkpoint().ok().as_ref())
+            })
             .collect();
         Ok(Json(RunList {
             runs,
@@ -422,29 +442,13 @@ fn waiting_from_events(events: &[Event]) -> Vec<Gate> {
     asked.into_values().collect()
 }
 
-/// The gates run `record` waits at: a live run's pending questions, or a stopped run's last unanswered ones.
-pub(crate) fn waiting(server: &Server, record: &RunDir, meta: &RunMeta) -> Vec<Gate> {
+/// The gates run `record` waits at: a live run's pending questions, or the last unanswered ones of a run
+/// stopped waiting for input (`status` as readers see it).
+pub(crate) fn waiting(server: &Server, record: &RunDir, meta: &RunMeta, status: &str) -> Vec<Gate> {
     if let Some(live) = server.live(&meta.run_id) {
-        return live
-            .gates
-            .pending()
-            .into_iter()
-            .map(|q| Gate {
-                gate: q.node_id,
-                prompt: q.prompt,
-                options: q
-                    .choices
-                    .into_iter()
-                    .map(|c| GateOption {
-                        label: c.label,
-                        key: c.key.map(String::from),
-                    })
-                    .collect(),
-                freeform: q.freeform,
-            })
-            .collect();
+        return live.gates.pending().into_iter().map(Gate::from).collect();
     }
-    if record.status(meta) != "waiting_for_input" {
+    if status != "waiting_for_input" {
         return Vec::new();
     }
     record
@@ -485,12 +489,13 @@ async fn get_run(
         let record = server.record(&id)?;
         let meta = record.meta().map_err(ApiError::internal)?;
         let checkpoint = record.checkpoint().ok();
-        let waiting = waiting(&server, &record, &meta);
+        let status = record.status(&meta);
+        let waiting = waiting(&server, &record, &meta, &status);
         let (source_path, settings) = (
             meta.source_path.clone(),
             serde_json::to_value(&meta.settings).unwrap_or_default(),
         );
-        let summary = summary(&server, &record, meta, true);
+        let summary = summary(&server, meta, status, checkpoint.as_ref());
         let (stages, context, edges, error) = match checkpoint {
             Some(checkpoint) => {
                 let blobs = trellis_store::FileBlobs::new(record.blobs_dir());
@@ -603,22 +608,12 @@ async fn start_run(
     }
     let mut set = request.set;
     if let Some(workflow) = &loaded.compiled.workflow {
-        let yaml = workflow.format == trellis_workflow::SourceFormat::Yaml;
-        if yaml
-            || !request.input.is_empty()
-            || trellis_workflow::inputs::declared(workflow).is_some()
-        {
-            match trellis_workflow::inputs::resolve(workflow, request.input) {
-                Ok(input) => {
-                    set.insert(keys::INPUT.to_owned(), input);
-                }
-                Err(problems) => {
-                    return Err(ApiError::Status(
-                        StatusCode::UNPROCESSABLE_ENTITY,
-                        problems.join("; "),
-                    ));
-                }
-            }
+        let input =
+            trellis_workflow::inputs::for_run(workflow, request.input).map_err(|problems| {
+                ApiError::Status(StatusCode::UNPROCESSABLE_ENTITY, problems.join("; "))
+            })?;
+        if let Some(input) = input {
+            set.insert(keys::INPUT.to_owned(), input);
         }
     }
     let start = Start {
@@ -664,7 +659,8 @@ async fn answer(
     let waiting = blocking(move || {
         let record = lookup.record(&run)?;
         let meta = record.meta().map_err(ApiError::internal)?;
-        Ok(waiting(&lookup, &record, &meta))
+        let status = record.status(&meta);
+        Ok(waiting(&lookup, &record, &meta, &status))
     })
     .await?;
     let gate = waiting.iter().find(|g| g.gate == request.gate);

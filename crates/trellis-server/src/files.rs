@@ -126,13 +126,11 @@ fn typed(bytes: Vec<u8>, name: &str) -> Response {
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static("default-src 'none'; sandbox"),
     );
-    if let Some(kind) = content_type {
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
-    } else {
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/octet-stream"),
-        );
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(content_type.unwrap_or("application/octet-stream")),
+    );
+    if content_type.is_none() {
         headers.insert(
             header::CONTENT_DISPOSITION,
             HeaderValue::from_static("attachment"),

@@ -110,10 +110,12 @@ impl Server {
         if !plain {
             return Err(ActionError::NotFound(format!("no run `{id}`")));
         }
-        if !self.runs_dir.join(id).join("run.json").is_file() {
+        let dir = self.runs_dir.join(id);
+        if !dir.join("run.json").is_file() {
             return Err(ActionError::NotFound(format!("no run `{id}`")));
         }
-        Ok(RunDir::open(id, &self.runs_dir)?)
+        // By its path: a bare id would first be looked up in the server's working directory.
+        Ok(RunDir::open(&dir.display().to_string(), &self.runs_dir)?)
     }
 
     /// Creates a run of a compiled workflow and starts it; returns its id.
@@ -398,16 +400,8 @@ impl WebGates {
             Some(i) => Answer::Choice(i),
             None if waiting.question.freeform => Answer::Freeform(text.to_owned()),
             None => {
-                let options: Vec<&str> = waiting
-                    .question
-                    .choices
-                    .iter()
-                    .map(|c| c.label.as_str())
-                    .collect();
-                return Err(ActionError::Invalid(format!(
-                    "`{text}` is not one of the options of gate `{gate}`: {}",
-                    options.join(", ")
-                )));
+                let asked = crate::api::Gate::from(waiting.question.clone());
+                return Err(ActionError::Invalid(asked.rejection(text)));
             }
         };
         let waiting = pending.remove(gate).expect("the gate is pending");

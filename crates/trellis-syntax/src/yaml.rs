@@ -335,18 +335,19 @@ pub const WORKFLOW_TYPES: &[&str] = &[
 /// The input types a SWEny workflow declares.
 pub const INPUT_TYPES: &[&str] = &["string", "number", "boolean", "string[]"];
 
-fn graph_attr(key: &str, text: String, span: Span) -> Stmt {
-    Stmt::Attr(Attr {
+/// An attribute the loader writes itself: `key` (at `key_span`) = `text` (a value of `kind` at `span`).
+fn made(key: &str, key_span: Span, text: impl Into<String>, kind: ValueKind, span: Span) -> Attr {
+    Attr {
         key: Ident {
             name: key.to_owned(),
-            span,
+            span: key_span,
         },
-        value: Value::plain(text, ValueKind::Quoted, span),
-    })
+        value: Value::plain(text, kind, span),
+    }
 }
 
-/// Whether `value` has the input type `kind`.
-fn has_input_type(value: &serde_json::Value, kind: &str) -> bool {
+/// Whether `value` has the input type `kind` (one of [`INPUT_TYPES`]).
+pub fn has_input_type(value: &serde_json::Value, kind: &str) -> bool {
     match kind {
         "string" => value.is_string(),
         "number" => value.is_number(),
@@ -469,7 +470,10 @@ impl YamlLowering<'_> {
             (Some((id, span)), name) => {
                 document.name = Some(Ident { name: id, span });
                 if let Some((label, span)) = name {
-                    self.stmts.insert(0, graph_attr("label", label, span));
+                    self.stmts.insert(
+                        0,
+                        Stmt::Attr(made("label", span, label, ValueKind::Quoted, span)),
+                    );
                 }
             }
             (None, Some((name, span))) => document.name = Some(Ident { name, span }),
@@ -478,13 +482,13 @@ impl YamlLowering<'_> {
         if let Some(entry) = entry {
             self.stmts.insert(
                 0,
-                Stmt::Attr(Attr {
-                    key: Ident {
-                        name: "start".into(),
-                        span: entry.span,
-                    },
-                    value: Value::plain(entry.name, ValueKind::Bare, entry.span),
-                }),
+                Stmt::Attr(made(
+                    "start",
+                    entry.span,
+                    entry.name,
+                    ValueKind::Bare,
+                    entry.span,
+                )),
             );
         }
     }
@@ -511,13 +515,13 @@ impl YamlLowering<'_> {
                 "name" => attrs.extend(self.attr(&renamed("label"), value)),
                 "instruction" => {
                     if let Some(text) = self.source(value, "instruction") {
-                        attrs.push(Attr {
-                            key: Ident {
-                                name: "prompt".into(),
-                                span: key.span(),
-                            },
-                            value: Value::plain(text, ValueKind::Quoted, value.span()),
-                        });
+                        attrs.push(made(
+                            "prompt",
+                            key.span(),
+                            text,
+                            ValueKind::Quoted,
+                            value.span(),
+                        ));
                     }
                 }
                 "output" => attrs.extend(self.attr(&renamed("output_schema"), value)),
@@ -539,27 +543,12 @@ impl YamlLowering<'_> {
             let mut all: Vec<String> = if only { Vec::new() } else { inherited.clone() };
             all.extend(own);
             if !all.is_empty() {
-                attrs.push(Attr {
-                    key: Ident {
-                        name: name.into(),
-                        span,
-                    },
-                    value: Value::plain(
-                        serde_json::Value::from(all).to_string(),
-                        ValueKind::Quoted,
-                        span,
-                    ),
-                });
+                let list = serde_json::Value::from(all).to_string();
+                attrs.push(made(name, span, list, ValueKind::Quoted, span));
             }
         }
         if !typed {
-            attrs.push(Attr {
-                key: Ident {
-                    name: "type".into(),
-                    span: id_span,
-                },
-                value: Value::plain("agent", ValueKind::Bare, id_span),
-            });
+            attrs.push(made("type", id_span, "agent", ValueKind::Bare, id_span));
         }
         attrs
     }
@@ -658,13 +647,13 @@ impl YamlLowering<'_> {
             .filter_map(|item| self.scalar(item, key.key_text()))
             .map(|(name, _)| name)
             .collect();
-        Some(Attr {
-            key: Ident {
-                name: key.key_text().to_owned(),
-                span: key.span(),
-            },
-            value: Value::plain(names.join(","), ValueKind::Quoted, *span),
-        })
+        Some(made(
+            key.key_text(),
+            key.span(),
+            names.join(","),
+            ValueKind::Quoted,
+            *span,
+        ))
     }
 
     /// Notes a field that is accepted but not implemented (reported once per field).
@@ -836,13 +825,14 @@ impl YamlLowering<'_> {
         if self.diagnostics.len() > before {
             return None;
         }
-        Some(Attr {
-            key: Ident {
-                name: "inputs".into(),
-                span: key.span(),
-            },
-            value: Value::plain(value.to_json().to_string(), ValueKind::Quoted, *span),
-        })
+        let declared = value.to_json().to_string();
+        Some(made(
+            "inputs",
+            key.span(),
+            declared,
+            ValueKind::Quoted,
+            *span,
+        ))
     }
 
     fn nodes(&mut self, value: &Node) {

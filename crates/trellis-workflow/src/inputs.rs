@@ -67,18 +67,6 @@ fn describe(value: &Value) -> &'static str {
     }
 }
 
-fn matches_type(value: &Value, kind: &str) -> bool {
-    match kind {
-        "string" => value.is_string(),
-        "number" => value.is_number(),
-        "boolean" => value.is_boolean(),
-        "string[]" => value
-            .as_array()
-            .is_some_and(|items| items.iter().all(Value::is_string)),
-        _ => true,
-    }
-}
-
 /// The run's `input`: the provided values checked against the declaration, defaults filled in. Every
 /// problem is returned at once, each naming its input.
 pub fn resolve(workflow: &Workflow, provided: Map<String, Value>) -> Result<Value, Vec<String>> {
@@ -104,10 +92,9 @@ pub fn resolve(workflow: &Workflow, provided: Map<String, Value>) -> Result<Valu
                     ));
                 }
             }
-            Some(value) if !matches_type(value, kind) => errors.push(format!(
-                "input `{name}` must be a {kind}, found {}",
-                describe(value)
-            )),
+            Some(value) if !trellis_syntax::yaml::has_input_type(value, kind) => errors.push(
+                format!("input `{name}` must be a {kind}, found {}", describe(value)),
+            ),
             Some(value) => {
                 if let Some(allowed) = field.get("enum").and_then(Value::as_array)
                     && !allowed.contains(value)
@@ -133,6 +120,19 @@ pub fn resolve(workflow: &Workflow, provided: Map<String, Value>) -> Result<Valu
     } else {
         Err(errors)
     }
+}
+
+/// A run's `input`, from what the caller gave (`--input`/`--inputs`, the API's `input`): a YAML workflow
+/// always has one (`{}` at least), a DOT workflow only when it declares inputs or was given some.
+pub fn for_run(
+    workflow: &Workflow,
+    provided: Map<String, Value>,
+) -> Result<Option<Value>, Vec<String>> {
+    let yaml = workflow.format == crate::SourceFormat::Yaml;
+    if !yaml && provided.is_empty() && declared(workflow).is_none() {
+        return Ok(None);
+    }
+    resolve(workflow, provided).map(Some)
 }
 
 #[cfg(test)]

@@ -122,8 +122,7 @@ fn parse_sets(sets: &[String]) -> anyhow::Result<BTreeMap<String, Value>> {
 }
 
 /// The run's `input`: `--inputs FILE` and `--input KEY=VALUE` checked against the workflow's declared
-/// inputs (every problem at once). A YAML workflow always has one (`{}` at least); a DOT workflow only
-/// when given.
+/// inputs (every problem at once).
 fn workflow_input(
     workflow: &trellis_workflow::Workflow,
     args: &RunArgs,
@@ -162,12 +161,7 @@ fn workflow_input(
             trellis_workflow::inputs::parse_value(workflow, key, value),
         );
     }
-    let yaml = workflow.format == trellis_syntax::ast::SourceFormat::Yaml;
-    let declared = trellis_workflow::inputs::declared(workflow).is_some();
-    if !yaml && !declared && provided.is_empty() {
-        return Ok(None);
-    }
-    trellis_workflow::inputs::resolve(workflow, provided).map(Some)
+    trellis_workflow::inputs::for_run(workflow, provided)
 }
 
 /// Shows a workflow's diagnostics (errors and warnings) on standard error.

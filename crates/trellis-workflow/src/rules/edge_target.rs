@@ -23,18 +23,20 @@ pub const RULE: Rule = Rule {
     summary: "edges connect declared nodes",
 };
 
+/// The ids of the nodes the file declares (not those an edge alone brought in).
+fn declared(workflow: &Workflow) -> impl Iterator<Item = &str> {
+    workflow
+        .nodes
+        .iter()
+        .filter(|n| n.declared)
+        .map(|n| n.id.as_str())
+}
+
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     if workflow.format == SourceFormat::Yaml {
         check_yaml(workflow, out);
         return;
     }
-    let declared = || {
-        workflow
-            .nodes
-            .iter()
-            .filter(|n| n.declared)
-            .map(|n| n.id.as_str())
-    };
     for node in workflow.nodes.iter().filter(|n| !n.declared) {
         let implicit_ok = workflow.format == SourceFormat::Dot
             && matches!(node.kind, NodeKind::Start | NodeKind::Exit);
@@ -44,7 +46,7 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         {
             continue;
         }
-        let help = match closest(&node.id, declared()) {
+        let help = match closest(&node.id, declared(workflow)) {
             Some(near) => format!("did you mean `{near}`?"),
             None if workflow.format == SourceFormat::Yaml => {
                 format!("declare `{}` under `nodes:`", node.id)
@@ -65,13 +67,6 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
 /// YAML: each edge whose `from` or `to` names no node (`UNKNOWN_EDGE_SOURCE`, `UNKNOWN_EDGE_TARGET`).
 fn check_yaml(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     use crate::rules::sweny::{UNKNOWN_EDGE_SOURCE, UNKNOWN_EDGE_TARGET};
-    let declared = || {
-        workflow
-            .nodes
-            .iter()
-            .filter(|n| n.declared)
-            .map(|n| n.id.as_str())
-    };
     for edge in &workflow.edges {
         for (end, rule, field) in [
             (edge.from, &UNKNOWN_EDGE_SOURCE, "from"),
@@ -81,7 +76,7 @@ fn check_yaml(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
             if node.declared {
                 continue;
             }
-            let help = match closest(&node.id, declared()) {
+            let help = match closest(&node.id, declared(workflow)) {
                 Some(near) => format!("did you mean `{near}`?"),
                 None => format!("declare `{}` under `nodes:`", node.id),
             };
