@@ -5,12 +5,14 @@
 //! directories are skipped, and so is the runs directory. Files over 10 MB, and files past 50 MB per
 //! stage, are left out.
 //!
-//! The cost does not grow with the number of ordinary files: the first capture in a working tree
-//! walks it once (pruned as above, at most [`MAX_DIRS`] directories) and puts an inotify watch on
-//! each directory; later captures read only what the kernel reports changed since — new files and
-//! folders, files written — and stat only the files that could be artifacts. Where watching is not
-//! possible (no inotify, its watch limit reached, its queue overflowed) a capture walks the tree
-//! again, within the same bound. A capture that reaches the bound says so.
+//! The cost does not grow with the number of ordinary files. A capture walks the working tree
+//! (pruned as above, at most [`MAX_DIRS`] directories); once a walk has seen more than
+//! [`WATCH_FROM`] entries, the next one puts an inotify watch on each directory it reads, and later
+//! captures read only what the kernel reports changed since — new files and folders, files written —
+//! and stat only the files that could be artifacts. A small tree is walked every time: that costs
+//! less than watching, whose end (closing the inotify instance) waits on the kernel for ~15 ms.
+//! Where watching is not possible (no inotify, its watch limit reached, its queue overflowed) a
+//! capture walks the tree again, within the same bound. A capture that reaches the bound says so.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -24,6 +26,9 @@ const MAX_FILE: u64 = 10 * 1024 * 1024;
 const MAX_STAGE: u64 = 50 * 1024 * 1024;
 /// The most directories of a working tree a scan looks at.
 pub const MAX_DIRS: usize = 20_000;
+/// How many entries (files and folders) a walk may see before the tree is watched rather than
+/// walked again.
+pub const WATCH_FROM: usize = 1_000;
 const ARTIFACT_DIRS: &[&[&str]] = &[
     &["playwright-report"],
     &["test-results"],
@@ -135,8 +140,10 @@ struct Watched {
 /// One working tree as the captures see it.
 #[derive(Default)]
 pub struct TreeIndex {
-    /// `None` until the first capture, and when watching is not possible: then every capture walks.
+    /// `None` while the tree is small, and when watching is not possible: then every capture walks.
     watched: Option<Watched>,
+    /// The last walk saw more than [`WATCH_FROM`] entries: the next one watches.
+    large: bool,
     /// Files that could be artifacts and were written since watching began: checked at every
     /// capture, since parallel commands share the tree (a file stays until it is gone).
     recent: BTreeSet<PathBuf>,
@@ -156,14 +163,19 @@ impl TreeIndex {
     ) -> (Vec<(PathBuf, u64)>, bool) {
         let mut truncated = false;
         if !self.drain(root, exclude) {
-            // First capture, or the watch was lost: walk (and watch, when possible) the whole tree.
-            self.watched = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
-                .ok()
+            // Not watched (yet), or the watch was lost: walk the whole tree, watching it when it is
+            // large and watching is possible.
+            self.watched = self
+                .large
+                .then(|| Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).ok())
+                .flatten()
                 .map(|inotify| Watched {
                     inotify,
                     dirs: HashMap::new(),
                 });
-            truncated = self.walk(root, PathBuf::new(), exclude);
+            let walk = self.walk(root, PathBuf::new(), exclude);
+            truncated = walk.truncated;
+            self.large = walk.entries > WATCH_FROM;
         }
         let mut found = Vec::new();
         self.recent.retain(|file| {
@@ -228,22 +240,23 @@ impl TreeIndex {
             }
         }
         for dir in new_dirs {
-            if self.walk(root, dir, exclude) {
+            if self.walk(root, dir, exclude).truncated {
                 return false;
             }
         }
         true
     }
 
-    /// Walks the folder `start` (under `root`), watching each directory before reading it, and keeps
-    /// the files in it that could be artifacts. Returns whether it stopped at the bound.
+    /// Walks the folder `start` (under `root`), watching each directory before reading it when the
+    /// tree is watched, and keeps the files in it that could be artifacts.
     #[allow(
         clippy::disallowed_methods,
         reason = "called on the blocking pool after the command ends"
     )]
-    fn walk(&mut self, root: &Path, start: PathBuf, exclude: &Path) -> bool {
+    fn walk(&mut self, root: &Path, start: PathBuf, exclude: &Path) -> Walk {
         let mut pending = vec![start];
         let mut walked = 0;
+        let mut entries_seen = 0;
         while let Some(relative) = pending.pop() {
             let path = root.join(&relative);
             if path == exclude {
@@ -252,7 +265,10 @@ impl TreeIndex {
             walked += 1;
             let watching = self.watched.as_ref().map_or(0, |w| w.dirs.len());
             if walked > MAX_DIRS || watching > MAX_DIRS {
-                return true;
+                return Walk {
+                    truncated: true,
+                    entries: entries_seen,
+                };
             }
             if let Some(watched) = self.watched.as_mut() {
                 match watched.inotify.add_watch(&path, watch_mask()) {
@@ -269,6 +285,7 @@ impl TreeIndex {
             };
             let artifact_dir = in_artifact_dir(&relative);
             for entry in entries.filter_map(Result::ok) {
+                entries_seen += 1;
                 let Ok(kind) = entry.file_type() else {
                     continue;
                 };
@@ -283,8 +300,19 @@ impl TreeIndex {
                 }
             }
         }
-        false
+        Walk {
+            truncated: false,
+            entries: entries_seen,
+        }
     }
+}
+
+/// What a walk of (part of) a tree saw.
+struct Walk {
+    /// It stopped at the bound.
+    truncated: bool,
+    /// How many files and folders it read.
+    entries: usize,
 }
 
 /// Whether a file (by its path under the working tree) could be an artifact.
@@ -365,6 +393,12 @@ mod tests {
 
     #[test]
     fn the_index_finds_new_and_rewritten_artifacts_and_only_those() {
+        finds_new_and_rewritten_artifacts(false);
+        finds_new_and_rewritten_artifacts(true);
+    }
+
+    /// The same captures, walking the tree each time or (`watched`) watching it from the first.
+    fn finds_new_and_rewritten_artifacts(watched: bool) {
         let work = tempfile::tempdir().unwrap();
         let root = work.path().join("tree");
         std::fs::create_dir_all(root.join("src/deep")).unwrap();
@@ -372,9 +406,13 @@ mod tests {
         std::fs::create_dir_all(root.join("node_modules/x")).unwrap();
         std::fs::write(root.join("src/deep/junit-old.xml"), b"old").unwrap();
         std::fs::write(root.join("src/main.rs"), b"fn main() {}").unwrap();
-        let mut index = TreeIndex::default();
+        let mut index = TreeIndex {
+            large: watched,
+            ..TreeIndex::default()
+        };
         let first = now_on_disk(work.path());
         assert!(scan(&mut index, &root, first).is_empty(), "nothing new yet");
+        assert_eq!(index.watched.is_some(), watched);
 
         let second = now_on_disk(work.path());
         std::fs::write(root.join("src/deep/junit-old.xml"), b"rewritten in place").unwrap();
@@ -401,6 +439,36 @@ mod tests {
         assert!(
             scan(&mut index, &root, fourth).is_empty(),
             "an idle stage finds nothing"
+        );
+    }
+
+    #[test]
+    fn a_large_tree_is_watched_from_the_second_capture_and_a_small_one_never() {
+        let work = tempfile::tempdir().unwrap();
+        let root = work.path().join("tree");
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        let mut small = TreeIndex::default();
+        let since = now_on_disk(work.path());
+        scan(&mut small, &root, since);
+        scan(&mut small, &root, since);
+        assert!(small.watched.is_none(), "a small tree is walked");
+
+        for i in 0..=WATCH_FROM {
+            std::fs::write(root.join(format!("src/file{i}.txt")), b"").unwrap();
+        }
+        let mut large = TreeIndex::default();
+        let first = now_on_disk(work.path());
+        assert!(scan(&mut large, &root, first).is_empty());
+        assert!(large.watched.is_none(), "the first walk only counts");
+        assert!(scan(&mut large, &root, first).is_empty());
+        assert!(large.watched.is_some(), "the second walk watches");
+        let later = now_on_disk(work.path());
+        std::fs::create_dir_all(root.join("src/test-results")).unwrap();
+        std::fs::write(root.join("src/test-results/shot.png"), b"png").unwrap();
+        std::fs::write(root.join("src/junit.xml"), b"<testsuite/>").unwrap();
+        assert_eq!(
+            scan(&mut large, &root, later),
+            ["src/junit.xml", "src/test-results/shot.png"]
         );
     }
 }

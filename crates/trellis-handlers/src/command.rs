@@ -15,9 +15,7 @@ use std::path::Path;
 use std::process::Stdio;
 
 use async_trait::async_trait;
-use std::io::{Read, Write};
-
-use tokio::process::{ChildStderr, ChildStdout};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use trellis_agent::process_group::{self, ProcessGroup, drain};
 use trellis_agent::secrets;
 use trellis_engine::event::EventKind;
@@ -37,23 +35,26 @@ pub struct CommandHandler {
 /// How much of standard error a failure reason quotes.
 const STDERR_TAIL_CHARS: usize = 2000;
 
-/// Copies a pipe into a log file as the command writes it. Runs on the blocking pool, one thread per
-/// pipe, so the logs fill while the command runs.
-#[allow(
-    clippy::disallowed_methods,
-    reason = "runs on the blocking pool, one thread per pipe"
-)]
-fn tee(mut pipe: std::fs::File, log: &Path) {
-    let mut file = None;
+/// Copies a pipe into a log file as the command writes it, so the log fills while the command runs.
+/// The pipe is read on the runtime (no thread of its own: a fan-out of many commands starts none);
+/// the file is created on the first output and written through the blocking pool.
+async fn tee(mut pipe: impl tokio::io::AsyncRead + Unpin, log: std::path::PathBuf) {
+    let mut file: Option<Option<tokio::fs::File>> = None;
     let mut buffer = vec![0u8; 64 * 1024];
-    while let Ok(n) = pipe.read(&mut buffer) {
+    while let Ok(n) = pipe.read(&mut buffer).await {
         if n == 0 {
             break;
         }
-        let file = file.get_or_insert_with(|| std::fs::File::create(log).ok());
-        if let Some(file) = file.as_mut() {
-            let _ = file.write_all(&buffer[..n]);
+        if file.is_none() {
+            file = Some(tokio::fs::File::create(&log).await.ok());
         }
+        if let Some(Some(file)) = file.as_mut() {
+            let _ = file.write_all(&buffer[..n]).await;
+        }
+    }
+    if let Some(Some(mut file)) = file {
+        // The last write is done before the stage reads the log back.
+        let _ = file.flush().await;
     }
 }
 
@@ -102,16 +103,14 @@ pub(crate) fn on_path(program: &str) -> Option<std::path::PathBuf> {
 
 type Reader = tokio::task::JoinHandle<()>;
 
-/// Starts one blocking reader per pipe, teeing into `stdout.log` and `stderr.log`.
+/// Starts one reader per pipe, teeing into `stdout.log` and `stderr.log`.
 fn spawn_readers(child: &mut tokio::process::Child, dir: &Path) -> Option<(Reader, Reader)> {
-    let stdout = child.stdout.take().map(ChildStdout::into_owned_fd)?.ok()?;
-    let stderr = child.stderr.take().map(ChildStderr::into_owned_fd)?.ok()?;
-    let (stdout_log, stderr_log) = (dir.join("stdout.log"), dir.join("stderr.log"));
-    let out_reader =
-        tokio::task::spawn_blocking(move || tee(std::fs::File::from(stdout), &stdout_log));
-    let err_reader =
-        tokio::task::spawn_blocking(move || tee(std::fs::File::from(stderr), &stderr_log));
-    Some((out_reader, err_reader))
+    let stdout = child.stdout.take()?;
+    let stderr = child.stderr.take()?;
+    Some((
+        tokio::spawn(tee(stdout, dir.join("stdout.log"))),
+        tokio::spawn(tee(stderr, dir.join("stderr.log"))),
+    ))
 }
 
 /// Where the stage's artifacts go (`artifacts/<node>/attempt-<n>/`), unless capture is off.

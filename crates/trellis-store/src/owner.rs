@@ -44,10 +44,13 @@ pub(crate) fn claim(path: &Path) -> Result<Owner, Claim> {
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(mut lock) => {
             let pid = std::process::id().to_string();
+            // Written over the old pid and then cut to length, never truncated to empty first: ext4
+            // writes a file emptied and refilled out to disk when it is closed, which would hold up
+            // the end of every run on the disk.
             let written = lock
-                .set_len(0)
-                .and_then(|()| lock.rewind())
-                .and_then(|()| lock.write_all(pid.as_bytes()));
+                .rewind()
+                .and_then(|()| lock.write_all(pid.as_bytes()))
+                .and_then(|()| lock.set_len(pid.len() as u64));
             written.map_err(Claim::Io)?;
             Ok(Owner { _lock: lock })
         }
