@@ -87,8 +87,16 @@ fn a_resume_stops_what_a_killed_sub_workflow_left_running() {
         "w.fabro",
         &workflow("sub [shape=house, workflow=\"child.fabro\"]\n start -> sub -> exit"),
     );
-    let record = killed_at_slow(&p);
+    let mut child = p.spawn_run("w.fabro");
+    p.wait_for_event("StageStarted", "slow");
+    let record = p.only_run();
     let slow = record.join("stages/002-sub@1/child/stages/002-slow@1");
+    // The stage starts its command just after it says it started.
+    run_support::wait_for("the command", Duration::from_secs(10), || {
+        run_support::processes_of(&slow) > 0
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
     assert!(
         run_support::processes_of(&slow) > 0,
         "the killed run left its command running"

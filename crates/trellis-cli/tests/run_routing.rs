@@ -97,6 +97,46 @@ fn command_output_is_a_blob_that_conditions_read() {
     assert_eq!(status["context_updates"]["command.exit_code"], 0);
 }
 
+/// A script that is one simple command starts its program without a shell; what the program sees and
+/// what the stage records are what `sh -c` gives. A script the kernel cannot start (no `#!`) and a
+/// program not found are still the shell's.
+#[test]
+fn a_simple_command_runs_as_the_shell_would_run_it() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let p = Project::new();
+    let plain = p.write("plain.sh", "echo \"ran $1 in $(basename \"$PWD\")\"\n");
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p.write(
+        "w.fabro",
+        &workflow("direct [shape=parallelogram, script=\"printenv PWD TRELLIS_NODE_ID\"]\n shell [shape=parallelogram, script=\"printenv PWD TRELLIS_NODE_ID; true\"]\n noshebang [shape=parallelogram, script=\"./plain.sh arg\"]\n missing [shape=parallelogram, script=\"no-such-program-here x\"]\n start -> direct -> shell -> noshebang -> missing -> exit"),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let stdout = |dir: &str| {
+        std::fs::read_to_string(run.record().join("stages").join(dir).join("stdout.log"))
+            .unwrap_or_default()
+    };
+    let work_dir = std::fs::canonicalize(p.path()).unwrap();
+    assert_eq!(
+        stdout("002-direct@1"),
+        format!("{}\ndirect\n", work_dir.display())
+    );
+    assert_eq!(
+        stdout("003-shell@1"),
+        format!("{}\nshell\n", work_dir.display())
+    );
+    let name = work_dir.file_name().unwrap().to_string_lossy().into_owned();
+    assert_eq!(stdout("004-noshebang@1"), format!("ran arg in {name}\n"));
+    let failed = run.events_named("StageFailed");
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["node_id"], "missing");
+    let reason = failed[0]["failure_reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("the command exited with code 127: ") && reason.contains("not found"),
+        "{reason}"
+    );
+}
+
 #[test]
 fn a_failing_command_reports_the_tail_of_stderr_and_is_not_retried() {
     let p = Project::new();

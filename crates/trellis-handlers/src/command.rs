@@ -24,7 +24,7 @@ use trellis_engine::{Attempt, FailureClass, Handler, Outcome, Stage, keys};
 use trellis_workflow::NodeKind;
 use trellis_workflow::node_kind::{CommandConfig, ScriptLanguage};
 
-use crate::artifacts;
+use crate::{artifacts, simple_command};
 
 #[derive(Default)]
 pub struct CommandHandler {
@@ -85,20 +85,22 @@ fn program_path(program: &'static str) -> std::ffi::OsString {
 }
 
 /// The executable `program` on `PATH`, if there is one.
-#[allow(
-    clippy::disallowed_methods,
-    reason = "a stat per PATH entry, once per program"
-)]
 pub(crate) fn on_path(program: &str) -> Option<std::path::PathBuf> {
-    use std::os::unix::fs::PermissionsExt as _;
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|dir| dir.join(program))
-            .find(|path| {
-                std::fs::metadata(path)
-                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            })
+            .find(|path| is_executable(path))
     })
+}
+
+/// Whether `path` is a file anyone may execute.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "one stat, when a program is looked for before it starts"
+)]
+pub(crate) fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 type Reader = tokio::task::JoinHandle<()>;
@@ -155,21 +157,29 @@ fn exit_outcome(status: std::process::ExitStatus, stderr: &[u8]) -> Outcome {
     Outcome::failed(FailureClass::StageFailed, reason)
 }
 
-/// `sh -c SCRIPT` (or `python3 -c`) in the work directory, in a process group of its own, with pipes
-/// for the output and the run's identity in the environment.
+/// `sh -c SCRIPT` (or `python3 -c`) — or, for a simple command, its program (`direct`) with the
+/// shell's `PWD` — in the work directory, in a process group of its own, with pipes for the output and
+/// the run's identity in the environment.
 fn command_for(
     stage: &Stage<'_>,
     config: &CommandConfig,
+    direct: Option<&Path>,
 ) -> (&'static str, tokio::process::Command) {
     let (script, language) = (&config.script, config.language);
     let program = match language {
         ScriptLanguage::Shell => "sh",
         ScriptLanguage::Python => "python3",
     };
-    let mut command = tokio::process::Command::new(program_path(program));
+    let mut command;
+    if let Some(path) = direct {
+        command = tokio::process::Command::new(path);
+        let words = simple_command::words(script).unwrap_or_default();
+        command.args(words.iter().skip(1));
+    } else {
+        command = tokio::process::Command::new(program_path(program));
+        command.arg("-c").arg(script);
+    }
     command
-        .arg("-c")
-        .arg(script)
         .current_dir(&stage.settings.work_dir)
         .env_clear()
         .envs(secrets::child_env(&config.pass_env))
@@ -183,6 +193,10 @@ fn command_for(
         .env(process_group::STAGE_DIR_VAR, stage.dir);
     if let Some(goal) = &stage.workflow.graph.goal {
         command.env("TRELLIS_GOAL", goal);
+    }
+    if direct.is_some() {
+        // What the shell would have exported: the directory it runs in.
+        command.env("PWD", &stage.settings.work_dir);
     }
     (program, command)
 }
@@ -207,6 +221,42 @@ fn with_artifacts(
     outcome
 }
 
+/// Starts the script: its program directly when it is a simple command the kernel will start, else
+/// through its interpreter. Returns the interpreter's name, the start on the file system's clock
+/// (see [`start_time`]) and the child.
+async fn start(
+    stage: &Stage<'_>,
+    config: &CommandConfig,
+) -> (
+    &'static str,
+    std::time::SystemTime,
+    std::io::Result<tokio::process::Child>,
+) {
+    let (marker_dir, work_dir) = (stage.dir.to_path_buf(), stage.settings.work_dir.clone());
+    let simple = (config.language == ScriptLanguage::Shell).then(|| config.script.clone());
+    // The start time and the program of a simple command, in one trip to the blocking pool.
+    let (started, direct) = tokio::task::spawn_blocking(move || {
+        let direct = simple.and_then(|script| {
+            simple_command::program(simple_command::words(&script)?.first()?, &work_dir)
+        });
+        (start_time(&marker_dir), direct)
+    })
+    .await
+    .unwrap_or_else(|_| (std::time::SystemTime::now(), None));
+    if let Some(path) = direct
+        && let (program, Ok(child)) = {
+            let (program, mut command) = command_for(stage, config, Some(&path));
+            (program, command.spawn())
+        }
+    {
+        return (program, started, Ok(child));
+    }
+    // Not simple, or a program the kernel would not start (a script without `#!`, which the shell
+    // runs itself).
+    let (program, mut command) = command_for(stage, config, None);
+    (program, started, command.spawn())
+}
+
 impl CommandHandler {
     /// Runs the script and records what it did.
     async fn outcome(&self, stage: &Stage<'_>) -> Outcome {
@@ -219,14 +269,10 @@ impl CommandHandler {
                 .with_update(keys::COMMAND_STDERR, "")
                 .with_update(keys::COMMAND_EXIT_CODE, 0);
         }
-        let (program, mut command) = command_for(stage, config);
         let work_dir = stage.settings.work_dir.clone();
         let runs_dir = artifacts::runs_dir(stage.dir);
-        let marker_dir = stage.dir.to_path_buf();
-        let started = tokio::task::spawn_blocking(move || start_time(&marker_dir))
-            .await
-            .unwrap_or_else(|_| std::time::SystemTime::now());
-        let mut child = match command.spawn() {
+        let (program, started, spawned) = start(stage, config).await;
+        let mut child = match spawned {
             Ok(child) => child,
             Err(error) => {
                 return Outcome::failed(

@@ -16,6 +16,7 @@ pub mod output_schema;
 pub mod preamble;
 pub mod prompt;
 pub mod routing_directive;
+mod simple_command;
 pub mod wait;
 
 use std::sync::Arc;

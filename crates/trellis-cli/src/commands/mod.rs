@@ -13,6 +13,16 @@ use std::io::IsTerminal;
 
 use clap::ValueEnum;
 
+/// Runs a command's async work on a multi-threaded runtime, then leaves without waiting for the
+/// runtime's idle threads to be joined or for blocking work still in flight (a console gate still
+/// reading a line after the run was cancelled): whatever the work wrote is done when it returns.
+pub fn on_runtime<T>(work: impl Future<Output = T>) -> std::io::Result<T> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    let result = runtime.block_on(work);
+    runtime.shutdown_background();
+    Ok(result)
+}
+
 /// Exit code for a workflow with errors.
 pub const EXIT_INVALID: u8 = 1;
 /// Exit code for usage and file-system problems.

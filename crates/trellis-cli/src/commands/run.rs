@@ -188,8 +188,7 @@ fn wiring(options: &RunOptions) -> anyhow::Result<Wiring> {
 }
 
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(async {
+    super::on_runtime(async {
         let initial = parse_sets(&args.set)?;
         let loaded = match trellis_run::load(&args.file, &args.file, args.goal.clone()).await {
             Ok(loaded) => loaded,
@@ -234,12 +233,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             }
             Err(error) => Err(error.into()),
         }
-    })
+    })?
 }
 
 pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(async {
+    super::on_runtime(async {
         let runs_dir = resolve_runs_dir(args.options.runs_dir.clone());
         let resumable = Resumable::open(&args.run, &runs_dir).await?;
         if let Some(status) = resumable.finished() {
@@ -269,7 +267,7 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
             }
             Err(error) => Err(error.into()),
         }
-    })
+    })?
 }
 
 /// Executes a run with Ctrl-C, SIGTERM and SIGHUP cancelling it, then prints its summary.

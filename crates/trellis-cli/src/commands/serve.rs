@@ -36,7 +36,6 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         work_dir: std::env::current_dir()?,
         token,
     };
-    let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(trellis_server::serve(config))?;
+    super::on_runtime(trellis_server::serve(config))??;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,114 @@
+//! Scripts that are one simple command (`make test`, `sleep 0.2`, `./build.sh --fast`) are started
+//! directly instead of through `sh -c`: the shell would only exec the program itself (as `sh -c`
+//! does with a lone command), so running it directly gives the same process, arguments, environment
+//! and exit status, with one program start fewer — which is most of a short stage's cost and what a
+//! wide fan-out waits on. The test is deliberately narrow, like `make`'s: plain words only (no
+//! quotes, variables, globs, redirections, separators or comments), a first word that is no shell
+//! builtin or keyword and no assignment, and a program found as an executable file. Anything else,
+//! and a program the kernel will not start (a script without `#!`, which the shell would run
+//! itself), goes to `sh -c` as before.
+
+use std::path::{Path, PathBuf};
+
+/// Words the shell gives a meaning of its own in first position: its keywords and builtins (even
+/// those with a program of the same name, like `echo` and `test`, whose behaviour differs).
+const SHELL_WORDS: &[&str] = &[
+    "!", ".", ":", "[", "[[", "]]", "{", "}", "alias", "bg", "break", "case", "cd", "chdir",
+    "command", "continue", "do", "done", "echo", "elif", "else", "esac", "eval", "exec", "exit",
+    "export", "false", "fc", "fg", "fi", "for", "function", "getopts", "hash", "if", "in", "jobs",
+    "kill", "local", "printf", "pwd", "read", "readonly", "return", "select", "set", "shift",
+    "source", "test", "then", "time", "times", "trap", "true", "type", "typeset", "ulimit",
+    "umask", "unalias", "unset", "until", "wait", "while",
+];
+
+/// Whether every character of `word` means itself to the shell.
+fn plain(word: &str) -> bool {
+    word.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"_-./,:+@%=".contains(&b))
+}
+
+/// The words of `script` when it is one simple command the shell would exec unchanged.
+pub(crate) fn words(script: &str) -> Option<Vec<&str>> {
+    let script = script.trim();
+    if script.contains(['\n', '\r']) {
+        return None;
+    }
+    let words: Vec<&str> = script.split_ascii_whitespace().collect();
+    let first = words.first()?;
+    let ok = !first.contains('=')
+        && !SHELL_WORDS.contains(first)
+        && words.iter().all(|word| plain(word));
+    ok.then_some(words)
+}
+
+/// The executable a simple command's first word names: a path (relative to `work_dir`, which must
+/// be absolute) or a name searched on `PATH` as the shell would.
+pub(crate) fn program(first: &str, work_dir: &Path) -> Option<PathBuf> {
+    if !work_dir.is_absolute() {
+        return None;
+    }
+    if first.contains('/') {
+        let path = work_dir.join(first);
+        return crate::command::is_executable(&path).then_some(path);
+    }
+    crate::command::on_path(first).filter(|path| path.is_absolute())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_one_plain_command_is_simple() {
+        assert_eq!(words("sleep 0.2"), Some(vec!["sleep", "0.2"]));
+        assert_eq!(
+            words("  cargo test --release -p x:y@1 a=b\n"),
+            Some(vec!["cargo", "test", "--release", "-p", "x:y@1", "a=b"])
+        );
+        assert_eq!(words("./build.sh"), Some(vec!["./build.sh"]));
+        for script in [
+            "",
+            "true",
+            "echo hi",
+            "cd sub",
+            "test -f x",
+            "A=1 make",
+            "make && make test",
+            "make; make test",
+            "make\nmake test",
+            "make > log",
+            "echo $HOME",
+            "ls *.rs",
+            "ls ~",
+            "grep 'a b' x",
+            "make # comment",
+            "sleep 1 &",
+            "ls {a,b}",
+            "cat <(ls)",
+            "ls `pwd`",
+        ] {
+            assert_eq!(words(script), None, "{script:?}");
+        }
+    }
+
+    #[test]
+    fn the_program_is_found_as_the_shell_would() {
+        let work = tempfile::tempdir().unwrap();
+        let sh = program("sh", work.path()).expect("sh is on PATH");
+        assert!(sh.is_absolute() && sh.ends_with("sh"));
+        assert_eq!(program("no-such-program-here", work.path()), None);
+        assert_eq!(program("sh", Path::new("relative")), None);
+        #[allow(clippy::disallowed_methods, reason = "the test sets up files")]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let script = work.path().join("run.sh");
+            std::fs::write(&script, "#!/bin/sh\n").unwrap();
+            assert_eq!(program("./run.sh", work.path()), None, "not executable");
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+            assert_eq!(
+                program("./run.sh", work.path()),
+                Some(work.path().join("./run.sh"))
+            );
+        }
+    }
+}
