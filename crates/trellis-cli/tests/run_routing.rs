@@ -181,6 +181,28 @@ fn timeouts_are_retried_with_a_stage_directory_per_attempt() {
     assert_eq!(run.context("internal.retry_count.slow"), 1);
 }
 
+/// The retries a node used are counted once it used one; a condition reads the count of a node
+/// that never retried as 0 (the run keeps no key per node for them).
+#[test]
+fn conditions_read_the_retries_a_node_used() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow("once [shape=parallelogram, script=\"true\"]\n flaky [shape=parallelogram, script=\"test -f tried || { touch tried; sleep 5; }\", timeout=\"300ms\", max_retries=2]\n gate [shape=diamond]\n both [shape=parallelogram, script=\"true\"]\n other [shape=parallelogram, script=\"true\"]\n start -> once -> flaky -> gate\n gate -> both [condition=\"internal.retry_count.once = 0 && internal.retry_count.flaky = 1\"]\n gate -> other\n both -> exit\n other -> exit"),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(
+        run.stages(),
+        ["start", "once", "flaky", "flaky", "gate", "both", "exit"]
+    );
+    assert_eq!(run.context("internal.retry_count.flaky"), 1);
+    assert_eq!(
+        run.context("internal.retry_count.once"),
+        serde_json::Value::Null
+    );
+}
+
 #[test]
 fn a_failed_node_with_no_matching_edge_follows_its_retry_target() {
     let p = Project::new();

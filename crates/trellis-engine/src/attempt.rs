@@ -93,10 +93,10 @@ impl Engine {
                 None => execution.await,
             };
             let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            context.set(
-                format!("{}{}", keys::RETRY_COUNT_PREFIX, node.id),
-                attempt - 1,
-            );
+            let retries = keys::retry_count_of(&node.id);
+            if attempt > 1 || context.get(&retries).is_some() {
+                context.set(retries, attempt - 1);
+            }
             let Attempt::Finished(outcome) = executed else {
                 // No outcome yet: the attempt's status says what it waits for.
                 let waiting = serde_json::json!({

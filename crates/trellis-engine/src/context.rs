@@ -9,6 +9,7 @@ use std::sync::{Arc, RwLock};
 use serde_json::Value;
 use trellis_workflow::{ConditionScope, StageStatus};
 
+use crate::keys;
 use crate::services::BlobStore;
 
 /// The shared context of one run (or one parallel branch).
@@ -113,8 +114,10 @@ impl ConditionScope for ConditionView<'_> {
     }
 
     fn context_value(&self, key: &str) -> Option<Value> {
-        let value = self.context.get(key)?;
-        Some(resolve_blob(value, self.blobs))
+        match self.context.get(key) {
+            Some(value) => Some(resolve_blob(value, self.blobs)),
+            None => keys::read_as_zero(key).then(|| Value::from(0)),
+        }
     }
 }
 

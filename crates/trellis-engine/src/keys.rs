@@ -37,6 +37,18 @@ pub fn response_of(node_id: &str) -> String {
     format!("{RESPONSE_PREFIX}{node_id}")
 }
 
+/// Where the retries a node used are kept (`internal.retry_count.<node>`). Written once the node
+/// used a retry (and set back on a later visit), so a long run holds no key for the nodes that never
+/// retried: a condition reads a missing count as 0 (see [`read_as_zero`]).
+pub fn retry_count_of(node_id: &str) -> String {
+    format!("{RETRY_COUNT_PREFIX}{node_id}")
+}
+
+/// Whether a missing `key` reads as 0: the retries a node used, when it never retried.
+pub fn read_as_zero(key: &str) -> bool {
+    key.starts_with(RETRY_COUNT_PREFIX)
+}
+
 /// Where a node's structured output (the JSON its output schema accepted) is kept.
 pub fn output_of(node_id: &str) -> String {
     format!("{OUTPUT_PREFIX}{node_id}")

@@ -9,4 +9,6 @@
 
 mod run;
 
-pub use run::{Finished, Loaded, NewRun, Resumable, Run, RunError, Wiring, load, load_text};
+pub use run::{
+    Finished, Loaded, NewRun, Resumable, Run, RunError, Wiring, load, load_blocking, load_text,
+};

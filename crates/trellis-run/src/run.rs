@@ -72,20 +72,28 @@ pub async fn load(
     source_path: &Path,
     goal: Option<String>,
 ) -> Result<Loaded, RunError> {
+    let (path, source_path) = (path.to_path_buf(), source_path.to_path_buf());
+    blocking(move || load_blocking(&path, &source_path, goal)).await
+}
+
+/// [`load`] on the calling thread, for a caller that is not on an async runtime: a command line that
+/// compiles before it starts one. Compiling there also leaves the memory the compiler freed to the
+/// thread that runs the workflow next, instead of to a pool thread's own heap.
+pub fn load_blocking(
+    path: &Path,
+    source_path: &Path,
+    goal: Option<String>,
+) -> Result<Loaded, RunError> {
     let options = CompileOptions {
         goal,
         base_dir: source_path.parent().map(Path::to_path_buf),
     };
-    let path = path.to_path_buf();
-    blocking(move || {
-        let (file, compiled) = trellis_workflow::load(&path, &options)?;
-        Ok(Loaded {
-            path,
-            file,
-            compiled,
-        })
+    let (file, compiled) = trellis_workflow::load(path, &options)?;
+    Ok(Loaded {
+        path: path.to_path_buf(),
+        file,
+        compiled,
     })
-    .await
 }
 
 /// Compiles a workflow given as text (pasted into the web app, posted to the API). `path` places it for

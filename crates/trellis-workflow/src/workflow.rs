@@ -27,10 +27,47 @@ pub struct Workflow {
     pub start: Option<NodeIndex>,
     by_id: HashMap<String, NodeIndex>,
     /// Edge indices by source and by target node, built once edges are final.
-    out_edges: Vec<Vec<usize>>,
-    in_edges: Vec<Vec<usize>>,
+    out_edges: EdgeLists,
+    in_edges: EdgeLists,
     /// Where whole-workflow diagnostics point.
     pub header_span: Span,
+}
+
+/// The edges of each node, by index, in declaration order: one list per node, all in one vector
+/// (a workflow of many nodes keeps two small vectors, not two per node).
+#[derive(Debug, Clone, Default)]
+struct EdgeLists {
+    /// Where each node's list starts in `edges`; the last entry is where the last one ends.
+    starts: Vec<usize>,
+    edges: Vec<usize>,
+}
+
+impl EdgeLists {
+    /// The lists of `nodes` nodes, edge `i` belonging to the node `owners` gives as its `i`th item.
+    fn new(nodes: usize, owners: impl Iterator<Item = NodeIndex> + Clone) -> Self {
+        let mut starts = vec![0; nodes + 1];
+        for owner in owners.clone() {
+            starts[owner + 1] += 1;
+        }
+        for n in 0..nodes {
+            starts[n + 1] += starts[n];
+        }
+        let mut next = starts.clone();
+        let mut edges = vec![0; starts[nodes]];
+        for (edge, owner) in owners.enumerate() {
+            edges[next[owner]] = edge;
+            next[owner] += 1;
+        }
+        Self { starts, edges }
+    }
+}
+
+impl std::ops::Index<NodeIndex> for EdgeLists {
+    type Output = [usize];
+
+    fn index(&self, node: NodeIndex) -> &[usize] {
+        &self.edges[self.starts[node]..self.starts[node + 1]]
+    }
 }
 
 /// Graph-level settings.
@@ -141,8 +178,8 @@ impl Workflow {
             edges: Vec::new(),
             start: None,
             by_id: HashMap::new(),
-            out_edges: Vec::new(),
-            in_edges: Vec::new(),
+            out_edges: EdgeLists::default(),
+            in_edges: EdgeLists::default(),
             header_span,
         }
     }
@@ -164,12 +201,9 @@ impl Workflow {
 
     /// Indexes edges by node; called once after the last edge is added.
     pub(crate) fn index_edges(&mut self) {
-        self.out_edges = vec![Vec::new(); self.nodes.len()];
-        self.in_edges = vec![Vec::new(); self.nodes.len()];
-        for (i, edge) in self.edges.iter().enumerate() {
-            self.out_edges[edge.from].push(i);
-            self.in_edges[edge.to].push(i);
-        }
+        let nodes = self.nodes.len();
+        self.out_edges = EdgeLists::new(nodes, self.edges.iter().map(|e| e.from));
+        self.in_edges = EdgeLists::new(nodes, self.edges.iter().map(|e| e.to));
     }
 
     /// Outgoing edges of a node, in declaration order.

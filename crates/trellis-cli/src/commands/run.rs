@@ -188,43 +188,44 @@ fn wiring(options: &RunOptions) -> anyhow::Result<Wiring> {
 }
 
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
-    super::on_runtime(async {
-        let initial = parse_sets(&args.set)?;
-        let loaded = match trellis_run::load(&args.file, &args.file, args.goal.clone()).await {
-            Ok(loaded) => loaded,
-            Err(error @ RunError::Source(_)) => {
-                eprintln!("error: {error}");
+    let mut initial = parse_sets(&args.set)?;
+    // Compiled before the runtime starts, on the thread that then runs the workflow (see
+    // `load_blocking`).
+    let loaded = match trellis_run::load_blocking(&args.file, &args.file, args.goal.clone()) {
+        Ok(loaded) => loaded,
+        Err(error @ RunError::Source(_)) => {
+            eprintln!("error: {error}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
+        Err(error) => return Err(error.into()),
+    };
+    show_diagnostics(&loaded, args.options.color)?;
+    if let Some(workflow) = &loaded.compiled.workflow {
+        match workflow_input(workflow, args) {
+            Ok(Some(input)) => {
+                initial.insert(trellis_engine::keys::INPUT.to_owned(), input);
+            }
+            Ok(None) => {}
+            Err(problems) => {
+                for problem in problems {
+                    eprintln!("error: {problem}");
+                }
                 return Ok(ExitCode::from(EXIT_USAGE));
             }
-            Err(error) => return Err(error.into()),
-        };
-        show_diagnostics(&loaded, args.options.color)?;
-        let mut initial = initial;
-        if let Some(workflow) = &loaded.compiled.workflow {
-            match workflow_input(workflow, args) {
-                Ok(Some(input)) => {
-                    initial.insert(trellis_engine::keys::INPUT.to_owned(), input);
-                }
-                Ok(None) => {}
-                Err(problems) => {
-                    for problem in problems {
-                        eprintln!("error: {problem}");
-                    }
-                    return Ok(ExitCode::from(EXIT_USAGE));
-                }
-            }
         }
-        let request = NewRun {
-            path: args.file.clone(),
-            initial,
-            settings: Settings {
-                work_dir: std::env::current_dir()?,
-                dry_run: args.dry_run,
-                simulate: args.simulate,
-                max_steps: args.max_steps,
-            },
-            runs_dir: resolve_runs_dir(args.options.runs_dir.clone()),
-        };
+    }
+    let request = NewRun {
+        path: args.file.clone(),
+        initial,
+        settings: Settings {
+            work_dir: std::env::current_dir()?,
+            dry_run: args.dry_run,
+            simulate: args.simulate,
+            max_steps: args.max_steps,
+        },
+        runs_dir: resolve_runs_dir(args.options.runs_dir.clone()),
+    };
+    super::on_runtime(async {
         match Run::create(loaded, request, wiring(&args.options)?).await {
             Ok(run) => execute(run, &args.options).await,
             Err(error @ RunError::Invalid { .. }) => {
