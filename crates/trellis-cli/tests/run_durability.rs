@@ -143,8 +143,12 @@ fn events_follow_streams_until_the_run_ends() {
         "digraph F { start [shape=Mdiamond]\n exit [shape=Msquare]\n pause [shape=insulator, duration=\"1s\"]\n start -> pause -> exit }",
     );
     let mut run = p.spawn_run("w.fabro");
-    wait_for("the run directory", Duration::from_secs(20), || {
-        p.run_exists()
+    // The run's id is known once its record is (`run.json`, written once the run is owned).
+    wait_for("the run's record", Duration::from_secs(20), || {
+        std::fs::read_dir(p.path().join("runs")).is_ok_and(|runs| {
+            runs.filter_map(Result::ok)
+                .any(|run| run.path().join("run.json").is_file())
+        })
     });
     let id = p
         .only_run()

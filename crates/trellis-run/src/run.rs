@@ -215,13 +215,13 @@ impl Run {
             settings: request.settings.clone(),
         };
         let recorded = trellis_workflow::inline::inline_file_references(file.text(), &workflow);
-        let record = Arc::new(RunDir::create(
+        let (record, owner) = RunDir::create(
             &request.runs_dir,
             &meta,
             &recorded,
             &format!("workflow.{extension}"),
-        )?);
-        let owner = record.claim(&run_id)?;
+        )?;
+        let record = Arc::new(record);
         let run = Self::wire(
             workflow,
             record,

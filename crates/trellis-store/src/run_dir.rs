@@ -166,13 +166,15 @@ fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Stor
 }
 
 impl RunDir {
-    /// Creates `<runs_dir>/<run_id>/` with the workflow source and `run.json`.
+    /// Creates `<runs_dir>/<run_id>/` with the workflow source and `run.json`, owned by this process
+    /// (see [`Self::claim`]) before `run.json` makes it a run: a reader never sees a new run without
+    /// its owner and takes it for an interrupted one.
     pub fn create(
         runs_dir: &Path,
         meta: &RunMeta,
         source: &str,
         source_name: &str,
-    ) -> Result<Self, StoreError> {
+    ) -> Result<(Self, crate::Owner), StoreError> {
         let root = runs_dir.join(&meta.run_id);
         fs::create_dir_all(runs_dir).map_err(io_error("create", runs_dir))?;
         private_dir(&root.join("stages")).map_err(io_error("create", &root))?;
@@ -181,8 +183,9 @@ impl RunDir {
             .and_then(|mut file| file.write_all(source.as_bytes()))
             .map_err(io_error("write", &workflow_file))?;
         let dir = Self::open_dir(root);
+        let owner = dir.claim(&meta.run_id)?;
         dir.write_meta(meta)?;
-        Ok(dir)
+        Ok((dir, owner))
     }
 
     fn open_dir(root: PathBuf) -> Self {
@@ -572,7 +575,8 @@ mod tests {
             ended_at: None,
             settings: trellis_engine::Settings::default(),
         };
-        let record = RunDir::create(runs.path(), &meta, "digraph {}", "workflow.fabro").unwrap();
+        let (record, _owner) =
+            RunDir::create(runs.path(), &meta, "digraph {}", "workflow.fabro").unwrap();
         record
             .save_checkpoint(&Checkpoint::new(
                 "R",
