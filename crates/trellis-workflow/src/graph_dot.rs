@@ -24,10 +24,10 @@ pub(crate) fn quote(text: &str) -> String {
 }
 
 fn attr_list<'a>(
-    attributes: impl IntoIterator<Item = (&'a String, &'a String)>,
+    attributes: impl IntoIterator<Item = (&'a str, &'a String)>,
     first: &[&str],
 ) -> String {
-    let attributes: Vec<(&String, &String)> = attributes.into_iter().collect();
+    let attributes: Vec<(&str, &String)> = attributes.into_iter().collect();
     let ordered = first
         .iter()
         .filter_map(|k| attributes.iter().find(|(name, _)| name == k).copied())
@@ -35,7 +35,7 @@ fn attr_list<'a>(
             attributes
                 .iter()
                 .copied()
-                .filter(|(k, _)| !first.contains(&k.as_str())),
+                .filter(|(k, _)| !first.contains(k)),
         );
     let parts: Vec<String> = ordered
         .map(|(k, v)| format!("{}={}", quote_key(k), quote(v)))

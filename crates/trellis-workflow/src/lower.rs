@@ -65,17 +65,11 @@ fn command(
 }
 
 fn text_map(attrs: &AttrMap) -> SmallMap<String> {
-    attrs
-        .iter()
-        .map(|(k, a)| (k.clone(), a.value.text.clone()))
-        .collect()
+    attrs.map_values(|a| a.value.text.clone())
 }
 
 fn span_map(attrs: &AttrMap) -> SmallMap<trellis_syntax::Span> {
-    attrs
-        .iter()
-        .map(|(k, a)| (k.clone(), a.value.span))
-        .collect()
+    attrs.map_values(|a| a.value.span)
 }
 
 impl Lowerer<'_> {

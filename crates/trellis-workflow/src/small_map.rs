@@ -1,13 +1,43 @@
 //! [`SmallMap`]: a map from names to values kept as a vector sorted by name. Nodes and edges carry a
 //! handful of attributes each; a tree or hash map per node costs a kilobyte or more, which in a
 //! 10,000-node workflow is most of its memory. Lookups are binary searches; iteration is in name
-//! order, as a `BTreeMap`'s.
+//! order, as a `BTreeMap`'s. A key that is a known attribute name is not kept as a string of its own
+//! but as the name in the table of known attributes ([`Name`]).
 
-use std::borrow::Borrow;
+use std::borrow::{Borrow, Cow};
+use std::sync::LazyLock;
+
+/// A key: a known attribute name from the static tables, or a string of its own.
+type Name = Cow<'static, str>;
+
+/// Every known attribute name (graph, edge, node and layout), sorted.
+static KNOWN: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    use crate::rules::unknown_attribute::{EDGE, GRAPH, LAYOUT};
+    let kinds = crate::node_kind::KINDS.iter().flat_map(|k| k.attributes);
+    let mut names: Vec<&'static str> = GRAPH
+        .iter()
+        .chain(EDGE)
+        .chain(LAYOUT)
+        .chain(crate::node_kind::COMMON_ATTRIBUTES)
+        .chain(kinds)
+        .copied()
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+});
+
+/// `key` as a [`Name`]: the known name when it is one (its string freed), else itself.
+fn name(key: String) -> Name {
+    match KNOWN.binary_search(&key.as_str()) {
+        Ok(at) => Cow::Borrowed(KNOWN[at]),
+        Err(_) => Cow::Owned(key),
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SmallMap<V> {
-    entries: Vec<(String, V)>,
+    entries: Vec<(Name, V)>,
 }
 
 impl<V> Default for SmallMap<V> {
@@ -25,7 +55,7 @@ impl<V> SmallMap<V> {
 
     fn position(&self, key: &str) -> Result<usize, usize> {
         self.entries
-            .binary_search_by(|(name, _)| name.as_str().cmp(key))
+            .binary_search_by(|(name, _)| name.as_ref().cmp(key))
     }
 
     /// Sets `key`, returning the value it replaced.
@@ -35,7 +65,7 @@ impl<V> SmallMap<V> {
             Err(at) => {
                 // One at a time: a handful of entries, never a doubling's slack.
                 self.entries.reserve_exact(1);
-                self.entries.insert(at, (key, value));
+                self.entries.insert(at, (name(key), value));
                 None
             }
         }
@@ -55,16 +85,27 @@ impl<V> SmallMap<V> {
         Some(self.entries.remove(at).1)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&String, &V)> {
-        self.entries.iter().map(|(k, v)| (k, v))
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &V)> {
+        self.entries.iter().map(|(k, v)| (k.as_ref(), v))
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &String> {
-        self.entries.iter().map(|(k, _)| k)
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|(k, _)| k.as_ref())
     }
 
     pub fn values(&self) -> impl Iterator<Item = &V> {
         self.entries.iter().map(|(_, v)| v)
+    }
+
+    /// The same keys (known names shared, not copied), with each value mapped.
+    pub fn map_values<W>(&self, mut f: impl FnMut(&V) -> W) -> SmallMap<W> {
+        SmallMap {
+            entries: self
+                .entries
+                .iter()
+                .map(|(k, v)| (k.clone(), f(v)))
+                .collect(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -78,7 +119,7 @@ impl<V> SmallMap<V> {
 
 impl<V> FromIterator<(String, V)> for SmallMap<V> {
     fn from_iter<I: IntoIterator<Item = (String, V)>>(iter: I) -> Self {
-        let mut entries: Vec<(String, V)> = iter.into_iter().collect();
+        let mut entries: Vec<(Name, V)> = iter.into_iter().map(|(k, v)| (name(k), v)).collect();
         // Stable, so the last of equal keys wins after the dedup below keeps the first of each run.
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         entries.reverse();
@@ -98,14 +139,12 @@ impl<V> Extend<(String, V)> for SmallMap<V> {
 }
 
 impl<'a, V> IntoIterator for &'a SmallMap<V> {
-    type Item = (&'a String, &'a V);
-    type IntoIter = std::iter::Map<
-        std::slice::Iter<'a, (String, V)>,
-        fn(&'a (String, V)) -> (&'a String, &'a V),
-    >;
+    type Item = (&'a str, &'a V);
+    type IntoIter =
+        std::iter::Map<std::slice::Iter<'a, (Name, V)>, fn(&'a (Name, V)) -> (&'a str, &'a V)>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.entries.iter().map(|(k, v)| (k, v))
+        self.entries.iter().map(|(k, v)| (k.as_ref(), v))
     }
 }
 
@@ -139,9 +178,11 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        assert_eq!(
-            collected.iter().collect::<Vec<_>>(),
-            [(&"w".to_owned(), &2), (&"x".to_owned(), &3)]
+        assert_eq!(collected.iter().collect::<Vec<_>>(), [("w", &2), ("x", &3)]);
+        let known: SmallMap<()> = [("shape".to_owned(), ())].into_iter().collect();
+        assert!(
+            matches!(known.entries[0].0, Cow::Borrowed("shape")),
+            "a known name is not copied"
         );
     }
 }
