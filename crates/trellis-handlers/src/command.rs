@@ -24,7 +24,8 @@ use trellis_engine::{Attempt, FailureClass, Handler, Outcome, Stage, keys};
 use trellis_workflow::NodeKind;
 use trellis_workflow::node_kind::{CommandConfig, ScriptLanguage};
 
-use crate::{artifacts, simple_command};
+use crate::artifacts;
+use crate::simple_command::{self, SimpleCommand};
 
 #[derive(Default)]
 pub struct CommandHandler {
@@ -39,20 +40,21 @@ const STDERR_TAIL_CHARS: usize = 2000;
 /// The pipe is read on the runtime (no thread of its own: a fan-out of many commands starts none);
 /// the file is created on the first output and written through the blocking pool.
 async fn tee(mut pipe: impl tokio::io::AsyncRead + Unpin, log: std::path::PathBuf) {
-    let mut file: Option<Option<tokio::fs::File>> = None;
+    // Not tried yet, or created (or not: the output is still read, so the command never blocks).
+    let mut file: Option<std::io::Result<tokio::fs::File>> = None;
     let mut buffer = vec![0u8; 64 * 1024];
     while let Ok(n) = pipe.read(&mut buffer).await {
         if n == 0 {
             break;
         }
         if file.is_none() {
-            file = Some(tokio::fs::File::create(&log).await.ok());
+            file = Some(tokio::fs::File::create(&log).await);
         }
-        if let Some(Some(file)) = file.as_mut() {
+        if let Some(Ok(file)) = file.as_mut() {
             let _ = file.write_all(&buffer[..n]).await;
         }
     }
-    if let Some(Some(mut file)) = file {
+    if let Some(Ok(mut file)) = file {
         // The last write is done before the stage reads the log back.
         let _ = file.flush().await;
     }
@@ -163,7 +165,7 @@ fn exit_outcome(status: std::process::ExitStatus, stderr: &[u8]) -> Outcome {
 fn command_for(
     stage: &Stage<'_>,
     config: &CommandConfig,
-    direct: Option<&Path>,
+    direct: Option<&SimpleCommand>,
 ) -> (&'static str, tokio::process::Command) {
     let (script, language) = (&config.script, config.language);
     let program = match language {
@@ -171,10 +173,9 @@ fn command_for(
         ScriptLanguage::Python => "python3",
     };
     let mut command;
-    if let Some(path) = direct {
-        command = tokio::process::Command::new(path);
-        let words = simple_command::words(script).unwrap_or_default();
-        command.args(words.iter().skip(1));
+    if let Some(simple) = direct {
+        command = tokio::process::Command::new(&simple.program);
+        command.args(&simple.args);
     } else {
         command = tokio::process::Command::new(program_path(program));
         command.arg("-c").arg(script);
@@ -236,16 +237,14 @@ async fn start(
     let simple = (config.language == ScriptLanguage::Shell).then(|| config.script.clone());
     // The start time and the program of a simple command, in one trip to the blocking pool.
     let (started, direct) = tokio::task::spawn_blocking(move || {
-        let direct = simple.and_then(|script| {
-            simple_command::program(simple_command::words(&script)?.first()?, &work_dir)
-        });
+        let direct = simple.and_then(|script| simple_command::parse(&script, &work_dir));
         (start_time(&marker_dir), direct)
     })
     .await
     .unwrap_or_else(|_| (std::time::SystemTime::now(), None));
-    if let Some(path) = direct
+    if let Some(simple) = direct
         && let (program, Ok(child)) = {
-            let (program, mut command) = command_for(stage, config, Some(&path));
+            let (program, mut command) = command_for(stage, config, Some(&simple));
             (program, command.spawn())
         }
     {

@@ -27,8 +27,25 @@ fn plain(word: &str) -> bool {
         .all(|b| b.is_ascii_alphanumeric() || b"_-./,:+@%=".contains(&b))
 }
 
+/// A script that is one simple command: the program it names and the arguments it gives.
+#[derive(Debug, PartialEq)]
+pub(crate) struct SimpleCommand {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+}
+
+/// `script` as a simple command, when it is one whose program is found (see [`program`]).
+pub(crate) fn parse(script: &str, work_dir: &Path) -> Option<SimpleCommand> {
+    let words = words(script)?;
+    let (first, args) = words.split_first()?;
+    Some(SimpleCommand {
+        program: program(first, work_dir)?,
+        args: args.iter().map(|&arg| arg.to_owned()).collect(),
+    })
+}
+
 /// The words of `script` when it is one simple command the shell would exec unchanged.
-pub(crate) fn words(script: &str) -> Option<Vec<&str>> {
+fn words(script: &str) -> Option<Vec<&str>> {
     let script = script.trim();
     if script.contains(['\n', '\r']) {
         return None;
@@ -43,7 +60,7 @@ pub(crate) fn words(script: &str) -> Option<Vec<&str>> {
 
 /// The executable a simple command's first word names: a path (relative to `work_dir`, which must
 /// be absolute) or a name searched on `PATH` as the shell would.
-pub(crate) fn program(first: &str, work_dir: &Path) -> Option<PathBuf> {
+fn program(first: &str, work_dir: &Path) -> Option<PathBuf> {
     if !work_dir.is_absolute() {
         return None;
     }
@@ -66,6 +83,9 @@ mod tests {
             Some(vec!["cargo", "test", "--release", "-p", "x:y@1", "a=b"])
         );
         assert_eq!(words("./build.sh"), Some(vec!["./build.sh"]));
+        let sleep = parse("sleep 0.2", Path::new("/")).expect("sleep is on PATH");
+        assert!(sleep.program.ends_with("sleep"));
+        assert_eq!(sleep.args, ["0.2"]);
         for script in [
             "",
             "true",

@@ -5,32 +5,16 @@
 //! but as the name in the table of known attributes ([`Name`]).
 
 use std::borrow::{Borrow, Cow};
-use std::sync::LazyLock;
+
+use crate::rules::unknown_attribute::KNOWN_NAMES;
 
 /// A key: a known attribute name from the static tables, or a string of its own.
 type Name = Cow<'static, str>;
 
-/// Every known attribute name (graph, edge, node and layout), sorted.
-static KNOWN: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
-    use crate::rules::unknown_attribute::{EDGE, GRAPH, LAYOUT};
-    let kinds = crate::node_kind::KINDS.iter().flat_map(|k| k.attributes);
-    let mut names: Vec<&'static str> = GRAPH
-        .iter()
-        .chain(EDGE)
-        .chain(LAYOUT)
-        .chain(crate::node_kind::COMMON_ATTRIBUTES)
-        .chain(kinds)
-        .copied()
-        .collect();
-    names.sort_unstable();
-    names.dedup();
-    names
-});
-
 /// `key` as a [`Name`]: the known name when it is one (its string freed), else itself.
 fn name(key: String) -> Name {
-    match KNOWN.binary_search(&key.as_str()) {
-        Ok(at) => Cow::Borrowed(KNOWN[at]),
+    match KNOWN_NAMES.binary_search(&key.as_str()) {
+        Ok(at) => Cow::Borrowed(KNOWN_NAMES[at]),
         Err(_) => Cow::Owned(key),
     }
 }

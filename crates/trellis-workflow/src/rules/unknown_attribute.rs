@@ -151,6 +151,21 @@ fn node_attributes() -> Vec<&'static str> {
     names
 }
 
+/// Every attribute name this rule knows (graph, edge, node and layout), sorted, once each.
+pub(crate) static KNOWN_NAMES: std::sync::LazyLock<Vec<&'static str>> =
+    std::sync::LazyLock::new(|| {
+        let mut names: Vec<&'static str> = GRAPH
+            .iter()
+            .chain(EDGE)
+            .chain(LAYOUT)
+            .copied()
+            .chain(node_attributes())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    });
+
 /// Checks one node attribute of a `kind` node; `explicit` says it was written on the node rather than
 /// inherited. What applies where comes from the table of kinds ([`KINDS`]).
 pub(crate) fn check_node(
