@@ -386,10 +386,13 @@ fn a_server_killed_mid_run_finds_the_run_interrupted_after_a_restart_and_resumes
     assert_eq!(resumed.status, 202, "{}", resumed.text());
     serve.wait_for_status(&id, "running");
     // The resume stopped what the killed server left running and started the stage again.
-    let events = serve
-        .get(&format!("/api/runs/{id}/events?format=jsonl"))
-        .text();
-    assert!(events.contains("WorkflowRunResumed"));
+    // The event log is written by its own thread, a moment after the event.
+    wait_for("the resume's event", Duration::from_secs(5), || {
+        serve
+            .get(&format!("/api/runs/{id}/events?format=jsonl"))
+            .text()
+            .contains("WorkflowRunResumed")
+    });
     wait_for("exactly one command", Duration::from_secs(20), || {
         processes_with(marker) == 1
     });

@@ -341,6 +341,25 @@ impl EventKind {
         matches!(self, EventKind::ModelTextDelta { .. })
     }
 
+    /// Whether the event says that something which may take a while has begun (a run, a stage, a
+    /// retry's wait, a question, a model call, a tool call): a reader of the log — and the record
+    /// after a kill — should see it at once, not with the next batch of lines.
+    pub fn starts_work(&self) -> bool {
+        matches!(
+            self,
+            EventKind::WorkflowRunStarted(_)
+                | EventKind::WorkflowRunResumed(_)
+                | EventKind::StageStarted { .. }
+                | EventKind::StageRetrying { .. }
+                | EventKind::HumanGateAsked { .. }
+                | EventKind::ParallelStarted { .. }
+                | EventKind::ModelCallStarted { .. }
+                | EventKind::ModelCallRetrying { .. }
+                | EventKind::AgentTurnStarted { .. }
+                | EventKind::AgentToolCallStarted { .. }
+        )
+    }
+
     /// Whether the event ends the run's process (it finished, failed, waits or was cancelled).
     pub fn ends_run(&self) -> bool {
         matches!(

@@ -1,23 +1,74 @@
-//! A run's event log, `events.jsonl`: one writer thread appends every event, fed by a channel, so the
-//! engine's async workers never wait on the file. Each event is one `write` of one line, so a kill
-//! leaves at most one torn line (which readers skip). The engine flushes the log before every
-//! checkpoint; a write error is kept and reported by that flush (and by [`EventLog::close`]), never
-//! dropped.
+//! A run's event log, `events.jsonl`. An event is queued as one line, without waiting on the file: a
+//! writer thread appends what is queued at once when the event starts something that may take a
+//! while (a stage, a model or tool call: what was running when a process died is in its log) or
+//! comes after a quiet spell, and otherwise every few milliseconds; the engine, before every
+//! checkpoint, appends what is still queued itself. So a checkpoint never names an event the file
+//! lacks, and a run that finishes stages quickly pays for neither a thread switch per event nor a
+//! round trip per checkpoint. Lines reach the file in order, whole lines in one `write`, so a kill
+//! leaves at most one torn line (which readers skip). A write error is kept and reported by the next
+//! flush (and by [`EventLog::close`]), never dropped.
 
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::path::Path;
-use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use trellis_engine::Event;
 use trellis_engine::services::EventSink;
 
-enum Message {
-    Line(Vec<u8>),
-    /// Answers once every line sent before it is written: `Ok`, or the first write error.
-    Flush(SyncSender<Result<(), String>>),
+/// How long a queued line may wait for the writer while events keep coming.
+const TICK: Duration = Duration::from_millis(10);
+/// Ticks without an event after which the writer sleeps until the next one.
+const IDLE_TICKS: u32 = 10;
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Lines not yet in the file, and the writer thread's state.
+#[derive(Default)]
+struct Queue {
+    lines: Vec<u8>,
+    /// The writer sleeps until told: the next line wakes it.
+    idle: bool,
+    closed: bool,
+}
+
+/// The file and what happened to it.
+struct Sink {
+    file: std::fs::File,
+    /// The first write error.
+    error: Option<String>,
+    written: Option<Written>,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    /// Held while lines are taken from the queue and written, so they reach the file in order
+    /// whoever writes them.
+    sink: Mutex<Sink>,
+}
+
+impl Shared {
+    /// Appends every queued line; then tells `written`. Returns the first write error, if any.
+    fn write_queued(&self) -> Result<(), String> {
+        let mut sink = lock(&self.sink);
+        let lines = std::mem::take(&mut lock(&self.queue).lines);
+        if !lines.is_empty() {
+            if let Err(e) = sink.file.write_all(&lines)
+                && sink.error.is_none()
+            {
+                sink.error = Some(e.to_string());
+            }
+            if let Some(written) = &sink.written {
+                written();
+            }
+        }
+        sink.error.clone().map_or(Ok(()), Err)
+    }
 }
 
 /// Cuts a log back to its last complete line.
@@ -54,7 +105,7 @@ fn repair_tail(path: &Path) -> io::Result<()> {
 
 /// The writer of one `events.jsonl`.
 pub struct EventLog {
-    sender: Mutex<Option<Sender<Message>>>,
+    shared: Arc<Shared>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -65,8 +116,8 @@ impl EventLog {
         Self::open_with(path, None)
     }
 
-    /// Like [`EventLog::open`]; `written` is called (on the writer thread) each time the lines queued so
-    /// far are in the file, so a reader tailing the log learns of them at once.
+    /// Like [`EventLog::open`]; `written` is called each time queued lines are in the file, so a
+    /// reader tailing the log learns of them at once.
     pub fn open_with(path: &Path, written: Option<Written>) -> io::Result<Self> {
         repair_tail(path)?;
         let file = {
@@ -77,37 +128,33 @@ impl EventLog {
                 .mode(crate::run_dir::file_mode())
                 .open(path)?
         };
-        let (sender, receiver) = channel();
-        let writer = std::thread::Builder::new()
-            .name("trellis-events".into())
-            .spawn(move || write_lines(file, &receiver, written.as_deref()))?;
+        let shared = Arc::new(Shared {
+            queue: Mutex::default(),
+            wake: Condvar::new(),
+            sink: Mutex::new(Sink {
+                file,
+                error: None,
+                written,
+            }),
+        });
+        let writer = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("trellis-events".into())
+                .spawn(move || write_lines(&shared))?
+        };
         Ok(Self {
-            sender: Mutex::new(Some(sender)),
+            shared,
             writer: Mutex::new(Some(writer)),
         })
-    }
-
-    fn send(&self, message: Message) -> bool {
-        self.sender
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .is_some_and(|s| s.send(message).is_ok())
     }
 
     /// Writes what is queued, stops the writer, and reports the first write error, if any.
     pub fn close(&self) -> io::Result<()> {
         let flushed = self.flush();
-        self.sender
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(writer) = self
-            .writer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
+        lock(&self.shared.queue).closed = true;
+        self.shared.wake.notify_one();
+        if let Some(writer) = lock(&self.writer).take() {
             let _ = writer.join();
         }
         flushed
@@ -117,46 +164,38 @@ impl EventLog {
 /// Told when lines are in the file.
 pub type Written = std::sync::Arc<dyn Fn() + Send + Sync>;
 
-/// The writer thread: appends lines until every sender is gone, keeping the first error; after
-/// writing what was queued, tells `written`.
-fn write_lines(
-    mut file: std::fs::File,
-    receiver: &Receiver<Message>,
-    written: Option<&(dyn Fn() + Send + Sync)>,
-) {
-    let mut error: Option<String> = None;
-    let mut unannounced = false;
+/// The writer thread: appends what is queued when woken (see [`EventSink::emit`] for
+/// [`EventLog`]) and every [`TICK`] while events come, sleeps once they stop, and ends when the log
+/// is closed.
+fn write_lines(shared: &Shared) {
+    // Idle until the first event, which is then written at once.
+    let mut quiet_ticks = IDLE_TICKS;
     loop {
-        let message = match receiver.try_recv() {
-            Ok(message) => message,
-            Err(std::sync::mpsc::TryRecvError::Empty) => {
-                if unannounced && let Some(written) = written {
-                    written();
-                }
-                unannounced = false;
-                match receiver.recv() {
-                    Ok(message) => message,
-                    Err(_) => return,
+        {
+            let mut queue = lock(&shared.queue);
+            while queue.lines.is_empty() && !queue.closed {
+                if quiet_ticks >= IDLE_TICKS {
+                    queue.idle = true;
+                    queue = shared
+                        .wake
+                        .wait(queue)
+                        .unwrap_or_else(PoisonError::into_inner);
+                    queue.idle = false;
+                } else {
+                    queue = shared
+                        .wake
+                        .wait_timeout(queue, TICK)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
+                    quiet_ticks += 1;
                 }
             }
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
-        };
-        match message {
-            Message::Line(line) => {
-                if let Err(e) = file.write_all(&line)
-                    && error.is_none()
-                {
-                    error = Some(e.to_string());
-                }
-                unannounced = true;
-            }
-            Message::Flush(answer) => {
-                let _ = answer.send(error.clone().map_or(Ok(()), Err));
+            if queue.closed {
+                return;
             }
         }
-    }
-    if unannounced && let Some(written) = written {
-        written();
+        quiet_ticks = 0;
+        let _ = shared.write_queued();
     }
 }
 
@@ -165,24 +204,29 @@ impl EventSink for EventLog {
         if event.kind.is_live_only() {
             return;
         }
-        if let Ok(mut line) = serde_json::to_vec(event) {
-            line.push(b'\n');
-            self.send(Message::Line(line));
+        let Ok(line) = serde_json::to_vec(event) else {
+            return;
+        };
+        let mut queue = lock(&self.shared.queue);
+        if queue.closed {
+            return;
+        }
+        queue.lines.extend_from_slice(&line);
+        queue.lines.push(b'\n');
+        if queue.idle || event.kind.starts_work() {
+            queue.idle = false;
+            self.shared.wake.notify_one();
         }
     }
 
+    /// Appends what is queued, on the calling thread (the engine calls it from its blocking pool).
     fn flush(&self) -> io::Result<()> {
-        let (answer, answered) = sync_channel(1);
-        if !self.send(Message::Flush(answer)) {
+        if lock(&self.shared.queue).closed {
             return Err(io::Error::other("the event log is closed"));
         }
-        match answered.recv() {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => Err(io::Error::other(format!(
-                "cannot write the event log: {error}"
-            ))),
-            Err(_) => Err(io::Error::other("the event log's writer stopped")),
-        }
+        self.shared
+            .write_queued()
+            .map_err(|error| io::Error::other(format!("cannot write the event log: {error}")))
     }
 }
 
@@ -220,6 +264,51 @@ mod tests {
         assert_eq!(text.lines().count(), 100);
         log.close().unwrap();
         assert!(log.flush().is_err(), "a closed log says so");
+    }
+
+    /// Waits (up to five seconds) until the log at `path` holds `lines` lines.
+    fn wait_for_lines(path: &Path, lines: usize) -> usize {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let found = std::fs::read_to_string(path).map_or(0, |t| t.lines().count());
+            if found >= lines || std::time::Instant::now() > deadline {
+                return found;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    #[test]
+    fn the_writer_appends_events_without_a_flush_and_wakes_from_idle() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let log = EventLog::open(&path).unwrap();
+        log.emit(&event(1));
+        log.emit(&event(2));
+        assert_eq!(
+            wait_for_lines(&path, 2),
+            2,
+            "a busy run's events reach the file"
+        );
+        // Long enough without events for the writer to sleep until the next one.
+        std::thread::sleep(TICK * (IDLE_TICKS + 5));
+        log.emit(&event(3));
+        assert_eq!(
+            wait_for_lines(&path, 3),
+            3,
+            "the next event wakes the writer"
+        );
+        log.close().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let seqs: Vec<u64> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["seq"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(seqs, [1, 2, 3]);
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! ```
 //!
 //! It implements the engine's `RunStore`, `BlobStore` and `EventSink` traits (the event log is
-//! written by [`EventLog`], a writer thread fed by a channel).
+//! written by [`EventLog`]: lines are queued, and appended by a writer thread or before a checkpoint).
 
 #![allow(
     clippy::disallowed_methods,
