@@ -13,14 +13,27 @@ use std::io::IsTerminal;
 
 use clap::ValueEnum;
 
-/// Runs a command's async work on a multi-threaded runtime, then leaves without waiting for the
-/// runtime's idle threads to be joined or for blocking work still in flight (a console gate still
-/// reading a line after the run was cancelled): whatever the work wrote is done when it returns.
+/// Runs a run's async work on a runtime of one thread, the calling one. The engine walks a run —
+/// every branch of a fan-out too — in one task, and its file work goes to the blocking pool, so
+/// worker threads would only add a thread switch to every wake-up. Leaves without waiting for
+/// blocking work still in flight (a console gate still reading a line after the run was cancelled):
+/// whatever the work wrote is done when it returns.
 pub fn on_runtime<T>(work: impl Future<Output = T>) -> std::io::Result<T> {
-    let runtime = tokio::runtime::Runtime::new()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    Ok(finish(runtime, work))
+}
+
+/// Like [`on_runtime`] with a worker thread per core, for the server's many connections and runs.
+pub fn on_server_runtime<T>(work: impl Future<Output = T>) -> std::io::Result<T> {
+    Ok(finish(tokio::runtime::Runtime::new()?, work))
+}
+
+fn finish<T>(runtime: tokio::runtime::Runtime, work: impl Future<Output = T>) -> T {
     let result = runtime.block_on(work);
     runtime.shutdown_background();
-    Ok(result)
+    result
 }
 
 /// Exit code for a workflow with errors.

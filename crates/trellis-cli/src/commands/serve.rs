@@ -36,6 +36,6 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         work_dir: std::env::current_dir()?,
         token,
     };
-    super::on_runtime(trellis_server::serve(config))??;
+    super::on_server_runtime(trellis_server::serve(config))??;
     Ok(ExitCode::SUCCESS)
 }
