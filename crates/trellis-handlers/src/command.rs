@@ -159,47 +159,110 @@ fn exit_outcome(status: std::process::ExitStatus, stderr: &[u8]) -> Outcome {
     Outcome::failed(FailureClass::StageFailed, reason)
 }
 
-/// `sh -c SCRIPT` (or `python3 -c`) — or, for a simple command, its program (`direct`) with the
-/// shell's `PWD` — in the work directory, in a process group of its own, with pipes for the output and
-/// the run's identity in the environment.
-fn command_for(
-    stage: &Stage<'_>,
-    config: &CommandConfig,
-    direct: Option<&SimpleCommand>,
-) -> (&'static str, tokio::process::Command) {
-    let (script, language) = (&config.script, config.language);
-    let program = match language {
-        ScriptLanguage::Shell => "sh",
-        ScriptLanguage::Python => "python3",
-    };
-    let mut command;
-    if let Some(simple) = direct {
-        command = tokio::process::Command::new(&simple.program);
-        command.args(&simple.args);
-    } else {
-        command = tokio::process::Command::new(program_path(program));
-        command.arg("-c").arg(script);
+/// What starting a command needs, owned, so that it starts on the blocking pool: the parse of a
+/// simple command stats its program, and the start itself waits for the child to exec, neither of
+/// which belongs on the runtime (a fan-out's branches then start side by side, not one by one).
+struct Launch {
+    script: String,
+    language: ScriptLanguage,
+    work_dir: std::path::PathBuf,
+    /// The stage's directory: its time is the start on the file system's clock ([`start_time`]).
+    stage_dir: std::path::PathBuf,
+    /// The child's whole environment: this process's without the secrets the node does not pass,
+    /// and the run's identity.
+    env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+}
+
+impl Launch {
+    fn of(stage: &Stage<'_>, config: &CommandConfig) -> Self {
+        let mut env = secrets::child_env(&config.pass_env);
+        env.extend(
+            [
+                (process_group::RUN_ID_VAR, stage.run_id.into()),
+                ("TRELLIS_NODE_ID", stage.node.id.as_str().into()),
+                (
+                    process_group::STAGE_DIR_VAR,
+                    stage.dir.as_os_str().to_owned(),
+                ),
+            ]
+            .into_iter()
+            .chain(
+                stage
+                    .workflow
+                    .graph
+                    .goal
+                    .as_deref()
+                    .map(|goal| ("TRELLIS_GOAL", goal.into())),
+            )
+            .map(|(name, value)| (name.into(), value)),
+        );
+        Self {
+            script: config.script.clone(),
+            language: config.language,
+            work_dir: stage.settings.work_dir.clone(),
+            stage_dir: stage.dir.to_path_buf(),
+            env,
+        }
     }
-    command
-        .current_dir(&stage.settings.work_dir)
-        .env_clear()
-        .envs(secrets::child_env(&config.pass_env))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
-        .env(process_group::RUN_ID_VAR, stage.run_id)
-        .env("TRELLIS_NODE_ID", &stage.node.id)
-        .env(process_group::STAGE_DIR_VAR, stage.dir);
-    if let Some(goal) = &stage.workflow.graph.goal {
-        command.env("TRELLIS_GOAL", goal);
+
+    /// The interpreter's name (for messages).
+    fn interpreter(&self) -> &'static str {
+        match self.language {
+            ScriptLanguage::Shell => "sh",
+            ScriptLanguage::Python => "python3",
+        }
     }
-    if direct.is_some() {
-        // What the shell would have exported: the directory it runs in.
-        command.env("PWD", &stage.settings.work_dir);
+
+    /// `sh -c SCRIPT` (or `python3 -c`) — or, for a simple command, its program (`direct`) with the
+    /// shell's `PWD` — in the work directory, in a process group of its own, with pipes for the
+    /// output.
+    fn command(&self, direct: Option<&SimpleCommand>) -> tokio::process::Command {
+        let mut command;
+        if let Some(simple) = direct {
+            command = tokio::process::Command::new(&simple.program);
+            command.args(&simple.args);
+        } else {
+            command = tokio::process::Command::new(program_path(self.interpreter()));
+            command.arg("-c").arg(&self.script);
+        }
+        command
+            .current_dir(&self.work_dir)
+            .env_clear()
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        if direct.is_some() {
+            // What the shell would have exported: the directory it runs in.
+            command.env("PWD", &self.work_dir);
+        }
+        command
     }
-    (program, command)
+
+    /// Starts the script (on the blocking pool): its program directly when it is a simple command
+    /// the kernel will start, else through its interpreter. Returns the start on the file system's
+    /// clock and the child.
+    fn start(
+        &self,
+    ) -> (
+        std::time::SystemTime,
+        std::io::Result<tokio::process::Child>,
+    ) {
+        let started = start_time(&self.stage_dir);
+        let direct = (self.language == ScriptLanguage::Shell)
+            .then(|| simple_command::parse(&self.script, &self.work_dir))
+            .flatten();
+        if let Some(simple) = direct
+            && let Ok(child) = self.command(Some(&simple)).spawn()
+        {
+            return (started, Ok(child));
+        }
+        // Not simple, or a program the kernel would not start (a script without `#!`, which the
+        // shell runs itself).
+        (started, self.command(None).spawn())
+    }
 }
 
 /// Records the captured artifacts: copied ones as the stage's files and `artifacts` detail, those left
@@ -222,40 +285,6 @@ fn with_artifacts(
     outcome
 }
 
-/// Starts the script: its program directly when it is a simple command the kernel will start, else
-/// through its interpreter. Returns the interpreter's name, the start on the file system's clock
-/// (see [`start_time`]) and the child.
-async fn start(
-    stage: &Stage<'_>,
-    config: &CommandConfig,
-) -> (
-    &'static str,
-    std::time::SystemTime,
-    std::io::Result<tokio::process::Child>,
-) {
-    let (marker_dir, work_dir) = (stage.dir.to_path_buf(), stage.settings.work_dir.clone());
-    let simple = (config.language == ScriptLanguage::Shell).then(|| config.script.clone());
-    // The start time and the program of a simple command, in one trip to the blocking pool.
-    let (started, direct) = tokio::task::spawn_blocking(move || {
-        let direct = simple.and_then(|script| simple_command::parse(&script, &work_dir));
-        (start_time(&marker_dir), direct)
-    })
-    .await
-    .unwrap_or_else(|_| (std::time::SystemTime::now(), None));
-    if let Some(simple) = direct
-        && let (program, Ok(child)) = {
-            let (program, mut command) = command_for(stage, config, Some(&simple));
-            (program, command.spawn())
-        }
-    {
-        return (program, started, Ok(child));
-    }
-    // Not simple, or a program the kernel would not start (a script without `#!`, which the shell
-    // runs itself).
-    let (program, mut command) = command_for(stage, config, None);
-    (program, started, command.spawn())
-}
-
 impl CommandHandler {
     /// Runs the script and records what it did.
     async fn outcome(&self, stage: &Stage<'_>) -> Outcome {
@@ -270,7 +299,15 @@ impl CommandHandler {
         }
         let work_dir = stage.settings.work_dir.clone();
         let runs_dir = artifacts::runs_dir(stage.dir);
-        let (program, started, spawned) = start(stage, config).await;
+        let launch = Launch::of(stage, config);
+        let program = launch.interpreter();
+        let Ok((started, spawned)) = tokio::task::spawn_blocking(move || launch.start()).await
+        else {
+            return Outcome::failed(
+                FailureClass::CouldNotStart,
+                format!("cannot start `{program}`: the start was cancelled"),
+            );
+        };
         let mut child = match spawned {
             Ok(child) => child,
             Err(error) => {
