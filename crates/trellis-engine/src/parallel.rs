@@ -165,11 +165,12 @@ impl Engine {
         );
         let started = self.services.clock.instant();
         // A resumed fan-out continues from its checkpointed progress; a new one starts every branch.
-        let progress = match track.parallel.take() {
+        let mut progress = match track.parallel.take() {
             Some(progress) if progress.node == node.id && progress.visit == visit => *progress,
             _ => fresh_progress(track, &node.id, visit, &branch_ids, context),
         };
-        // Branches write their tracks below this one in the checkpoint from now on.
+        // Branches write their tracks below this one in the checkpoint from now on; the states
+        // they start from are theirs.
         self.book().change(Change::ParallelStarted {
             path: path.to_vec(),
             progress: Box::new(progress.clone()),
@@ -182,7 +183,10 @@ impl Engine {
                 let semaphore = &semaphore;
                 let branch_path: Vec<String> =
                     path.iter().cloned().chain([(*id).to_owned()]).collect();
-                let state = progress.branches[*id].clone();
+                let state = progress
+                    .branches
+                    .remove(*id)
+                    .unwrap_or_else(|| fresh_branch(id, track, context.snapshot()));
                 async move {
                     let _permit = semaphore.acquire().await;
                     (position, self.run_branch(branch_path, state, fan_in).await)
@@ -374,25 +378,27 @@ fn fresh_progress(
     let snapshot = context.snapshot();
     let branches = branch_ids
         .iter()
-        .map(|&id| {
-            let state = BranchProgress {
-                track: Track {
-                    next_node: Some(id.to_owned()),
-                    context: snapshot.clone(),
-                    visits: track.visits.fresh_copy(),
-                    edge_counts: track.edge_counts.fresh_copy(),
-                    ..Track::default()
-                },
-                before: snapshot.clone(),
-                result: None,
-            };
-            (id.to_owned(), state)
-        })
+        .map(|&id| (id.to_owned(), fresh_branch(id, track, snapshot.clone())))
         .collect();
     ParallelProgress {
         node: node.to_owned(),
         visit,
         branches,
+    }
+}
+
+/// A branch that has not started: at its first node, on a copy of the fan-out's context.
+fn fresh_branch(id: &str, track: &Track, snapshot: BTreeMap<String, Value>) -> BranchProgress {
+    BranchProgress {
+        track: Track {
+            next_node: Some(id.to_owned()),
+            context: snapshot.clone(),
+            visits: track.visits.fresh_copy(),
+            edge_counts: track.edge_counts.fresh_copy(),
+            ..Track::default()
+        },
+        before: snapshot,
+        result: None,
     }
 }
 
