@@ -9,6 +9,8 @@
 
 mod run_support;
 
+use std::fmt::Write as _;
+
 use run_support::{Project, Run, stage_dir};
 use serde_json::{Value, json};
 use trellis_test::Llmock;
@@ -899,4 +901,67 @@ fn a_model_that_ignores_three_loop_warnings_is_stopped() {
         30,
         "stopped right after the third loop"
     );
+}
+
+#[test]
+fn a_fan_out_of_more_agents_than_the_blocking_pool_has_threads_finishes() {
+    // Each agent writes its transcript for its whole stage; the twenty are all running at once
+    // (their shell calls wait for one another), more than the run's pool of blocking threads, which
+    // must still serve their files.
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    let branches = 20;
+    let mut body = format!(
+        "fan [shape=component, max_parallel={branches}]\n merge [shape=tripleoctagon]\n start -> fan\n merge -> exit\n"
+    );
+    for i in 0..branches {
+        let _ = writeln!(
+            body,
+            " a{i} [prompt=\"Wait a moment\", model=\"sonnet\"]\n fan -> a{i} -> merge"
+        );
+    }
+    p.write("w.fabro", &workflow(&body));
+    // A barrier: each shell waits (up to 20 s) until all twenty are running.
+    let barrier = format!(
+        "touch started.$$; for i in $(seq 400); do [ $(ls started.* | wc -l) -ge {branches} ] && exit 0; sleep 0.05; done; exit 1"
+    );
+    let mut scenario: Vec<Value> = (0..branches)
+        .map(|_| call("shell", json!({ "command": barrier })))
+        .collect();
+    scenario.extend((0..branches).map(|_| answer("Waited.")));
+    mock.scenario(&Value::Array(scenario));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.stage_status("fan"), "succeeded");
+    assert_eq!(run.branch_ids().len(), branches);
+    for i in 0..branches {
+        let transcript = stage_file(&run, &format!("a{i}"), "transcript.jsonl");
+        assert!(
+            transcript.contains("\"tool\":\"shell\""),
+            "a{i}: {transcript}"
+        );
+    }
+    assert_eq!(
+        p.path()
+            .read_dir()
+            .unwrap()
+            .filter(|e| e
+                .as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("started."))
+            .count(),
+        branches
+    );
+    // What the model was shown: every agent's prompt, then every agent's shell result.
+    let bodies = bodies(&mock);
+    assert_eq!(bodies.len(), 2 * branches);
+    for body in &bodies[branches..] {
+        let results = Value::Array(tool_results(body)).to_string();
+        assert!(
+            results.contains("[exit 0]"),
+            "the barrier was passed: {results}"
+        );
+    }
 }

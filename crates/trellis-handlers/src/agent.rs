@@ -109,7 +109,12 @@ pub(crate) struct StageObserver<'a> {
 impl<'a> StageObserver<'a> {
     /// An observer of `stage` and the writer of its `transcript.jsonl`, which finishes when the
     /// observer is dropped.
-    pub(crate) fn new(stage: &'a Stage<'a>) -> (Self, tokio::task::JoinHandle<()>) {
+    pub(crate) fn new(
+        stage: &'a Stage<'a>,
+    ) -> (
+        Self,
+        impl std::future::Future<Output = Option<()>> + Send + 'static,
+    ) {
         let (transcript, writer) = transcript_writer(stage.dir.join("transcript.jsonl"));
         let observer = StageObserver {
             emitter: stage.emitter,
@@ -132,15 +137,20 @@ impl<'a> StageObserver<'a> {
 
 /// Appends transcript entries to `transcript.jsonl` on the blocking pool until the sender is dropped
 /// — when the stage ends, or when it is cancelled, so a stopped stage keeps what it did.
+/// Writes `transcript.jsonl` from what it is sent, on a thread of its own (the stage's whole length);
+/// the future ends once the sender is dropped and every entry is written.
 #[allow(
     clippy::disallowed_methods,
-    reason = "the file work runs in the blocking-pool closure it starts"
+    reason = "the file work runs on the thread it starts"
 )]
 fn transcript_writer(
     path: std::path::PathBuf,
-) -> (std::sync::mpsc::Sender<Value>, tokio::task::JoinHandle<()>) {
+) -> (
+    std::sync::mpsc::Sender<Value>,
+    impl std::future::Future<Output = Option<()>> + Send + 'static,
+) {
     let (sender, entries) = std::sync::mpsc::channel::<Value>();
-    let writer = tokio::task::spawn_blocking(move || {
+    let writer = trellis_engine::engine::own_thread("trellis-transcript", move || {
         use std::io::Write as _;
         let Ok(file) = std::fs::File::create(&path) else {
             return;

@@ -131,7 +131,9 @@ impl Interviewer for Console {
             return Answer::Unavailable;
         }
         let q = question.clone();
-        let reading = tokio::task::spawn_blocking(move || read_answer(&q));
+        // A person may take all day: the reading gets a thread of its own.
+        let reading =
+            trellis_engine::engine::own_thread("trellis-console", move || read_answer(&q));
         match question.timeout {
             Some(limit) => match tokio::time::timeout(limit, reading).await {
                 Ok(answer) => answer.unwrap_or(Answer::Unavailable),

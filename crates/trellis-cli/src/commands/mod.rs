@@ -15,15 +15,21 @@ use clap::ValueEnum;
 
 /// Runs a run's async work on a runtime of one thread, the calling one. The engine walks a run —
 /// every branch of a fan-out too — in one task, and its file work goes to the blocking pool, so
-/// worker threads would only add a thread switch to every wake-up. Leaves without waiting for
-/// blocking work still in flight (a console gate still reading a line after the run was cancelled):
-/// whatever the work wrote is done when it returns.
+/// worker threads would only add a thread switch to every wake-up. The pool's work is short (what
+/// lasts a stage has a thread of its own, see `trellis_engine::engine::own_thread`), so a few
+/// threads serve a wide fan-out as well as one each, without starting sixty of them. Leaves without
+/// waiting for work still in flight (a console gate still reading a line after the run was
+/// cancelled): whatever the work wrote is done when it returns.
 pub fn on_runtime<T>(work: impl Future<Output = T>) -> std::io::Result<T> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .max_blocking_threads(BLOCKING_THREADS)
         .build()?;
     Ok(finish(runtime, work))
 }
+
+/// The most threads a run's blocking pool starts.
+const BLOCKING_THREADS: usize = 16;
 
 /// Like [`on_runtime`] with a worker thread per core, for the server's many connections and runs.
 pub fn on_server_runtime<T>(work: impl Future<Output = T>) -> std::io::Result<T> {
