@@ -149,16 +149,20 @@ impl EventLog {
         })
     }
 
-    /// Writes what is queued, stops the writer, and reports the first write error, if any.
+    /// Stops taking events and the writer, writes what is queued, and reports the first write
+    /// error, if any.
     pub fn close(&self) -> io::Result<()> {
-        let flushed = self.flush();
         lock(&self.shared.queue).closed = true;
         self.shared.wake.notify_one();
         if let Some(writer) = lock(&self.writer).take() {
             let _ = writer.join();
         }
-        flushed
+        self.shared.write_queued().map_err(|e| write_error(&e))
     }
+}
+
+fn write_error(error: &str) -> io::Error {
+    io::Error::other(format!("cannot write the event log: {error}"))
 }
 
 /// Told when lines are in the file.
@@ -191,6 +195,7 @@ fn write_lines(shared: &Shared) {
                 }
             }
             if queue.closed {
+                // What is still queued, `close` writes.
                 return;
             }
         }
@@ -224,9 +229,7 @@ impl EventSink for EventLog {
         if lock(&self.shared.queue).closed {
             return Err(io::Error::other("the event log is closed"));
         }
-        self.shared
-            .write_queued()
-            .map_err(|error| io::Error::other(format!("cannot write the event log: {error}")))
+        self.shared.write_queued().map_err(|e| write_error(&e))
     }
 }
 
