@@ -301,6 +301,8 @@ mod tests {
             3,
             "the next event wakes the writer"
         );
+        // Queued just before the log closes: the close writes it.
+        log.emit(&event(4));
         log.close().unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         let seqs: Vec<u64> = text
@@ -311,7 +313,7 @@ mod tests {
                     .unwrap()
             })
             .collect();
-        assert_eq!(seqs, [1, 2, 3]);
+        assert_eq!(seqs, [1, 2, 3, 4]);
     }
 
     #[test]
