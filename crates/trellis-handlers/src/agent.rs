@@ -135,10 +135,9 @@ impl<'a> StageObserver<'a> {
     }
 }
 
-/// Appends transcript entries to `transcript.jsonl` on the blocking pool until the sender is dropped
-/// — when the stage ends, or when it is cancelled, so a stopped stage keeps what it did.
-/// Writes `transcript.jsonl` from what it is sent, on a thread of its own (the stage's whole length);
-/// the future ends once the sender is dropped and every entry is written.
+/// Appends transcript entries to `transcript.jsonl`, on a thread of its own (it lasts the whole
+/// stage), until the sender is dropped — when the stage ends, or when it is cancelled, so a stopped
+/// stage keeps what it did. The future ends once every entry is written.
 #[allow(
     clippy::disallowed_methods,
     reason = "the file work runs on the thread it starts"
