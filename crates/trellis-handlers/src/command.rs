@@ -18,6 +18,7 @@ use async_trait::async_trait;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use trellis_agent::process_group::{self, ProcessGroup, drain};
 use trellis_agent::secrets;
+use trellis_engine::engine::blocking;
 use trellis_engine::event::EventKind;
 use trellis_engine::text;
 use trellis_engine::{Attempt, FailureClass, Handler, Outcome, Stage, keys};
@@ -175,26 +176,20 @@ struct Launch {
 
 impl Launch {
     fn of(stage: &Stage<'_>, config: &CommandConfig) -> Self {
+        use std::ffi::OsStr;
+        let identity = [
+            (process_group::RUN_ID_VAR, OsStr::new(stage.run_id)),
+            ("TRELLIS_NODE_ID", OsStr::new(&stage.node.id)),
+            (process_group::STAGE_DIR_VAR, stage.dir.as_os_str()),
+        ];
+        let goal = (stage.workflow.graph.goal.as_deref()).map(|g| ("TRELLIS_GOAL", OsStr::new(g)));
+        // Later entries win, so the run's identity replaces any inherited one.
         let mut env = secrets::child_env(&config.pass_env);
         env.extend(
-            [
-                (process_group::RUN_ID_VAR, stage.run_id.into()),
-                ("TRELLIS_NODE_ID", stage.node.id.as_str().into()),
-                (
-                    process_group::STAGE_DIR_VAR,
-                    stage.dir.as_os_str().to_owned(),
-                ),
-            ]
-            .into_iter()
-            .chain(
-                stage
-                    .workflow
-                    .graph
-                    .goal
-                    .as_deref()
-                    .map(|goal| ("TRELLIS_GOAL", goal.into())),
-            )
-            .map(|(name, value)| (name.into(), value)),
+            identity
+                .into_iter()
+                .chain(goal)
+                .map(|(name, value)| (name.into(), value.to_owned())),
         );
         Self {
             script: config.script.clone(),
@@ -301,13 +296,7 @@ impl CommandHandler {
         let runs_dir = artifacts::runs_dir(stage.dir);
         let launch = Launch::of(stage, config);
         let program = launch.interpreter();
-        let Ok((started, spawned)) = tokio::task::spawn_blocking(move || launch.start()).await
-        else {
-            return Outcome::failed(
-                FailureClass::CouldNotStart,
-                format!("cannot start `{program}`: the start was cancelled"),
-            );
-        };
+        let (started, spawned) = blocking(move || launch.start()).await;
         let mut child = match spawned {
             Ok(child) => child,
             Err(error) => {

@@ -54,7 +54,7 @@ struct Shared {
 
 impl Shared {
     /// Appends every queued line; then tells `written`. Returns the first write error, if any.
-    fn write_queued(&self) -> Result<(), String> {
+    fn write_queued(&self) -> io::Result<()> {
         let mut sink = lock(&self.sink);
         let lines = std::mem::take(&mut lock(&self.queue).lines);
         if !lines.is_empty() {
@@ -67,7 +67,12 @@ impl Shared {
                 written();
             }
         }
-        sink.error.clone().map_or(Ok(()), Err)
+        match &sink.error {
+            Some(error) => Err(io::Error::other(format!(
+                "cannot write the event log: {error}"
+            ))),
+            None => Ok(()),
+        }
     }
 }
 
@@ -157,12 +162,8 @@ impl EventLog {
         if let Some(writer) = lock(&self.writer).take() {
             let _ = writer.join();
         }
-        self.shared.write_queued().map_err(|e| write_error(&e))
+        self.shared.write_queued()
     }
-}
-
-fn write_error(error: &str) -> io::Error {
-    io::Error::other(format!("cannot write the event log: {error}"))
 }
 
 /// Told when lines are in the file.
@@ -229,7 +230,7 @@ impl EventSink for EventLog {
         if lock(&self.shared.queue).closed {
             return Err(io::Error::other("the event log is closed"));
         }
-        self.shared.write_queued().map_err(|e| write_error(&e))
+        self.shared.write_queued()
     }
 }
 

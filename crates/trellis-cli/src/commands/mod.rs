@@ -36,6 +36,7 @@ pub fn on_server_runtime<T>(work: impl Future<Output = T>) -> std::io::Result<T>
     Ok(finish(tokio::runtime::Runtime::new()?, work))
 }
 
+/// Runs `work` to its end, then leaves the runtime without joining its idle threads.
 fn finish<T>(runtime: tokio::runtime::Runtime, work: impl Future<Output = T>) -> T {
     let result = runtime.block_on(work);
     runtime.shutdown_background();
