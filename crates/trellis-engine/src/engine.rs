@@ -292,7 +292,7 @@ impl Engine {
     }
 
     /// Makes what changed on `track` since its last change a change to the book.
-    fn change_track(&self, path: &[String], track: &mut Track, context: &RunContext) {
+    pub(crate) fn change_track(&self, path: &[String], track: &mut Track, context: &RunContext) {
         let mut change = TrackChange::take(path, track, context.take_changes());
         let mut book = self.book();
         change.parallel_ended = track.parallel.is_none()

@@ -337,6 +337,13 @@ impl Engine {
                 result: Box::new(result.clone()),
             });
             self.save().await?;
+            let fan_in = self.workflow.nodes[fan_in].id.clone();
+            self.emit(
+                after.get(keys::CURRENT_NODE).and_then(Value::as_str),
+                EventKind::CheckpointSaved {
+                    next_node: Some(fan_in),
+                },
+            );
             Ok(result)
         })
     }

@@ -92,6 +92,12 @@ impl Engine {
                 }
             };
             track.next_node = target.map(|to| self.workflow.nodes[to].id.clone());
+            if stop_at.is_some() && target == stop_at {
+                // A branch's last stage is saved with the branch's result, in one entry
+                // (`run_branch`): one sync per branch end, not two.
+                self.change_track(path, track, context);
+                return Ok(WalkEnd::Reached);
+            }
             self.persist(path, track, context).await?;
             self.emit(
                 Some(&self.workflow.nodes[index].id),
