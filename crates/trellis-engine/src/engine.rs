@@ -130,6 +130,43 @@ pub async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'stat
     }
 }
 
+/// Runs short blocking file work on the record lane: one thread that does such work in the order it
+/// is given. Stage directories are made there. In one parent directory the file system makes them
+/// one at a time anyway; on the blocking pool, a fan-out's burst of them would queue ahead of the
+/// commands its branches start (each branch makes its directory, then starts its command), so no
+/// branch could start before every directory was made. On the lane, a branch starts as soon as its
+/// own directory is there, while the next one is made.
+pub(crate) async fn in_order<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    type Job = Box<dyn FnOnce() + Send>;
+    static LANE: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Job>>> =
+        std::sync::OnceLock::new();
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    let job: Job = Box::new(move || {
+        let _ = sender.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)));
+    });
+    let lane = LANE.get_or_init(|| {
+        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("trellis-record".to_owned())
+            .spawn(move || queue.into_iter().for_each(|job| job()))
+            .ok()
+            .map(|_| jobs)
+    });
+    let refused = match lane {
+        Some(jobs) => jobs.send(job).err().map(|refused| refused.0),
+        None => Some(job),
+    };
+    if let Some(job) = refused {
+        // No thread for the lane: the pool does the work.
+        blocking(job).await;
+    }
+    // The lane runs every job it is given (a panic is caught in the job), so the answer comes.
+    match receiver.await.expect("the record lane runs every job") {
+        Ok(value) => value,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
 /// Runs blocking work that lasts as long as a stage (a transcript written as the stage goes, a person
 /// typing an answer) on a thread of its own, so it never holds one of the blocking pool's threads,
 /// which short file work shares. The future gives its result (`None` if the thread could not start
@@ -392,7 +429,7 @@ impl Engine {
         (written.map_err(EngineError::from), snapshot)
     }
 
-    /// Creates a stage attempt's directory (on the blocking pool).
+    /// Creates a stage attempt's directory (on the record lane, [`in_order`]).
     pub(crate) async fn stage_dir(
         &self,
         rank: u32,
@@ -400,7 +437,7 @@ impl Engine {
         visit: u32,
     ) -> Result<std::path::PathBuf, EngineError> {
         let (store, node) = (self.services.store.clone(), node.to_owned());
-        Ok(blocking(move || store.stage_dir(rank, &node, visit)).await?)
+        Ok(in_order(move || store.stage_dir(rank, &node, visit)).await?)
     }
 
     /// Writes a stage attempt's `status.json` (on the blocking pool).
