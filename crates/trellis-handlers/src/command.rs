@@ -34,6 +34,9 @@ pub struct CommandHandler {
     trees: std::sync::Arc<artifacts::Trees>,
 }
 
+/// What a pipe holds (Linux's default): the most one read can return.
+const PIPE_CAPACITY: usize = 64 * 1024;
+
 /// How much of standard error a failure reason quotes.
 const STDERR_TAIL_CHARS: usize = 2000;
 
@@ -43,7 +46,9 @@ const STDERR_TAIL_CHARS: usize = 2000;
 async fn tee(mut pipe: impl tokio::io::AsyncRead + Unpin, log: std::path::PathBuf) {
     // Not tried yet, or created (or not: the output is still read, so the command never blocks).
     let mut file: Option<std::io::Result<tokio::fs::File>> = None;
-    let mut buffer = vec![0u8; 64 * 1024];
+    // Small at first (most commands say little, and a fan-out has two readers per branch), larger
+    // while reads fill it, up to what a pipe holds.
+    let mut buffer = vec![0u8; 4 * 1024];
     while let Ok(n) = pipe.read(&mut buffer).await {
         if n == 0 {
             break;
@@ -53,6 +58,9 @@ async fn tee(mut pipe: impl tokio::io::AsyncRead + Unpin, log: std::path::PathBu
         }
         if let Some(Ok(file)) = file.as_mut() {
             let _ = file.write_all(&buffer[..n]).await;
+        }
+        if n == buffer.len() && n < PIPE_CAPACITY {
+            buffer.resize(n * 4, 0);
         }
     }
     if let Some(Ok(mut file)) = file {
