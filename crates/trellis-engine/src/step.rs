@@ -92,11 +92,15 @@ impl Engine {
                 }
             };
             track.next_node = target.map(|to| self.workflow.nodes[to].id.clone());
-            if stop_at.is_some() && target == stop_at {
-                // A branch's last stage is saved with the branch's result, in one entry
-                // (`run_branch`): one sync per branch end, not two.
+            if target.is_none() || (stop_at.is_some() && target == stop_at) {
+                // The walk ends here: the caller saves what this stage changed with what follows
+                // (the run's end, a branch's result), in one entry and one sync, not two.
                 self.change_track(path, track, context);
-                return Ok(WalkEnd::Reached);
+                return Ok(if target.is_none() {
+                    WalkEnd::Finished
+                } else {
+                    WalkEnd::Reached
+                });
             }
             self.persist(path, track, context).await?;
             self.emit(
