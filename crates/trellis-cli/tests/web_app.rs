@@ -49,15 +49,61 @@ impl Driver {
             trellis_test::missing_peer("chromium and chromium-driver (Debian packages)");
             return None;
         }
-        let port = free_port();
-        let child = Command::new(CHROMEDRIVER)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromedriver starts");
-        trellis_test::http::wait_for_port(port, "chromedriver");
-        Some(Self { child, port })
+        // A free port can be taken by another test's server before chromedriver binds it; then
+        // chromedriver exits, and it starts again on another.
+        for _ in 0..5 {
+            let port = free_port();
+            let mut child = Command::new(CHROMEDRIVER)
+                .arg(format!("--port={port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("chromedriver starts");
+            if Self::listens(&mut child, port) {
+                return Some(Self { child, port });
+            }
+        }
+        panic!("chromedriver did not start on any of five ports");
+    }
+
+    /// Waits until chromedriver answers on `port`: true, or false if it exited first.
+    fn listens(child: &mut Child, port: u16) -> bool {
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(20) {
+            if child.try_wait().ok().flatten().is_some() {
+                return false;
+            }
+            if Self::ready(port) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("chromedriver did not start within 20 s");
+    }
+
+    /// Whether chromedriver's `/status` on `port` says it is ready (what answers there may be
+    /// another server; chromedriver keeps the connection open, so the answer is read as it comes).
+    fn ready(port: u16) -> bool {
+        use std::io::{Read as _, Write as _};
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+        let asked = write!(
+            stream,
+            "GET /status HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+        );
+        let (mut answer, mut chunk) = (Vec::new(), [0u8; 4096]);
+        while asked.is_ok() {
+            match stream.read(&mut chunk) {
+                Ok(n) if n > 0 => answer.extend_from_slice(&chunk[..n]),
+                _ => break,
+            }
+            if String::from_utf8_lossy(&answer).contains("\"ready\":true") {
+                return true;
+            }
+        }
+        false
     }
 }
 
