@@ -73,8 +73,9 @@ impl Driver {
             if child.try_wait().ok().flatten().is_some() {
                 return false;
             }
+            // Ready, and ours: another test's chromedriver may be the one answering.
             if Self::ready(port) {
-                return true;
+                return child.try_wait().ok().flatten().is_none();
             }
             std::thread::sleep(Duration::from_millis(20));
         }
