@@ -128,9 +128,17 @@ impl<'a> Request<'a> {
         let chunked = headers
             .iter()
             .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+        let length = headers
+            .iter()
+            .find(|(n, _)| n == "content-length")
+            .and_then(|(_, v)| v.trim().parse::<u64>().ok());
         let mut body = Vec::new();
         if chunked {
             let _ = Chunked::new(reader).read_to_end(&mut body);
+        } else if let Some(length) = length {
+            // What the server said it sends: a server that keeps the connection open despite
+            // `Connection: close` is not waited on until the read times out.
+            let _ = reader.take(length).read_to_end(&mut body);
         } else {
             let _ = reader.read_to_end(&mut body);
         }
