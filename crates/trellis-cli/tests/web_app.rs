@@ -83,28 +83,15 @@ impl Driver {
     }
 
     /// Whether chromedriver's `/status` on `port` says it is ready (what answers there may be
-    /// another server; chromedriver keeps the connection open, so the answer is read as it comes).
+    /// another test's server).
     fn ready(port: u16) -> bool {
-        use std::io::{Read as _, Write as _};
-        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-            return false;
-        };
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
-        let asked = write!(
-            stream,
-            "GET /status HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-        );
-        let (mut answer, mut chunk) = (Vec::new(), [0u8; 4096]);
-        while asked.is_ok() {
-            match stream.read(&mut chunk) {
-                Ok(n) if n > 0 => answer.extend_from_slice(&chunk[..n]),
-                _ => break,
-            }
-            if String::from_utf8_lossy(&answer).contains("\"ready\":true") {
-                return true;
-            }
-        }
-        false
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            && serde_json::from_slice::<serde_json::Value>(
+                &trellis_test::http::Request::new(port, "GET", "/status")
+                    .send()
+                    .body,
+            )
+            .is_ok_and(|status| status["value"]["ready"] == true)
     }
 }
 

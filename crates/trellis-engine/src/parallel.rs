@@ -337,11 +337,11 @@ impl Engine {
                 result: Box::new(result.clone()),
             });
             self.save().await?;
-            let fan_in = self.workflow.nodes[fan_in].id.clone();
+            // The branch's last stage was saved with its result (see `walk`).
             self.emit(
                 after.get(keys::CURRENT_NODE).and_then(Value::as_str),
                 EventKind::CheckpointSaved {
-                    next_node: Some(fan_in),
+                    next_node: track.next_node,
                 },
             );
             Ok(result)

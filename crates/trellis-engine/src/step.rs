@@ -92,15 +92,11 @@ impl Engine {
                 }
             };
             track.next_node = target.map(|to| self.workflow.nodes[to].id.clone());
-            if target.is_none() || (stop_at.is_some() && target == stop_at) {
+            if target.is_none() || target == stop_at {
                 // The walk ends here: the caller saves what this stage changed with what follows
                 // (the run's end, a branch's result), in one entry and one sync, not two.
                 self.change_track(path, track, context);
-                return Ok(if target.is_none() {
-                    WalkEnd::Finished
-                } else {
-                    WalkEnd::Reached
-                });
+                return Ok(target.map_or(WalkEnd::Finished, |_| WalkEnd::Reached));
             }
             self.persist(path, track, context).await?;
             self.emit(
