@@ -121,10 +121,19 @@ impl ConditionScope for ConditionView<'_> {
     }
 }
 
+/// Whether resolving `value` reads the blob store: it is a blob reference, other than the empty
+/// blob's.
+pub fn reads_blobs(value: &Value) -> bool {
+    value.as_str().is_some_and(|s| {
+        s.starts_with(crate::services::BLOB_PREFIX) && s != crate::services::EMPTY_BLOB
+    })
+}
+
 /// Replaces a blob reference by the value it stands for (the text, or the JSON it held).
 pub fn resolve_blob(value: Value, blobs: &dyn BlobStore) -> Value {
     match &value {
-        Value::String(s) if s.starts_with(crate::services::BLOB_PREFIX) => match blobs.get(s) {
+        Value::String(s) if s == crate::services::EMPTY_BLOB => Value::String(String::new()),
+        Value::String(s) if reads_blobs(&value) => match blobs.get(s) {
             Ok(bytes) => {
                 let text = String::from_utf8_lossy(&bytes).into_owned();
                 serde_json::from_str::<Value>(&text)
@@ -135,5 +144,30 @@ pub fn resolve_blob(value: Value, blobs: &dyn BlobStore) -> Value {
             Err(_) => value,
         },
         _ => value,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::services::EMPTY_BLOB;
+    use crate::services::memory::MemoryBlobs;
+
+    #[test]
+    fn the_empty_blob_resolves_without_a_read() {
+        // The store has no such blob: the value is known without asking it.
+        let blobs = MemoryBlobs::default();
+        assert!(!reads_blobs(&Value::from(EMPTY_BLOB)));
+        assert_eq!(
+            resolve_blob(Value::from(EMPTY_BLOB), &blobs),
+            Value::from("")
+        );
+        let stored = blobs.put(b"[1, 2]").unwrap();
+        assert!(reads_blobs(&Value::from(stored.as_str())));
+        assert_eq!(
+            resolve_blob(Value::from(stored), &blobs),
+            serde_json::json!([1, 2])
+        );
+        assert!(!reads_blobs(&Value::from("plain text")));
     }
 }

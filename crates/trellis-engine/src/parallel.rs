@@ -25,7 +25,7 @@ use trellis_workflow::node_kind::{ErrorPolicy, JoinPolicy, ParallelConfig};
 use trellis_workflow::{NodeIndex, StageStatus};
 
 use crate::checkpoint::{BranchProgress, BranchResult, Change, ParallelProgress, Track};
-use crate::context::{RunContext, resolve_blob};
+use crate::context::{RunContext, reads_blobs, resolve_blob};
 use crate::engine::{Engine, EngineError};
 use crate::event::EventKind;
 use crate::keys;
@@ -364,7 +364,11 @@ impl Engine {
         };
         let value = changed(&keys::response_of(last)).or_else(|| changed(keys::COMMAND_OUTPUT))?;
         let blobs = self.services.blobs.clone();
-        let value = crate::engine::blocking(move || resolve_blob(value, &*blobs)).await;
+        let value = if reads_blobs(&value) {
+            crate::engine::blocking(move || resolve_blob(value, &*blobs)).await
+        } else {
+            resolve_blob(value, &*blobs)
+        };
         let text = match value {
             Value::String(text) => text,
             other => other.to_string(),

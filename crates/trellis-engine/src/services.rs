@@ -15,6 +15,9 @@ use crate::event::Event;
 
 /// Blob references look like `blob://sha256/<hex>`.
 pub const BLOB_PREFIX: &str = "blob://sha256/";
+/// The reference of no bytes (a quiet command's output): what it stands for is known without a read.
+pub const EMPTY_BLOB: &str =
+    "blob://sha256/e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 /// Context values whose JSON is longer than this are stored as blobs.
 pub const BLOB_THRESHOLD: usize = 100 * 1024;
 

@@ -319,19 +319,22 @@ impl Run {
         if let Some(models) = &models {
             models.shutdown().await;
         }
-        // Every event is in the log once it closes.
-        let log_error = match tokio::task::spawn_blocking(move || log.close()).await {
-            Ok(closed) => closed.err(),
-            Err(panic) => Some(std::io::Error::other(panic.to_string())),
-        };
+        // Every event is in the log once it closes; `run.json` is written meanwhile (the journal
+        // already holds the run's end, so neither waits for the other).
+        let closing = tokio::task::spawn_blocking(move || log.close());
         let (status, finished_record) = (result.status, record.clone());
-        blocking(move || {
+        let meta_written = blocking(move || {
             let mut meta = finished_record.meta()?;
             status.as_str().clone_into(&mut meta.status);
             meta.ended_at = status.is_finished().then(trellis_engine::engine::timestamp);
             finished_record.write_meta(&meta)
-        })
-        .await?;
+        });
+        let (closed, meta_written) = tokio::join!(closing, meta_written);
+        let log_error = match closed {
+            Ok(closed) => closed.err(),
+            Err(panic) => Some(std::io::Error::other(panic.to_string())),
+        };
+        meta_written?;
         // The record is complete: the run is free to be resumed.
         drop(owner);
         Ok(Finished {

@@ -58,6 +58,8 @@ impl BlobStore for FileBlobs {
 
 #[cfg(test)]
 mod tests {
+    use trellis_engine::services::EMPTY_BLOB;
+
     use super::*;
 
     #[test]
@@ -71,6 +73,7 @@ mod tests {
         );
         assert_eq!(blobs.put(b"hello").unwrap(), a);
         assert_eq!(blobs.get(&a).unwrap(), b"hello");
+        assert_eq!(blobs.put(b"").unwrap(), EMPTY_BLOB);
         assert!(blobs.get("blob://sha256/../../etc/passwd").is_err());
     }
 }
