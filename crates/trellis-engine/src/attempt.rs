@@ -18,6 +18,22 @@ use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
 use crate::services::BLOB_THRESHOLD;
 
+/// An attempt, failed with a timeout when it takes longer than `limit`.
+async fn within(limit: Option<Duration>, execution: impl Future<Output = Attempt>) -> Attempt {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, execution)
+            .await
+            .unwrap_or_else(|_| {
+                Outcome::failed(
+                    FailureClass::Timeout,
+                    format!("timed out after {}", humantime::format_duration(limit)),
+                )
+                .into()
+            }),
+        None => execution.await,
+    }
+}
+
 impl Engine {
     fn max_attempts(&self, node: &Node) -> u32 {
         match node.common.retry_policy {
@@ -79,19 +95,9 @@ impl Engine {
                 emitter: self,
             };
             let started = self.services.clock.instant();
-            let execution = handler.execute(&stage);
-            let executed = match timeout.filter(|_| !matches!(node.kind, NodeKind::Human(_))) {
-                Some(limit) => tokio::time::timeout(limit, execution)
-                    .await
-                    .unwrap_or_else(|_| {
-                        Outcome::failed(
-                            FailureClass::Timeout,
-                            format!("timed out after {}", humantime::format_duration(limit)),
-                        )
-                        .into()
-                    }),
-                None => execution.await,
-            };
+            // A human gate waits as long as its own `timeout` says.
+            let limit = timeout.filter(|_| !matches!(node.kind, NodeKind::Human(_)));
+            let executed = within(limit, handler.execute(&stage)).await;
             let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             let retries = keys::retry_count_of(&node.id);
             if attempt > 1 || context.get(&retries).is_some() {
@@ -107,7 +113,13 @@ impl Engine {
                 return Ok(Attempt::WaitingForInput);
             };
             let status = status_json(&outcome, &node.id, visit, attempt, duration_ms);
-            self.write_status(&dir, status).await?;
+            let retrying = outcome.retryable() && attempt < max_attempts;
+            if retrying {
+                // On disk before the wait for the next attempt.
+                self.write_status(&dir, status).await?;
+            } else {
+                self.queue_status(&dir, status);
+            }
             self.record(stage_record(
                 rank,
                 &node.id,
@@ -117,7 +129,7 @@ impl Engine {
                 duration_ms,
                 &dir,
             ));
-            if outcome.retryable() && attempt < max_attempts {
+            if retrying {
                 let delay = backoff(node.common.retry_policy, attempt, self.services.clock.now());
                 self.emit(
                     Some(&node.id),
@@ -172,9 +184,9 @@ impl Engine {
         self.emit(Some(node_id), event);
     }
 
-    /// Ends a stage that ran in one attempt outside the handler path (a fan-out, a sub-workflow): writes
+    /// Ends a stage that ran in one attempt outside the handler path (a fan-out, a sub-workflow): queues
     /// its `status.json`, records it, and emits `StageCompleted` or `StageFailed`.
-    pub(crate) async fn finish_stage(
+    pub(crate) fn finish_stage(
         &self,
         rank: u32,
         dir: &Path,
@@ -182,9 +194,9 @@ impl Engine {
         visit: u32,
         outcome: &Outcome,
         duration_ms: u64,
-    ) -> Result<(), EngineError> {
+    ) {
         let status = status_json(outcome, node_id, visit, 1, duration_ms);
-        self.write_status(dir, status).await?;
+        self.queue_status(dir, status);
         self.record(stage_record(
             rank,
             node_id,
@@ -195,7 +207,6 @@ impl Engine {
             dir,
         ));
         self.emit_stage_end(node_id, outcome, visit, 1, duration_ms);
-        Ok(())
     }
 
     /// Merges a stage's outcome into the context: its updates (large values as blobs) and the engine keys.

@@ -90,12 +90,49 @@ pub struct Engine {
     pub(crate) depth: u32,
     /// The run's checkpoint as it stands, and the changes not yet in a journal entry.
     book: Mutex<Book>,
-    /// Journal entries made but not yet written. Entries are queued under the book's lock and
-    /// written under the writer's, so they reach the journal in order whichever save writes them.
-    queued: Arc<Mutex<Vec<JournalEntry>>>,
+    /// What the next write takes: stage statuses and journal entries. Entries are queued under the
+    /// book's lock and written under the writer's, so they reach the journal in order whichever save
+    /// writes them.
+    queued: Arc<Mutex<Queued>>,
     /// Held while writing the record; keeps the first write error, after which no entry is
     /// appended (the journal must have no gaps) until a snapshot succeeds.
     writer: Arc<Mutex<Option<String>>>,
+}
+
+/// Record files waiting for the next write, which writes the statuses first: a stage's
+/// `status.json` is queued before its record, and both are taken at once, so the journal never
+/// records a stage whose status is not on disk.
+#[derive(Default)]
+struct Queued {
+    statuses: Vec<StatusWrite>,
+    entries: Vec<JournalEntry>,
+}
+
+/// A finished stage's `status.json`, written with the journal entry that records the stage (one
+/// trip to the disk for both); or a routing decision to add to one written already.
+enum StatusWrite {
+    Whole(std::path::PathBuf, Value),
+    Routing(std::path::PathBuf, Value),
+}
+
+impl StatusWrite {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "runs on the blocking pool (Engine::write)"
+    )]
+    fn write(self, store: &dyn crate::services::RunStore) -> std::io::Result<()> {
+        match self {
+            Self::Whole(dir, status) => store.write_status(&dir, &status),
+            Self::Routing(dir, routing) => {
+                let mut status: Value = std::fs::read_to_string(dir.join("status.json"))
+                    .ok()
+                    .and_then(|text| serde_json::from_str(&text).ok())
+                    .unwrap_or_else(|| json!({}));
+                status["routing"] = routing;
+                store.write_status(&dir, &status)
+            }
+        }
+    }
 }
 
 /// The checkpoint as it stands and what changed in it since the last journal entry.
@@ -390,11 +427,38 @@ impl Engine {
             seq: checkpoint.seq,
             changes: std::mem::take(&mut book.pending),
         };
-        lock(&self.queued).push(entry);
+        lock(&self.queued).entries.push(entry);
     }
 
-    /// Writes the queued journal entries (the event log flushed first: an entry names the last
-    /// event, which must be stored), then `snapshot` if given.
+    /// Queues a finished stage's `status.json` for the write that records the stage.
+    pub(crate) fn queue_status(&self, dir: &std::path::Path, status: Value) {
+        lock(&self.queued)
+            .statuses
+            .push(StatusWrite::Whole(dir.to_path_buf(), status));
+    }
+
+    /// Adds a routing decision to the `status.json` of the stage in `dir`: to the queued one, or
+    /// (written already) to the file, with the next write.
+    pub(crate) fn queue_routing(&self, dir: &std::path::Path, routing: Value) {
+        let mut queued = lock(&self.queued);
+        let whole = queued
+            .statuses
+            .iter_mut()
+            .rev()
+            .find_map(|write| match write {
+                StatusWrite::Whole(queued_dir, status) if queued_dir == dir => Some(status),
+                _ => None,
+            });
+        match whole {
+            Some(status) => status["routing"] = routing,
+            None => queued
+                .statuses
+                .push(StatusWrite::Routing(dir.to_path_buf(), routing)),
+        }
+    }
+
+    /// Writes the queued stage statuses, then the queued journal entries (the event log flushed
+    /// first: an entry names the last event, which must be stored), then `snapshot` if given.
     async fn write(
         &self,
         snapshot: Option<Checkpoint>,
@@ -406,8 +470,11 @@ impl Engine {
             if let (Some(error), None) = (&*failed, &snapshot) {
                 return (Err(std::io::Error::other(error.clone())), snapshot);
             }
-            let entries = std::mem::take(&mut *lock(&queued));
+            let Queued { statuses, entries } = std::mem::take(&mut *lock(&queued));
             let written = (|| {
+                for status in statuses {
+                    status.write(&*store)?;
+                }
                 events.flush()?;
                 if !entries.is_empty() && failed.is_none() {
                     store.append_journal(&entries)?;

@@ -219,8 +219,7 @@ impl Engine {
                 cancelled,
             },
         );
-        self.finish_stage(rank, &dir, &node.id, visit, &outcome, duration_ms)
-            .await?;
+        self.finish_stage(rank, &dir, &node.id, visit, &outcome, duration_ms);
         Ok(outcome)
     }
 

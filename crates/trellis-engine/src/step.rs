@@ -377,7 +377,7 @@ impl Engine {
         if choice.decision.is_some()
             && let Some(dir) = &outcome.stage_dir
         {
-            self.record_routing(dir, &choice).await?;
+            self.queue_routing(dir, serde_json::to_value(&choice).unwrap_or_default());
         }
         self.emit(Some(&node.id), EventKind::EdgeSelected(choice));
         Ok(if edge.loop_restart {
@@ -457,31 +457,6 @@ impl Engine {
                 reason: answer.reason,
             },
         })
-    }
-
-    /// Adds the routing decision to the stage's `status.json`.
-    async fn record_routing(
-        &self,
-        dir: &std::path::Path,
-        choice: &EdgeChoice,
-    ) -> Result<(), EngineError> {
-        let path = dir.join("status.json");
-        let routing = serde_json::to_value(choice).unwrap_or_default();
-        let store = self.services.store.clone();
-        let dir = dir.to_path_buf();
-        Ok(crate::engine::blocking(move || {
-            #[allow(
-                clippy::disallowed_methods,
-                reason = "runs on the blocking pool (record_routing)"
-            )]
-            let mut status: serde_json::Value = std::fs::read_to_string(&path)
-                .ok()
-                .and_then(|text| serde_json::from_str(&text).ok())
-                .unwrap_or_else(|| serde_json::json!({}));
-            status["routing"] = routing;
-            store.write_status(&dir, &status)
-        })
-        .await?)
     }
 }
 

@@ -44,8 +44,7 @@ impl Engine {
         let started = self.services.clock.instant();
         let outcome = Box::pin(self.run_child(&dir, path, context, &node.id)).await?;
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.finish_stage(rank, &dir, &node.id, visit, &outcome, duration_ms)
-            .await?;
+        self.finish_stage(rank, &dir, &node.id, visit, &outcome, duration_ms);
         Ok(outcome)
     }
 
