@@ -5,7 +5,7 @@
 //! shown to a model, or put in a preamble or an event.
 
 use std::borrow::Cow;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::sync::LazyLock;
 
 /// Names ending so are secrets.
@@ -19,14 +19,24 @@ pub fn is_secret(name: &str) -> bool {
     SECRET_SUFFIXES.iter().any(|s| upper.ends_with(s))
 }
 
-/// The environment a command gets: this process's, without its secrets, except those `pass` names.
-pub fn child_env(pass: &[String]) -> Vec<(OsString, OsString)> {
+/// This process's environment, each variable with whether it is a secret: read once, since nothing
+/// changes the environment of a running `trellis` (setting a variable is `unsafe`, which the
+/// workspace forbids), and a fan-out starts many commands at once.
+static ENVIRONMENT: LazyLock<Vec<(OsString, OsString, bool)>> = LazyLock::new(|| {
     std::env::vars_os()
-        .filter(|(name, _)| {
-            let name = name.to_string_lossy();
-            !is_secret(&name) || pass.iter().any(|p| p == name.as_ref())
+        .map(|(name, value)| {
+            let secret = is_secret(&name.to_string_lossy());
+            (name, value, secret)
         })
         .collect()
+});
+
+/// The environment a command gets: this process's, without its secrets, except those `pass` names.
+pub fn child_env(pass: &[String]) -> impl Iterator<Item = (&'static OsStr, &'static OsStr)> {
+    ENVIRONMENT
+        .iter()
+        .filter(move |(name, _, secret)| !secret || pass.iter().any(|p| OsStr::new(p) == name))
+        .map(|(name, value, _)| (name.as_os_str(), value.as_os_str()))
 }
 
 /// The secret values of this process's environment, longest first (so a value containing another is

@@ -159,6 +159,17 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Stage attempts finished in this process, by any run: what a stage may have changed for the ones
+/// that start after it.
+static STAGES_FINISHED: AtomicU64 = AtomicU64::new(0);
+
+/// How many stage attempts this process has finished. Something found out about the machine (where a
+/// program is on `PATH`) stays true until the number changes: a stage that installs a program ends
+/// before one that uses it starts, and stages running at the same time have no order anyway.
+pub fn stages_finished() -> u64 {
+    STAGES_FINISHED.load(Ordering::SeqCst)
+}
+
 /// Runs blocking file work on the blocking pool, off the async workers (DESIGN.md §5).
 pub async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
     match tokio::task::spawn_blocking(work).await {
@@ -301,6 +312,7 @@ impl Engine {
 
     /// Records a finished stage attempt.
     pub(crate) fn record(&self, record: StageRecord) {
+        STAGES_FINISHED.fetch_add(1, Ordering::SeqCst);
         self.book().change(Change::Stage(Box::new(record)));
     }
 

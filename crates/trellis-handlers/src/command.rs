@@ -11,6 +11,7 @@
 //! stops whatever carries its `TRELLIS_RUN_ID`). New test artifacts are captured into
 //! `artifacts/<node>/attempt-<n>/` unless `capture_artifacts=false`.
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Stdio;
 
@@ -177,34 +178,32 @@ struct Launch {
     work_dir: std::path::PathBuf,
     /// The stage's directory: its time is the start on the file system's clock ([`start_time`]).
     stage_dir: std::path::PathBuf,
-    /// The child's whole environment: this process's without the secrets the node does not pass,
-    /// and the run's identity.
-    env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    /// The child's environment: this process's without the secrets the node does not pass, ...
+    inherited: Vec<(&'static OsStr, &'static OsStr)>,
+    /// ... then the run's identity, set after it (so it replaces any inherited one).
+    identity: Vec<(&'static str, std::ffi::OsString)>,
 }
 
 impl Launch {
     fn of(stage: &Stage<'_>, config: &CommandConfig) -> Self {
-        use std::ffi::OsStr;
         let identity = [
             (process_group::RUN_ID_VAR, OsStr::new(stage.run_id)),
             ("TRELLIS_NODE_ID", OsStr::new(&stage.node.id)),
             (process_group::STAGE_DIR_VAR, stage.dir.as_os_str()),
         ];
         let goal = (stage.workflow.graph.goal.as_deref()).map(|g| ("TRELLIS_GOAL", OsStr::new(g)));
-        // Later entries win, so the run's identity replaces any inherited one.
-        let mut env = secrets::child_env(&config.pass_env);
-        env.extend(
-            identity
-                .into_iter()
-                .chain(goal)
-                .map(|(name, value)| (name.into(), value.to_owned())),
-        );
+        let identity = identity
+            .into_iter()
+            .chain(goal)
+            .map(|(name, value)| (name, value.to_owned()))
+            .collect();
         Self {
             script: config.script.clone(),
             language: config.language,
             work_dir: stage.settings.work_dir.clone(),
             stage_dir: stage.dir.to_path_buf(),
-            env,
+            inherited: secrets::child_env(&config.pass_env).collect(),
+            identity,
         }
     }
 
@@ -231,7 +230,8 @@ impl Launch {
         command
             .current_dir(&self.work_dir)
             .env_clear()
-            .envs(self.env.iter().map(|(name, value)| (name, value)))
+            .envs(self.inherited.iter().copied())
+            .envs(self.identity.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
