@@ -19,9 +19,9 @@ pub fn is_secret(name: &str) -> bool {
     SECRET_SUFFIXES.iter().any(|s| upper.ends_with(s))
 }
 
-/// This process's environment, each variable with whether it is a secret: read once, since nothing
-/// changes the environment of a running `trellis` (setting a variable is `unsafe`, which the
-/// workspace forbids), and a fan-out starts many commands at once.
+/// This process's environment, each variable with whether it is a secret: read once (a fan-out starts
+/// many commands at once), since `trellis` never changes its own environment (setting a variable is
+/// `unsafe`, which the workspace forbids).
 static ENVIRONMENT: LazyLock<Vec<(OsString, OsString, bool)>> = LazyLock::new(|| {
     std::env::vars_os()
         .map(|(name, value)| {
