@@ -133,7 +133,7 @@ pub fn reads_blobs(value: &Value) -> bool {
 pub fn resolve_blob(value: Value, blobs: &dyn BlobStore) -> Value {
     match &value {
         Value::String(s) if s == crate::services::EMPTY_BLOB => Value::String(String::new()),
-        Value::String(s) if reads_blobs(&value) => match blobs.get(s) {
+        Value::String(s) if s.starts_with(crate::services::BLOB_PREFIX) => match blobs.get(s) {
             Ok(bytes) => {
                 let text = String::from_utf8_lossy(&bytes).into_owned();
                 serde_json::from_str::<Value>(&text)

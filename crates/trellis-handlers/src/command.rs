@@ -80,19 +80,30 @@ fn start_time(stage_dir: &Path) -> std::time::SystemTime {
         .unwrap_or_else(|_| std::time::SystemTime::now())
 }
 
-/// Where a program is on `PATH`, looked up once per program (a child would search `PATH` on every
-/// start); the bare name when it is not found, so starting it reports the problem.
+/// Where an interpreter is on `PATH` (a child would search `PATH` on every start); the bare name
+/// when it is not found, so starting it reports the problem.
 fn program_path(program: &'static str) -> std::ffi::OsString {
-    static FOUND: std::sync::Mutex<Vec<(&str, std::ffi::OsString)>> =
-        std::sync::Mutex::new(Vec::new());
+    found_on_path(program).map_or_else(|| program.into(), std::path::PathBuf::into_os_string)
+}
+
+/// Where `program` is on `PATH`, looked up again only once a stage has finished since the last
+/// lookup ([`trellis_engine::engine::stages_finished`]): a fan-out's branches, which start together,
+/// share one search instead of statting every `PATH` directory each.
+pub(crate) fn found_on_path(program: &str) -> Option<std::path::PathBuf> {
+    type Found = std::collections::HashMap<String, (u64, Option<std::path::PathBuf>)>;
+    static FOUND: std::sync::LazyLock<std::sync::Mutex<Found>> =
+        std::sync::LazyLock::new(std::sync::Mutex::default);
+    let now = trellis_engine::engine::stages_finished();
     let mut found = FOUND
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some((_, path)) = found.iter().find(|(name, _)| *name == program) {
+    if let Some((when, path)) = found.get(program)
+        && *when == now
+    {
         return path.clone();
     }
-    let path = on_path(program).map_or_else(|| program.into(), std::path::PathBuf::into_os_string);
-    found.push((program, path.clone()));
+    let path = on_path(program);
+    found.insert(program.to_owned(), (now, path.clone()));
     path
 }
 

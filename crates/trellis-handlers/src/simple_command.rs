@@ -68,28 +68,7 @@ fn program(first: &str, work_dir: &Path) -> Option<PathBuf> {
         let path = work_dir.join(first);
         return crate::command::is_executable(&path).then_some(path);
     }
-    found_on_path(first).filter(|path| path.is_absolute())
-}
-
-/// Where `program` is on `PATH`, looked up again only once a stage has finished since the last
-/// lookup ([`trellis_engine::engine::stages_finished`]): a fan-out's branches, which start together,
-/// share one search instead of statting every `PATH` directory each.
-fn found_on_path(program: &str) -> Option<PathBuf> {
-    type Found = std::collections::HashMap<String, (u64, Option<PathBuf>)>;
-    static FOUND: std::sync::LazyLock<std::sync::Mutex<Found>> =
-        std::sync::LazyLock::new(std::sync::Mutex::default);
-    let now = trellis_engine::engine::stages_finished();
-    let mut found = FOUND
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some((when, path)) = found.get(program)
-        && *when == now
-    {
-        return path.clone();
-    }
-    let path = crate::command::on_path(program);
-    found.insert(program.to_owned(), (now, path.clone()));
-    path
+    crate::command::found_on_path(first).filter(|path| path.is_absolute())
 }
 
 #[cfg(test)]
