@@ -5,18 +5,12 @@
 //! repeats until the model answers without a tool call. It tracks the files it wrote, detects loops,
 //! and compacts its history when it nears the model's context window. Sits on `trellis-llm`; the agent
 //! handler in `trellis-handlers` drives it and turns its [`AgentEvent`]s into run events.
-//!
-//! Two of its modules are public because every child process a run starts follows them, not only the
-//! agent's shell: [`process_group`] (a child in a group of its own, killed with everything it started,
-//! found by its stage's marker) and [`secrets`] (the environment children get, and redaction). Command
-//! stages and coding-agent CLIs in `trellis-handlers` use them; this is the lowest crate that starts
-//! processes.
+//! Its shell starts children through `trellis-process` (process groups, secrets, the sandbox), as every
+//! other process a run starts does.
 
 mod compaction;
 mod file_tools;
 mod loop_detector;
-pub mod process_group;
-pub mod secrets;
 mod session;
 mod shell;
 mod tools;

@@ -1,6 +1,6 @@
 //! The `shell` tool: `sh -c` in the working directory, in a process group of its own, with secrets
 //! (`*_API_KEY`, `*_SECRET`, `*_TOKEN`, `*_PASSWORD`, `*_CREDENTIAL`) removed from its environment
-//! unless the node passes them on, and their values redacted from its output (see [`crate::secrets`]).
+//! unless the node passes them on, and their values redacted from its output (see `trellis_process::secrets`).
 //! When the call ends — the command exits, its timeout runs out, or the session is dropped because the
 //! stage was cancelled — the whole group is killed, so nothing it started in the background lingers.
 
@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::process_group::{self, ProcessGroup, drain};
-use crate::secrets;
 use crate::tools::ToolOutput;
+use trellis_process::group::{self as process_group, ProcessGroup, drain};
+use trellis_process::sandbox::{Policy, Sandbox};
+use trellis_process::secrets;
 
 /// Output kept in memory per stream; more is dropped (the model sees far less anyway).
 const MAX_CAPTURED: usize = 4 * 1024 * 1024;
@@ -25,13 +26,21 @@ pub struct ShellCommand<'a> {
     pub env: &'a [(String, String)],
     /// Secret variables the node passes on (`env`).
     pub pass_env: &'a [String],
+    /// The run's sandbox, and the node's policy in it.
+    pub sandbox: &'a Sandbox,
+    pub policy: &'a Policy,
 }
 
 pub async fn run(shell: &ShellCommand<'_>) -> ToolOutput {
-    let mut command = tokio::process::Command::new("sh");
+    let (program, args) = shell.sandbox.wrap(
+        "sh".as_ref(),
+        &["-c".as_ref(), shell.command.as_ref()],
+        shell.dir,
+        shell.policy,
+    );
+    let mut command = tokio::process::Command::new(program);
     command
-        .arg("-c")
-        .arg(shell.command)
+        .args(args)
         .current_dir(shell.dir)
         .env_clear()
         .envs(secrets::child_env(shell.pass_env))
@@ -119,6 +128,12 @@ async fn capture(pipe: Option<impl AsyncRead + Unpin>) -> Vec<u8> {
 mod tests {
     use super::*;
 
+    static NONE: std::sync::LazyLock<Sandbox> = std::sync::LazyLock::new(Sandbox::none);
+    static POLICY: Policy = Policy {
+        network_off: false,
+        writable: Vec::new(),
+    };
+
     fn command<'a>(dir: &'a Path, script: &'a str, timeout: Duration) -> ShellCommand<'a> {
         ShellCommand {
             dir,
@@ -126,6 +141,8 @@ mod tests {
             timeout,
             env: &[],
             pass_env: &[],
+            sandbox: &NONE,
+            policy: &POLICY,
         }
     }
 

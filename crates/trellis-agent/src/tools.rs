@@ -9,6 +9,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use trellis_llm::{ToolCall, ToolDef};
 
+use trellis_process::sandbox::{Policy, Sandbox};
+
 use crate::file_tools;
 use crate::shell::{self, ShellCommand};
 use crate::truncate::{Keep, Limit};
@@ -223,6 +225,8 @@ pub struct Toolbox {
     pub shell_env: Vec<(String, String)>,
     /// Secret variables the node passes on to the shell (`env`).
     pub pass_env: Vec<String>,
+    /// The sandbox `shell` calls run in, with the node's policy.
+    pub sandbox: (std::sync::Arc<Sandbox>, Policy),
 }
 
 impl Toolbox {
@@ -238,6 +242,8 @@ impl Toolbox {
             tools,
             shell_env: Vec::new(),
             pass_env: Vec::new(),
+            // The agent handler puts the run's sandbox here; a bare toolbox (tests) has none.
+            sandbox: (std::sync::Arc::new(Sandbox::none()), Policy::default()),
         }
     }
 
@@ -311,6 +317,8 @@ impl Toolbox {
             timeout,
             env: &self.shell_env,
             pass_env: &self.pass_env,
+            sandbox: &self.sandbox.0,
+            policy: &self.sandbox.1,
         })
         .await
     }

@@ -21,11 +21,13 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use trellis_agent::process_group::STAGE_DIR_VAR;
-use trellis_agent::{AgentEvent, Observer, Session, Stop, Tool, Toolbox, WorkDir, secrets};
+use trellis_agent::{AgentEvent, Observer, Session, Stop, Tool, Toolbox, WorkDir};
 use trellis_engine::event::{EventKind, ToolCallEnd};
 use trellis_engine::{Attempt, Emitter, FailureClass, Handler, Outcome, Stage};
 use trellis_llm::{Client, Request};
+use trellis_process::group::STAGE_DIR_VAR;
+use trellis_process::sandbox::Sandbox;
+use trellis_process::secrets;
 use trellis_workflow::node_kind::{Backend, LlmConfig, OutputSchema};
 
 use crate::cli_agent;
@@ -59,11 +61,17 @@ const DEFAULT_TURN_TOKENS: u32 = 4096;
 pub struct AgentHandler {
     client: Option<Arc<Client>>,
     threads: Arc<Threads>,
+    /// What the agent's `shell` calls run in.
+    sandbox: Arc<Sandbox>,
 }
 
 impl AgentHandler {
-    pub fn new(client: Option<Arc<Client>>, threads: Arc<Threads>) -> Self {
-        Self { client, threads }
+    pub fn new(client: Option<Arc<Client>>, threads: Arc<Threads>, sandbox: Arc<Sandbox>) -> Self {
+        Self {
+            client,
+            threads,
+            sandbox,
+        }
     }
 }
 
@@ -336,7 +344,15 @@ impl AgentHandler {
         };
         let opening = Opening::new(stage, llm, &self.threads).await;
         write_stage_file(stage, "prompt.md", &opening.prompt).await;
-        let session = open_session(stage, llm, client, &call, work_dir, opening.messages).await;
+        let session = open_session(
+            stage,
+            llm,
+            client,
+            &call,
+            (work_dir, &self.sandbox),
+            opening.messages,
+        )
+        .await;
         let (observer, writer) = StageObserver::new(stage);
         let mut conversation = ApiConversation {
             stage,
@@ -411,7 +427,7 @@ async fn open_session(
     llm: &LlmConfig,
     client: &Client,
     call: &ModelCall<'_>,
-    work_dir: WorkDir,
+    (work_dir, sandbox): (WorkDir, &Arc<Sandbox>),
     history: Vec<trellis_llm::Message>,
 ) -> Session {
     let mut toolbox = Toolbox::new(
@@ -419,9 +435,13 @@ async fn open_session(
         llm.allowed_tools.as_deref(),
         &llm.disallowed_tools,
     );
+    toolbox.sandbox = (
+        sandbox.clone(),
+        crate::command::sandbox_policy(&llm.sandbox),
+    );
     toolbox.shell_env = vec![
         (
-            trellis_agent::process_group::RUN_ID_VAR.into(),
+            trellis_process::group::RUN_ID_VAR.into(),
             stage.run_id.to_owned(),
         ),
         ("TRELLIS_NODE_ID".into(), stage.node.id.clone()),

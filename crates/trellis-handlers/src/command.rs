@@ -1,6 +1,6 @@
 //! Command nodes: run `script` with `sh -c` (or `python3 -c` for `language="python"`) in the run's work
 //! directory, in a process group of its own, with the secrets of the environment withheld unless the
-//! node's `env` names them (see `trellis_agent::secrets`). Standard output and error stream into the
+//! node's `env` names them (see `trellis_process::secrets`). Standard output and error stream into the
 //! stage's `stdout.log` and `stderr.log` while it runs (each created when the command first writes to
 //! it, so a quiet command leaves no empty files), are stored whole as blobs afterwards (with known
 //! secret values redacted), and appear in the context as `command.output`, `command.stderr` and
@@ -14,25 +14,45 @@
 use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use trellis_agent::process_group::{self, ProcessGroup, drain};
-use trellis_agent::secrets;
 use trellis_engine::engine::blocking;
 use trellis_engine::event::EventKind;
 use trellis_engine::text;
 use trellis_engine::{Attempt, FailureClass, Handler, Outcome, Stage, keys};
+use trellis_process::group::{self as process_group, ProcessGroup, drain};
+use trellis_process::sandbox::{Policy, Sandbox};
+use trellis_process::secrets;
 use trellis_workflow::NodeKind;
-use trellis_workflow::node_kind::{CommandConfig, ScriptLanguage};
+use trellis_workflow::node_kind::{CommandConfig, SandboxPolicy, ScriptLanguage};
 
 use crate::artifacts;
 use crate::simple_command::{self, SimpleCommand};
 
-#[derive(Default)]
 pub struct CommandHandler {
     /// The working trees scanned for artifacts, so the next scan reads only what changed.
     trees: std::sync::Arc<artifacts::Trees>,
+    /// What every command runs in.
+    sandbox: Arc<Sandbox>,
+}
+
+impl CommandHandler {
+    pub fn new(sandbox: Arc<Sandbox>) -> Self {
+        Self {
+            trees: std::sync::Arc::default(),
+            sandbox,
+        }
+    }
+}
+
+/// The run's sandbox with a node's policy.
+pub(crate) fn sandbox_policy(policy: &SandboxPolicy) -> Policy {
+    Policy {
+        network_off: policy.network_off,
+        writable: policy.writable.clone(),
+    }
 }
 
 /// What a pipe holds (Linux's default): the most one read can return.
@@ -193,10 +213,12 @@ struct Launch {
     inherited: Vec<(&'static OsStr, &'static OsStr)>,
     /// ... then the run's identity, set after it (so it replaces any inherited one).
     identity: Vec<(&'static str, std::ffi::OsString)>,
+    sandbox: Arc<Sandbox>,
+    policy: Policy,
 }
 
 impl Launch {
-    fn of(stage: &Stage<'_>, config: &CommandConfig) -> Self {
+    fn of(stage: &Stage<'_>, config: &CommandConfig, sandbox: &Arc<Sandbox>) -> Self {
         let identity = [
             (process_group::RUN_ID_VAR, OsStr::new(stage.run_id)),
             ("TRELLIS_NODE_ID", OsStr::new(&stage.node.id)),
@@ -215,6 +237,8 @@ impl Launch {
             stage_dir: stage.dir.to_path_buf(),
             inherited: secrets::child_env(&config.pass_env).collect(),
             identity,
+            sandbox: sandbox.clone(),
+            policy: sandbox_policy(&config.sandbox),
         }
     }
 
@@ -227,18 +251,28 @@ impl Launch {
     }
 
     /// `sh -c SCRIPT` (or `python3 -c`) — or, for a simple command, its program (`direct`) with the
-    /// shell's `PWD` — in the work directory, in a process group of its own, with pipes for the
-    /// output.
+    /// shell's `PWD` — in the work directory, in the run's sandbox, in a process group of its own,
+    /// with pipes for the output.
     fn command(&self, direct: Option<&SimpleCommand>) -> tokio::process::Command {
-        let mut command;
-        if let Some(simple) = direct {
-            command = tokio::process::Command::new(&simple.program);
-            command.args(&simple.args);
+        let interpreter;
+        let (program, args): (&OsStr, Vec<&OsStr>) = if let Some(simple) = direct {
+            (
+                simple.program.as_os_str(),
+                simple.args.iter().map(AsRef::as_ref).collect(),
+            )
         } else {
-            command = tokio::process::Command::new(program_path(self.interpreter()));
-            command.arg("-c").arg(&self.script);
-        }
+            interpreter = program_path(self.interpreter());
+            (
+                &interpreter,
+                vec![OsStr::new("-c"), OsStr::new(&self.script)],
+            )
+        };
+        let (program, args) = self
+            .sandbox
+            .wrap(program, &args, &self.work_dir, &self.policy);
+        let mut command = tokio::process::Command::new(program);
         command
+            .args(args)
             .current_dir(&self.work_dir)
             .env_clear()
             .envs(self.inherited.iter().copied())
@@ -265,7 +299,9 @@ impl Launch {
         std::io::Result<tokio::process::Child>,
     ) {
         let started = start_time(&self.stage_dir);
-        let direct = (self.language == ScriptLanguage::Shell)
+        // In the sandbox the kernel's refusal to start a program would come too late to fall back
+        // on the shell (inside it), so a sandboxed script always starts through its interpreter.
+        let direct = (self.language == ScriptLanguage::Shell && !self.sandbox.is_confined())
             .then(|| simple_command::parse(&self.script, &self.work_dir))
             .flatten();
         if let Some(simple) = direct
@@ -313,7 +349,7 @@ impl CommandHandler {
         }
         let work_dir = stage.settings.work_dir.clone();
         let runs_dir = artifacts::runs_dir(stage.dir);
-        let launch = Launch::of(stage, config);
+        let launch = Launch::of(stage, config, &self.sandbox);
         let program = launch.interpreter();
         let (started, spawned) = blocking(move || launch.start()).await;
         let mut child = match spawned {

@@ -23,15 +23,16 @@ use std::sync::Arc;
 
 use trellis_engine::Handlers;
 use trellis_llm::Client;
+use trellis_process::sandbox::Sandbox;
 use trellis_workflow::node_kind::HandlerKind;
 
 /// Every handler a run needs, by node type. Model stages use `client`; without one they fail with a
-/// clear message (dry runs simulate them).
-pub fn standard_handlers(client: Option<Arc<Client>>) -> Handlers {
+/// clear message (dry runs simulate them). Commands and agents' shells run in `sandbox`.
+pub fn standard_handlers(client: Option<Arc<Client>>, sandbox: &Arc<Sandbox>) -> Handlers {
     let mut handlers = Handlers::with_control_flow();
     handlers.register(
         HandlerKind::Command,
-        Arc::new(command::CommandHandler::default()),
+        Arc::new(command::CommandHandler::new(sandbox.clone())),
     );
     handlers.register(HandlerKind::Wait, Arc::new(wait::WaitHandler));
     handlers.register(HandlerKind::Human, Arc::new(human::HumanHandler));
@@ -42,7 +43,11 @@ pub fn standard_handlers(client: Option<Arc<Client>>) -> Handlers {
     );
     handlers.register(
         HandlerKind::Agent,
-        Arc::new(agent::AgentHandler::new(client.clone(), threads)),
+        Arc::new(agent::AgentHandler::new(
+            client.clone(),
+            threads,
+            sandbox.clone(),
+        )),
     );
     handlers.register(
         HandlerKind::FanIn,
@@ -57,7 +62,7 @@ mod tests {
 
     #[test]
     fn every_kind_resolves_to_a_handler() {
-        let handlers = super::standard_handlers(None);
+        let handlers = super::standard_handlers(None, &std::sync::Arc::new(super::Sandbox::none()));
         for spec in KINDS {
             assert!(
                 handlers.runs(spec.kind),

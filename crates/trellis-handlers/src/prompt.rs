@@ -96,7 +96,7 @@ pub async fn preamble_for(stage: &Stage<'_>, fidelity: Fidelity) -> String {
         fidelity,
     );
     // A secret that reached the context (a file a command printed) never reaches a model.
-    trellis_agent::secrets::redact(&preamble).into_owned()
+    trellis_process::secrets::redact(&preamble).into_owned()
 }
 
 /// The project memory as one system prompt, or `None` when there is none: the memory files of every

@@ -103,6 +103,18 @@ pub struct Config {
     pub local: LocalSettings,
     /// The file the settings came from, if any.
     pub file: Option<PathBuf>,
+    /// `[sandbox]`: how commands and agent tools are confined (`mode`: auto, bubblewrap or none;
+    /// `write`: more writable paths). Read here because it is the same file; the run library applies it.
+    pub sandbox: SandboxSettings,
+}
+
+/// The configuration file's `[sandbox]` table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSettings {
+    pub mode: Option<String>,
+    #[serde(default)]
+    pub write: Vec<PathBuf>,
 }
 
 #[derive(Deserialize, Default)]
@@ -114,6 +126,8 @@ struct FileConfig {
     providers: BTreeMap<String, FileProvider>,
     #[serde(default)]
     local: FileLocal,
+    #[serde(default)]
+    sandbox: SandboxSettings,
 }
 
 #[derive(Deserialize, Default)]
@@ -135,6 +149,21 @@ struct FileLocal {
 }
 
 impl Config {
+    /// Where the config file is (or would be): `$TRELLIS_CONFIG`, else under `$XDG_CONFIG_HOME` or
+    /// `~/.config`. It can hold provider keys, so children never see it (the sandbox hides it).
+    pub fn path() -> Option<PathBuf> {
+        Self::path_with(&|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))
+    }
+
+    fn path_with(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+        env("TRELLIS_CONFIG")
+            .map(PathBuf::from)
+            .or_else(|| env("XDG_CONFIG_HOME").map(|d| Path::new(&d).join("trellis/config.toml")))
+            .or_else(|| {
+                env("HOME").map(|home| Path::new(&home).join(".config/trellis/config.toml"))
+            })
+    }
+
     /// Settings from the config file and the process environment.
     pub fn load() -> Result<Self, ConfigError> {
         Self::load_with(&|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))
@@ -142,12 +171,7 @@ impl Config {
 
     /// Settings from the config file and `env` (a lookup, so tests need not touch the process).
     pub fn load_with(env: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let path = env("TRELLIS_CONFIG")
-            .map(PathBuf::from)
-            .or_else(|| env("XDG_CONFIG_HOME").map(|d| Path::new(&d).join("trellis/config.toml")))
-            .or_else(|| {
-                env("HOME").map(|home| Path::new(&home).join(".config/trellis/config.toml"))
-            });
+        let path = Self::path_with(env);
         let mut config = match path {
             Some(path) if path.exists() || env("TRELLIS_CONFIG").is_some() => {
                 Self::from_file(&path)?
@@ -205,6 +229,7 @@ impl Config {
                 context_size: file.local.context_size,
             },
             file: Some(path.to_owned()),
+            sandbox: file.sandbox,
         })
     }
 

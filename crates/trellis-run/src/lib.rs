@@ -11,4 +11,6 @@ mod run;
 
 pub use run::{
     Finished, Loaded, NewRun, Resumable, Run, RunError, Wiring, load, load_blocking, load_text,
+    sandbox,
 };
+pub use trellis_process::sandbox::{Choice as SandboxChoice, Sandbox};

@@ -14,6 +14,7 @@ use trellis_engine::{
 };
 use trellis_handlers::model_router::ModelRouter;
 use trellis_llm::{Client, Config};
+use trellis_process::sandbox::{Choice, Sandbox};
 use trellis_store::{EventLog, FileBlobs, Owner, RunDir, RunMeta, StoreError, new_run_id};
 use trellis_syntax::SourceFile;
 use trellis_workflow::{CompileOptions, Compiled, Workflow};
@@ -46,6 +47,8 @@ pub enum RunError {
     },
     #[error(transparent)]
     Models(#[from] trellis_llm::config::ConfigError),
+    #[error("{reason}")]
+    Sandbox { reason: String },
 }
 
 /// A compiled workflow file and every diagnostic, for the caller to show.
@@ -137,6 +140,33 @@ pub struct Wiring {
     pub subscribers: Vec<Arc<dyn EventSink>>,
     /// Called each time events are in the run's event log (a live stream reads them then).
     pub logged: Option<trellis_store::Written>,
+    /// What its commands and agent tools run in ([`sandbox`]).
+    pub sandbox: Arc<Sandbox>,
+}
+
+/// The sandbox the user asked for — `choice` (a flag), else the configuration file's `[sandbox] mode`,
+/// else `auto` — with the configuration's writable grants, and the configuration file itself hidden
+/// (it can hold provider keys). Blocking: it may probe `bwrap` and read the configuration.
+pub fn sandbox(choice: Option<Choice>) -> Result<Sandbox, RunError> {
+    let config = Config::load()?;
+    let choice = match (choice, config.sandbox.mode.as_deref()) {
+        (Some(choice), _) => choice,
+        (None, Some(mode)) => mode.parse().map_err(|reason| RunError::Sandbox {
+            reason: format!(
+                "{}: [sandbox] mode: {reason}",
+                config
+                    .file
+                    .as_deref()
+                    .unwrap_or(Path::new("config"))
+                    .display()
+            ),
+        })?,
+        (None, None) => Choice::Auto,
+    };
+    let sandbox = Sandbox::choose(choice).map_err(|e| RunError::Sandbox {
+        reason: e.to_string(),
+    })?;
+    Ok(sandbox.writable(config.sandbox.write).hide(Config::path()))
 }
 
 /// With simulated models (`--dry-run`, `--simulate`), natural-language edges take the first candidate.
@@ -169,6 +199,8 @@ pub struct Run {
     log: Arc<EventLog>,
     checkpoint: Checkpoint,
     models: Option<Arc<Client>>,
+    /// What its commands and agent tools run in.
+    sandbox: Arc<Sandbox>,
     /// This process's hold on the run, released when the run has finished executing.
     _owner: Owner,
 }
@@ -278,8 +310,15 @@ impl Run {
             interviewer: wiring.interviewer,
             router: Some(router),
         };
+        // Children may read the run's record but never change it, even when the runs directory lies
+        // inside the working directory they may write.
+        let runs_dir = record.root().parent().map(Path::to_path_buf);
+        let sandbox = Arc::new((*wiring.sandbox).clone().protect(runs_dir));
         // Handlers are the run's own: `full`-fidelity conversation threads live and die with it.
-        let handlers = Arc::new(trellis_handlers::standard_handlers(models.clone()));
+        let handlers = Arc::new(trellis_handlers::standard_handlers(
+            models.clone(),
+            &sandbox,
+        ));
         let engine = Engine::new(Arc::new(workflow), handlers, services, settings, run_id);
         let checkpoint = checkpoint(&engine).ok_or(RunError::NoStart)?;
         Ok(Run {
@@ -288,12 +327,18 @@ impl Run {
             log,
             checkpoint,
             models,
+            sandbox,
             _owner: owner,
         })
     }
 
     pub fn id(&self) -> &str {
         self.engine.run_id()
+    }
+
+    /// The sandbox its commands and agent tools run in.
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.sandbox
     }
 
     pub fn workflow_name(&self) -> &str {
@@ -314,6 +359,7 @@ impl Run {
             checkpoint,
             models,
             _owner: owner,
+            ..
         } = self;
         let result = engine.run(checkpoint, cancel).await;
         if let Some(models) = &models {
@@ -385,7 +431,7 @@ impl Resumable {
         record.remove_temporary_files();
         let mut checkpoint = record.checkpoint().map_err(|source| {
             // A run that cannot be resumed still gets its stray commands stopped.
-            trellis_agent::process_group::reap_run(&meta.run_id);
+            trellis_process::group::reap_run(&meta.run_id);
             RunError::NoCheckpoint {
                 run_id: meta.run_id.clone(),
                 source,
@@ -422,7 +468,7 @@ impl Resumable {
     /// Stops the commands the interrupted process left running; returns how many.
     pub async fn reap(&self) -> usize {
         let run_id = self.meta.run_id.clone();
-        blocking(move || trellis_agent::process_group::reap_run(&run_id)).await
+        blocking(move || trellis_process::group::reap_run(&run_id)).await
     }
 
     /// Compiles the workflow source kept with the run (its `@file` references inlined).

@@ -19,6 +19,7 @@ fn wiring(events: &Arc<MemoryEvents>) -> Wiring {
         interviewer: Arc::new(NoAnswers),
         subscribers: vec![events.clone() as Arc<dyn EventSink>],
         logged: None,
+        sandbox: Arc::new(trellis_run::Sandbox::none()),
     }
 }
 

@@ -39,6 +39,8 @@ pub struct Config {
     pub work_dir: PathBuf,
     /// Required on every request when set; required to listen anywhere but loopback.
     pub token: Option<String>,
+    /// What the commands and agent tools of the runs it starts run in.
+    pub sandbox: Arc<trellis_run::Sandbox>,
 }
 
 impl Config {
@@ -81,8 +83,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         "/"
     };
     eprintln!(
-        "trellis serve: http://{address}{token_hint}  (runs: {})",
-        config.runs_dir.display()
+        "trellis serve: http://{address}{token_hint}  (runs: {})\n  sandbox: {}",
+        config.runs_dir.display(),
+        config.sandbox.describe()
     );
     let shutdown = {
         let server = server.clone();

@@ -27,6 +27,8 @@ pub struct Server {
     pub workflows_dir: Option<PathBuf>,
     pub work_dir: PathBuf,
     pub token: Option<String>,
+    /// What the commands and agent tools of its runs run in.
+    pub sandbox: Arc<trellis_run::Sandbox>,
     live: Mutex<HashMap<String, Arc<LiveRun>>>,
     tasks: tokio::sync::Mutex<JoinSet<()>>,
     /// Fired when the server stops: its runs are cancelled (and recorded as interrupted), and event
@@ -91,6 +93,7 @@ impl Server {
             workflows_dir: config.workflows_dir.clone(),
             work_dir: config.work_dir.clone(),
             token: config.token.clone(),
+            sandbox: config.sandbox.clone(),
             live: Mutex::new(HashMap::new()),
             tasks: tokio::sync::Mutex::new(JoinSet::new()),
             stopping: CancellationToken::new(),
@@ -137,7 +140,7 @@ impl Server {
             },
             runs_dir: self.runs_dir.clone(),
         };
-        let run = Run::create(loaded, request, wiring(&live, None)).await?;
+        let run = Run::create(loaded, request, wiring(&live, None, &self.sandbox)).await?;
         let id = run.id().to_owned();
         self.launch(run, live).await;
         Ok(id)
@@ -168,7 +171,7 @@ impl Server {
         let loaded = resumable.load().await?;
         let live = LiveRun::new();
         let run = resumable
-            .into_run(loaded, wiring(&live, answer))
+            .into_run(loaded, wiring(&live, answer, &self.sandbox))
             .await
             .map_err(|error| match error {
                 RunError::Invalid { .. } => ActionError::Invalid(format!(
@@ -347,7 +350,11 @@ impl Server {
     }
 }
 
-fn wiring(live: &Arc<LiveRun>, answer: Option<(String, String)>) -> Wiring {
+fn wiring(
+    live: &Arc<LiveRun>,
+    answer: Option<(String, String)>,
+    sandbox: &Arc<trellis_run::Sandbox>,
+) -> Wiring {
     let gates: Arc<dyn Interviewer> = Arc::new(live.gates.clone());
     let interviewer: Arc<dyn Interviewer> = match answer {
         Some((gate, text)) => Arc::new(Answers::new(
@@ -361,6 +368,7 @@ fn wiring(live: &Arc<LiveRun>, answer: Option<(String, String)>) -> Wiring {
         interviewer,
         subscribers: Vec::new(),
         logged: Some(Arc::new(move || wake.notify_waiters())),
+        sandbox: sandbox.clone(),
     }
 }
 

@@ -15,7 +15,7 @@ use crate::flatten::{AttrMap, FlatEdge, FlatGraph, FlatNode};
 use crate::node_kind::{
     Backend, CommandConfig, ErrorPolicy, FanInConfig, HandlerKind, HumanConfig, JoinPolicy,
     LlmConfig, NodeKind, OutputSchema, ParallelConfig, ReasoningEffort, RetryPolicy, RetryPreset,
-    ScriptLanguage, SubWorkflowConfig, WaitConfig,
+    SandboxPolicy, ScriptLanguage, SubWorkflowConfig, WaitConfig,
 };
 use crate::rules::attribute_value::{self, AttrReader};
 use crate::rules::{
@@ -61,6 +61,25 @@ fn command(
         capture_artifacts: r
             .bool("capture_artifacts")
             .unwrap_or(graph.capture_artifacts),
+        sandbox: sandbox_policy(r, graph),
+    }
+}
+
+/// The node's `sandbox` items applied over the graph's (whose problems the graph reports).
+fn sandbox_policy(r: &mut AttrReader<'_>, graph: &GraphConfig) -> SandboxPolicy {
+    let base = graph
+        .sandbox
+        .as_deref()
+        .and_then(|text| text.parse::<SandboxPolicy>().ok())
+        .unwrap_or_default();
+    let Some(text) = r.value("sandbox").map(|v| v.text.clone()) else {
+        return base;
+    };
+    match base.with(&text) {
+        Ok(policy) => policy,
+        Err(_) => r
+            .parsed::<SandboxPolicy>("sandbox", "network=on|off and write=PATH items")
+            .unwrap_or_default(),
     }
 }
 
@@ -164,6 +183,9 @@ impl Lowerer<'_> {
             max_node_visits: r.count("max_node_visits", 0).filter(|&n| n > 0),
             stall_timeout,
             capture_artifacts: r.bool("capture_artifacts").unwrap_or(true),
+            sandbox: r
+                .parsed::<SandboxPolicy>("sandbox", "network=on|off and write=PATH items")
+                .and(r.string("sandbox")),
             attributes,
             attr_spans: span_map(attrs),
         }
@@ -381,6 +403,7 @@ impl Lowerer<'_> {
                 .map(|s| name_list(&s))
                 .unwrap_or_default(),
             pass_env: r.string("env").map(|s| name_list(&s)).unwrap_or_default(),
+            sandbox: sandbox_policy(&mut r, graph),
         }
     }
 

@@ -97,11 +97,12 @@ const AGENT_ATTRIBUTES: &[&str] = &[
     "allowed_tools",
     "disallowed_tools",
     "env",
+    "sandbox",
 ];
 
-/// Attributes of the nodes that call a model: the agent's, less the agent's own five (the backend
+/// Attributes of the nodes that call a model: the agent's, less the agent's own six (the backend, the sandbox
 /// and the loop's settings).
-const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(AGENT_ATTRIBUTES.len() - 5).0;
+const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(AGENT_ATTRIBUTES.len() - 6).0;
 
 /// The one table of node kinds: lowering resolves `type` and `shape` through it, the
 /// `unknown-attribute` rule judges attributes by it, and the engine registers handlers by its kinds.
@@ -111,7 +112,7 @@ pub const KINDS: &[KindSpec] = &[
     KindSpec { kind: HandlerKind::Exit, type_name: "exit", shape: "Msquare", attributes: &[], engine_runs: false },
     KindSpec { kind: HandlerKind::Agent, type_name: "agent", shape: "box", attributes: AGENT_ATTRIBUTES, engine_runs: false },
     KindSpec { kind: HandlerKind::Prompt, type_name: "prompt", shape: "tab", attributes: LLM_ATTRIBUTES, engine_runs: false },
-    KindSpec { kind: HandlerKind::Command, type_name: "command", shape: "parallelogram", attributes: &["script", "language", "env", "capture_artifacts"], engine_runs: false },
+    KindSpec { kind: HandlerKind::Command, type_name: "command", shape: "parallelogram", attributes: &["script", "language", "env", "capture_artifacts", "sandbox"], engine_runs: false },
     KindSpec { kind: HandlerKind::Human, type_name: "human", shape: "hexagon", attributes: &["human.default_choice"], engine_runs: false },
     KindSpec { kind: HandlerKind::Conditional, type_name: "conditional", shape: "diamond", attributes: &[], engine_runs: false },
     KindSpec { kind: HandlerKind::Parallel, type_name: "parallel", shape: "component", attributes: &["join_policy", "error_policy", "max_parallel"], engine_runs: true },
@@ -225,6 +226,58 @@ pub struct LlmConfig {
     pub disallowed_tools: Vec<String>,
     /// Agent nodes: secret variables the shell tool gets (`env`, comma-separated names).
     pub pass_env: Vec<String>,
+    /// Agent nodes: what the shell tool asks of the run's sandbox (`sandbox`, over the graph's).
+    pub sandbox: SandboxPolicy,
+}
+
+/// `sandbox="network=off, write=/data"`: what a command or an agent's shell asks of the run's sandbox,
+/// as comma-separated items — `network=on|off`, and `write=PATH` (repeatable; `~/` is the home
+/// directory) for more writable paths. A node's items apply over the graph's. Turning the sandbox off
+/// is the user's decision (`trellis run --sandbox none`), never a workflow's.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SandboxPolicy {
+    pub network_off: bool,
+    pub writable: Vec<PathBuf>,
+}
+
+impl SandboxPolicy {
+    /// This policy with `text`'s items applied over it.
+    pub fn with(mut self, text: &str) -> Result<Self, String> {
+        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (key, value) = item
+                .split_once('=')
+                .map_or((item, ""), |(k, v)| (k.trim(), v.trim()));
+            match (key, value) {
+                ("network", "off" | "false") => self.network_off = true,
+                ("network", "on" | "true") => self.network_off = false,
+                ("write", path) if !path.is_empty() => self.writable.push(expand_home(path)),
+                ("none" | "off", _) => {
+                    return Err("a workflow cannot turn the sandbox off; the user does, with `trellis run --sandbox none`".to_owned());
+                }
+                _ => {
+                    return Err(format!(
+                        "unknown sandbox item `{item}`: use network=on|off and write=PATH"
+                    ));
+                }
+            }
+        }
+        Ok(self)
+    }
+}
+
+impl FromStr for SandboxPolicy {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        Self::default().with(text)
+    }
+}
+
+/// `~/x` as a path under the home directory; anything else as written.
+fn expand_home(path: &str) -> PathBuf {
+    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(path),
+    }
 }
 
 /// `output_schema`: the built-in routing schema or a JSON Schema loaded from a file.
@@ -241,6 +294,8 @@ pub enum OutputSchema {
 pub struct CommandConfig {
     pub script: String,
     pub language: ScriptLanguage,
+    /// What the command asks of the run's sandbox (`sandbox`, over the graph's).
+    pub sandbox: SandboxPolicy,
     /// Secret variables the command gets (`env`, comma-separated names); others are withheld.
     pub pass_env: Vec<String>,
     /// Whether test artifacts the command writes are copied into the run record

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use trellis_engine::services::{EventSink, Interviewer};
 use trellis_engine::{CancellationToken, RunStatus, Settings};
 use trellis_handlers::interviewer::{Answers, AutoApprove, Console, Unattended};
-use trellis_run::{Finished, Loaded, NewRun, Resumable, Run, RunError, Wiring};
+use trellis_run::{Finished, Loaded, NewRun, Resumable, Run, RunError, SandboxChoice, Wiring};
 use trellis_store::resolve_runs_dir;
 use trellis_syntax::render::render_terminal;
 
@@ -46,6 +46,10 @@ pub struct RunOptions {
     /// Colour diagnostics.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     color: ColorChoice,
+    /// Confine commands and agent tools: `auto` (bubblewrap when it works here), `bubblewrap`, or
+    /// `none` [default: the config file's `[sandbox] mode`, else auto].
+    #[arg(long, value_name = "auto|bubblewrap|none")]
+    sandbox: Option<SandboxChoice>,
 }
 
 #[derive(clap::Args)]
@@ -177,13 +181,14 @@ fn show_diagnostics(loaded: &Loaded, color: ColorChoice) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Who answers gates and who else hears the events: the terminal display.
+/// Who answers gates and who else hears the events (the terminal display), and the sandbox.
 fn wiring(options: &RunOptions) -> anyhow::Result<Wiring> {
     let progress: Arc<dyn EventSink> = Progress::new(options.verbose);
     Ok(Wiring {
         interviewer: interviewer(options)?,
         subscribers: vec![progress],
         logged: None,
+        sandbox: Arc::new(trellis_run::sandbox(options.sandbox)?),
     })
 }
 
@@ -225,9 +230,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         },
         runs_dir: resolve_runs_dir(args.options.runs_dir.clone()),
     };
+    let wiring = wiring(&args.options)?;
     super::on_runtime(async {
-        match Run::create(loaded, request, wiring(&args.options)?).await {
-            Ok(run) => execute(run, &args.options).await,
+        match Run::create(loaded, request, wiring).await {
+            Ok(run) => Box::pin(execute(run, &args.options)).await,
             Err(error @ RunError::Invalid { .. }) => {
                 eprintln!("error: {error}");
                 Ok(ExitCode::from(EXIT_INVALID))
@@ -238,6 +244,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
+    let wiring = wiring(&args.options)?;
     super::on_runtime(async {
         let runs_dir = resolve_runs_dir(args.options.runs_dir.clone());
         let resumable = Resumable::open(&args.run, &runs_dir).await?;
@@ -260,8 +267,8 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
         let loaded = resumable.load().await?;
         show_diagnostics(&loaded, args.options.color)?;
         let id = resumable.id().to_owned();
-        match resumable.into_run(loaded, wiring(&args.options)?).await {
-            Ok(run) => execute(run, &args.options).await,
+        match resumable.into_run(loaded, wiring).await {
+            Ok(run) => Box::pin(execute(run, &args.options)).await,
             Err(RunError::Invalid { .. }) => {
                 eprintln!("error: the workflow saved with run {id} no longer compiles");
                 Ok(ExitCode::from(EXIT_INVALID))
@@ -276,10 +283,11 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     if !options.json {
         eprintln!(
-            "Run {} of {}\n  record: {}",
+            "Run {} of {}\n  record: {}\n  sandbox: {}",
             run.id(),
             run.workflow_name(),
-            run.record().root().display()
+            run.record().root().display(),
+            run.sandbox().describe()
         );
     }
     let cancel = CancellationToken::new();

@@ -25,6 +25,10 @@ pub struct Args {
         hide_env_values = true
     )]
     token: Option<String>,
+    /// Confine the commands and agent tools of its runs: `auto`, `bubblewrap` or `none`
+    /// [default: the config file's `[sandbox] mode`, else auto].
+    #[arg(long, value_name = "auto|bubblewrap|none")]
+    sandbox: Option<trellis_run::SandboxChoice>,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
@@ -35,6 +39,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         workflows_dir: args.workflows.clone(),
         work_dir: std::env::current_dir()?,
         token,
+        sandbox: std::sync::Arc::new(trellis_run::sandbox(args.sandbox)?),
     };
     super::on_server_runtime(trellis_server::serve(config))??;
     Ok(ExitCode::SUCCESS)

@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use trellis_agent::process_group::STAGE_DIR_VAR;
 use trellis_agent::{AgentEvent, Observer};
 use trellis_engine::event::{EventKind, ModelCallEnd};
 use trellis_engine::{FailureClass, ModelDetails, Outcome, Stage, text};
 use trellis_llm::Usage;
+use trellis_process::group::STAGE_DIR_VAR;
 use trellis_workflow::node_kind::{AgentCli, LlmConfig, ReasoningEffort};
 
 use crate::agent::{Answer, Conversation, StageObserver, converse};
@@ -252,7 +252,7 @@ impl Conversation for CliConversation<'_, '_> {
             stage_dir: stage.dir,
             env: vec![
                 (
-                    trellis_agent::process_group::RUN_ID_VAR.into(),
+                    trellis_process::group::RUN_ID_VAR.into(),
                     stage.run_id.to_owned(),
                 ),
                 ("TRELLIS_NODE_ID".into(), stage.node.id.clone()),
@@ -262,7 +262,7 @@ impl Conversation for CliConversation<'_, '_> {
         let observer = self.observer;
         let mut observe = |event: AgentEvent| {
             if let AgentEvent::Text { text, .. } = &event {
-                let text = trellis_agent::secrets::redact(text).into_owned();
+                let text = trellis_process::secrets::redact(text).into_owned();
                 stage.emitter.emit(node, EventKind::ModelTextDelta { text });
             }
             observer.on_event(event);

@@ -10,7 +10,7 @@ use std::process::{ExitStatus, Stdio};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use trellis_agent::AgentEvent;
-use trellis_agent::process_group::{self, ProcessGroup, drain};
+use trellis_process::group::{self as process_group, ProcessGroup, drain};
 
 use super::CommandLine;
 use super::stream::Stream;
@@ -128,13 +128,13 @@ pub(super) async fn run(
     ];
     let _ = tokio::task::spawn_blocking(move || {
         for log in &logs {
-            let _ = trellis_agent::secrets::redact_file(log);
+            let _ = trellis_process::secrets::redact_file(log);
         }
     })
     .await;
     if let Some(stderr) = stderr {
         let text = stderr.await.unwrap_or_default();
-        ran.stderr = trellis_agent::secrets::redact(&text).into_owned();
+        ran.stderr = trellis_process::secrets::redact(&text).into_owned();
     }
     Ok(ran)
 }

@@ -38,6 +38,7 @@ pub const GRAPH: &[&str] = &[
     "stall_timeout",
     "start",
     "capture_artifacts",
+    "sandbox",
     "model",
     "router_model",
     "inputs",

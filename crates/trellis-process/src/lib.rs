@@ -1,0 +1,16 @@
+//! `trellis-process`: how Trellis starts and ends the processes a run asks for. Every crate that starts
+//! a child — command stages and coding-agent CLIs in `trellis-handlers`, the agent's `shell` tool in
+//! `trellis-agent`, the run library when it reaps what a killed run left — goes through it:
+//!
+//! - [`group`]: a child in a process group of its own, killed with everything it started when its
+//!   stage ends, and the markers (`TRELLIS_STAGE_DIR`, `TRELLIS_RUN_ID`) that find its processes again.
+//! - [`secrets`]: the environment a child gets (without the user's secrets) and the redaction of
+//!   secret values from what children print.
+//! - [`sandbox`]: the confinement a child runs in (bubblewrap, or none when the user says so).
+//!
+//! It sits at the bottom of the process side of the workspace: `trellis-llm`, `trellis-agent`,
+//! `trellis-handlers` and `trellis-run` build on it, and it depends on no other Trellis crate.
+
+pub mod group;
+pub mod sandbox;
+pub mod secrets;

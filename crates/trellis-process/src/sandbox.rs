@@ -1,0 +1,334 @@
+//! The sandbox every command stage and every agent `shell` call runs in.
+//!
+//! With Debian's `bubblewrap` (`bwrap`) installed and working, a child sees:
+//!
+//! - the whole file system **read-only**, with `/dev` and `/proc` of its own (a fresh `/proc` in a PID
+//!   namespace of its own, so `/proc/$PPID` is the sandbox's init, never Trellis, and no other
+//!   process's memory or environment is in reach, as root too);
+//! - **writable**: the working directory, a private `/tmp`, the tool caches under the home directory
+//!   that builds and test runners write (`~/.cache`, `~/.cargo`, `~/.npm`, `~/.rustup`, `~/.m2`,
+//!   `~/.gradle`, `~/.local`), and the paths the workflow or the configuration grant;
+//! - **read-only inside the working directory**: the runs directory, so a command cannot rewrite a
+//!   run's record;
+//! - **hidden**: the user's Trellis configuration (it holds provider keys), an empty directory or file in
+//!   its place;
+//! - the network, unless the node says `sandbox="network=off"` (then only a loopback of its own).
+//!
+//! The sandbox's init ends every process in it when the command's first process exits, so nothing a
+//! stage started (`setsid`, a double fork, `env -i`) outlives it, and it dies with Trellis
+//! (`--die-with-parent`).
+//!
+//! Where `bwrap` is missing or cannot create namespaces here, `auto` runs children unconfined and says
+//! so; `--sandbox none` (or `sandbox = "none"` in the configuration) asks for that explicitly, and
+//! `--sandbox bubblewrap` refuses to run without it.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// What the user asked for (`--sandbox`, the configuration's `sandbox`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Choice {
+    /// Bubblewrap when it works here, else none (with a notice).
+    #[default]
+    Auto,
+    /// Bubblewrap, or refuse to run.
+    Bubblewrap,
+    /// No confinement.
+    None,
+}
+
+impl std::str::FromStr for Choice {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim() {
+            "auto" => Ok(Self::Auto),
+            "bubblewrap" | "bwrap" => Ok(Self::Bubblewrap),
+            "none" | "off" => Ok(Self::None),
+            other => Err(format!(
+                "unknown sandbox `{other}`: use auto, bubblewrap or none"
+            )),
+        }
+    }
+}
+
+/// What one node asks of the sandbox (its `sandbox` attribute, over the graph's).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Policy {
+    /// The network is cut off (a loopback of its own only).
+    pub network_off: bool,
+    /// More paths the child may write.
+    pub writable: Vec<PathBuf>,
+}
+
+/// Why the sandbox asked for cannot be had.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the bubblewrap sandbox is not available: {reason}; install Debian's `bubblewrap` (apt-get install bubblewrap), or run with --sandbox none to run commands unconfined"
+)]
+pub struct Unavailable {
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Kind {
+    None { asked: bool },
+    Bubblewrap { bwrap: PathBuf },
+}
+
+/// The sandbox of a run: how its children start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandbox {
+    kind: Kind,
+    /// Writable for every child besides the working directory (configured, and the home caches).
+    writable: Vec<PathBuf>,
+    /// Read-only even where they lie under a writable path (the runs directory).
+    protected: Vec<PathBuf>,
+    /// Replaced by an empty directory (`true`) or file (the user's Trellis configuration).
+    hidden: Vec<(PathBuf, bool)>,
+}
+
+/// Tool caches under the home directory that builds and test runners write.
+const HOME_CACHES: &[&str] = &[
+    ".cache", ".cargo", ".npm", ".rustup", ".m2", ".gradle", ".local",
+];
+
+impl Sandbox {
+    /// No confinement, because the user said so (`--sandbox none`).
+    pub fn none() -> Self {
+        Self {
+            kind: Kind::None { asked: true },
+            writable: Vec::new(),
+            protected: Vec::new(),
+            hidden: Vec::new(),
+        }
+    }
+
+    /// The sandbox for `choice` on this machine (probing `bwrap` once per process).
+    pub fn choose(choice: Choice) -> Result<Self, Unavailable> {
+        let kind = match choice {
+            Choice::None => Kind::None { asked: true },
+            Choice::Auto => match probe() {
+                Ok(bwrap) => Kind::Bubblewrap { bwrap },
+                Err(_) => Kind::None { asked: false },
+            },
+            Choice::Bubblewrap => Kind::Bubblewrap { bwrap: probe()? },
+        };
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let writable = home
+            .iter()
+            .flat_map(|home| HOME_CACHES.iter().map(move |dir| home.join(dir)))
+            .collect();
+        Ok(Self {
+            kind,
+            writable,
+            protected: Vec::new(),
+            hidden: Vec::new(),
+        })
+    }
+
+    /// Also lets children write `paths` (the configuration's grants).
+    #[must_use]
+    pub fn writable(mut self, paths: impl IntoIterator<Item = PathBuf>) -> Self {
+        self.writable.extend(paths);
+        self
+    }
+
+    /// Keeps `paths` read-only even under a writable path (the runs directory).
+    #[must_use]
+    pub fn protect(mut self, paths: impl IntoIterator<Item = PathBuf>) -> Self {
+        self.protected.extend(paths);
+        self
+    }
+
+    /// Hides `paths` from children (the user's configuration, which holds keys); paths that do not
+    /// exist need no hiding.
+    #[must_use]
+    pub fn hide(mut self, paths: impl IntoIterator<Item = PathBuf>) -> Self {
+        for path in paths {
+            if let Ok(meta) = std::fs::symlink_metadata(&path) {
+                self.hidden.push((path, meta.is_dir()));
+            }
+        }
+        self
+    }
+
+    /// Whether children are confined.
+    pub fn is_confined(&self) -> bool {
+        matches!(self.kind, Kind::Bubblewrap { .. })
+    }
+
+    /// One line for the start of a run: which sandbox is in force.
+    pub fn describe(&self) -> String {
+        match &self.kind {
+            Kind::Bubblewrap { .. } => "bubblewrap (the system read-only; the working directory, a private /tmp and the home tool caches writable; own PID namespace)".to_owned(),
+            Kind::None { asked: true } => {
+                "none (--sandbox none): commands and agent tools run unconfined".to_owned()
+            }
+            Kind::None { asked: false } => "none: bubblewrap is not available here (apt-get install bubblewrap), so commands and agent tools run unconfined".to_owned(),
+        }
+    }
+
+    /// The program and arguments that run `program args` in `work_dir` under this sandbox with the
+    /// node's `policy`. Unconfined, they are `program args` themselves.
+    pub fn wrap(
+        &self,
+        program: &OsStr,
+        args: &[&OsStr],
+        work_dir: &Path,
+        policy: &Policy,
+    ) -> (OsString, Vec<OsString>) {
+        let Kind::Bubblewrap { bwrap } = &self.kind else {
+            return (
+                program.to_owned(),
+                args.iter().map(|a| (*a).to_owned()).collect(),
+            );
+        };
+        let mut out: Vec<OsString> = Vec::with_capacity(32 + args.len());
+        let mut push = |items: &[&OsStr]| out.extend(items.iter().map(|i| (*i).to_owned()));
+        push(&[
+            "--die-with-parent".as_ref(),
+            "--unshare-pid".as_ref(),
+            "--ro-bind".as_ref(),
+            "/".as_ref(),
+            "/".as_ref(),
+            "--dev".as_ref(),
+            "/dev".as_ref(),
+            "--proc".as_ref(),
+            "/proc".as_ref(),
+            "--tmpfs".as_ref(),
+            "/tmp".as_ref(),
+        ]);
+        if policy.network_off {
+            push(&["--unshare-net".as_ref()]);
+        }
+        let writable = std::iter::once(work_dir)
+            .chain(self.writable.iter().map(PathBuf::as_path))
+            .chain(policy.writable.iter().map(PathBuf::as_path));
+        for path in writable {
+            // `--bind-try`: a grant that does not exist on this machine is skipped, not an error.
+            push(&["--bind-try".as_ref(), path.as_os_str(), path.as_os_str()]);
+        }
+        for path in &self.protected {
+            push(&["--ro-bind-try".as_ref(), path.as_os_str(), path.as_os_str()]);
+        }
+        for (path, is_dir) in &self.hidden {
+            if *is_dir {
+                push(&["--tmpfs".as_ref(), path.as_os_str()]);
+            } else {
+                push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), path.as_os_str()]);
+            }
+        }
+        push(&[
+            "--chdir".as_ref(),
+            work_dir.as_os_str(),
+            "--".as_ref(),
+            program,
+        ]);
+        out.extend(args.iter().map(|a| (*a).to_owned()));
+        (bwrap.clone().into_os_string(), out)
+    }
+}
+
+/// Whether `bwrap` is installed and can make the namespaces the sandbox needs here: it runs `true` in
+/// the sandbox once per process.
+fn probe() -> Result<PathBuf, Unavailable> {
+    static PROBED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    PROBED
+        .get_or_init(|| {
+            let bwrap = std::env::var_os("PATH")
+                .and_then(|paths| {
+                    std::env::split_paths(&paths)
+                        .map(|dir| dir.join("bwrap"))
+                        .find(|path| path.is_file())
+                })
+                .ok_or_else(|| "`bwrap` is not on PATH".to_owned())?;
+            let output = std::process::Command::new(&bwrap)
+                .args([
+                    "--die-with-parent",
+                    "--unshare-pid",
+                    "--ro-bind",
+                    "/",
+                    "/",
+                    "--dev",
+                    "/dev",
+                    "--proc",
+                    "/proc",
+                    "--tmpfs",
+                    "/tmp",
+                    "--",
+                    "true",
+                ])
+                .stdin(std::process::Stdio::null())
+                .output()
+                .map_err(|e| format!("cannot start {}: {e}", bwrap.display()))?;
+            if output.status.success() {
+                Ok(bwrap)
+            } else {
+                Err(format!(
+                    "{} cannot create a sandbox here: {}",
+                    bwrap.display(),
+                    String::from_utf8_lossy(&output.stderr).trim()
+                ))
+            }
+        })
+        .clone()
+        .map_err(|reason| Unavailable { reason })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choices_parse() {
+        assert_eq!("auto".parse::<Choice>(), Ok(Choice::Auto));
+        assert_eq!("bwrap".parse::<Choice>(), Ok(Choice::Bubblewrap));
+        assert_eq!("none".parse::<Choice>(), Ok(Choice::None));
+        assert!("docker".parse::<Choice>().is_err());
+    }
+
+    #[test]
+    fn unconfined_children_run_as_given() {
+        let (program, args) = Sandbox::none().wrap(
+            OsStr::new("sh"),
+            &[OsStr::new("-c"), OsStr::new("true")],
+            Path::new("/w"),
+            &Policy::default(),
+        );
+        assert_eq!(program, "sh");
+        assert_eq!(args, ["-c", "true"]);
+    }
+
+    #[test]
+    fn bubblewrap_binds_the_work_dir_writable_and_the_runs_dir_read_only_after_it() {
+        let sandbox = Sandbox {
+            kind: Kind::Bubblewrap {
+                bwrap: PathBuf::from("/usr/bin/bwrap"),
+            },
+            writable: vec![PathBuf::from("/home/u/.cache")],
+            protected: vec![PathBuf::from("/w/runs")],
+            hidden: Vec::new(),
+        };
+        let policy = Policy {
+            network_off: true,
+            writable: vec![PathBuf::from("/data")],
+        };
+        let (program, args) = sandbox.wrap(
+            OsStr::new("sh"),
+            &[OsStr::new("-c")],
+            Path::new("/w"),
+            &policy,
+        );
+        assert_eq!(program, "/usr/bin/bwrap");
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let line = args.join(" ");
+        assert!(line.contains("--unshare-pid"), "{line}");
+        assert!(line.contains("--unshare-net"), "{line}");
+        assert!(line.contains("--bind-try /w /w --bind-try /home/u/.cache /home/u/.cache --bind-try /data /data --ro-bind-try /w/runs /w/runs"), "{line}");
+        assert!(line.ends_with("--chdir /w -- sh -c"), "{line}");
+    }
+}
