@@ -365,6 +365,7 @@ fn paths_outside_the_working_directory_are_refused_and_never_touched() {
 
 #[test]
 fn a_shell_timeout_kills_the_command_and_everything_it_started() {
+    // Unconfined, so that `$!` is a process id this test can look up (the sandbox has its own).
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
     p.write("w.fabro", &one_agent(""));
@@ -375,7 +376,7 @@ fn a_shell_timeout_kills_the_command_and_everything_it_started() {
         ),
         answer("gave up"),
     ]));
-    let run = p.run("w.fabro", &[]);
+    let run = p.run("w.fabro", &["--sandbox", "none"]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let result = &tool_results(&bodies(&mock)[1])[0];
     assert_eq!(result["is_error"], true);
@@ -796,7 +797,12 @@ fn a_run_killed_during_a_tool_call_resumes_by_running_that_stage_again() {
             json!({ "command": "echo $$ > shell.pid; sleep 60" })
         ),
     ]));
-    let mut child = p.spawn_run("w.fabro");
+    // Unconfined: the test is of the reaper a resume runs, which finds the shell by the run's marker.
+    let mut child = p
+        .command(&["run", "w.fabro", "--sandbox", "none"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     p.wait_for_event("Agent.ToolCallStarted", "fix");
     run_support::wait_for(
         "the shell to start",
@@ -818,7 +824,7 @@ fn a_run_killed_during_a_tool_call_resumes_by_running_that_stage_again() {
         call("read_file", json!({ "path": "first.txt" })),
         answer("Done after the restart."),
     ]));
-    let resumed = p.resume(&id, &[]);
+    let resumed = p.resume(&id, &["--sandbox", "none"]);
     assert_eq!(resumed.code(), Some(0), "{}", resumed.stderr());
     assert_eq!(resumed.stages(), ["start", "prep", "fix", "exit"]);
     assert_eq!(
@@ -923,7 +929,7 @@ fn a_fan_out_of_more_agents_than_the_blocking_pool_has_threads_finishes() {
     p.write("w.fabro", &workflow(&body));
     // A barrier: each shell waits (up to 20 s) until all twenty are running.
     let barrier = format!(
-        "touch started.$$; for i in $(seq 400); do [ $(ls started.* | wc -l) -ge {branches} ] && exit 0; sleep 0.05; done; exit 1"
+        "mktemp started.XXXXXX >/dev/null; for i in $(seq 400); do [ $(ls started.* | wc -l) -ge {branches} ] && exit 0; sleep 0.05; done; exit 1"
     );
     let mut scenario: Vec<Value> = (0..branches)
         .map(|_| call("shell", json!({ "command": barrier })))

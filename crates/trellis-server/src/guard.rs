@@ -1,5 +1,10 @@
 //! What every request passes before it reaches a handler.
 //!
+//! - **Host**: the `Host` header must name the address the server listens on, `localhost`,
+//!   `127.0.0.1`, `[::1]`, or a name given with `--allow-host`; anything else is `403` on every
+//!   route. A web page on another site whose name an attacker points at 127.0.0.1 (DNS rebinding)
+//!   sends its own name, and is refused. A server listening on every address (`0.0.0.0`, behind its
+//!   token) accepts any name unless `--allow-host` lists them.
 //! - **Token**: when the server has one, every request carries it, as `Authorization: Bearer TOKEN`, the
 //!   `trellis_token` cookie, or `?token=TOKEN` (a browser's first visit; the answer then sets the cookie,
 //!   `HttpOnly` and `SameSite=Strict`, so the app's own requests and event streams carry it).
@@ -7,7 +12,8 @@
 //!   with `403` when a browser says it comes from another site (`Sec-Fetch-Site`), or its `Origin` is not
 //!   this server. Their bodies are JSON, which a cross-site form cannot send without a preflight this
 //!   server never grants.
-//! - **Size**: request bodies are limited to [`MAX_BODY`] (`413` beyond).
+//! - **Size and time**: a request body is read whole before its handler runs, limited to [`MAX_BODY`]
+//!   (`413` beyond) and to [`BODY_TIMEOUT`] (`408` for a client that sends it too slowly).
 
 use std::sync::Arc;
 
@@ -21,6 +27,49 @@ use crate::runs::Server;
 
 /// The largest request body accepted: a workflow source fits many times over.
 pub const MAX_BODY: usize = 4 << 20;
+/// How long a client may take to send a request's body.
+pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The `Host` names a server accepts, or `None` for any (bound to every address, with a token, and no
+/// `--allow-host`).
+pub fn allowed_hosts(config: &crate::Config) -> Option<Vec<String>> {
+    let ip = config.listen.ip();
+    if ip.is_unspecified() && config.allow_hosts.is_empty() {
+        return None;
+    }
+    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(config.allow_hosts.iter().map(|h| h.to_ascii_lowercase()))
+        .collect();
+    if !ip.is_unspecified() {
+        hosts.push(ip.to_string());
+    }
+    Some(hosts)
+}
+
+/// The host name of a `Host` header value, without its port or an IPv6 address's brackets.
+fn host_name(value: &str) -> &str {
+    if let Some(rest) = value.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or_default();
+    }
+    value.rsplit_once(':').map_or(value, |(name, port)| {
+        if port.bytes().all(|b| b.is_ascii_digit()) {
+            name
+        } else {
+            value
+        }
+    })
+}
+
+/// Whether the request's `Host` names this server.
+fn host_allowed(headers: &HeaderMap, allowed: &[String]) -> bool {
+    headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(host_name)
+        .is_some_and(|name| allowed.iter().any(|a| a.eq_ignore_ascii_case(name)))
+}
 
 const COOKIE: &str = "trellis_token";
 
@@ -83,8 +132,16 @@ fn cross_site(headers: &HeaderMap) -> bool {
     origin == "null" || !origin_host.eq_ignore_ascii_case(host)
 }
 
-/// The middleware: token, then cross-site check.
+/// The middleware: host, token, cross-site check, then the body read whole within its limits.
 pub async fn check(State(server): State<Arc<Server>>, request: Request, next: Next) -> Response {
+    if let Some(allowed) = &server.hosts
+        && !host_allowed(request.headers(), allowed)
+    {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "this server does not answer to that host name; add it with --allow-host NAME",
+        );
+    }
     let mut set_cookie = None;
     if let Some(expected) = server.token.as_deref() {
         let headers = request.headers();
@@ -112,6 +169,14 @@ pub async fn check(State(server): State<Arc<Server>>, request: Request, next: Ne
             "cross-site requests may not change anything on this server",
         );
     }
+    let request = if safe {
+        request
+    } else {
+        match read_body(request).await {
+            Ok(request) => request,
+            Err(response) => return response,
+        }
+    };
     let mut response = next.run(request).await;
     if let Some(token) = set_cookie
         && let Ok(value) = HeaderValue::from_str(&format!(
@@ -121,6 +186,22 @@ pub async fn check(State(server): State<Arc<Server>>, request: Request, next: Ne
         response.headers_mut().insert(header::SET_COOKIE, value);
     }
     response
+}
+
+/// The request with its body read whole, within [`MAX_BODY`] and [`BODY_TIMEOUT`].
+async fn read_body(request: Request) -> Result<Request, Response> {
+    let (parts, body) = request.into_parts();
+    match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY)).await {
+        Ok(Ok(bytes)) => Ok(Request::from_parts(parts, axum::body::Body::from(bytes))),
+        Ok(Err(_)) => Err(refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "the request body is larger than 4 MiB, or was cut off",
+        )),
+        Err(_) => Err(refuse(
+            StatusCode::REQUEST_TIMEOUT,
+            "the request body took too long to arrive",
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -133,6 +214,21 @@ mod tests {
             map.append(*name, HeaderValue::from_str(value).unwrap());
         }
         map
+    }
+
+    #[test]
+    fn host_names_are_read_without_their_port() {
+        assert_eq!(host_name("127.0.0.1:7777"), "127.0.0.1");
+        assert_eq!(host_name("localhost"), "localhost");
+        assert_eq!(host_name("[::1]:7777"), "::1");
+        assert_eq!(host_name("x.test:80"), "x.test");
+        let allowed = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+        assert!(host_allowed(&headers(&[("host", "LOCALHOST:1")]), &allowed));
+        assert!(!host_allowed(
+            &headers(&[("host", "x.test:7777")]),
+            &allowed
+        ));
+        assert!(!host_allowed(&headers(&[]), &allowed), "no Host at all");
     }
 
     #[test]

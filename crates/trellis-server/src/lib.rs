@@ -9,10 +9,12 @@
 //!
 //! Modules: [`runs`] (the server's live runs and its web interviewer), [`api`] (the JSON API and its
 //! OpenAPI document), [`events`] (event streams), [`files`] (stage files, never anything outside the
-//! run), [`guard`] (token, cross-site requests, body size), [`graph`] (the workflow's picture), [`web`]
-//! (the embedded app).
+//! run), [`guard`] (host names, token, cross-site requests, body size and time), [`connections`]
+//! (accepting connections with header timeouts and a cap per client), [`graph`] (the workflow's
+//! picture), [`web`] (the embedded app).
 
 pub mod api;
+pub mod connections;
 pub mod events;
 pub mod files;
 pub mod graph;
@@ -39,18 +41,37 @@ pub struct Config {
     pub work_dir: PathBuf,
     /// Required on every request when set; required to listen anywhere but loopback.
     pub token: Option<String>,
+    /// Host names requests may carry besides the bind address and loopback's names (`--allow-host`).
+    pub allow_hosts: Vec<String>,
     /// What the commands and agent tools of the runs it starts run in.
     pub sandbox: Arc<trellis_run::Sandbox>,
 }
 
+/// The shortest token accepted.
+pub const MIN_TOKEN_CHARS: usize = 16;
+
+/// Why a token cannot protect a server, if it cannot.
+pub fn weak_token(token: &str) -> Option<String> {
+    if token.chars().any(char::is_whitespace) {
+        return Some("a token may not contain spaces or other whitespace".to_owned());
+    }
+    let length = token.chars().count();
+    (length < MIN_TOKEN_CHARS).then(|| {
+        format!("a token needs at least {MIN_TOKEN_CHARS} characters (this one has {length}); leave --token out to have one generated")
+    })
+}
+
 impl Config {
-    /// Refuses what must not start: a non-loopback address without a token.
+    /// Refuses what must not start: a non-loopback address without a token, a weak token.
     pub fn check(&self) -> anyhow::Result<()> {
-        if !self.listen.ip().is_loopback() && self.token.as_deref().is_none_or(str::is_empty) {
+        if !self.listen.ip().is_loopback() && self.token.is_none() {
             bail!(
                 "refusing to listen on {} without a token: anyone who can reach it could run commands on this machine; pass --token TOKEN (or set TRELLIS_SERVER_TOKEN), or listen on 127.0.0.1",
                 self.listen
             );
+        }
+        if let Some(problem) = self.token.as_deref().and_then(weak_token) {
+            bail!("refusing this token: {problem}");
         }
         if let Some(dir) = &self.workflows_dir
             && !dir.is_dir()
@@ -97,10 +118,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             server.stop();
         }
     };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .context("the server stopped")?;
+    connections::serve(listener, app, shutdown).await;
     server.wait_for_runs().await;
     Ok(())
 }

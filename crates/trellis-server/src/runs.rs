@@ -27,6 +27,9 @@ pub struct Server {
     pub workflows_dir: Option<PathBuf>,
     pub work_dir: PathBuf,
     pub token: Option<String>,
+    /// The `Host` names requests may carry ([`crate::guard`]); `None` accepts any (a server bound to
+    /// every address, behind its token).
+    pub hosts: Option<Vec<String>>,
     /// What the commands and agent tools of its runs run in.
     pub sandbox: Arc<trellis_run::Sandbox>,
     live: Mutex<HashMap<String, Arc<LiveRun>>>,
@@ -93,6 +96,7 @@ impl Server {
             workflows_dir: config.workflows_dir.clone(),
             work_dir: config.work_dir.clone(),
             token: config.token.clone(),
+            hosts: crate::guard::allowed_hosts(config),
             sandbox: config.sandbox.clone(),
             live: Mutex::new(HashMap::new()),
             tasks: tokio::sync::Mutex::new(JoinSet::new()),

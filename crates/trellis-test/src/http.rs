@@ -103,9 +103,17 @@ impl<'a> Request<'a> {
             .set_read_timeout(Some(Duration::from_secs(60)))
             .unwrap();
         let mut head = format!(
-            "{} {} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n",
-            self.method, self.path, self.port
+            "{} {} HTTP/1.1\r\nConnection: close\r\n",
+            self.method, self.path
         );
+        // The server's own address, unless the test names another host.
+        if !self
+            .headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("host"))
+        {
+            let _ = write!(head, "Host: 127.0.0.1:{}\r\n", self.port);
+        }
         for (name, value) in &self.headers {
             let _ = write!(head, "{name}: {value}\r\n");
         }

@@ -48,7 +48,7 @@ pub struct RunOptions {
     color: ColorChoice,
     /// Confine commands and agent tools: `auto` (bubblewrap when it works here), `bubblewrap`, or
     /// `none` [default: the config file's `[sandbox] mode`, else auto].
-    #[arg(long, value_name = "auto|bubblewrap|none")]
+    #[arg(long, value_name = "auto|bubblewrap|none", env = "TRELLIS_SANDBOX")]
     sandbox: Option<SandboxChoice>,
 }
 
@@ -181,14 +181,15 @@ fn show_diagnostics(loaded: &Loaded, color: ColorChoice) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Who answers gates and who else hears the events (the terminal display), and the sandbox.
-fn wiring(options: &RunOptions) -> anyhow::Result<Wiring> {
+/// Who answers gates and who else hears the events (the terminal display), and the sandbox (chosen
+/// before the runtime starts: choosing may probe `bwrap`).
+fn wiring(options: &RunOptions, sandbox: Arc<trellis_run::Sandbox>) -> anyhow::Result<Wiring> {
     let progress: Arc<dyn EventSink> = Progress::new(options.verbose);
     Ok(Wiring {
         interviewer: interviewer(options)?,
         subscribers: vec![progress],
         logged: None,
-        sandbox: Arc::new(trellis_run::sandbox(options.sandbox)?),
+        sandbox,
     })
 }
 
@@ -230,9 +231,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         },
         runs_dir: resolve_runs_dir(args.options.runs_dir.clone()),
     };
-    let wiring = wiring(&args.options)?;
+    let sandbox = Arc::new(trellis_run::sandbox(args.options.sandbox)?);
     super::on_runtime(async {
-        match Run::create(loaded, request, wiring).await {
+        match Run::create(loaded, request, wiring(&args.options, sandbox)?).await {
             Ok(run) => Box::pin(execute(run, &args.options)).await,
             Err(error @ RunError::Invalid { .. }) => {
                 eprintln!("error: {error}");
@@ -244,7 +245,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
-    let wiring = wiring(&args.options)?;
+    let sandbox = Arc::new(trellis_run::sandbox(args.options.sandbox)?);
     super::on_runtime(async {
         let runs_dir = resolve_runs_dir(args.options.runs_dir.clone());
         let resumable = Resumable::open(&args.run, &runs_dir).await?;
@@ -267,7 +268,10 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
         let loaded = resumable.load().await?;
         show_diagnostics(&loaded, args.options.color)?;
         let id = resumable.id().to_owned();
-        match resumable.into_run(loaded, wiring).await {
+        match resumable
+            .into_run(loaded, wiring(&args.options, sandbox)?)
+            .await
+        {
             Ok(run) => Box::pin(execute(run, &args.options)).await,
             Err(RunError::Invalid { .. }) => {
                 eprintln!("error: the workflow saved with run {id} no longer compiles");
