@@ -75,16 +75,14 @@ pub async fn serve(
         .header_read_timeout(HEADER_TIMEOUT);
     tokio::pin!(shutdown);
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                // Out of file descriptors and the like: wait a moment rather than spin.
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
+        };
+        let Ok((stream, peer)) = accepted else {
+            // Out of file descriptors and the like: wait a moment rather than spin.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
         };
         let Some(slot) = clients.admit(peer.ip()) else {
             drop(stream);
