@@ -21,9 +21,29 @@ pub const EMPTY_BLOB: &str =
 /// Context values whose JSON is longer than this are stored as blobs.
 pub const BLOB_THRESHOLD: usize = 100 * 1024;
 
+/// The name of one stage attempt's directory: `{rank:03}-{node}@{visit}`, with every character of the
+/// node id that could leave the directory or confuse a reader — `/`, `%`, NUL and other control
+/// characters — written as `%XX`. Validation refuses such ids; this holds whatever reaches the store.
+pub fn stage_dir_name(rank: u32, node: &str, visit: u32) -> String {
+    use std::fmt::Write as _;
+    let mut name = format!("{rank:03}-");
+    for c in node.chars() {
+        if c == '/' || c == '%' || c.is_control() {
+            let mut bytes = [0u8; 4];
+            for byte in c.encode_utf8(&mut bytes).bytes() {
+                let _ = write!(name, "%{byte:02X}");
+            }
+        } else {
+            name.push(c);
+        }
+    }
+    let _ = write!(name, "@{visit}");
+    name
+}
+
 /// The durable record of a run.
 pub trait RunStore: Send + Sync {
-    /// Creates the directory of one stage attempt (`stages/{rank:03}-{node}@{visit}`).
+    /// Creates the directory of one stage attempt (`stages/` + [`stage_dir_name`]).
     fn stage_dir(&self, rank: u32, node: &str, visit: u32) -> io::Result<PathBuf>;
     /// Writes a stage attempt's `status.json`.
     fn write_status(&self, stage_dir: &std::path::Path, status: &Value) -> io::Result<()>;
@@ -287,7 +307,7 @@ pub mod memory {
             node: &str,
             visit: u32,
         ) -> std::io::Result<std::path::PathBuf> {
-            let dir = self.root.join(format!("{rank:03}-{node}@{visit}"));
+            let dir = self.root.join(super::stage_dir_name(rank, node, visit));
             std::fs::create_dir_all(&dir)?;
             Ok(dir)
         }
@@ -366,5 +386,18 @@ pub mod memory {
         async fn ask(&self, _question: &Question) -> Answer {
             Answer::Unavailable
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn no_node_id_names_a_stage_directory_outside_its_parent() {
+        assert_eq!(super::stage_dir_name(7, "review", 2), "007-review@2");
+        assert_eq!(
+            super::stage_dir_name(1, "../../../tmp/x/pwn", 1),
+            "001-..%2F..%2F..%2Ftmp%2Fx%2Fpwn@1"
+        );
+        assert_eq!(super::stage_dir_name(1, "a\0b\nc%", 1), "001-a%00b%0Ac%25@1");
     }
 }

@@ -1,9 +1,11 @@
 //! A run's files: a stage's `prompt.md`, `response.md`, `status.json`, logs, and the artifacts the run
 //! captured. Nothing outside the run directory is ever served: `..`, `.`, empty segments, backslashes and
-//! encoded separators are refused, no symbolic link is followed, and only regular files are read. Every
+//! encoded separators are refused, no symbolic link is followed (the run directory included), and only
+//! regular files with one link are read (a hard link a command made could name any file). Every
 //! refusal is a plain `404`, so a probe learns nothing. Files are sent as text or as downloads, never as
 //! something a browser would run (HTML and SVG included).
 
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -93,7 +95,9 @@ fn read_inside(root: &Path, segments: &[String]) -> Result<(Vec<u8>, String), Ap
         }
     }
     let meta = std::fs::symlink_metadata(&path).map_err(|_| not_found())?;
-    if !meta.is_file() || meta.len() > MAX_FILE {
+    // A second name for a file (a hard link a command made) may be a file from anywhere: everything
+    // the run itself writes has one.
+    if !meta.is_file() || meta.nlink() != 1 || meta.len() > MAX_FILE {
         return Err(not_found());
     }
     let bytes = std::fs::read(&path).map_err(|_| not_found())?;

@@ -110,7 +110,7 @@ impl Server {
     }
 
     /// Opens the record of run `id`. Only run ids (letters and digits) are looked up: a path or `..`
-    /// never reaches the file system.
+    /// never reaches the file system, and a run directory that is a symbolic link is not a run.
     pub fn record(&self, id: &str) -> Result<RunDir, ActionError> {
         let plain =
             !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric());
@@ -118,7 +118,10 @@ impl Server {
             return Err(ActionError::NotFound(format!("no run `{id}`")));
         }
         let dir = self.runs_dir.join(id);
-        if !dir.join("run.json").is_file() {
+        // A run directory that is a symbolic link would lead the server's files and records out of
+        // the runs directory.
+        let linked = std::fs::symlink_metadata(&dir).map_or(true, |m| !m.is_dir());
+        if linked || !dir.join("run.json").is_file() {
             return Err(ActionError::NotFound(format!("no run `{id}`")));
         }
         // By its path: a bare id would first be looked up in the server's working directory.

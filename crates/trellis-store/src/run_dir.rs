@@ -442,14 +442,21 @@ impl RunStore for RunDir {
         let dir = self
             .root
             .join("stages")
-            .join(format!("{rank:03}-{node}@{visit}"));
+            .join(trellis_engine::services::stage_dir_name(rank, node, visit));
         if dir.exists() {
             // An attempt the process was killed in: keep what it wrote, out of the way.
             let mut n = 1;
             while dir.with_extension(format!("interrupted-{n}")).exists() {
                 n += 1;
             }
-            fs::rename(&dir, dir.with_extension(format!("interrupted-{n}")))?;
+            let aside = dir.with_extension(format!("interrupted-{n}"));
+            fs::rename(&dir, &aside)?;
+            // A kill between creating `status.json` and writing it leaves it empty: that attempt
+            // has no status, and an empty file would only mislead a reader.
+            let status = aside.join("status.json");
+            if fs::metadata(&status).is_ok_and(|m| m.len() == 0) {
+                fs::remove_file(&status)?;
+            }
         }
         fs::create_dir_all(&dir)?;
         Ok(dir)
