@@ -326,15 +326,33 @@ fn prompt_files_resolve_home_and_parent_directories() {
         "refs.fabro",
         "digraph Refs {\n  graph [goal=\"ship\"]\n  start -> shared -> parent -> exit\n  shared [shape=tab, prompt=\"@~/shared-prompts/review.md\"]\n  parent [shape=tab, prompt=\"@../common/plan.md\"]\n}\n",
     );
-    let run = |home_dir: &Path| {
-        Command::new(env!("CARGO_BIN_EXE_trellis"))
-            .args(["graph", "flows/refs.fabro"])
+    let run = |home_dir: &Path, allow: &[&Path]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_trellis"));
+        command.args(["graph", "flows/refs.fabro"]);
+        for dir in allow {
+            command.arg("--allow-dir").arg(dir);
+        }
+        command
             .current_dir(project.path())
             .env("HOME", home_dir)
             .output()
             .unwrap()
     };
-    let out = run(home.path());
+    // Outside the workflow's directory (and no git repository around it): read only when allowed.
+    let out = run(home.path(), &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("`prompt` refers to `~/shared-prompts/review.md`, which is outside the workflow's directory"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("`prompt` refers to `../common/plan.md`, which is outside"),
+        "{stderr}"
+    );
+    let shared = home.path().join("shared-prompts");
+    let common = project.path().join("common");
+    let out = run(home.path(), &[&shared, &common]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
         text(&out.stdout).contains("prompt=\"Review for ship\""),
@@ -343,7 +361,7 @@ fn prompt_files_resolve_home_and_parent_directories() {
     );
     assert!(text(&out.stdout).contains("prompt=\"Plan it\""));
     let elsewhere = tempfile::tempdir().unwrap();
-    let out = run(elsewhere.path());
+    let out = run(elsewhere.path(), &[&common]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("error[file-reference]: `prompt` refers to `~/shared-prompts/review.md`, which does not exist"), "{}", text(&out.stderr));
 }

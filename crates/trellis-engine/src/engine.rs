@@ -55,6 +55,14 @@ pub enum EngineError {
         "choosing the edge out of `{node}` needs a model to judge its `when` conditions: {reason}"
     )]
     Routing { node: String, reason: String },
+    #[error(
+        "sub-workflows nest more than {limit} deep at `{node}` ({workflow}): a workflow that includes itself never ends"
+    )]
+    NestingTooDeep {
+        node: String,
+        workflow: String,
+        limit: u32,
+    },
     #[error("cannot write the run record: {source}")]
     Store {
         #[from]
@@ -85,6 +93,9 @@ pub struct Engine {
     pub services: Services,
     pub settings: Settings,
     pub(crate) seq: Arc<AtomicU64>,
+    /// Stages executed in this process by the run and every sub-workflow in it, shared down the tree:
+    /// the step budget counts them all.
+    pub(crate) spent: Arc<std::sync::atomic::AtomicU32>,
     pub(crate) run_id: String,
     /// Sub-workflow nesting depth (0 for the top-level run).
     pub(crate) depth: u32,
@@ -280,6 +291,7 @@ impl Engine {
             services,
             settings,
             seq: Arc::new(AtomicU64::new(0)),
+            spent: Arc::default(),
             // Replaced by the checkpoint `run` starts from.
             book: Mutex::new(Book {
                 checkpoint: Checkpoint::new(run_id.clone(), "", BTreeMap::new()),
@@ -322,12 +334,18 @@ impl Engine {
         checkpoint.rank += 1;
         if step {
             checkpoint.steps += 1;
+            self.spent.fetch_add(1, Ordering::Relaxed);
         }
         checkpoint.rank
     }
 
+    /// Stages counted against the step budget: this run's recorded ones (across resumes), or, when
+    /// more, those executed in this process by the whole tree of runs it belongs to.
     pub(crate) fn steps(&self) -> u32 {
-        self.book().checkpoint.steps
+        self.book()
+            .checkpoint
+            .steps
+            .max(self.spent.load(Ordering::Relaxed))
     }
 }
 

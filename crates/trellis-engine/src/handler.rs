@@ -67,8 +67,12 @@ pub struct Settings {
     pub dry_run: bool,
     /// Models are simulated; commands, waits and human gates run (`--simulate`).
     pub simulate: bool,
-    /// Stages a run may execute before it is stopped as a runaway.
+    /// Stages a run may execute before it is stopped as a runaway, its sub-workflows' stages included.
     pub max_steps: u32,
+    /// Directories `@file` and `workflow=` references may reach besides the workflow's own tree
+    /// (`--allow-dir`); sub-workflows are compiled with them too.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_dirs: Vec<std::path::PathBuf>,
 }
 
 impl Default for Settings {
@@ -78,6 +82,7 @@ impl Default for Settings {
             dry_run: false,
             simulate: false,
             max_steps: 10_000,
+            allowed_dirs: Vec::new(),
         }
     }
 }

@@ -398,6 +398,9 @@ mod tests {
             super::stage_dir_name(1, "../../../tmp/x/pwn", 1),
             "001-..%2F..%2F..%2Ftmp%2Fx%2Fpwn@1"
         );
-        assert_eq!(super::stage_dir_name(1, "a\0b\nc%", 1), "001-a%00b%0Ac%25@1");
+        assert_eq!(
+            super::stage_dir_name(1, "a\0b\nc%", 1),
+            "001-a%00b%0Ac%25@1"
+        );
     }
 }

@@ -16,8 +16,9 @@ use crate::handler::Services;
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
 
-/// How deep sub-workflows may nest (a workflow that includes itself stops here).
-const MAX_DEPTH: u32 = 16;
+/// How deep sub-workflows may nest (a workflow that includes itself stops here, once: the error ends
+/// the whole run rather than failing each level's stage in turn).
+pub const MAX_DEPTH: u32 = 8;
 
 impl Engine {
     pub(crate) async fn run_sub_workflow(
@@ -56,14 +57,16 @@ impl Engine {
         node_id: &str,
     ) -> Result<Outcome, EngineError> {
         if self.depth >= MAX_DEPTH {
-            return Ok(Outcome::failed(
-                FailureClass::Configuration,
-                format!("sub-workflows nest more than {MAX_DEPTH} deep at `{node_id}`"),
-            ));
+            return Err(EngineError::NestingTooDeep {
+                node: node_id.to_owned(),
+                workflow: path.display().to_string(),
+                limit: MAX_DEPTH,
+            });
         }
         let options = CompileOptions {
             goal: self.workflow.graph.goal.clone(),
             base_dir: None,
+            allowed_dirs: self.settings.allowed_dirs.clone(),
         };
         let child_path = path.to_path_buf();
         let (file, compiled) =
@@ -102,6 +105,7 @@ impl Engine {
             child_id.clone(),
         );
         engine.seq = self.seq.clone();
+        engine.spent = self.spent.clone();
         engine.depth = self.depth + 1;
         let parent = context.snapshot();
         let inherited = parent
@@ -118,6 +122,12 @@ impl Engine {
         // Cancelling the parent drops this stage, and the child run with it.
         let result =
             Box::pin(engine.run(checkpoint, &tokio_util::sync::CancellationToken::new())).await;
+        // A runaway (too deep, out of steps) stops the whole run with the child's own error.
+        if let Some(error @ (EngineError::NestingTooDeep { .. } | EngineError::StepBudget { .. })) =
+            result.error
+        {
+            return Err(error);
+        }
         let mut outcome = match result.status {
             RunStatus::Succeeded => Outcome::success(),
             RunStatus::WaitingForInput => Outcome::failed(

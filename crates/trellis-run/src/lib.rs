@@ -14,3 +14,4 @@ pub use run::{
     sandbox,
 };
 pub use trellis_process::sandbox::{Choice as SandboxChoice, Sandbox};
+pub use trellis_workflow::CompileOptions;

@@ -69,14 +69,15 @@ impl Loaded {
 }
 
 /// Reads and compiles `path` (on the blocking pool); `@file` references resolve beside `source_path`
-/// (the original file of a workflow kept in a run record).
+/// (the original file of a workflow kept in a run record). `options` gives the goal and the directories
+/// references may reach; its `base_dir` is set here.
 pub async fn load(
     path: &Path,
     source_path: &Path,
-    goal: Option<String>,
+    options: CompileOptions,
 ) -> Result<Loaded, RunError> {
     let (path, source_path) = (path.to_path_buf(), source_path.to_path_buf());
-    blocking(move || load_blocking(&path, &source_path, goal)).await
+    blocking(move || load_blocking(&path, &source_path, options)).await
 }
 
 /// [`load`] on the calling thread, for a caller that is not on an async runtime: a command line that
@@ -85,11 +86,11 @@ pub async fn load(
 pub fn load_blocking(
     path: &Path,
     source_path: &Path,
-    goal: Option<String>,
+    options: CompileOptions,
 ) -> Result<Loaded, RunError> {
     let options = CompileOptions {
-        goal,
         base_dir: source_path.parent().map(Path::to_path_buf),
+        ..options
     };
     let (file, compiled) = trellis_workflow::load(path, &options)?;
     Ok(Loaded {
@@ -102,10 +103,10 @@ pub fn load_blocking(
 /// Compiles a workflow given as text (pasted into the web app, posted to the API). `path` places it for
 /// the run record (it need not exist: its extension picks DOT or YAML, and `@file` references resolve
 /// beside it); diagnostics name its file name.
-pub async fn load_text(path: &Path, text: String, goal: Option<String>) -> Loaded {
+pub async fn load_text(path: &Path, text: String, options: CompileOptions) -> Loaded {
     let options = CompileOptions {
-        goal,
         base_dir: path.parent().map(Path::to_path_buf),
+        ..options
     };
     let path = path.to_path_buf();
     blocking(move || {
@@ -482,7 +483,11 @@ impl Resumable {
         load(
             &source,
             Path::new(&self.meta.source_path),
-            self.meta.goal.clone(),
+            CompileOptions {
+                goal: self.meta.goal.clone(),
+                allowed_dirs: self.meta.settings.allowed_dirs.clone(),
+                base_dir: None,
+            },
         )
         .await
     }

@@ -36,7 +36,9 @@ async fn a_run_is_created_executed_cancelled_and_resumed_through_the_library() {
          start -> first -> slow -> exit }",
     )
     .unwrap();
-    let loaded = trellis_run::load(&file, &file, None).await.unwrap();
+    let loaded = trellis_run::load(&file, &file, trellis_run::CompileOptions::default())
+        .await
+        .unwrap();
     assert!(loaded.compiled.diagnostics.is_empty());
     let events = Arc::new(MemoryEvents::default());
     let request = NewRun {

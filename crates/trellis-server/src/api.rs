@@ -544,7 +544,15 @@ async fn load_requested(
     match (workflow, source) {
         (Some(relative), None) => {
             let path = server.workflow_path(relative)?;
-            let mut loaded = trellis_run::load(&path, &path, goal).await?;
+            let mut loaded = trellis_run::load(
+                &path,
+                &path,
+                trellis_run::CompileOptions {
+                    goal,
+                    ..Default::default()
+                },
+            )
+            .await?;
             loaded.file = loaded.file.named(relative);
             Ok((loaded, path))
         }
@@ -555,7 +563,18 @@ async fn load_requested(
                 .clone()
                 .unwrap_or_else(|| server.work_dir.clone());
             let path = base.join(name);
-            Ok((trellis_run::load_text(&path, source, goal).await, path))
+            Ok((
+                trellis_run::load_text(
+                    &path,
+                    source,
+                    trellis_run::CompileOptions {
+                        goal,
+                        ..Default::default()
+                    },
+                )
+                .await,
+                path,
+            ))
         }
         _ => Err(ApiError::bad_request(
             "give either `workflow` (a file under --workflows) or `source` (the workflow's text)",

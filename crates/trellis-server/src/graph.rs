@@ -111,8 +111,16 @@ pub async fn run_graph(
         Ok((source, meta))
     })
     .await?;
-    let loaded =
-        trellis_run::load(&source, std::path::Path::new(&meta.source_path), meta.goal).await?;
+    let loaded = trellis_run::load(
+        &source,
+        std::path::Path::new(&meta.source_path),
+        trellis_run::CompileOptions {
+            goal: meta.goal,
+            allowed_dirs: meta.settings.allowed_dirs,
+            base_dir: None,
+        },
+    )
+    .await?;
     let Some(workflow) = loaded.compiled.workflow else {
         return Err(ApiError::Status(
             axum::http::StatusCode::UNPROCESSABLE_ENTITY,

@@ -144,6 +144,7 @@ impl Server {
                 dry_run: start.dry_run,
                 simulate: start.simulate,
                 max_steps: 10_000,
+                allowed_dirs: Vec::new(),
             },
             runs_dir: self.runs_dir.clone(),
         };

@@ -40,6 +40,9 @@ pub struct CompileOptions {
     pub goal: Option<String>,
     /// Where `@file` references resolve; defaults to the workflow file's directory.
     pub base_dir: Option<PathBuf>,
+    /// Directories references may reach besides the workflow's own and its git repository
+    /// (`--allow-dir`).
+    pub allowed_dirs: Vec<PathBuf>,
 }
 
 /// The result of compiling: the workflow when there were no errors, and every diagnostic.
@@ -107,8 +110,9 @@ pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> C
         // graph and lowered form at once.
         let mut flat = flatten::flatten(parsed.document);
         rules::attribute_alias::apply(&mut flat, &mut diagnostics);
+        let files = rules::file_reference::FileScope::new(&base_dir, &options.allowed_dirs);
         let lowerer = lower::Lowerer {
-            base_dir: &base_dir,
+            files: &files,
             goal_override: options.goal.as_deref(),
             out: &mut diagnostics,
             sheet: None,

@@ -4,7 +4,6 @@
 //! text.
 
 use crate::small_map::SmallMap;
-use std::path::Path;
 use std::time::Duration;
 
 use trellis_syntax::Diagnostic;
@@ -36,7 +35,7 @@ const DEFAULT_OUTPUT_RETRIES: u32 = 2;
 const DEFAULT_MAX_PARALLEL: u32 = 4;
 
 pub(crate) struct Lowerer<'a> {
-    pub base_dir: &'a Path,
+    pub files: &'a file_reference::FileScope,
     pub goal_override: Option<&'a str>,
     pub out: &'a mut Vec<Diagnostic>,
     /// The parsed model stylesheet and the attribute value it was read from (for spans).
@@ -260,7 +259,7 @@ impl Lowerer<'_> {
             HandlerKind::SubWorkflow => {
                 let value = flat.attrs.get("workflow").map(|a| &a.value);
                 let workflow =
-                    sub_workflow::require(&id, value, self.base_dir, flat.id.span, self.out)
+                    sub_workflow::require(&id, value, self.files, flat.id.span, self.out)
                         .unwrap_or_default();
                 NodeKind::SubWorkflow(SubWorkflowConfig { workflow })
             }
@@ -304,7 +303,7 @@ impl Lowerer<'_> {
                         trellis_syntax::ast::ValueKind::Quoted,
                         attr.value.span,
                     );
-                    file_reference::load(key, &value, self.base_dir, self.out)
+                    file_reference::load(key, &value, self.files, self.out)
                         .map(|(_, text)| text.trim().to_owned())
                 })
                 .filter(|text| !text.is_empty())
@@ -350,21 +349,19 @@ impl Lowerer<'_> {
         }
         // A node without a prompt is asked its label, as Fabro and Attractor do (`llm-prompt` warns).
         let (prompt_file, prompt) = match attrs.get("prompt").or_else(|| attrs.get("label")) {
-            Some(attr) => {
-                match file_reference::load("prompt", &attr.value, self.base_dir, self.out) {
-                    Some((file, text)) => {
-                        let expanded = template_variable::expand(
-                            &text,
-                            graph.goal.as_deref(),
-                            attr.value.span,
-                            id,
-                            self.out,
-                        );
-                        (file, expanded)
-                    }
-                    None => (None, String::new()),
+            Some(attr) => match file_reference::load("prompt", &attr.value, self.files, self.out) {
+                Some((file, text)) => {
+                    let expanded = template_variable::expand(
+                        &text,
+                        graph.goal.as_deref(),
+                        attr.value.span,
+                        id,
+                        self.out,
+                    );
+                    (file, expanded)
                 }
-            }
+                None => (None, String::new()),
+            },
             None => (None, String::new()),
         };
         let prompt = self.with_rules_and_context(&attrs, prompt);
@@ -420,7 +417,7 @@ impl Lowerer<'_> {
             );
             return None;
         }
-        let (path, text) = file_reference::load("output_schema", value, self.base_dir, self.out)?;
+        let (path, text) = file_reference::load("output_schema", value, self.files, self.out)?;
         match serde_json::from_str::<serde_json::Value>(&text) {
             Ok(schema) if schema.is_object() => Some(OutputSchema::JsonSchema { path, schema }),
             Ok(_) => {

@@ -223,7 +223,7 @@ fn check(name: &str, text: &str, base_dir: &Path) {
         let parsed = trellis_syntax::parse(&file);
         let options = CompileOptions {
             base_dir: Some(base_dir.to_path_buf()),
-            goal: None,
+            ..CompileOptions::default()
         };
         let compiled = compile(&file, parsed, &options);
         for diagnostic in &compiled.diagnostics {
@@ -325,7 +325,7 @@ fn regression_deep_nesting_is_an_error_not_a_stack_overflow() {
         let parsed = trellis_syntax::parse(&file);
         let options = CompileOptions {
             base_dir: Some(base_dir.to_path_buf()),
-            goal: None,
+            ..CompileOptions::default()
         };
         let compiled = compile(&file, parsed, &options);
         assert!(

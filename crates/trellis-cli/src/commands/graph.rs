@@ -24,6 +24,9 @@ pub struct Args {
     /// Colour diagnostics.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     color: ColorChoice,
+    /// Let `@file` and `workflow=` references read from this directory too; repeat for several.
+    #[arg(long = "allow-dir", value_name = "DIR")]
+    allow_dir: Vec<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -35,6 +38,7 @@ pub enum GraphFormat {
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let options = CompileOptions {
         goal: args.goal.clone(),
+        allowed_dirs: args.allow_dir.clone(),
         ..CompileOptions::default()
     };
     let (file, compiled) = match trellis_workflow::load(&args.file, &options) {

@@ -75,9 +75,13 @@ pub struct RunArgs {
     /// Workflow inputs from a JSON object file; `--input` values override them.
     #[arg(long = "inputs", value_name = "FILE")]
     inputs: Option<PathBuf>,
-    /// Stop a run after this many stages (a runaway loop).
+    /// Stop a run after this many stages, its sub-workflows' stages included (a runaway loop).
     #[arg(long, default_value_t = 10_000)]
     max_steps: u32,
+    /// Let `@file` and `workflow=` references read from this directory too (they stay inside the
+    /// workflow's directory or its git repository otherwise); repeat for several.
+    #[arg(long = "allow-dir", value_name = "DIR")]
+    allow_dir: Vec<PathBuf>,
     #[command(flatten)]
     options: RunOptions,
 }
@@ -197,7 +201,12 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let mut initial = parse_sets(&args.set)?;
     // Compiled before the runtime starts, on the thread that then runs the workflow (see
     // `load_blocking`).
-    let loaded = match trellis_run::load_blocking(&args.file, &args.file, args.goal.clone()) {
+    let options = trellis_run::CompileOptions {
+        goal: args.goal.clone(),
+        allowed_dirs: args.allow_dir.clone(),
+        base_dir: None,
+    };
+    let loaded = match trellis_run::load_blocking(&args.file, &args.file, options) {
         Ok(loaded) => loaded,
         Err(error @ RunError::Source(_)) => {
             eprintln!("error: {error}");
@@ -228,6 +237,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             dry_run: args.dry_run,
             simulate: args.simulate,
             max_steps: args.max_steps,
+            allowed_dirs: args
+                .allow_dir
+                .iter()
+                .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()))
+                .collect(),
         },
         runs_dir: resolve_runs_dir(args.options.runs_dir.clone()),
     };

@@ -23,6 +23,9 @@ pub struct Args {
     /// Colour diagnostics.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     color: ColorChoice,
+    /// Let `@file` and `workflow=` references read from this directory too; repeat for several.
+    #[arg(long = "allow-dir", value_name = "DIR")]
+    allow_dir: Vec<PathBuf>,
 }
 
 fn verdict(tally: Tally) -> String {
@@ -40,7 +43,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let (mut any_invalid, mut any_unreadable) = (false, false);
     let mut documents = Vec::new();
     for (i, path) in args.files.iter().enumerate() {
-        let (file, compiled) = match trellis_workflow::load(path, &CompileOptions::default()) {
+        let options = CompileOptions {
+            allowed_dirs: args.allow_dir.clone(),
+            ..CompileOptions::default()
+        };
+        let (file, compiled) = match trellis_workflow::load(path, &options) {
             Ok(loaded) => loaded,
             Err(error) => {
                 any_unreadable = true;

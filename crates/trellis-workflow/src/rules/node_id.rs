@@ -36,9 +36,7 @@ fn problem(id: &str) -> Option<String> {
     }
     let shown = id.escape_debug();
     if id.is_empty() || id == "." || id == ".." {
-        return Some(format!(
-            "node id `{shown}` cannot name a stage directory"
-        ));
+        return Some(format!("node id `{shown}` cannot name a stage directory"));
     }
     if let Some(c) = id.chars().find(|c| matches!(c, '/' | '\\')) {
         return Some(format!(
@@ -61,7 +59,10 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     for node in &workflow.nodes {
         if let Some(message) = problem(&node.id) {
             let (label, help) = if too_long(&node.id) {
-                ("too long", "use a shorter id, and put the description in `label`")
+                (
+                    "too long",
+                    "use a shorter id, and put the description in `label`",
+                )
             } else {
                 (
                     "not usable as a node id",
@@ -83,11 +84,26 @@ mod tests {
 
     #[test]
     fn ids_that_could_leave_the_record_or_break_a_name_are_refused() {
-        for bad in ["../../../../tmp/x/ESCAPED/pwn", "a/b", "..", ".", "", "a\\b", "a\0b", "a\nb"] {
+        for bad in [
+            "../../../../tmp/x/ESCAPED/pwn",
+            "a/b",
+            "..",
+            ".",
+            "",
+            "a\\b",
+            "a\0b",
+            "a\nb",
+        ] {
             assert!(problem(bad).is_some(), "{bad:?}");
         }
         assert!(problem(&"x".repeat(201)).is_some());
-        for good in ["read-bug-report", "a.b", "a..b", "Ünïcode", &"x".repeat(200)] {
+        for good in [
+            "read-bug-report",
+            "a.b",
+            "a..b",
+            "Ünïcode",
+            &"x".repeat(200),
+        ] {
             assert!(problem(good).is_none(), "{good:?}");
         }
     }

@@ -8,7 +8,7 @@
 //! build [shape=house, workflow="build.fabro"]
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use trellis_syntax::ast::Value;
 use trellis_syntax::{Diagnostic, Severity, Span};
@@ -25,7 +25,7 @@ pub const RULE: Rule = Rule {
 pub(crate) fn require(
     node: &str,
     value: Option<&Value>,
-    base_dir: &Path,
+    files: &file_reference::FileScope,
     span: Span,
     out: &mut Vec<Diagnostic>,
 ) -> Option<PathBuf> {
@@ -44,7 +44,7 @@ pub(crate) fn require(
         "workflow",
         value,
         value.text.trim_start_matches('@'),
-        base_dir,
+        files,
         out,
     )
 }
