@@ -125,6 +125,12 @@ pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> C
             for check in rules::GRAPH_CHECKS {
                 check(&workflow, &mut diagnostics);
             }
+            // Text held in memory stands for a file of its name in `base_dir`.
+            let own = file.path().map_or_else(
+                || base_dir.join(Path::new(file.name()).file_name().unwrap_or_default()),
+                Path::to_path_buf,
+            );
+            rules::sub_workflow::check_includes(&workflow, &own, &mut diagnostics);
         }
         Some(workflow)
     };
