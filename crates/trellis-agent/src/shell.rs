@@ -1,8 +1,8 @@
-//! The `shell` tool: `sh -c` in the working directory, in a process group of its own, with secrets
-//! (`*_API_KEY`, `*_SECRET`, `*_TOKEN`, `*_PASSWORD`, `*_CREDENTIAL`) removed from its environment
-//! unless the node passes them on, and their values redacted from its output (see `trellis_process::secrets`).
-//! When the call ends — the command exits, its timeout runs out, or the session is dropped because the
-//! stage was cancelled — the whole group is killed, so nothing it started in the background lingers.
+//! The `shell` tool: `sh -c` in the working directory, in the run's sandbox, in a process group of its
+//! own, with secrets removed from its environment unless the node passes them on, and their values
+//! redacted from its output (see `trellis_process::secrets`). When the call ends — the command exits,
+//! its timeout runs out, or the session is dropped because the stage was cancelled — the whole group is
+//! killed (and, in the sandbox, everything in it), so nothing it started in the background lingers.
 
 use std::fmt::Write as _;
 use std::path::Path;

@@ -1,22 +1,72 @@
-//! Secrets in the environment: variables whose names end in `_API_KEY`, `_SECRET`, `_TOKEN`,
-//! `_PASSWORD` or `_CREDENTIAL` (the providers' keys among them). Commands that a workflow or a model
-//! wrote never get them — a node passes a variable on by naming it in its `env` attribute — and, as a
-//! second line of defence, their values are redacted from what commands print before it is recorded,
-//! shown to a model, or put in a preamble or an event.
+//! Secrets in the environment, and keeping them out of what children see and what is recorded.
+//!
+//! A variable is a **secret** when its name, split at `_` into words, has a word that names one
+//! (`SECRET`, `TOKEN`, `PASSWORD`, `PASSWD`, `PASS`, `CREDENTIAL`, `APIKEY`, `PRIVATE`, each also
+//! plural) or two words that do (`API KEY`, `ACCESS KEY`, `SIGNING KEY`, `ENCRYPTION KEY`,
+//! `MASTER KEY`, `CLIENT KEY`), or when its value is a URL with a password in it
+//! (`postgres://user:password@host/db`): `ANTHROPIC_API_KEY`, `API_KEY`, `AWS_SECRET_ACCESS_KEY`,
+//! `GITHUB_TOKEN`, `DB_PASS`, `GOOGLE_APPLICATION_CREDENTIALS_JSON` and `DATABASE_URL` above all are.
+//! `TOKENIZERS_PARALLELISM` is not (`TOKENIZERS` is no such word).
+//!
+//! Commands that a workflow or a model wrote never get secrets — a node passes a variable on by naming
+//! it in its `env` attribute — and, as a second line of defence, secret values (and a URL's password
+//! on its own) are redacted from what commands print before it is recorded, shown to a model, or put in
+//! a preamble or an event: as written, and in the encodings a leak would use (base64 at any alignment,
+//! standard or URL-safe, hexadecimal and URL-encoding).
 
 use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
 use std::sync::LazyLock;
 
-/// Names ending so are secrets.
-const SECRET_SUFFIXES: &[&str] = &["_API_KEY", "_SECRET", "_TOKEN", "_PASSWORD", "_CREDENTIAL"];
+/// Name words that make a variable a secret.
+const SECRET_WORDS: &[&str] = &[
+    "SECRET",
+    "SECRETS",
+    "TOKEN",
+    "TOKENS",
+    "PASSWORD",
+    "PASSWORDS",
+    "PASSWD",
+    "PASS",
+    "CREDENTIAL",
+    "CREDENTIALS",
+    "APIKEY",
+    "PRIVATE",
+];
+/// Words that, before `KEY`, make a variable a secret.
+const KEY_KINDS: &[&str] = &[
+    "API",
+    "ACCESS",
+    "SIGNING",
+    "ENCRYPTION",
+    "MASTER",
+    "CLIENT",
+];
 /// Values shorter than this are not redacted (they would match ordinary text).
 const MIN_SECRET_CHARS: usize = 8;
 
 /// Whether a variable is a secret, by its name.
 pub fn is_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    SECRET_SUFFIXES.iter().any(|s| upper.ends_with(s))
+    let words: Vec<&str> = upper.split(['_', '-', '.']).collect();
+    words.iter().any(|w| SECRET_WORDS.contains(w))
+        || words
+            .windows(2)
+            .any(|pair| pair[1] == "KEY" && KEY_KINDS.contains(&pair[0]))
+}
+
+/// The password of a URL with credentials (`scheme://user:password@host...`) in `value`, if any.
+pub fn url_password(value: &str) -> Option<&str> {
+    let rest = &value[value.find("://")? + 3..];
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    let (_, password) = userinfo.split_once(':')?;
+    (!password.is_empty()).then_some(password)
+}
+
+/// Whether a variable is a secret, by its name or its value.
+fn is_secret_variable(name: &str, value: &OsStr) -> bool {
+    is_secret(name) || value.to_str().and_then(url_password).is_some()
 }
 
 /// This process's environment, each variable with whether it is a secret: read once (a fan-out starts
@@ -25,7 +75,7 @@ pub fn is_secret(name: &str) -> bool {
 static ENVIRONMENT: LazyLock<Vec<(OsString, OsString, bool)>> = LazyLock::new(|| {
     std::env::vars_os()
         .map(|(name, value)| {
-            let secret = is_secret(&name.to_string_lossy());
+            let secret = is_secret_variable(&name.to_string_lossy(), &value);
             (name, value, secret)
         })
         .collect()
@@ -39,15 +89,59 @@ pub fn child_env(pass: &[String]) -> impl Iterator<Item = (&'static OsStr, &'sta
         .map(|(name, value, _)| (name.as_os_str(), value.as_os_str()))
 }
 
-/// The secret values of this process's environment, longest first (so a value containing another is
-/// replaced whole).
+/// What to look for in output: every form of every secret value of this process's environment, with
+/// the name it is redacted as, longest first (so a form containing another is replaced whole).
 static SECRETS: LazyLock<Vec<(String, String)>> = LazyLock::new(|| {
-    let mut secrets: Vec<(String, String)> = std::env::vars()
-        .filter(|(name, value)| is_secret(name) && value.chars().count() >= MIN_SECRET_CHARS)
+    let mut forms: Vec<(String, String)> = ENVIRONMENT
+        .iter()
+        .filter(|(_, _, secret)| *secret)
+        .filter_map(|(name, value, _)| Some((name.to_str()?, value.to_str()?)))
+        .flat_map(|(name, value)| {
+            let password = url_password(value).map(str::to_owned);
+            std::iter::once(value.to_owned())
+                .chain(password)
+                .filter(|v| v.chars().count() >= MIN_SECRET_CHARS)
+                .flat_map(|v| encodings(&v))
+                .map(move |form| (name.to_owned(), form))
+        })
         .collect();
-    secrets.sort_by_key(|(_, value)| std::cmp::Reverse(value.len()));
-    secrets
+    forms.sort_by_key(|(_, form)| std::cmp::Reverse(form.len()));
+    forms.dedup_by(|a, b| a.1 == b.1);
+    forms
 });
+
+/// `value` as written and in the encodings a leak would use: base64 (standard and URL-safe, at each
+/// of the three alignments it can take inside a longer encoded text, without the partial groups at
+/// either end), hexadecimal (both cases) and URL-encoding.
+fn encodings(value: &str) -> Vec<String> {
+    use base64::Engine as _;
+    let mut forms = vec![value.to_owned()];
+    for offset in 0..3 {
+        let mut bytes = vec![0u8; offset];
+        bytes.extend_from_slice(value.as_bytes());
+        for engine in [
+            &base64::engine::general_purpose::STANDARD,
+            &base64::engine::general_purpose::URL_SAFE,
+        ] {
+            let encoded = engine.encode(&bytes);
+            // The first group mixes in the offset's bytes, the last one what follows the value.
+            let start = if offset == 0 { 0 } else { 4 };
+            let end = encoded.len().saturating_sub(4);
+            if end >= start + MIN_SECRET_CHARS {
+                forms.push(encoded[start..end].to_owned());
+            }
+        }
+    }
+    let hex: String = value.bytes().map(|b| format!("{b:02x}")).collect();
+    forms.push(hex.to_ascii_uppercase());
+    forms.push(hex);
+    let url_encoded: String =
+        percent_encoding::utf8_percent_encode(value, percent_encoding::NON_ALPHANUMERIC).collect();
+    forms.push(url_encoded);
+    forms.sort();
+    forms.dedup();
+    forms
+}
 
 /// `text` with every known secret value replaced by `[redacted NAME]`.
 pub fn redact(text: &str) -> Cow<'_, str> {
@@ -93,18 +187,64 @@ mod tests {
     use super::*;
 
     #[test]
-    fn secrets_are_recognised_by_suffix() {
+    fn secrets_are_recognised_by_the_words_of_their_names() {
         for name in [
             "ANTHROPIC_API_KEY",
+            "API_KEY",
             "aws_secret",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_ACCESS_KEY_ID",
             "GITHUB_TOKEN",
             "DB_PASSWORD",
+            "DB_PASS",
             "X_CREDENTIAL",
+            "GOOGLE_APPLICATION_CREDENTIALS_JSON",
+            "SSH_PRIVATE_KEY",
+            "OPENAI_APIKEY",
         ] {
             assert!(is_secret(name), "{name}");
         }
-        for name in ["PATH", "HOME", "TOKENIZERS_PARALLELISM"] {
+        for name in [
+            "PATH",
+            "HOME",
+            "PWD",
+            "TOKENIZERS_PARALLELISM",
+            "PASSTHROUGH",
+            "KEYBOARD",
+            "SSH_AUTH_SOCK",
+        ] {
             assert!(!is_secret(name), "{name}");
         }
+    }
+
+    #[test]
+    fn a_url_with_a_password_holds_a_secret() {
+        assert_eq!(url_password("postgres://u:pw0rd@h/db"), Some("pw0rd"));
+        assert_eq!(url_password("https://user@host/x"), None);
+        assert_eq!(url_password("https://host/x?a=b:c@d"), None);
+        assert_eq!(url_password("plain text"), None);
+        assert!(is_secret_variable(
+            "DATABASE_URL",
+            OsStr::new("postgres://u:pw@h/db")
+        ));
+        assert!(!is_secret_variable("HOMEPAGE", OsStr::new("https://example.org/")));
+    }
+
+    #[test]
+    fn every_encoding_of_a_value_is_found_at_any_offset() {
+        use base64::Engine as _;
+        let secret = "sk-test-0123456789abcdef";
+        let forms = encodings(secret);
+        for prefix in ["", "A", "AB", "XYZ=", "PATH=/usr/bin\0"] {
+            let leaked = format!("{prefix}SECRET={secret}\0HOME=/root");
+            let encoded = base64::engine::general_purpose::STANDARD.encode(leaked.as_bytes());
+            assert!(
+                forms.iter().any(|f| encoded.contains(f.as_str())),
+                "base64 after {prefix:?}: {encoded}"
+            );
+        }
+        let hex: String = secret.bytes().map(|b| format!("{b:02x}")).collect();
+        assert!(forms.contains(&hex));
+        assert!(forms.iter().any(|f| f == "sk%2Dtest%2D0123456789abcdef"));
     }
 }
