@@ -8,6 +8,7 @@
 )]
 
 use std::fmt::Write as _;
+use std::io::{Read as _, Write as _};
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -17,7 +18,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::tools::{Tool, ToolOutput, parse_args};
-use crate::work_dir::WorkDir;
+use crate::work_dir::{self, WorkDir};
 
 /// Lines `read_file` returns unless told otherwise.
 const READ_DEFAULT_LINES: usize = 2_000;
@@ -50,7 +51,7 @@ struct ReadArgs {
 
 fn read_file(work_dir: &WorkDir, args: &ReadArgs) -> Result<ToolOutput, String> {
     let path = work_dir.resolve_readable(&args.path)?;
-    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read `{}`: {e}", args.path))?;
+    let bytes = read_whole(&path, &args.path)?;
     if bytes.contains(&0) {
         return Err(format!(
             "`{}` is a binary file ({} bytes); read_file shows text only",
@@ -103,8 +104,7 @@ fn write_file(work_dir: &WorkDir, args: &WriteArgs) -> Result<ToolOutput, String
         std::fs::create_dir_all(parent)
             .map_err(|e| format!("cannot create the folders of `{}`: {e}", args.path))?;
     }
-    std::fs::write(&path, &args.content)
-        .map_err(|e| format!("cannot write `{}`: {e}", args.path))?;
+    write_whole(&path, &args.path, args.content.as_bytes())?;
     Ok(touched(
         format!("wrote {} bytes to {}", args.content.len(), args.path),
         work_dir,
@@ -126,8 +126,8 @@ fn edit_file(work_dir: &WorkDir, args: &EditArgs) -> Result<ToolOutput, String> 
     if args.old_string.is_empty() {
         return Err("old_string is empty; give the exact text to replace".to_owned());
     }
-    let text =
-        std::fs::read_to_string(&path).map_err(|e| format!("cannot read `{}`: {e}", args.path))?;
+    let text = String::from_utf8(read_whole(&path, &args.path)?)
+        .map_err(|_| format!("`{}` is not UTF-8 text", args.path))?;
     let count = text.matches(&args.old_string).count();
     match count {
         0 => {
@@ -149,12 +149,29 @@ fn edit_file(work_dir: &WorkDir, args: &EditArgs) -> Result<ToolOutput, String> 
     } else {
         text.replacen(&args.old_string, &args.new_string, 1)
     };
-    std::fs::write(&path, edited).map_err(|e| format!("cannot write `{}`: {e}", args.path))?;
+    write_whole(&path, &args.path, edited.as_bytes())?;
     Ok(touched(
         format!("replaced {count} occurrence(s) in {}", args.path),
         work_dir,
         &path,
     ))
+}
+
+/// The whole of a regular file ([`work_dir::open_file`]).
+fn read_whole(path: &Path, shown: &str) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    work_dir::open_file(path, shown, false)?
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read `{shown}`: {e}"))?;
+    Ok(bytes)
+}
+
+/// Replaces a regular file's content, or creates it ([`work_dir::open_file`]).
+fn write_whole(path: &Path, shown: &str, content: &[u8]) -> Result<(), String> {
+    let mut file = work_dir::open_file(path, shown, true)?;
+    file.set_len(0)
+        .and_then(|()| file.write_all(content))
+        .map_err(|e| format!("cannot write `{shown}`: {e}"))
 }
 
 fn touched(message: String, work_dir: &WorkDir, path: &Path) -> ToolOutput {
@@ -199,7 +216,12 @@ fn grep(work_dir: &WorkDir, args: &GrepArgs) -> Result<ToolOutput, String> {
     let mut out = String::new();
     let mut hits = 0usize;
     for entry in walk.build().filter_map(Result::ok) {
-        if !entry.file_type().is_some_and(|t| t.is_file()) {
+        // Regular files with one name only (a second hard link may be a file from elsewhere).
+        if !entry.file_type().is_some_and(|t| t.is_file())
+            || entry
+                .metadata()
+                .is_ok_and(|m| std::os::unix::fs::MetadataExt::nlink(&m) > 1)
+        {
             continue;
         }
         let shown = work_dir.relative(entry.path());
@@ -455,5 +477,37 @@ mod tests {
         let (_d, work) = setup();
         let error = call(&work, Tool::WriteFile, &json!({"path": "x"})).unwrap_err();
         assert!(error.contains("missing field `content`"), "{error}");
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let (d, work) = setup();
+        nix::unistd::mkfifo(&d.path().join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        for tool in [Tool::ReadFile, Tool::WriteFile, Tool::EditFile] {
+            let args = json!({"path": "pipe", "content": "x", "old_string": "a", "new_string": "b"});
+            let error = call(&work, tool, &args).unwrap_err();
+            assert!(error.contains("not a regular file"), "{tool:?}: {error}");
+        }
+        let out = call(&work, Tool::Grep, &json!({"pattern": "x", "path": "pipe"})).unwrap();
+        assert!(out.content.starts_with("no matches"), "{}", out.content);
+    }
+
+    #[test]
+    fn a_file_with_a_second_hard_link_is_not_read_or_written() {
+        let (d, work) = setup();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.txt"), "the secret\n").unwrap();
+        std::fs::hard_link(outside.path().join("secret.txt"), d.path().join("link.txt")).unwrap();
+        for tool in [Tool::ReadFile, Tool::WriteFile, Tool::EditFile] {
+            let args = json!({"path": "link.txt", "content": "x", "old_string": "the", "new_string": "a"});
+            let error = call(&work, tool, &args).unwrap_err();
+            assert!(error.contains("hard links"), "{tool:?}: {error}");
+        }
+        let out = call(&work, Tool::Grep, &json!({"pattern": "secret"})).unwrap();
+        assert!(!out.content.contains("the secret"), "{}", out.content);
+        assert_eq!(
+            std::fs::read_to_string(outside.path().join("secret.txt")).unwrap(),
+            "the secret\n"
+        );
     }
 }

@@ -110,6 +110,60 @@ impl WorkDir {
     }
 }
 
+/// The largest file the file tools read or edit.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// Opens the resolved `path` (shown to the model as `shown`) for reading, or for writing when `write`,
+/// only if it is a regular file with one name: a FIFO, a device or a socket is refused without
+/// blocking (it is opened non-blocking and looked at before anything is read), and so is a file with
+/// a second hard link, which could be a file from outside the working directory under a name inside
+/// it. A file to write that does not exist is created.
+pub fn open_file(path: &Path, shown: &str, write: bool) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+    let not_regular = || {
+        format!(
+            "`{shown}` is not a regular file (a FIFO, a device or a socket); the file tools read and write regular files only"
+        )
+    };
+    // Looked at first for a clear message (a FIFO without a reader refuses a non-blocking open for
+    // writing with a bare "no such device"); the open file is looked at again below.
+    if let Ok(meta) = std::fs::symlink_metadata(path)
+        && !meta.is_file()
+        && !meta.is_dir()
+    {
+        return Err(not_regular());
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(!write)
+        .write(write)
+        .create(write)
+        .custom_flags((nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_NOFOLLOW).bits())
+        .open(path)
+        .map_err(|e| format!("cannot open `{shown}`: {e}"))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot read `{shown}`: {e}"))?;
+    if meta.is_dir() {
+        return Err(format!("`{shown}` is a folder"));
+    }
+    if !meta.is_file() {
+        return Err(not_regular());
+    }
+    if meta.nlink() > 1 {
+        return Err(format!(
+            "`{shown}` has {} hard links, and another of its names may lie outside the working directory; the file tools do not use it",
+            meta.nlink()
+        ));
+    }
+    if !write && meta.len() > MAX_FILE_BYTES {
+        return Err(format!(
+            "`{shown}` is {} bytes, more than the file tools read ({MAX_FILE_BYTES}); use the shell to look at part of it",
+            meta.len()
+        ));
+    }
+    Ok(file)
+}
+
 /// `path` with `.` and `..` applied, or `None` when `..` climbs above the file system root.
 fn normalize(path: &Path) -> Option<PathBuf> {
     let mut out = PathBuf::new();

@@ -396,5 +396,19 @@ async fn stop_signal(cancel: CancellationToken) -> Option<u8> {
         _ = hangup.recv() => SignalKind::hangup(),
     };
     cancel.cancel();
-    u8::try_from(number.as_raw_value()).ok()
+    let code = u8::try_from(number.as_raw_value()).ok();
+    // The run stops within moments; should something it waits on never return (a thread stuck in the
+    // kernel), the process ends anyway: its record is durable at every step.
+    std::thread::spawn(move || {
+        std::thread::sleep(STOP_GRACE);
+        eprintln!(
+            "trellis: still stopping {} s after the signal; exiting now (resume the run later)",
+            STOP_GRACE.as_secs()
+        );
+        std::process::exit(128 + i32::from(code.unwrap_or(15)));
+    });
+    code
 }
+
+/// How long a signalled run may take to stop before the process exits regardless.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
