@@ -23,13 +23,28 @@ pub const RULE: Rule = Rule {
     summary: "edges connect declared nodes",
 };
 
-/// The ids of the nodes the file declares (not those an edge alone brought in).
-fn declared(workflow: &Workflow) -> impl Iterator<Item = &str> {
+/// The ids of the nodes the file declares (not those an edge alone brought in), collected once.
+fn declared(workflow: &Workflow) -> Vec<&str> {
     workflow
         .nodes
         .iter()
         .filter(|n| n.declared)
         .map(|n| n.id.as_str())
+        .collect()
+}
+
+/// "Did you mean" for the first problems only: each suggestion compares the id with every declared
+/// one, and only the first problems are shown anyway, so a file with thousands of undeclared ids
+/// stays linear.
+const SUGGESTED: usize = trellis_syntax::diagnostic::MAX_DIAGNOSTICS;
+
+/// The declared id nearest `id`, while suggestions are still made.
+fn suggestion<'a>(id: &str, declared: &[&'a str], made: &mut usize) -> Option<&'a str> {
+    if *made >= SUGGESTED {
+        return None;
+    }
+    *made += 1;
+    closest(id, declared.iter().copied())
 }
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
@@ -37,6 +52,8 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         check_yaml(workflow, out);
         return;
     }
+    let declared = declared(workflow);
+    let mut made = 0;
     for node in workflow.nodes.iter().filter(|n| !n.declared) {
         let implicit_ok = workflow.format == SourceFormat::Dot
             && matches!(node.kind, NodeKind::Start | NodeKind::Exit);
@@ -46,11 +63,8 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         {
             continue;
         }
-        let help = match closest(&node.id, declared(workflow)) {
+        let help = match suggestion(&node.id, &declared, &mut made) {
             Some(near) => format!("did you mean `{near}`?"),
-            None if workflow.format == SourceFormat::Yaml => {
-                format!("declare `{}` under `nodes:`", node.id)
-            }
             None => format!("declare it: `{} [label=\"...\", ...]`", node.id),
         };
         out.push(
@@ -67,6 +81,8 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
 /// YAML: each edge whose `from` or `to` names no node (`UNKNOWN_EDGE_SOURCE`, `UNKNOWN_EDGE_TARGET`).
 fn check_yaml(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     use crate::rules::sweny::{UNKNOWN_EDGE_SOURCE, UNKNOWN_EDGE_TARGET};
+    let declared = declared(workflow);
+    let mut made = 0;
     for edge in &workflow.edges {
         for (end, rule, field) in [
             (edge.from, &UNKNOWN_EDGE_SOURCE, "from"),
@@ -76,7 +92,7 @@ fn check_yaml(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
             if node.declared {
                 continue;
             }
-            let help = match closest(&node.id, declared(workflow)) {
+            let help = match suggestion(&node.id, &declared, &mut made) {
                 Some(near) => format!("did you mean `{near}`?"),
                 None => format!("declare `{}` under `nodes:`", node.id),
             };
