@@ -484,7 +484,8 @@ mod tests {
         let (d, work) = setup();
         nix::unistd::mkfifo(&d.path().join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
         for tool in [Tool::ReadFile, Tool::WriteFile, Tool::EditFile] {
-            let args = json!({"path": "pipe", "content": "x", "old_string": "a", "new_string": "b"});
+            let args =
+                json!({"path": "pipe", "content": "x", "old_string": "a", "new_string": "b"});
             let error = call(&work, tool, &args).unwrap_err();
             assert!(error.contains("not a regular file"), "{tool:?}: {error}");
         }
@@ -499,7 +500,8 @@ mod tests {
         std::fs::write(outside.path().join("secret.txt"), "the secret\n").unwrap();
         std::fs::hard_link(outside.path().join("secret.txt"), d.path().join("link.txt")).unwrap();
         for tool in [Tool::ReadFile, Tool::WriteFile, Tool::EditFile] {
-            let args = json!({"path": "link.txt", "content": "x", "old_string": "the", "new_string": "a"});
+            let args =
+                json!({"path": "link.txt", "content": "x", "old_string": "the", "new_string": "a"});
             let error = call(&work, tool, &args).unwrap_err();
             assert!(error.contains("hard links"), "{tool:?}: {error}");
         }

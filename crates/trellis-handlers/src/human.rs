@@ -1,15 +1,17 @@
 //! Human gates: the options are the gate's outgoing edge labels (accelerators like `[A] Approve` give
 //! the key); an edge with `freeform=true` takes free text. The interviewer answers; on `timeout` the
-//! gate takes `human.default_choice`; when nobody can answer (a non-interactive run) the run stops as
+//! gate takes `human.default_choice` (at once in a dry run, which never waits); when nobody can answer (a non-interactive run) the run stops as
 //! waiting for input, resumable with an answer. The choice becomes the preferred label that routing
 //! follows, and `human.gate.selected`, `human.gate.label`, `human.gate.text` in the context.
+
+use std::collections::HashMap;
 
 use async_trait::async_trait;
 use trellis_engine::event::EventKind;
 use trellis_engine::services::{Answer, Choice, Question};
 use trellis_engine::{Attempt, FailureClass, Handler, Outcome, Stage, keys};
-use trellis_workflow::NodeKind;
 use trellis_workflow::label::{accelerator, normalize_label};
+use trellis_workflow::{NodeKind, Workflow};
 
 pub struct HumanHandler;
 
@@ -30,19 +32,15 @@ pub fn match_choice(answer: &str, choices: &[Choice]) -> Option<usize> {
         .position(|c| normalize_label(&c.label) == wanted)
 }
 
-/// The question a gate asks, and the label of its freeform edge.
-pub fn question_for(stage: &Stage<'_>) -> (Question, Option<String>) {
-    let index = stage
-        .workflow
-        .node_index(&stage.node.id)
-        .unwrap_or_default();
+/// The options of the gate at `index` (its outgoing edges' labels), and the label of its freeform edge.
+pub fn choices_of(workflow: &Workflow, index: usize) -> (Vec<Choice>, Option<String>) {
     let mut choices = Vec::new();
     let mut freeform = None;
-    for edge in stage.workflow.outgoing(index) {
+    for edge in workflow.outgoing(index) {
         let label = edge
             .label
             .clone()
-            .unwrap_or_else(|| stage.workflow.nodes[edge.to].id.clone());
+            .unwrap_or_else(|| workflow.nodes[edge.to].id.clone());
         if edge.freeform {
             freeform = Some(label);
         } else {
@@ -52,6 +50,45 @@ pub fn question_for(stage: &Stage<'_>) -> (Question, Option<String>) {
             });
         }
     }
+    (choices, freeform)
+}
+
+/// What is wrong with answers given up front (`--answers`) for the gates of `workflow`: an answer to
+/// a gate without a freeform edge must name one of its options. Gates the workflow does not have
+/// (a sub-workflow's) are checked when they are asked.
+pub fn check_answers(workflow: &Workflow, answers: &HashMap<String, String>) -> Vec<String> {
+    let mut problems: Vec<String> = answers
+        .iter()
+        .filter_map(|(gate, answer)| {
+            let index = workflow.node_index(gate)?;
+            if !matches!(workflow.nodes[index].kind, NodeKind::Human(_)) {
+                return None;
+            }
+            let (choices, freeform) = choices_of(workflow, index);
+            (freeform.is_none() && match_choice(answer, &choices).is_none())
+                .then(|| not_a_choice(gate, answer, &choices))
+        })
+        .collect();
+    problems.sort();
+    problems
+}
+
+/// The message for an answer that names none of a gate's options.
+fn not_a_choice(gate: &str, answer: &str, choices: &[Choice]) -> String {
+    let options: Vec<&str> = choices.iter().map(|c| c.label.as_str()).collect();
+    format!(
+        "the answer `{answer}` for gate `{gate}` is not one of its options: {} (give a label or its key)",
+        options.join(", ")
+    )
+}
+
+/// The question a gate asks, and the label of its freeform edge.
+pub fn question_for(stage: &Stage<'_>) -> (Question, Option<String>) {
+    let index = stage
+        .workflow
+        .node_index(&stage.node.id)
+        .unwrap_or_default();
+    let (choices, freeform) = choices_of(stage.workflow, index);
     let question = Question {
         node_id: stage.node.id.clone(),
         prompt: stage.node.label.clone(),
@@ -65,7 +102,11 @@ pub fn question_for(stage: &Stage<'_>) -> (Question, Option<String>) {
 #[async_trait]
 impl Handler for HumanHandler {
     async fn execute(&self, stage: &Stage<'_>) -> Attempt {
-        let (question, freeform_label) = question_for(stage);
+        let (mut question, freeform_label) = question_for(stage);
+        // A dry run skips waits: a gate's timeout is spent at once (its default is taken).
+        if stage.settings.dry_run && question.timeout.is_some() {
+            question.timeout = Some(std::time::Duration::ZERO);
+        }
         let default_choice = match &stage.node.kind {
             NodeKind::Human(config) => config.default_choice.clone(),
             _ => None,
@@ -133,13 +174,11 @@ impl Handler for HumanHandler {
                 outcome.preferred_label = Some(label);
                 outcome
             }
+            // An answer given up front that fits no option is the user's mistake to correct, not
+            // an outcome to route on: the run stops there, resumable with a right answer.
             Answer::Freeform(text) => Outcome::failed(
-                FailureClass::StageFailed,
-                format!(
-                    "`{text}` is not one of the options of `{}`: {}",
-                    stage.node.id,
-                    labels.join(", ")
-                ),
+                FailureClass::Configuration,
+                not_a_choice(&stage.node.id, &text, &question.choices),
             ),
             Answer::Unavailable | Answer::TimedOut | Answer::Choice(_) => {
                 return Attempt::WaitingForInput;

@@ -34,14 +34,7 @@ const SECRET_WORDS: &[&str] = &[
     "PRIVATE",
 ];
 /// Words that, before `KEY`, make a variable a secret.
-const KEY_KINDS: &[&str] = &[
-    "API",
-    "ACCESS",
-    "SIGNING",
-    "ENCRYPTION",
-    "MASTER",
-    "CLIENT",
-];
+const KEY_KINDS: &[&str] = &["API", "ACCESS", "SIGNING", "ENCRYPTION", "MASTER", "CLIENT"];
 /// Values shorter than this are not redacted (they would match ordinary text).
 const MIN_SECRET_CHARS: usize = 8;
 
@@ -231,7 +224,10 @@ mod tests {
             "DATABASE_URL",
             OsStr::new("postgres://u:pw@h/db")
         ));
-        assert!(!is_secret_variable("HOMEPAGE", OsStr::new("https://example.org/")));
+        assert!(!is_secret_variable(
+            "HOMEPAGE",
+            OsStr::new("https://example.org/")
+        ));
     }
 
     #[test]
@@ -247,7 +243,11 @@ mod tests {
                 "base64 after {prefix:?}: {encoded}"
             );
         }
-        assert!(forms.iter().any(|f| f.starts_with("736b2d74657374") && f.len() == 48));
+        assert!(
+            forms
+                .iter()
+                .any(|f| f.starts_with("736b2d74657374") && f.len() == 48)
+        );
         assert!(forms.iter().any(|f| f == "sk%2Dtest%2D0123456789abcdef"));
     }
 }

@@ -94,6 +94,32 @@ pub struct ResumeArgs {
     options: RunOptions,
 }
 
+/// The answers file (`--answers`), read and parsed.
+fn read_answers(options: &RunOptions) -> anyhow::Result<Option<HashMap<String, String>>> {
+    let Some(path) = &options.answers else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the answers file {}", path.display()))?;
+    let answers = Answers::parse(&text)
+        .map_err(|e| anyhow::anyhow!("the answers file {} is not usable: {e}", path.display()))?;
+    Ok(Some(answers))
+}
+
+/// Answers given up front that name none of their gate's options, reported before anything runs:
+/// whether there were any.
+fn wrong_answers(options: &RunOptions, loaded: &Loaded) -> anyhow::Result<bool> {
+    let (Some(answers), Some(workflow)) = (read_answers(options)?, &loaded.compiled.workflow)
+    else {
+        return Ok(false);
+    };
+    let problems = trellis_handlers::human::check_answers(workflow, &answers);
+    for problem in &problems {
+        eprintln!("error: {problem}");
+    }
+    Ok(!problems.is_empty())
+}
+
 fn interviewer(options: &RunOptions) -> anyhow::Result<Arc<dyn Interviewer>> {
     let fallback: Box<dyn Interviewer> = if options.auto_approve {
         Box::new(AutoApprove)
@@ -102,14 +128,10 @@ fn interviewer(options: &RunOptions) -> anyhow::Result<Arc<dyn Interviewer>> {
     } else {
         Box::new(Unattended)
     };
-    let Some(path) = &options.answers else {
-        return Ok(Arc::from(fallback));
-    };
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the answers file {}", path.display()))?;
-    let answers: HashMap<String, String> = Answers::parse(&text)
-        .map_err(|e| anyhow::anyhow!("the answers file {} is not usable: {e}", path.display()))?;
-    Ok(Arc::new(Answers::new(answers, fallback)))
+    Ok(match read_answers(options)? {
+        Some(answers) => Arc::new(Answers::new(answers, fallback)),
+        None => Arc::from(fallback),
+    })
 }
 
 fn parse_sets(sets: &[String]) -> anyhow::Result<BTreeMap<String, Value>> {
@@ -215,6 +237,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         Err(error) => return Err(error.into()),
     };
     show_diagnostics(&loaded, args.options.color)?;
+    if wrong_answers(&args.options, &loaded)? {
+        return Ok(ExitCode::from(EXIT_USAGE));
+    }
     if let Some(workflow) = &loaded.compiled.workflow {
         match workflow_input(workflow, args) {
             Ok(Some(input)) => {
@@ -281,6 +306,9 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
         }
         let loaded = resumable.load().await?;
         show_diagnostics(&loaded, args.options.color)?;
+        if wrong_answers(&args.options, &loaded)? {
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
         let id = resumable.id().to_owned();
         match resumable
             .into_run(loaded, wiring(&args.options, sandbox)?)
