@@ -56,7 +56,10 @@ pub fn choices_of(workflow: &Workflow, index: usize) -> (Vec<Choice>, Option<Str
 /// What is wrong with answers given up front (`--answers`) for the gates of `workflow`: an answer to
 /// a gate without a freeform edge must name one of its options. Gates the workflow does not have
 /// (a sub-workflow's) are checked when they are asked.
-pub fn check_answers(workflow: &Workflow, answers: &HashMap<String, String>) -> Vec<String> {
+pub fn check_answers<S: std::hash::BuildHasher>(
+    workflow: &Workflow,
+    answers: &HashMap<String, String, S>,
+) -> Vec<String> {
     let mut problems: Vec<String> = answers
         .iter()
         .filter_map(|(gate, answer)| {
