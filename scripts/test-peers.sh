@@ -11,8 +11,8 @@ if ! "$CACHE/peers/bin/llmock" --help >/dev/null 2>&1; then
     "$CACHE/peers/bin/pip" install -q --disable-pip-version-check "llmock==$LLMOCK_VERSION"
 fi
 # Debian packages: git (the CLI-agent tests track files_touched in a scratch repository), Graphviz (the
-# web app's and `trellis graph --format svg`'s layout engine) and Chromium with its WebDriver (the web
-# app's browser tests).
+# web app's and `trellis graph --format svg`'s layout engine), Chromium with its WebDriver (the web
+# app's browser tests) and bubblewrap (the sandbox of commands and agent shells).
 apt_install() { # PACKAGE COMMAND
     if command -v "$2" >/dev/null 2>&1; then
         return
@@ -30,5 +30,6 @@ apt_install git git
 apt_install graphviz dot
 apt_install chromium chromium
 apt_install chromium-driver chromedriver
+apt_install bubblewrap bwrap
 "$(dirname "$0")/local-model.sh" --all >/dev/null
 echo "test-peers: ready ($CACHE)" >&2

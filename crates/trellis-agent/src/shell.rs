@@ -32,31 +32,25 @@ pub struct ShellCommand<'a> {
 }
 
 pub async fn run(shell: &ShellCommand<'_>) -> ToolOutput {
-    let (program, args) = shell.sandbox.wrap(
+    let mut command = shell.sandbox.command(
         "sh".as_ref(),
         &["-c".as_ref(), shell.command.as_ref()],
         shell.dir,
         shell.policy,
     );
-    let mut command = tokio::process::Command::new(program);
     command
-        .args(args)
-        .current_dir(shell.dir)
         .env_clear()
         .envs(secrets::child_env(shell.pass_env))
         .envs(shell.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+        .stderr(Stdio::piped());
     let started = Instant::now();
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => return ToolOutput::error(format!("cannot start `sh`: {e}")),
     };
     // The stage's marker finds what the command started outside its group.
-    let group = ProcessGroup::of(&child, process_group::marker_in(shell.env));
+    let group = ProcessGroup::of(&mut child, process_group::marker_in(shell.env));
     let stdout = tokio::spawn(capture(child.stdout.take()));
     let stderr = tokio::spawn(capture(child.stderr.take()));
     let status = tokio::time::timeout(shell.timeout, child.wait()).await;

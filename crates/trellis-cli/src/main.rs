@@ -64,6 +64,16 @@ fn quiet_on_closed_stdout() {
 }
 
 fn main() -> ExitCode {
+    // `trellis __reap PROGRAM ARGS...`: the reaper an unconfined command runs under (never typed by
+    // a user; see `trellis_process::reaper`).
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args
+        .get(1)
+        .is_some_and(|a| a == trellis_process::reaper::REAPER_ARG)
+    {
+        let code = trellis_process::reaper::main(&args[2..]);
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     quiet_on_closed_stdout();
     let cli = Cli::parse();
     let result = match cli.command {

@@ -267,21 +267,15 @@ impl Launch {
                 vec![OsStr::new("-c"), OsStr::new(&self.script)],
             )
         };
-        let (program, args) = self
+        let mut command = self
             .sandbox
-            .wrap(program, &args, &self.work_dir, &self.policy);
-        let mut command = tokio::process::Command::new(program);
+            .command(program, &args, &self.work_dir, &self.policy);
         command
-            .args(args)
-            .current_dir(&self.work_dir)
             .env_clear()
             .envs(self.inherited.iter().copied())
             .envs(self.identity.iter().map(|(name, value)| (name, value)))
-            .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
+            .stderr(Stdio::piped());
         if direct.is_some() {
             // What the shell would have exported: the directory it runs in.
             command.env("PWD", &self.work_dir);
@@ -299,9 +293,9 @@ impl Launch {
         std::io::Result<tokio::process::Child>,
     ) {
         let started = start_time(&self.stage_dir);
-        // In the sandbox the kernel's refusal to start a program would come too late to fall back
-        // on the shell (inside it), so a sandboxed script always starts through its interpreter.
-        let direct = (self.language == ScriptLanguage::Shell && !self.sandbox.is_confined())
+        // In the sandbox (or under the reaper) the kernel's refusal to start a program would come too
+        // late to fall back on the shell, so such a script always starts through its interpreter.
+        let direct = (self.language == ScriptLanguage::Shell && self.sandbox.starts_directly())
             .then(|| simple_command::parse(&self.script, &self.work_dir))
             .flatten();
         if let Some(simple) = direct
@@ -361,7 +355,7 @@ impl CommandHandler {
                 );
             }
         };
-        let group = ProcessGroup::of(&child, Some(process_group::stage_marker(stage.dir)));
+        let group = ProcessGroup::of(&mut child, Some(process_group::stage_marker(stage.dir)));
         let Some((out_reader, err_reader)) = spawn_readers(&mut child, stage.dir) else {
             return Outcome::failed(
                 FailureClass::CouldNotStart,

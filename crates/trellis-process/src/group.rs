@@ -44,18 +44,26 @@ const PIPE_DRAIN: Duration = Duration::from_secs(2);
 pub struct ProcessGroup {
     pgid: Option<Pid>,
     marker: Option<String>,
+    /// The reaper's standard input ([`crate::reaper`]), when the child runs under it: closing it
+    /// tells the reaper to end everything.
+    reaper: Option<tokio::process::ChildStdin>,
 }
 
+/// How long a reaper told to stop has before its group is killed regardless.
+const REAPER_GRACE: Duration = Duration::from_secs(2);
+
 impl ProcessGroup {
-    /// The group a child spawned with `process_group(0)` leads (none if it already exited);
-    /// `marker` (`NAME=value`) is an environment entry only this command's processes carry.
-    pub fn of(child: &tokio::process::Child, marker: Option<String>) -> Self {
+    /// The group a child started by [`crate::sandbox::Sandbox::command`] leads (none if it already
+    /// exited), holding the reaper's input if it has one; `marker` (`NAME=value`) is an environment
+    /// entry only this command's processes carry.
+    pub fn of(child: &mut tokio::process::Child, marker: Option<String>) -> Self {
         Self {
             pgid: child
                 .id()
                 .and_then(|id| i32::try_from(id).ok())
                 .map(Pid::from_raw),
             marker,
+            reaper: child.stdin.take(),
         }
     }
 
@@ -67,6 +75,7 @@ impl ProcessGroup {
     /// The command ended: stops what it left running in its group, and returns the marker for
     /// [`drain`].
     pub fn close(mut self) -> Option<String> {
+        self.reaper.take();
         if let Some(pgid) = self.pgid.take() {
             let _ = killpg(pgid, Signal::SIGKILL);
         }
@@ -76,6 +85,23 @@ impl ProcessGroup {
 
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
+        if let Some(input) = self.reaper.take() {
+            // The stage ended early: the reaper ends what the command started, then itself; its
+            // group and marked processes (the reaper among them) are killed only if it has not
+            // done so in time.
+            drop(input);
+            let (pgid, marker) = (self.pgid.take(), self.marker.take());
+            std::thread::spawn(move || {
+                std::thread::sleep(REAPER_GRACE);
+                if let Some(pgid) = pgid {
+                    let _ = killpg(pgid, Signal::SIGKILL);
+                }
+                if let Some(marker) = marker {
+                    kill_marked(&marker);
+                }
+            });
+            return;
+        }
         if let Some(pgid) = self.pgid.take() {
             let _ = killpg(pgid, Signal::SIGKILL);
         }

@@ -19,8 +19,9 @@
 //! (`--die-with-parent`).
 //!
 //! Where `bwrap` is missing or cannot create namespaces here, `auto` runs children unconfined and says
-//! so; `--sandbox none` (or `sandbox = "none"` in the configuration) asks for that explicitly, and
-//! `--sandbox bubblewrap` refuses to run without it.
+//! so; `--sandbox none` (or `[sandbox] mode = "none"` in the configuration) asks for that explicitly, and
+//! `--sandbox bubblewrap` refuses to run without it. Unconfined children run under the reaper
+//! ([`crate::reaper`]), so nothing they start outlives their stage either way.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -80,6 +81,8 @@ enum Kind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sandbox {
     kind: Kind,
+    /// The `trellis` executable, which runs unconfined children under its reaper ([`crate::reaper`]).
+    reaper: Option<PathBuf>,
     /// Writable for every child besides the working directory (configured, and the home caches).
     writable: Vec<PathBuf>,
     /// Read-only even where they lie under a writable path (the runs directory).
@@ -98,6 +101,7 @@ impl Sandbox {
     pub fn none() -> Self {
         Self {
             kind: Kind::None { asked: true },
+            reaper: None,
             writable: Vec::new(),
             protected: Vec::new(),
             hidden: Vec::new(),
@@ -121,13 +125,57 @@ impl Sandbox {
             .collect();
         Ok(Self {
             kind,
+            reaper: None,
             writable,
             protected: Vec::new(),
             hidden: Vec::new(),
         })
     }
 
-    /// Also lets children write `paths` (the configuration's grants).
+    /// Runs unconfined children under the reaper of `trellis` (this executable), so that nothing they
+    /// start outlives them.
+    #[must_use]
+    pub fn with_reaper(mut self, trellis: PathBuf) -> Self {
+        self.reaper = Some(trellis);
+        self
+    }
+
+    /// Whether a child's program starts directly, with nothing in between that would run it (so a
+    /// program the kernel will not start is known at once, and can go to the shell instead).
+    pub fn starts_directly(&self) -> bool {
+        matches!(self.kind, Kind::None { .. }) && self.reaper.is_none()
+    }
+
+    /// A command that runs `program args` in `work_dir` under this sandbox with the node's `policy`,
+    /// in a process group of its own: the caller adds the environment and output pipes, and holds the
+    /// child with a [`crate::group::ProcessGroup`], which ends it with everything it started. Its
+    /// standard input is nothing — or, under the reaper, a pipe the group holds: closing it tells the
+    /// reaper the stage is over, so dropping the child must not kill the reaper first.
+    pub fn command(
+        &self,
+        program: &OsStr,
+        args: &[&OsStr],
+        work_dir: &Path,
+        policy: &Policy,
+    ) -> tokio::process::Command {
+        let (program, args) = self.wrap(program, args, work_dir, policy);
+        let mut command = tokio::process::Command::new(program);
+        command.args(args).current_dir(work_dir).process_group(0);
+        if self.uses_reaper() {
+            command
+                .stdin(std::process::Stdio::piped())
+                .kill_on_drop(false);
+        } else {
+            command
+                .stdin(std::process::Stdio::null())
+                .kill_on_drop(true);
+        }
+        command
+    }
+
+    fn uses_reaper(&self) -> bool {
+        matches!(self.kind, Kind::None { .. }) && self.reaper.is_some()
+    }
     #[must_use]
     pub fn writable(mut self, paths: impl IntoIterator<Item = PathBuf>) -> Self {
         self.writable.extend(paths);
@@ -158,6 +206,14 @@ impl Sandbox {
         matches!(self.kind, Kind::Bubblewrap { .. })
     }
 
+    /// The sandbox's name: `bubblewrap` or `none` (a run's JSON summary).
+    pub fn name(&self) -> &'static str {
+        match self.kind {
+            Kind::Bubblewrap { .. } => "bubblewrap",
+            Kind::None { .. } => "none",
+        }
+    }
+
     /// One line for the start of a run: which sandbox is in force.
     pub fn describe(&self) -> String {
         match &self.kind {
@@ -170,7 +226,7 @@ impl Sandbox {
     }
 
     /// The program and arguments that run `program args` in `work_dir` under this sandbox with the
-    /// node's `policy`. Unconfined, they are `program args` themselves.
+    /// node's `policy`. Unconfined, they are `program args` themselves, or the reaper running them.
     pub fn wrap(
         &self,
         program: &OsStr,
@@ -179,10 +235,20 @@ impl Sandbox {
         policy: &Policy,
     ) -> (OsString, Vec<OsString>) {
         let Kind::Bubblewrap { bwrap } = &self.kind else {
-            return (
-                program.to_owned(),
-                args.iter().map(|a| (*a).to_owned()).collect(),
-            );
+            let direct = args.iter().map(|a| (*a).to_owned());
+            return match &self.reaper {
+                Some(trellis) => (
+                    trellis.clone().into_os_string(),
+                    [
+                        OsString::from(crate::reaper::REAPER_ARG),
+                        program.to_owned(),
+                    ]
+                    .into_iter()
+                    .chain(direct)
+                    .collect(),
+                ),
+                None => (program.to_owned(), direct.collect()),
+            };
         };
         let mut out: Vec<OsString> = Vec::with_capacity(32 + args.len());
         let mut push = |items: &[&OsStr]| out.extend(items.iter().map(|i| (*i).to_owned()));
@@ -298,6 +364,16 @@ mod tests {
         );
         assert_eq!(program, "sh");
         assert_eq!(args, ["-c", "true"]);
+        let (program, args) = Sandbox::none()
+            .with_reaper(PathBuf::from("/bin/trellis"))
+            .wrap(
+                OsStr::new("sh"),
+                &[OsStr::new("-c"), OsStr::new("true")],
+                Path::new("/w"),
+                &Policy::default(),
+            );
+        assert_eq!(program, "/bin/trellis");
+        assert_eq!(args, ["__reap", "sh", "-c", "true"]);
     }
 
     #[test]
@@ -306,6 +382,7 @@ mod tests {
             kind: Kind::Bubblewrap {
                 bwrap: PathBuf::from("/usr/bin/bwrap"),
             },
+            reaper: None,
             writable: vec![PathBuf::from("/home/u/.cache")],
             protected: vec![PathBuf::from("/w/runs")],
             hidden: Vec::new(),

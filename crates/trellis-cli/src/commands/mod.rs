@@ -13,6 +13,18 @@ use std::io::IsTerminal;
 
 use clap::ValueEnum;
 
+/// The sandbox the user chose, with this executable as the reaper of unconfined children (see
+/// `trellis_process::reaper`).
+pub fn sandbox(
+    choice: Option<trellis_run::SandboxChoice>,
+) -> anyhow::Result<std::sync::Arc<trellis_run::Sandbox>> {
+    let mut sandbox = trellis_run::sandbox(choice)?;
+    if let Ok(trellis) = std::env::current_exe() {
+        sandbox = sandbox.with_reaper(trellis);
+    }
+    Ok(std::sync::Arc::new(sandbox))
+}
+
 /// Runs a run's async work on a runtime of one thread, the calling one. The engine walks a run —
 /// every branch of a fan-out too — in one task, and its file work goes to the blocking pool, so
 /// worker threads would only add a thread switch to every wake-up. The pool's work is short (what

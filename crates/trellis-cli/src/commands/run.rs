@@ -270,7 +270,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         },
         runs_dir: resolve_runs_dir(args.options.runs_dir.clone()),
     };
-    let sandbox = Arc::new(trellis_run::sandbox(args.options.sandbox)?);
+    let sandbox = super::sandbox(args.options.sandbox)?;
     super::on_runtime(async {
         match Run::create(loaded, request, wiring(&args.options, sandbox)?).await {
             Ok(run) => Box::pin(execute(run, &args.options)).await,
@@ -284,7 +284,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
-    let sandbox = Arc::new(trellis_run::sandbox(args.options.sandbox)?);
+    let sandbox = super::sandbox(args.options.sandbox)?;
     super::on_runtime(async {
         let runs_dir = resolve_runs_dir(args.options.runs_dir.clone());
         let resumable = Resumable::open(&args.run, &runs_dir).await?;
@@ -336,6 +336,7 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
             run.sandbox().describe()
         );
     }
+    let sandbox = run.sandbox().name();
     let cancel = CancellationToken::new();
     let signal = tokio::spawn(stop_signal(cancel.clone()));
     let finished = run.execute(&cancel).await?;
@@ -373,6 +374,7 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
             "stages": stages, "waiting_at": (status == RunStatus::WaitingForInput).then(|| checkpoint.next_node()),
             "stopped_at": (status == RunStatus::Cancelled).then(|| checkpoint.next_node()),
             "error": error.as_ref().map(ToString::to_string),
+            "sandbox": sandbox,
         });
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {

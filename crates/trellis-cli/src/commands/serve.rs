@@ -85,7 +85,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         work_dir: std::env::current_dir()?,
         token,
         allow_hosts: args.allow_host.clone(),
-        sandbox: std::sync::Arc::new(trellis_run::sandbox(args.sandbox)?),
+        sandbox: super::sandbox(args.sandbox)?,
     };
     super::on_server_runtime(trellis_server::serve(config))??;
     Ok(ExitCode::SUCCESS)

@@ -62,7 +62,8 @@ pub(super) async fn run(
         .process_group(0)
         .kill_on_drop(true);
     let mut child = command.spawn()?;
-    let group = ProcessGroup::of(&child, process_group::marker_in(&spawn.env));
+    // The prompt goes to standard input (taken before the group holds the child: it is not a
+    // reaper's).
     if let (Some(mut stdin), Some(text)) = (child.stdin.take(), line.stdin) {
         // Written beside the reading, so a large prompt cannot block on a full pipe; a CLI that stops
         // reading early only makes the write fail.
@@ -70,6 +71,7 @@ pub(super) async fn run(
             let _ = stdin.write_all(text.as_bytes()).await;
         });
     }
+    let group = ProcessGroup::of(&mut child, process_group::marker_in(&spawn.env));
     let stderr = child.stderr.take().map(|pipe| {
         let log = spawn.stage_dir.join("stderr.log");
         tokio::spawn(keep_stderr(pipe, log))

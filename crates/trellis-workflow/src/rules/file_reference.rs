@@ -46,7 +46,15 @@ impl FileScope {
     /// References resolve against `base_dir` and may reach it, the git repository it is in, and
     /// `allowed`.
     pub fn new(base_dir: &Path, allowed: &[PathBuf]) -> Self {
-        let base = std::fs::canonicalize(base_dir).unwrap_or_else(|_| base_dir.to_path_buf());
+        // A file named without a folder has an empty parent: the current directory.
+        let base_dir = if base_dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            base_dir
+        };
+        let base = std::fs::canonicalize(base_dir)
+            .or_else(|_| std::path::absolute(base_dir))
+            .unwrap_or_else(|_| base_dir.to_path_buf());
         let repository = base
             .ancestors()
             .find(|dir| dir.join(".git").exists())
@@ -80,7 +88,7 @@ impl FileScope {
         (!self.roots.iter().any(|root| real.starts_with(root))).then(|| {
             format!(
                 "is outside the workflow's directory ({}){}",
-                self.base_dir.display(),
+                self.roots[0].display(),
                 if real == path {
                     String::new()
                 } else {

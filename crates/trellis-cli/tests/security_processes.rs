@@ -1,0 +1,308 @@
+//! The security campaign's probes against the processes a run starts, on both sandbox paths
+//! (bubblewrap, and `--sandbox none`): a command or an agent's shell reading Trellis's environment
+//! through `/proc/$PPID/environ`, processes that try to outlive their stage (`setsid`, a double fork,
+//! `env -i`), writes outside the working directory, and the agent's file tools on a FIFO or a device.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests and benchmarks set up and read files around the code they run"
+)]
+
+mod run_support;
+
+use run_support::{Project, stage_dir};
+use serde_json::{Value, json};
+use trellis_test::Llmock;
+
+const KEY: &str = "sk-ant-test-security-NEVER-SHOWN-77f1";
+
+/// Whether bubblewrap works here; a missing one skips the sandboxed half (fails under
+/// `TRELLIS_REQUIRE_PEERS=1`).
+fn bubblewrap() -> bool {
+    let works = std::process::Command::new("bwrap")
+        .args([
+            "--ro-bind",
+            "/",
+            "/",
+            "--unshare-pid",
+            "--proc",
+            "/proc",
+            "true",
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !works {
+        trellis_test::missing_peer("bubblewrap (bwrap)");
+    }
+    works
+}
+
+fn workflow(body: &str) -> String {
+    format!(
+        "digraph W {{\n graph [goal=\"probe\"]\n start [shape=Mdiamond]\n exit [shape=Msquare]\n {body}\n}}\n"
+    )
+}
+
+/// Processes whose command line holds `needle`.
+fn running(needle: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                String::from_utf8_lossy(&c)
+                    .replace('\0', " ")
+                    .contains(needle)
+            })
+        })
+        .count()
+}
+
+fn probe_project(sandbox: &str) -> Project {
+    Project::new()
+        .with_env("TRELLIS_SANDBOX", sandbox)
+        .with_env("ANTHROPIC_API_KEY", KEY)
+        .with_env("PROBE_SECRET_TOKEN", "probe-token-0123456789-NEVER")
+}
+
+#[test]
+fn a_sandboxed_command_cannot_read_trellis_environment_write_outside_or_outlive_its_stage() {
+    if !bubblewrap() {
+        return;
+    }
+    let p = probe_project("bubblewrap");
+    let outside = tempfile::tempdir().unwrap();
+    let script = format!(
+        "base64 -w0 < /proc/$PPID/environ; echo; cat /proc/$PPID/environ | tr '\\\\0' '\\\\n' | grep -c PROBE_SECRET || true; \
+         touch {}/escaped 2>&1 || true; echo inside > mine.txt; \
+         setsid sleep 7771 & (setsid env -i sleep 7772 &); echo started",
+        outside.path().display()
+    );
+    p.write(
+        "w.fabro",
+        &workflow(&format!(
+            "probe [shape=parallelogram, script=\"{}\"]\n start -> probe -> exit",
+            script.replace('"', "\\\"")
+        )),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.summary["sandbox"], "bubblewrap");
+    let out =
+        std::fs::read_to_string(stage_dir(&run.record(), "probe").join("stdout.log")).unwrap();
+    assert!(!out.contains("NEVER"), "{out}");
+    assert!(!out.contains(KEY));
+    assert!(
+        out.contains("\n0\n"),
+        "the sandbox's init knows no PROBE_SECRET: {out}"
+    );
+    assert!(!outside.path().join("escaped").exists());
+    assert_eq!(p.read("mine.txt"), "inside\n");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(
+        running("sleep 7771"),
+        0,
+        "a setsid child outlived its stage"
+    );
+    assert_eq!(
+        running("sleep 7772"),
+        0,
+        "an env -i double fork outlived its stage"
+    );
+}
+
+#[test]
+fn an_unconfined_command_reading_trellis_environment_shows_no_secret() {
+    // Unconfined, the command's parent is the reaper (whose environment holds no secret); Trellis is
+    // the reaper's parent, and what its environment holds is redacted from what is recorded.
+    let p = probe_project("none");
+    p.write(
+        "w.fabro",
+        &workflow(
+            "probe [shape=parallelogram, script=\"T=$(cut -d' ' -f4 /proc/$PPID/stat); base64 -w0 < /proc/$T/environ; echo; tr '\\\\0' '\\\\n' < /proc/$T/environ\"]\n start -> probe -> exit",
+        ),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.summary["sandbox"], "none");
+    let out =
+        std::fs::read_to_string(stage_dir(&run.record(), "probe").join("stdout.log")).unwrap();
+    assert!(!out.contains("NEVER"), "{out}");
+    assert!(out.contains("[redacted PROBE_SECRET_TOKEN]"), "{out}");
+    let events = std::fs::read_to_string(run.record().join("events.jsonl")).unwrap();
+    assert!(!events.contains("NEVER"));
+}
+
+#[test]
+fn nothing_an_unconfined_command_starts_outlives_its_stage() {
+    let p = probe_project("none");
+    p.write(
+        "w.fabro",
+        &workflow(
+            "spawn [shape=parallelogram, script=\"setsid sleep 7761 & (setsid env -i sleep 7762 &); echo spawned\"]\n \
+             slow [shape=parallelogram, timeout=\"500ms\", max_retries=0, script=\"(setsid env -i sleep 7763 &); sleep 30\"]\n \
+             start -> spawn -> slow -> exit\n slow -> exit [condition=\"outcome=fail\"]",
+        ),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    for needle in ["sleep 7761", "sleep 7762", "sleep 7763"] {
+        assert_eq!(running(needle), 0, "`{needle}` outlived its stage");
+    }
+}
+
+#[test]
+fn the_sandbox_lets_real_work_run() {
+    if !bubblewrap() {
+        return;
+    }
+    let p = Project::new().with_env("TRELLIS_SANDBOX", "bubblewrap");
+    p.write("test_calc.py", "def test_add():\n    assert 1 + 1 == 2\n");
+    p.write(
+        "w.fabro",
+        &workflow(
+            "git [shape=parallelogram, script=\"git init -q . && git add test_calc.py && git -c user.email=t@t -c user.name=t commit -qm one && git log --oneline | wc -l\"]\n \
+             py [shape=parallelogram, script=\"python3 -m pytest -q -p no:cacheprovider 2>/dev/null || python3 -c 'import test_calc; test_calc.test_add(); print(1)'\"]\n \
+             tmp [shape=parallelogram, script=\"mktemp -d >/dev/null && echo ok > $(mktemp) && echo tmp-ok\"]\n \
+             start -> git -> py -> tmp -> exit",
+        ),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let read = |node: &str| {
+        std::fs::read_to_string(stage_dir(&run.record(), node).join("stdout.log")).unwrap()
+    };
+    assert_eq!(read("git").trim(), "1");
+    assert_eq!(read("tmp").trim(), "tmp-ok");
+    assert!(p.path().join(".git").is_dir());
+}
+
+#[test]
+fn a_node_can_turn_the_network_off_but_not_the_sandbox() {
+    if !bubblewrap() {
+        return;
+    }
+    let p = Project::new().with_env("TRELLIS_SANDBOX", "bubblewrap");
+    p.write(
+        "w.fabro",
+        &workflow(
+            "net [shape=parallelogram, sandbox=\"network=off\", script=\"ls /sys/class/net | tr '\\\\n' ' '; cat /proc/net/dev | wc -l\"]\n start -> net -> exit",
+        ),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let out = std::fs::read_to_string(stage_dir(&run.record(), "net").join("stdout.log")).unwrap();
+    // Only a loopback: /proc/net/dev has its two header lines and `lo`.
+    assert!(out.trim_end().ends_with('3'), "{out}");
+    p.write(
+        "off.fabro",
+        &workflow(
+            "x [shape=parallelogram, sandbox=\"none\", script=\"true\"]\n start -> x -> exit",
+        ),
+    );
+    let out = p.command(&["validate", "off.fabro"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("a workflow cannot turn the sandbox off")
+    );
+}
+
+fn call(name: &str, arguments: &Value) -> Value {
+    json!({ "type": "reply", "tool_calls": [{ "name": name, "arguments": arguments }], "times": 1 })
+}
+
+fn answer(text: &str) -> Value {
+    json!({ "type": "reply", "text": text, "times": 1 })
+}
+
+/// The `tool_result` contents of the last request llmock received.
+fn last_results(mock: &Llmock) -> Vec<String> {
+    let requests = mock.requests();
+    let body = &requests.last().unwrap()["body"];
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| b["content"].to_string())
+        .collect()
+}
+
+fn agent_probe(sandbox: &str, command: &str) -> (Project, Vec<String>) {
+    let mock = Llmock::start().expect("llmock");
+    let p = probe_project(sandbox).with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"));
+    p.write(
+        "w.fabro",
+        &workflow("probe [prompt=\"Probe\", model=\"sonnet\"]\n start -> probe -> exit"),
+    );
+    mock.scenario(&json!([
+        call("shell", &json!({ "command": command })),
+        answer("done"),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    (p, last_results(&mock))
+}
+
+#[test]
+fn an_agent_shell_cannot_read_trellis_environment_or_leave_processes_behind() {
+    if Llmock::start().is_none() {
+        return;
+    }
+    let probe = "base64 -w0 < /proc/$PPID/environ; echo; setsid sleep 7781 & (setsid env -i sleep 7782 &); echo probed";
+    let mut paths = vec!["none"];
+    if bubblewrap() {
+        paths.push("bubblewrap");
+    }
+    for sandbox in paths {
+        let (_p, results) = agent_probe(sandbox, probe);
+        let shown = results.join("\n");
+        assert!(shown.contains("probed"), "{sandbox}: {shown}");
+        assert!(
+            !shown.contains("NEVER"),
+            "{sandbox}: the model was shown a secret: {shown}"
+        );
+        assert!(!shown.contains(KEY), "{sandbox}: {shown}");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert_eq!(running("sleep 7781"), 0, "{sandbox}: setsid survivor");
+        assert_eq!(running("sleep 7782"), 0, "{sandbox}: env -i survivor");
+    }
+}
+
+#[test]
+fn the_agent_file_tools_refuse_a_fifo_and_a_device_at_once() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = probe_project("none").with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"));
+    nix::unistd::mkfifo(&p.path().join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    p.write(
+        "w.fabro",
+        &workflow("probe [prompt=\"Probe\", model=\"sonnet\"]\n start -> probe -> exit"),
+    );
+    mock.scenario(&json!([
+        { "type": "reply", "times": 1, "tool_calls": [
+            { "name": "read_file", "arguments": { "path": "pipe" } },
+            { "name": "read_file", "arguments": { "path": "pipe" } },
+            { "name": "read_file", "arguments": { "path": "pipe" } },
+            { "name": "read_file", "arguments": { "path": "pipe" } },
+            { "name": "read_file", "arguments": { "path": "/dev/zero" } }
+        ] },
+        answer("done"),
+    ]));
+    let started = std::time::Instant::now();
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    let results = last_results(&mock);
+    assert_eq!(results.len(), 5);
+    for result in &results[..4] {
+        assert!(result.contains("not a regular file"), "{result}");
+    }
+    assert!(
+        results[4].contains("outside the working directory"),
+        "{}",
+        results[4]
+    );
+}

@@ -1,0 +1,141 @@
+//! The reaper: what keeps an unconfined command from outliving its stage.
+//!
+//! Without the sandbox's PID namespace, a command can leave its process group (`setsid`), drop the
+//! markers in its environment (`env -i`) and lose its parent (a double fork), and nothing else would
+//! find it again. So an unconfined command starts under a small process of Trellis's own
+//! (`trellis __reap PROGRAM ARGS...`) that makes itself a *child subreaper*: every process the command
+//! starts whose parent dies is re-parented to the reaper instead of to `init`, however it left. When the
+//! command exits — or the stage ends early, which the reaper learns when Trellis closes its standard
+//! input (also when Trellis itself dies) — the reaper kills every process left under it, waits for
+//! them, and exits as the command did.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the reaper is a small synchronous program of its own"
+)]
+
+use std::ffi::OsString;
+use std::io::Read as _;
+use std::os::unix::process::ExitStatusExt as _;
+use std::process::{ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{Pid, getpgid, getpgrp};
+
+/// The argument that makes the `trellis` binary the reaper.
+pub const REAPER_ARG: &str = "__reap";
+
+/// How many rounds of killing the reaper makes before it gives up (each re-parents the next layer).
+const ROUNDS: usize = 200;
+
+enum Event {
+    Exited(std::io::Result<ExitStatus>),
+    Cancelled,
+}
+
+/// Runs `args` (a program and its arguments) as the reaper; returns the exit code to leave with, after
+/// re-raising the command's own signal when it was killed by one.
+pub fn main(args: &[OsString]) -> i32 {
+    let Some((program, rest)) = args.split_first() else {
+        eprintln!("trellis {REAPER_ARG}: no program to run");
+        return 2;
+    };
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+    let mut child = match std::process::Command::new(program)
+        .args(rest)
+        .stdin(Stdio::null())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(error) => {
+            eprintln!("{}: {error}", program.to_string_lossy());
+            return if error.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+        }
+    };
+    let command = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+    let (events, event) = mpsc::channel();
+    let watcher = events.clone();
+    std::thread::spawn(move || {
+        // Trellis holds the other end: end of input means the stage is over (or Trellis is gone).
+        let mut sink = [0u8; 64];
+        while matches!(std::io::stdin().read(&mut sink), Ok(n) if n > 0) {}
+        let _ = watcher.send(Event::Cancelled);
+    });
+    std::thread::spawn(move || {
+        let _ = events.send(Event::Exited(child.wait()));
+    });
+    let status = if let Ok(Event::Exited(Ok(status))) = event.recv() {
+        Some(status)
+    } else {
+        // The stage is over (or the command could not be waited for): end it first.
+        let _ = kill(command, Signal::SIGKILL);
+        None
+    };
+    reap_all();
+    match status {
+        Some(status) => exit_code(status),
+        None => 128 + Signal::SIGKILL as i32,
+    }
+}
+
+/// The code a shell would report for `status`.
+fn exit_code(status: ExitStatus) -> i32 {
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(Signal::SIGKILL as i32))
+}
+
+/// Kills every process left under the reaper (its children, and theirs as they are re-parented to
+/// it), with their process groups, and waits for them.
+fn reap_all() {
+    let own_group = getpgrp();
+    for _ in 0..ROUNDS {
+        // Collect what has already ended; no children left at all means nothing escaped.
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => break,
+                Ok(_) => {}
+                Err(Errno::ECHILD) => return,
+                Err(_) => break,
+            }
+        }
+        for pid in children() {
+            if let Ok(group) = getpgid(Some(pid))
+                && group != own_group
+            {
+                let _ = killpg(group, Signal::SIGKILL);
+            }
+            let _ = kill(pid, Signal::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The reaper's children, from `/proc` (the parent of each process is the fourth field of its `stat`).
+fn children() -> Vec<Pid> {
+    let own = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+                stat.rsplit_once(") ")
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(own)
+            })
+        })
+        .filter_map(|pid| Some(Pid::from_raw(i32::try_from(pid).ok()?)))
+        .collect()
+}
