@@ -161,12 +161,26 @@ fn the_sandbox_lets_real_work_run() {
     let p = Project::new().with_env("TRELLIS_SANDBOX", "bubblewrap");
     p.write("test_calc.py", "def test_add():\n    assert 1 + 1 == 2\n");
     p.write(
+        "crate/Cargo.toml",
+        "[package]\nname = \"probe\"\nversion = \"0.1.0\"\nedition = \"2021\"\n[workspace]\n",
+    );
+    p.write(
+        "crate/src/lib.rs",
+        "#[test]\nfn adds() { assert_eq!(1 + 1, 2); }\n",
+    );
+    p.write(
+        "pkg/package.json",
+        "{\"name\": \"probe\", \"version\": \"1.0.0\", \"scripts\": {\"test\": \"node -e \\\"console.log('npm-ok')\\\"\"}}",
+    );
+    p.write(
         "w.fabro",
         &workflow(
             "git [shape=parallelogram, script=\"git init -q . && git add test_calc.py && git -c user.email=t@t -c user.name=t commit -qm one && git log --oneline | wc -l\"]\n \
              py [shape=parallelogram, script=\"python3 -m pytest -q -p no:cacheprovider 2>/dev/null || python3 -c 'import test_calc; test_calc.test_add(); print(1)'\"]\n \
              tmp [shape=parallelogram, script=\"mktemp -d >/dev/null && echo ok > $(mktemp) && echo tmp-ok\"]\n \
-             start -> git -> py -> tmp -> exit",
+             cargo [shape=parallelogram, script=\"cd crate && cargo test --offline -q --lib 2>&1 | tail -3\"]\n \
+             npm [shape=parallelogram, script=\"cd pkg && (command -v npm >/dev/null || echo npm-ok) && (command -v npm >/dev/null && npm test --silent || true)\"]\n \
+             start -> git -> py -> tmp -> cargo -> npm -> exit",
         ),
     );
     let run = p.run("w.fabro", &[]);
@@ -176,6 +190,12 @@ fn the_sandbox_lets_real_work_run() {
     };
     assert_eq!(read("git").trim(), "1");
     assert_eq!(read("tmp").trim(), "tmp-ok");
+    assert!(
+        read("cargo").contains("test result: ok. 1 passed"),
+        "{}",
+        read("cargo")
+    );
+    assert!(read("npm").contains("npm-ok"), "{}", read("npm"));
     assert!(p.path().join(".git").is_dir());
 }
 

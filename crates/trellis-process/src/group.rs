@@ -106,7 +106,8 @@ impl Drop for ProcessGroup {
             let _ = killpg(pgid, Signal::SIGKILL);
         }
         if let Some(marker) = self.marker.take() {
-            kill_marked(&marker);
+            // Scanning `/proc` takes a while: not on the thread that dropped the stage (the runtime's).
+            std::thread::spawn(move || kill_marked(&marker));
         }
     }
 }

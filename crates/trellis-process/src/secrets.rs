@@ -163,6 +163,13 @@ pub fn redact_bytes(bytes: &[u8]) -> Option<Vec<u8>> {
     })
 }
 
+/// Keeps this process's memory and environment (provider keys) from other processes of the same user:
+/// `/proc/PID/environ` and `/proc/PID/mem` become root's. For a process that runs commands; root
+/// reads them anyway, and the sandbox's PID namespace is what hides Trellis from its children then.
+pub fn keep_this_process_private() {
+    let _ = nix::sys::prctl::set_dumpable(false);
+}
+
 /// A finished command's log file, whole, with known secret values redacted in the file too.
 #[allow(
     clippy::disallowed_methods,

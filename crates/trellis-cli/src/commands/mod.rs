@@ -14,10 +14,11 @@ use std::io::IsTerminal;
 use clap::ValueEnum;
 
 /// The sandbox the user chose, with this executable as the reaper of unconfined children (see
-/// `trellis_process::reaper`).
+/// `trellis_process::reaper`); this process stops being readable by its children.
 pub fn sandbox(
     choice: Option<trellis_run::SandboxChoice>,
 ) -> anyhow::Result<std::sync::Arc<trellis_run::Sandbox>> {
+    trellis_process::secrets::keep_this_process_private();
     let mut sandbox = trellis_run::sandbox(choice)?;
     if let Ok(trellis) = std::env::current_exe() {
         sandbox = sandbox.with_reaper(trellis);

@@ -24,19 +24,35 @@ impl Serve {
         Self::start_with(project, free_port(), &[])
     }
 
+    /// Starts the server on `port`, or — when another test's server took that port first — on
+    /// another free one: a server counts as started once it says where it listens.
     pub fn start_with(project: &Project, port: u16, extra: &[&str]) -> Self {
-        let listen = format!("127.0.0.1:{port}");
-        let mut args = vec!["serve", "--listen", &listen, "--workflows", "workflows"];
-        args.extend_from_slice(extra);
-        let child = project
-            .command(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let serve = Self { child, port };
-        trellis_test::http::wait_for_port(port, "trellis serve");
-        serve
+        let mut port = port;
+        for _ in 0..5 {
+            let listen = format!("127.0.0.1:{port}");
+            let mut args = vec!["serve", "--listen", &listen, "--workflows", "workflows"];
+            args.extend_from_slice(extra);
+            let mut child = project
+                .command(&args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let stderr = child.stderr.take().unwrap();
+            let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+            let listening = lines
+                .by_ref()
+                .map_while(Result::ok)
+                .any(|line| line.starts_with("trellis serve: http://"));
+            // Keep reading, so the server never blocks on a full pipe.
+            std::thread::spawn(move || lines.for_each(drop));
+            if listening {
+                return Self { child, port };
+            }
+            let _ = child.wait();
+            port = free_port();
+        }
+        panic!("trellis serve did not start");
     }
 
     pub fn get(&self, path: &str) -> Response {
