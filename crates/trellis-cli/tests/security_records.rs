@@ -33,13 +33,7 @@ fn a_yaml_node_id_cannot_write_outside_the_run_record() {
         let run = p.run("escape.yml", args);
         assert_eq!(run.code(), Some(1), "{}", run.stderr());
     }
-    assert!(
-        !p.path().join("runs").exists()
-            || std::fs::read_dir(p.path().join("runs"))
-                .unwrap()
-                .next()
-                .is_none()
-    );
+    assert!(!p.run_exists(), "a run was recorded");
     assert!(!std::path::Path::new("/tmp/x/ESCAPED").exists());
 }
 
@@ -58,13 +52,7 @@ fn a_prompt_file_in_proc_is_refused_before_anything_is_recorded() {
         "{stderr}"
     );
     assert!(!stderr.contains("sk-probe"));
-    assert!(
-        !p.path().join("runs").exists()
-            || std::fs::read_dir(p.path().join("runs"))
-                .unwrap()
-                .next()
-                .is_none()
-    );
+    assert!(!p.run_exists(), "a run was recorded");
     // A reference that climbs out of the workflow's directory needs the user's word.
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("prompt.md"), "Say hi").unwrap();
@@ -169,13 +157,7 @@ fn a_workflow_that_includes_itself_is_invalid_and_never_runs() {
     let run = p.run("self.fabro", &["--max-steps", "50"]);
     assert_eq!(run.code(), Some(1));
     assert!(started.elapsed() < Duration::from_secs(20));
-    assert!(
-        !p.path().join("runs").exists()
-            || std::fs::read_dir(p.path().join("runs"))
-                .unwrap()
-                .next()
-                .is_none()
-    );
+    assert!(!p.run_exists(), "a run was recorded");
 }
 
 const GATE: &str = "digraph G { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
@@ -197,13 +179,7 @@ fn an_answer_that_names_no_option_stops_before_the_run_starts() {
         "{}",
         run.stderr()
     );
-    assert!(
-        !p.path().join("runs").exists()
-            || std::fs::read_dir(p.path().join("runs"))
-                .unwrap()
-                .next()
-                .is_none()
-    );
+    assert!(!p.run_exists(), "a run was recorded");
     p.write("answers.json", "{\"ask\": \"r\"}");
     let run = p.run("gate.fabro", &["--answers", "answers.json"]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
