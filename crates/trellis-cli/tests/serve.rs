@@ -71,7 +71,7 @@ fn seqs(events: &[Value]) -> Vec<u64> {
 /// Commands whose command line holds `marker`: the outermost such process of each, which is the
 /// command itself, its reaper (unconfined) or its sandbox (bubblewrap).
 fn processes_with(marker: &str) -> usize {
-    let marked: Vec<(String, String)> = std::fs::read_dir("/proc")
+    let found: Vec<(String, String)> = std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter_map(|e| {
@@ -90,9 +90,9 @@ fn processes_with(marker: &str) -> usize {
             Some((pid, parent))
         })
         .collect();
-    marked
+    found
         .iter()
-        .filter(|(_, parent)| !marked.iter().any(|(pid, _)| pid == parent))
+        .filter(|(_, parent)| !found.iter().any(|(pid, _)| pid == parent))
         .count()
 }
 
