@@ -153,6 +153,47 @@ fn nothing_an_unconfined_command_starts_outlives_its_stage() {
     }
 }
 
+/// Whether this kernel offers Landlock (the fallback sandbox); one without skips that half.
+fn landlock() -> bool {
+    let works = trellis_process::reaper::landlock_supported();
+    if !works {
+        eprintln!("skipping: this kernel does not offer Landlock");
+    }
+    works
+}
+
+#[test]
+fn the_landlock_sandbox_confines_writes_and_the_network_and_leaves_nothing_behind() {
+    if !landlock() {
+        return;
+    }
+    let p = probe_project("landlock");
+    // Writable by anyone, and outside the working directory and /tmp.
+    let outside = tempfile::tempdir_in("/var/tmp").unwrap();
+    p.write(
+        "w.fabro",
+        &workflow(&format!(
+            "probe [shape=parallelogram, script=\"touch {}/escaped 2>/dev/null || echo refused; echo inside > mine.txt; setsid sleep 7751 & (setsid env -i sleep 7752 &); echo started\"]\n \
+             net [shape=parallelogram, sandbox=\"network=off\", script=\"python3 -c 'import socket; s=socket.socket(); s.bind((\\\"127.0.0.1\\\", 0)); s.listen()' 2>&1 | tail -1\"]\n \
+             start -> probe -> net -> exit",
+            outside.path().display()
+        )),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.summary["sandbox"], "landlock");
+    let read = |node: &str| {
+        std::fs::read_to_string(stage_dir(&run.record(), node).join("stdout.log")).unwrap()
+    };
+    assert!(read("probe").starts_with("refused\n"), "{}", read("probe"));
+    assert!(!outside.path().join("escaped").exists());
+    assert_eq!(p.read("mine.txt"), "inside\n");
+    assert!(read("net").contains("Permission denied"), "{}", read("net"));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(running("sleep 7751"), 0);
+    assert_eq!(running("sleep 7752"), 0);
+}
+
 #[test]
 fn the_sandbox_lets_real_work_run() {
     if !bubblewrap() {

@@ -160,6 +160,60 @@ fn a_workflow_that_includes_itself_is_invalid_and_never_runs() {
     assert!(!p.run_exists(), "a run was recorded");
 }
 
+#[test]
+fn sub_workflows_nesting_deeper_than_eight_stop_the_run_once() {
+    let p = Project::new();
+    // A chain of ten files, each running the next: no cycle, just too deep.
+    for level in 0..10 {
+        let body = if level < 9 {
+            format!(
+                "next [shape=house, workflow=\"level{}.fabro\"]\n start -> next -> exit",
+                level + 1
+            )
+        } else {
+            "leaf [shape=parallelogram, script=\"echo leaf\"]\n start -> leaf -> exit".to_owned()
+        };
+        p.write(
+            &format!("level{level}.fabro"),
+            &format!(
+                "digraph L{level} {{ start [shape=Mdiamond]\n exit [shape=Msquare]\n {body} }}"
+            ),
+        );
+    }
+    let run = p.run("level0.fabro", &[]);
+    assert_eq!(run.code(), Some(1), "{}", run.stderr());
+    let error = run.summary["error"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        error.contains("sub-workflows nest more than 8 deep at `next`"),
+        "{error}"
+    );
+    assert_eq!(error.matches("nest more than").count(), 1, "{error}");
+}
+
+#[test]
+fn the_step_budget_counts_the_stages_of_sub_workflows() {
+    let p = Project::new();
+    let stages: String = (0..30)
+        .map(|i| format!(" s{i} [shape=parallelogram, script=\"true\"]\n"))
+        .collect();
+    let chain: Vec<String> = (0..30).map(|i| format!("s{i}")).collect();
+    p.write(
+        "child.fabro",
+        &format!(
+            "digraph C {{ start [shape=Mdiamond]\n exit [shape=Msquare]\n{stages} start -> {} -> exit }}",
+            chain.join(" -> ")
+        ),
+    );
+    p.write(
+        "parent.fabro",
+        "digraph P { start [shape=Mdiamond]\n exit [shape=Msquare]\n sub [shape=house, workflow=\"child.fabro\"]\n start -> sub -> exit }",
+    );
+    let run = p.run("parent.fabro", &["--max-steps", "10"]);
+    assert_eq!(run.code(), Some(1), "{}", run.stderr());
+    let error = run.summary["error"].as_str().unwrap_or_default().to_owned();
+    assert!(error.contains("executed 10 stages"), "{error}");
+}
+
 const GATE: &str = "digraph G { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
     bad [shape=parallelogram, script=\"echo the fail path\"]\n \
     ask [shape=hexagon, label=\"Ship?\"]\n start -> ask\n ask -> exit [label=\"[A] Approve\"]\n \

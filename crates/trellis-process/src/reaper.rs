@@ -8,6 +8,10 @@
 //! command exits — or the stage ends early, which the reaper learns when Trellis closes its standard
 //! input (also when Trellis itself dies) — the reaper kills every process left under it, waits for
 //! them, and exits as the command did.
+//!
+//! Where bubblewrap is not available, the reaper is also where the Landlock sandbox is applied
+//! (`--landlock --write PATH... [--network-off]`): it restricts itself before it starts the command,
+//! which inherits the restriction.
 
 #![allow(
     clippy::disallowed_methods,
@@ -26,8 +30,100 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpgid, getpgrp};
 
-/// The argument that makes the `trellis` binary the reaper.
+/// The argument that makes the `trellis` binary the reaper: `trellis __reap [OPTIONS] -- PROGRAM
+/// ARGS...`.
 pub const REAPER_ARG: &str = "__reap";
+/// Option: confine the command with Landlock before it starts.
+pub const LANDLOCK_ARG: &str = "--landlock";
+/// Option (with `--landlock`, repeatable): a path the command may write.
+pub const WRITE_ARG: &str = "--write";
+/// Option (with `--landlock`): no TCP connections or listening sockets.
+pub const NETWORK_OFF_ARG: &str = "--network-off";
+
+/// Paths every confined command may write besides those it is given: the shared temporary directory
+/// and the devices programs write to.
+const ALWAYS_WRITABLE: &[&str] = &[
+    "/tmp",
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/pts",
+    "/dev/shm",
+];
+
+/// The Landlock confinement the reaper applies to itself, and so to the command, before starting it.
+#[derive(Debug, Default)]
+struct Confinement {
+    writable: Vec<OsString>,
+    network_off: bool,
+}
+
+/// Whether this kernel offers Landlock.
+pub fn landlock_supported() -> bool {
+    use landlock::{
+        Access as _, AccessFs, CompatLevel, Compatible as _, Ruleset, RulesetAttr as _,
+    };
+    Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(landlock::ABI::V1))
+        .and_then(landlock::Ruleset::create)
+        .is_ok()
+}
+
+impl Confinement {
+    /// Restricts this process (the reaper's only thread yet) and what it starts: reading anywhere,
+    /// writing only inside the writable paths, no TCP when the network is off.
+    fn apply(&self) -> Result<(), String> {
+        use landlock::{
+            ABI, Access as _, AccessFs, AccessNet, Ruleset, RulesetAttr as _,
+            RulesetCreatedAttr as _, RulesetStatus, path_beneath_rules,
+        };
+        let abi = ABI::V5;
+        let mut ruleset = Ruleset::default()
+            .handle_access(AccessFs::from_all(abi))
+            .map_err(|e| e.to_string())?;
+        if self.network_off {
+            ruleset = ruleset
+                .handle_access(AccessNet::from_all(abi))
+                .map_err(|e| e.to_string())?;
+        }
+        let writable = self
+            .writable
+            .iter()
+            .map(std::path::Path::new)
+            .chain(ALWAYS_WRITABLE.iter().map(std::path::Path::new));
+        let status = ruleset
+            .create()
+            .and_then(|r| r.add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi))))
+            .and_then(|r| r.add_rules(path_beneath_rules(writable, AccessFs::from_all(abi))))
+            .and_then(landlock::RulesetCreated::restrict_self)
+            .map_err(|e| e.to_string())?;
+        if status.ruleset == RulesetStatus::NotEnforced {
+            return Err("this kernel does not enforce Landlock".to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// The confinement options before `--`, and the program and its arguments after it.
+fn parse(args: &[OsString]) -> Result<(Option<Confinement>, &[OsString]), String> {
+    let mut confinement: Option<Confinement> = None;
+    let mut rest = args.iter().enumerate();
+    while let Some((i, arg)) = rest.next() {
+        match arg.to_str() {
+            Some("--") => return Ok((confinement, &args[i + 1..])),
+            Some(LANDLOCK_ARG) => confinement = Some(Confinement::default()),
+            Some(WRITE_ARG) => {
+                let path = rest.next().ok_or("--write needs a path")?.1.clone();
+                confinement.get_or_insert_default().writable.push(path);
+            }
+            Some(NETWORK_OFF_ARG) => confinement.get_or_insert_default().network_off = true,
+            _ => return Err(format!("unknown option {}", arg.to_string_lossy())),
+        }
+    }
+    Err("no `--` before the program".to_owned())
+}
 
 /// How many rounds of killing the reaper makes before it gives up (each re-parents the next layer).
 const ROUNDS: usize = 200;
@@ -40,11 +136,25 @@ enum Event {
 /// Runs `args` (a program and its arguments) as the reaper; returns the exit code to leave with, after
 /// re-raising the command's own signal when it was killed by one.
 pub fn main(args: &[OsString]) -> i32 {
-    let Some((program, rest)) = args.split_first() else {
+    let (confinement, command) = match parse(args) {
+        Ok(parsed) => parsed,
+        Err(problem) => {
+            eprintln!("trellis {REAPER_ARG}: {problem}");
+            return 2;
+        }
+    };
+    let Some((program, rest)) = command.split_first() else {
         eprintln!("trellis {REAPER_ARG}: no program to run");
         return 2;
     };
     let _ = nix::sys::prctl::set_child_subreaper(true);
+    if let Some(confinement) = confinement
+        && let Err(problem) = confinement.apply()
+    {
+        // Never run a command unconfined that was meant to be confined.
+        eprintln!("trellis {REAPER_ARG}: cannot apply the Landlock sandbox: {problem}");
+        return 126;
+    }
     let mut child = match std::process::Command::new(program)
         .args(rest)
         .stdin(Stdio::null())

@@ -18,8 +18,12 @@
 //! stage started (`setsid`, a double fork, `env -i`) outlives it, and it dies with Trellis
 //! (`--die-with-parent`).
 //!
-//! Where `bwrap` is missing or cannot create namespaces here, `auto` runs children unconfined and says
-//! so; `--sandbox none` (or `[sandbox] mode = "none"` in the configuration) asks for that explicitly, and
+//! Where `bwrap` is missing or cannot create namespaces here, `auto` falls back to **Landlock**, the
+//! kernel's own access control, which the reaper applies before it starts the command: the same
+//! read-only system and writable paths (`/tmp` is shared, not private; the runs directory and the
+//! configuration file cannot be carved out) and TCP cut off for `network=off`, but no PID namespace:
+//! other processes stay visible, and root's commands can read Trellis's environment (Trellis makes
+//! itself non-dumpable, which keeps other users' out). Where neither works, `auto` runs children unconfined and says so; `--sandbox none` (or `[sandbox] mode = "none"` in the configuration) asks for that explicitly, and
 //! `--sandbox bubblewrap` refuses to run without it. Unconfined children run under the reaper
 //! ([`crate::reaper`]), so nothing they start outlives their stage either way.
 
@@ -35,6 +39,8 @@ pub enum Choice {
     Auto,
     /// Bubblewrap, or refuse to run.
     Bubblewrap,
+    /// Landlock (the kernel's own access control, applied by the reaper), or refuse to run.
+    Landlock,
     /// No confinement.
     None,
 }
@@ -45,9 +51,10 @@ impl std::str::FromStr for Choice {
         match text.trim() {
             "auto" => Ok(Self::Auto),
             "bubblewrap" | "bwrap" => Ok(Self::Bubblewrap),
+            "landlock" => Ok(Self::Landlock),
             "none" | "off" => Ok(Self::None),
             other => Err(format!(
-                "unknown sandbox `{other}`: use auto, bubblewrap or none"
+                "unknown sandbox `{other}`: use auto, bubblewrap, landlock or none"
             )),
         }
     }
@@ -73,8 +80,14 @@ pub struct Unavailable {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Kind {
-    None { asked: bool },
-    Bubblewrap { bwrap: PathBuf },
+    None {
+        asked: bool,
+    },
+    Bubblewrap {
+        bwrap: PathBuf,
+    },
+    /// Applied by the reaper in the child before the command starts ([`crate::reaper`]).
+    Landlock,
 }
 
 /// The sandbox of a run: how its children start.
@@ -114,9 +127,16 @@ impl Sandbox {
             Choice::None => Kind::None { asked: true },
             Choice::Auto => match probe() {
                 Ok(bwrap) => Kind::Bubblewrap { bwrap },
+                Err(_) if crate::reaper::landlock_supported() => Kind::Landlock,
                 Err(_) => Kind::None { asked: false },
             },
             Choice::Bubblewrap => Kind::Bubblewrap { bwrap: probe()? },
+            Choice::Landlock if crate::reaper::landlock_supported() => Kind::Landlock,
+            Choice::Landlock => {
+                return Err(Unavailable {
+                    reason: "this kernel does not offer Landlock".to_owned(),
+                });
+            }
         };
         let home = std::env::var_os("HOME").map(PathBuf::from);
         let writable = home
@@ -143,7 +163,7 @@ impl Sandbox {
     /// Whether a child's program starts directly, with nothing in between that would run it (so a
     /// program the kernel will not start is known at once, and can go to the shell instead).
     pub fn starts_directly(&self) -> bool {
-        matches!(self.kind, Kind::None { .. }) && self.reaper.is_none()
+        !matches!(self.kind, Kind::Bubblewrap { .. }) && self.reaper.is_none()
     }
 
     /// A command that runs `program args` in `work_dir` under this sandbox with the node's `policy`,
@@ -174,7 +194,7 @@ impl Sandbox {
     }
 
     fn uses_reaper(&self) -> bool {
-        matches!(self.kind, Kind::None { .. }) && self.reaper.is_some()
+        !matches!(self.kind, Kind::Bubblewrap { .. }) && self.reaper.is_some()
     }
     #[must_use]
     pub fn writable(mut self, paths: impl IntoIterator<Item = PathBuf>) -> Self {
@@ -203,14 +223,19 @@ impl Sandbox {
 
     /// Whether children are confined.
     pub fn is_confined(&self) -> bool {
-        matches!(self.kind, Kind::Bubblewrap { .. })
+        match self.kind {
+            Kind::Bubblewrap { .. } => true,
+            Kind::Landlock => self.reaper.is_some(),
+            Kind::None { .. } => false,
+        }
     }
 
     /// The sandbox's name: `bubblewrap` or `none` (a run's JSON summary).
     pub fn name(&self) -> &'static str {
         match self.kind {
             Kind::Bubblewrap { .. } => "bubblewrap",
-            Kind::None { .. } => "none",
+            Kind::Landlock if self.reaper.is_some() => "landlock",
+            Kind::Landlock | Kind::None { .. } => "none",
         }
     }
 
@@ -218,6 +243,8 @@ impl Sandbox {
     pub fn describe(&self) -> String {
         match &self.kind {
             Kind::Bubblewrap { .. } => "bubblewrap (the system read-only; the working directory, a private /tmp and the home tool caches writable; own PID namespace)".to_owned(),
+            Kind::Landlock if self.reaper.is_some() => "landlock (the system read-only; the working directory, /tmp and the home tool caches writable; no PID namespace: bubblewrap is not available here)".to_owned(),
+            Kind::Landlock => "none: Landlock needs the trellis executable to apply it".to_owned(),
             Kind::None { asked: true } => {
                 "none (--sandbox none): commands and agent tools run unconfined".to_owned()
             }
@@ -236,19 +263,23 @@ impl Sandbox {
     ) -> (OsString, Vec<OsString>) {
         let Kind::Bubblewrap { bwrap } = &self.kind else {
             let direct = args.iter().map(|a| (*a).to_owned());
-            return match &self.reaper {
-                Some(trellis) => (
-                    trellis.clone().into_os_string(),
-                    [
-                        OsString::from(crate::reaper::REAPER_ARG),
-                        program.to_owned(),
-                    ]
-                    .into_iter()
-                    .chain(direct)
-                    .collect(),
-                ),
-                None => (program.to_owned(), direct.collect()),
+            let Some(trellis) = &self.reaper else {
+                return (program.to_owned(), direct.collect());
             };
+            let mut out = vec![OsString::from(crate::reaper::REAPER_ARG)];
+            if self.kind == Kind::Landlock {
+                out.push(crate::reaper::LANDLOCK_ARG.into());
+                for path in self.writable_paths(work_dir, policy) {
+                    out.extend([OsString::from(crate::reaper::WRITE_ARG), path.into()]);
+                }
+                if policy.network_off {
+                    out.push(crate::reaper::NETWORK_OFF_ARG.into());
+                }
+            }
+            out.push("--".into());
+            out.push(program.to_owned());
+            out.extend(direct);
+            return (trellis.clone().into_os_string(), out);
         };
         let mut out: Vec<OsString> = Vec::with_capacity(32 + args.len());
         let mut push = |items: &[&OsStr]| out.extend(items.iter().map(|i| (*i).to_owned()));
@@ -268,10 +299,7 @@ impl Sandbox {
         if policy.network_off {
             push(&["--unshare-net".as_ref()]);
         }
-        let writable = std::iter::once(work_dir)
-            .chain(self.writable.iter().map(PathBuf::as_path))
-            .chain(policy.writable.iter().map(PathBuf::as_path));
-        for path in writable {
+        for path in self.writable_paths(work_dir, policy) {
             // `--bind-try`: a grant that does not exist on this machine is skipped, not an error.
             push(&["--bind-try".as_ref(), path.as_os_str(), path.as_os_str()]);
         }
@@ -293,6 +321,19 @@ impl Sandbox {
         ]);
         out.extend(args.iter().map(|a| (*a).to_owned()));
         (bwrap.clone().into_os_string(), out)
+    }
+}
+
+impl Sandbox {
+    /// Every path a child may write: the working directory, the configured ones, the node's.
+    fn writable_paths<'a>(
+        &'a self,
+        work_dir: &'a Path,
+        policy: &'a Policy,
+    ) -> impl Iterator<Item = &'a Path> {
+        std::iter::once(work_dir)
+            .chain(self.writable.iter().map(PathBuf::as_path))
+            .chain(policy.writable.iter().map(PathBuf::as_path))
     }
 }
 
@@ -373,7 +414,7 @@ mod tests {
                 &Policy::default(),
             );
         assert_eq!(program, "/bin/trellis");
-        assert_eq!(args, ["__reap", "sh", "-c", "true"]);
+        assert_eq!(args, ["__reap", "--", "sh", "-c", "true"]);
     }
 
     #[test]

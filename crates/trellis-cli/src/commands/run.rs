@@ -46,9 +46,13 @@ pub struct RunOptions {
     /// Colour diagnostics.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     color: ColorChoice,
-    /// Confine commands and agent tools: `auto` (bubblewrap when it works here), `bubblewrap`, or
-    /// `none` [default: the config file's `[sandbox] mode`, else auto].
-    #[arg(long, value_name = "auto|bubblewrap|none", env = "TRELLIS_SANDBOX")]
+    /// Confine commands and agent tools: `auto` (bubblewrap when it works here, else Landlock),
+    /// `bubblewrap`, `landlock`, or `none` [default: the config file's `[sandbox] mode`, else auto].
+    #[arg(
+        long,
+        value_name = "auto|bubblewrap|landlock|none",
+        env = "TRELLIS_SANDBOX"
+    )]
     sandbox: Option<SandboxChoice>,
 }
 

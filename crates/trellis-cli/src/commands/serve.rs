@@ -34,9 +34,13 @@ pub struct Args {
     /// `localhost`, `127.0.0.1` and `[::1]` otherwise); repeat for several.
     #[arg(long = "allow-host", value_name = "NAME")]
     allow_host: Vec<String>,
-    /// Confine the commands and agent tools of its runs: `auto`, `bubblewrap` or `none`
-    /// [default: the config file's `[sandbox] mode`, else auto].
-    #[arg(long, value_name = "auto|bubblewrap|none", env = "TRELLIS_SANDBOX")]
+    /// Confine the commands and agent tools of its runs: `auto`, `bubblewrap`, `landlock` or
+    /// `none` [default: the config file's `[sandbox] mode`, else auto].
+    #[arg(
+        long,
+        value_name = "auto|bubblewrap|landlock|none",
+        env = "TRELLIS_SANDBOX"
+    )]
     sandbox: Option<trellis_run::SandboxChoice>,
 }
 
