@@ -193,9 +193,10 @@ fn sub_workflows_nesting_deeper_than_eight_stop_the_run_once() {
 #[test]
 fn the_step_budget_counts_the_stages_of_sub_workflows() {
     let p = Project::new();
-    let stages: String = (0..30)
-        .map(|i| format!(" s{i} [shape=parallelogram, script=\"true\"]\n"))
-        .collect();
+    let stages = (0..30).fold(String::new(), |mut text, i| {
+        let _ = writeln!(text, " s{i} [shape=parallelogram, script=\"true\"]");
+        text
+    });
     let chain: Vec<String> = (0..30).map(|i| format!("s{i}")).collect();
     p.write(
         "child.fabro",
