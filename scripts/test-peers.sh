@@ -10,6 +10,11 @@ if ! "$CACHE/peers/bin/llmock" --help >/dev/null 2>&1; then
     python3 -m venv "$CACHE/peers"
     "$CACHE/peers/bin/pip" install -q --disable-pip-version-check "llmock==$LLMOCK_VERSION"
 fi
+# pytest: the sandbox tests run a project's tests with it, as a user's workflow would.
+if ! "$CACHE/peers/bin/python" -m pytest --version >/dev/null 2>&1; then
+    echo "test-peers: installing pytest" >&2
+    "$CACHE/peers/bin/pip" install -q --disable-pip-version-check "pytest==8.3.5"
+fi
 # Debian packages: git (the CLI-agent tests track files_touched in a scratch repository), Graphviz (the
 # web app's and `trellis graph --format svg`'s layout engine), Chromium with its WebDriver (the web
 # app's browser tests) and bubblewrap (the sandbox of commands and agent shells).

@@ -614,6 +614,43 @@ mod tests {
         assert_eq!(reopened.checkpoint().unwrap().journal, 3);
     }
 
+    /// Regression: a kill between creating `status.json` and writing it left an empty one in the
+    /// attempt's `*.interrupted-N` directory.
+    #[test]
+    fn regression_an_interrupted_attempt_keeps_no_empty_status() {
+        let runs = tempfile::tempdir().unwrap();
+        let meta = RunMeta {
+            run_id: "R".into(),
+            workflow: "w".into(),
+            goal: None,
+            source_path: "w.fabro".into(),
+            status: "running".into(),
+            started_at: "t".into(),
+            ended_at: None,
+            settings: trellis_engine::Settings::default(),
+        };
+        let (record, _owner) =
+            RunDir::create(runs.path(), &meta, "digraph {}", "workflow.fabro").unwrap();
+        let first = record.stage_dir(2, "build", 1).unwrap();
+        fs::write(first.join("status.json"), "").unwrap();
+        fs::write(first.join("stdout.log"), "half\n").unwrap();
+        let again = record.stage_dir(2, "build", 1).unwrap();
+        assert_eq!(again, first);
+        let aside = record.root().join("stages/002-build@1.interrupted-1");
+        assert!(!aside.join("status.json").exists());
+        assert_eq!(
+            fs::read_to_string(aside.join("stdout.log")).unwrap(),
+            "half\n"
+        );
+        // A node id that would leave the record names a directory inside it.
+        let odd = record.stage_dir(3, "../../x", 1).unwrap();
+        assert!(
+            odd.starts_with(record.root().join("stages")),
+            "{}",
+            odd.display()
+        );
+    }
+
     /// Regression: a relative `--runs-dir` never matched the absolute paths of the artifact walk, so every
     /// command stage rescanned the whole runs directory.
     #[test]

@@ -48,11 +48,7 @@ pub struct RunOptions {
     color: ColorChoice,
     /// Confine commands and agent tools: `auto` (bubblewrap when it works here, else Landlock),
     /// `bubblewrap`, `landlock`, or `none` [default: the config file's `[sandbox] mode`, else auto].
-    #[arg(
-        long,
-        value_name = "auto|bubblewrap|landlock|none",
-        env = "TRELLIS_SANDBOX"
-    )]
+    #[arg(long, value_name = "MODE", env = "TRELLIS_SANDBOX")]
     sandbox: Option<SandboxChoice>,
 }
 

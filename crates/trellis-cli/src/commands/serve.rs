@@ -36,11 +36,7 @@ pub struct Args {
     allow_host: Vec<String>,
     /// Confine the commands and agent tools of its runs: `auto`, `bubblewrap`, `landlock` or
     /// `none` [default: the config file's `[sandbox] mode`, else auto].
-    #[arg(
-        long,
-        value_name = "auto|bubblewrap|landlock|none",
-        env = "TRELLIS_SANDBOX"
-    )]
+    #[arg(long, value_name = "MODE", env = "TRELLIS_SANDBOX")]
     sandbox: Option<trellis_run::SandboxChoice>,
 }
 
