@@ -38,8 +38,39 @@ fn pid_in(file: &mut File) -> Option<u32> {
     text.trim().parse().ok()
 }
 
+/// How many times a claim is tried while only a reader's probe (a shared lock held for a moment by
+/// `trellis runs`, `show` or the server listing runs) may be in the way, and how far apart.
+const CLAIM_TRIES: u32 = 10;
+const CLAIM_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// Takes the run's lock for this process, writing its pid into the file.
 pub(crate) fn claim(path: &Path) -> Result<Owner, Claim> {
+    let mut tries = 0;
+    loop {
+        match claim_once(path) {
+            Err(Claim::Busy(_)) if tries + 1 < CLAIM_TRIES => {
+                tries += 1;
+                std::thread::sleep(CLAIM_PAUSE);
+            }
+            // The pid in the file is the last owner's: when that process is gone, the lock is
+            // held by someone else (a reader's probe that lasted, or a process it left).
+            Err(Claim::Busy(Some(pid))) if !alive(pid) => return Err(Claim::Busy(None)),
+            other => return other,
+        }
+    }
+}
+
+/// Whether process `pid` exists.
+fn alive(pid: u32) -> bool {
+    i32::try_from(pid).is_ok_and(|pid| {
+        !matches!(
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+            Err(Errno::ESRCH)
+        )
+    })
+}
+
+fn claim_once(path: &Path) -> Result<Owner, Claim> {
     let file = open(path).map_err(Claim::Io)?;
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(mut lock) => {
@@ -75,4 +106,38 @@ pub(crate) fn is_owned(path: &Path) -> bool {
         Flock::lock(file, FlockArg::LockSharedNonblock),
         Err((_, Errno::EWOULDBLOCK))
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: a reader's probe (a shared lock held for a moment) at the instant a resume
+    /// claimed the run refused the resume, naming the previous owner, long gone.
+    #[test]
+    fn regression_a_readers_probe_does_not_refuse_a_claim() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("owner");
+        std::fs::write(&path, "999999999").unwrap();
+        let probe = Flock::lock(open(&path).unwrap(), FlockArg::LockSharedNonblock)
+            .map_err(|(_, e)| e)
+            .unwrap();
+        let released = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            drop(probe);
+        });
+        assert!(claim(&path).is_ok(), "the claim waited out the probe");
+        released.join().unwrap();
+    }
+
+    #[test]
+    fn a_lock_held_under_a_dead_owners_pid_names_no_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("owner");
+        std::fs::write(&path, "999999999").unwrap();
+        let _held = Flock::lock(open(&path).unwrap(), FlockArg::LockExclusiveNonblock)
+            .map_err(|(_, e)| e)
+            .unwrap();
+        assert!(matches!(claim(&path), Err(Claim::Busy(None))));
+    }
 }
