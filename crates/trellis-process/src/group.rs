@@ -1,8 +1,9 @@
 //! A child started in a process group of its own (`process_group(0)`), killed with everything it
 //! started: [`ProcessGroup::close`] when the command ends, or on drop when its stage is cancelled or
 //! times out. A process that left the group (`setsid`) is found by the marker in its environment
-//! (`TRELLIS_STAGE_DIR=<stage>`), which it inherited. The shell tool, command stages and coding-agent
-//! CLIs all run their children this way.
+//! (`TRELLIS_STAGE_DIR=<stage>`), which it inherited — and, whatever it did to its environment, by
+//! the sandbox's PID namespace or the reaper ([`crate::reaper`]) the child runs under. The shell tool,
+//! command stages and coding-agent CLIs all run their children this way.
 
 use std::future::Future;
 use std::time::Duration;
