@@ -196,6 +196,8 @@ impl Sandbox {
     fn uses_reaper(&self) -> bool {
         !matches!(self.kind, Kind::Bubblewrap { .. }) && self.reaper.is_some()
     }
+
+    /// Also lets children write `paths` (the configuration's grants).
     #[must_use]
     pub fn writable(mut self, paths: impl IntoIterator<Item = PathBuf>) -> Self {
         self.writable.extend(paths);
