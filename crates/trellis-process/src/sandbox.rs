@@ -223,16 +223,7 @@ impl Sandbox {
         self
     }
 
-    /// Whether children are confined.
-    pub fn is_confined(&self) -> bool {
-        match self.kind {
-            Kind::Bubblewrap { .. } => true,
-            Kind::Landlock => self.reaper.is_some(),
-            Kind::None { .. } => false,
-        }
-    }
-
-    /// The sandbox's name: `bubblewrap` or `none` (a run's JSON summary).
+    /// The sandbox's name: `bubblewrap`, `landlock` or `none` (a run's JSON summary).
     pub fn name(&self) -> &'static str {
         match self.kind {
             Kind::Bubblewrap { .. } => "bubblewrap",
@@ -250,13 +241,13 @@ impl Sandbox {
             Kind::None { asked: true } => {
                 "none (--sandbox none): commands and agent tools run unconfined".to_owned()
             }
-            Kind::None { asked: false } => "none: bubblewrap is not available here (apt-get install bubblewrap), so commands and agent tools run unconfined".to_owned(),
+            Kind::None { asked: false } => "none: neither bubblewrap nor Landlock works here (apt-get install bubblewrap), so commands and agent tools run unconfined".to_owned(),
         }
     }
 
     /// The program and arguments that run `program args` in `work_dir` under this sandbox with the
     /// node's `policy`. Unconfined, they are `program args` themselves, or the reaper running them.
-    pub fn wrap(
+    fn wrap(
         &self,
         program: &OsStr,
         args: &[&OsStr],
