@@ -1,16 +1,21 @@
 //! Benchmark: the engine's own cost per stage (`cargo bench -p trellis-cli`), every figure next to its
 //! target (issue "engine speed"):
-//! - a chain of 1,000 `true` command stages run by `trellis run`, against a shell loop that starts
-//!   `sh -c true` as often (the same process work without the engine): the cost per stage over it;
+//! - a chain of 1,000 `true` command stages run by `trellis run --sandbox none`, against a loop that
+//!   starts `sh -c true` as often under Trellis's reaper (the same process work without the engine):
+//!   the cost per stage over it; and what the sandboxes cost per command (the reaper over a bare
+//!   `sh -c true`, bubblewrap over the reaper);
 //! - the same chain in LangGraph 1.2 with its SQLite checkpointer, one `sh -c true` per node, when
 //!   `python3` can install `langgraph==1.2.22` and `langgraph-checkpoint-sqlite` into a venv under
 //!   `~/.cache/trellis/` (skipped with the reason otherwise);
 //! - the cost per stage at 250, 1,000, 2,000 and 10,000 stages, and 2,000 against 250;
 //! - the cost a working tree of 20,000 ordinary files adds to each command stage;
 //! - a 64-branch fan-out of `sleep 0.2` with `max_parallel=64`, against a shell starting the same 64
-//!   commands (through `sh -c`, and directly);
+//!   commands (through `sh -c`, and directly), unconfined and in bubblewrap;
 //! - `trellis validate` of a generated 10,000-node workflow: time and peak memory;
 //! - the peak memory of runs of 1,000, 2,000 and 10,000 stages.
+//!
+//! Runs are `--sandbox none` unless a figure says otherwise: the engine's cost is measured apart from
+//! the sandbox's, which is printed on its own line.
 //!
 //! Peak memory is the child's maximum resident set: each measured process is started by a copy of
 //! this benchmark (`TRELLIS_BENCH_PEAK`), whose only child it is, so `getrusage(RUSAGE_CHILDREN)`
@@ -45,23 +50,7 @@ fn main() {
     println!("engine overhead (medians; targets in brackets)");
 
     // First, while the disk is quiet: the runs below leave it busy writing back for a while.
-    let fan = bench.fan_out(64);
-    // The three in turn, so that the machine's speed, which drifts, is the same for each.
-    let (mut fan_times, mut shell_fans, mut direct_fans) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..7 {
-        fan_times.push(bench.time_run(&fan, &bench.work));
-        shell_fans.push(shell_fan_out(64, "sh -c 'sleep 0.2'"));
-        direct_fans.push(shell_fan_out(64, "sleep 0.2"));
-    }
-    let (fan_time, shell_fan, direct_fan) = (
-        median_of(fan_times),
-        median_of(shell_fans),
-        median_of(direct_fans),
-    );
-    println!(
-        "64 branches of `sleep 0.2`, max_parallel=64: {fan_time:.3?} (a shell starting the same 64 `sh -c`: {shell_fan:.3?}; the 64 `sleep` alone: {direct_fan:.3?}, {} over it)  [≤ 0.25 s]",
-        ms(fan_time.saturating_sub(direct_fan))
-    );
+    fan_outs(&bench);
 
     let generated = bench.dir.join("generated.fabro");
     std::fs::write(&generated, trellis_test::workflows::generated(10_000)).expect("write");
@@ -83,7 +72,8 @@ fn main() {
         mb(peak(&command))
     );
 
-    let shell = Bench::median(3, || shell_loop(1_000));
+    let bare = Bench::median(3, || shell_loop(1_000));
+    let shell = Bench::median(3, || reaper_loop(1_000));
     let mut per_stage = Vec::new();
     for stages in [250, 1_000, 2_000] {
         let file = bench.chain(stages);
@@ -94,8 +84,15 @@ fn main() {
     per_stage.push((10_000, bench.time_run(&ten_thousand, &bench.work)));
     let engine_1000 = per_stage[1].1;
     println!(
-        "chain of 1,000 `true` stages: trellis {engine_1000:.2?}, shell loop {shell:.2?}: {} per stage over the loop  [≤ 1.0 ms]",
+        "chain of 1,000 `true` stages: trellis {engine_1000:.2?}, the same commands under the reaper {shell:.2?}: {} per stage over the loop  [≤ 1.0 ms]",
         ms(engine_1000.saturating_sub(shell) / 1_000)
+    );
+    let chain = bench.chain(1_000);
+    let sandboxed = Bench::median(3, || bench.time_run_in(&chain, &bench.work, "bubblewrap"));
+    println!(
+        "the sandboxes, per command: the reaper {} (over `sh -c true` alone, {bare:.2?} for 1,000), bubblewrap {} (1,000 stages in {sandboxed:.2?}, over the unconfined run)",
+        ms(shell.saturating_sub(bare) / 1_000),
+        ms(sandboxed.saturating_sub(engine_1000) / 1_000)
     );
     let shell_per_stage = shell / 1_000;
     for (stages, took) in &per_stage {
@@ -134,6 +131,29 @@ fn main() {
     memory(&bench);
 }
 
+/// The 64-branch fan-out against a shell starting the same commands, and in bubblewrap.
+fn fan_outs(bench: &Bench) {
+    let fan = bench.fan_out(64);
+    // The three in turn, so that the machine's speed, which drifts, is the same for each.
+    let (mut fan_times, mut shell_fans, mut direct_fans) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..7 {
+        fan_times.push(bench.time_run(&fan, &bench.work));
+        shell_fans.push(shell_fan_out(64, "sh -c 'sleep 0.2'"));
+        direct_fans.push(shell_fan_out(64, "sleep 0.2"));
+    }
+    let (fan_time, shell_fan, direct_fan) = (
+        median_of(fan_times),
+        median_of(shell_fans),
+        median_of(direct_fans),
+    );
+    println!(
+        "64 branches of `sleep 0.2`, max_parallel=64: {fan_time:.3?} (a shell starting the same 64 `sh -c`: {shell_fan:.3?}; the 64 `sleep` alone: {direct_fan:.3?}, {} over it)  [≤ 0.25 s]",
+        ms(fan_time.saturating_sub(direct_fan))
+    );
+    let sandboxed_fan = Bench::median(3, || bench.time_run_in(&fan, &bench.work, "bubblewrap"));
+    println!("  the same fan-out in bubblewrap: {sandboxed_fan:.3?}");
+}
+
 /// The peak memory of runs: chains of 1,000 to 10,000 stages, and a loop of 10,001.
 fn memory(bench: &Bench) {
     let mut peaks = String::new();
@@ -143,7 +163,7 @@ fn memory(bench: &Bench) {
         command
             .arg("run")
             .arg(bench.chain(stages))
-            .args(["--json", "--runs-dir"])
+            .args(["--json", "--sandbox", "none", "--runs-dir"])
             .arg(runs)
             .current_dir(&bench.work);
         let _ = write!(peaks, "  {stages} stages: {}", mb(peak(&command)));
@@ -154,7 +174,14 @@ fn memory(bench: &Bench) {
     command
         .arg("run")
         .arg(bench.loop_of(5_000))
-        .args(["--json", "--max-steps", "20000", "--runs-dir"])
+        .args([
+            "--json",
+            "--sandbox",
+            "none",
+            "--max-steps",
+            "20000",
+            "--runs-dir",
+        ])
         .arg(runs)
         .current_dir(&bench.work);
     println!(
@@ -184,11 +211,15 @@ impl Bench {
     }
 
     fn time_run(&self, file: &Path, work_dir: &Path) -> Duration {
+        self.time_run_in(file, work_dir, "none")
+    }
+
+    fn time_run_in(&self, file: &Path, work_dir: &Path, sandbox: &str) -> Duration {
         let mut command = Command::new(env!("CARGO_BIN_EXE_trellis"));
         command
             .arg("run")
             .arg(file)
-            .args(["--json", "--runs-dir"])
+            .args(["--json", "--sandbox", sandbox, "--runs-dir"])
             .arg(self.next_runs_dir())
             .current_dir(work_dir);
         time(command)
@@ -268,6 +299,21 @@ fn shell_loop(stages: usize) -> Duration {
         "i=0; while [ $i -lt {stages} ]; do sh -c true; i=$((i+1)); done"
     ));
     time(command)
+}
+
+/// `sh -c true`, `stages` times, each under Trellis's reaper as an unconfined command stage runs it
+/// (its standard input a pipe held open, as Trellis holds it).
+fn reaper_loop(stages: usize) -> Duration {
+    let started = Instant::now();
+    for _ in 0..stages {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_trellis"))
+            .args(["__reap", "--", "sh", "-c", "true"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("starts");
+        assert!(child.wait().expect("waits").success());
+    }
+    started.elapsed()
 }
 
 /// A shell starting `branches` copies of `each` at once and waiting for them: the process work of

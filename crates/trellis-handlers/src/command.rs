@@ -294,10 +294,14 @@ impl Launch {
     ) {
         let started = start_time(&self.stage_dir);
         // In the sandbox (or under the reaper) the kernel's refusal to start a program would come too
-        // late to fall back on the shell, so such a script always starts through its interpreter.
-        let direct = (self.language == ScriptLanguage::Shell && self.sandbox.starts_directly())
+        // late to fall back on the shell, so there a program starts directly only when the kernel
+        // surely takes it (a binary or a `#!` script).
+        let direct = (self.language == ScriptLanguage::Shell)
             .then(|| simple_command::parse(&self.script, &self.work_dir))
-            .flatten();
+            .flatten()
+            .filter(|simple| {
+                self.sandbox.starts_directly() || simple_command::kernel_starts(&simple.program)
+            });
         if let Some(simple) = direct
             && let Ok(child) = self.command(Some(&simple)).spawn()
         {

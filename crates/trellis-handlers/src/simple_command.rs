@@ -6,7 +6,8 @@
 //! quotes, variables, globs, redirections, separators or comments), a first word that is no shell
 //! builtin or keyword and no assignment, and a program found as an executable file. Anything else,
 //! and a program the kernel will not start (a script without `#!`, which the shell would run
-//! itself), goes to `sh -c` as before.
+//! itself), goes to `sh -c` as before. Inside the sandbox or under the reaper, where a failed start
+//! could not fall back, a program starts directly only when it is a binary or a `#!` script.
 
 use std::path::{Path, PathBuf};
 
@@ -71,6 +72,20 @@ fn program(first: &str, work_dir: &Path) -> Option<PathBuf> {
     crate::command::found_on_path(first).filter(|path| path.is_absolute())
 }
 
+/// Whether the kernel starts `program` itself: an ELF binary or a `#!` script (a file without either
+/// is run by the shell, not by `exec`). Reads its first four bytes.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "called on the blocking pool, where a command starts"
+)]
+pub(crate) fn kernel_starts(program: &Path) -> bool {
+    use std::io::Read as _;
+    let mut head = [0u8; 4];
+    std::fs::File::open(program)
+        .and_then(|mut file| file.read_exact(&mut head))
+        .is_ok_and(|()| head == *b"\x7fELF" || head.starts_with(b"#!"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,5 +145,17 @@ mod tests {
                 Some(work.path().join("./run.sh"))
             );
         }
+    }
+
+    #[test]
+    fn the_kernel_starts_binaries_and_hashbang_scripts_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let (script, bare) = (dir.path().join("a.sh"), dir.path().join("b.sh"));
+        std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+        std::fs::write(&bare, "echo hi\n").unwrap();
+        assert!(kernel_starts(Path::new("/bin/sh")));
+        assert!(kernel_starts(&script));
+        assert!(!kernel_starts(&bare));
+        assert!(!kernel_starts(&dir.path().join("missing")));
     }
 }
