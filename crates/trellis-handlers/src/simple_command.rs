@@ -148,6 +148,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::disallowed_methods, reason = "a test sets up its files")]
     fn the_kernel_starts_binaries_and_hashbang_scripts_only() {
         let dir = tempfile::tempdir().unwrap();
         let (script, bare) = (dir.path().join("a.sh"), dir.path().join("b.sh"));
