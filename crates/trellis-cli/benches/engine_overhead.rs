@@ -311,7 +311,10 @@ fn reaper_loop(stages: usize) -> Duration {
             .stdin(std::process::Stdio::piped())
             .spawn()
             .expect("starts");
+        // Held until the command ends (`wait` would close it first, which tells the reaper to stop).
+        let input = child.stdin.take();
         assert!(child.wait().expect("waits").success());
+        drop(input);
     }
     started.elapsed()
 }
