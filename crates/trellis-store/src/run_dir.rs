@@ -553,6 +553,21 @@ impl RunStore for RunDir {
 mod tests {
     use super::*;
 
+    /// A new run record under `runs`, owned by this process.
+    fn new_record(runs: &Path) -> (RunDir, crate::Owner) {
+        let meta = RunMeta {
+            run_id: "R".into(),
+            workflow: "w".into(),
+            goal: None,
+            source_path: "w.fabro".into(),
+            status: "running".into(),
+            started_at: "t".into(),
+            ended_at: None,
+            settings: trellis_engine::Settings::default(),
+        };
+        RunDir::create(runs, &meta, "digraph {}", "workflow.fabro").unwrap()
+    }
+
     fn entry(n: u64) -> JournalEntry {
         JournalEntry {
             n,
@@ -572,18 +587,7 @@ mod tests {
     #[test]
     fn readers_stop_at_damage_and_the_next_append_cuts_it_off() {
         let runs = tempfile::tempdir().unwrap();
-        let meta = RunMeta {
-            run_id: "R".into(),
-            workflow: "w".into(),
-            goal: None,
-            source_path: "w.fabro".into(),
-            status: "running".into(),
-            started_at: "t".into(),
-            ended_at: None,
-            settings: trellis_engine::Settings::default(),
-        };
-        let (record, _owner) =
-            RunDir::create(runs.path(), &meta, "digraph {}", "workflow.fabro").unwrap();
+        let (record, _owner) = new_record(runs.path());
         record
             .save_checkpoint(&Checkpoint::new(
                 "R",
@@ -619,18 +623,7 @@ mod tests {
     #[test]
     fn regression_an_interrupted_attempt_keeps_no_empty_status() {
         let runs = tempfile::tempdir().unwrap();
-        let meta = RunMeta {
-            run_id: "R".into(),
-            workflow: "w".into(),
-            goal: None,
-            source_path: "w.fabro".into(),
-            status: "running".into(),
-            started_at: "t".into(),
-            ended_at: None,
-            settings: trellis_engine::Settings::default(),
-        };
-        let (record, _owner) =
-            RunDir::create(runs.path(), &meta, "digraph {}", "workflow.fabro").unwrap();
+        let (record, _owner) = new_record(runs.path());
         let first = record.stage_dir(2, "build", 1).unwrap();
         fs::write(first.join("status.json"), "").unwrap();
         fs::write(first.join("stdout.log"), "half\n").unwrap();
