@@ -174,7 +174,7 @@ fn the_landlock_sandbox_confines_writes_and_the_network_and_leaves_nothing_behin
         "w.fabro",
         &workflow(&format!(
             "probe [shape=parallelogram, script=\"touch {}/escaped 2>/dev/null || echo refused; echo inside > mine.txt; setsid sleep 7751 & (setsid env -i sleep 7752 &); echo started\"]\n \
-             net [shape=parallelogram, sandbox=\"network=off\", script=\"python3 -c 'import socket; s=socket.socket(); s.bind((\\\"127.0.0.1\\\", 0)); s.listen()' 2>&1 | tail -1\"]\n \
+             net [shape=parallelogram, sandbox=\"network=off\", script=\"python3 -c 'import socket; s=socket.socket(); s.bind((\\\"127.0.0.1\\\", 0)); s.listen()' 2>&1 | tail -1; python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)' 2>&1 | tail -1\"]\n \
              start -> probe -> net -> exit",
             outside.path().display()
         )),
@@ -188,7 +188,13 @@ fn the_landlock_sandbox_confines_writes_and_the_network_and_leaves_nothing_behin
     assert!(read("probe").starts_with("refused\n"), "{}", read("probe"));
     assert!(!outside.path().join("escaped").exists());
     assert_eq!(p.read("mine.txt"), "inside\n");
-    assert!(read("net").contains("Permission denied"), "{}", read("net"));
+    // TCP (Landlock) and UDP (the seccomp filter) alike.
+    assert_eq!(
+        read("net").matches("Permission denied").count(),
+        2,
+        "{}",
+        read("net")
+    );
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert_eq!(running("sleep 7751"), 0);
     assert_eq!(running("sleep 7752"), 0);

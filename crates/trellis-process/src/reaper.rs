@@ -11,7 +11,8 @@
 //!
 //! Where bubblewrap is not available, the reaper is also where the Landlock sandbox is applied
 //! (`--landlock --write PATH... [--network-off]`): it restricts itself before it starts the command,
-//! which inherits the restriction.
+//! which inherits the restriction (and, with `--network-off`, a seccomp filter that refuses internet
+//! sockets).
 
 #![allow(
     clippy::disallowed_methods,
@@ -37,7 +38,8 @@ pub const REAPER_ARG: &str = "__reap";
 pub const LANDLOCK_ARG: &str = "--landlock";
 /// Option (with `--landlock`, repeatable): a path the command may write.
 pub const WRITE_ARG: &str = "--write";
-/// Option (with `--landlock`): no TCP connections or listening sockets.
+/// Option (with `--landlock`): no network — no TCP connections or listening sockets (Landlock), and no
+/// internet sockets at all (a seccomp filter).
 pub const NETWORK_OFF_ARG: &str = "--network-off";
 
 /// Paths every confined command may write besides those it is given: the shared temporary directory
@@ -102,8 +104,41 @@ impl Confinement {
         if status.ruleset == RulesetStatus::NotEnforced {
             return Err("this kernel does not enforce Landlock".to_owned());
         }
+        if self.network_off {
+            deny_network_sockets()?;
+        }
         Ok(())
     }
+}
+
+/// A seccomp filter that makes `socket(2)` fail for the internet families (IPv4, IPv6) — UDP included,
+/// which Landlock's network rules (TCP only) leave open — and allows every other call.
+fn deny_network_sockets() -> Result<(), String> {
+    use seccompiler::{
+        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule, TargetArch,
+    };
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
+    let family = |family: i32| {
+        SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Eq,
+            u64::from(family.unsigned_abs()),
+        )
+        .and_then(|condition| SeccompRule::new(vec![condition]))
+        .map_err(|e| e.to_string())
+    };
+    let rules = vec![family(libc::AF_INET)?, family(libc::AF_INET6)?];
+    let filter = SeccompFilter::new(
+        std::iter::once((libc::SYS_socket, rules)).collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EACCES.unsigned_abs()),
+        arch,
+    )
+    .map_err(|e| e.to_string())?;
+    let program = BpfProgram::try_from(filter).map_err(|e| e.to_string())?;
+    seccompiler::apply_filter(&program).map_err(|e| e.to_string())
 }
 
 /// The confinement options before `--`, and the program and its arguments after it.

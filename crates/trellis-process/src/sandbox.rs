@@ -21,7 +21,8 @@
 //! Where `bwrap` is missing or cannot create namespaces here, `auto` falls back to **Landlock**, the
 //! kernel's own access control, which the reaper applies before it starts the command: the same
 //! read-only system and writable paths (`/tmp` is shared, not private; the runs directory and the
-//! configuration file cannot be carved out) and TCP cut off for `network=off`, but no PID namespace:
+//! configuration file cannot be carved out) and the network cut off for `network=off` (TCP by
+//! Landlock, internet sockets by a seccomp filter), but no PID namespace:
 //! other processes stay visible, and root's commands can read Trellis's environment (Trellis makes
 //! itself non-dumpable, which keeps other users' out). Where neither works, `auto` runs children unconfined and says so; `--sandbox none` (or `[sandbox] mode = "none"` in the configuration) asks for that explicitly, and
 //! `--sandbox bubblewrap` refuses to run without it. Unconfined children run under the reaper
