@@ -140,7 +140,8 @@ impl LocalProvider {
     }
 
     async fn start(&self, server: &Path, model: &Path) -> Result<Running, LlmError> {
-        let port = free_port().map_err(|e| Self::error(format!("no free loopback port: {e}")))?;
+        let port = trellis_process::port::free_port()
+            .map_err(|e| Self::error(format!("no free loopback port: {e}")))?;
         let log = match &self.log {
             Some(path) => match tokio::fs::File::create(path).await {
                 Ok(file) => Stdio::from(file.into_std().await),
@@ -215,17 +216,9 @@ impl LocalProvider {
 /// Stops the watchdog and the server with it (their process group). The server keeps no state worth
 /// a graceful shutdown, and SIGKILL leaves no window in which it still holds the model.
 fn stop_group(child: &Child) {
-    if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+    if let Some(pid) = child.id() {
+        trellis_process::group::kill_group(pid);
     }
-}
-
-fn free_port() -> std::io::Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
 }
 
 #[async_trait]

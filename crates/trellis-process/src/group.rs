@@ -131,6 +131,13 @@ fn marked(test: impl Fn(&[u8]) -> bool + Copy) -> Vec<Pid> {
         .collect()
 }
 
+/// Kills the process group that the child `pid` leads (started with `process_group(0)`).
+pub fn kill_group(pid: u32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+}
+
 /// Kills every process whose environment holds `marker` (`NAME=value`); returns how many.
 pub fn kill_marked(marker: &str) -> usize {
     marked(|entry| entry == marker.as_bytes())

@@ -8,11 +8,13 @@
 //!   secret values from what children print.
 //! - [`sandbox`]: the confinement a child runs in (bubblewrap, or none when the user says so).
 //! - [`reaper`]: what ends everything an unconfined child started, however it left.
+//! - [`port`]: a free loopback port for a server a run starts.
 //!
 //! It sits at the bottom of the process side of the workspace: `trellis-llm`, `trellis-agent`,
 //! `trellis-handlers` and `trellis-run` build on it, and it depends on no other Trellis crate.
 
 pub mod group;
+pub mod port;
 pub mod reaper;
 pub mod sandbox;
 pub mod secrets;

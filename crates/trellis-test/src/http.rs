@@ -11,10 +11,7 @@ use serde_json::Value;
 
 /// A loopback port nobody listens on now.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    trellis_process::port::free_port().expect("a free port")
 }
 
 /// Waits until something accepts connections on loopback `port`; panics naming `what` after 20 s.
