@@ -3,7 +3,7 @@
 //! Without the sandbox's PID namespace, a command can leave its process group (`setsid`), drop the
 //! markers in its environment (`env -i`) and lose its parent (a double fork), and nothing else would
 //! find it again. So an unconfined command starts under a small process of Trellis's own
-//! (`trellis __reap PROGRAM ARGS...`) that makes itself a *child subreaper*: every process the command
+//! (`trellis __reap -- PROGRAM ARGS...`) that makes itself a *child subreaper*: every process the command
 //! starts whose parent dies is re-parented to the reaper instead of to `init`, however it left. When the
 //! command exits — or the stage ends early, which the reaper learns when Trellis closes its standard
 //! input (also when Trellis itself dies) — the reaper kills every process left under it, waits for
