@@ -53,25 +53,6 @@ fn one_agent(attrs: &str) -> String {
     ))
 }
 
-/// The request bodies llmock received, in order.
-fn bodies(mock: &Llmock) -> Vec<Value> {
-    mock.requests()
-        .into_iter()
-        .map(|r| r["body"].clone())
-        .collect()
-}
-
-/// Every `tool_result` block of a request, in order.
-fn tool_results(body: &Value) -> Vec<Value> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
-        .filter(|b| b["type"] == "tool_result")
-        .collect()
-}
-
 fn stage_file(run: &Run, node: &str, name: &str) -> String {
     let path = stage_dir(&run.record(), node).join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -129,7 +110,7 @@ fn an_agent_reads_edits_runs_a_command_and_answers() {
     assert!(!p.path().parent().unwrap().join("escaped.txt").exists());
 
     // What the model was shown: the prompt with tools, then each result in turn.
-    let bodies = bodies(&mock);
+    let bodies = mock.bodies();
     assert_eq!(bodies.len(), 5);
     let tools: Vec<&str> = bodies[0]["tools"]
         .as_array()
@@ -156,7 +137,7 @@ fn an_agent_reads_edits_runs_a_command_and_answers() {
         system.contains("The working directory holds:\n") && system.contains("\nsrc/lib.rs\n"),
         "{system}"
     );
-    let results = tool_results(&bodies[4]);
+    let results = Llmock::tool_results(&bodies[4]);
     assert_eq!(results.len(), 4);
     assert_eq!(
         results[0]["content"],
@@ -286,7 +267,7 @@ fn output_is_cut_for_the_model_and_kept_whole_in_the_event() {
     ]));
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
-    let shown = tool_results(&bodies(&mock)[1])[0]["content"]
+    let shown = Llmock::tool_results(&mock.bodies()[1])[0]["content"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -339,7 +320,7 @@ fn paths_outside_the_working_directory_are_refused_and_never_touched() {
     ]));
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
-    for result in tool_results(&bodies(&mock)[1]) {
+    for result in Llmock::tool_results(&mock.bodies()[1]) {
         assert_eq!(result["is_error"], true, "{result}");
         assert!(
             result["content"]
@@ -378,7 +359,7 @@ fn a_shell_timeout_kills_the_command_and_everything_it_started() {
     ]));
     let run = p.run("w.fabro", &["--sandbox", "none"]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
-    let result = &tool_results(&bodies(&mock)[1])[0];
+    let result = &Llmock::tool_results(&mock.bodies()[1])[0];
     assert_eq!(result["is_error"], true);
     assert!(
         result["content"]
@@ -412,7 +393,7 @@ fn malformed_and_unknown_tool_calls_are_answered_with_errors() {
     ]));
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
-    let results = tool_results(&bodies(&mock)[3]);
+    let results = Llmock::tool_results(&mock.bodies()[3]);
     assert_eq!(results.len(), 3);
     assert_eq!(results[0]["is_error"], true);
     assert!(
@@ -456,7 +437,7 @@ fn a_loop_is_detected_reported_and_told_to_the_model() {
     let detected = run.events_named("Agent.LoopDetected");
     assert_eq!(detected.len(), 1);
     assert_eq!(detected[0]["period"], 1);
-    let bodies = bodies(&mock);
+    let bodies = mock.bodies();
     let last_user = bodies[10]["messages"]
         .as_array()
         .unwrap()
@@ -551,7 +532,7 @@ fn a_routing_schema_is_repaired_in_the_same_live_session() {
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     assert_eq!(run.stages(), ["start", "review", "fix", "exit"]);
-    let bodies = bodies(&mock);
+    let bodies = mock.bodies();
     assert_eq!(bodies.len(), 4);
     // The repair request continues the session: the tool call, the bad answer, then the correction.
     let messages = bodies[2]["messages"].as_array().unwrap();
@@ -598,7 +579,7 @@ fn a_second_node_on_the_thread_continues_the_live_session() {
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     // --verbose streams the models' text as it comes.
     assert!(run.stderr().contains("Implemented.\n"), "{}", run.stderr());
-    let bodies = bodies(&mock);
+    let bodies = mock.bodies();
     let messages = bodies[2]["messages"].as_array().unwrap();
     // The first node's prompt, its tool call and result, its answer, then the second prompt alone.
     assert_eq!(messages.len(), 5, "{messages:?}");
@@ -663,7 +644,7 @@ fn a_small_context_window_forces_compaction() {
     assert!(original > 6, "{original}");
 
     // The summary request: no tools, the sections asked for, the old turns rendered with cut arguments.
-    let bodies = bodies(&mock);
+    let bodies = mock.bodies();
     let (index, summary) = bodies
         .iter()
         .enumerate()
@@ -738,7 +719,7 @@ fn max_turns_fails_the_stage_and_keeps_the_work() {
         "{status}"
     );
     assert_eq!(status["files_touched"], json!(["a.txt", "b.txt"]));
-    assert_eq!(bodies(&mock).len(), 2);
+    assert_eq!(mock.bodies().len(), 2);
 }
 
 #[test]
@@ -755,7 +736,7 @@ fn allowed_and_disallowed_tools_narrow_what_is_offered() {
     ]));
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
-    let bodies = bodies(&mock);
+    let bodies = mock.bodies();
     let offered: Vec<&str> = bodies[0]["tools"]
         .as_array()
         .unwrap()
@@ -763,7 +744,7 @@ fn allowed_and_disallowed_tools_narrow_what_is_offered() {
         .map(|t| t["name"].as_str().unwrap())
         .collect();
     assert_eq!(offered, ["read_file", "grep"]);
-    assert_eq!(tool_results(&bodies[1])[0]["is_error"], true);
+    assert_eq!(Llmock::tool_results(&bodies[1])[0]["is_error"], true);
     assert!(!p.path().join("x").exists());
 
     let p = project(&mock);
@@ -842,7 +823,7 @@ fn a_run_killed_during_a_tool_call_resumes_by_running_that_stage_again() {
         .map(|e| e["tool"].as_str().unwrap())
         .collect();
     assert_eq!(tools, ["write_file", "shell", "read_file"]);
-    let bodies = bodies(&mock);
+    let bodies = mock.bodies();
     assert!(
         bodies[0]["messages"][0]["content"][0]["text"]
             .as_str()
@@ -871,7 +852,7 @@ fn project_memory_is_read_from_the_repository_root_down_to_the_working_directory
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let system = bodies(&mock)[0]["system"].as_str().unwrap().to_owned();
+    let system = mock.bodies()[0]["system"].as_str().unwrap().to_owned();
     let root = system
         .find("# AGENTS.md\n\nRoot rule: keep it simple.")
         .expect(&system);
@@ -903,7 +884,7 @@ fn a_model_that_ignores_three_loop_warnings_is_stopped() {
     );
     assert_eq!(run.events_named("Agent.LoopDetected").len(), 3);
     assert_eq!(
-        bodies(&mock).len(),
+        mock.bodies().len(),
         30,
         "stopped right after the third loop"
     );
@@ -961,10 +942,10 @@ fn a_fan_out_of_more_agents_than_the_blocking_pool_has_threads_finishes() {
         branches
     );
     // What the model was shown: every agent's prompt, then every agent's shell result.
-    let bodies = bodies(&mock);
+    let bodies = mock.bodies();
     assert_eq!(bodies.len(), 2 * branches);
     for body in &bodies[branches..] {
-        let results = Value::Array(tool_results(body)).to_string();
+        let results = Value::Array(Llmock::tool_results(body)).to_string();
         assert!(
             results.contains("[exit 0]"),
             "the barrier was passed: {results}"

@@ -35,14 +35,6 @@ fn workflow(body: &str) -> String {
     )
 }
 
-/// The message bodies llmock received, in order.
-fn bodies(mock: &Llmock) -> Vec<Value> {
-    mock.requests()
-        .into_iter()
-        .map(|r| r["body"].clone())
-        .collect()
-}
-
 fn stage_file(run: &Run, stage_dir: &str, name: &str) -> String {
     std::fs::read_to_string(run.record().join("stages").join(stage_dir).join(name))
         .unwrap_or_else(|e| panic!("{stage_dir}/{name}: {e}"))
@@ -124,7 +116,7 @@ fn a_routing_directive_picks_the_edge_and_updates_the_context() {
         "{status}"
     );
     // The model's request: the catalog id for the alias, the prompt as the user message.
-    let body = &bodies(&mock)[0];
+    let body = &mock.bodies()[0];
     assert_eq!(body["model"], "claude-sonnet-4-5");
     assert!(
         body["messages"][0]["content"][0]["text"]
@@ -180,7 +172,7 @@ fn a_custom_output_schema_is_repaired_in_the_same_conversation() {
             .unwrap()
             .starts_with("Fixed:")
     );
-    let bodies = bodies(&mock);
+    let bodies = mock.bodies();
     assert_eq!(bodies.len(), 2);
     let repair = bodies[1]["messages"].as_array().unwrap();
     assert_eq!(
@@ -255,7 +247,7 @@ fn full_fidelity_nodes_with_one_thread_share_the_conversation() {
     replies(&mock, &["PLAN-ANSWER", "BUILD-ANSWER", "CHECK-ANSWER"]);
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
-    let bodies = bodies(&mock);
+    let bodies = mock.bodies();
     let texts = |b: &Value| -> Vec<String> {
         b["messages"]
             .as_array()
@@ -337,7 +329,7 @@ fn when_edges_are_judged_by_the_model() {
     let run = p.run("w.yaml", &[]);
     assert_eq!(run.code(), Some(0), "{}\n{}", run.summary, run.stderr());
     assert_eq!(run.stages(), ["a", "c"]);
-    let prompt = bodies(&mock)[0]["messages"][0]["content"][0]["text"]
+    let prompt = mock.bodies()[0]["messages"][0]["content"][0]["text"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -433,7 +425,7 @@ fn resume_degrades_full_fidelity_to_a_detailed_summary_for_the_first_node() {
         .into_owned();
     let run = p.resume(&id, &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
-    let bodies = bodies(&mock);
+    let bodies = mock.bodies();
     assert_eq!(bodies.len(), 1);
     let messages = bodies[0]["messages"].as_array().unwrap();
     assert_eq!(
@@ -483,7 +475,7 @@ fn project_memory_is_the_system_prompt_and_edge_fidelity_wins() {
     replies(&mock, &["UN", "DEUX", "TROIS"]);
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
-    let bodies = bodies(&mock);
+    let bodies = mock.bodies();
     let text = |i: usize| {
         bodies[i]["messages"][0]["content"][0]["text"]
             .as_str()
@@ -528,7 +520,7 @@ fn the_stylesheet_picks_models_and_prompts_come_from_files() {
     replies(&mock, &["DRAFT", "POLISHED"]);
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
-    let bodies = bodies(&mock);
+    let bodies = mock.bodies();
     assert_eq!(bodies[0]["model"], "claude-haiku-4-5");
     assert_eq!(bodies[0]["max_tokens"], 100);
     let draft = bodies[0]["messages"][0]["content"][0]["text"]

@@ -293,14 +293,9 @@ fn answer(text: &str) -> Value {
 
 /// The `tool_result` contents of the last request llmock received.
 fn last_results(mock: &Llmock) -> Vec<String> {
-    let requests = mock.requests();
-    let body = &requests.last().unwrap()["body"];
-    body["messages"]
-        .as_array()
-        .unwrap()
+    let bodies = mock.bodies();
+    Llmock::tool_results(bodies.last().unwrap())
         .iter()
-        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
-        .filter(|b| b["type"] == "tool_result")
         .map(|b| b["content"].to_string())
         .collect()
 }

@@ -86,6 +86,26 @@ impl Llmock {
         }
     }
 
+    /// The request bodies llmock received since the last reset, in order.
+    pub fn bodies(&self) -> Vec<Value> {
+        self.requests()
+            .into_iter()
+            .map(|r| r["body"].clone())
+            .collect()
+    }
+
+    /// Every `tool_result` block of an Anthropic request body, in order: what the model was shown of
+    /// its tool calls.
+    pub fn tool_results(body: &Value) -> Vec<Value> {
+        body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+            .filter(|b| b["type"] == "tool_result")
+            .collect()
+    }
+
     /// llmock's verdict on how the client handled the faults.
     pub fn verdict(&self) -> Value {
         let text = self
