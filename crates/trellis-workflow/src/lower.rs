@@ -66,20 +66,14 @@ fn command(
 
 /// The node's `sandbox` items applied over the graph's (whose problems the graph reports).
 fn sandbox_policy(r: &mut AttrReader<'_>, graph: &GraphConfig) -> SandboxPolicy {
-    let base = graph
-        .sandbox
-        .as_deref()
-        .and_then(|text| text.parse::<SandboxPolicy>().ok())
-        .unwrap_or_default();
     let Some(text) = r.value("sandbox").map(|v| v.text.clone()) else {
-        return base;
+        return graph.sandbox.clone();
     };
-    match base.with(&text) {
-        Ok(policy) => policy,
-        Err(_) => r
-            .parsed::<SandboxPolicy>("sandbox", "network=on|off and write=PATH items")
-            .unwrap_or_default(),
-    }
+    graph.sandbox.clone().with(&text).unwrap_or_else(|_| {
+        // Reported once, by the reader, with the reason.
+        r.parsed::<SandboxPolicy>("sandbox", "network=on|off and write=PATH items")
+            .unwrap_or_default()
+    })
 }
 
 fn text_map(attrs: &AttrMap) -> SmallMap<String> {
@@ -184,7 +178,7 @@ impl Lowerer<'_> {
             capture_artifacts: r.bool("capture_artifacts").unwrap_or(true),
             sandbox: r
                 .parsed::<SandboxPolicy>("sandbox", "network=on|off and write=PATH items")
-                .and(r.string("sandbox")),
+                .unwrap_or_default(),
             attributes,
             attr_spans: span_map(attrs),
         }

@@ -93,8 +93,8 @@ pub struct GraphConfig {
     pub stall_timeout: Option<Duration>,
     /// Commands capture test artifacts unless this is false (`capture_artifacts`).
     pub capture_artifacts: bool,
-    /// The text of the graph's `sandbox` attribute, which nodes' own apply over.
-    pub sandbox: Option<String>,
+    /// The graph's `sandbox` attribute, which nodes' own apply over.
+    pub sandbox: crate::node_kind::SandboxPolicy,
     /// Every graph attribute as text, mirrored into the run context as `graph.<key>`.
     pub attributes: SmallMap<String>,
     /// Value spans of graph attributes, for diagnostics.

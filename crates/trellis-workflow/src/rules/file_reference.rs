@@ -73,10 +73,6 @@ impl FileScope {
         }
     }
 
-    pub fn base_dir(&self) -> &Path {
-        &self.base_dir
-    }
-
     /// Why `path` (which exists) may not be read, if it may not.
     fn refusal(&self, path: &Path) -> Option<String> {
         let real = std::fs::canonicalize(path).ok()?;
