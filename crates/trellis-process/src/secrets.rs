@@ -98,7 +98,8 @@ static SECRETS: LazyLock<Vec<(String, String)>> = LazyLock::new(|| {
                 .map(move |form| (name.to_owned(), form))
         })
         .collect();
-    forms.sort_by_key(|(_, form)| std::cmp::Reverse(form.len()));
+    // Longest first; equal forms side by side, so each is searched for once.
+    forms.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.1.cmp(&b.1)));
     forms.dedup_by(|a, b| a.1 == b.1);
     forms
 });
