@@ -622,7 +622,7 @@ fn an_invalid_workflow_gets_422_with_the_diagnostics_trellis_validate_prints() {
     let run = serve.wait_for_status(&id, "succeeded");
     assert_eq!(run["goal"], "check");
     assert_eq!(run["context"]["ticket"], 42);
-    assert_eq!(run["settings"]["dry_run"], true);
+    assert_eq!(run["settings"]["mode"], "dry_run");
 }
 
 #[test]
@@ -653,6 +653,27 @@ fn the_openapi_document_describes_every_route_the_server_answers() {
         assert!(
             paths.contains(expected),
             "{expected} is not documented: {paths:?}"
+        );
+    }
+    // A run's detail is typed down to its stages, settings and status.
+    let schemas = &document["components"]["schemas"];
+    let statuses = schemas["RunStatus"]["enum"].as_array().unwrap();
+    assert!(statuses.contains(&json!("interrupted")), "{statuses:?}");
+    for (schema, property) in [
+        ("StageRecord", "node_id"),
+        ("StageRecord", "duration_ms"),
+        ("Settings", "mode"),
+        ("TokenUsage", "input_tokens"),
+    ] {
+        // Flattened fields make the schema an `allOf` of parts.
+        let parts = schemas[schema]["allOf"]
+            .as_array()
+            .cloned()
+            .unwrap_or_else(|| vec![schemas[schema].clone()]);
+        assert!(
+            parts.iter().any(|p| p["properties"][property].is_object()),
+            "{schema}.{property} is not described: {}",
+            schemas[schema]
         );
     }
     // Every documented route is served: an unknown run gets the API's own 404, never the router's.

@@ -23,14 +23,19 @@ use crate::outcome::Outcome;
 
 /// Where a run stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     Running,
     Succeeded,
     Failed,
     WaitingForInput,
-    /// Stopped on request (Ctrl-C, a signal, the server); resumable.
+    /// Stopped on request (Ctrl-C, the web app's cancel button); resumable.
     Cancelled,
+    /// Stopped from outside (SIGTERM or SIGHUP, the server stopping), or found `running` with no
+    /// process left to run it (killed, the machine restarted); resumable. The engine itself reports
+    /// [`RunStatus::Cancelled`]: the run library (`trellis-run`) records this one.
+    Interrupted,
 }
 
 impl RunStatus {
@@ -41,6 +46,7 @@ impl RunStatus {
             RunStatus::Failed => "failed",
             RunStatus::WaitingForInput => "waiting_for_input",
             RunStatus::Cancelled => "cancelled",
+            RunStatus::Interrupted => "interrupted",
         }
     }
 
@@ -49,8 +55,15 @@ impl RunStatus {
     }
 }
 
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// One finished stage attempt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct StageRecord {
     pub rank: u32,
     pub node_id: String,

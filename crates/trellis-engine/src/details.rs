@@ -8,6 +8,7 @@ use serde_json::Value;
 
 /// Tokens a model call (or a stage's calls together) used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct TokenUsage {
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -19,6 +20,7 @@ pub struct TokenUsage {
 
 /// A test artifact a command produced, by its path relative to the working directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct Artifact {
     pub path: String,
     pub bytes: u64,
@@ -29,6 +31,7 @@ pub struct Artifact {
 
 /// A model conversation's facts: which model answered, and what it cost.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ModelDetails {
     pub model: String,
     #[serde(default)]
@@ -44,6 +47,7 @@ pub struct ModelDetails {
 
 /// The handler's details of one stage attempt. Every field is optional: each handler fills its own.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct StageDetails {
     /// Model stages: the model, provider, usage and turns.
     #[serde(flatten, skip_serializing_if = "Option::is_none", default)]

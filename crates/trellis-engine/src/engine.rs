@@ -19,9 +19,10 @@ use crate::checkpoint::{
 };
 use crate::context::RunContext;
 use crate::event::{Event, EventKind, RunStart};
-use crate::handler::{Handlers, Services, Settings};
+use crate::handler::{Handlers, Services};
 use crate::keys;
 use crate::outcome::Outcome;
+use crate::settings::Settings;
 use crate::step::WalkEnd;
 
 /// Why a run stopped with an error.

@@ -13,6 +13,7 @@ use trellis_workflow::{Node, Workflow};
 use crate::context::RunContext;
 use crate::outcome::Outcome;
 use crate::services::{BlobStore, Clock, Interviewer, Router, RunStore, Subscribers};
+use crate::settings::Settings;
 
 /// Everything a handler may use while executing one stage attempt.
 pub struct Stage<'a> {
@@ -55,43 +56,6 @@ pub struct Services {
     pub clock: Arc<dyn Clock>,
     pub interviewer: Arc<dyn Interviewer>,
     pub router: Option<Arc<dyn Router>>,
-}
-
-/// Run-wide settings from the command line, kept in `run.json` so a resumed run keeps them.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct Settings {
-    /// The directory commands run in.
-    pub work_dir: std::path::PathBuf,
-    /// Models are simulated and commands are not run.
-    pub dry_run: bool,
-    /// Models are simulated; commands, waits and human gates run (`--simulate`).
-    pub simulate: bool,
-    /// Stages a run may execute before it is stopped as a runaway, its sub-workflows' stages included.
-    pub max_steps: u32,
-    /// Directories `@file` and `workflow=` references may reach besides the workflow's own tree
-    /// (`--allow-dir`); sub-workflows are compiled with them too.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub allowed_dirs: Vec<std::path::PathBuf>,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            work_dir: std::path::PathBuf::from("."),
-            dry_run: false,
-            simulate: false,
-            max_steps: 10_000,
-            allowed_dirs: Vec::new(),
-        }
-    }
-}
-
-impl Settings {
-    /// Whether model stages answer with canned responses instead of calling a model.
-    pub fn models_simulated(&self) -> bool {
-        self.dry_run || self.simulate
-    }
 }
 
 /// What one attempt at a stage came to.

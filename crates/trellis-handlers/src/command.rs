@@ -339,7 +339,7 @@ impl CommandHandler {
         let NodeKind::Command(config) = &stage.node.kind else {
             return Outcome::success();
         };
-        if stage.settings.dry_run {
+        if stage.settings.dry_run() {
             return Outcome::success()
                 .with_update(keys::COMMAND_OUTPUT, "")
                 .with_update(keys::COMMAND_STDERR, "")

@@ -107,7 +107,7 @@ impl Handler for HumanHandler {
     async fn execute(&self, stage: &Stage<'_>) -> Attempt {
         let (mut question, freeform_label) = question_for(stage);
         // A dry run skips waits: a gate's timeout is spent at once (its default is taken).
-        if stage.settings.dry_run && question.timeout.is_some() {
+        if stage.settings.dry_run() && question.timeout.is_some() {
             question.timeout = Some(std::time::Duration::ZERO);
         }
         let default_choice = match &stage.node.kind {

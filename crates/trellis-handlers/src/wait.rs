@@ -10,7 +10,7 @@ impl WaitHandler {
     /// Pauses for the node's duration.
     async fn outcome(&self, stage: &Stage<'_>) -> Outcome {
         if let NodeKind::Wait(config) = &stage.node.kind
-            && !stage.settings.dry_run
+            && !stage.settings.dry_run()
         {
             tokio::time::sleep(config.duration).await;
         }

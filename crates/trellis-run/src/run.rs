@@ -9,15 +9,15 @@ use trellis_engine::engine::blocking;
 use trellis_engine::services::{
     EventSink, Interviewer, RouteChoice, RouteRequest, Router, Subscribers, SystemClock,
 };
-use trellis_engine::{
-    CancellationToken, Checkpoint, Emitter, Engine, EngineError, RunStatus, Services, Settings,
-};
+use trellis_engine::{Checkpoint, Emitter, Engine, EngineError, RunStatus, Services, Settings};
 use trellis_handlers::model_router::ModelRouter;
 use trellis_llm::{Client, Config};
 use trellis_process::sandbox::{Choice, Sandbox};
 use trellis_store::{EventLog, FileBlobs, Owner, RunDir, RunMeta, StoreError, new_run_id};
 use trellis_syntax::SourceFile;
 use trellis_workflow::{CompileOptions, Compiled, Workflow};
+
+use crate::Stop;
 
 /// Why a run could not be created, reopened or finished.
 #[derive(Debug, thiserror::Error)]
@@ -210,6 +210,8 @@ pub struct Run {
 pub struct Finished {
     pub run_id: String,
     pub record: Arc<RunDir>,
+    /// As recorded: [`RunStatus::Interrupted`] where the engine said cancelled and [`Stop::interrupt`]
+    /// stopped it.
     pub status: RunStatus,
     pub checkpoint: Checkpoint,
     pub error: Option<EngineError>,
@@ -242,7 +244,7 @@ impl Run {
             workflow: workflow.name.clone(),
             goal: workflow.graph.goal.clone(),
             source_path: source_path.display().to_string(),
-            status: RunStatus::Running.as_str().to_owned(),
+            status: RunStatus::Running,
             started_at: trellis_engine::engine::timestamp(),
             ended_at: None,
             settings: request.settings.clone(),
@@ -352,7 +354,7 @@ impl Run {
 
     /// Executes the run until it ends, waits for input or `cancel` fires; then stops the local model
     /// server (if this run started one), closes the event log and records the status in `run.json`.
-    pub async fn execute(self, cancel: &CancellationToken) -> Result<Finished, RunError> {
+    pub async fn execute(self, stop: &Stop) -> Result<Finished, RunError> {
         let Run {
             engine,
             record,
@@ -362,17 +364,18 @@ impl Run {
             _owner: owner,
             ..
         } = self;
-        let result = engine.run(checkpoint, cancel).await;
+        let result = engine.run(checkpoint, stop.token()).await;
+        let status = stop.recorded(result.status);
         if let Some(models) = &models {
             models.shutdown().await;
         }
         // Every event is in the log once it closes; `run.json` is written meanwhile (the journal
         // already holds the run's end, so neither waits for the other).
         let closing = tokio::task::spawn_blocking(move || log.close());
-        let (status, finished_record) = (result.status, record.clone());
+        let finished_record = record.clone();
         let meta_written = blocking(move || {
             let mut meta = finished_record.meta()?;
-            status.as_str().clone_into(&mut meta.status);
+            meta.status = status;
             meta.ended_at = status.is_finished().then(trellis_engine::engine::timestamp);
             finished_record.write_meta(&meta)
         });
@@ -387,7 +390,7 @@ impl Run {
         Ok(Finished {
             run_id: engine.run_id().to_owned(),
             record,
-            status: result.status,
+            status,
             checkpoint: result.checkpoint,
             error: result.error,
             log_error,
@@ -442,8 +445,8 @@ impl Resumable {
         let last_seq = record.events()?.last().map_or(0, |e| e.seq);
         checkpoint.seq = checkpoint.seq.max(last_seq);
         // The run is running again (a reader sees `interrupted` or `waiting` no longer).
-        if !checkpoint.status.is_finished() && meta.status != RunStatus::Running.as_str() {
-            RunStatus::Running.as_str().clone_into(&mut meta.status);
+        if !checkpoint.status.is_finished() && meta.status != RunStatus::Running {
+            meta.status = RunStatus::Running;
             record.write_meta(&meta)?;
         }
         Ok(Self {

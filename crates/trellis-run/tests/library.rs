@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use trellis_engine::services::EventSink;
 use trellis_engine::services::memory::{MemoryEvents, NoAnswers};
-use trellis_engine::{CancellationToken, RunStatus, Settings};
-use trellis_run::{NewRun, Resumable, Run, Wiring};
+use trellis_engine::{RunStatus, Settings};
+use trellis_run::{NewRun, Resumable, Run, Stop, Wiring};
 
 fn wiring(events: &Arc<MemoryEvents>) -> Wiring {
     Wiring {
@@ -53,20 +53,21 @@ async fn a_run_is_created_executed_cancelled_and_resumed_through_the_library() {
     };
     let run = Run::create(loaded, request, wiring(&events)).await.unwrap();
     let id = run.id().to_owned();
-    let cancel = CancellationToken::new();
+    let stop = Stop::new();
     let stopper = {
-        let (cancel, again) = (cancel.clone(), work.join("again"));
+        let (stop, again) = (stop.clone(), work.join("again"));
         async move {
-            // Once the slow command is running (it has touched its marker), stop the run.
+            // Once the slow command is running (it has touched its marker), stop the run from
+            // outside, as SIGTERM does.
             while !again.exists() {
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
-            cancel.cancel();
+            stop.interrupt();
         }
     };
-    let (finished, ()) = tokio::join!(run.execute(&cancel), stopper);
+    let (finished, ()) = tokio::join!(run.execute(&stop), stopper);
     let finished = finished.unwrap();
-    assert_eq!(finished.status, RunStatus::Cancelled);
+    assert_eq!(finished.status, RunStatus::Interrupted);
     assert!(finished.log_error.is_none());
     assert_eq!(finished.checkpoint.next_node(), Some("slow"));
     assert_eq!(finished.checkpoint.track.context["ticket"], "T-1");
@@ -83,7 +84,10 @@ async fn a_run_is_created_executed_cancelled_and_resumed_through_the_library() {
         logged.last().map(String::as_str),
         Some("WorkflowRunCancelled")
     );
-    assert_eq!(finished.record.meta().unwrap().status, "cancelled");
+    assert_eq!(
+        finished.record.meta().unwrap().status,
+        RunStatus::Interrupted
+    );
 
     let resumable = Resumable::open(&id, &work.join("runs")).await.unwrap();
     assert_eq!(resumable.finished(), None);
@@ -93,7 +97,7 @@ async fn a_run_is_created_executed_cancelled_and_resumed_through_the_library() {
         .into_run(loaded, wiring(&resumed_events))
         .await
         .unwrap();
-    let finished = run.execute(&CancellationToken::new()).await.unwrap();
+    let finished = run.execute(&Stop::new()).await.unwrap();
     assert_eq!(
         finished.status,
         RunStatus::Succeeded,
@@ -106,7 +110,7 @@ async fn a_run_is_created_executed_cancelled_and_resumed_through_the_library() {
         "finished stages are not run again"
     );
     let meta = finished.record.meta().unwrap();
-    assert_eq!(meta.status, "succeeded");
+    assert_eq!(meta.status, RunStatus::Succeeded);
     assert_eq!(meta.settings.max_steps, 100, "the run keeps its settings");
     assert!(Path::new(&meta.source_path).is_absolute());
 }

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use trellis_engine::context::resolve_blob;
 use trellis_engine::event::EventKind;
 use trellis_engine::services::{Choice, Question};
-use trellis_engine::{Checkpoint, Event, keys};
+use trellis_engine::{Checkpoint, Event, RunMode, RunStatus, Settings, StageRecord, keys};
 use trellis_store::{RunDir, RunMeta, list_runs};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -92,9 +92,8 @@ pub(crate) async fn blocking<T: Send + 'static>(
 pub struct RunSummary {
     pub id: String,
     pub workflow: String,
-    /// `running`, `succeeded`, `failed`, `waiting_for_input`, `cancelled` or `interrupted` (recorded as
-    /// running, but the process running it is gone).
-    pub status: String,
+    /// As readers see it: a run recorded as running whose process is gone is `interrupted`.
+    pub status: RunStatus,
     pub goal: Option<String>,
     pub started_at: String,
     pub ended_at: Option<String>,
@@ -120,7 +119,7 @@ pub struct RunList {
 #[into_params(parameter_in = Query)]
 pub struct RunQuery {
     /// Only runs with this status.
-    status: Option<String>,
+    status: Option<RunStatus>,
     /// Only runs of this workflow (its name).
     workflow: Option<String>,
     #[serde(default)]
@@ -216,21 +215,17 @@ pub struct RunDetail {
     pub source_path: String,
     /// What stopped it, for a failed run.
     pub error: Option<String>,
-    /// The run's settings (work directory, dry run, step limit).
-    #[schema(value_type = Object)]
-    pub settings: Value,
-    /// The stages executed, in order: node, visit, attempt, status, duration, stage directory, model and
-    /// tokens, artifacts, failure reason.
-    #[schema(value_type = Vec<Object>)]
-    pub stages: Vec<Value>,
+    /// The run's settings (work directory, mode, step limit).
+    pub settings: Settings,
+    /// The stages executed, in order.
+    pub stages: Vec<StageRecord>,
     /// The run context (engine-internal keys left out).
     #[schema(value_type = Object)]
     pub context: Value,
     /// The human gates waiting for an answer.
     pub waiting: Vec<Gate>,
     /// The edges taken so far, as `from->to#index` keys with how often.
-    #[schema(value_type = Object)]
-    pub edges: Value,
+    pub edges: BTreeMap<String, u32>,
 }
 
 /// A new run: a workflow file under `--workflows` or the workflow's source text.
@@ -354,10 +349,10 @@ pub fn router(server: Arc<Server>) -> (axum::Router, utoipa::openapi::OpenApi) {
 fn summary(
     server: &Server,
     meta: RunMeta,
-    status: String,
+    status: RunStatus,
     checkpoint: Option<&Checkpoint>,
 ) -> RunSummary {
-    let finished = matches!(status.as_str(), "succeeded" | "failed");
+    let finished = status.is_finished();
     RunSummary {
         stage_count: checkpoint.map_or(0, |c| c.stage_count),
         current: checkpoint
@@ -391,7 +386,7 @@ async fn list_runs_handler(
                 continue;
             }
             let status = record.status(&meta);
-            if query.status.as_ref().is_some_and(|s| *s != status) {
+            if query.status.is_some_and(|s| s != status) {
                 continue;
             }
             matched.push((record, meta, status));
@@ -444,11 +439,16 @@ fn waiting_from_events(events: &[Event]) -> Vec<Gate> {
 
 /// The gates run `record` waits at: a live run's pending questions, or the last unanswered ones of a run
 /// stopped waiting for input (`status` as readers see it).
-pub(crate) fn waiting(server: &Server, record: &RunDir, meta: &RunMeta, status: &str) -> Vec<Gate> {
+pub(crate) fn waiting(
+    server: &Server,
+    record: &RunDir,
+    meta: &RunMeta,
+    status: RunStatus,
+) -> Vec<Gate> {
     if let Some(live) = server.live(&meta.run_id) {
         return live.gates.pending().into_iter().map(Gate::from).collect();
     }
-    if status != "waiting_for_input" {
+    if status != RunStatus::WaitingForInput {
         return Vec::new();
     }
     record
@@ -490,11 +490,8 @@ async fn get_run(
         let meta = record.meta().map_err(ApiError::internal)?;
         let checkpoint = record.checkpoint().ok();
         let status = record.status(&meta);
-        let waiting = waiting(&server, &record, &meta, &status);
-        let (source_path, settings) = (
-            meta.source_path.clone(),
-            serde_json::to_value(&meta.settings).unwrap_or_default(),
-        );
+        let waiting = waiting(&server, &record, &meta, status);
+        let (source_path, settings) = (meta.source_path.clone(), meta.settings.clone());
         let summary = summary(&server, meta, status, checkpoint.as_ref());
         let (stages, context, edges, error) = match checkpoint {
             Some(checkpoint) => {
@@ -507,17 +504,13 @@ async fn get_run(
                     .map(|(k, v)| (k.clone(), shown(resolve_blob(v.clone(), &blobs))))
                     .collect();
                 (
-                    checkpoint
-                        .stages
-                        .iter()
-                        .filter_map(|s| serde_json::to_value(s).ok())
-                        .collect(),
+                    checkpoint.stages.clone(),
                     Value::Object(context),
-                    serde_json::to_value(&*checkpoint.track.edge_counts).unwrap_or_default(),
+                    (*checkpoint.track.edge_counts).clone(),
                     checkpoint.failure.clone(),
                 )
             }
-            None => (Vec::new(), json!({}), json!({}), None),
+            None => (Vec::new(), json!({}), BTreeMap::new(), None),
         };
         Ok(Json(RunDetail {
             summary,
@@ -637,8 +630,7 @@ async fn start_run(
     }
     let start = Start {
         set,
-        dry_run: request.dry_run,
-        simulate: request.simulate,
+        mode: RunMode::from_flags(request.dry_run, request.simulate),
     };
     let id = server.start(loaded, path, start).await?;
     Ok((StatusCode::CREATED, Json(Started { id })))
@@ -679,7 +671,7 @@ async fn answer(
         let record = lookup.record(&run)?;
         let meta = record.meta().map_err(ApiError::internal)?;
         let status = record.status(&meta);
-        Ok(waiting(&lookup, &record, &meta, &status))
+        Ok(waiting(&lookup, &record, &meta, status))
     })
     .await?;
     let gate = waiting.iter().find(|g| g.gate == request.gate);

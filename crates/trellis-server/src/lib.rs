@@ -91,7 +91,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let address = listener.local_addr()?;
     let server = Server::new(&config);
-    let recovered = server.recover_interrupted().await;
+    let recovered = trellis_run::mark_interrupted(&server.runs_dir).await;
     if recovered > 0 {
         eprintln!(
             "{recovered} run(s) were left running by a process that is gone: marked interrupted (resume them from the app or the API)"

@@ -9,11 +9,11 @@ use serde_json::Value;
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinSet;
 use trellis_engine::services::{Answer, Interviewer, Question};
-use trellis_engine::{CancellationToken, RunStatus, Settings};
+use trellis_engine::{CancellationToken, RunMode, Settings};
 use trellis_handlers::human::match_choice;
 use trellis_handlers::interviewer::Answers;
 use trellis_run::{Loaded, NewRun, Resumable, Run, RunError, Wiring};
-use trellis_store::{RunDir, StoreError, list_runs};
+use trellis_store::{RunDir, StoreError};
 
 use crate::Config;
 
@@ -41,7 +41,7 @@ pub struct Server {
 
 /// A run this server is executing.
 pub struct LiveRun {
-    pub cancel: CancellationToken,
+    pub stop: trellis_run::Stop,
     pub gates: WebGates,
     /// Woken each time events are in the run's event log (streams then read it).
     pub wake: Arc<Notify>,
@@ -50,7 +50,7 @@ pub struct LiveRun {
 impl LiveRun {
     fn new() -> Arc<Self> {
         Arc::new(Self {
-            cancel: CancellationToken::new(),
+            stop: trellis_run::Stop::new(),
             gates: WebGates::default(),
             wake: Arc::new(Notify::new()),
         })
@@ -85,8 +85,7 @@ impl From<StoreError> for ActionError {
 /// What a new run of the API is asked to do, besides its workflow.
 pub struct Start {
     pub set: BTreeMap<String, Value>,
-    pub dry_run: bool,
-    pub simulate: bool,
+    pub mode: RunMode,
 }
 
 impl Server {
@@ -141,8 +140,7 @@ impl Server {
             initial: start.set,
             settings: Settings {
                 work_dir: self.work_dir.clone(),
-                dry_run: start.dry_run,
-                simulate: start.simulate,
+                mode: start.mode,
                 max_steps: 10_000,
                 allowed_dirs: Vec::new(),
             },
@@ -195,9 +193,9 @@ impl Server {
         let id = run.id().to_owned();
         lock(&self.live).insert(id.clone(), live.clone());
         let server = self.clone();
-        let cancel = live.cancel.clone();
+        let stop = live.stop.clone();
         // The run is a task of its own: a panic in it ends that task, not the server.
-        let execution = tokio::spawn(async move { run.execute(&cancel).await });
+        let execution = tokio::spawn(async move { run.execute(&stop).await });
         let mut tasks = self.tasks.lock().await;
         while tasks.try_join_next().is_some() {}
         tasks.spawn(async move {
@@ -207,20 +205,7 @@ impl Server {
                         .error
                         .map(|e| format!(": {e}"))
                         .unwrap_or_default();
-                    let mut status = finished.status.as_str();
-                    // Stopped because the server stops, not by a person: interrupted, as a terminal
-                    // run stopped by SIGTERM is.
-                    if finished.status == RunStatus::Cancelled && server.stopping.is_cancelled() {
-                        status = "interrupted";
-                        let record = finished.record.clone();
-                        let _ = tokio::task::spawn_blocking(move || {
-                            let mut meta = record.meta()?;
-                            "interrupted".clone_into(&mut meta.status);
-                            record.write_meta(&meta)
-                        })
-                        .await;
-                    }
-                    eprintln!("run {id} {status}{error}");
+                    eprintln!("run {id} {}{error}", finished.status.as_str());
                 }
                 Ok(Err(error)) => eprintln!("run {id} could not finish its record: {error}"),
                 Err(failure) => eprintln!(
@@ -238,7 +223,7 @@ impl Server {
         let record = self.record(id)?;
         let run_id = record.meta()?.run_id;
         if let Some(live) = self.live(&run_id) {
-            live.cancel.cancel();
+            live.stop.cancel();
             return Ok(());
         }
         match record.owner_pid() {
@@ -286,42 +271,12 @@ impl Server {
             .await
     }
 
-    /// Marks runs recorded as running whose process is gone as interrupted; returns how many.
-    pub async fn recover_interrupted(&self) -> usize {
-        let runs_dir = self.runs_dir.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut marked = 0;
-            for path in list_runs(&runs_dir) {
-                let Ok(record) = RunDir::open(&path.display().to_string(), &runs_dir) else {
-                    continue;
-                };
-                let Ok(mut meta) = record.meta() else {
-                    continue;
-                };
-                if meta.status != RunStatus::Running.as_str() || record.has_live_owner() {
-                    continue;
-                }
-                // Claimed while it is written, so a `trellis resume` starting now is not overwritten.
-                let Ok(_owner) = record.claim(&meta.run_id) else {
-                    continue;
-                };
-                "interrupted".clone_into(&mut meta.status);
-                if record.write_meta(&meta).is_ok() {
-                    marked += 1;
-                }
-            }
-            marked
-        })
-        .await
-        .unwrap_or(0)
-    }
-
     /// The server is stopping: every run it is running is cancelled (recorded as interrupted) and
     /// every event stream ends.
     pub fn stop(&self) {
         self.stopping.cancel();
         for live in lock(&self.live).values() {
-            live.cancel.cancel();
+            live.stop.interrupt();
         }
     }
 

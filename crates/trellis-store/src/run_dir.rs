@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use trellis_engine::checkpoint::JournalEntry;
 use trellis_engine::services::RunStore;
-use trellis_engine::{Checkpoint, Event};
+use trellis_engine::{Checkpoint, Event, RunStatus};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -46,7 +46,7 @@ pub struct RunMeta {
     pub workflow: String,
     pub goal: Option<String>,
     pub source_path: String,
-    pub status: String,
+    pub status: RunStatus,
     pub started_at: String,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub ended_at: Option<String>,
@@ -273,11 +273,11 @@ impl RunDir {
 
     /// The run's status as a reader should see it: `run.json`'s, except that a run recorded as
     /// `running` whose owner is gone (killed, or the machine restarted) is `interrupted`.
-    pub fn status(&self, meta: &RunMeta) -> String {
-        if meta.status == "running" && !self.has_live_owner() {
-            return "interrupted".to_owned();
+    pub fn status(&self, meta: &RunMeta) -> RunStatus {
+        if meta.status == RunStatus::Running && !self.has_live_owner() {
+            return RunStatus::Interrupted;
         }
-        meta.status.clone()
+        meta.status
     }
 
     /// The pid of the process that owns (or last owned) the run; check [`Self::has_live_owner`] too.
@@ -560,7 +560,7 @@ mod tests {
             workflow: "w".into(),
             goal: None,
             source_path: "w.fabro".into(),
-            status: "running".into(),
+            status: RunStatus::Running,
             started_at: "t".into(),
             ended_at: None,
             settings: trellis_engine::Settings::default(),

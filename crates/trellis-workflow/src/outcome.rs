@@ -6,6 +6,7 @@ use std::str::FromStr;
 
 /// How a stage ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum StageStatus {
     Succeeded,

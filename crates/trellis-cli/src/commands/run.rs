@@ -13,9 +13,11 @@ use std::time::Instant;
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 use trellis_engine::services::{EventSink, Interviewer};
-use trellis_engine::{CancellationToken, RunStatus, Settings};
+use trellis_engine::{RunMode, RunStatus, Settings};
 use trellis_handlers::interviewer::{Answers, AutoApprove, Console, Unattended};
-use trellis_run::{Finished, Loaded, NewRun, Resumable, Run, RunError, SandboxChoice, Wiring};
+use trellis_run::{
+    Finished, Loaded, NewRun, Resumable, Run, RunError, SandboxChoice, Stop, Wiring,
+};
 use trellis_store::resolve_runs_dir;
 use trellis_syntax::render::render_terminal;
 
@@ -259,8 +261,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         initial,
         settings: Settings {
             work_dir: std::env::current_dir()?,
-            dry_run: args.dry_run,
-            simulate: args.simulate,
+            mode: RunMode::from_flags(args.dry_run, args.simulate),
             max_steps: args.max_steps,
             allowed_dirs: args
                 .allow_dir
@@ -337,9 +338,9 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
         );
     }
     let sandbox = run.sandbox().name();
-    let cancel = CancellationToken::new();
-    let signal = tokio::spawn(stop_signal(cancel.clone()));
-    let finished = run.execute(&cancel).await?;
+    let stop = Stop::new();
+    let signal = tokio::spawn(stop_signal(stop.clone()));
+    let finished = run.execute(&stop).await?;
     signal.abort();
     let stopped_by = signal.await.ok().flatten();
     let Finished {
@@ -353,26 +354,14 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
     if let Some(log_error) = &log_error {
         eprintln!("error: the event log of run {run_id} is incomplete: {log_error}");
     }
-    // Ctrl-C is the user cancelling; SIGTERM and SIGHUP interrupt the run from outside (a shutdown, a
-    // closed terminal). Either way the checkpoint is resumable.
-    let interrupted = status == RunStatus::Cancelled && stopped_by.is_some_and(|s| s != 2);
-    if interrupted {
-        let record = record.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut meta = record.meta()?;
-            "interrupted".clone_into(&mut meta.status);
-            record.write_meta(&meta)
-        })
-        .await??;
-    }
     let elapsed = started.elapsed();
     let stages = checkpoint.stage_count;
     if options.json {
         let summary = json!({
             "run_id": run_id, "run_dir": record.root().display().to_string(),
-            "status": if interrupted { "interrupted" } else { status.as_str() },
+            "status": status.as_str(),
             "stages": stages, "waiting_at": (status == RunStatus::WaitingForInput).then(|| checkpoint.next_node()),
-            "stopped_at": (status == RunStatus::Cancelled).then(|| checkpoint.next_node()),
+            "stopped_at": matches!(status, RunStatus::Cancelled | RunStatus::Interrupted).then(|| checkpoint.next_node()),
             "error": error.as_ref().map(ToString::to_string),
             "sandbox": sandbox,
         });
@@ -387,13 +376,9 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
                 "Run {run_id} is waiting for input at `{}`; answer with: trellis resume {run_id} --answers FILE (or run it on a terminal)",
                 checkpoint.next_node().unwrap_or("?"),
             ),
-            RunStatus::Cancelled => println!(
+            RunStatus::Cancelled | RunStatus::Interrupted => println!(
                 "Run {run_id} was {} at `{}`; continue it with: trellis resume {run_id}",
-                if interrupted {
-                    "interrupted"
-                } else {
-                    "cancelled"
-                },
+                status.as_str(),
                 checkpoint.next_node().unwrap_or("?"),
             ),
             _ => println!(
@@ -409,13 +394,17 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
         RunStatus::Succeeded => ExitCode::SUCCESS,
         RunStatus::WaitingForInput => ExitCode::from(EXIT_WAITING),
         // 128 + the signal's number, as a shell reports a command the signal stopped.
-        RunStatus::Cancelled => ExitCode::from(128 + stopped_by.unwrap_or(2)),
+        RunStatus::Cancelled | RunStatus::Interrupted => {
+            ExitCode::from(128 + stopped_by.unwrap_or(2))
+        }
         _ => ExitCode::from(EXIT_INVALID),
     })
 }
 
-/// Waits for Ctrl-C (SIGINT), SIGTERM or SIGHUP and cancels the run; returns the signal's number.
-async fn stop_signal(cancel: CancellationToken) -> Option<u8> {
+/// Waits for Ctrl-C (SIGINT), SIGTERM or SIGHUP and stops the run; returns the signal's number.
+/// Ctrl-C is the user cancelling; SIGTERM and SIGHUP interrupt the run from outside (a shutdown, a
+/// closed terminal). Either way the checkpoint is resumable.
+async fn stop_signal(stop: Stop) -> Option<u8> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut interrupt = signal(SignalKind::interrupt()).ok()?;
     let mut terminate = signal(SignalKind::terminate()).ok()?;
@@ -425,7 +414,11 @@ async fn stop_signal(cancel: CancellationToken) -> Option<u8> {
         _ = terminate.recv() => SignalKind::terminate(),
         _ = hangup.recv() => SignalKind::hangup(),
     };
-    cancel.cancel();
+    if number == SignalKind::interrupt() {
+        stop.cancel();
+    } else {
+        stop.interrupt();
+    }
     let code = u8::try_from(number.as_raw_value()).ok();
     // The run stops within moments; should something it waits on never return (a thread stuck in the
     // kernel), the process ends anyway: its record is durable at every step.
