@@ -76,7 +76,7 @@ impl Engine {
                     visit,
                     attempt,
                     dir: dir_name,
-                    handler: node.kind.type_name().to_owned(),
+                    handler: node.kind.handler_kind(),
                     workflow: None,
                 },
             );

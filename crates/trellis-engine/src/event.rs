@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use trellis_workflow::StageStatus;
+use trellis_workflow::node_kind::{HandlerKind, JoinPolicy};
 
 use crate::checkpoint::RunStatus;
 pub use crate::details::{Artifact, ModelDetails, TokenUsage};
@@ -70,7 +71,7 @@ pub enum EventKind {
         dir: String,
         /// The handler type (`command`, `prompt`, ...).
         #[serde(rename = "type")]
-        handler: String,
+        handler: HandlerKind,
         /// A sub-workflow stage's child workflow file.
         #[serde(skip_serializing_if = "Option::is_none", default)]
         workflow: Option<String>,
@@ -110,7 +111,7 @@ pub enum EventKind {
     ParallelStarted {
         branches: Vec<String>,
         fan_in: String,
-        join_policy: String,
+        join_policy: JoinPolicy,
         max_parallel: u32,
     },
     ParallelBranchCompleted {
@@ -393,7 +394,7 @@ mod tests {
             visit: 1,
             attempt: 2,
             dir: "002-test@1".into(),
-            handler: "command".into(),
+            handler: HandlerKind::Command,
             workflow: None,
         });
         assert_eq!(
@@ -406,6 +407,29 @@ mod tests {
         let back: Event = serde_json::from_value(event).unwrap();
         assert_eq!(back.name(), "StageStarted");
         assert_eq!(back.fields()["type"], "command");
+        assert!(matches!(
+            back.kind,
+            EventKind::StageStarted {
+                handler: HandlerKind::Command,
+                ..
+            }
+        ));
+
+        let event = line(EventKind::ParallelStarted {
+            branches: vec!["a".into(), "b".into()],
+            fan_in: "join".into(),
+            join_policy: JoinPolicy::KOfN(2),
+            max_parallel: 4,
+        });
+        assert_eq!(event["join_policy"], "k_of_n(2)");
+        let back: Event = serde_json::from_value(event).unwrap();
+        assert!(matches!(
+            back.kind,
+            EventKind::ParallelStarted {
+                join_policy: JoinPolicy::KOfN(2),
+                ..
+            }
+        ));
     }
 
     #[test]

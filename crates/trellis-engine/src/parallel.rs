@@ -159,7 +159,7 @@ impl Engine {
             EventKind::ParallelStarted {
                 branches: branch_ids.iter().map(|&id| id.to_owned()).collect(),
                 fan_in: self.workflow.nodes[fan_in].id.clone(),
-                join_policy: config.join_policy.to_string(),
+                join_policy: config.join_policy,
                 max_parallel: config.max_parallel,
             },
         );

@@ -38,7 +38,7 @@ impl Engine {
                 visit,
                 attempt: 1,
                 dir: dir_name,
-                handler: node.kind.type_name().to_owned(),
+                handler: node.kind.handler_kind(),
                 workflow: Some(path.display().to_string()),
             },
         );

@@ -31,8 +31,10 @@ pub enum NodeKind {
     SubWorkflow(SubWorkflowConfig),
 }
 
-/// The kinds of node, one per handler: what [`NodeKind`] is without its configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The kinds of node, one per handler: what [`NodeKind`] is without its configuration. Written as
+/// its `type` name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(into = "&'static str", try_from = "String")]
 pub enum HandlerKind {
     Start,
     Exit,
@@ -45,6 +47,20 @@ pub enum HandlerKind {
     FanIn,
     Wait,
     SubWorkflow,
+}
+
+impl From<HandlerKind> for &'static str {
+    fn from(kind: HandlerKind) -> Self {
+        kind.type_name()
+    }
+}
+
+impl TryFrom<String> for HandlerKind {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, String> {
+        HandlerKind::from_type(&name).ok_or_else(|| format!("`{name}` is no handler type"))
+    }
 }
 
 /// One kind's row of [`KINDS`].
@@ -512,8 +528,9 @@ impl RetryPolicy {
     }
 }
 
-/// When a fan-in may proceed.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// When a fan-in may proceed. Written as in the workflow (`k_of_n(2)`).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub enum JoinPolicy {
     WaitAll,
     FirstSuccess,
@@ -559,6 +576,20 @@ impl FromStr for JoinPolicy {
             };
         }
         Err(format!("unknown join policy `{s}`"))
+    }
+}
+
+impl From<JoinPolicy> for String {
+    fn from(policy: JoinPolicy) -> Self {
+        policy.to_string()
+    }
+}
+
+impl TryFrom<String> for JoinPolicy {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        text.parse()
     }
 }
 
