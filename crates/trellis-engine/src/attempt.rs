@@ -13,7 +13,7 @@ use crate::checkpoint::StageRecord;
 use crate::context::RunContext;
 use crate::engine::{Engine, EngineError, blocking, status_json};
 use crate::event::{EventKind, StageEnd};
-use crate::handler::{Attempt, Stage};
+use crate::handler::{Attempt, Conversation, Stage};
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
 use crate::services::BLOB_THRESHOLD;
@@ -53,6 +53,7 @@ impl Engine {
         visit: u32,
         context: &RunContext,
         previous: Option<&Outcome>,
+        conversation: &Conversation,
     ) -> Result<Attempt, EngineError> {
         let node = &self.workflow.nodes[index];
         let handler = self
@@ -89,6 +90,7 @@ impl Engine {
                 visit,
                 attempt,
                 previous,
+                conversation,
                 history: self,
                 services: &self.services,
                 settings: &self.settings,

@@ -219,6 +219,10 @@ pub struct Track {
     pub edge_counts: Tracked<u32>,
     /// The outcome of the last stage (conditional nodes pass it through).
     pub last_outcome: Option<Outcome>,
+    /// The edge (its index) followed into `next_node`, for edge-level fidelity and threads; none
+    /// after a jump (a retry target, a fan-in) or at a branch's start.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub incoming_edge: Option<usize>,
     /// The latest status of every goal-gate node executed so far.
     #[serde(default)]
     pub goal_gates: Tracked<StageStatus>,
@@ -279,6 +283,8 @@ struct BranchRecord {
     visits: Tracked<u32>,
     edge_counts: Tracked<u32>,
     last_outcome: Option<Outcome>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    incoming_edge: Option<usize>,
     #[serde(default, skip_serializing_if = "Tracked::is_empty")]
     goal_gates: Tracked<StageStatus>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -296,6 +302,7 @@ impl From<BranchRecord> for BranchProgress {
                 visits: record.visits,
                 edge_counts: record.edge_counts,
                 last_outcome: record.last_outcome,
+                incoming_edge: record.incoming_edge,
                 goal_gates: record.goal_gates,
                 parallel: record.parallel,
             },
@@ -314,6 +321,7 @@ impl From<BranchProgress> for BranchRecord {
             visits: track.visits,
             edge_counts: track.edge_counts,
             last_outcome: track.last_outcome,
+            incoming_edge: track.incoming_edge,
             goal_gates: track.goal_gates,
             parallel: track.parallel,
             before: branch.before,
@@ -410,6 +418,8 @@ pub struct TrackChange {
     pub path: Vec<String>,
     pub next_node: Option<String>,
     pub last_outcome: Option<Outcome>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incoming_edge: Option<usize>,
     /// The context keys set, with their values.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub context: BTreeMap<String, Value>,
@@ -432,6 +442,7 @@ impl TrackChange {
             path: path.to_vec(),
             next_node: track.next_node.clone(),
             last_outcome: track.last_outcome.clone(),
+            incoming_edge: track.incoming_edge,
             context,
             visits: track.visits.take_change(),
             edge_counts: track.edge_counts.take_change(),
@@ -476,6 +487,7 @@ impl Checkpoint {
                 };
                 track.next_node.clone_from(&change.next_node);
                 track.last_outcome.clone_from(&change.last_outcome);
+                track.incoming_edge = change.incoming_edge;
                 for (key, value) in &change.context {
                     track.context.insert(key.clone(), value.clone());
                 }

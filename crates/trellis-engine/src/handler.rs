@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use trellis_workflow::node_kind::HandlerKind;
+use trellis_workflow::node_kind::{Fidelity, HandlerKind};
 use trellis_workflow::{Node, Workflow};
 
 use crate::context::RunContext;
@@ -27,12 +27,23 @@ pub struct Stage<'a> {
     pub attempt: u32,
     /// The previous stage's outcome (conditional nodes pass it through).
     pub previous: Option<&'a Outcome>,
+    /// How a model stage continues the run's conversation (the default for other stages).
+    pub conversation: &'a Conversation,
     /// The stage attempts finished before this one (for preambles); read only by handlers that need it.
     pub history: &'a dyn History,
     pub services: &'a Services,
     pub settings: &'a Settings,
     /// Emits events into the run's stream, numbered with the engine's sequence.
     pub emitter: &'a dyn Emitter,
+}
+
+/// A model stage's fidelity and conversation thread, resolved by the engine from the edge it came
+/// in by, the node and the graph (also mirrored into the context as `internal.fidelity` and
+/// `internal.thread_id` for conditions).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Conversation {
+    pub fidelity: Fidelity,
+    pub thread: Option<String>,
 }
 
 /// The run's finished stage attempts, in order.

@@ -16,8 +16,6 @@ pub const NODE_VISIT_COUNT: &str = "internal.node_visit_count";
 pub const RETRY_COUNT_PREFIX: &str = "internal.retry_count.";
 pub const FIDELITY: &str = "internal.fidelity";
 pub const THREAD_ID: &str = "internal.thread_id";
-/// The edge followed into the current node (its index), for edge-level fidelity and threads.
-pub const INCOMING_EDGE: &str = "internal.incoming_edge";
 pub const COMMAND_OUTPUT: &str = "command.output";
 pub const COMMAND_STDERR: &str = "command.stderr";
 pub const COMMAND_EXIT_CODE: &str = "command.exit_code";

@@ -29,7 +29,7 @@ pub use control::{FanIn, join_verdict};
 pub use details::{Artifact, ModelDetails, StageDetails, TokenUsage};
 pub use engine::{Engine, EngineError, RunResult};
 pub use event::Event;
-pub use handler::{Attempt, Emitter, Handler, Handlers, History, Services, Stage};
+pub use handler::{Attempt, Conversation, Emitter, Handler, Handlers, History, Services, Stage};
 pub use outcome::{Failure, FailureClass, Outcome};
 pub use settings::{RunMode, Settings};
 pub use tokio_util::sync::CancellationToken;

@@ -11,7 +11,7 @@ use crate::context::{ConditionView, RunContext, resolve_blob};
 use crate::details::ModelDetails;
 use crate::engine::{Engine, EngineError};
 use crate::event::{EdgeChoice, EventKind, RouteDecision};
-use crate::handler::Attempt;
+use crate::handler::{Attempt, Conversation};
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
 use crate::routing::{self, Route};
@@ -31,12 +31,12 @@ pub(crate) enum WalkEnd {
 /// Where a step sends the track.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Next {
-    /// Follow a selected edge to this node.
-    Edge(NodeIndex),
+    /// Follow the selected edge (its index) to its node.
+    Edge(usize),
     /// Go to a node without an edge: a retry target, or a fan-out's fan-in.
     Jump(NodeIndex),
-    /// Follow a `loop_restart` edge: visit counts and goal-gate results start afresh.
-    LoopRestart(NodeIndex),
+    /// Follow a `loop_restart` edge (its index): visit counts and goal-gate results start afresh.
+    LoopRestart(usize),
     /// The track is over.
     End,
     /// The stage waits for input.
@@ -72,14 +72,20 @@ impl Engine {
             let next = self
                 .step(path, track, index, context, &mut degrade_full)
                 .await?;
+            track.incoming_edge = match next {
+                Next::Edge(edge) | Next::LoopRestart(edge) => Some(edge),
+                _ => None,
+            };
             let target = match next {
                 Next::Wait => {
                     self.persist(path, track, context).await?;
                     return Ok(WalkEnd::Waiting);
                 }
                 Next::End => None,
-                Next::Edge(to) | Next::Jump(to) => Some(to),
-                Next::LoopRestart(to) => {
+                Next::Jump(to) => Some(to),
+                Next::Edge(edge) => Some(self.workflow.edges[edge].to),
+                Next::LoopRestart(edge) => {
+                    let to = self.workflow.edges[edge].to;
                     track.visits.clear();
                     track.goal_gates.clear();
                     self.emit(
@@ -139,7 +145,7 @@ impl Engine {
         }
         context.set(keys::CURRENT_NODE, node.id.clone());
         context.set(keys::NODE_VISIT_COUNT, visit);
-        self.set_fidelity_keys(index, context, degrade_full);
+        let conversation = self.conversation(index, track.incoming_edge, context, degrade_full);
         let attempt = match &node.kind {
             NodeKind::Parallel(config) => self
                 .run_parallel(path, track, index, visit, config, context)
@@ -150,8 +156,14 @@ impl Engine {
                 .await?
                 .into(),
             _ => {
-                self.execute_with_retries(index, visit, context, track.last_outcome.as_ref())
-                    .await?
+                self.execute_with_retries(
+                    index,
+                    visit,
+                    context,
+                    track.last_outcome.as_ref(),
+                    &conversation,
+                )
+                .await?
             }
         };
         let outcome = match attempt {
@@ -248,18 +260,23 @@ impl Engine {
             })
     }
 
-    /// Resolves the fidelity and thread of the node about to run (edge, then node, then graph; the
-    /// context document) into `internal.fidelity` and `internal.thread_id`. The first node after a
-    /// resume gets `summary:high` instead of `full`: its conversation thread is gone with the old process.
-    fn set_fidelity_keys(&self, index: NodeIndex, context: &RunContext, degrade_full: &mut bool) {
+    /// Resolves the fidelity and thread of the node about to run (the edge it came in by, then the
+    /// node, then the graph), mirrored into the context document as `internal.fidelity` and
+    /// `internal.thread_id`. The first node after a resume gets `summary:high` instead of `full`:
+    /// its conversation thread is gone with the old process.
+    fn conversation(
+        &self,
+        index: NodeIndex,
+        incoming: Option<usize>,
+        context: &RunContext,
+        degrade_full: &mut bool,
+    ) -> Conversation {
         let node = &self.workflow.nodes[index];
         let Some(llm) = node.kind.llm() else {
-            return;
+            return Conversation::default();
         };
-        let edge = context
-            .get(keys::INCOMING_EDGE)
-            .and_then(|v| v.as_u64())
-            .and_then(|i| self.workflow.edges.get(usize::try_from(i).ok()?))
+        let edge = incoming
+            .and_then(|i| self.workflow.edges.get(i))
             .filter(|e| e.to == index);
         let mut fidelity = edge
             .and_then(|e| e.fidelity)
@@ -276,8 +293,11 @@ impl Engine {
         context.set(keys::FIDELITY, fidelity.as_str());
         context.set(
             keys::THREAD_ID,
-            thread.map_or(serde_json::Value::Null, serde_json::Value::String),
+            thread
+                .clone()
+                .map_or(serde_json::Value::Null, serde_json::Value::String),
         );
+        Conversation { fidelity, thread }
     }
 
     /// Chooses the edge out of a finished stage (DESIGN.md §3, routing order). A failed stage with
@@ -293,7 +313,7 @@ impl Engine {
         // SWEny semantics: a failed node ends the run unless it is `fail_soft`.
         if self.workflow.format == SourceFormat::Yaml
             && outcome.status == StageStatus::Failed
-            && node.attributes.get("fail_soft").map(String::as_str) != Some("true")
+            && !node.common.fail_soft
         {
             return Err(EngineError::NodeFailed {
                 node: node.id.clone(),
@@ -363,7 +383,6 @@ impl Engine {
         track
             .edge_counts
             .bump(routing::key_of(&self.workflow, edge));
-        context.set(keys::INCOMING_EDGE, edge_index);
         let choice = EdgeChoice {
             to: self.workflow.nodes[edge.to].id.clone(),
             label: edge.label.clone(),
@@ -381,9 +400,9 @@ impl Engine {
         }
         self.emit(Some(&node.id), EventKind::EdgeSelected(choice));
         Ok(if edge.loop_restart {
-            Next::LoopRestart(edge.to)
+            Next::LoopRestart(edge_index)
         } else {
-            Next::Edge(edge.to)
+            Next::Edge(edge_index)
         })
     }
 

@@ -80,7 +80,12 @@ struct Harness {
 }
 
 fn harness(text: &str, handler: Arc<dyn Handler>) -> Harness {
-    let (_, compiled) = compile_text("t.fabro", text, &CompileOptions::default());
+    harness_of("t.fabro", text, handler)
+}
+
+/// A harness for a workflow file named `name` (`.yaml` reads YAML).
+fn harness_of(name: &str, text: &str, handler: Arc<dyn Handler>) -> Harness {
+    let (_, compiled) = compile_text(name, text, &CompileOptions::default());
     let workflow = compiled
         .workflow
         .unwrap_or_else(|| panic!("{:?}", compiled.diagnostics));
@@ -366,4 +371,31 @@ async fn events_take_their_time_from_the_clock() {
     let events = h.events.events.lock().unwrap();
     assert!(events.len() > 5);
     assert!(events.iter().all(|e| e.ts == fixed), "{fixed}");
+}
+
+#[tokio::test]
+async fn a_failed_yaml_node_ends_the_run_unless_it_is_fail_soft() {
+    let yaml = |soft: &str| {
+        format!(
+            "name: Soft\nentry: check\nnodes:\n  check:\n    type: command\n    script: fail\n{soft}  after:\n    type: command\n    script: ok\nedges:\n  - from: check\n    to: after\n"
+        )
+    };
+    let hard = harness_of("soft.yaml", &yaml(""), Arc::new(Scripted::default()));
+    let result = hard.run().await;
+    assert_eq!(result.status, RunStatus::Failed);
+    let error = result.error.as_ref().unwrap().to_string();
+    assert!(
+        error.contains("node `check` failed") && error.contains("fail_soft"),
+        "{error}"
+    );
+    assert_eq!(nodes(&result), ["check"]);
+
+    let soft = harness_of(
+        "soft.yaml",
+        &yaml("    fail_soft: true\n"),
+        Arc::new(Scripted::default()),
+    );
+    let result = soft.run().await;
+    assert_eq!(result.status, RunStatus::Succeeded, "{:?}", result.error);
+    assert_eq!(nodes(&result), ["check", "after"]);
 }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use serde_json::json;
 use trellis_engine::event::EventKind;
-use trellis_engine::{Attempt, FailureClass, Handler, Outcome, Stage, keys};
+use trellis_engine::{Attempt, Conversation, FailureClass, Handler, Outcome, Stage, keys};
 use trellis_llm::{Client, Message, ReasoningEffort, Request};
 use trellis_workflow::node_kind::{self, Fidelity, LlmConfig};
 
@@ -65,20 +65,6 @@ impl PromptHandler {
     pub fn new(client: Option<Arc<Client>>, threads: Arc<Threads>) -> Self {
         Self { client, threads }
     }
-}
-
-/// The stage's resolved fidelity and thread (set by the engine).
-fn fidelity_of(stage: &Stage<'_>) -> (Fidelity, Option<String>) {
-    let fidelity = stage
-        .context
-        .get(keys::FIDELITY)
-        .and_then(|v| v.as_str().and_then(|s| s.parse().ok()))
-        .unwrap_or_default();
-    let thread = stage
-        .context
-        .get(keys::THREAD_ID)
-        .and_then(|v| v.as_str().map(str::to_owned));
-    (fidelity, thread)
 }
 
 /// The preamble for this stage at `fidelity`.
@@ -287,7 +273,7 @@ pub(crate) struct Opening {
 impl Opening {
     /// The preamble by fidelity, the node's prompt and schema instructions, and the thread so far.
     pub(crate) async fn new(stage: &Stage<'_>, llm: &LlmConfig, threads: &Threads) -> Opening {
-        let (fidelity, thread) = fidelity_of(stage);
+        let Conversation { fidelity, thread } = stage.conversation.clone();
         let thread_key = (fidelity == Fidelity::Full)
             .then(|| thread.unwrap_or_else(|| DEFAULT_THREAD.to_owned()));
         let messages = thread_key

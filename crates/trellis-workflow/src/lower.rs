@@ -209,6 +209,7 @@ impl Lowerer<'_> {
             fallback_retry_target: r.string("fallback_retry_target"),
             goal_gate: r.bool("goal_gate").unwrap_or(false),
             auto_status: r.bool("auto_status").unwrap_or(false),
+            fail_soft: r.bool("fail_soft").unwrap_or(false),
         };
         let label = r.string("label").unwrap_or_else(|| id.clone());
         let kind = match handler {

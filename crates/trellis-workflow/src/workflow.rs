@@ -112,6 +112,8 @@ pub struct CommonConfig {
     pub fallback_retry_target: Option<String>,
     pub goal_gate: bool,
     pub auto_status: bool,
+    /// A failed node routes on instead of ending the run (what YAML workflows do without it).
+    pub fail_soft: bool,
 }
 
 /// One stage.
