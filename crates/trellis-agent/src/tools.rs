@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use trellis_llm::{ToolCall, ToolDef};
 
 use trellis_process::sandbox::{Policy, Sandbox};
+use trellis_process::task::blocking;
 
 use crate::file_tools;
 use crate::shell::{self, ShellCommand};
@@ -258,9 +259,7 @@ impl Toolbox {
     /// The working directory's files two levels deep, at most `limit` of them.
     pub async fn overview(&self, limit: usize) -> String {
         let work_dir = self.work_dir.clone();
-        tokio::task::spawn_blocking(move || file_tools::overview(&work_dir, limit))
-            .await
-            .unwrap_or_default()
+        blocking(move || file_tools::overview(&work_dir, limit)).await
     }
 
     /// The offered tool `call` names.
@@ -290,11 +289,10 @@ impl Toolbox {
         }
         let work_dir = self.work_dir.clone();
         let arguments = call.arguments.clone();
-        tokio::task::spawn_blocking(move || {
+        blocking(move || {
             file_tools::run(tool, &work_dir, &arguments).unwrap_or_else(ToolOutput::error)
         })
         .await
-        .unwrap_or_else(|e| ToolOutput::error(format!("the tool stopped: {e}")))
     }
 
     async fn shell(&self, arguments: &Value) -> ToolOutput {

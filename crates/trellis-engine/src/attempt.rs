@@ -6,17 +6,19 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
+use trellis_process::backoff::Backoff;
 use trellis_workflow::node_kind::RetryPolicy;
 use trellis_workflow::{Node, NodeIndex, NodeKind, StageStatus};
 
 use crate::checkpoint::StageRecord;
 use crate::context::RunContext;
-use crate::engine::{Engine, EngineError, blocking, status_json};
+use crate::engine::{Engine, EngineError, blocking};
 use crate::event::{EventKind, StageEnd};
 use crate::handler::{Attempt, Conversation, Stage};
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
 use crate::services::BLOB_THRESHOLD;
+use crate::status_file::StatusFile;
 
 /// An attempt, failed with a timeout when it takes longer than `limit`.
 async fn within(limit: Option<Duration>, execution: impl Future<Output = Attempt>) -> Attempt {
@@ -107,14 +109,11 @@ impl Engine {
             }
             let Attempt::Finished(outcome) = executed else {
                 // No outcome yet: the attempt's status says what it waits for.
-                let waiting = serde_json::json!({
-                    "node_id": node.id, "visit": visit, "attempt": attempt,
-                    "duration_ms": duration_ms, "waiting_for_input": true,
-                });
+                let waiting = StatusFile::waiting(&node.id, visit, attempt, duration_ms);
                 self.write_status(&dir, waiting).await?;
                 return Ok(Attempt::WaitingForInput);
             };
-            let status = status_json(&outcome, &node.id, visit, attempt, duration_ms);
+            let status = StatusFile::finished(&outcome, &node.id, visit, attempt, duration_ms);
             let retrying = outcome.retryable() && attempt < max_attempts;
             if retrying {
                 // On disk before the wait for the next attempt.
@@ -132,7 +131,8 @@ impl Engine {
                 &dir,
             ));
             if retrying {
-                let delay = backoff(node.common.retry_policy, attempt, self.services.clock.now());
+                let delay =
+                    retry_delay(node.common.retry_policy, attempt, self.services.clock.now());
                 self.emit(
                     Some(&node.id),
                     EventKind::StageRetrying {
@@ -197,7 +197,7 @@ impl Engine {
         outcome: &Outcome,
         duration_ms: u64,
     ) {
-        let status = status_json(outcome, node_id, visit, 1, duration_ms);
+        let status = StatusFile::finished(outcome, node_id, visit, 1, duration_ms);
         self.queue_status(dir, status);
         self.record(stage_record(
             rank,
@@ -280,17 +280,18 @@ fn stage_record(
 }
 
 /// The delay before attempt `attempt + 1`: the policy's schedule (0.5 s doubling without one), capped at
-/// 60 s, with up to 10% jitter drawn from the clock's sub-second digits (`now`).
-pub fn backoff(policy: Option<RetryPolicy>, attempt: u32, now: SystemTime) -> Duration {
+/// 60 s, jittered by the clock's sub-second digits (`now`), so a fixed clock predicts it.
+pub fn retry_delay(policy: Option<RetryPolicy>, attempt: u32, now: SystemTime) -> Duration {
     let (initial, factor) = policy.map_or((Duration::from_millis(500), 2.0), |p| {
         (p.initial_delay, p.backoff_factor)
     });
-    let exponent = i32::try_from(attempt.saturating_sub(1)).unwrap_or(i32::MAX);
-    let delay = initial
-        .mul_f64(factor.powi(exponent))
-        .min(RetryPolicy::MAX_DELAY);
     let nanos = now
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    delay + delay.mul_f64(f64::from(nanos % 1000) / 10_000.0)
+    let backoff = Backoff {
+        initial,
+        factor,
+        max: RetryPolicy::MAX_DELAY,
+    };
+    backoff.delay(attempt, f64::from(nanos % 1000) / 1000.0)
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use trellis_workflow::{StageStatus, Workflow};
 
@@ -18,11 +18,11 @@ use crate::checkpoint::{
     Change, Checkpoint, JournalEntry, RunStatus, StageRecord, Track, TrackChange,
 };
 use crate::context::RunContext;
-use crate::event::{Event, EventKind, RunStart};
+use crate::event::{EdgeChoice, Event, EventKind, RunStart};
 use crate::handler::{Handlers, Services};
 use crate::keys;
-use crate::outcome::Outcome;
 use crate::settings::Settings;
+use crate::status_file::StatusFile;
 use crate::step::WalkEnd;
 
 /// Why a run stopped with an error.
@@ -123,26 +123,22 @@ struct Queued {
 /// A finished stage's `status.json`, written with the journal entry that records the stage (one
 /// trip to the disk for both); or a routing decision to add to one written already.
 enum StatusWrite {
-    Whole(std::path::PathBuf, Value),
-    Routing(std::path::PathBuf, Value),
+    Whole(std::path::PathBuf, Box<StatusFile>),
+    Routing(std::path::PathBuf, Box<EdgeChoice>),
 }
 
 impl StatusWrite {
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "runs on the blocking pool (Engine::write)"
-    )]
     fn write(self, store: &dyn crate::services::RunStore) -> std::io::Result<()> {
         match self {
             Self::Whole(dir, status) => store.write_status(&dir, &status),
-            Self::Routing(dir, routing) => {
-                let mut status: Value = std::fs::read_to_string(dir.join("status.json"))
-                    .ok()
-                    .and_then(|text| serde_json::from_str(&text).ok())
-                    .unwrap_or_else(|| json!({}));
-                status["routing"] = routing;
-                store.write_status(&dir, &status)
-            }
+            Self::Routing(dir, routing) => match store.read_status(&dir)? {
+                Some(mut status) => {
+                    status.routing = Some(*routing);
+                    store.write_status(&dir, &status)
+                }
+                // Nothing to add it to (a store that keeps no statuses).
+                None => Ok(()),
+            },
         }
     }
 }
@@ -182,13 +178,7 @@ pub fn stages_finished() -> u64 {
     STAGES_FINISHED.load(Ordering::SeqCst)
 }
 
-/// Runs blocking file work on the blocking pool, off the async workers (DESIGN.md §5).
-pub async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(value) => value,
-        Err(error) => std::panic::resume_unwind(error.into_panic()),
-    }
-}
+pub(crate) use trellis_process::task::blocking;
 
 /// Runs short blocking file work on the record lane: one thread that does such work in the order it
 /// is given. Stage directories are made there. In one parent directory the file system makes them
@@ -247,24 +237,6 @@ pub fn own_thread<T: Send + 'static>(
             Err(_) => None,
         }
     }
-}
-
-/// A stage attempt's `status.json`: its outcome plus where and when it ran.
-pub(crate) fn status_json(
-    outcome: &Outcome,
-    node_id: &str,
-    visit: u32,
-    attempt: u32,
-    duration_ms: u64,
-) -> Value {
-    let mut status = serde_json::to_value(outcome).unwrap_or_default();
-    if let Value::Object(map) = &mut status {
-        map.insert("node_id".into(), json!(node_id));
-        map.insert("visit".into(), json!(visit));
-        map.insert("attempt".into(), json!(attempt));
-        map.insert("duration_ms".into(), json!(duration_ms));
-    }
-    status
 }
 
 /// The current time as RFC 3339 with milliseconds.
@@ -462,15 +434,15 @@ impl Engine {
     }
 
     /// Queues a finished stage's `status.json` for the write that records the stage.
-    pub(crate) fn queue_status(&self, dir: &std::path::Path, status: Value) {
+    pub(crate) fn queue_status(&self, dir: &std::path::Path, status: StatusFile) {
         lock(&self.queued)
             .statuses
-            .push(StatusWrite::Whole(dir.to_path_buf(), status));
+            .push(StatusWrite::Whole(dir.to_path_buf(), Box::new(status)));
     }
 
     /// Adds a routing decision to the `status.json` of the stage in `dir`: to the queued one, or
     /// (written already) to the file, with the next write.
-    pub(crate) fn queue_routing(&self, dir: &std::path::Path, routing: Value) {
+    pub(crate) fn queue_routing(&self, dir: &std::path::Path, routing: EdgeChoice) {
         let mut queued = lock(&self.queued);
         let whole = queued
             .statuses
@@ -481,10 +453,10 @@ impl Engine {
                 _ => None,
             });
         match whole {
-            Some(status) => status["routing"] = routing,
+            Some(status) => status.routing = Some(routing),
             None => queued
                 .statuses
-                .push(StatusWrite::Routing(dir.to_path_buf(), routing)),
+                .push(StatusWrite::Routing(dir.to_path_buf(), Box::new(routing))),
         }
     }
 
@@ -542,7 +514,7 @@ impl Engine {
     pub(crate) async fn write_status(
         &self,
         dir: &std::path::Path,
-        status: Value,
+        status: StatusFile,
     ) -> Result<(), EngineError> {
         let (store, dir) = (self.services.store.clone(), dir.to_path_buf());
         Ok(blocking(move || store.write_status(&dir, &status)).await?)

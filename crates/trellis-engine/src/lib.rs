@@ -18,11 +18,12 @@ pub mod route_view;
 pub mod routing;
 pub mod services;
 pub mod settings;
+pub mod status_file;
 mod step;
 mod sub_workflow;
 pub mod text;
 
-pub use attempt::backoff;
+pub use attempt::retry_delay;
 pub use checkpoint::{BranchResult, Checkpoint, RunStatus, StageRecord, Track};
 pub use context::RunContext;
 pub use control::{FanIn, join_verdict};

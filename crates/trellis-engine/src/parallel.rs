@@ -26,7 +26,7 @@ use trellis_workflow::{NodeIndex, StageStatus};
 
 use crate::checkpoint::{BranchProgress, BranchResult, Change, ParallelProgress, Track};
 use crate::context::{RunContext, reads_blobs, resolve_blob};
-use crate::engine::{Engine, EngineError};
+use crate::engine::{Engine, EngineError, blocking};
 use crate::event::EventKind;
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
@@ -364,7 +364,7 @@ impl Engine {
         let value = changed(&keys::response_of(last)).or_else(|| changed(keys::COMMAND_OUTPUT))?;
         let blobs = self.services.blobs.clone();
         let value = if reads_blobs(&value) {
-            crate::engine::blocking(move || resolve_blob(value, &*blobs)).await
+            blocking(move || resolve_blob(value, &*blobs)).await
         } else {
             resolve_blob(value, &*blobs)
         };

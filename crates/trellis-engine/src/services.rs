@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::checkpoint::Checkpoint;
 use crate::event::Event;
+use crate::status_file::StatusFile;
 
 /// Blob references look like `blob://sha256/<hex>`.
 pub const BLOB_PREFIX: &str = "blob://sha256/";
@@ -46,7 +47,9 @@ pub trait RunStore: Send + Sync {
     /// Creates the directory of one stage attempt (`stages/` + [`stage_dir_name`]).
     fn stage_dir(&self, rank: u32, node: &str, visit: u32) -> io::Result<PathBuf>;
     /// Writes a stage attempt's `status.json`.
-    fn write_status(&self, stage_dir: &std::path::Path, status: &Value) -> io::Result<()>;
+    fn write_status(&self, stage_dir: &std::path::Path, status: &StatusFile) -> io::Result<()>;
+    /// Reads back the `status.json` written in `stage_dir`, if there is one.
+    fn read_status(&self, stage_dir: &std::path::Path) -> io::Result<Option<StatusFile>>;
     /// Saves a snapshot of the checkpoint atomically: after a crash, either the old or the new one is
     /// there, whole.
     fn save_checkpoint(&self, checkpoint: &Checkpoint) -> io::Result<()>;
@@ -315,9 +318,16 @@ pub mod memory {
         fn write_status(
             &self,
             _dir: &std::path::Path,
-            _status: &serde_json::Value,
+            _status: &crate::status_file::StatusFile,
         ) -> std::io::Result<()> {
             Ok(())
+        }
+
+        fn read_status(
+            &self,
+            _dir: &std::path::Path,
+        ) -> std::io::Result<Option<crate::status_file::StatusFile>> {
+            Ok(None)
         }
 
         fn save_checkpoint(

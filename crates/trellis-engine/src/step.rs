@@ -9,7 +9,7 @@ use trellis_workflow::{NodeIndex, NodeKind, SourceFormat, StageStatus, Workflow}
 use crate::checkpoint::Track;
 use crate::context::{ConditionView, RunContext, resolve_blob};
 use crate::details::ModelDetails;
-use crate::engine::{Engine, EngineError};
+use crate::engine::{Engine, EngineError, blocking};
 use crate::event::{EdgeChoice, EventKind, RouteDecision};
 use crate::handler::{Attempt, Conversation};
 use crate::keys;
@@ -396,7 +396,7 @@ impl Engine {
         if choice.decision.is_some()
             && let Some(dir) = &outcome.stage_dir
         {
-            self.queue_routing(dir, serde_json::to_value(&choice).unwrap_or_default());
+            self.queue_routing(dir, choice.clone());
         }
         self.emit(Some(&node.id), EventKind::EdgeSelected(choice));
         Ok(if edge.loop_restart {
@@ -427,7 +427,7 @@ impl Engine {
         };
         let (blobs, workflow) = (self.services.blobs.clone(), self.workflow.clone());
         let snapshot = context.snapshot();
-        let view = crate::engine::blocking(move || {
+        let view = blocking(move || {
             let resolved = snapshot
                 .into_iter()
                 .map(|(key, value)| (key, resolve_blob(value, &*blobs)))

@@ -10,7 +10,7 @@ use trellis_workflow::CompileOptions;
 
 use crate::checkpoint::RunStatus;
 use crate::context::RunContext;
-use crate::engine::{Engine, EngineError};
+use crate::engine::{Engine, EngineError, blocking};
 use crate::event::EventKind;
 use crate::handler::Services;
 use crate::keys;
@@ -70,9 +70,7 @@ impl Engine {
         };
         let child_path = path.to_path_buf();
         let (file, compiled) =
-            match crate::engine::blocking(move || trellis_workflow::load(&child_path, &options))
-                .await
-            {
+            match blocking(move || trellis_workflow::load(&child_path, &options)).await {
                 Ok(loaded) => loaded,
                 Err(error) => {
                     return Ok(Outcome::failed(

@@ -321,15 +321,14 @@ impl AgentHandler {
             .map(Path::to_owned);
         let dir = stage.settings.work_dir.clone();
         // Resolving the directories touches the file system: on the blocking pool.
-        let work_dir = tokio::task::spawn_blocking(move || {
+        let work_dir = trellis_process::task::blocking(move || {
             let work_dir = WorkDir::new(&dir)?;
             Ok::<_, std::io::Error>(match record {
                 Some(record) => work_dir.with_readable(&record),
                 None => work_dir,
             })
         })
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        .await;
         let work_dir = match work_dir {
             Ok(dir) => dir,
             Err(e) => {

@@ -18,13 +18,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use trellis_engine::engine::blocking;
 use trellis_engine::event::EventKind;
 use trellis_engine::text;
 use trellis_engine::{Attempt, FailureClass, Handler, Outcome, Stage, keys};
 use trellis_process::group::{self as process_group, ProcessGroup, drain};
 use trellis_process::sandbox::{Policy, Sandbox};
 use trellis_process::secrets;
+use trellis_process::task::blocking;
 use trellis_workflow::NodeKind;
 use trellis_workflow::node_kind::{CommandConfig, SandboxPolicy, ScriptLanguage};
 
@@ -385,7 +385,7 @@ impl CommandHandler {
         let artifacts_dir = artifacts_dir(stage, config);
         let (blobs, trees) = (stage.services.blobs.clone(), self.trees.clone());
         // Artifacts and blobs in one trip to the blocking pool; standard error comes back for the reason.
-        let finished = tokio::task::spawn_blocking(move || {
+        let finished = blocking(move || {
             let files = artifacts_dir.map(|dest| {
                 trees
                     .capture(&work_dir, started, &dest, &runs_dir)
@@ -402,7 +402,7 @@ impl CommandHandler {
             )
         })
         .await;
-        let Ok(((Ok(output_ref), Ok(stderr_ref)), err, artifacts)) = finished else {
+        let ((Ok(output_ref), Ok(stderr_ref)), err, artifacts) = finished else {
             return Outcome::failed(
                 FailureClass::Configuration,
                 "cannot store the command's output in the blob store",

@@ -3,17 +3,17 @@
 
 use std::time::Duration;
 
+use trellis_process::backoff::Backoff;
+
 use crate::error::LlmError;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RetryPolicy {
     /// Attempts in all, the first included.
     pub max_attempts: u32,
-    pub initial_delay: Duration,
-    pub factor: f64,
-    /// The longest backoff of our own; a longer `Retry-After` is still honoured, up to
-    /// [`MAX_RETRY_AFTER`].
-    pub max_delay: Duration,
+    /// The waits between attempts. Its `max` is the longest backoff of our own; a longer
+    /// `Retry-After` is still honoured, up to [`MAX_RETRY_AFTER`].
+    pub backoff: Backoff,
 }
 
 /// The longest `Retry-After` we wait for; a provider asking for more fails the call.
@@ -23,9 +23,11 @@ impl Default for RetryPolicy {
     fn default() -> Self {
         Self {
             max_attempts: 4,
-            initial_delay: Duration::from_secs(1),
-            factor: 2.0,
-            max_delay: Duration::from_secs(60),
+            backoff: Backoff {
+                initial: Duration::from_secs(1),
+                factor: 2.0,
+                max: Duration::from_secs(60),
+            },
         }
     }
 }
@@ -40,14 +42,8 @@ impl RetryPolicy {
         if error.retry_after.is_some_and(|wait| wait > MAX_RETRY_AFTER) {
             return None;
         }
-        let exponent = i32::try_from(next.saturating_sub(2)).unwrap_or(i32::MAX);
-        let base = self
-            .initial_delay
-            .mul_f64(self.factor.powi(exponent))
-            .min(self.max_delay);
-        // Jitter between half and the whole backoff, so clients that failed together spread out.
-        let jittered = base.mul_f64(0.5 + fastrand::f64() * 0.5);
-        Some(jittered.max(error.retry_after.unwrap_or_default()))
+        let wait = self.backoff.delay(next - 1, fastrand::f64());
+        Some(wait.max(error.retry_after.unwrap_or_default()))
     }
 }
 
@@ -66,7 +62,7 @@ mod tests {
         for next in 2..=4 {
             let d = policy.delay(&error(ErrorKind::Server), next).unwrap();
             let base = Duration::from_secs(1 << (next - 2));
-            assert!(d >= base / 2 && d <= base, "{d:?} for attempt {next}");
+            assert!(d >= base * 3 / 4 && d <= base, "{d:?} for attempt {next}");
         }
         assert_eq!(policy.delay(&error(ErrorKind::Server), 5), None);
     }

@@ -39,9 +39,11 @@ fn client(provider: Arc<dyn Provider>) -> Client {
     let mut client = Client::with_providers(vec![provider]);
     client.retry = RetryPolicy {
         max_attempts: 4,
-        initial_delay: Duration::from_millis(50),
-        factor: 2.0,
-        max_delay: Duration::from_secs(2),
+        backoff: trellis_process::backoff::Backoff {
+            initial: Duration::from_millis(50),
+            factor: 2.0,
+            max: Duration::from_secs(2),
+        },
     };
     client
 }

@@ -183,7 +183,7 @@ pub async fn drain<T>(readers: impl Future<Output = T>, marker: Option<String>) 
         return Some(done);
     }
     if let Some(marker) = marker {
-        let _ = tokio::task::spawn_blocking(move || kill_marked(&marker)).await;
+        let _ = crate::task::blocking(move || kill_marked(&marker)).await;
     }
     tokio::time::timeout(PIPE_DRAIN, readers).await.ok()
 }

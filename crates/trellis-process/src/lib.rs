@@ -9,12 +9,15 @@
 //! - [`sandbox`]: the confinement a child runs in (bubblewrap, or none when the user says so).
 //! - [`reaper`]: what ends everything an unconfined child started, however it left.
 //! - [`port`]: a free loopback port for a server a run starts.
+//! - [`task`]: blocking work on the blocking pool, and [`backoff`]: how long to wait before a retry.
 //!
 //! It sits at the bottom of the process side of the workspace: `trellis-llm`, `trellis-agent`,
-//! `trellis-handlers` and `trellis-run` build on it, and it depends on no other Trellis crate.
+//! `trellis-handlers` and `trellis-run` build on it, and it depends on no other Trellis crate. The engine uses it for [`task`] and [`backoff`] alone.
 
+pub mod backoff;
 pub mod group;
 pub mod port;
 pub mod reaper;
 pub mod sandbox;
 pub mod secrets;
+pub mod task;

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::Value;
-use trellis_engine::engine::blocking;
 use trellis_engine::services::{
     EventSink, Interviewer, RouteChoice, RouteRequest, Router, Subscribers, SystemClock,
 };
@@ -13,6 +12,7 @@ use trellis_engine::{Checkpoint, Emitter, Engine, EngineError, RunStatus, Servic
 use trellis_handlers::model_router::ModelRouter;
 use trellis_llm::{Client, Config};
 use trellis_process::sandbox::{Choice, Sandbox};
+use trellis_process::task::blocking;
 use trellis_store::{EventLog, FileBlobs, Owner, RunDir, RunMeta, StoreError, new_run_id};
 use trellis_syntax::SourceFile;
 use trellis_workflow::{CompileOptions, Compiled, Workflow};
@@ -371,7 +371,7 @@ impl Run {
         }
         // Every event is in the log once it closes; `run.json` is written meanwhile (the journal
         // already holds the run's end, so neither waits for the other).
-        let closing = tokio::task::spawn_blocking(move || log.close());
+        let closing = blocking(move || log.close());
         let finished_record = record.clone();
         let meta_written = blocking(move || {
             let mut meta = finished_record.meta()?;
@@ -380,10 +380,7 @@ impl Run {
             finished_record.write_meta(&meta)
         });
         let (closed, meta_written) = tokio::join!(closing, meta_written);
-        let log_error = match closed {
-            Ok(closed) => closed.err(),
-            Err(panic) => Some(std::io::Error::other(panic.to_string())),
-        };
+        let log_error = closed.err();
         meta_written?;
         // The record is complete: the run is free to be resumed.
         drop(owner);

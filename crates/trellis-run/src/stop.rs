@@ -4,8 +4,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use trellis_engine::engine::blocking;
 use trellis_engine::{CancellationToken, RunStatus};
+use trellis_process::task::blocking;
 use trellis_store::{RunDir, list_runs};
 
 /// The handle a caller stops a run with: [`Stop::cancel`] when a person asks (Ctrl-C, the web app's

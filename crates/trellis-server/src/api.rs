@@ -78,13 +78,26 @@ impl From<trellis_run::RunError> for ApiError {
     }
 }
 
-/// Runs blocking file work on the blocking pool.
+/// [`trellis_process::task::blocking`], for the work that answers a request.
 pub(crate) async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(work)
+    trellis_process::task::blocking(work).await
+}
+
+/// Answers a request whose handler panicked with a 500 and the API's error body, instead of
+/// closing the connection without an answer; the server goes on serving.
+pub(crate) async fn contain_panics(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use futures::FutureExt;
+    std::panic::AssertUnwindSafe(next.run(request))
+        .catch_unwind()
         .await
-        .map_err(ApiError::internal)?
+        .unwrap_or_else(|_| {
+            ApiError::internal("the server failed on this request; see its log").into_response()
+        })
 }
 
 /// One run, as lists show it.

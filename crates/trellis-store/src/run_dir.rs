@@ -6,9 +6,9 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use trellis_engine::checkpoint::JournalEntry;
 use trellis_engine::services::RunStore;
+use trellis_engine::status_file::StatusFile;
 use trellis_engine::{Checkpoint, Event, RunStatus};
 
 #[derive(Debug, thiserror::Error)]
@@ -462,11 +462,25 @@ impl RunStore for RunDir {
         Ok(dir)
     }
 
-    fn write_status(&self, stage_dir: &Path, status: &Value) -> io::Result<()> {
+    fn write_status(&self, stage_dir: &Path, status: &StatusFile) -> io::Result<()> {
         // The journal is the durable truth, written after this: a stage whose status a kill cut
         // short is not in it, so it runs again in a directory of its own.
         private_file(&stage_dir.join("status.json"))?
             .write_all(&serde_json::to_vec_pretty(status).unwrap_or_default())
+    }
+
+    fn read_status(&self, stage_dir: &Path) -> io::Result<Option<StatusFile>> {
+        let path = stage_dir.join("status.json");
+        match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|error| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}: {error}", path.display()),
+                )
+            }),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(error),
+        }
     }
 
     fn finished_stages(&self) -> io::Result<Vec<trellis_engine::StageRecord>> {

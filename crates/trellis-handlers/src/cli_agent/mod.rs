@@ -27,6 +27,7 @@ use trellis_engine::event::{EventKind, ModelCallEnd};
 use trellis_engine::{FailureClass, ModelDetails, Outcome, Stage, text};
 use trellis_llm::Usage;
 use trellis_process::group::STAGE_DIR_VAR;
+use trellis_process::task::blocking;
 use trellis_workflow::node_kind::{AgentCli, LlmConfig, ReasoningEffort};
 
 use crate::agent::{Answer, Conversation, StageObserver, converse};
@@ -155,10 +156,7 @@ pub(crate) async fn run(stage: &Stage<'_>, llm: &LlmConfig) -> Outcome {
             },
         );
     }
-    outcome.files_touched =
-        tokio::task::spawn_blocking(move || before.touched(&after, &root, &exclude))
-            .await
-            .unwrap_or_default();
+    outcome.files_touched = blocking(move || before.touched(&after, &root, &exclude)).await;
     outcome.details.model = Some(ModelDetails {
         model: model_name(model, llm, cli),
         provider: cli.provider().to_owned(),
@@ -181,9 +179,7 @@ fn model_name(reported: Option<String>, llm: &LlmConfig, cli: AgentCli) -> Strin
 
 async fn snapshot(root: &Path, exclude: &Path) -> Snapshot {
     let (root, exclude) = (root.to_owned(), exclude.to_owned());
-    tokio::task::spawn_blocking(move || Snapshot::take(&root, &exclude))
-        .await
-        .unwrap_or_else(|_| Snapshot::empty())
+    blocking(move || Snapshot::take(&root, &exclude)).await
 }
 
 /// A stage's conversation with its CLI: one invocation per message, the later ones resuming the

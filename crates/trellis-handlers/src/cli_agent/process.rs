@@ -128,7 +128,7 @@ pub(super) async fn run(
         spawn.stage_dir.join("stdout.log"),
         spawn.stage_dir.join("stderr.log"),
     ];
-    let _ = tokio::task::spawn_blocking(move || {
+    trellis_process::task::blocking(move || {
         for log in &logs {
             let _ = trellis_process::secrets::redact_file(log);
         }

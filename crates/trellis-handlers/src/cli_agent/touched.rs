@@ -86,15 +86,6 @@ fn excluded(root: &Path, path: &str, exclude: &Path) -> bool {
 }
 
 impl Snapshot {
-    /// A snapshot of nothing (when taking one failed).
-    pub(super) fn empty() -> Snapshot {
-        Snapshot {
-            tracking: Tracking::Tree,
-            files: BTreeMap::new(),
-            truncated: false,
-        }
-    }
-
     pub(super) fn take(root: &Path, exclude: &Path) -> Snapshot {
         let in_git = git(root, &["rev-parse", "--is-inside-work-tree"])
             .is_some_and(|out| out.starts_with(b"true"));
