@@ -19,11 +19,14 @@ impl Backoff {
     /// spread out and no wait is ever longer than `max`.
     pub fn delay(&self, retry: u32, jitter: f64) -> Duration {
         let exponent = i32::try_from(retry.saturating_sub(1)).unwrap_or(i32::MAX);
-        let base = self
-            .initial
-            .mul_f64(self.factor.powi(exponent))
-            .min(self.max);
-        base.mul_f64(1.0 - jitter.clamp(0.0, 1.0) * 0.25)
+        // In seconds as a float: a large exponent overflows to infinity, which the cap then takes.
+        let grown = self.initial.as_secs_f64() * self.factor.max(0.0).powi(exponent);
+        let capped = if grown.is_nan() {
+            0.0
+        } else {
+            grown.min(self.max.as_secs_f64())
+        };
+        Duration::from_secs_f64(capped * (1.0 - jitter.clamp(0.0, 1.0) * 0.25))
     }
 }
 
@@ -43,7 +46,7 @@ mod tests {
         assert_eq!(backoff.delay(4, 0.0), Duration::from_secs(4));
         assert_eq!(backoff.delay(30, 0.0), Duration::from_secs(60));
         assert_eq!(backoff.delay(u32::MAX, 0.0), Duration::from_secs(60));
-        assert_eq!(backoff.delay(3, 0.999_999), Duration::from_millis(1500));
+        assert_eq!(backoff.delay(3, 1.0), Duration::from_millis(1500));
         for jitter in [0.0, 0.3, 0.7, 0.99] {
             let d = backoff.delay(3, jitter);
             assert!(
