@@ -397,7 +397,7 @@ fn assistant_message(response: &Response) -> Message {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
 
     use trellis_llm::{StopReason, Usage};
 
@@ -451,7 +451,7 @@ mod tests {
                 AgentEvent::ToolCallCompleted { tool, .. } => format!("end {tool}"),
                 _ => return,
             };
-            self.0.lock().unwrap().push(line);
+            self.0.lock().push(line);
         }
     }
 
@@ -482,7 +482,7 @@ mod tests {
         let answer = session.send(&mut model, &log, "go".into()).await.unwrap();
         assert_eq!(answer.text, "done");
         assert_eq!(
-            *log.0.lock().unwrap(),
+            *log.0.lock(),
             [
                 "start read_file",
                 "start list_dir",

@@ -3,8 +3,9 @@
 //! the blob store as `blob://sha256/<hex>` references, which the condition view resolves. It remembers
 //! which keys were set since the engine last took the changes, so a checkpoint journals only those.
 
+use parking_lot::RwLock;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use serde_json::Value;
 use trellis_workflow::{ConditionScope, StageStatus};
@@ -35,16 +36,12 @@ impl RunContext {
         }
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Values> {
-        self.inner
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn read(&self) -> parking_lot::RwLockReadGuard<'_, Values> {
+        self.inner.read()
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Values> {
-        self.inner
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn write(&self) -> parking_lot::RwLockWriteGuard<'_, Values> {
+        self.inner.write()
     }
 
     pub fn get(&self, key: &str) -> Option<Value> {

@@ -5,9 +5,10 @@
 //! track advances — one step per node, whatever its kind — is in [`crate::step`]; how a work stage's
 //! attempts run is in [`crate::attempt`].
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use serde_json::Value;
@@ -161,12 +162,6 @@ impl Book {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// Stage attempts finished in this process, by any run: what a stage may have changed for the ones
 /// that start after it.
 static STAGES_FINISHED: AtomicU64 = AtomicU64::new(0);
@@ -292,7 +287,7 @@ impl Engine {
     }
 
     pub(crate) fn book(&self) -> MutexGuard<'_, Book> {
-        lock(&self.book)
+        self.book.lock()
     }
 
     /// Records a finished stage attempt.
@@ -430,12 +425,13 @@ impl Engine {
             seq: checkpoint.seq,
             changes: std::mem::take(&mut book.pending),
         };
-        lock(&self.queued).entries.push(entry);
+        self.queued.lock().entries.push(entry);
     }
 
     /// Queues a finished stage's `status.json` for the write that records the stage.
     pub(crate) fn queue_status(&self, dir: &std::path::Path, status: StatusFile) {
-        lock(&self.queued)
+        self.queued
+            .lock()
             .statuses
             .push(StatusWrite::Whole(dir.to_path_buf(), Box::new(status)));
     }
@@ -443,7 +439,7 @@ impl Engine {
     /// Adds a routing decision to the `status.json` of the stage in `dir`: to the queued one, or
     /// (written already) to the file, with the next write.
     pub(crate) fn queue_routing(&self, dir: &std::path::Path, routing: EdgeChoice) {
-        let mut queued = lock(&self.queued);
+        let mut queued = self.queued.lock();
         let whole = queued
             .statuses
             .iter_mut()
@@ -469,11 +465,11 @@ impl Engine {
         let (store, events) = (self.services.store.clone(), self.services.events.clone());
         let (queued, writer) = (self.queued.clone(), self.writer.clone());
         let (written, snapshot) = blocking(move || {
-            let mut failed = lock(&writer);
+            let mut failed = writer.lock();
             if let (Some(error), None) = (&*failed, &snapshot) {
                 return (Err(std::io::Error::other(error.clone())), snapshot);
             }
-            let Queued { statuses, entries } = std::mem::take(&mut *lock(&queued));
+            let Queued { statuses, entries } = std::mem::take(&mut *queued.lock());
             let written = (|| {
                 for status in statuses {
                     status.write(&*store)?;

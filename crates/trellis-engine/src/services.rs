@@ -204,8 +204,8 @@ pub struct RouteChoice {
 
 /// In-memory implementations, for tests and dry runs.
 pub mod memory {
+    use parking_lot::Mutex;
     use std::collections::HashMap;
-    use std::sync::Mutex;
 
     use super::{Answer, BLOB_PREFIX, BlobStore, EventSink, Interviewer, Question};
     use crate::event::Event;
@@ -218,22 +218,14 @@ pub mod memory {
     impl BlobStore for MemoryBlobs {
         fn put(&self, bytes: &[u8]) -> std::io::Result<String> {
             let reference = format!("{BLOB_PREFIX}{:016x}{:08x}", fxhash(bytes), bytes.len());
-            self.blobs
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(reference.clone(), bytes.to_vec());
+            self.blobs.lock().insert(reference.clone(), bytes.to_vec());
             Ok(reference)
         }
 
         fn get(&self, reference: &str) -> std::io::Result<Vec<u8>> {
-            self.blobs
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .get(reference)
-                .cloned()
-                .ok_or_else(|| {
-                    std::io::Error::new(std::io::ErrorKind::NotFound, reference.to_owned())
-                })
+            self.blobs.lock().get(reference).cloned().ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::NotFound, reference.to_owned())
+            })
         }
 
         fn path_of(&self, _reference: &str) -> Option<std::path::PathBuf> {
@@ -258,7 +250,6 @@ pub mod memory {
         pub fn names(&self) -> Vec<String> {
             self.events
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .iter()
                 .map(|e| e.name().to_owned())
                 .collect()
@@ -267,10 +258,7 @@ pub mod memory {
 
     impl EventSink for MemoryEvents {
         fn emit(&self, event: &Event) {
-            self.events
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(event.clone());
+            self.events.lock().push(event.clone());
         }
     }
 
@@ -292,10 +280,7 @@ pub mod memory {
 
         /// The last checkpoint saved.
         pub fn last_checkpoint(&self) -> Option<crate::checkpoint::Checkpoint> {
-            self.checkpoint
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone()
+            self.checkpoint.lock().clone()
         }
     }
 
@@ -334,10 +319,7 @@ pub mod memory {
             &self,
             checkpoint: &crate::checkpoint::Checkpoint,
         ) -> std::io::Result<()> {
-            let mut saved = self
-                .checkpoint
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut saved = self.checkpoint.lock();
             // As a reader of a real record would: the stages come from the journal.
             let stages = saved.take().map(|c| c.stages).unwrap_or_default();
             let mut checkpoint = checkpoint.clone();
@@ -356,12 +338,7 @@ pub mod memory {
             &self,
             entries: &[crate::checkpoint::JournalEntry],
         ) -> std::io::Result<()> {
-            if let Some(checkpoint) = self
-                .checkpoint
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .as_mut()
-            {
+            if let Some(checkpoint) = self.checkpoint.lock().as_mut() {
                 for entry in entries {
                     if entry.n > checkpoint.journal {
                         checkpoint.replay(entry);

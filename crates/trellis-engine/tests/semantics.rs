@@ -368,7 +368,7 @@ async fn events_take_their_time_from_the_clock() {
     let fixed = trellis_engine::engine::format_time(
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000),
     );
-    let events = h.events.events.lock().unwrap();
+    let events = h.events.events.lock();
     assert!(events.len() > 5);
     assert!(events.iter().all(|e| e.ts == fixed), "{fixed}");
 }

@@ -14,9 +14,9 @@
 //! Where watching is not possible (no inotify, its watch limit reached, its queue overflowed) a
 //! capture walks the tree again, within the same bound. A capture that reaches the bound says so.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::SystemTime;
 
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
@@ -103,10 +103,7 @@ impl Trees {
         exclude: &Path,
     ) -> std::io::Result<Captured> {
         let (found, truncated) = {
-            let mut trees = self
-                .trees
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut trees = self.trees.lock();
             let index = trees
                 .entry((root.to_path_buf(), exclude.to_path_buf()))
                 .or_default();

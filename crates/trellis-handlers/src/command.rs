@@ -111,12 +111,10 @@ fn program_path(program: &'static str) -> std::ffi::OsString {
 /// share one search instead of statting every `PATH` directory each.
 pub(crate) fn found_on_path(program: &str) -> Option<std::path::PathBuf> {
     type Found = std::collections::HashMap<String, (u64, Option<std::path::PathBuf>)>;
-    static FOUND: std::sync::LazyLock<std::sync::Mutex<Found>> =
-        std::sync::LazyLock::new(std::sync::Mutex::default);
+    static FOUND: std::sync::LazyLock<parking_lot::Mutex<Found>> =
+        std::sync::LazyLock::new(parking_lot::Mutex::default);
     let now = trellis_engine::engine::stages_finished();
-    let mut found = FOUND
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut found = FOUND.lock();
     if let Some((when, path)) = found.get(program)
         && *when == now
     {

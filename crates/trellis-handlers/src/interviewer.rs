@@ -3,9 +3,9 @@
 //! answers file falls back to the terminal, and the terminal says `Unavailable` when standard input is
 //! not a terminal, so a non-interactive run waits for input instead of guessing.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io::{BufRead, IsTerminal, Write};
-use std::sync::Mutex;
 
 use async_trait::async_trait;
 use trellis_engine::services::{Answer, Interviewer, Question};
@@ -62,11 +62,7 @@ impl Answers {
 #[async_trait]
 impl Interviewer for Answers {
     async fn ask(&self, question: &Question) -> Answer {
-        let answer = self
-            .answers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&question.node_id);
+        let answer = self.answers.lock().remove(&question.node_id);
         match answer {
             Some(text) => match match_choice(&text, &question.choices) {
                 Some(i) => Answer::Choice(i),

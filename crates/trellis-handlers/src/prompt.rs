@@ -8,8 +8,9 @@
 //! `--dry-run` simulates them. Agent nodes share this module's preambles, threads and project memory
 //! (see [`crate::agent`]).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::json;
@@ -45,18 +46,11 @@ pub struct Threads(Mutex<HashMap<String, Vec<Message>>>);
 
 impl Threads {
     fn get(&self, key: &str) -> Option<Vec<Message>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(key)
-            .cloned()
+        self.0.lock().get(key).cloned()
     }
 
     pub(crate) fn save(&self, key: String, messages: Vec<Message>) {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(key, messages);
+        self.0.lock().insert(key, messages);
     }
 }
 

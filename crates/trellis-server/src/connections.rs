@@ -4,9 +4,10 @@
 //! and shutting down stops accepting, lets open requests finish (event streams end on the server's
 //! stop) and waits for them.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -32,7 +33,7 @@ struct Slot {
 
 impl Clients {
     fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
-        let mut open = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut open = self.0.lock();
         let count = open.entry(ip).or_default();
         if *count >= MAX_PER_CLIENT {
             return None;
@@ -47,11 +48,7 @@ impl Clients {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut open = self
-            .clients
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut open = self.clients.0.lock();
         if let Some(count) = open.get_mut(&self.ip) {
             *count -= 1;
             if *count == 0 {

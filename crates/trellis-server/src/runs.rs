@@ -1,8 +1,9 @@
 //! The runs this server is running, and the interviewer that lets the API answer their human gates.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -16,10 +17,6 @@ use trellis_run::{Loaded, NewRun, Resumable, Run, RunError, Wiring};
 use trellis_store::{RunDir, StoreError};
 
 use crate::Config;
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// The server: where runs live, and the runs it is running now.
 pub struct Server {
@@ -105,7 +102,7 @@ impl Server {
 
     /// The live run `id`, when this server runs it.
     pub fn live(&self, id: &str) -> Option<Arc<LiveRun>> {
-        lock(&self.live).get(id).cloned()
+        self.live.lock().get(id).cloned()
     }
 
     /// Opens the record of run `id`. Only run ids (letters and digits) are looked up: a path or `..`
@@ -191,7 +188,7 @@ impl Server {
 
     async fn launch(self: &Arc<Self>, run: Run, live: Arc<LiveRun>) {
         let id = run.id().to_owned();
-        lock(&self.live).insert(id.clone(), live.clone());
+        self.live.lock().insert(id.clone(), live.clone());
         let server = self.clone();
         let stop = live.stop.clone();
         // The run is a task of its own: a panic in it ends that task, not the server.
@@ -212,7 +209,7 @@ impl Server {
                     "run {id} stopped abnormally ({failure}); its record is kept and it can be resumed"
                 ),
             }
-            lock(&server.live).remove(&id);
+            server.live.lock().remove(&id);
             live.wake.notify_waiters();
         });
     }
@@ -275,7 +272,7 @@ impl Server {
     /// every event stream ends.
     pub fn stop(&self) {
         self.stopping.cancel();
-        for live in lock(&self.live).values() {
+        for live in self.live.lock().values() {
             live.stop.interrupt();
         }
     }
@@ -349,19 +346,19 @@ struct Asked<'a>(&'a WebGates, String);
 
 impl Drop for Asked<'_> {
     fn drop(&mut self) {
-        lock(&self.0.0).remove(&self.1);
+        self.0.0.lock().remove(&self.1);
     }
 }
 
 impl WebGates {
     /// The questions waiting for an answer.
     pub fn pending(&self) -> Vec<Question> {
-        lock(&self.0).values().map(|p| p.question.clone()).collect()
+        self.0.lock().values().map(|p| p.question.clone()).collect()
     }
 
     /// Answers gate `gate` with a label, an accelerator key or (where the gate takes it) free text.
     pub fn answer(&self, gate: &str, text: &str) -> Result<(), ActionError> {
-        let mut pending = lock(&self.0);
+        let mut pending = self.0.lock();
         let Some(waiting) = pending.get(gate) else {
             return Err(ActionError::Conflict(format!(
                 "no gate `{gate}` is waiting for an answer"
@@ -387,7 +384,7 @@ impl WebGates {
 impl Interviewer for WebGates {
     async fn ask(&self, question: &Question) -> Answer {
         let (reply, answered) = oneshot::channel();
-        lock(&self.0).insert(
+        self.0.lock().insert(
             question.node_id.clone(),
             Pending {
                 question: question.clone(),

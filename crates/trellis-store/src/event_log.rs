@@ -8,10 +8,11 @@
 //! leaves at most one torn line (which readers skip). A write error is kept and reported by the next
 //! flush (and by [`EventLog::close`]), never dropped.
 
+use parking_lot::{Condvar, Mutex};
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -22,10 +23,6 @@ use trellis_engine::services::EventSink;
 const TICK: Duration = Duration::from_millis(10);
 /// Ticks without an event after which the writer sleeps until the next one.
 const IDLE_TICKS: u32 = 10;
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// Lines not yet in the file, and the writer thread's state.
 #[derive(Default)]
@@ -55,8 +52,8 @@ struct Shared {
 impl Shared {
     /// Appends every queued line; then tells `written`. Returns the first write error, if any.
     fn write_queued(&self) -> io::Result<()> {
-        let mut sink = lock(&self.sink);
-        let lines = std::mem::take(&mut lock(&self.queue).lines);
+        let mut sink = self.sink.lock();
+        let lines = std::mem::take(&mut self.queue.lock().lines);
         if !lines.is_empty() {
             if let Err(e) = sink.file.write_all(&lines)
                 && sink.error.is_none()
@@ -157,9 +154,9 @@ impl EventLog {
     /// Stops taking events and the writer, writes what is queued, and reports the first write
     /// error, if any.
     pub fn close(&self) -> io::Result<()> {
-        lock(&self.shared.queue).closed = true;
+        self.shared.queue.lock().closed = true;
         self.shared.wake.notify_one();
-        if let Some(writer) = lock(&self.writer).take() {
+        if let Some(writer) = self.writer.lock().take() {
             let _ = writer.join();
         }
         self.shared.write_queued()
@@ -177,21 +174,14 @@ fn write_lines(shared: &Shared) {
     let mut quiet_ticks = IDLE_TICKS;
     loop {
         {
-            let mut queue = lock(&shared.queue);
+            let mut queue = shared.queue.lock();
             while queue.lines.is_empty() && !queue.closed {
                 if quiet_ticks >= IDLE_TICKS {
                     queue.idle = true;
-                    queue = shared
-                        .wake
-                        .wait(queue)
-                        .unwrap_or_else(PoisonError::into_inner);
+                    shared.wake.wait(&mut queue);
                     queue.idle = false;
                 } else {
-                    queue = shared
-                        .wake
-                        .wait_timeout(queue, TICK)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0;
+                    shared.wake.wait_for(&mut queue, TICK);
                     quiet_ticks += 1;
                 }
             }
@@ -213,7 +203,7 @@ impl EventSink for EventLog {
         let Ok(line) = serde_json::to_vec(event) else {
             return;
         };
-        let mut queue = lock(&self.shared.queue);
+        let mut queue = self.shared.queue.lock();
         if queue.closed {
             return;
         }
@@ -227,7 +217,7 @@ impl EventSink for EventLog {
 
     /// Appends what is queued, on the calling thread (the engine calls it from its blocking pool).
     fn flush(&self) -> io::Result<()> {
-        if lock(&self.shared.queue).closed {
+        if self.shared.queue.lock().closed {
             return Err(io::Error::other("the event log is closed"));
         }
         self.shared.write_queued()

@@ -153,7 +153,7 @@ pub fn list_runs(runs_dir: &Path) -> Vec<PathBuf> {
 pub struct RunDir {
     root: PathBuf,
     /// `journal.jsonl`, open for appending once the first entry is written.
-    journal: std::sync::Mutex<Option<File>>,
+    journal: parking_lot::Mutex<Option<File>>,
 }
 
 fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> StoreError {
@@ -191,7 +191,7 @@ impl RunDir {
     fn open_dir(root: PathBuf) -> Self {
         Self {
             root,
-            journal: std::sync::Mutex::new(None),
+            journal: parking_lot::Mutex::new(None),
         }
     }
 
@@ -495,10 +495,7 @@ impl RunStore for RunDir {
             serde_json::to_writer(&mut lines, entry)?;
             lines.push(b'\n');
         }
-        let mut journal = self
-            .journal
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut journal = self.journal.lock();
         if journal.is_none() {
             let path = self.journal_path();
             // What a reader cannot use (a torn last line, damage) is cut off first, so the entries

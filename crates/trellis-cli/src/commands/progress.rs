@@ -4,9 +4,10 @@
 //! each under their stage as they finish (`shell cargo test … exit 101`); with `--verbose` the models'
 //! answers stream as they are written.
 
+use parking_lot::Mutex;
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use trellis_engine::event::{Event, EventKind};
@@ -48,9 +49,7 @@ impl Progress {
                 let mut frame = 0;
                 loop {
                     tokio::time::sleep(Duration::from_millis(100)).await;
-                    let guard = running
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let guard = running.lock();
                     if let (Some(node), Some(since)) = (&guard.node, guard.since) {
                         eprint!(
                             "\r\x1b[K  {} {node} ({:.1}s)",
@@ -67,10 +66,7 @@ impl Progress {
     }
 
     fn line(&self, text: &str) {
-        let mut running = self
-            .running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut running = self.running.lock();
         if running.mid_text {
             eprintln!();
             running.mid_text = false;
@@ -82,10 +78,7 @@ impl Progress {
     }
 
     fn stream(&self, text: &str) {
-        let mut running = self
-            .running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut running = self.running.lock();
         if !running.mid_text && self.interactive {
             eprint!("\r\x1b[K");
         }
@@ -120,10 +113,7 @@ impl EventSink for Progress {
         };
         match &event.kind {
             EventKind::StageStarted { .. } if self.interactive => {
-                let mut running = self
-                    .running
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut running = self.running.lock();
                 running.node = Some(node);
                 running.since = Some(Instant::now());
             }
@@ -152,10 +142,7 @@ impl EventSink for Progress {
                 ));
             }
             EventKind::StageFailed(end) => {
-                self.running
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .failed = Some(node.clone());
+                self.running.lock().failed = Some(node.clone());
                 let reason = end.failure_reason.as_deref().unwrap_or("failed");
                 self.line(&format!(
                     "  ✗ {node} ({}): {}",
@@ -164,12 +151,7 @@ impl EventSink for Progress {
                 ));
             }
             EventKind::EdgeSelected(choice) => {
-                let failed = self
-                    .running
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .failed
-                    .take();
+                let failed = self.running.lock().failed.take();
                 if failed.as_deref() == Some(node.as_str())
                     && choice.condition.is_none()
                     && choice.when.is_none()
@@ -192,10 +174,7 @@ impl EventSink for Progress {
             }
             EventKind::HumanGateAsked { .. } => {
                 // The question owns the terminal until the answer: no spinner over it.
-                self.running
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .node = None;
+                self.running.lock().node = None;
                 if self.interactive {
                     eprint!("\r\x1b[K");
                 }
