@@ -87,7 +87,7 @@ pub enum Stop<E> {
     Model(E),
     /// `max_turns` turns were used; the text of the last one.
     MaxTurns { turns: u32, last_text: String },
-    /// The model kept looping after [`LOOP_WARNINGS`] warnings.
+    /// The model kept looping after `LOOP_WARNINGS` warnings.
     Looping { warnings: u32, last_text: String },
 }
 

@@ -32,7 +32,7 @@ pub enum Tool {
 /// What a tool call produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolOutput {
-    /// The whole output; the model is shown it cut to the tool's [`Limit`].
+    /// The whole output; the model is shown it cut to the tool's `Limit`.
     pub content: String,
     pub is_error: bool,
     /// A short word on the result for one-line displays (`exit 101`, `timed out`).

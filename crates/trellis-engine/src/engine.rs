@@ -2,8 +2,8 @@
 //! finished stages, ranks and steps), journals what each stage changed in it and snapshots it when
 //! the run starts and stops (see [`crate::checkpoint`]), numbers and emits events, and
 //! runs the main track from the checkpoint until the run ends, waits for input or is cancelled. How a
-//! track advances — one step per node, whatever its kind — is in [`crate::step`]; how a work stage's
-//! attempts run is in [`crate::attempt`].
+//! track advances — one step per node, whatever its kind — is in `step`; how a work stage's
+//! attempts run is in `attempt`.
 
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;

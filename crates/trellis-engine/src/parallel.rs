@@ -9,9 +9,9 @@
 //! `continue` waits for the policy, `fail_fast` stops at the first failed branch, `ignore` leaves failed
 //! branches out of the count and the results.
 //!
-//! A branch is walked by the same step loop as the main run ([`crate::step`]), so a branch may hold a
+//! A branch is walked by the same step loop as the main run (`step`), so a branch may hold a
 //! sub-workflow or a fan-out of its own. Each branch's track is checkpointed after every one of its
-//! stages, under its fan-out's [`ParallelProgress`](crate::checkpoint::ParallelProgress): a run killed
+//! stages, under its fan-out's [`ParallelProgress`]: a run killed
 //! during a fan-out resumes every unfinished branch at the stage it was in, and reuses the results of
 //! finished ones.
 

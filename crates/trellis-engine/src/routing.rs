@@ -1,6 +1,6 @@
 //! Edge selection after a stage, in the order DESIGN.md §3 fixes. Edges whose `max_iterations` is spent
 //! are dropped first. A YAML workflow then routes as the edges-and-routing page says (see
-//! [`natural_language`]); a DOT workflow takes
+//! `natural_language`); a DOT workflow takes
 //! 1. `condition` edges that match: highest weight, then the lexically first target;
 //! 2. the outcome's preferred label, against edge labels (accelerators stripped, case ignored);
 //! 3. the outcome's suggested next ids, in order;

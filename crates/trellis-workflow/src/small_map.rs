@@ -2,7 +2,7 @@
 //! handful of attributes each; a tree or hash map per node costs a kilobyte or more, which in a
 //! 10,000-node workflow is most of its memory. Lookups are binary searches; iteration is in name
 //! order, as a `BTreeMap`'s. A key that is a known attribute name is not kept as a string of its own
-//! but as the name in the table of known attributes ([`Name`]).
+//! but as the name in the table of known attributes (`Name`).
 
 use std::borrow::{Borrow, Cow};
 
