@@ -71,7 +71,7 @@ impl Engine {
         let mut attempt = 1;
         loop {
             let rank = self.next_rank(true);
-            let dir = self.stage_dir(rank, &node.id, visit).await?;
+            let dir = self.recorder.stage_dir(rank, &node.id, visit).await?;
             let dir_name = dir_name(&dir);
             self.emit(
                 Some(&node.id),
@@ -110,16 +110,16 @@ impl Engine {
             let Attempt::Finished(outcome) = executed else {
                 // No outcome yet: the attempt's status says what it waits for.
                 let waiting = StatusFile::waiting(&node.id, visit, attempt, duration_ms);
-                self.write_status(&dir, waiting).await?;
+                self.recorder.write_status(&dir, waiting).await?;
                 return Ok(Attempt::WaitingForInput);
             };
             let status = StatusFile::finished(&outcome, &node.id, visit, attempt, duration_ms);
             let retrying = outcome.retryable() && attempt < max_attempts;
             if retrying {
                 // On disk before the wait for the next attempt.
-                self.write_status(&dir, status).await?;
+                self.recorder.write_status(&dir, status).await?;
             } else {
-                self.queue_status(&dir, status);
+                self.recorder.queue_status(&dir, status);
             }
             self.record(stage_record(
                 rank,
@@ -198,7 +198,7 @@ impl Engine {
         duration_ms: u64,
     ) {
         let status = StatusFile::finished(outcome, node_id, visit, 1, duration_ms);
-        self.queue_status(dir, status);
+        self.recorder.queue_status(dir, status);
         self.record(stage_record(
             rank,
             node_id,

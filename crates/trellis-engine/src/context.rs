@@ -10,8 +10,8 @@ use std::sync::Arc;
 use serde_json::Value;
 use trellis_workflow::{ConditionScope, StageStatus};
 
+use crate::blob::BlobStore;
 use crate::keys;
-use crate::services::BlobStore;
 
 /// The shared context of one run (or one parallel branch).
 #[derive(Debug, Clone, Default)]
@@ -121,16 +121,16 @@ impl ConditionScope for ConditionView<'_> {
 /// Whether resolving `value` reads the blob store: it is a blob reference, other than the empty
 /// blob's.
 pub fn reads_blobs(value: &Value) -> bool {
-    value.as_str().is_some_and(|s| {
-        s.starts_with(crate::services::BLOB_PREFIX) && s != crate::services::EMPTY_BLOB
-    })
+    value
+        .as_str()
+        .is_some_and(|s| s.starts_with(crate::blob::BLOB_PREFIX) && s != crate::blob::EMPTY_BLOB)
 }
 
 /// Replaces a blob reference by the value it stands for (the text, or the JSON it held).
 pub fn resolve_blob(value: Value, blobs: &dyn BlobStore) -> Value {
     match &value {
-        Value::String(s) if s == crate::services::EMPTY_BLOB => Value::String(String::new()),
-        Value::String(s) if s.starts_with(crate::services::BLOB_PREFIX) => match blobs.get(s) {
+        Value::String(s) if s == crate::blob::EMPTY_BLOB => Value::String(String::new()),
+        Value::String(s) if s.starts_with(crate::blob::BLOB_PREFIX) => match blobs.get(s) {
             Ok(bytes) => {
                 let text = String::from_utf8_lossy(&bytes).into_owned();
                 serde_json::from_str::<Value>(&text)
@@ -147,7 +147,7 @@ pub fn resolve_blob(value: Value, blobs: &dyn BlobStore) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::services::EMPTY_BLOB;
+    use crate::blob::EMPTY_BLOB;
     use crate::services::memory::MemoryBlobs;
 
     #[test]

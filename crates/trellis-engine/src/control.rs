@@ -5,7 +5,11 @@ use async_trait::async_trait;
 use trellis_workflow::StageStatus;
 
 use crate::checkpoint::BranchResult;
-use crate::handler::{Attempt, Handler, Stage};
+use std::sync::Arc;
+
+use trellis_workflow::node_kind::HandlerKind;
+
+use crate::handler::{Attempt, Handler, Handlers, Stage};
 use crate::outcome::{FailureClass, Outcome};
 
 /// Start and exit nodes: they mark the ends of the run and succeed at once.
@@ -68,7 +72,7 @@ impl FanIn {
     /// The merge without a model: the best branch by status, score and id, and the join's verdict.
     pub fn merge(stage: &Stage<'_>) -> Outcome {
         let results = BranchResult::read_all(stage.context, &*stage.services.blobs);
-        let Some(best) = crate::parallel::best_branch(&results) else {
+        let Some(best) = crate::join::best_branch(&results) else {
             return join_verdict(stage)
                 .filter(|v| v.status == StageStatus::Failed)
                 .unwrap_or_else(|| {
@@ -92,5 +96,17 @@ impl FanIn {
             best.status.as_str().into(),
         );
         outcome
+    }
+}
+
+impl Handlers {
+    /// The control-flow handlers the engine owns.
+    pub fn with_control_flow() -> Self {
+        let mut handlers = Self::default();
+        handlers.register(HandlerKind::Start, Arc::new(Boundary));
+        handlers.register(HandlerKind::Exit, Arc::new(Boundary));
+        handlers.register(HandlerKind::Conditional, Arc::new(Conditional));
+        handlers.register(HandlerKind::FanIn, Arc::new(FanIn));
+        handlers
     }
 }

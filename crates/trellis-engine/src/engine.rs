@@ -1,11 +1,10 @@
-//! The engine of one run: it holds the run's checkpoint as it stands (the "book": every track, the
-//! finished stages, ranks and steps), journals what each stage changed in it and snapshots it when
-//! the run starts and stops (see [`crate::checkpoint`]), numbers and emits events, and
-//! runs the main track from the checkpoint until the run ends, waits for input or is cancelled. How a
-//! track advances — one step per node, whatever its kind — is in `step`; how a work stage's
-//! attempts run is in `attempt`.
+//! The engine of one run: the [`Engine`] (its workflow, handlers, services and settings, and the
+//! run's record as it keeps it, `record`), the numbering and emitting of events, and the run loop:
+//! from the checkpoint until the run ends, waits for input or is cancelled. How a track advances —
+//! one step per node, whatever its kind — is in `step`; how a work stage's attempts run is in
+//! `attempt`.
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::MutexGuard;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,16 +14,24 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use trellis_workflow::{StageStatus, Workflow};
 
-use crate::checkpoint::{
-    Change, Checkpoint, JournalEntry, RunStatus, StageRecord, Track, TrackChange,
-};
+use crate::checkpoint::{Change, Checkpoint, RunStatus, StageRecord, Track};
 use crate::context::RunContext;
-use crate::event::{EdgeChoice, Event, EventKind, RunStart};
+use crate::event::{Event, EventKind, RunStart};
 use crate::handler::{Handlers, Services};
 use crate::keys;
+use crate::record::{Book, Recorder};
 use crate::settings::Settings;
-use crate::status_file::StatusFile;
-use crate::step::WalkEnd;
+
+/// Why a walk along a track stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WalkEnd {
+    /// The track is over: the exit node ran, or (in YAML) a terminal node did.
+    Finished,
+    /// A branch reached its fan-in node (which the fan-out's own track runs).
+    Reached,
+    /// A human gate has nobody to answer it: the run stops, resumable with an answer.
+    Waiting,
+}
 
 /// Why a run stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -101,65 +108,9 @@ pub struct Engine {
     pub(crate) run_id: String,
     /// Sub-workflow nesting depth (0 for the top-level run).
     pub(crate) depth: u32,
-    /// The run's checkpoint as it stands, and the changes not yet in a journal entry.
-    book: Mutex<Book>,
-    /// What the next write takes: stage statuses and journal entries. Entries are queued under the
-    /// book's lock and written under the writer's, so they reach the journal in order whichever save
-    /// writes them.
-    queued: Arc<Mutex<Queued>>,
-    /// Held while writing the record; keeps the first write error, after which no entry is
-    /// appended (the journal must have no gaps) until a snapshot succeeds.
-    writer: Arc<Mutex<Option<String>>>,
-}
-
-/// Record files waiting for the next write, which writes the statuses first: a stage's
-/// `status.json` is queued before its record, and both are taken at once, so the journal never
-/// records a stage whose status is not on disk.
-#[derive(Default)]
-struct Queued {
-    statuses: Vec<StatusWrite>,
-    entries: Vec<JournalEntry>,
-}
-
-/// A finished stage's `status.json`, written with the journal entry that records the stage (one
-/// trip to the disk for both); or a routing decision to add to one written already.
-enum StatusWrite {
-    Whole(std::path::PathBuf, Box<StatusFile>),
-    Routing(std::path::PathBuf, Box<EdgeChoice>),
-}
-
-impl StatusWrite {
-    fn write(self, store: &dyn crate::services::RunStore) -> std::io::Result<()> {
-        match self {
-            Self::Whole(dir, status) => store.write_status(&dir, &status),
-            Self::Routing(dir, routing) => match store.read_status(&dir)? {
-                Some(mut status) => {
-                    status.routing = Some(*routing);
-                    store.write_status(&dir, &status)
-                }
-                // Nothing to add it to (a store that keeps no statuses).
-                None => Ok(()),
-            },
-        }
-    }
-}
-
-/// The checkpoint as it stands and what changed in it since the last journal entry.
-pub(crate) struct Book {
-    pub(crate) checkpoint: Checkpoint,
-    pending: Vec<Change>,
-}
-
-impl Book {
-    /// Makes a change, and keeps it for the next journal entry. A stage record is only counted:
-    /// the journal keeps it.
-    pub(crate) fn change(&mut self, change: Change) {
-        match &change {
-            Change::Stage(record) => self.checkpoint.count(record),
-            _ => self.checkpoint.apply(&change),
-        }
-        self.pending.push(change);
-    }
+    /// The run's record as the engine keeps it: the checkpoint as it stands and what is still to
+    /// be written.
+    pub(crate) recorder: Recorder,
 }
 
 /// Stage attempts finished in this process, by any run: what a stage may have changed for the ones
@@ -174,65 +125,6 @@ pub fn stages_finished() -> u64 {
 }
 
 pub(crate) use trellis_process::task::blocking;
-
-/// Runs short blocking file work on the record lane: one thread that does such work in the order it
-/// is given. Stage directories are made there. In one parent directory the file system makes them
-/// one at a time anyway; on the blocking pool, a fan-out's burst of them would queue ahead of the
-/// commands its branches start (each branch makes its directory, then starts its command), so no
-/// branch could start before every directory was made. On the lane, a branch starts as soon as its
-/// own directory is there, while the next one is made.
-pub(crate) async fn in_order<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
-    type Job = Box<dyn FnOnce() + Send>;
-    static LANE: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Job>>> =
-        std::sync::OnceLock::new();
-    let (sender, receiver) = tokio::sync::oneshot::channel();
-    let job: Job = Box::new(move || {
-        let _ = sender.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)));
-    });
-    let lane = LANE.get_or_init(|| {
-        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
-        std::thread::Builder::new()
-            .name("trellis-record".to_owned())
-            .spawn(move || queue.into_iter().for_each(|job| job()))
-            .ok()
-            .map(|_| jobs)
-    });
-    let refused = match lane {
-        Some(jobs) => jobs.send(job).err().map(|refused| refused.0),
-        None => Some(job),
-    };
-    if let Some(job) = refused {
-        // No thread for the lane: the pool does the work.
-        blocking(job).await;
-    }
-    // The lane runs every job it is given (a panic is caught in the job), so the answer comes.
-    match receiver.await.expect("the record lane runs every job") {
-        Ok(value) => value,
-        Err(panic) => std::panic::resume_unwind(panic),
-    }
-}
-
-/// Runs blocking work that lasts as long as a stage (a transcript written as the stage goes, a person
-/// typing an answer) on a thread of its own, so it never holds one of the blocking pool's threads,
-/// which short file work shares. The future gives its result (`None` if the thread could not start
-/// or panicked); dropping it leaves the work running to its end.
-pub fn own_thread<T: Send + 'static>(
-    name: &str,
-    work: impl FnOnce() -> T + Send + 'static,
-) -> impl Future<Output = Option<T>> + Send + 'static {
-    let (sender, receiver) = tokio::sync::oneshot::channel();
-    let started = std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(move || {
-            let _ = sender.send(work());
-        });
-    async move {
-        match started {
-            Ok(_) => receiver.await.ok(),
-            Err(_) => None,
-        }
-    }
-}
 
 /// The current time as RFC 3339 with milliseconds.
 pub fn timestamp() -> String {
@@ -254,21 +146,15 @@ impl Engine {
     ) -> Self {
         let run_id = run_id.into();
         Self {
+            recorder: Recorder::new(&run_id, services.store.clone(), services.events.clone()),
             workflow,
             handlers,
             services,
             settings,
             seq: Arc::new(AtomicU64::new(0)),
             spent: Arc::default(),
-            // Replaced by the checkpoint `run` starts from.
-            book: Mutex::new(Book {
-                checkpoint: Checkpoint::new(run_id.clone(), "", BTreeMap::new()),
-                pending: Vec::new(),
-            }),
             run_id,
             depth: 0,
-            queued: Arc::default(),
-            writer: Arc::default(),
         }
     }
 
@@ -287,7 +173,7 @@ impl Engine {
     }
 
     pub(crate) fn book(&self) -> MutexGuard<'_, Book> {
-        self.book.lock()
+        self.recorder.book()
     }
 
     /// Records a finished stage attempt.
@@ -351,6 +237,11 @@ impl Engine {
         });
     }
 
+    /// The number of the last event emitted.
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq.load(Ordering::SeqCst)
+    }
+
     /// Writes what the step changed on `track` (and in its live context) into the book at `path`
     /// and saves it.
     pub(crate) async fn persist(
@@ -359,161 +250,13 @@ impl Engine {
         track: &mut Track,
         context: &RunContext,
     ) -> Result<(), EngineError> {
-        self.change_track(path, track, context);
+        self.recorder.change_track(path, track, context);
         self.save().await
     }
 
-    /// Makes what changed on `track` since its last change a change to the book.
-    pub(crate) fn change_track(&self, path: &[String], track: &mut Track, context: &RunContext) {
-        let mut change = TrackChange::take(path, track, context.take_changes());
-        let mut book = self.book();
-        change.parallel_ended = track.parallel.is_none()
-            && book
-                .checkpoint
-                .track
-                .at_mut(path)
-                .is_some_and(|t| t.parallel.is_some());
-        book.change(Change::Track(Box::new(change)));
-    }
-
-    /// Saves what changed since the last save: one journal entry, appended and synced (on the
-    /// blocking pool). What is written is what changed, not the whole checkpoint.
+    /// Saves what changed since the last save (one journal entry).
     pub(crate) async fn save(&self) -> Result<(), EngineError> {
-        self.queue_entry(&mut self.book());
-        self.write(None).await.0
-    }
-
-    /// Saves the whole checkpoint as a snapshot (after the journal entries before it): at the start
-    /// and the end of a run, so a record at rest needs no journal to read.
-    async fn save_snapshot(&self) -> Result<(), EngineError> {
-        let snapshot = {
-            let mut book = self.book();
-            self.queue_entry(&mut book);
-            book.checkpoint.clone()
-        };
-        self.write(Some(snapshot)).await.0
-    }
-
-    /// The last snapshot of a run that has stopped: the checkpoint leaves the book (no copy of a
-    /// long run's history is made) and comes back with the result.
-    async fn save_last_snapshot(&self) -> (Result<(), EngineError>, Checkpoint) {
-        let snapshot = {
-            let mut book = self.book();
-            self.queue_entry(&mut book);
-            let placeholder = Checkpoint::new(self.run_id.clone(), "", BTreeMap::new());
-            std::mem::replace(&mut book.checkpoint, placeholder)
-        };
-        let (saved, snapshot) = self.write(Some(snapshot)).await;
-        (
-            saved,
-            snapshot.unwrap_or_else(|| self.book().checkpoint.clone()),
-        )
-    }
-
-    /// Turns the book's pending changes into the next journal entry, queued for writing.
-    fn queue_entry(&self, book: &mut Book) {
-        book.checkpoint.seq = self.seq.load(Ordering::SeqCst);
-        if book.pending.is_empty() {
-            return;
-        }
-        let checkpoint = &mut book.checkpoint;
-        checkpoint.journal += 1;
-        let entry = JournalEntry {
-            n: checkpoint.journal,
-            rank: checkpoint.rank,
-            steps: checkpoint.steps,
-            seq: checkpoint.seq,
-            changes: std::mem::take(&mut book.pending),
-        };
-        self.queued.lock().entries.push(entry);
-    }
-
-    /// Queues a finished stage's `status.json` for the write that records the stage.
-    pub(crate) fn queue_status(&self, dir: &std::path::Path, status: StatusFile) {
-        self.queued
-            .lock()
-            .statuses
-            .push(StatusWrite::Whole(dir.to_path_buf(), Box::new(status)));
-    }
-
-    /// Adds a routing decision to the `status.json` of the stage in `dir`: to the queued one, or
-    /// (written already) to the file, with the next write.
-    pub(crate) fn queue_routing(&self, dir: &std::path::Path, routing: EdgeChoice) {
-        let mut queued = self.queued.lock();
-        let whole = queued
-            .statuses
-            .iter_mut()
-            .rev()
-            .find_map(|write| match write {
-                StatusWrite::Whole(queued_dir, status) if queued_dir == dir => Some(status),
-                _ => None,
-            });
-        match whole {
-            Some(status) => status.routing = Some(routing),
-            None => queued
-                .statuses
-                .push(StatusWrite::Routing(dir.to_path_buf(), Box::new(routing))),
-        }
-    }
-
-    /// Writes the queued stage statuses, then the queued journal entries (the event log flushed
-    /// first: an entry names the last event, which must be stored), then `snapshot` if given.
-    async fn write(
-        &self,
-        snapshot: Option<Checkpoint>,
-    ) -> (Result<(), EngineError>, Option<Checkpoint>) {
-        let (store, events) = (self.services.store.clone(), self.services.events.clone());
-        let (queued, writer) = (self.queued.clone(), self.writer.clone());
-        let (written, snapshot) = blocking(move || {
-            let mut failed = writer.lock();
-            if let (Some(error), None) = (&*failed, &snapshot) {
-                return (Err(std::io::Error::other(error.clone())), snapshot);
-            }
-            let Queued { statuses, entries } = std::mem::take(&mut *queued.lock());
-            let written = (|| {
-                for status in statuses {
-                    status.write(&*store)?;
-                }
-                events.flush()?;
-                if !entries.is_empty() && failed.is_none() {
-                    store.append_journal(&entries)?;
-                }
-                if let Some(snapshot) = &snapshot {
-                    store.save_checkpoint(snapshot)?;
-                }
-                Ok::<_, std::io::Error>(())
-            })();
-            match &written {
-                Err(error) => *failed = Some(error.to_string()),
-                // A snapshot holds everything: whatever was lost before it no longer matters.
-                Ok(()) if snapshot.is_some() => *failed = None,
-                Ok(()) => {}
-            }
-            (written, snapshot)
-        })
-        .await;
-        (written.map_err(EngineError::from), snapshot)
-    }
-
-    /// Creates a stage attempt's directory (on the record lane, [`in_order`]).
-    pub(crate) async fn stage_dir(
-        &self,
-        rank: u32,
-        node: &str,
-        visit: u32,
-    ) -> Result<std::path::PathBuf, EngineError> {
-        let (store, node) = (self.services.store.clone(), node.to_owned());
-        Ok(in_order(move || store.stage_dir(rank, &node, visit)).await?)
-    }
-
-    /// Writes a stage attempt's `status.json` (on the blocking pool).
-    pub(crate) async fn write_status(
-        &self,
-        dir: &std::path::Path,
-        status: StatusFile,
-    ) -> Result<(), EngineError> {
-        let (store, dir) = (self.services.store.clone(), dir.to_path_buf());
-        Ok(blocking(move || store.write_status(&dir, &status)).await?)
+        Ok(self.recorder.save(self.seq()).await?)
     }
 
     /// Runs from `checkpoint` until the run ends, waits for input, or `cancel` fires. Cancelling stops
@@ -545,11 +288,11 @@ impl Engine {
         };
         let context = RunContext::from_map(std::mem::take(&mut track.context));
         self.set_engine_keys(&context);
-        if let Err(error) = self.save_snapshot().await {
+        if let Err(error) = self.recorder.save_snapshot(self.seq()).await {
             return RunResult {
                 status: RunStatus::Failed,
                 checkpoint: self.book().checkpoint.clone(),
-                error: Some(error),
+                error: Some(error.into()),
             };
         }
         let start = RunStart {
@@ -578,7 +321,7 @@ impl Engine {
         // On success, failure or waiting the walk's track is the truth; a cancelled walk was dropped
         // mid-stage, and the book holds the track as of its last finished stage.
         if status != RunStatus::Cancelled {
-            self.change_track(&[], &mut track, &context);
+            self.recorder.change_track(&[], &mut track, &context);
         }
         {
             let book = &mut self.book().checkpoint;
@@ -608,7 +351,7 @@ impl Engine {
             }
         };
         self.emit(None, end);
-        let (saved, checkpoint) = self.save_last_snapshot().await;
+        let (saved, checkpoint) = self.recorder.save_last_snapshot(self.seq()).await;
         match saved {
             Ok(()) => RunResult {
                 status,
@@ -618,7 +361,7 @@ impl Engine {
             Err(error) => RunResult {
                 status: RunStatus::Failed,
                 checkpoint,
-                error: Some(error),
+                error: Some(error.into()),
             },
         }
     }

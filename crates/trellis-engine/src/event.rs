@@ -254,7 +254,7 @@ pub struct EdgeChoice {
 /// answer and the reason it gave.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RouteDecision {
-    pub choices: Vec<crate::services::RouteOption>,
+    pub choices: Vec<RouteOption>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub default: Option<String>,
     pub answer: String,
@@ -371,6 +371,20 @@ impl EventKind {
                 | EventKind::WorkflowRunCancelled { .. }
         )
     }
+}
+
+/// A natural-language edge for a model to judge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteOption {
+    /// The answer that picks it: the target node's id (with `#n` when two edges share a target).
+    pub id: String,
+    pub target: String,
+    pub when: String,
+}
+
+/// Emits an event into the run's stream, for a node (or the run as a whole).
+pub trait Emitter: Send + Sync {
+    fn emit(&self, node: Option<&str>, event: EventKind);
 }
 
 #[cfg(test)]

@@ -53,10 +53,7 @@ pub trait History: Send + Sync {
     async fn finished(&self) -> Vec<crate::checkpoint::StageRecord>;
 }
 
-/// Emits an event into the run's stream, for a node (or the run as a whole).
-pub trait Emitter: Send + Sync {
-    fn emit(&self, node: Option<&str>, event: crate::event::EventKind);
-}
+pub use crate::event::Emitter;
 
 /// The services of a run.
 #[derive(Clone)]
@@ -102,19 +99,6 @@ pub struct Handlers {
 }
 
 impl Handlers {
-    /// The control-flow handlers the engine owns.
-    pub fn with_control_flow() -> Self {
-        let mut handlers = Self::default();
-        handlers.register(HandlerKind::Start, Arc::new(crate::control::Boundary));
-        handlers.register(HandlerKind::Exit, Arc::new(crate::control::Boundary));
-        handlers.register(
-            HandlerKind::Conditional,
-            Arc::new(crate::control::Conditional),
-        );
-        handlers.register(HandlerKind::FanIn, Arc::new(crate::control::FanIn));
-        handlers
-    }
-
     pub fn register(&mut self, kind: HandlerKind, handler: Arc<dyn Handler>) {
         self.map.insert(kind, handler);
     }

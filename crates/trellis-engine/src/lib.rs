@@ -2,8 +2,20 @@
 //! selection, the run context, outcomes, retries, goal gates, visit limits, checkpoints and events. It
 //! sees the outside world only through the traits in [`services`] and [`handler`]; it never touches a
 //! process, an HTTP client or the file layout of the run record.
+//!
+//! Its modules are layered, bottom up (`tests/layers.rs` keeps it so):
+//!
+//! - data: context keys, outcomes, details, settings, blobs, the checkpoint and its journal, events,
+//!   `status.json`, and the join policies ([`join`]);
+//! - seams: [`services`] (the run store, blobs, events, clock, interviewer, router) and [`handler`];
+//! - the record (what the engine writes through the store), the control-flow handlers and edge
+//!   selection ([`routing`]);
+//! - the core, [`engine`]: the [`Engine`], its events, and the run loop;
+//! - the drivers, each an `impl Engine` block: a stage's attempts, one step of a track, fan-outs
+//!   ([`parallel`]) and sub-workflows.
 
 mod attempt;
+pub mod blob;
 pub mod checkpoint;
 pub mod context;
 mod control;
@@ -11,9 +23,11 @@ pub mod details;
 pub mod engine;
 pub mod event;
 pub mod handler;
+pub mod join;
 pub mod keys;
 pub mod outcome;
 pub mod parallel;
+mod record;
 pub mod route_view;
 pub mod routing;
 pub mod services;

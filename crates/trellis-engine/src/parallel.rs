@@ -28,96 +28,13 @@ use crate::checkpoint::{BranchProgress, BranchResult, Change, ParallelProgress, 
 use crate::context::{RunContext, reads_blobs, resolve_blob};
 use crate::engine::{Engine, EngineError, blocking};
 use crate::event::EventKind;
+use crate::join::{fan_out_outcome, successes_needed};
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
 use crate::text::clip;
 
 /// How much of a branch's last output `parallel.results` keeps.
 const BRANCH_OUTPUT_CHARS: usize = 4_000;
-
-impl BranchResult {
-    fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or_default()
-    }
-}
-
-/// How many branches must succeed before the merge may proceed.
-#[allow(
-    clippy::cast_precision_loss,
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    reason = "branch counts are small and the fraction is in (0, 1]"
-)]
-fn successes_needed(policy: JoinPolicy, total: usize) -> usize {
-    match policy {
-        JoinPolicy::WaitAll => total,
-        JoinPolicy::FirstSuccess => 1,
-        JoinPolicy::KOfN(n) => (n as usize).min(total),
-        JoinPolicy::Quorum(fraction) => ((fraction * total as f64).ceil() as usize).clamp(1, total),
-    }
-}
-
-/// The fan-out stage's outcome, carrying `parallel.results`.
-fn fan_out_outcome(
-    config: &ParallelConfig,
-    succeeded: usize,
-    failed: usize,
-    needed: usize,
-    total: usize,
-    results: &[BranchResult],
-) -> Outcome {
-    let status = fan_out_status(config, succeeded, failed, needed);
-    let mut outcome = if status == StageStatus::Failed {
-        Outcome::failed(
-            FailureClass::StageFailed,
-            format!(
-                "{succeeded} of {total} branches succeeded; the join policy `{}` needs {needed}",
-                config.join_policy
-            ),
-        )
-    } else {
-        Outcome::new(status)
-    };
-    outcome.context_updates.insert(
-        keys::PARALLEL_RESULTS.into(),
-        Value::Array(results.iter().map(BranchResult::to_json).collect()),
-    );
-    outcome
-}
-
-/// The fan-out's own status: failed under `fail_fast` with any failure; succeeded when enough branches
-/// succeeded and none counted as failed; partially succeeded when some work succeeded; else failed.
-fn fan_out_status(
-    config: &ParallelConfig,
-    succeeded: usize,
-    failed: usize,
-    needed: usize,
-) -> StageStatus {
-    let counted_failures = if config.error_policy == ErrorPolicy::Ignore {
-        0
-    } else {
-        failed
-    };
-    if config.error_policy == ErrorPolicy::FailFast && failed > 0 {
-        StageStatus::Failed
-    } else if succeeded >= needed && counted_failures == 0 {
-        StageStatus::Succeeded
-    } else if succeeded >= needed || (config.join_policy == JoinPolicy::WaitAll && succeeded > 0) {
-        StageStatus::PartiallySucceeded
-    } else {
-        StageStatus::Failed
-    }
-}
-
-/// The order in which outcomes rank when choosing the best branch.
-fn status_rank(status: StageStatus) -> u8 {
-    match status {
-        StageStatus::Succeeded => 0,
-        StageStatus::PartiallySucceeded => 1,
-        StageStatus::Skipped => 2,
-        StageStatus::Failed => 3,
-    }
-}
 
 /// Branch results as they arrived, and why collection stopped early (if it did).
 struct Collected {
@@ -149,7 +66,7 @@ impl Engine {
         };
         let starts: Vec<NodeIndex> = self.workflow.outgoing(index).map(|e| e.to).collect();
         let rank = self.next_rank(false);
-        let dir = self.stage_dir(rank, &node.id, visit).await?;
+        let dir = self.recorder.stage_dir(rank, &node.id, visit).await?;
         let branch_ids: Vec<&str> = starts
             .iter()
             .map(|&s| self.workflow.nodes[s].id.as_str())
@@ -438,30 +355,4 @@ fn branch_result(
         output,
         score: after.get("score").and_then(Value::as_f64),
     }
-}
-
-impl BranchResult {
-    /// The branch results a fan-in merges, from `parallel.results` (resolved from the blob store when
-    /// the list grew past the blob threshold).
-    pub fn read_all(
-        context: &RunContext,
-        blobs: &dyn crate::services::BlobStore,
-    ) -> Vec<BranchResult> {
-        context
-            .get(keys::PARALLEL_RESULTS)
-            .map(|value| resolve_blob(value, blobs))
-            .and_then(|value| serde_json::from_value(value).ok())
-            .unwrap_or_default()
-    }
-}
-
-/// The best branch: status rank, then score (higher first), then id.
-pub fn best_branch(results: &[BranchResult]) -> Option<&BranchResult> {
-    results.iter().min_by(|a, b| {
-        let score = |r: &BranchResult| r.score.unwrap_or(f64::NEG_INFINITY);
-        status_rank(a.status)
-            .cmp(&status_rank(b.status))
-            .then_with(|| score(b).total_cmp(&score(a)))
-            .then_with(|| a.id.cmp(&b.id))
-    })
 }

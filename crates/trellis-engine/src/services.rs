@@ -14,13 +14,7 @@ use crate::checkpoint::Checkpoint;
 use crate::event::Event;
 use crate::status_file::StatusFile;
 
-/// Blob references look like `blob://sha256/<hex>`.
-pub const BLOB_PREFIX: &str = "blob://sha256/";
-/// The reference of no bytes (a quiet command's output): what it stands for is known without a read.
-pub const EMPTY_BLOB: &str =
-    "blob://sha256/e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-/// Context values whose JSON is longer than this are stored as blobs.
-pub const BLOB_THRESHOLD: usize = 100 * 1024;
+pub use crate::blob::{BLOB_PREFIX, BLOB_THRESHOLD, BlobStore, EMPTY_BLOB};
 
 /// The name of one stage attempt's directory: `{rank:03}-{node}@{visit}`, with every character of the
 /// node id that could leave the directory or confuse a reader — `/`, `%`, NUL and other control
@@ -79,15 +73,6 @@ impl Clock for SystemClock {
     fn now(&self) -> std::time::SystemTime {
         std::time::SystemTime::now()
     }
-}
-
-/// Content-addressed storage for large values and command output.
-pub trait BlobStore: Send + Sync {
-    /// Stores bytes once and returns their reference.
-    fn put(&self, bytes: &[u8]) -> io::Result<String>;
-    fn get(&self, reference: &str) -> io::Result<Vec<u8>>;
-    /// A file holding the blob, for preambles that point at content instead of inlining it.
-    fn path_of(&self, reference: &str) -> Option<PathBuf>;
 }
 
 /// Receives every event, in order.
@@ -155,14 +140,7 @@ pub trait Interviewer: Send + Sync {
     async fn ask(&self, question: &Question) -> Answer;
 }
 
-/// A natural-language edge for a model to judge.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RouteOption {
-    /// The answer that picks it: the target node's id (with `#n` when two edges share a target).
-    pub id: String,
-    pub target: String,
-    pub when: String,
-}
+pub use crate::event::RouteOption;
 
 /// The answer that stands for "none of the above" (the default edge).
 pub const NONE_OF_THE_ABOVE: &str = "none_of_the_above";
@@ -187,7 +165,7 @@ pub trait Router: Send + Sync {
     async fn choose(
         &self,
         request: &RouteRequest<'_>,
-        events: &dyn crate::handler::Emitter,
+        events: &dyn crate::event::Emitter,
     ) -> Result<RouteChoice, String>;
 }
 

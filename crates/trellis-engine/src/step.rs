@@ -9,24 +9,13 @@ use trellis_workflow::{NodeIndex, NodeKind, SourceFormat, StageStatus, Workflow}
 use crate::checkpoint::Track;
 use crate::context::{ConditionView, RunContext, resolve_blob};
 use crate::details::ModelDetails;
-use crate::engine::{Engine, EngineError, blocking};
+use crate::engine::{Engine, EngineError, WalkEnd, blocking};
 use crate::event::{EdgeChoice, EventKind, RouteDecision};
 use crate::handler::{Attempt, Conversation};
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
 use crate::routing::{self, Route};
 use crate::services::{RouteOption, RouteRequest};
-
-/// Why a walk stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WalkEnd {
-    /// The track is over: the exit node ran, or (in YAML) a terminal node did.
-    Finished,
-    /// A branch reached its fan-in node (which the fan-out's own track runs).
-    Reached,
-    /// A human gate has nobody to answer it: the run stops, resumable with an answer.
-    Waiting,
-}
 
 /// Where a step sends the track.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,7 +90,7 @@ impl Engine {
             if target.is_none() || target == stop_at {
                 // The walk ends here: the caller saves what this stage changed with what follows
                 // (the run's end, a branch's result), in one entry and one sync, not two.
-                self.change_track(path, track, context);
+                self.recorder.change_track(path, track, context);
                 return Ok(target.map_or(WalkEnd::Finished, |_| WalkEnd::Reached));
             }
             self.persist(path, track, context).await?;
@@ -396,7 +385,7 @@ impl Engine {
         if choice.decision.is_some()
             && let Some(dir) = &outcome.stage_dir
         {
-            self.queue_routing(dir, choice.clone());
+            self.recorder.queue_routing(dir, choice.clone());
         }
         self.emit(Some(&node.id), EventKind::EdgeSelected(choice));
         Ok(if edge.loop_restart {

@@ -30,7 +30,7 @@ impl Engine {
     ) -> Result<Outcome, EngineError> {
         let node = &self.workflow.nodes[index];
         let rank = self.next_rank(true);
-        let dir = self.stage_dir(rank, &node.id, visit).await?;
+        let dir = self.recorder.stage_dir(rank, &node.id, visit).await?;
         let dir_name = crate::attempt::dir_name(&dir);
         self.emit(
             Some(&node.id),

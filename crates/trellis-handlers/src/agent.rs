@@ -157,7 +157,7 @@ fn transcript_writer(
     impl std::future::Future<Output = Option<()>> + Send + 'static,
 ) {
     let (sender, entries) = std::sync::mpsc::channel::<Value>();
-    let writer = trellis_engine::engine::own_thread("trellis-transcript", move || {
+    let writer = trellis_process::task::own_thread("trellis-transcript", move || {
         use std::io::Write as _;
         let Ok(file) = std::fs::File::create(&path) else {
             return;

@@ -128,8 +128,7 @@ impl Interviewer for Console {
         }
         let q = question.clone();
         // A person may take all day: the reading gets a thread of its own.
-        let reading =
-            trellis_engine::engine::own_thread("trellis-console", move || read_answer(&q));
+        let reading = trellis_process::task::own_thread("trellis-console", move || read_answer(&q));
         match question.timeout {
             Some(limit) => match tokio::time::timeout(limit, reading).await {
                 Ok(answer) => answer.unwrap_or(Answer::Unavailable),

@@ -29,7 +29,7 @@ pub fn sandbox(
 /// Runs a run's async work on a runtime of one thread, the calling one. The engine walks a run —
 /// every branch of a fan-out too — in one task, and its file work goes to the blocking pool, so
 /// worker threads would only add a thread switch to every wake-up. The pool's work is short (what
-/// lasts a stage has a thread of its own, see `trellis_engine::engine::own_thread`), so a few
+/// lasts a stage has a thread of its own, see `trellis_process::task::own_thread`), so a few
 /// threads serve a wide fan-out as well as one each, without starting sixty of them. Leaves without
 /// waiting for work still in flight (a console gate still reading a line after the run was
 /// cancelled): whatever the work wrote is done when it returns.
