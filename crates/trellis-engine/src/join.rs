@@ -117,3 +117,121 @@ pub fn best_branch(results: &[BranchResult]) -> Option<&BranchResult> {
             .then_with(|| a.id.cmp(&b.id))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(join_policy: JoinPolicy, error_policy: ErrorPolicy) -> ParallelConfig {
+        ParallelConfig {
+            join_policy,
+            error_policy,
+            max_parallel: 4,
+        }
+    }
+
+    fn branch(id: &str, status: StageStatus, score: Option<f64>) -> BranchResult {
+        BranchResult {
+            id: id.to_owned(),
+            status,
+            failure_reason: None,
+            updated_keys: Vec::new(),
+            last_response: None,
+            output: None,
+            score,
+        }
+    }
+
+    #[test]
+    fn each_policy_needs_its_number_of_successes() {
+        assert_eq!(successes_needed(JoinPolicy::WaitAll, 5), 5);
+        assert_eq!(successes_needed(JoinPolicy::FirstSuccess, 5), 1);
+        assert_eq!(successes_needed(JoinPolicy::KOfN(2), 5), 2);
+        // More than there are branches: all of them.
+        assert_eq!(successes_needed(JoinPolicy::KOfN(9), 5), 5);
+        // A quorum rounds up, and is at least one branch and at most all.
+        assert_eq!(successes_needed(JoinPolicy::Quorum(0.5), 5), 3);
+        assert_eq!(successes_needed(JoinPolicy::Quorum(0.6), 5), 3);
+        assert_eq!(successes_needed(JoinPolicy::Quorum(0.01), 5), 1);
+        assert_eq!(successes_needed(JoinPolicy::Quorum(1.0), 5), 5);
+        assert_eq!(successes_needed(JoinPolicy::Quorum(0.5), 1), 1);
+    }
+
+    #[test]
+    fn the_fan_out_status_follows_the_join_and_error_policies() {
+        use ErrorPolicy::{Continue, FailFast, Ignore};
+        use JoinPolicy::{KOfN, WaitAll};
+        use StageStatus::{Failed, PartiallySucceeded, Succeeded};
+        // (join, error, succeeded, failed, needed) → status
+        let cases = [
+            (WaitAll, Continue, 3, 0, 3, Succeeded),
+            (WaitAll, Continue, 2, 1, 3, PartiallySucceeded),
+            (WaitAll, Continue, 0, 3, 3, Failed),
+            (WaitAll, FailFast, 2, 1, 3, Failed),
+            (WaitAll, Ignore, 2, 1, 2, Succeeded),
+            (KOfN(2), Continue, 2, 0, 2, Succeeded),
+            (KOfN(2), Continue, 2, 1, 2, PartiallySucceeded),
+            (KOfN(2), Continue, 1, 2, 2, Failed),
+            (KOfN(2), Ignore, 2, 5, 2, Succeeded),
+            (KOfN(2), Ignore, 1, 0, 2, Failed),
+            (KOfN(2), FailFast, 3, 1, 2, Failed),
+        ];
+        for (join, error, succeeded, failed, needed, expected) in cases {
+            assert_eq!(
+                fan_out_status(&config(join, error), succeeded, failed, needed),
+                expected,
+                "{join} {error:?}: {succeeded} succeeded, {failed} failed, {needed} needed"
+            );
+        }
+    }
+
+    #[test]
+    fn a_failed_fan_out_says_how_many_succeeded_and_carries_the_results() {
+        let results = [
+            branch("a", StageStatus::Succeeded, None),
+            branch("b", StageStatus::Failed, None),
+        ];
+        let outcome = fan_out_outcome(
+            &config(JoinPolicy::KOfN(2), ErrorPolicy::Continue),
+            1,
+            1,
+            2,
+            2,
+            &results,
+        );
+        assert_eq!(outcome.status, StageStatus::Failed);
+        assert_eq!(
+            outcome.failure_reason(),
+            Some("1 of 2 branches succeeded; the join policy `k_of_n(2)` needs 2")
+        );
+        let listed = &outcome.context_updates[keys::PARALLEL_RESULTS];
+        assert_eq!(listed[0]["id"], "a");
+        assert_eq!(listed[1]["status"], "failed");
+    }
+
+    #[test]
+    fn the_best_branch_ranks_by_status_then_score_then_id() {
+        use StageStatus::{Failed, PartiallySucceeded, Skipped, Succeeded};
+        assert!(best_branch(&[]).is_none());
+        let by_status = [
+            branch("a", Failed, Some(9.0)),
+            branch("b", Skipped, None),
+            branch("c", PartiallySucceeded, None),
+            branch("d", Succeeded, None),
+        ];
+        assert_eq!(best_branch(&by_status).unwrap().id, "d");
+        let by_score = [
+            branch("a", Succeeded, Some(0.2)),
+            branch("b", Succeeded, Some(0.9)),
+            branch("c", Succeeded, None),
+        ];
+        assert_eq!(best_branch(&by_score).unwrap().id, "b");
+        let by_id = [branch("z", Succeeded, None), branch("m", Succeeded, None)];
+        assert_eq!(best_branch(&by_id).unwrap().id, "m");
+        let partial_beats_skipped = [
+            branch("a", Skipped, None),
+            branch("b", PartiallySucceeded, None),
+        ];
+        assert_eq!(best_branch(&partial_beats_skipped).unwrap().id, "b");
+    }
+}
