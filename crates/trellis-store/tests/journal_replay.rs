@@ -223,7 +223,10 @@ async fn replaying_the_journal_gives_the_state_at_every_step_and_torn_lines_are_
                 )
                 .unwrap();
                 for kept in 0..=lines.len() {
-                    let mut cut: String = lines[..kept].iter().map(|l| format!("{l}\n")).collect();
+                    let mut cut = lines[..kept].join("\n");
+                    if kept > 0 {
+                        cut.push('\n');
+                    }
                     if let Some(next) = lines.get(kept) {
                         let at = draws.below(next.len());
                         let at = (0..=at).rev().find(|&c| next.is_char_boundary(c)).unwrap();
