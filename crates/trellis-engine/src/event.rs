@@ -446,10 +446,109 @@ mod tests {
         ));
     }
 
+    /// One line of every event kind, as the log holds them.
+    const EVERY_KIND: &[&str] = &[
+        r#"{"event":"WorkflowRunStarted","workflow":"w","goal":null,"next_node":"start"}"#,
+        r#"{"event":"WorkflowRunResumed","workflow":"w","goal":"g","next_node":"a"}"#,
+        r#"{"event":"WorkflowRunCompleted","status":"succeeded","stages":3,"artifact_count":0}"#,
+        r#"{"event":"WorkflowRunFailed","status":"failed","error":"boom"}"#,
+        r#"{"event":"WorkflowRunWaitingForInput","node":"gate"}"#,
+        r#"{"event":"WorkflowRunCancelled","status":"cancelled","node":"a","stages":1}"#,
+        r#"{"event":"StageStarted","visit":1,"attempt":1,"dir":"001-a@1","type":"command"}"#,
+        r#"{"event":"StageCompleted","status":"succeeded","visit":1,"attempt":1,"duration_ms":5,"failure_reason":null,"files_touched":[]}"#,
+        r#"{"event":"StageFailed","status":"failed","visit":1,"attempt":2,"duration_ms":5,"failure_reason":"exit 1","files_touched":[]}"#,
+        r#"{"event":"StageRetrying","attempt":1,"next_attempt":2,"delay_ms":500,"reason":"busy"}"#,
+        r#"{"event":"EdgeSelected","to":"b","label":"Yes"}"#,
+        r#"{"event":"LoopRestarted","to":"a"}"#,
+        r#"{"event":"CheckpointSaved","next_node":"b"}"#,
+        r#"{"event":"GoalGateUnmet","status":"failed","retry_target":"a"}"#,
+        r#"{"event":"HumanGateAsked","prompt":"Ship?","options":["Yes","No"],"freeform":false}"#,
+        r#"{"event":"HumanGateAnswered","label":"Yes","text":null,"default_after_timeout":false}"#,
+        r#"{"event":"ParallelStarted","branches":["a","b"],"fan_in":"join","join_policy":"wait_all","max_parallel":4}"#,
+        r#"{"event":"ParallelBranchCompleted","branch":"a","status":"succeeded","failure_reason":null}"#,
+        r#"{"event":"ParallelCompleted","status":"succeeded","succeeded":2,"failed":0,"cancelled":0}"#,
+        r#"{"event":"ModelCallStarted","model":"m","provider":"p","turn":1}"#,
+        r#"{"event":"ModelCallCompleted","model":"m","provider":"p","turn":1,"duration_ms":9}"#,
+        r#"{"event":"ModelCallRetrying","error":"429","kind":"rate_limit","attempt":1,"delay_ms":200}"#,
+        r#"{"event":"ModelWarning","message":"careful"}"#,
+        r#"{"event":"ModelTextDelta","text":"Hel"}"#,
+        r#"{"event":"Agent.TurnStarted","turn":2}"#,
+        r#"{"event":"Agent.ToolCallStarted","call_id":"c1","tool":"shell","target":"ls","arguments":{"command":"ls"}}"#,
+        r#"{"event":"Agent.ToolCallCompleted","call_id":"c1","tool":"shell","target":"ls","is_error":false,"duration_ms":3,"output_chars":10,"shown_chars":10,"output":"a\nb"}"#,
+        r#"{"event":"Agent.LoopDetected","period":2,"tools":["read_file","grep"]}"#,
+        r#"{"event":"Agent.ContextWindowWarning","estimated_tokens":90,"context_window_size":100,"usage_percent":90}"#,
+        r#"{"event":"Agent.CompactionStarted","estimated_tokens":90,"context_window_size":100}"#,
+        r#"{"event":"Agent.CompactionCompleted","original_turn_count":9,"preserved_turn_count":3,"summary_token_estimate":40,"tracked_file_count":2}"#,
+        r#"{"event":"Agent.Error","message":"no tools"}"#,
+    ];
+
+    /// The kind's place in the enum: a new kind does not compile until this names it (and then
+    /// [`EVERY_KIND`] needs a line for it).
+    fn ordinal(kind: &EventKind) -> usize {
+        match kind {
+            EventKind::WorkflowRunStarted(_) => 0,
+            EventKind::WorkflowRunResumed(_) => 1,
+            EventKind::WorkflowRunCompleted { .. } => 2,
+            EventKind::WorkflowRunFailed { .. } => 3,
+            EventKind::WorkflowRunWaitingForInput { .. } => 4,
+            EventKind::WorkflowRunCancelled { .. } => 5,
+            EventKind::StageStarted { .. } => 6,
+            EventKind::StageCompleted(_) => 7,
+            EventKind::StageFailed(_) => 8,
+            EventKind::StageRetrying { .. } => 9,
+            EventKind::EdgeSelected(_) => 10,
+            EventKind::LoopRestarted { .. } => 11,
+            EventKind::CheckpointSaved { .. } => 12,
+            EventKind::GoalGateUnmet { .. } => 13,
+            EventKind::HumanGateAsked { .. } => 14,
+            EventKind::HumanGateAnswered { .. } => 15,
+            EventKind::ParallelStarted { .. } => 16,
+            EventKind::ParallelBranchCompleted { .. } => 17,
+            EventKind::ParallelCompleted { .. } => 18,
+            EventKind::ModelCallStarted { .. } => 19,
+            EventKind::ModelCallCompleted(_) => 20,
+            EventKind::ModelCallRetrying { .. } => 21,
+            EventKind::ModelWarning { .. } => 22,
+            EventKind::ModelTextDelta { .. } => 23,
+            EventKind::AgentTurnStarted { .. } => 24,
+            EventKind::AgentToolCallStarted { .. } => 25,
+            EventKind::AgentToolCallCompleted(_) => 26,
+            EventKind::AgentLoopDetected { .. } => 27,
+            EventKind::AgentContextWindowWarning { .. } => 28,
+            EventKind::AgentCompactionStarted { .. } => 29,
+            EventKind::AgentCompactionCompleted { .. } => 30,
+            EventKind::AgentError { .. } => 31,
+            EventKind::Unknown => usize::MAX,
+        }
+    }
+
     #[test]
-    fn every_name_is_the_serialized_tag() {
-        let kind = EventKind::CheckpointSaved { next_node: None };
-        assert_eq!(line(kind.clone())["event"], kind.name());
+    fn every_kind_reads_back_under_its_name() {
+        let mut seen = Vec::new();
+        for text in EVERY_KIND {
+            let written: Value = serde_json::from_str(text).unwrap();
+            let kind: EventKind = serde_json::from_value(written.clone()).unwrap();
+            assert_ne!(kind, EventKind::Unknown, "{text}");
+            assert_eq!(written["event"], kind.name(), "{text}");
+            // Written again, the line has the same name and fields.
+            let again = serde_json::to_value(&kind).unwrap();
+            for (key, value) in written.as_object().unwrap() {
+                if !value.is_null() {
+                    assert_eq!(&again[key], value, "{text}: `{key}`");
+                }
+            }
+            seen.push(ordinal(&kind));
+        }
+        seen.sort_unstable();
+        assert_eq!(
+            seen,
+            (0..EVERY_KIND.len()).collect::<Vec<_>>(),
+            "one line per kind"
+        );
+    }
+
+    #[test]
+    fn an_unknown_name_reads_as_unknown() {
         let unknown: Event = serde_json::from_value(serde_json::json!({
             "seq": 1, "ts": "t", "run_id": "R", "event": "SomethingNewer", "x": 1
         }))

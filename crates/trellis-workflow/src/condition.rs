@@ -81,6 +81,15 @@ impl Condition {
         &self.source
     }
 
+    /// A condition that did not compile, kept so its edge still counts as conditional for the
+    /// graph rules. It never holds; a workflow with it is invalid and never runs.
+    pub(crate) fn unparsed(source: &str) -> Self {
+        Self {
+            source: source.to_owned(),
+            root: Node::Or(Vec::new()),
+        }
+    }
+
     pub fn evaluate(&self, scope: &dyn ConditionScope) -> bool {
         eval(&self.root, scope)
     }

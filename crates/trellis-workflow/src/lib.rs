@@ -98,7 +98,12 @@ pub fn report_document(files: Vec<serde_json::Value>) -> serde_json::Value {
 /// Diagnostics come back in source order.
 pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> Compiled {
     let mut diagnostics = parsed.diagnostics;
-    let workflow = if diagnostics.iter().any(Diagnostic::is_error) {
+    // Only a syntax error leaves nothing to compile: the parser's other errors (a YAML workflow's
+    // `inputs` or `workflow_type`) are about values, and every rule still runs past them.
+    let workflow = if diagnostics
+        .iter()
+        .any(|d| d.is_error() && d.code == rules::SYNTAX.code)
+    {
         None
     } else {
         let base_dir = options
@@ -118,9 +123,6 @@ pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> C
             sheet: None,
         };
         let workflow = lowerer.lower(flat);
-        if !diagnostics
-            .iter()
-            .any(|d| d.is_error() && !rules::VALUE_ONLY.contains(&d.code))
         {
             for check in rules::GRAPH_CHECKS {
                 check(&workflow, &mut diagnostics);

@@ -105,8 +105,11 @@ impl Lowerer<'_> {
         workflow.edges.reserve_exact(flat.edges.len());
         workflow.graph = self.graph_config(&flat.graph_attrs);
         for node in flat.nodes {
-            let node = self.node(&node, &workflow.graph);
-            workflow.push_node(node);
+            let (node, resolved) = self.node(&node, &workflow.graph, format);
+            let index = workflow.push_node(node);
+            if !resolved {
+                workflow.unresolved.push(index);
+            }
         }
         for (index, edge) in flat.edges.into_iter().enumerate() {
             let edge = self.edge(&edge, index, &workflow);
@@ -116,15 +119,12 @@ impl Lowerer<'_> {
         workflow.resolve_control_flow();
         workflow.start = match format {
             SourceFormat::Dot => {
-                let mut starts = workflow
+                // With several, the first: `start-node` reports the others, and the rules that
+                // walk from the start still run (such a workflow never runs).
+                workflow
                     .nodes
                     .iter()
-                    .enumerate()
-                    .filter(|(_, n)| matches!(n.kind, NodeKind::Start));
-                match (starts.next(), starts.next()) {
-                    (Some((index, _)), None) => Some(index),
-                    _ => None,
-                }
+                    .position(|n| matches!(n.kind, NodeKind::Start))
             }
             SourceFormat::Yaml => workflow
                 .graph
@@ -184,7 +184,8 @@ impl Lowerer<'_> {
         }
     }
 
-    fn node(&mut self, flat: &FlatNode, graph: &GraphConfig) -> Node {
+    /// The lowered node, and whether its handler was resolved.
+    fn node(&mut self, flat: &FlatNode, graph: &GraphConfig, format: SourceFormat) -> (Node, bool) {
         let id = flat.id.name.clone();
         let resolved = known_handler::resolve(flat, self.out);
         let (handler, shape) = resolved.clone().unwrap_or((
@@ -194,7 +195,7 @@ impl Lowerer<'_> {
         // Applicability is judged only for nodes whose handler is known.
         for attr in flat.attrs.values() {
             let explicit = resolved.is_some() && flat.explicit.contains_key(&attr.key.name);
-            unknown_attribute::check_node(attr, handler, explicit, self.out);
+            unknown_attribute::check_node(attr, handler, explicit, format, self.out);
         }
         let mut attributes = text_map(&flat.attrs);
         let mut r = self.reader(&flat.attrs);
@@ -265,7 +266,7 @@ impl Lowerer<'_> {
         if !flat.classes.is_empty() {
             attributes.insert("class".into(), flat.classes.join(","));
         }
-        Node {
+        let node = Node {
             id,
             label,
             shape,
@@ -278,7 +279,8 @@ impl Lowerer<'_> {
             attributes,
             fan_in: None,
             retry_targets: Vec::new(),
-        }
+        };
+        (node, resolved.is_some())
     }
 
     /// Settings of a model node: the node's own attributes first, then the stylesheet.
@@ -355,7 +357,9 @@ impl Lowerer<'_> {
                     );
                     (file, expanded)
                 }
-                None => (None, String::new()),
+                // Reported; the reference stands in for the text, so no rule says the prompt is
+                // missing (the workflow is invalid and never runs).
+                None => (None, attr.value.text.clone()),
             },
             None => (None, String::new()),
         };

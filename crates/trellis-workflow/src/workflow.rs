@@ -31,6 +31,9 @@ pub struct Workflow {
     in_edges: EdgeLists,
     /// Where whole-workflow diagnostics point.
     pub header_span: Span,
+    /// Nodes whose handler could not be resolved (`known-handler` reported them): lowered as
+    /// conditional nodes so the graph stays whole for the other rules, which do not judge their kind.
+    pub(crate) unresolved: Vec<NodeIndex>,
 }
 
 /// The edges of each node, by index, in declaration order: one list per node, all in one vector
@@ -185,6 +188,7 @@ impl Workflow {
             out_edges: EdgeLists::default(),
             in_edges: EdgeLists::default(),
             header_span,
+            unresolved: Vec::new(),
         }
     }
 

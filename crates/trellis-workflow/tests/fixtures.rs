@@ -8,6 +8,7 @@
     reason = "tests and benchmarks set up and read files around the code they run"
 )]
 
+use std::collections::BTreeSet;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
@@ -129,6 +130,54 @@ fn every_rule_has_a_passing_and_a_failing_fixture() {
     }
 }
 
+/// One error (or warning) of every rule in a few files: each file reports all of its own, none
+/// hidden by another. `every.fabro` holds every rule that applies to DOT; `every.yaml` the YAML
+/// ones; `no-entry.yaml` the one that leaves nothing to walk from.
+#[test]
+fn every_rule_reports_past_every_other_error() {
+    let dir = fixtures_dir().join("every-rule");
+    let yaml_only = [
+        "MISSING_ENTRY",
+        "UNKNOWN_EDGE_SOURCE",
+        "UNKNOWN_EDGE_TARGET",
+        "UNREACHABLE_NODE",
+        "SELF_LOOP",
+        "UNBOUNDED_CYCLE",
+        "inputs",
+        "workflow-type",
+        "ignored-field",
+    ];
+    let all: BTreeSet<&str> = rules::ALL
+        .iter()
+        .map(|r| r.code)
+        .filter(|&c| c != "syntax")
+        .collect();
+    let reported = |name: &str| -> BTreeSet<&'static str> {
+        let (_, compiled) = compile_file(&dir.join(name), &dir);
+        compiled.diagnostics.iter().map(|d| d.code).collect()
+    };
+    let dot = reported("every.fabro");
+    let expected_dot: BTreeSet<&str> = all
+        .iter()
+        .copied()
+        .filter(|c| !yaml_only.contains(c))
+        .collect();
+    assert_eq!(dot, expected_dot, "every.fabro");
+    let yaml = reported("every.yaml");
+    let expected_yaml: BTreeSet<&str> = yaml_only
+        .iter()
+        .copied()
+        .filter(|&c| c != "MISSING_ENTRY")
+        .chain(["AMBIGUOUS_EDGES"])
+        .collect();
+    assert_eq!(yaml, expected_yaml, "every.yaml");
+    assert_eq!(
+        reported("no-entry.yaml"),
+        BTreeSet::from(["MISSING_ENTRY"]),
+        "no-entry.yaml"
+    );
+}
+
 #[test]
 fn syntax_error_fixtures_report_syntax_errors_and_features_parse_clean() {
     for file in files_in(&fixtures_dir().join("syntax-errors")) {
@@ -157,8 +206,10 @@ fn many_errors_are_reported_in_one_run() {
         &fixtures_dir().join("syntax-errors/many-errors.fabro"),
         &fixtures_dir(),
     );
-    assert!(
-        compiled.diagnostics.len() >= 5,
+    // Six syntax errors, each reported where it is: the parser recovers after every one.
+    assert_eq!(
+        codes(&compiled.diagnostics),
+        ["syntax"; 6],
         "{:?}",
         compiled.diagnostics
     );

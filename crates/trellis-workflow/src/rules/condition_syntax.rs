@@ -48,7 +48,8 @@ pub(crate) fn compile(value: &Value, out: &mut Vec<Diagnostic>) -> Option<Condit
                 .with_label("here");
             diagnostic.help = error.help;
             out.push(diagnostic);
-            None
+            // The edge still has a condition for the graph rules (the workflow never runs).
+            Some(Condition::unparsed(&value.text))
         }
     }
 }

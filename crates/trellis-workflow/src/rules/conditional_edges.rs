@@ -21,12 +21,9 @@ pub const RULE: Rule = Rule {
 };
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
-    for (index, node) in workflow
-        .nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| matches!(n.kind, NodeKind::Conditional))
-    {
+    for (index, node) in workflow.nodes.iter().enumerate().filter(|(i, n)| {
+        matches!(n.kind, NodeKind::Conditional) && !workflow.unresolved.contains(i)
+    }) {
         let edges = workflow.outgoing(index).count();
         let conditional = workflow
             .outgoing(index)

@@ -58,7 +58,11 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
             out.push(
                 RULE.diagnostic(format!("{kind} node `{}` has no prompt", node.id), span)
                     .with_label("needs a prompt")
-                    .with_help("add `prompt=\"...\"` or `prompt=\"@prompts/file.md\"`; for a shell step use `shape=parallelogram` with `script`"),
+                    .with_help(if workflow.format == trellis_syntax::ast::SourceFormat::Yaml {
+                        "add `instruction: ...` or `instruction: ./prompts/file.md`; for a shell step use `type: command` with `script`"
+                    } else {
+                        "add `prompt=\"...\"` or `prompt=\"@prompts/file.md\"`; for a shell step use `shape=parallelogram` with `script`"
+                    }),
             );
         }
     }

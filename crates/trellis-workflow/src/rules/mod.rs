@@ -68,16 +68,6 @@ pub const SYNTAX: Rule = Rule {
     summary: "the file parses as the DOT subset or the YAML workflow format",
 };
 
-/// Lowering rules whose errors leave the workflow's shape intact (the value falls back to its default),
-/// so the graph rules still run and every problem of the file is reported at once.
-pub(crate) const VALUE_ONLY: &[&str] = &[
-    attribute_value::RULE.code,
-    fidelity_value::RULE.code,
-    template_variable::RULE.code,
-    stylesheet_property::RULE.code,
-    wait_duration::RULE.code,
-];
-
 /// Every rule, in the order their diagnostics are documented.
 pub const ALL: &[&Rule] = &[
     &SYNTAX,

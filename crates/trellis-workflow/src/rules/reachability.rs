@@ -29,8 +29,10 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     } else {
         &RULE
     };
+    // A second start node is `start-node`'s to report, not this rule's.
     for (node, _) in workflow.nodes.iter().zip(&reachable).filter(|(n, r)| {
         !**r && (n.declared || workflow.format == trellis_syntax::ast::SourceFormat::Dot)
+            && !matches!(n.kind, crate::node_kind::NodeKind::Start)
     }) {
         out.push(
             rule.diagnostic(

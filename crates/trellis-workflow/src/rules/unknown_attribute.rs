@@ -10,7 +10,7 @@
 //! plan [shape=tab, promt="Plan the work"]   // warning: unknown attribute `promt`; did you mean `prompt`?
 //! ```
 
-use trellis_syntax::ast::Attr;
+use trellis_syntax::ast::{Attr, SourceFormat};
 use trellis_syntax::{Diagnostic, Severity};
 
 use crate::node_kind::{COMMON_ATTRIBUTES, HandlerKind, KINDS};
@@ -167,12 +167,41 @@ pub(crate) static KNOWN_NAMES: std::sync::LazyLock<Vec<&'static str>> =
         names
     });
 
+/// A YAML node's fields: the node attributes, under the names SWEny files give three of them.
+fn yaml_node_fields() -> Vec<&'static str> {
+    node_attributes()
+        .into_iter()
+        .map(|name| match name {
+            "label" => "name",
+            "prompt" => "instruction",
+            "output_schema" => "output",
+            other => other,
+        })
+        .collect()
+}
+
+/// An unknown field of a YAML node, with the YAML fields to choose from (no Graphviz layout names).
+fn unknown_yaml_field(attr: &Attr) -> Diagnostic {
+    let fields = yaml_node_fields();
+    let help = match closest(&attr.key.name, fields.iter().copied()) {
+        Some(near) => format!("did you mean `{near}`?"),
+        None => format!("node fields: {}", fields.join(", ")),
+    };
+    RULE.diagnostic(
+        format!("unknown node field `{}` is ignored", attr.key.name),
+        attr.key.span,
+    )
+    .with_label("unknown field")
+    .with_help(help)
+}
+
 /// Checks one node attribute of a `kind` node; `explicit` says it was written on the node rather than
 /// inherited. What applies where comes from the table of kinds ([`KINDS`]).
 pub(crate) fn check_node(
     attr: &Attr,
     kind: HandlerKind,
     explicit: bool,
+    format: SourceFormat,
     out: &mut Vec<Diagnostic>,
 ) {
     let name = attr.key.name.as_str();
@@ -184,7 +213,9 @@ pub(crate) fn check_node(
         .filter(|k| k.attributes.contains(&name))
         .map(|k| k.type_name)
         .collect();
-    if applies.is_empty() {
+    if applies.is_empty() && format == SourceFormat::Yaml {
+        out.push(unknown_yaml_field(attr));
+    } else if applies.is_empty() {
         out.push(unknown("node", attr, &node_attributes()));
     } else if explicit && !applies.contains(&kind.type_name()) {
         out.push(
