@@ -216,6 +216,9 @@ fn grep(work_dir: &WorkDir, args: &GrepArgs) -> Result<ToolOutput, String> {
     let mut out = String::new();
     let mut hits = 0usize;
     for entry in walk.build().filter_map(Result::ok) {
+        if work_dir.stopped() {
+            break;
+        }
         // Regular files with one name only (a second hard link may be a file from elsewhere).
         if !entry.file_type().is_some_and(|t| t.is_file())
             || entry
@@ -258,6 +261,7 @@ fn glob(work_dir: &WorkDir, args: &GlobArgs) -> Result<ToolOutput, String> {
     let mut found: Vec<(SystemTime, String)> = ignore::WalkBuilder::new(&root)
         .require_git(false)
         .build()
+        .take_while(|_| !work_dir.stopped())
         .filter_map(Result::ok)
         .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
         .filter(|e| {
@@ -322,6 +326,7 @@ pub fn overview(work_dir: &WorkDir, limit: usize) -> String {
         .require_git(false)
         .max_depth(Some(2))
         .build()
+        .take_while(|_| !work_dir.stopped())
         .filter_map(Result::ok)
         .filter(|e| e.depth() > 0)
         .map(|e| {
@@ -432,6 +437,24 @@ mod tests {
             std::fs::read_to_string(d.path().join("docs/api/intro.md")).unwrap(),
             "# Intro\n"
         );
+    }
+
+    #[test]
+    fn walks_stop_once_the_stage_has_ended() {
+        let (dir, _) = setup();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let work = WorkDir::new(dir.path()).unwrap().with_stop(stop.clone());
+        let found = call(&work, Tool::Grep, &json!({"pattern": "pub fn add"})).unwrap();
+        assert!(found.content.contains("src/lib.rs:1"), "{}", found.content);
+        stop.cancel();
+        let stopped = call(&work, Tool::Grep, &json!({"pattern": "pub fn add"})).unwrap();
+        assert!(
+            stopped.content.starts_with("no matches"),
+            "{}",
+            stopped.content
+        );
+        let listed = call(&work, Tool::Glob, &json!({"pattern": "**/*.rs"})).unwrap();
+        assert!(!listed.content.contains("lib.rs"), "{}", listed.content);
     }
 
     #[test]

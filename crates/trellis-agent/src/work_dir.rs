@@ -16,6 +16,9 @@ pub struct WorkDir {
     /// Canonical: symlinks in the directory's own path are resolved once.
     root: PathBuf,
     readable: Vec<PathBuf>,
+    /// Fired when the stage that uses the directory ends: a walk of it (grep, glob) stops there,
+    /// rather than going on over a large tree on the blocking pool for nobody.
+    stop: Option<tokio_util::sync::CancellationToken>,
 }
 
 impl WorkDir {
@@ -23,7 +26,22 @@ impl WorkDir {
         Ok(Self {
             root: std::fs::canonicalize(dir)?,
             readable: Vec::new(),
+            stop: None,
         })
+    }
+
+    /// Walks of the directory stop once `stop` fires.
+    #[must_use]
+    pub fn with_stop(mut self, stop: tokio_util::sync::CancellationToken) -> Self {
+        self.stop = Some(stop);
+        self
+    }
+
+    /// Whether the stage that uses the directory has ended.
+    pub fn stopped(&self) -> bool {
+        self.stop
+            .as_ref()
+            .is_some_and(tokio_util::sync::CancellationToken::is_cancelled)
     }
 
     /// Lets `read_file` read inside `dir` too.

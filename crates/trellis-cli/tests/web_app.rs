@@ -289,7 +289,7 @@ async fn a_pasted_workflow_with_a_mistake_shows_its_diagnostic_before_anything_s
     client.goto(&format!("{app}/#/new")).await.unwrap();
     element(&client, "textarea#source")
         .await
-        .send_keys("digraph broken {\n  start [shape=Mdiamond]\n  a [shape=parallelogram]\n  start -> a\n}\n")
+        .send_keys("digraph broken {\n  start [shape=Mdiamond]\n  a [shape=parallelogram]\n  exit [shape=Msquare]\n  start -> a -> exit\n}\n")
         .await
         .unwrap();
     click(&client, "#start").await;

@@ -3,37 +3,66 @@
 //! the stage record and the stage events. Also how an outcome is merged into the context.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 use trellis_process::backoff::Backoff;
-use trellis_workflow::node_kind::RetryPolicy;
+use trellis_workflow::node_kind::{ParallelConfig, RetryPolicy};
 use trellis_workflow::{Node, NodeIndex, NodeKind, StageStatus};
 
-use crate::checkpoint::StageRecord;
+use crate::checkpoint::{StageRecord, Track};
 use crate::context::RunContext;
 use crate::engine::{Engine, EngineError, blocking};
 use crate::event::{EventKind, StageEnd};
-use crate::handler::{Attempt, Conversation, Stage};
+use crate::handler::{Attempt, Conversation, Handler, Stage};
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
 use crate::services::BLOB_THRESHOLD;
 use crate::status_file::StatusFile;
 
 /// An attempt, failed with a timeout when it takes longer than `limit`.
-async fn within(limit: Option<Duration>, execution: impl Future<Output = Attempt>) -> Attempt {
+async fn within(
+    limit: Option<Duration>,
+    execution: impl Future<Output = Result<Attempt, EngineError>>,
+) -> Result<Attempt, EngineError> {
     match limit {
         Some(limit) => tokio::time::timeout(limit, execution)
             .await
             .unwrap_or_else(|_| {
-                Outcome::failed(
+                Ok(Outcome::failed(
                     FailureClass::Timeout,
                     format!("timed out after {}", humantime::format_duration(limit)),
                 )
-                .into()
+                .into())
             }),
         None => execution.await,
     }
+}
+
+/// Where one attempt runs: its node, visit and number, what it is given, its directory and token.
+struct Place<'p> {
+    index: NodeIndex,
+    visit: u32,
+    attempt: u32,
+    context: &'p RunContext,
+    previous: Option<&'p Outcome>,
+    conversation: &'p Conversation,
+    dir: &'p Path,
+    cancel: &'p tokio_util::sync::CancellationToken,
+}
+
+/// What an attempt at a node runs: its handler, or one of the kinds the engine runs itself.
+pub(crate) enum Work<'w> {
+    Handler,
+    /// A fan-out: its branches, then the join, on `track` at `path`.
+    FanOut {
+        path: &'w [String],
+        track: &'w mut Track,
+        config: &'w ParallelConfig,
+    },
+    /// A sub-workflow: the child workflow file.
+    Child(&'w Path),
 }
 
 impl Engine {
@@ -48,60 +77,142 @@ impl Engine {
         }
     }
 
-    /// Runs a node's handler until it succeeds, fails for good, or runs out of attempts.
-    pub(crate) async fn execute_with_retries(
+    /// The handler of a node the engine does not run itself.
+    fn handler_of(&self, node: &Node) -> Result<Arc<dyn Handler>, EngineError> {
+        self.handlers
+            .get(node.kind.handler_kind())
+            .cloned()
+            .ok_or(EngineError::NoHandler {
+                node: node.id.clone(),
+                kind: node.kind.type_name(),
+            })
+    }
+
+    /// How long one attempt may take.
+    fn time_limit(&self, node: &Node, work: &Work<'_>) -> Option<Duration> {
+        match (work, &node.kind) {
+            // A human gate waits as long as its own `timeout` says.
+            (_, NodeKind::Human(_)) => None,
+            // A fan-out or a child workflow is many stages: the graph's `stall_timeout` applies to
+            // each of them, and only the node's own `timeout` to the whole.
+            (Work::FanOut { .. } | Work::Child(_), _) => node.common.timeout,
+            _ => node.common.timeout.or(self.workflow.graph.stall_timeout),
+        }
+    }
+
+    /// One attempt: the handler, the fan-out or the child workflow, within `limit`.
+    async fn attempt_once(
+        &self,
+        work: &mut Work<'_>,
+        handler: Option<&Arc<dyn Handler>>,
+        place: Place<'_>,
+        limit: Option<Duration>,
+    ) -> Result<Attempt, EngineError> {
+        let node = &self.workflow.nodes[place.index];
+        match (work, handler) {
+            (Work::Handler, Some(handler)) => {
+                let stage = Stage {
+                    workflow: &self.workflow,
+                    node,
+                    context: place.context,
+                    dir: place.dir,
+                    run_id: &self.run_id,
+                    visit: place.visit,
+                    attempt: place.attempt,
+                    previous: place.previous,
+                    conversation: place.conversation,
+                    history: self,
+                    services: &self.services,
+                    settings: &self.settings,
+                    emitter: self,
+                    cancel: place.cancel,
+                };
+                within(limit, async { Ok(handler.execute(&stage).await) }).await
+            }
+            (
+                Work::FanOut {
+                    path,
+                    track,
+                    config,
+                },
+                _,
+            ) => {
+                let fan_out =
+                    self.run_parallel(path, track, place.index, place.visit, config, place.context);
+                within(limit, async { fan_out.await.map(Attempt::from) }).await
+            }
+            (Work::Child(path), _) => {
+                let child = Box::pin(self.run_child(
+                    place.dir,
+                    path,
+                    place.context,
+                    &node.id,
+                    place.cancel,
+                ));
+                within(limit, async { child.await.map(Attempt::from) }).await
+            }
+            (Work::Handler, None) => Err(EngineError::NoHandler {
+                node: node.id.clone(),
+                kind: node.kind.type_name(),
+            }),
+        }
+    }
+
+    /// Runs attempts at a node until one succeeds, fails for good, or the attempts run out: every
+    /// kind of node, each attempt in a stage directory of its own, with `StageStarted`, the node's
+    /// time limit, `status.json`, the stage record and retries of retryable failures. Each attempt
+    /// gets a cancellation token of its own, a child of the run's, cancelled when the attempt ends
+    /// however it ends (a timeout, a branch the join no longer needs, the run stopping).
+    pub(crate) async fn run_attempts(
         &self,
         index: NodeIndex,
         visit: u32,
         context: &RunContext,
         previous: Option<&Outcome>,
         conversation: &Conversation,
+        mut work: Work<'_>,
     ) -> Result<Attempt, EngineError> {
         let node = &self.workflow.nodes[index];
-        let handler = self
-            .handlers
-            .get(node.kind.handler_kind())
-            .ok_or(EngineError::NoHandler {
-                node: node.id.clone(),
-                kind: node.kind.type_name(),
-            })?
-            .clone();
+        let handler = match work {
+            Work::Handler => Some(self.handler_of(node)?),
+            _ => None,
+        };
         let max_attempts = self.max_attempts(node).max(1);
-        let timeout = node.common.timeout.or(self.workflow.graph.stall_timeout);
+        let limit = self.time_limit(node, &work);
         let mut attempt = 1;
         loop {
-            let rank = self.next_rank(true);
+            // A fan-out's own stage does not count against the step budget; its branches' stages do.
+            let rank = self.next_rank(!matches!(work, Work::FanOut { .. }));
             let dir = self.recorder.stage_dir(rank, &node.id, visit).await?;
-            let dir_name = dir_name(&dir);
             self.emit(
                 Some(&node.id),
                 EventKind::StageStarted {
                     visit,
                     attempt,
-                    dir: dir_name,
+                    dir: dir_name(&dir),
                     handler: node.kind.handler_kind(),
-                    workflow: None,
+                    workflow: match &work {
+                        Work::Child(path) => Some(path.display().to_string()),
+                        _ => None,
+                    },
                 },
             );
-            let stage = Stage {
-                workflow: &self.workflow,
-                node,
-                context,
-                dir: &dir,
-                run_id: &self.run_id,
+            let cancel = self.stage_token();
+            let _cancel_on_end = cancel.clone().drop_guard();
+            let started = self.services.clock.instant();
+            let place = Place {
+                index,
                 visit,
                 attempt,
+                context,
                 previous,
                 conversation,
-                history: self,
-                services: &self.services,
-                settings: &self.settings,
-                emitter: self,
+                dir: &dir,
+                cancel: &cancel,
             };
-            let started = self.services.clock.instant();
-            // A human gate waits as long as its own `timeout` says.
-            let limit = timeout.filter(|_| !matches!(node.kind, NodeKind::Human(_)));
-            let executed = within(limit, handler.execute(&stage)).await;
+            let executed = self
+                .attempt_once(&mut work, handler.as_ref(), place, limit)
+                .await?;
             let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             let retries = keys::retry_count_of(&node.id);
             if attempt > 1 || context.get(&retries).is_some() {
@@ -184,31 +295,6 @@ impl Engine {
             EventKind::StageCompleted(end)
         };
         self.emit(Some(node_id), event);
-    }
-
-    /// Ends a stage that ran in one attempt outside the handler path (a fan-out, a sub-workflow): queues
-    /// its `status.json`, records it, and emits `StageCompleted` or `StageFailed`.
-    pub(crate) fn finish_stage(
-        &self,
-        rank: u32,
-        dir: &Path,
-        node_id: &str,
-        visit: u32,
-        outcome: &Outcome,
-        duration_ms: u64,
-    ) {
-        let status = StatusFile::finished(outcome, node_id, visit, 1, duration_ms);
-        self.recorder.queue_status(dir, status);
-        self.record(stage_record(
-            rank,
-            node_id,
-            visit,
-            1,
-            outcome,
-            duration_ms,
-            dir,
-        ));
-        self.emit_stage_end(node_id, outcome, visit, 1, duration_ms);
     }
 
     /// Merges a stage's outcome into the context: its updates (large values as blobs) and the engine keys.

@@ -108,6 +108,9 @@ pub struct Engine {
     pub(crate) run_id: String,
     /// Sub-workflow nesting depth (0 for the top-level run).
     pub(crate) depth: u32,
+    /// The run's cancellation token while it runs (a child of the caller's): every stage attempt's
+    /// token is a child of it.
+    cancel: parking_lot::Mutex<CancellationToken>,
     /// The run's record as the engine keeps it: the checkpoint as it stands and what is still to
     /// be written.
     pub(crate) recorder: Recorder,
@@ -155,6 +158,7 @@ impl Engine {
             spent: Arc::default(),
             run_id,
             depth: 0,
+            cancel: parking_lot::Mutex::new(CancellationToken::new()),
         }
     }
 
@@ -237,6 +241,11 @@ impl Engine {
         });
     }
 
+    /// A new stage attempt's cancellation token: a child of the run's.
+    pub(crate) fn stage_token(&self) -> CancellationToken {
+        self.cancel.lock().child_token()
+    }
+
     /// The number of the last event emitted.
     pub(crate) fn seq(&self) -> u64 {
         self.seq.load(Ordering::SeqCst)
@@ -263,6 +272,10 @@ impl Engine {
     /// the running stage at once (its process group is killed, its model call dropped) and records the
     /// run as cancelled at the stage it was in, so `resume` runs that stage again.
     pub async fn run(&self, mut cp: Checkpoint, cancel: &CancellationToken) -> RunResult {
+        let cancel = cancel.child_token();
+        *self.cancel.lock() = cancel.clone();
+        // However the run ends, the work of its stages that outlives them is told to stop.
+        let _stop_stages = cancel.clone().drop_guard();
         // A sub-workflow shares its parent's event sequence.
         if self.depth == 0 {
             self.seq.store(cp.seq, Ordering::SeqCst);
@@ -328,28 +341,7 @@ impl Engine {
             book.status = status;
             book.failure = error.as_ref().map(ToString::to_string);
         }
-        let end = {
-            let book = &self.book().checkpoint;
-            match status {
-                RunStatus::Succeeded => EventKind::WorkflowRunCompleted {
-                    status,
-                    stages: book.stage_count,
-                    artifact_count: book.artifact_count,
-                },
-                RunStatus::WaitingForInput => EventKind::WorkflowRunWaitingForInput {
-                    node: book.track.next_node.clone(),
-                },
-                RunStatus::Cancelled => EventKind::WorkflowRunCancelled {
-                    status,
-                    node: book.track.next_node.clone(),
-                    stages: book.stage_count,
-                },
-                _ => EventKind::WorkflowRunFailed {
-                    status,
-                    error: book.failure.clone(),
-                },
-            }
-        };
+        let end = self.end_event(status);
         self.emit(None, end);
         let (saved, checkpoint) = self.recorder.save_last_snapshot(self.seq()).await;
         match saved {
@@ -362,6 +354,30 @@ impl Engine {
                 status: RunStatus::Failed,
                 checkpoint,
                 error: Some(error.into()),
+            },
+        }
+    }
+
+    /// The event that ends a run with `status`.
+    fn end_event(&self, status: RunStatus) -> EventKind {
+        let book = &self.book().checkpoint;
+        match status {
+            RunStatus::Succeeded => EventKind::WorkflowRunCompleted {
+                status,
+                stages: book.stage_count,
+                artifact_count: book.artifact_count,
+            },
+            RunStatus::WaitingForInput => EventKind::WorkflowRunWaitingForInput {
+                node: book.track.next_node.clone(),
+            },
+            RunStatus::Cancelled => EventKind::WorkflowRunCancelled {
+                status,
+                node: book.track.next_node.clone(),
+                stages: book.stage_count,
+            },
+            _ => EventKind::WorkflowRunFailed {
+                status,
+                error: book.failure.clone(),
             },
         }
     }

@@ -35,6 +35,10 @@ pub struct Stage<'a> {
     pub settings: &'a Settings,
     /// Emits events into the run's stream, numbered with the engine's sequence.
     pub emitter: &'a dyn Emitter,
+    /// Cancelled when this attempt ends, however it ends (done, timed out, its branch no longer
+    /// needed, the run stopped): work a handler hands to another thread or task watches it and
+    /// stops, where dropping the attempt's future cannot reach.
+    pub cancel: &'a tokio_util::sync::CancellationToken,
 }
 
 /// A model stage's fidelity and conversation thread, resolved by the engine from the edge it came

@@ -45,9 +45,10 @@ struct Collected {
 }
 
 impl Engine {
-    /// Runs a fan-out node: every branch (each a walk of its own up to the fan-in, resumed from the
-    /// checkpoint where one is in progress), then the join. Returns the fan-out's outcome, which carries
-    /// `parallel.results` and is the join's verdict.
+    /// Runs one attempt at a fan-out node (the attempt path, `attempt`, makes its stage): every
+    /// branch (each a walk of its own up to the fan-in, resumed from the checkpoint where one is in
+    /// progress), then the join. Returns the fan-out's outcome, which carries `parallel.results` and
+    /// is the join's verdict.
     pub(crate) async fn run_parallel(
         &self,
         path: &[String],
@@ -65,8 +66,6 @@ impl Engine {
             ));
         };
         let starts: Vec<NodeIndex> = self.workflow.outgoing(index).map(|e| e.to).collect();
-        let rank = self.next_rank(false);
-        let dir = self.recorder.stage_dir(rank, &node.id, visit).await?;
         let branch_ids: Vec<&str> = starts
             .iter()
             .map(|&s| self.workflow.nodes[s].id.as_str())
@@ -80,7 +79,6 @@ impl Engine {
                 max_parallel: config.max_parallel,
             },
         );
-        let started = self.services.clock.instant();
         // A resumed fan-out continues from its checkpointed progress; a new one starts every branch.
         let mut progress = match track.parallel.take() {
             Some(progress) if progress.node == node.id && progress.visit == visit => *progress,
@@ -126,7 +124,6 @@ impl Engine {
         let results = self.settle(results, &starts, config.error_policy, stop_reason);
         let mut outcome = fan_out_outcome(config, succeeded, failed, needed, total, &results);
         outcome.details.cancelled_branches = Some(cancelled);
-        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.emit(
             Some(&node.id),
             EventKind::ParallelCompleted {
@@ -136,7 +133,6 @@ impl Engine {
                 cancelled,
             },
         );
-        self.finish_stage(rank, &dir, &node.id, visit, &outcome, duration_ms);
         Ok(outcome)
     }
 

@@ -6,6 +6,7 @@
 use trellis_workflow::node_kind::Fidelity;
 use trellis_workflow::{NodeIndex, NodeKind, SourceFormat, StageStatus, Workflow};
 
+use crate::attempt::Work;
 use crate::checkpoint::Track;
 use crate::context::{ConditionView, RunContext, resolve_blob};
 use crate::details::ModelDetails;
@@ -135,26 +136,23 @@ impl Engine {
         context.set(keys::CURRENT_NODE, node.id.clone());
         context.set(keys::NODE_VISIT_COUNT, visit);
         let conversation = self.conversation(index, track.incoming_edge, context, degrade_full);
-        let attempt = match &node.kind {
-            NodeKind::Parallel(config) => self
-                .run_parallel(path, track, index, visit, config, context)
-                .await?
-                .into(),
-            NodeKind::SubWorkflow(config) => self
-                .run_sub_workflow(index, visit, &config.workflow, context)
-                .await?
-                .into(),
-            _ => {
-                self.execute_with_retries(
-                    index,
-                    visit,
-                    context,
-                    track.last_outcome.as_ref(),
-                    &conversation,
-                )
-                .await?
+        let (previous, work) = match &node.kind {
+            NodeKind::Parallel(config) => (
+                None,
+                Work::FanOut {
+                    path,
+                    track,
+                    config,
+                },
+            ),
+            NodeKind::SubWorkflow(config) => {
+                (track.last_outcome.as_ref(), Work::Child(&config.workflow))
             }
+            _ => (track.last_outcome.as_ref(), Work::Handler),
         };
+        let attempt = self
+            .run_attempts(index, visit, context, previous, &conversation, work)
+            .await?;
         let outcome = match attempt {
             Attempt::Finished(outcome) => outcome,
             Attempt::WaitingForInput if path.is_empty() => return Ok(Next::Wait),

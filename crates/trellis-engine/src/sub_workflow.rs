@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use trellis_workflow::CompileOptions;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::checkpoint::RunStatus;
 use crate::context::RunContext;
 use crate::engine::{Engine, EngineError, blocking};
-use crate::event::EventKind;
 use crate::handler::Services;
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
@@ -21,40 +22,16 @@ use crate::outcome::{FailureClass, Outcome};
 pub const MAX_DEPTH: u32 = 8;
 
 impl Engine {
-    pub(crate) async fn run_sub_workflow(
-        &self,
-        index: usize,
-        visit: u32,
-        path: &Path,
-        context: &RunContext,
-    ) -> Result<Outcome, EngineError> {
-        let node = &self.workflow.nodes[index];
-        let rank = self.next_rank(true);
-        let dir = self.recorder.stage_dir(rank, &node.id, visit).await?;
-        let dir_name = crate::attempt::dir_name(&dir);
-        self.emit(
-            Some(&node.id),
-            EventKind::StageStarted {
-                visit,
-                attempt: 1,
-                dir: dir_name,
-                handler: node.kind.handler_kind(),
-                workflow: Some(path.display().to_string()),
-            },
-        );
-        let started = self.services.clock.instant();
-        let outcome = Box::pin(self.run_child(&dir, path, context, &node.id)).await?;
-        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.finish_stage(rank, &dir, &node.id, visit, &outcome, duration_ms);
-        Ok(outcome)
-    }
-
-    async fn run_child(
+    /// Runs one attempt at a sub-workflow node (the attempt path, `attempt`, makes its stage):
+    /// the child workflow at `path`, recorded in `dir`, stopped when `cancel` (the attempt's token)
+    /// is.
+    pub(crate) async fn run_child(
         &self,
         dir: &Path,
         path: &Path,
         context: &RunContext,
         node_id: &str,
+        cancel: &CancellationToken,
     ) -> Result<Outcome, EngineError> {
         if self.depth >= MAX_DEPTH {
             return Err(EngineError::NestingTooDeep {
@@ -117,9 +94,8 @@ impl Engine {
                 "the child workflow has no start node",
             ));
         };
-        // Cancelling the parent drops this stage, and the child run with it.
-        let result =
-            Box::pin(engine.run(checkpoint, &tokio_util::sync::CancellationToken::new())).await;
+        // The child run stops with this attempt: the parent cancelled, or the attempt timed out.
+        let result = Box::pin(engine.run(checkpoint, cancel)).await;
         // A runaway (too deep, out of steps) stops the whole run with the child's own error.
         if let Some(error @ (EngineError::NestingTooDeep { .. } | EngineError::StepBudget { .. })) =
             result.error

@@ -27,10 +27,12 @@ use trellis_workflow::{CompileOptions, NodeKind, compile_text};
 
 /// Runs command nodes by their script: `ok`, `fail`, `transient`, `hang`, `big` (a 200,000-character
 /// value), `flaky` (transient on its first attempt), `need KEY` (fails until the context has KEY),
-/// `set KEY=VALUE`.
+/// `set KEY=VALUE`, `watch` (hangs, with a task that counts in `stopped` when the attempt's
+/// cancellation token fires).
 #[derive(Default)]
 struct Scripted {
     attempts: AtomicU32,
+    stopped: Arc<AtomicU32>,
 }
 
 impl Scripted {
@@ -50,6 +52,15 @@ impl Scripted {
             "fail" => Outcome::failed(FailureClass::StageFailed, "it failed"),
             "transient" => Outcome::failed(FailureClass::Transient, "overloaded"),
             "hang" => {
+                std::future::pending::<()>().await;
+                Outcome::success()
+            }
+            "watch" => {
+                let (token, stopped) = (stage.cancel.clone(), self.stopped.clone());
+                tokio::spawn(async move {
+                    token.cancelled().await;
+                    stopped.fetch_add(1, Ordering::SeqCst);
+                });
                 std::future::pending::<()>().await;
                 Outcome::success()
             }
@@ -398,4 +409,101 @@ async fn a_failed_yaml_node_ends_the_run_unless_it_is_fail_soft() {
     let result = soft.run().await;
     assert_eq!(result.status, RunStatus::Succeeded, "{:?}", result.error);
     assert_eq!(nodes(&result), ["check", "after"]);
+}
+
+/// Waits (a little) until `count` reaches `want`.
+async fn reaches(count: &AtomicU32, want: u32) -> u32 {
+    for _ in 0..200 {
+        if count.load(Ordering::SeqCst) >= want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    count.load(Ordering::SeqCst)
+}
+
+#[tokio::test]
+async fn an_attempt_s_token_fires_when_it_times_out_and_when_the_run_stops() {
+    let handler = Arc::new(Scripted::default());
+    let h = harness(
+        &graph(
+            "slow [shape=parallelogram, script=\"watch\", timeout=\"50ms\", max_retries=1]\n start -> slow -> exit",
+        ),
+        handler.clone(),
+    );
+    let result = h.run().await;
+    let slow: Vec<_> = result
+        .checkpoint
+        .stages
+        .iter()
+        .filter(|s| s.node_id == "slow")
+        .map(|s| s.failure_reason.as_deref())
+        .collect();
+    assert_eq!(slow, [Some("timed out after 50ms"); 2]);
+    // Two attempts timed out; each one's token fired with it.
+    assert_eq!(reaches(&handler.stopped, 2).await, 2);
+
+    let handler = Arc::new(Scripted::default());
+    let h = harness(
+        &graph("slow [shape=parallelogram, script=\"watch\"]\n start -> slow -> exit"),
+        handler.clone(),
+    );
+    let cancel = CancellationToken::new();
+    let first = h.engine.first_checkpoint(BTreeMap::new()).unwrap();
+    let stopper = async {
+        while h
+            .event_names()
+            .iter()
+            .filter(|n| *n == "StageStarted")
+            .count()
+            < 2
+        {
+            tokio::task::yield_now().await;
+        }
+        cancel.cancel();
+    };
+    let (result, ()) = tokio::join!(h.engine.run(first, &cancel), stopper);
+    assert_eq!(result.status, RunStatus::Cancelled);
+    assert_eq!(reaches(&handler.stopped, 1).await, 1);
+}
+
+#[tokio::test]
+async fn a_fan_out_goes_through_the_attempt_path_with_its_timeout_and_retries() {
+    let h = harness(
+        &graph(
+            "fan [shape=component, timeout=\"50ms\", max_retries=1]\n \
+             a [shape=parallelogram, script=\"hang\"]\n b [shape=parallelogram, script=\"ok\"]\n \
+             join [shape=tripleoctagon]\n \
+             start -> fan\n fan -> a -> join\n fan -> b -> join\n join -> exit",
+        ),
+        Arc::new(Scripted::default()),
+    );
+    let result = h.run().await;
+    let names = h.event_names();
+    let fan_started = h
+        .events
+        .events
+        .lock()
+        .iter()
+        .filter(|e| e.name() == "StageStarted" && e.node_id.as_deref() == Some("fan"))
+        .count();
+    assert_eq!(fan_started, 2, "two attempts at the fan-out: {names:?}");
+    assert!(names.iter().any(|n| n == "StageRetrying"), "{names:?}");
+    let fan_stages: Vec<_> = result
+        .checkpoint
+        .stages
+        .iter()
+        .filter(|s| s.node_id == "fan")
+        .collect();
+    assert_eq!(fan_stages.len(), 2);
+    assert!(
+        fan_stages
+            .iter()
+            .all(|s| s.failure_reason.as_deref() == Some("timed out after 50ms")),
+        "{fan_stages:?}"
+    );
+    assert_ne!(
+        fan_stages[0].dir, fan_stages[1].dir,
+        "each attempt has its own directory"
+    );
 }

@@ -319,10 +319,10 @@ impl AgentHandler {
             .parent()
             .and_then(Path::parent)
             .map(Path::to_owned);
-        let dir = stage.settings.work_dir.clone();
+        let (dir, stop) = (stage.settings.work_dir.clone(), stage.cancel.clone());
         // Resolving the directories touches the file system: on the blocking pool.
         let work_dir = trellis_process::task::blocking(move || {
-            let work_dir = WorkDir::new(&dir)?;
+            let work_dir = WorkDir::new(&dir)?.with_stop(stop);
             Ok::<_, std::io::Error>(match record {
                 Some(record) => work_dir.with_readable(&record),
                 None => work_dir,

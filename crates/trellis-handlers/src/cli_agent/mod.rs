@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use trellis_agent::{AgentEvent, Observer};
+use trellis_engine::CancellationToken;
 use trellis_engine::event::{EventKind, ModelCallEnd};
 use trellis_engine::{FailureClass, ModelDetails, Outcome, Stage, text};
 use trellis_llm::Usage;
@@ -116,7 +117,7 @@ pub(crate) async fn run(stage: &Stage<'_>, llm: &LlmConfig) -> Outcome {
     write_stage_file(stage, "prompt.md", &prompt).await;
     let root = stage.settings.work_dir.clone();
     let exclude = artifacts::runs_dir(stage.dir);
-    let before = snapshot(&root, &exclude).await;
+    let before = snapshot(&root, &exclude, stage.cancel).await;
     let (observer, writer) = StageObserver::new(stage);
     let mut conversation = CliConversation {
         stage,
@@ -144,7 +145,7 @@ pub(crate) async fn run(stage: &Stage<'_>, llm: &LlmConfig) -> Outcome {
     outcome.details.tool_calls = Some(observer.tool_calls());
     drop(observer);
     let _ = writer.await;
-    let after = snapshot(&root, &exclude).await;
+    let after = snapshot(&root, &exclude, stage.cancel).await;
     if before.truncated || after.truncated {
         stage.emitter.emit(
             Some(&stage.node.id),
@@ -177,9 +178,9 @@ fn model_name(reported: Option<String>, llm: &LlmConfig, cli: AgentCli) -> Strin
         .unwrap_or_else(|| format!("{cli} default"))
 }
 
-async fn snapshot(root: &Path, exclude: &Path) -> Snapshot {
-    let (root, exclude) = (root.to_owned(), exclude.to_owned());
-    blocking(move || Snapshot::take(&root, &exclude)).await
+async fn snapshot(root: &Path, exclude: &Path, stop: &CancellationToken) -> Snapshot {
+    let (root, exclude, stop) = (root.to_owned(), exclude.to_owned(), stop.clone());
+    blocking(move || Snapshot::take(&root, &exclude, &stop)).await
 }
 
 /// A stage's conversation with its CLI: one invocation per message, the later ones resuming the

@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::SystemTime;
 
+use trellis_engine::CancellationToken;
 use walkdir::WalkDir;
 
 use crate::artifacts;
@@ -86,7 +87,9 @@ fn excluded(root: &Path, path: &str, exclude: &Path) -> bool {
 }
 
 impl Snapshot {
-    pub(super) fn take(root: &Path, exclude: &Path) -> Snapshot {
+    /// The files under `root` (but `exclude`) as they are now; a walk of a tree outside git stops
+    /// early, marked truncated, once `stop` fires (the stage has ended).
+    pub(super) fn take(root: &Path, exclude: &Path, stop: &CancellationToken) -> Snapshot {
         let in_git = git(root, &["rev-parse", "--is-inside-work-tree"])
             .is_some_and(|out| out.starts_with(b"true"));
         if in_git {
@@ -115,7 +118,7 @@ impl Snapshot {
             .filter_map(Result::ok)
             .filter(|e| !e.file_type().is_dir());
         for entry in walk {
-            if files.len() == MAX_FILES {
+            if files.len() == MAX_FILES || stop.is_cancelled() {
                 truncated = true;
                 break;
             }
@@ -197,7 +200,7 @@ mod tests {
         run_git(root, &["add", "-A"]);
         run_git(root, &["commit", "-q", "-m", "one"]);
         std::fs::write(root.join("dirty.txt"), "dirty before").unwrap();
-        let before = Snapshot::take(root, &runs);
+        let before = Snapshot::take(root, &runs, &CancellationToken::new());
         // The agent commits a new file, edits a tracked one, and the run record grows.
         std::fs::write(root.join("committed.txt"), "c").unwrap();
         run_git(root, &["add", "committed.txt"]);
@@ -205,7 +208,7 @@ mod tests {
         std::fs::write(root.join("a.txt"), "changed").unwrap();
         std::fs::create_dir(&runs).unwrap();
         std::fs::write(runs.join("events.jsonl"), "{}").unwrap();
-        let after = Snapshot::take(root, &runs);
+        let after = Snapshot::take(root, &runs, &CancellationToken::new());
         assert_eq!(
             before.touched(&after, root, &runs),
             ["a.txt", "committed.txt"]
@@ -221,17 +224,34 @@ mod tests {
         std::fs::write(root.join("gone.txt"), "g").unwrap();
         std::fs::write(root.join("grows.txt"), "x").unwrap();
         std::fs::create_dir_all(root.join("node_modules/x")).unwrap();
-        let before = Snapshot::take(root, &runs);
+        let before = Snapshot::take(root, &runs, &CancellationToken::new());
         std::fs::remove_file(root.join("gone.txt")).unwrap();
         std::fs::write(root.join("grows.txt"), "xx").unwrap();
         std::fs::create_dir(root.join("src")).unwrap();
         std::fs::write(root.join("src/new.rs"), "n").unwrap();
         std::fs::write(root.join("node_modules/x/skipped.js"), "n").unwrap();
-        let after = Snapshot::take(root, &runs);
+        let after = Snapshot::take(root, &runs, &CancellationToken::new());
         assert!(!after.truncated);
         assert_eq!(
             before.touched(&after, root, &runs),
             ["gone.txt", "grows.txt", "src/new.rs"]
         );
+    }
+
+    #[test]
+    fn a_walk_outside_git_stops_when_the_stage_has_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in 0..20 {
+            std::fs::write(dir.path().join(format!("f{n}.txt")), "x").unwrap();
+        }
+        let runs = dir.path().join("runs");
+        let whole = Snapshot::take(dir.path(), &runs, &CancellationToken::new());
+        assert_eq!(whole.files.len(), 20);
+        assert!(!whole.truncated);
+        let stop = CancellationToken::new();
+        stop.cancel();
+        let stopped = Snapshot::take(dir.path(), &runs, &stop);
+        assert!(stopped.truncated);
+        assert!(stopped.files.is_empty());
     }
 }
