@@ -259,6 +259,16 @@ impl SseStream {
         })
     }
 
+    /// Reads a streamed chunk (its JSON) as the protocol's type `T`, failing as a protocol error.
+    pub fn parse<T: serde::de::DeserializeOwned>(&self, data: Value) -> Result<T, LlmError> {
+        serde_json::from_value(data).map_err(|e| {
+            self.fail(
+                ErrorKind::Protocol,
+                format!("a streamed chunk is not what the protocol says ({e})"),
+            )
+        })
+    }
+
     /// The stream ended before the provider said the answer was complete.
     pub fn ended_early(&self) -> LlmError {
         self.fail(

@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::error::{ErrorKind, LlmError};
 use crate::http::Transport;
 use crate::message::{Part, Request, Response, Role, StopReason, StreamEvent, ToolCall, Usage};
 use crate::provider::{OnEvent, Provider};
-use crate::providers::openai_chat::u64_at;
 
 /// Anthropic requires `max_tokens`; this is used when a node sets none.
 const DEFAULT_MAX_TOKENS: u32 = 8192;
@@ -102,6 +102,95 @@ impl Anthropic {
     }
 }
 
+/// One streamed event of the Messages API, as far as Trellis reads it.
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireEvent {
+    MessageStart {
+        #[serde(default)]
+        message: WireMessage,
+    },
+    ContentBlockStart {
+        #[serde(default)]
+        index: u64,
+        content_block: WireBlock,
+    },
+    ContentBlockDelta {
+        #[serde(default)]
+        index: u64,
+        delta: WireDelta,
+    },
+    MessageDelta {
+        #[serde(default)]
+        delta: WireStop,
+        #[serde(default)]
+        usage: Option<WireUsage>,
+    },
+    MessageStop,
+    Error {
+        #[serde(default)]
+        error: WireError,
+    },
+    /// `ping`, and whatever a newer API adds.
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize, Default)]
+struct WireMessage {
+    model: Option<String>,
+    #[serde(default)]
+    usage: WireUsage,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+#[allow(clippy::struct_field_names, reason = "the protocol's own field names")]
+struct WireUsage {
+    input_tokens: u64,
+    cache_read_input_tokens: u64,
+    cache_creation_input_tokens: u64,
+    output_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct WireBlock {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    name: String,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireDelta {
+    TextDelta {
+        #[serde(default)]
+        text: String,
+    },
+    InputJsonDelta {
+        #[serde(default)]
+        partial_json: String,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize, Default)]
+struct WireStop {
+    stop_reason: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireError {
+    #[serde(rename = "type")]
+    kind: String,
+    message: Option<String>,
+}
+
 #[derive(Default)]
 struct Block {
     kind: String,
@@ -137,31 +226,32 @@ impl Provider for Anthropic {
         let mut model = request.model.clone();
         while let Some(event) = stream.next().await {
             let event = event?;
-            let data = stream.json(&event)?;
-            let kind = data
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or(&event.event);
-            match kind {
-                "message_start" => {
-                    let message = &data["message"];
-                    if let Some(m) = message["model"].as_str() {
-                        m.clone_into(&mut model);
+            // The event's type is in its data, and in its SSE name where a server leaves it out.
+            let mut data = stream.json(&event)?;
+            if data.get("type").is_none()
+                && let Some(map) = data.as_object_mut()
+            {
+                map.insert("type".into(), Value::String(event.event.clone()));
+            }
+            match stream.parse::<WireEvent>(data)? {
+                WireEvent::MessageStart { message } => {
+                    if let Some(m) = message.model {
+                        model = m;
                     }
-                    let u = &message["usage"];
-                    usage.input_tokens = u64_at(u, "/input_tokens")
-                        + u64_at(u, "/cache_read_input_tokens")
-                        + u64_at(u, "/cache_creation_input_tokens");
-                    usage.cached_tokens = u64_at(u, "/cache_read_input_tokens");
-                    usage.output_tokens = u64_at(u, "/output_tokens");
+                    let u = message.usage;
+                    usage.input_tokens =
+                        u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens;
+                    usage.cached_tokens = u.cache_read_input_tokens;
+                    usage.output_tokens = u.output_tokens.unwrap_or(0);
                 }
-                "content_block_start" => {
-                    let index = data["index"].as_u64().unwrap_or(0);
-                    let block = &data["content_block"];
+                WireEvent::ContentBlockStart {
+                    index,
+                    content_block: block,
+                } => {
                     let entry = Block {
-                        kind: block["type"].as_str().unwrap_or_default().to_owned(),
-                        id: block["id"].as_str().unwrap_or_default().to_owned(),
-                        name: block["name"].as_str().unwrap_or_default().to_owned(),
+                        kind: block.kind,
+                        id: block.id,
+                        name: block.name,
                         json: String::new(),
                     };
                     if entry.kind == "tool_use" {
@@ -173,37 +263,28 @@ impl Provider for Anthropic {
                     }
                     blocks.insert(index, entry);
                 }
-                "content_block_delta" => {
-                    let index = data["index"].as_u64().unwrap_or(0);
-                    let delta = &data["delta"];
-                    match delta["type"].as_str() {
-                        Some("text_delta") => {
-                            let piece = delta["text"].as_str().unwrap_or_default();
-                            text.push_str(piece);
-                            stream.started = true;
-                            on_event(StreamEvent::TextDelta(piece.to_owned()));
-                        }
-                        Some("input_json_delta") => {
-                            if let Some(block) = blocks.get_mut(&index) {
-                                block
-                                    .json
-                                    .push_str(delta["partial_json"].as_str().unwrap_or_default());
-                            }
-                        }
-                        _ => {}
+                WireEvent::ContentBlockDelta { index, delta } => match delta {
+                    WireDelta::TextDelta { text: piece } => {
+                        text.push_str(&piece);
+                        stream.started = true;
+                        on_event(StreamEvent::TextDelta(piece));
                     }
-                }
-                "message_delta" => {
-                    if let Some(reason) = data.pointer("/delta/stop_reason").and_then(Value::as_str)
-                    {
-                        stop = Some(reason.to_owned());
+                    WireDelta::InputJsonDelta { partial_json } => {
+                        if let Some(block) = blocks.get_mut(&index) {
+                            block.json.push_str(&partial_json);
+                        }
                     }
-                    if let Some(out) = data.pointer("/usage/output_tokens").and_then(Value::as_u64)
-                    {
+                    WireDelta::Other => {}
+                },
+                WireEvent::MessageDelta { delta, usage: out } => {
+                    if let Some(reason) = delta.stop_reason {
+                        stop = Some(reason);
+                    }
+                    if let Some(out) = out.and_then(|u| u.output_tokens) {
                         usage.output_tokens = out;
                     }
                 }
-                "message_stop" => {
+                WireEvent::MessageStop => {
                     let tool_calls: Vec<ToolCall> = blocks
                         .into_values()
                         .filter(|b| b.kind == "tool_use")
@@ -237,16 +318,9 @@ impl Provider for Anthropic {
                         stop_reason,
                     });
                 }
-                "error" => {
-                    let word = data
-                        .pointer("/error/type")
-                        .and_then(Value::as_str)
-                        .unwrap_or("");
-                    let message = data
-                        .pointer("/error/message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("error in stream");
-                    let kind = match word {
+                WireEvent::Error { error } => {
+                    let message = error.message.as_deref().unwrap_or("error in stream");
+                    let kind = match error.kind.as_str() {
                         "overloaded_error" => ErrorKind::Overloaded,
                         "rate_limit_error" => ErrorKind::RateLimit,
                         "invalid_request_error" => ErrorKind::BadRequest,
@@ -254,7 +328,7 @@ impl Provider for Anthropic {
                     };
                     return Err(stream.fail(kind, message));
                 }
-                _ => {}
+                WireEvent::Other => {}
             }
         }
         Err(stream.ended_early())

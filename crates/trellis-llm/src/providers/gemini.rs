@@ -2,13 +2,14 @@
 //! no version suffix, as in Google's SDKs.
 
 use async_trait::async_trait;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::error::{ErrorKind, LlmError};
 use crate::http::Transport;
 use crate::message::{Part, Request, Response, Role, StopReason, StreamEvent, ToolCall, Usage};
 use crate::provider::{OnEvent, Provider};
-use crate::providers::openai_chat::u64_at;
+use crate::providers::openai_chat::ChunkError;
 
 pub struct Gemini {
     transport: Transport,
@@ -88,6 +89,62 @@ impl Gemini {
     }
 }
 
+/// One streamed chunk of `streamGenerateContent`, as far as Trellis reads it.
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct Chunk {
+    model_version: Option<String>,
+    usage_metadata: Option<WireUsage>,
+    candidates: Option<Vec<WireCandidate>>,
+    prompt_feedback: Option<WireFeedback>,
+    error: Option<ChunkError>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+#[allow(clippy::struct_field_names, reason = "the protocol's own field names")]
+struct WireUsage {
+    prompt_token_count: Option<u64>,
+    candidates_token_count: Option<u64>,
+    thoughts_token_count: Option<u64>,
+    cached_content_token_count: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct WireCandidate {
+    content: Option<WireContent>,
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireContent {
+    parts: Option<Vec<WirePart>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct WirePart {
+    text: Option<String>,
+    thought: Option<bool>,
+    function_call: Option<WireCall>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireCall {
+    id: Option<String>,
+    name: Option<String>,
+    args: Option<Value>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct WireFeedback {
+    block_reason: Option<String>,
+}
+
 #[async_trait]
 #[allow(
     clippy::too_many_lines,
@@ -118,28 +175,24 @@ impl Provider for Gemini {
         let mut model = request.model.clone();
         while let Some(event) = stream.next().await {
             let event = event?;
-            let chunk = stream.json(&event)?;
-            if let Some(error) = chunk.get("error") {
-                let message = error["message"].as_str().unwrap_or("error in stream");
-                return Err(stream.fail(ErrorKind::Server, message));
+            let chunk: Chunk = stream.parse(stream.json(&event)?)?;
+            if let Some(error) = &chunk.error {
+                return Err(stream.fail(ErrorKind::Server, error.message()));
             }
-            if let Some(m) = chunk.get("modelVersion").and_then(Value::as_str) {
-                m.clone_into(&mut model);
+            if let Some(m) = chunk.model_version {
+                model = m;
             }
-            if let Some(u) = chunk.get("usageMetadata") {
+            if let Some(u) = chunk.usage_metadata {
+                let thoughts = u.thoughts_token_count.unwrap_or(0);
                 usage = Usage {
-                    input_tokens: u64_at(u, "/promptTokenCount"),
-                    output_tokens: u64_at(u, "/candidatesTokenCount")
-                        + u64_at(u, "/thoughtsTokenCount"),
-                    cached_tokens: u64_at(u, "/cachedContentTokenCount"),
-                    reasoning_tokens: u64_at(u, "/thoughtsTokenCount"),
+                    input_tokens: u.prompt_token_count.unwrap_or(0),
+                    output_tokens: u.candidates_token_count.unwrap_or(0) + thoughts,
+                    cached_tokens: u.cached_content_token_count.unwrap_or(0),
+                    reasoning_tokens: thoughts,
                 };
             }
-            let Some(candidate) = chunk.pointer("/candidates/0") else {
-                if let Some(reason) = chunk
-                    .pointer("/promptFeedback/blockReason")
-                    .and_then(Value::as_str)
-                {
+            let Some(candidate) = chunk.candidates.and_then(|c| c.into_iter().next()) else {
+                if let Some(reason) = chunk.prompt_feedback.and_then(|f| f.block_reason) {
                     return Err(stream.fail(
                         ErrorKind::ContentFilter,
                         format!("the prompt was blocked ({reason})"),
@@ -147,25 +200,18 @@ impl Provider for Gemini {
                 }
                 continue;
             };
-            for part in candidate
-                .pointer("/content/parts")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if part.get("thought").and_then(Value::as_bool) == Some(true) {
-                    continue;
-                }
-                if let Some(piece) = part.get("text").and_then(Value::as_str) {
-                    text.push_str(piece);
+            let parts = candidate.content.and_then(|c| c.parts).unwrap_or_default();
+            for part in parts.into_iter().filter(|p| p.thought != Some(true)) {
+                if let Some(piece) = part.text {
+                    text.push_str(&piece);
                     stream.started = true;
-                    on_event(StreamEvent::TextDelta(piece.to_owned()));
+                    on_event(StreamEvent::TextDelta(piece));
                 }
-                if let Some(call) = part.get("functionCall") {
-                    let name = call["name"].as_str().unwrap_or_default().to_owned();
-                    let id = call["id"]
-                        .as_str()
-                        .map_or_else(|| format!("call_{}", tool_calls.len()), str::to_owned);
+                if let Some(call) = part.function_call {
+                    let name = call.name.unwrap_or_default();
+                    let id = call
+                        .id
+                        .unwrap_or_else(|| format!("call_{}", tool_calls.len()));
                     stream.started = true;
                     on_event(StreamEvent::ToolCallStarted {
                         id: id.clone(),
@@ -174,12 +220,12 @@ impl Provider for Gemini {
                     tool_calls.push(ToolCall {
                         id,
                         name,
-                        arguments: call.get("args").cloned().unwrap_or_else(|| json!({})),
+                        arguments: call.args.unwrap_or_else(|| json!({})),
                     });
                 }
             }
-            if let Some(reason) = candidate.get("finishReason").and_then(Value::as_str) {
-                finish = Some(reason.to_owned());
+            if let Some(reason) = candidate.finish_reason {
+                finish = Some(reason);
             }
         }
         let Some(finish) = finish else {

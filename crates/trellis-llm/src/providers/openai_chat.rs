@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::error::{ErrorKind, LlmError};
@@ -138,6 +139,87 @@ impl OpenAiChat {
     }
 }
 
+/// One streamed chunk of Chat Completions, as far as Trellis reads it. Every field may be missing or
+/// `null`: servers that speak the protocol differ in what they send.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Chunk {
+    model: Option<String>,
+    usage: Option<ChunkUsage>,
+    choices: Option<Vec<ChunkChoice>>,
+    error: Option<ChunkError>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ChunkUsage {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    prompt_tokens_details: Option<CachedTokens>,
+    completion_tokens_details: Option<ReasoningTokens>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct CachedTokens {
+    pub(crate) cached_tokens: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct ReasoningTokens {
+    pub(crate) reasoning_tokens: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ChunkChoice {
+    delta: Option<ChunkDelta>,
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ChunkDelta {
+    content: Option<String>,
+    tool_calls: Option<Vec<ChunkToolCall>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ChunkToolCall {
+    index: Option<u64>,
+    id: Option<String>,
+    function: Option<ChunkFunction>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ChunkFunction {
+    name: Option<String>,
+    arguments: Option<String>,
+}
+
+/// An error in the stream: an object with a message, or just text.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(crate) enum ChunkError {
+    Object {
+        #[serde(default)]
+        message: Option<String>,
+    },
+    Text(String),
+}
+
+impl ChunkError {
+    pub(crate) fn message(&self) -> &str {
+        match self {
+            ChunkError::Object { message } => message.as_deref().unwrap_or("error in stream"),
+            ChunkError::Text(text) => text,
+        }
+    }
+}
+
 /// A tool call assembled from streamed fragments.
 #[derive(Default)]
 struct PartialCall {
@@ -175,41 +257,41 @@ impl Provider for OpenAiChat {
             if event.data.trim() == "[DONE]" {
                 break;
             }
-            let chunk = stream.json(&event)?;
-            if let Some(error) = chunk.get("error") {
-                let message = error
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("error in stream");
-                return Err(stream.fail(ErrorKind::Server, message));
+            let chunk: Chunk = stream.parse(stream.json(&event)?)?;
+            if let Some(error) = &chunk.error {
+                return Err(stream.fail(ErrorKind::Server, error.message()));
             }
-            if let Some(m) = chunk.get("model").and_then(Value::as_str) {
-                m.clone_into(&mut model);
+            if let Some(m) = chunk.model {
+                model = m;
             }
-            if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
+            if let Some(u) = chunk.usage {
                 usage = Usage {
-                    input_tokens: u64_at(u, "/prompt_tokens"),
-                    output_tokens: u64_at(u, "/completion_tokens"),
-                    cached_tokens: u64_at(u, "/prompt_tokens_details/cached_tokens"),
-                    reasoning_tokens: u64_at(u, "/completion_tokens_details/reasoning_tokens"),
+                    input_tokens: u.prompt_tokens.unwrap_or(0),
+                    output_tokens: u.completion_tokens.unwrap_or(0),
+                    cached_tokens: u
+                        .prompt_tokens_details
+                        .and_then(|d| d.cached_tokens)
+                        .unwrap_or(0),
+                    reasoning_tokens: u
+                        .completion_tokens_details
+                        .and_then(|d| d.reasoning_tokens)
+                        .unwrap_or(0),
                 };
             }
-            let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) else {
+            let Some(choice) = chunk.choices.and_then(|c| c.into_iter().next()) else {
                 continue;
             };
-            let delta = &choice["delta"];
-            if let Some(piece) = delta.get("content").and_then(Value::as_str)
-                && !piece.is_empty()
-            {
-                text.push_str(piece);
+            let delta = choice.delta.unwrap_or_default();
+            if let Some(piece) = delta.content.filter(|p| !p.is_empty()) {
+                text.push_str(&piece);
                 stream.started = true;
-                on_event(StreamEvent::TextDelta(piece.to_owned()));
+                let complete_call = watch_text_calls
+                    && piece.contains(['`', '>'])
+                    && text_tool_calls::has_complete_call(&text, &offered);
+                on_event(StreamEvent::TextDelta(piece));
                 // A call written as text is complete: stop the answer there (dropping the stream
                 // closes the connection, which stops the server generating).
-                if watch_text_calls
-                    && piece.contains(['`', '>'])
-                    && text_tool_calls::has_complete_call(&text, &offered)
-                {
+                if complete_call {
                     finish = Some("tool_calls".to_owned());
                     if usage == Usage::default() {
                         usage = estimated_usage(request, &text);
@@ -217,31 +299,26 @@ impl Provider for OpenAiChat {
                     break;
                 }
             }
-            for call in delta
-                .get("tool_calls")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let index = call.get("index").and_then(Value::as_u64).unwrap_or(0);
-                let entry = calls.entry(index).or_default();
-                if let Some(id) = call.get("id").and_then(Value::as_str) {
-                    id.clone_into(&mut entry.id);
+            for call in delta.tool_calls.into_iter().flatten() {
+                let entry = calls.entry(call.index.unwrap_or(0)).or_default();
+                if let Some(id) = call.id {
+                    entry.id = id;
                 }
-                if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
-                    entry.name.push_str(name);
+                let function = call.function.unwrap_or_default();
+                if let Some(name) = function.name {
+                    entry.name.push_str(&name);
                     stream.started = true;
                     on_event(StreamEvent::ToolCallStarted {
                         id: entry.id.clone(),
                         name: entry.name.clone(),
                     });
                 }
-                if let Some(args) = call.pointer("/function/arguments").and_then(Value::as_str) {
-                    entry.arguments.push_str(args);
+                if let Some(args) = function.arguments {
+                    entry.arguments.push_str(&args);
                 }
             }
-            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-                finish = Some(reason.to_owned());
+            if let Some(reason) = choice.finish_reason {
+                finish = Some(reason);
             }
         }
         // Servers send `[DONE]` last; a finish reason with the connection closed is accepted too.
@@ -305,10 +382,6 @@ fn estimated_usage(request: &Request, text: &str) -> Usage {
         output_tokens: (text.len() as u64).div_ceil(4),
         ..Usage::default()
     }
-}
-
-pub(crate) fn u64_at(value: &Value, pointer: &str) -> u64 {
-    value.pointer(pointer).and_then(Value::as_u64).unwrap_or(0)
 }
 
 #[cfg(test)]

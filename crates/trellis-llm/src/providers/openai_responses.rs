@@ -2,13 +2,15 @@
 //! items every turn.
 
 use async_trait::async_trait;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::error::{ErrorKind, LlmError};
+use crate::http::SseStream;
 use crate::http::Transport;
 use crate::message::{Part, Request, Response, Role, StopReason, StreamEvent, ToolCall, Usage};
 use crate::provider::{OnEvent, Provider};
-use crate::providers::openai_chat::u64_at;
+use crate::providers::openai_chat::{CachedTokens, ReasoningTokens};
 
 pub struct OpenAiResponses {
     transport: Transport,
@@ -101,48 +103,38 @@ impl Provider for OpenAiResponses {
         let mut tool_calls = Vec::new();
         while let Some(event) = stream.next().await {
             let event = event?;
-            let data = stream.json(&event)?;
-            let kind = data
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or(&event.event);
-            match kind {
-                "response.output_text.delta" => {
-                    if let Some(delta) = data.get("delta").and_then(Value::as_str) {
-                        text.push_str(delta);
-                        stream.started = true;
-                        on_event(StreamEvent::TextDelta(delta.to_owned()));
-                    }
+            // The event's type is in its data, and in its SSE name where a server leaves it out.
+            let mut data = stream.json(&event)?;
+            if data.get("type").is_none()
+                && let Some(map) = data.as_object_mut()
+            {
+                map.insert("type".into(), Value::String(event.event.clone()));
+            }
+            match stream.parse::<WireEvent>(data)? {
+                WireEvent::TextDelta { delta } => {
+                    text.push_str(&delta);
+                    stream.started = true;
+                    on_event(StreamEvent::TextDelta(delta));
                 }
-                "response.output_item.added" => {
-                    let item = &data["item"];
-                    if item["type"] == "function_call" {
-                        stream.started = true;
-                        on_event(StreamEvent::ToolCallStarted {
-                            id: item["call_id"].as_str().unwrap_or_default().to_owned(),
-                            name: item["name"].as_str().unwrap_or_default().to_owned(),
-                        });
-                    }
+                WireEvent::ItemAdded { item } if item.kind == "function_call" => {
+                    stream.started = true;
+                    on_event(StreamEvent::ToolCallStarted {
+                        id: item.call_id,
+                        name: item.name,
+                    });
                 }
-                "response.output_item.done" => {
-                    let item = &data["item"];
-                    if item["type"] == "function_call" {
-                        let arguments = item["arguments"].as_str().unwrap_or("{}");
-                        tool_calls.push(ToolCall {
-                            id: item["call_id"].as_str().unwrap_or_default().to_owned(),
-                            name: item["name"].as_str().unwrap_or_default().to_owned(),
-                            arguments: serde_json::from_str(arguments)
-                                .unwrap_or_else(|_| Value::String(arguments.to_owned())),
-                        });
-                    }
+                WireEvent::ItemDone { item } if item.kind == "function_call" => {
+                    let arguments = item.arguments.unwrap_or_else(|| "{}".to_owned());
+                    tool_calls.push(ToolCall {
+                        id: item.call_id,
+                        name: item.name,
+                        arguments: serde_json::from_str(&arguments)
+                            .unwrap_or(Value::String(arguments)),
+                    });
                 }
-                "response.completed" | "response.incomplete" => {
-                    let response = &data["response"];
-                    let usage = &response["usage"];
-                    let incomplete = response
-                        .pointer("/incomplete_details/reason")
-                        .and_then(Value::as_str);
-                    if incomplete == Some("content_filter") {
+                WireEvent::Completed { response } | WireEvent::Incomplete { response } => {
+                    let incomplete = response.incomplete_details.and_then(|d| d.reason);
+                    if incomplete.as_deref() == Some("content_filter") {
                         return Err(stream.fail(
                             ErrorKind::ContentFilter,
                             "the answer was withheld by the provider's content filter",
@@ -151,51 +143,155 @@ impl Provider for OpenAiResponses {
                     let stop_reason = match incomplete {
                         _ if !tool_calls.is_empty() => StopReason::ToolUse,
                         None => StopReason::EndTurn,
-                        Some("max_output_tokens") => StopReason::MaxTokens,
-                        Some(other) => StopReason::Other(other.to_owned()),
+                        Some(reason) if reason == "max_output_tokens" => StopReason::MaxTokens,
+                        Some(other) => StopReason::Other(other),
                     };
+                    let usage = response.usage.unwrap_or_default();
                     return Ok(Response {
-                        model: response["model"]
-                            .as_str()
-                            .unwrap_or(&request.model)
-                            .to_owned(),
+                        model: response.model.unwrap_or_else(|| request.model.clone()),
                         provider: self.transport.provider.clone(),
                         text,
                         tool_calls,
                         usage: Usage {
-                            input_tokens: u64_at(usage, "/input_tokens"),
-                            output_tokens: u64_at(usage, "/output_tokens"),
-                            cached_tokens: u64_at(usage, "/input_tokens_details/cached_tokens"),
-                            reasoning_tokens: u64_at(
-                                usage,
-                                "/output_tokens_details/reasoning_tokens",
-                            ),
+                            input_tokens: usage.input_tokens.unwrap_or(0),
+                            output_tokens: usage.output_tokens.unwrap_or(0),
+                            cached_tokens: usage
+                                .input_tokens_details
+                                .and_then(|d| d.cached_tokens)
+                                .unwrap_or(0),
+                            reasoning_tokens: usage
+                                .output_tokens_details
+                                .and_then(|d| d.reasoning_tokens)
+                                .unwrap_or(0),
                         },
                         stop_reason,
                     });
                 }
-                "response.failed" | "error" => {
-                    let message = data
-                        .pointer("/response/error/message")
-                        .or_else(|| data.get("message"))
-                        .or_else(|| data.pointer("/error/message"))
-                        .and_then(Value::as_str)
-                        .unwrap_or("the provider reported a failure");
-                    let code = data
-                        .pointer("/response/error/code")
-                        .or_else(|| data.get("code"))
-                        .and_then(Value::as_str)
-                        .unwrap_or("");
-                    let kind = match code {
-                        "rate_limit_exceeded" => ErrorKind::RateLimit,
-                        "context_length_exceeded" => ErrorKind::ContextLength,
-                        _ => ErrorKind::Server,
-                    };
-                    return Err(stream.fail(kind, message));
+                WireEvent::Failed { response } => {
+                    let error = response.and_then(|r| r.error).unwrap_or_default();
+                    return Err(failure(
+                        &stream,
+                        error.code.as_deref(),
+                        error.message.as_deref(),
+                    ));
+                }
+                WireEvent::Error {
+                    code,
+                    message,
+                    error,
+                } => {
+                    let nested = error.unwrap_or_default();
+                    return Err(failure(
+                        &stream,
+                        code.as_deref().or(nested.code.as_deref()),
+                        message.as_deref().or(nested.message.as_deref()),
+                    ));
                 }
                 _ => {}
             }
         }
         Err(stream.ended_early())
     }
+}
+/// One streamed event of the Responses API, as far as Trellis reads it.
+#[derive(Deserialize)]
+#[serde(tag = "type")]
+enum WireEvent {
+    #[serde(rename = "response.output_text.delta")]
+    TextDelta {
+        #[serde(default)]
+        delta: String,
+    },
+    #[serde(rename = "response.output_item.added")]
+    ItemAdded {
+        #[serde(default)]
+        item: WireItem,
+    },
+    #[serde(rename = "response.output_item.done")]
+    ItemDone {
+        #[serde(default)]
+        item: WireItem,
+    },
+    #[serde(rename = "response.completed")]
+    Completed {
+        #[serde(default)]
+        response: WireResponse,
+    },
+    #[serde(rename = "response.incomplete")]
+    Incomplete {
+        #[serde(default)]
+        response: WireResponse,
+    },
+    #[serde(rename = "response.failed")]
+    Failed {
+        #[serde(default)]
+        response: Option<WireFailed>,
+    },
+    #[serde(rename = "error")]
+    Error {
+        #[serde(default)]
+        code: Option<String>,
+        #[serde(default)]
+        message: Option<String>,
+        #[serde(default)]
+        error: Option<WireError>,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireItem {
+    #[serde(rename = "type")]
+    kind: String,
+    call_id: String,
+    name: String,
+    arguments: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireResponse {
+    model: Option<String>,
+    usage: Option<WireUsage>,
+    incomplete_details: Option<WireIncomplete>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireUsage {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    input_tokens_details: Option<CachedTokens>,
+    output_tokens_details: Option<ReasoningTokens>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireIncomplete {
+    reason: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireFailed {
+    error: Option<WireError>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireError {
+    code: Option<String>,
+    message: Option<String>,
+}
+
+/// The error a failed response or an error event stands for.
+fn failure(stream: &SseStream, code: Option<&str>, message: Option<&str>) -> LlmError {
+    let kind = match code {
+        Some("rate_limit_exceeded") => ErrorKind::RateLimit,
+        Some("context_length_exceeded") => ErrorKind::ContextLength,
+        _ => ErrorKind::Server,
+    };
+    stream.fail(kind, message.unwrap_or("the provider reported a failure"))
 }
