@@ -153,6 +153,22 @@ fn nothing_an_unconfined_command_starts_outlives_its_stage() {
     }
 }
 
+#[test]
+fn unconfined_commands_run_under_the_small_reaper_beside_trellis() {
+    let p = probe_project("none");
+    p.write(
+        "w.fabro",
+        &workflow(
+            "who [shape=parallelogram, script=\"cat /proc/$PPID/comm\"]\n start -> who -> exit",
+        ),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    // `$PPID` is the parent of the shell the script runs in: the reaper.
+    let out = std::fs::read_to_string(stage_dir(&run.record(), "who").join("stdout.log")).unwrap();
+    assert_eq!(out.trim(), "trellis-reap", "{out}");
+}
+
 /// Whether this kernel offers Landlock (the fallback sandbox); one without skips that half.
 fn landlock() -> bool {
     let works = trellis_process::reaper::landlock_supported();

@@ -34,6 +34,46 @@ use nix::unistd::{Pid, getpgid, getpgrp};
 /// The argument that makes the `trellis` binary the reaper: `trellis __reap [OPTIONS] -- PROGRAM
 /// ARGS...`.
 pub const REAPER_ARG: &str = "__reap";
+/// The reaper's own small executable, installed beside `trellis`: it starts in a fraction of the time
+/// the whole of `trellis` takes, which a run pays once per command.
+pub const REAPER_PROGRAM: &str = "trellis-reap";
+
+/// How to start the reaper: its own executable, or `trellis __reap`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launcher {
+    program: std::path::PathBuf,
+    /// `__reap` goes first (the program is `trellis` itself).
+    subcommand: bool,
+}
+
+impl Launcher {
+    /// The reaper of the `trellis` executable at `trellis`: [`REAPER_PROGRAM`] beside it when it is
+    /// there, else `trellis __reap`.
+    pub fn beside(trellis: &std::path::Path) -> Self {
+        let own = trellis.with_file_name(REAPER_PROGRAM);
+        if own.is_file() {
+            Self {
+                program: own,
+                subcommand: false,
+            }
+        } else {
+            Self {
+                program: trellis.to_path_buf(),
+                subcommand: true,
+            }
+        }
+    }
+
+    pub fn program(&self) -> &std::path::Path {
+        &self.program
+    }
+
+    /// The arguments before the reaper's own options.
+    pub fn leading_args(&self) -> &'static [&'static str] {
+        if self.subcommand { &[REAPER_ARG] } else { &[] }
+    }
+}
+
 /// Option: confine the command with Landlock before it starts.
 pub const LANDLOCK_ARG: &str = "--landlock";
 /// Option (with `--landlock`, repeatable): a path the command may write.

@@ -95,8 +95,8 @@ enum Kind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sandbox {
     kind: Kind,
-    /// The `trellis` executable, which runs unconfined children under its reaper ([`crate::reaper`]).
-    reaper: Option<PathBuf>,
+    /// How unconfined children are started under the reaper ([`crate::reaper`]).
+    reaper: Option<crate::reaper::Launcher>,
     /// Writable for every child besides the working directory (configured, and the home caches).
     writable: Vec<PathBuf>,
     /// Read-only even where they lie under a writable path (the runs directory).
@@ -153,11 +153,11 @@ impl Sandbox {
         })
     }
 
-    /// Runs unconfined children under the reaper of `trellis` (this executable), so that nothing they
-    /// start outlives them.
+    /// Runs unconfined children under the reaper `launcher` starts, so that nothing they start
+    /// outlives them.
     #[must_use]
-    pub fn with_reaper(mut self, trellis: PathBuf) -> Self {
-        self.reaper = Some(trellis);
+    pub fn with_reaper(mut self, launcher: crate::reaper::Launcher) -> Self {
+        self.reaper = Some(launcher);
         self
     }
 
@@ -257,10 +257,10 @@ impl Sandbox {
     ) -> (OsString, Vec<OsString>) {
         let Kind::Bubblewrap { bwrap } = &self.kind else {
             let direct = args.iter().map(|a| (*a).to_owned());
-            let Some(trellis) = &self.reaper else {
+            let Some(reaper) = &self.reaper else {
                 return (program.to_owned(), direct.collect());
             };
-            let mut out = vec![OsString::from(crate::reaper::REAPER_ARG)];
+            let mut out: Vec<OsString> = reaper.leading_args().iter().map(OsString::from).collect();
             if self.kind == Kind::Landlock {
                 out.push(crate::reaper::LANDLOCK_ARG.into());
                 for path in self.writable_paths(work_dir, policy) {
@@ -273,7 +273,7 @@ impl Sandbox {
             out.push("--".into());
             out.push(program.to_owned());
             out.extend(direct);
-            return (trellis.clone().into_os_string(), out);
+            return (reaper.program().as_os_str().to_owned(), out);
         };
         let mut out: Vec<OsString> = Vec::with_capacity(32 + args.len());
         let mut push = |items: &[&OsStr]| out.extend(items.iter().map(|i| (*i).to_owned()));
@@ -400,7 +400,7 @@ mod tests {
         assert_eq!(program, "sh");
         assert_eq!(args, ["-c", "true"]);
         let (program, args) = Sandbox::none()
-            .with_reaper(PathBuf::from("/bin/trellis"))
+            .with_reaper(crate::reaper::Launcher::beside(Path::new("/bin/trellis")))
             .wrap(
                 OsStr::new("sh"),
                 &[OsStr::new("-c"), OsStr::new("true")],

@@ -21,7 +21,7 @@ pub fn sandbox(
     trellis_process::secrets::keep_this_process_private();
     let mut sandbox = trellis_run::sandbox(choice)?;
     if let Ok(trellis) = std::env::current_exe() {
-        sandbox = sandbox.with_reaper(trellis);
+        sandbox = sandbox.with_reaper(trellis_process::reaper::Launcher::beside(&trellis));
     }
     Ok(std::sync::Arc::new(sandbox))
 }
