@@ -467,7 +467,7 @@ async fn open_session(
     let settings = trellis_agent::Settings {
         template: Request {
             max_tokens: llm.max_tokens.or(Some(DEFAULT_TURN_TOKENS)),
-            reasoning_effort: Some(effort(llm.reasoning_effort)),
+            reasoning_effort: Some(effort(llm.effort())),
             ..Request::default()
         },
         context_window: client.context_window(&call.resolved).map(u64::from),

@@ -326,7 +326,7 @@ impl PromptHandler {
             messages,
             tools: Vec::new(),
             max_tokens: llm.max_tokens,
-            reasoning_effort: Some(effort(llm.reasoning_effort)),
+            reasoning_effort: Some(effort(llm.effort())),
             temperature: None,
             response_schema: None,
         };

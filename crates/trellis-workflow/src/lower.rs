@@ -376,9 +376,7 @@ impl Lowerer<'_> {
             prompt_file,
             model: r.string("model").or_else(|| graph.model.clone()),
             provider: r.string("provider"),
-            reasoning_effort: r
-                .word("reasoning_effort", ReasoningEffort::WORDS)
-                .unwrap_or_default(),
+            reasoning_effort: r.word("reasoning_effort", ReasoningEffort::WORDS),
             max_tokens: r.count("max_tokens", 1),
             fidelity,
             thread_id: r

@@ -225,7 +225,8 @@ pub struct LlmConfig {
     pub prompt_file: Option<PathBuf>,
     pub model: Option<String>,
     pub provider: Option<String>,
-    pub reasoning_effort: ReasoningEffort,
+    /// As the node (or the stylesheet) gives it; [`LlmConfig::effort`] is what applies.
+    pub reasoning_effort: Option<ReasoningEffort>,
     pub max_tokens: Option<u32>,
     pub fidelity: Option<Fidelity>,
     pub thread_id: Option<String>,
@@ -244,6 +245,13 @@ pub struct LlmConfig {
     pub pass_env: Vec<String>,
     /// Agent nodes: what the shell tool asks of the run's sandbox (`sandbox`, over the graph's).
     pub sandbox: SandboxPolicy,
+}
+
+impl LlmConfig {
+    /// The reasoning effort that applies: the given one, else the default.
+    pub fn effort(&self) -> ReasoningEffort {
+        self.reasoning_effort.unwrap_or_default()
+    }
 }
 
 /// `sandbox="network=off, write=/data"`: what a command or an agent's shell asks of the run's sandbox,

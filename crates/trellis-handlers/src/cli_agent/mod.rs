@@ -219,12 +219,7 @@ impl Conversation for CliConversation<'_, '_> {
         let line = (format.command)(&Ask {
             prompt: &message,
             model: self.llm.model.as_deref(),
-            effort: self
-                .stage
-                .node
-                .attributes
-                .contains_key("reasoning_effort")
-                .then_some(self.llm.reasoning_effort),
+            effort: self.llm.reasoning_effort,
             max_turns: self.llm.max_turns,
             resume: self.session_id.as_deref(),
         });
