@@ -259,6 +259,22 @@ impl SseStream {
         })
     }
 
+    /// Reads an event whose data names its type in a `type` field (Anthropic's and the Responses
+    /// API's) as the protocol's event type `T`; a server that leaves the field out has it from the
+    /// event's SSE name.
+    pub fn typed_event<T: serde::de::DeserializeOwned>(
+        &self,
+        event: &Event,
+    ) -> Result<T, LlmError> {
+        let mut data = self.json(event)?;
+        if data.get("type").is_none()
+            && let Some(map) = data.as_object_mut()
+        {
+            map.insert("type".into(), Value::String(event.event.clone()));
+        }
+        self.parse(data)
+    }
+
     /// Reads a streamed chunk (its JSON) as the protocol's type `T`, failing as a protocol error.
     pub fn parse<T: serde::de::DeserializeOwned>(&self, data: Value) -> Result<T, LlmError> {
         serde_json::from_value(data).map_err(|e| {

@@ -226,14 +226,7 @@ impl Provider for Anthropic {
         let mut model = request.model.clone();
         while let Some(event) = stream.next().await {
             let event = event?;
-            // The event's type is in its data, and in its SSE name where a server leaves it out.
-            let mut data = stream.json(&event)?;
-            if data.get("type").is_none()
-                && let Some(map) = data.as_object_mut()
-            {
-                map.insert("type".into(), Value::String(event.event.clone()));
-            }
-            match stream.parse::<WireEvent>(data)? {
+            match stream.typed_event::<WireEvent>(&event)? {
                 WireEvent::MessageStart { message } => {
                     if let Some(m) = message.model {
                         model = m;

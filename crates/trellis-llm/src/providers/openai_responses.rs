@@ -103,14 +103,7 @@ impl Provider for OpenAiResponses {
         let mut tool_calls = Vec::new();
         while let Some(event) = stream.next().await {
             let event = event?;
-            // The event's type is in its data, and in its SSE name where a server leaves it out.
-            let mut data = stream.json(&event)?;
-            if data.get("type").is_none()
-                && let Some(map) = data.as_object_mut()
-            {
-                map.insert("type".into(), Value::String(event.event.clone()));
-            }
-            match stream.parse::<WireEvent>(data)? {
+            match stream.typed_event::<WireEvent>(&event)? {
                 WireEvent::TextDelta { delta } => {
                     text.push_str(&delta);
                     stream.started = true;

@@ -117,15 +117,27 @@ pub const LAYOUT: &[&str] = &[
 ];
 
 fn unknown(what: &str, attr: &Attr, known: &[&str]) -> Diagnostic {
-    let help = match closest(&attr.key.name, known.iter().chain(LAYOUT).copied()) {
-        Some(near) => format!("did you mean `{near}`?"),
-        None => format!("known {what} attributes: {}", known.join(", ")),
-    };
+    let near = closest(&attr.key.name, known.iter().chain(LAYOUT).copied());
+    ignored(attr, &format!("{what} attribute"), near, || {
+        format!("known {what} attributes: {}", known.join(", "))
+    })
+}
+
+/// The warning for `attr`, an unknown `thing` (`node attribute`, `node field`): the name it is
+/// near, else the names there are.
+fn ignored(
+    attr: &Attr,
+    thing: &str,
+    near: Option<&str>,
+    names: impl FnOnce() -> String,
+) -> Diagnostic {
+    let help = near.map_or_else(names, |near| format!("did you mean `{near}`?"));
+    let word = thing.rsplit(' ').next().unwrap_or(thing);
     RULE.diagnostic(
-        format!("unknown {what} attribute `{}` is ignored", attr.key.name),
+        format!("unknown {thing} `{}` is ignored", attr.key.name),
         attr.key.span,
     )
-    .with_label("unknown attribute")
+    .with_label(format!("unknown {word}"))
     .with_help(help)
 }
 
@@ -183,16 +195,10 @@ fn yaml_node_fields() -> Vec<&'static str> {
 /// An unknown field of a YAML node, with the YAML fields to choose from (no Graphviz layout names).
 fn unknown_yaml_field(attr: &Attr) -> Diagnostic {
     let fields = yaml_node_fields();
-    let help = match closest(&attr.key.name, fields.iter().copied()) {
-        Some(near) => format!("did you mean `{near}`?"),
-        None => format!("node fields: {}", fields.join(", ")),
-    };
-    RULE.diagnostic(
-        format!("unknown node field `{}` is ignored", attr.key.name),
-        attr.key.span,
-    )
-    .with_label("unknown field")
-    .with_help(help)
+    let near = closest(&attr.key.name, fields.iter().copied());
+    ignored(attr, "node field", near, || {
+        format!("node fields: {}", fields.join(", "))
+    })
 }
 
 /// Checks one node attribute of a `kind` node; `explicit` says it was written on the node rather than
