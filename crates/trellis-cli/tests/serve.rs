@@ -170,6 +170,14 @@ fn a_run_is_started_listed_and_watched_to_its_end() {
         serve.get("/api/runs?workflow=gate").json()["runs"][0]["id"],
         second.as_str()
     );
+    // A status that is none is the API's own 400, naming the ones there are.
+    let bogus = serve.get("/api/runs?status=bogus");
+    assert_eq!(bogus.status, 400);
+    let error = bogus.json()["error"].as_str().unwrap().to_owned();
+    assert!(
+        error.contains("bogus") && error.contains("interrupted"),
+        "{error}"
+    );
     let page = serve.get("/api/runs?offset=1&limit=1").json();
     assert_eq!(page["runs"].as_array().unwrap().len(), 1);
     assert_eq!(page["runs"][0]["id"], id.as_str());

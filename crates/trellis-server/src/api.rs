@@ -385,8 +385,10 @@ fn summary(
 #[utoipa::path(get, path = "/api/runs", params(RunQuery), responses((status = 200, body = RunList)))]
 async fn list_runs_handler(
     State(server): State<Arc<Server>>,
-    Query(query): Query<RunQuery>,
+    query: Result<Query<RunQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<RunList>, ApiError> {
+    // A bad filter (`?status=bogus`) is the API's own 400, with the values it takes.
+    let Query(query) = query.map_err(|rejection| ApiError::bad_request(rejection.body_text()))?;
     blocking(move || {
         let limit = query.limit.unwrap_or(50).clamp(1, 500);
         let mut matched = Vec::new();
