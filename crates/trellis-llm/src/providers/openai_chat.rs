@@ -200,6 +200,22 @@ struct ChunkFunction {
     arguments: Option<String>,
 }
 
+/// Usage as OpenAI's APIs report it (Chat Completions and Responses name the fields differently,
+/// and agree on the rest): what is missing counts as none.
+pub(crate) fn openai_usage(
+    input: Option<u64>,
+    output: Option<u64>,
+    cached: Option<CachedTokens>,
+    reasoning: Option<ReasoningTokens>,
+) -> Usage {
+    Usage {
+        input_tokens: input.unwrap_or(0),
+        output_tokens: output.unwrap_or(0),
+        cached_tokens: cached.and_then(|d| d.cached_tokens).unwrap_or(0),
+        reasoning_tokens: reasoning.and_then(|d| d.reasoning_tokens).unwrap_or(0),
+    }
+}
+
 /// An error in the stream: an object with a message, or just text.
 #[derive(Deserialize)]
 #[serde(untagged)]
@@ -265,18 +281,12 @@ impl Provider for OpenAiChat {
                 model = m;
             }
             if let Some(u) = chunk.usage {
-                usage = Usage {
-                    input_tokens: u.prompt_tokens.unwrap_or(0),
-                    output_tokens: u.completion_tokens.unwrap_or(0),
-                    cached_tokens: u
-                        .prompt_tokens_details
-                        .and_then(|d| d.cached_tokens)
-                        .unwrap_or(0),
-                    reasoning_tokens: u
-                        .completion_tokens_details
-                        .and_then(|d| d.reasoning_tokens)
-                        .unwrap_or(0),
-                };
+                usage = openai_usage(
+                    u.prompt_tokens,
+                    u.completion_tokens,
+                    u.prompt_tokens_details,
+                    u.completion_tokens_details,
+                );
             }
             let Some(choice) = chunk.choices.and_then(|c| c.into_iter().next()) else {
                 continue;

@@ -8,9 +8,9 @@ use serde_json::{Value, json};
 use crate::error::{ErrorKind, LlmError};
 use crate::http::SseStream;
 use crate::http::Transport;
-use crate::message::{Part, Request, Response, Role, StopReason, StreamEvent, ToolCall, Usage};
+use crate::message::{Part, Request, Response, Role, StopReason, StreamEvent, ToolCall};
 use crate::provider::{OnEvent, Provider};
-use crate::providers::openai_chat::{CachedTokens, ReasoningTokens};
+use crate::providers::openai_chat::{CachedTokens, ReasoningTokens, openai_usage};
 
 pub struct OpenAiResponses {
     transport: Transport,
@@ -145,18 +145,12 @@ impl Provider for OpenAiResponses {
                         provider: self.transport.provider.clone(),
                         text,
                         tool_calls,
-                        usage: Usage {
-                            input_tokens: usage.input_tokens.unwrap_or(0),
-                            output_tokens: usage.output_tokens.unwrap_or(0),
-                            cached_tokens: usage
-                                .input_tokens_details
-                                .and_then(|d| d.cached_tokens)
-                                .unwrap_or(0),
-                            reasoning_tokens: usage
-                                .output_tokens_details
-                                .and_then(|d| d.reasoning_tokens)
-                                .unwrap_or(0),
-                        },
+                        usage: openai_usage(
+                            usage.input_tokens,
+                            usage.output_tokens,
+                            usage.input_tokens_details,
+                            usage.output_tokens_details,
+                        ),
                         stop_reason,
                     });
                 }
