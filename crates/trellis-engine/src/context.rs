@@ -3,10 +3,10 @@
 //! the blob store as `blob://sha256/<hex>` references, which the condition view resolves. It remembers
 //! which keys were set since the engine last took the changes, so a checkpoint journals only those.
 
-use parking_lot::RwLock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use parking_lot::RwLock;
 use serde_json::Value;
 use trellis_workflow::{ConditionScope, StageStatus};
 

@@ -4,12 +4,12 @@
 //! one step per node, whatever its kind — is in `step`; how a work stage's attempts run is in
 //! `attempt`.
 
-use parking_lot::MutexGuard;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
+use parking_lot::MutexGuard;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use trellis_workflow::{StageStatus, Workflow};

@@ -14,12 +14,12 @@
 //! Where watching is not possible (no inotify, its watch limit reached, its queue overflowed) a
 //! capture walks the tree again, within the same bound. A capture that reaches the bound says so.
 
-use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+use parking_lot::Mutex;
 use trellis_engine::Artifact;
 
 const MAX_FILE: u64 = 10 * 1024 * 1024;

@@ -3,11 +3,11 @@
 //! answers file falls back to the terminal, and the terminal says `Unavailable` when standard input is
 //! not a terminal, so a non-interactive run waits for input instead of guessing.
 
-use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io::{BufRead, IsTerminal, Write};
 
 use async_trait::async_trait;
+use parking_lot::Mutex;
 use trellis_engine::services::{Answer, Interviewer, Question};
 
 use crate::human::match_choice;

@@ -8,11 +8,11 @@
 //! `--dry-run` simulates them. Agent nodes share this module's preambles, threads and project memory
 //! (see [`crate::agent`]).
 
-use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use parking_lot::Mutex;
 use serde_json::json;
 use trellis_engine::event::EventKind;
 use trellis_engine::{Attempt, Conversation, FailureClass, Handler, Outcome, Stage, keys};

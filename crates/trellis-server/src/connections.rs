@@ -4,7 +4,6 @@
 //! and shutting down stops accepting, lets open requests finish (event streams end on the server's
 //! stop) and waits for them.
 
-use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -13,6 +12,7 @@ use std::time::Duration;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use parking_lot::Mutex;
 use tokio::net::TcpListener;
 
 /// How long a client may take to send a request's headers.

@@ -1,11 +1,11 @@
 //! The runs this server is running, and the interviewer that lets the API answer their human gates.
 
-use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinSet;

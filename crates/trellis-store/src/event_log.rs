@@ -8,7 +8,6 @@
 //! leaves at most one torn line (which readers skip). A write error is kept and reported by the next
 //! flush (and by [`EventLog::close`]), never dropped.
 
-use parking_lot::{Condvar, Mutex};
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::path::Path;
@@ -16,6 +15,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use parking_lot::{Condvar, Mutex};
 use trellis_engine::Event;
 use trellis_engine::services::EventSink;
 

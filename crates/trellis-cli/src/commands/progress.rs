@@ -4,12 +4,12 @@
 //! each under their stage as they finish (`shell cargo test … exit 101`); with `--verbose` the models'
 //! answers stream as they are written.
 
-use parking_lot::Mutex;
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use trellis_engine::event::{Event, EventKind};
 use trellis_engine::services::EventSink;
 use trellis_workflow::StageStatus;
