@@ -48,7 +48,7 @@ pub struct Launcher {
 
 impl Launcher {
     /// The reaper of the `trellis` executable at `trellis`: [`REAPER_PROGRAM`] beside it when it is
-    /// there, else `trellis __reap`.
+    /// there (built and installed with `trellis`), else `trellis __reap`.
     pub fn beside(trellis: &std::path::Path) -> Self {
         let own = trellis.with_file_name(REAPER_PROGRAM);
         if own.is_file() {
@@ -323,4 +323,26 @@ fn children() -> Vec<Pid> {
         })
         .filter_map(|pid| Some(Pid::from_raw(i32::try_from(pid).ok()?)))
         .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "the test sets up executables")]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_small_reaper_is_used_when_it_is_beside_trellis() {
+        let dir = tempfile::tempdir().unwrap();
+        let trellis = dir.path().join("trellis");
+        std::fs::write(&trellis, "").unwrap();
+        let alone = Launcher::beside(&trellis);
+        assert_eq!(alone.program(), trellis);
+        assert_eq!(alone.leading_args(), [REAPER_ARG]);
+
+        let own = dir.path().join(REAPER_PROGRAM);
+        std::fs::write(&own, "").unwrap();
+        let beside = Launcher::beside(&trellis);
+        assert_eq!(beside.program(), own);
+        assert!(beside.leading_args().is_empty());
+    }
 }
