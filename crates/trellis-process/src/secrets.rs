@@ -177,10 +177,20 @@ pub fn keep_this_process_private() {
     reason = "called on the blocking pool when a command has ended"
 )]
 pub fn redact_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
-    let bytes = std::fs::read(path)?;
+    use std::io::{Read as _, Write as _};
+    use std::os::unix::fs::OpenOptionsExt as _;
+    // The log is in a stage directory the command may have written: a symlink put in its place is
+    // neither read nor written through.
+    let open = |options: &mut std::fs::OpenOptions| {
+        options
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .open(path)
+    };
+    let mut bytes = Vec::new();
+    open(std::fs::OpenOptions::new().read(true))?.read_to_end(&mut bytes)?;
     match redact_bytes(&bytes) {
         Some(redacted) => {
-            std::fs::write(path, &redacted)?;
+            open(std::fs::OpenOptions::new().write(true).truncate(true))?.write_all(&redacted)?;
             Ok(redacted)
         }
         None => Ok(bytes),
@@ -190,6 +200,21 @@ pub fn redact_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[allow(clippy::disallowed_methods, reason = "the test sets up files")]
+    fn a_log_replaced_by_a_symlink_is_neither_read_nor_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside.txt");
+        std::fs::write(&outside, "token=sk-ant-0123456789abcdef0123456789").unwrap();
+        let log = dir.path().join("stdout.log");
+        std::os::unix::fs::symlink(&outside, &log).unwrap();
+        assert!(redact_file(&log).is_err());
+        assert_eq!(
+            std::fs::read_to_string(&outside).unwrap(),
+            "token=sk-ant-0123456789abcdef0123456789"
+        );
+    }
 
     #[test]
     fn secrets_are_recognised_by_the_words_of_their_names() {

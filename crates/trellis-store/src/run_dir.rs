@@ -116,11 +116,15 @@ pub(crate) fn file_mode() -> u32 {
 /// Creates (or truncates) a record file with the record's permissions.
 pub(crate) fn private_file(path: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt as _;
+    // Never through a symlink: a command that may write its stage directory (unconfined, or under
+    // Landlock with the runs directory inside the working directory) could plant `status.json` as
+    // one, pointing at a file it may not write itself.
     fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(file_mode())
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
         .open(path)
 }
 
@@ -593,6 +597,19 @@ mod tests {
                 .unwrap(),
             ))],
         }
+    }
+
+    #[test]
+    fn a_status_planted_as_a_symlink_is_not_written_through() {
+        let runs = tempfile::tempdir().unwrap();
+        let (record, _owner) = new_record(runs.path());
+        let stage = record.stage_dir(1, "probe", 1).unwrap();
+        let outside = runs.path().join("outside.txt");
+        fs::write(&outside, "keep").unwrap();
+        std::os::unix::fs::symlink(&outside, stage.join("status.json")).unwrap();
+        let status = StatusFile::waiting("probe", 1, 1, 0);
+        assert!(record.write_status(&stage, &status).is_err());
+        assert_eq!(fs::read_to_string(&outside).unwrap(), "keep");
     }
 
     #[test]

@@ -144,6 +144,14 @@ pub struct Node {
     pub retry_targets: Vec<NodeIndex>,
 }
 
+impl Node {
+    /// Where the value of attribute `key` is written, else the node's first mention: where a
+    /// diagnostic about that attribute points.
+    pub fn span_of(&self, key: &str) -> Span {
+        self.attr_spans.get(key).copied().unwrap_or(self.span)
+    }
+}
+
 /// Progress of the fan-in search for one node.
 #[derive(Debug, Clone, Copy)]
 enum FanInState {

@@ -29,11 +29,7 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         {
             continue;
         }
-        let span = node
-            .attr_spans
-            .get("goal_gate")
-            .copied()
-            .unwrap_or(node.span);
+        let span = node.span_of("goal_gate");
         out.push(
             RULE.diagnostic(
                 format!(

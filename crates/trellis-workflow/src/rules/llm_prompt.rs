@@ -54,7 +54,7 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
                 ),
             );
         } else if llm.prompt.trim().is_empty() {
-            let span = node.attr_spans.get("prompt").copied().unwrap_or(node.span);
+            let span = node.span_of("prompt");
             out.push(
                 RULE.diagnostic(format!("{kind} node `{}` has no prompt", node.id), span)
                     .with_label("needs a prompt")

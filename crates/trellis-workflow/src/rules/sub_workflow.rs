@@ -85,11 +85,7 @@ pub(crate) fn check_includes(
                     )
                 })
                 .collect();
-            let span = node
-                .attr_spans
-                .get("workflow")
-                .copied()
-                .unwrap_or(node.span);
+            let span = node.span_of("workflow");
             out.push(
                 RULE.diagnostic(
                     format!(
