@@ -54,7 +54,8 @@ struct Place<'p> {
 
 /// What an attempt at a node runs: its handler, or one of the kinds the engine runs itself.
 pub(crate) enum Work<'w> {
-    Handler,
+    /// The node's handler ([`Engine::handler_of`]).
+    Handler(Arc<dyn Handler>),
     /// A fan-out: its branches, then the join, on `track` at `path`.
     FanOut {
         path: &'w [String],
@@ -78,7 +79,7 @@ impl Engine {
     }
 
     /// The handler of a node the engine does not run itself.
-    fn handler_of(&self, node: &Node) -> Result<Arc<dyn Handler>, EngineError> {
+    pub(crate) fn handler_of(&self, node: &Node) -> Result<Arc<dyn Handler>, EngineError> {
         self.handlers
             .get(node.kind.handler_kind())
             .cloned()
@@ -104,13 +105,12 @@ impl Engine {
     async fn attempt_once(
         &self,
         work: &mut Work<'_>,
-        handler: Option<&Arc<dyn Handler>>,
         place: Place<'_>,
         limit: Option<Duration>,
     ) -> Result<Attempt, EngineError> {
         let node = &self.workflow.nodes[place.index];
-        match (work, handler) {
-            (Work::Handler, Some(handler)) => {
+        match work {
+            Work::Handler(handler) => {
                 let stage = Stage {
                     workflow: &self.workflow,
                     node,
@@ -129,19 +129,16 @@ impl Engine {
                 };
                 within(limit, async { Ok(handler.execute(&stage).await) }).await
             }
-            (
-                Work::FanOut {
-                    path,
-                    track,
-                    config,
-                },
-                _,
-            ) => {
+            Work::FanOut {
+                path,
+                track,
+                config,
+            } => {
                 let fan_out =
                     self.run_parallel(path, track, place.index, place.visit, config, place.context);
                 within(limit, async { fan_out.await.map(Attempt::from) }).await
             }
-            (Work::Child(path), _) => {
+            Work::Child(path) => {
                 let child = Box::pin(self.run_child(
                     place.dir,
                     path,
@@ -151,10 +148,6 @@ impl Engine {
                 ));
                 within(limit, async { child.await.map(Attempt::from) }).await
             }
-            (Work::Handler, None) => Err(EngineError::NoHandler {
-                node: node.id.clone(),
-                kind: node.kind.type_name(),
-            }),
         }
     }
 
@@ -173,10 +166,6 @@ impl Engine {
         mut work: Work<'_>,
     ) -> Result<Attempt, EngineError> {
         let node = &self.workflow.nodes[index];
-        let handler = match work {
-            Work::Handler => Some(self.handler_of(node)?),
-            _ => None,
-        };
         let max_attempts = self.max_attempts(node).max(1);
         let limit = self.time_limit(node, &work);
         let mut attempt = 1;
@@ -210,9 +199,7 @@ impl Engine {
                 dir: &dir,
                 cancel: &cancel,
             };
-            let executed = self
-                .attempt_once(&mut work, handler.as_ref(), place, limit)
-                .await?;
+            let executed = self.attempt_once(&mut work, place, limit).await?;
             let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             let retries = keys::retry_count_of(&node.id);
             if attempt > 1 || context.get(&retries).is_some() {

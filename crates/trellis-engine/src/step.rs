@@ -148,7 +148,10 @@ impl Engine {
             NodeKind::SubWorkflow(config) => {
                 (track.last_outcome.as_ref(), Work::Child(&config.workflow))
             }
-            _ => (track.last_outcome.as_ref(), Work::Handler),
+            _ => (
+                track.last_outcome.as_ref(),
+                Work::Handler(self.handler_of(node)?),
+            ),
         };
         let attempt = self
             .run_attempts(index, visit, context, previous, &conversation, work)
