@@ -13,7 +13,7 @@ use parking_lot::{Mutex, MutexGuard};
 use crate::checkpoint::{Change, Checkpoint, JournalEntry, Track, TrackChange};
 use crate::context::RunContext;
 use crate::event::EdgeChoice;
-use trellis_process::task::blocking;
+use trellis_process::task::{blocking, start_blocking};
 
 use crate::services::{RunStore, Subscribers};
 use crate::status_file::StatusFile;
@@ -29,6 +29,9 @@ pub(crate) struct Recorder {
     /// Held while writing the record; keeps the first write error, after which no entry is
     /// appended (the journal must have no gaps) until a snapshot succeeds.
     writer: Arc<Mutex<Option<String>>>,
+    /// The sync of the journal entries last appended, which runs while the run goes on; the next
+    /// write waits for it, so entries reach the disk in order, and takes its error.
+    syncing: Mutex<Option<tokio::task::JoinHandle<()>>>,
     store: Arc<dyn RunStore>,
     /// Flushed before each journal entry: an entry names the last event, which must be stored.
     events: Subscribers,
@@ -94,6 +97,7 @@ impl Recorder {
             }),
             queued: Arc::default(),
             writer: Arc::default(),
+            syncing: Mutex::new(None),
             store,
             events,
         }
@@ -116,9 +120,9 @@ impl Recorder {
         book.change(Change::Track(Box::new(change)));
     }
 
-    /// Saves what changed since the last save: one journal entry, appended and synced (on the
-    /// blocking pool), with `seq` the last event's number. What is written is what changed, not
-    /// the whole checkpoint.
+    /// Saves what changed since the last save: one journal entry, appended (on the blocking pool),
+    /// with `seq` the last event's number, and synced to disk while the run goes on. What is written
+    /// is what changed, not the whole checkpoint.
     pub(crate) async fn save(&self, seq: u64) -> io::Result<()> {
         self.queue_entry(&mut self.book(), seq);
         self.write(None).await.0
@@ -199,24 +203,38 @@ impl Recorder {
 
     /// Writes the queued stage statuses, then the queued journal entries (the event log flushed
     /// first: an entry names the last event, which must be stored), then `snapshot` if given.
+    ///
+    /// The entries appended are synced to disk after this returns, while the run goes on (the next
+    /// stage starting): a kill loses nothing written, and a crash of the machine loses at most the
+    /// entries of the last stage, which then runs again, as one cut short does (its work in the
+    /// working directory was not synced either). The next write waits for the sync, so entries
+    /// become durable in order; a snapshot syncs the journal before it is saved, as it counts on
+    /// the entries before it.
     async fn write(&self, snapshot: Option<Checkpoint>) -> (io::Result<()>, Option<Checkpoint>) {
+        let syncing = self.syncing.lock().take();
+        if let Some(syncing) = syncing {
+            // Its error, if any, is the writer's now.
+            let _ = syncing.await;
+        }
         let (store, events) = (self.store.clone(), self.events.clone());
         let (queued, writer) = (self.queued.clone(), self.writer.clone());
-        blocking(move || {
+        let (written, snapshot, appended) = blocking(move || {
             let mut failed = writer.lock();
             if let (Some(error), None) = (&*failed, &snapshot) {
-                return (Err(io::Error::other(error.clone())), snapshot);
+                return (Err(io::Error::other(error.clone())), snapshot, false);
             }
             let Queued { statuses, entries } = std::mem::take(&mut *queued.lock());
+            let appended = !entries.is_empty() && failed.is_none();
             let written = (|| {
                 for status in statuses {
                     status.write(&*store)?;
                 }
                 events.flush()?;
-                if !entries.is_empty() && failed.is_none() {
+                if appended {
                     store.append_journal(&entries)?;
                 }
                 if let Some(snapshot) = &snapshot {
+                    store.sync_journal()?;
                     store.save_checkpoint(snapshot)?;
                 }
                 Ok::<_, io::Error>(())
@@ -227,9 +245,18 @@ impl Recorder {
                 Ok(()) if snapshot.is_some() => *failed = None,
                 Ok(()) => {}
             }
-            (written, snapshot)
+            (written, snapshot, appended)
         })
-        .await
+        .await;
+        if appended && written.is_ok() && snapshot.is_none() {
+            let (store, writer) = (self.store.clone(), self.writer.clone());
+            *self.syncing.lock() = Some(start_blocking(move || {
+                if let Err(error) = store.sync_journal() {
+                    writer.lock().get_or_insert(error.to_string());
+                }
+            }));
+        }
+        (written, snapshot)
     }
 
     /// Creates a stage attempt's directory (on the record lane, [`in_order`]).
@@ -279,5 +306,105 @@ async fn in_order<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) 
     match receiver.await.expect("the record lane runs every job") {
         Ok(value) => value,
         Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store that keeps only the order of its journal calls, and fails its syncs when asked.
+    #[derive(Default)]
+    struct Calls {
+        log: Mutex<Vec<&'static str>>,
+        failing_sync: std::sync::atomic::AtomicBool,
+    }
+
+    impl RunStore for Calls {
+        fn stage_dir(&self, _: u32, _: &str, _: u32) -> io::Result<PathBuf> {
+            unreachable!("no stage runs here")
+        }
+        fn write_status(&self, _: &Path, _: &StatusFile) -> io::Result<()> {
+            Ok(())
+        }
+        fn read_status(&self, _: &Path) -> io::Result<Option<StatusFile>> {
+            Ok(None)
+        }
+        fn save_checkpoint(&self, _: &Checkpoint) -> io::Result<()> {
+            self.log.lock().push("snapshot");
+            Ok(())
+        }
+        fn append_journal(&self, _: &[JournalEntry]) -> io::Result<()> {
+            self.log.lock().push("append");
+            Ok(())
+        }
+        fn sync_journal(&self) -> io::Result<()> {
+            self.log.lock().push("sync");
+            if self.failing_sync.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(io::Error::other("the disk is gone"));
+            }
+            Ok(())
+        }
+        fn finished_stages(&self) -> io::Result<Vec<crate::checkpoint::StageRecord>> {
+            Ok(Vec::new())
+        }
+        fn child(&self, _: &Path) -> io::Result<Arc<dyn RunStore>> {
+            unreachable!("no sub-workflow here")
+        }
+    }
+
+    fn recorder(store: &Arc<Calls>) -> Recorder {
+        Recorder::new("R", store.clone(), Subscribers::new([]))
+    }
+
+    fn change(recorder: &Recorder) {
+        let change = TrackChange::take(&[], &mut Track::default(), BTreeMap::new());
+        recorder.book().change(Change::Track(Box::new(change)));
+    }
+
+    #[tokio::test]
+    async fn an_entry_is_synced_after_its_save_and_before_the_next_entry_and_any_snapshot() {
+        let store = Arc::new(Calls::default());
+        let recorder = recorder(&store);
+        change(&recorder);
+        recorder.save(1).await.unwrap();
+        change(&recorder);
+        recorder.save(2).await.unwrap();
+        change(&recorder);
+        recorder.save_snapshot(3).await.unwrap();
+        assert_eq!(
+            *store.log.lock(),
+            [
+                "append", "sync", "append", "sync", "append", "sync", "snapshot"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_sync_fails_the_next_save_until_a_snapshot_succeeds() {
+        let store = Arc::new(Calls::default());
+        let recorder = recorder(&store);
+        store
+            .failing_sync
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        change(&recorder);
+        recorder.save(1).await.unwrap();
+        change(&recorder);
+        let error = recorder.save(2).await.unwrap_err();
+        assert!(error.to_string().contains("the disk is gone"), "{error}");
+        // No entry follows one that may be lost: the journal must have no gaps.
+        assert_eq!(*store.log.lock(), ["append", "sync"]);
+
+        store
+            .failing_sync
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        recorder.save_snapshot(3).await.unwrap();
+        change(&recorder);
+        recorder.save(4).await.unwrap();
+        // (Its sync may be running still.)
+        assert_eq!(
+            store.log.lock()[..5],
+            ["append", "sync", "sync", "snapshot", "append"]
+        );
     }
 }

@@ -47,9 +47,17 @@ pub trait RunStore: Send + Sync {
     /// Saves a snapshot of the checkpoint atomically: after a crash, either the old or the new one is
     /// there, whole.
     fn save_checkpoint(&self, checkpoint: &Checkpoint) -> io::Result<()>;
-    /// Appends journal entries durably: when this returns they survive the process, and a crash
-    /// mid-write leaves at most a torn last entry, which readers drop.
+    /// Appends journal entries: when this returns they survive the process (a kill), and a crash
+    /// mid-write leaves at most a torn last entry, which readers drop. [`sync_journal`] makes them
+    /// survive the machine too.
+    ///
+    /// [`sync_journal`]: RunStore::sync_journal
     fn append_journal(&self, entries: &[crate::checkpoint::JournalEntry]) -> io::Result<()>;
+    /// Makes every journal entry appended so far durable on disk (a store that keeps nothing on disk
+    /// has nothing to do).
+    fn sync_journal(&self) -> io::Result<()> {
+        Ok(())
+    }
     /// Every finished stage attempt in the record, in order.
     fn finished_stages(&self) -> io::Result<Vec<crate::checkpoint::StageRecord>>;
     /// The record of a sub-workflow run inside a stage directory.

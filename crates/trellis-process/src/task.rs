@@ -10,6 +10,14 @@ pub async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'stat
     }
 }
 
+/// Starts `work` on tokio's blocking pool and goes on without waiting: the handle gives its result
+/// (or its panic) when awaited.
+pub fn start_blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> tokio::task::JoinHandle<T> {
+    tokio::task::spawn_blocking(work)
+}
+
 /// Runs blocking work that lasts as long as a stage (a transcript written as the stage goes, a person
 /// typing an answer) on a thread of its own, so it never holds one of the blocking pool's threads,
 /// which short file work shares. The future gives its result (`None` if the thread could not start

@@ -157,7 +157,7 @@ pub fn list_runs(runs_dir: &Path) -> Vec<PathBuf> {
 pub struct RunDir {
     root: PathBuf,
     /// `journal.jsonl`, open for appending once the first entry is written.
-    journal: parking_lot::Mutex<Option<File>>,
+    journal: parking_lot::Mutex<Option<std::sync::Arc<File>>>,
 }
 
 fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> StoreError {
@@ -530,11 +530,16 @@ impl RunStore for RunDir {
                 // The new file's name must be as durable as its entries.
                 File::open(&self.root)?.sync_all()?;
             }
-            *journal = Some(file);
+            *journal = Some(std::sync::Arc::new(file));
         }
-        let file = journal.as_mut().expect("opened above");
-        file.write_all(&lines)?;
-        file.sync_data()
+        let file: &File = journal.as_ref().expect("opened above");
+        { file }.write_all(&lines)
+    }
+
+    fn sync_journal(&self) -> io::Result<()> {
+        // Out of the lock: the next append need not wait for the disk.
+        let file = self.journal.lock().clone();
+        file.map_or(Ok(()), |file| file.sync_data())
     }
 
     fn save_checkpoint(&self, checkpoint: &Checkpoint) -> io::Result<()> {
