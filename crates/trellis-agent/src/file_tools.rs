@@ -59,9 +59,13 @@ fn read_file(work_dir: &WorkDir, args: &ReadArgs) -> Result<ToolOutput, String> 
             bytes.len()
         ));
     }
+    let seen = |content: String| ToolOutput {
+        seen: vec![work_dir.relative(&path)],
+        ..ToolOutput::ok(content)
+    };
     let text = String::from_utf8_lossy(&bytes);
     if text.is_empty() {
-        return Ok(ToolOutput::ok(format!("(`{}` is empty)", args.path)));
+        return Ok(seen(format!("(`{}` is empty)", args.path)));
     }
     let first = args.offset.unwrap_or(1).max(1);
     let limit = args.limit.unwrap_or(READ_DEFAULT_LINES).max(1);
@@ -86,7 +90,7 @@ fn read_file(work_dir: &WorkDir, args: &ReadArgs) -> Result<ToolOutput, String> 
             last + 1
         );
     }
-    Ok(ToolOutput::ok(out))
+    Ok(seen(out))
 }
 
 #[derive(Deserialize)]
@@ -215,6 +219,7 @@ fn grep(work_dir: &WorkDir, args: &GrepArgs) -> Result<ToolOutput, String> {
         .build();
     let mut out = String::new();
     let mut hits = 0usize;
+    let mut found = Vec::new();
     for entry in walk.build().filter_map(Result::ok) {
         if work_dir.stopped() {
             break;
@@ -228,6 +233,7 @@ fn grep(work_dir: &WorkDir, args: &GrepArgs) -> Result<ToolOutput, String> {
             continue;
         }
         let shown = work_dir.relative(entry.path());
+        let before = hits;
         let _ = searcher.search_path(
             &matcher,
             entry.path(),
@@ -237,6 +243,9 @@ fn grep(work_dir: &WorkDir, args: &GrepArgs) -> Result<ToolOutput, String> {
                 Ok(out.len() < GREP_COLLECT_CHARS)
             }),
         );
+        if hits > before {
+            found.push(shown);
+        }
         if out.len() >= GREP_COLLECT_CHARS {
             break;
         }
@@ -244,7 +253,10 @@ fn grep(work_dir: &WorkDir, args: &GrepArgs) -> Result<ToolOutput, String> {
     if hits == 0 {
         return Ok(ToolOutput::ok(format!("no matches for `{}`", args.pattern)));
     }
-    Ok(ToolOutput::ok(out))
+    Ok(ToolOutput {
+        seen: found,
+        ..ToolOutput::ok(out)
+    })
 }
 
 #[derive(Deserialize)]

@@ -1,8 +1,24 @@
-//! Loop detection: when the last 10 tool calls repeat with a period of 1, 2 or 3 (the same tools with
-//! the same arguments, over and over), the model is stuck. The session tells it so and reports an
-//! `Agent.LoopDetected` event; the window then starts afresh, so one loop is reported once.
+//! Loop detection, by two rules.
+//!
+//! - **Repeats are not run.** A call identical to an earlier one (the same tool, the same arguments)
+//!   with nothing in between that may have changed anything — no call of a tool that writes or runs
+//!   commands (`write_file`, `edit_file`, `shell`) other than that same call itself — would give the
+//!   same result. The first repeat runs (the model may have lost the result); from the second repeat on
+//!   the call is not run, and is answered with an error result that says why. Interleaved repeats
+//!   (A, B, A, B, A) count as much as consecutive ones (A, A, A): the third A is refused.
+//! - **Cycles are named.** When the last 10 calls that ran repeat with a period of 1, 2 or 3 (a cycle
+//!   that does write or run something, so the first rule lets it through), the model is told it is
+//!   going round in circles; the window then starts afresh, so one cycle is reported once.
+//!
+//! Each refusal and each cycle is an `Agent.LoopDetected` event and a warning; a session stops after
+//! [`crate::session::LOOP_WARNINGS`] of them.
+
+use std::collections::HashMap;
 
 use serde_json::Value;
+
+/// How many times an identical call runs before its repeats are refused.
+pub const RUNS_OF_A_CALL: u32 = 2;
 
 /// How many recent calls are compared.
 pub const WINDOW: usize = 10;
@@ -10,7 +26,28 @@ const PERIODS: [usize; 3] = [1, 2, 3];
 
 #[derive(Debug, Default)]
 pub struct LoopDetector {
+    /// The last calls that ran, for cycles.
     recent: Vec<String>,
+    /// Every call since something last changed: how often it came, and the number of the last.
+    since_change: HashMap<String, (u32, usize)>,
+    /// The last call that may change something, which may repeat without clearing the above.
+    last_change: Option<String>,
+    /// Calls checked so far.
+    calls: usize,
+}
+
+/// A repeated call that is not run: its tool, how many calls back it came last, and how often it
+/// came since anything changed (this time included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repeat {
+    pub tool: String,
+    pub period: usize,
+    pub times: u32,
+}
+
+/// One call as the detector compares it.
+fn key(tool: &str, arguments: &Value) -> String {
+    format!("{tool}\u{0}{arguments}")
 }
 
 /// A detected loop: its period and the tools in one cycle.
@@ -21,9 +58,28 @@ pub struct Loop {
 }
 
 impl LoopDetector {
-    /// Records a call; returns the loop it completes, if any.
+    /// Before a call runs: the repeat it is, when it must not run. `changes` says whether the tool
+    /// may change anything (it writes files or runs commands).
+    pub fn check(&mut self, tool: &str, arguments: &Value, changes: bool) -> Option<Repeat> {
+        let key = key(tool, arguments);
+        self.calls += 1;
+        if changes && self.last_change.as_ref() != Some(&key) {
+            self.since_change.clear();
+            self.last_change = Some(key.clone());
+        }
+        let (times, last) = self.since_change.entry(key).or_insert((0, self.calls));
+        *times += 1;
+        let period = self.calls - std::mem::replace(last, self.calls);
+        (*times > RUNS_OF_A_CALL).then(|| Repeat {
+            tool: tool.to_owned(),
+            period,
+            times: *times,
+        })
+    }
+
+    /// After a call ran: the cycle it completes, if any.
     pub fn record(&mut self, tool: &str, arguments: &Value) -> Option<Loop> {
-        self.recent.push(format!("{tool}\u{0}{arguments}"));
+        self.recent.push(key(tool, arguments));
         if self.recent.len() > WINDOW {
             self.recent.remove(0);
         }
@@ -51,6 +107,19 @@ impl Loop {
              something different — or, if the task is done, answer without calling a tool.",
             self.period,
             self.tools.join(", ")
+        )
+    }
+}
+
+impl Repeat {
+    /// The error result the model gets instead of the call's.
+    pub fn refusal(&self) -> String {
+        format!(
+            "Not run: this is call number {} of `{}` with these same arguments since anything in the \
+             working directory last changed, so it would give the same result as before — see your \
+             earlier call. Use that result and do something different; if the task is done, answer \
+             without calling a tool.",
+            self.times, self.tool
         )
     }
 }
@@ -85,5 +154,58 @@ mod tests {
                 None
             );
         }
+    }
+
+    /// Runs `calls` (tool, path, whether it changes anything) through the repeat rule; the indexes of
+    /// those refused.
+    fn refused(calls: &[(&str, &str, bool)]) -> Vec<usize> {
+        let mut detector = LoopDetector::default();
+        calls
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (tool, path, changes))| {
+                detector
+                    .check(tool, &json!({ "path": path }), *changes)
+                    .map(|_| i)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_second_repeat_of_a_call_is_refused_consecutive_or_interleaved() {
+        let a = ("read_file", "a", false);
+        let b = ("grep", "b", false);
+        assert_eq!(refused(&[a, a, a, a]), [2, 3]);
+        assert_eq!(refused(&[a, b, a, b, a, b]), [4, 5]);
+        let mut detector = LoopDetector::default();
+        for _ in 0..2 {
+            assert_eq!(
+                detector.check("read_file", &json!({ "path": "a" }), false),
+                None
+            );
+            detector.check("grep", &json!({ "path": "b" }), false);
+        }
+        assert_eq!(
+            detector.check("read_file", &json!({ "path": "a" }), false),
+            Some(Repeat {
+                tool: "read_file".into(),
+                period: 2,
+                times: 3
+            })
+        );
+    }
+
+    #[test]
+    fn a_change_in_between_lets_a_call_run_again_but_a_repeated_change_is_a_repeat() {
+        let read = ("read_file", "a", false);
+        let write = ("write_file", "a", true);
+        let test = ("shell", "pytest", true);
+        assert_eq!(
+            refused(&[read, read, write, read, read, test, read]),
+            Vec::<usize>::new()
+        );
+        // The same command again and again, with nothing else in between, changes nothing new.
+        assert_eq!(refused(&[test, test, test]), [2]);
+        assert_eq!(refused(&[test, read, test, read, test, read]), [4, 5]);
     }
 }

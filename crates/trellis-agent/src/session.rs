@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use trellis_llm::{Message, Part, Request, Response, Role, ToolCall, ToolResult};
 
 use crate::compaction;
-use crate::loop_detector::LoopDetector;
+use crate::loop_detector::{LoopDetector, Repeat};
 use crate::tools::{Tool, ToolOutput, Toolbox};
 
 /// How the session reaches its model: one call, made and reported by the caller.
@@ -128,6 +128,7 @@ impl Session {
         history: Vec<Message>,
         settings: Settings,
     ) -> Self {
+        toolbox.remember(&history);
         Self {
             request: Request {
                 system,
@@ -239,6 +240,14 @@ impl Session {
                 index + 1
             };
             let group = &calls[index..end];
+            // Repeats are answered without running (`loop_detector`), in the order of the calls.
+            let repeats: Vec<Option<Repeat>> = group
+                .iter()
+                .map(|call| {
+                    let changes = !read_only(call);
+                    self.detector.check(&call.name, &call.arguments, changes)
+                })
+                .collect();
             let targets: Vec<String> = group.iter().map(|c| target(&self.toolbox, c)).collect();
             for (call, target) in group.iter().zip(&targets) {
                 observer.on_event(AgentEvent::ToolCallStarted {
@@ -249,13 +258,20 @@ impl Session {
                 });
             }
             let toolbox = &self.toolbox;
-            let outputs = futures::future::join_all(group.iter().map(|call| async move {
-                let started = Instant::now();
-                let output = toolbox.run(call).await;
-                (output, started.elapsed())
-            }))
+            let outputs = futures::future::join_all(group.iter().zip(&repeats).map(
+                |(call, repeat)| async move {
+                    let started = Instant::now();
+                    let output = match repeat {
+                        Some(repeat) => ToolOutput::error(repeat.refusal()),
+                        None => toolbox.run(call).await,
+                    };
+                    (output, started.elapsed())
+                },
+            ))
             .await;
-            for ((call, target), (output, elapsed)) in group.iter().zip(targets).zip(outputs) {
+            for (((call, target), (output, elapsed)), repeat) in
+                group.iter().zip(targets).zip(outputs).zip(repeats)
+            {
                 let shown = match self.toolbox.find(call) {
                     Some(tool) => tool.limit().apply(&output.content),
                     None => output.content.clone(),
@@ -277,7 +293,13 @@ impl Session {
                     content: shown,
                     is_error: output.is_error,
                 }));
-                if let Some(found) = self.detector.record(&call.name, &call.arguments) {
+                if let Some(repeat) = repeat {
+                    observer.on_event(AgentEvent::LoopDetected {
+                        period: repeat.period,
+                        tools: vec![repeat.tool],
+                    });
+                    self.loops += 1;
+                } else if let Some(found) = self.detector.record(&call.name, &call.arguments) {
                     observer.on_event(AgentEvent::LoopDetected {
                         period: found.period,
                         tools: found.tools.clone(),

@@ -39,6 +39,9 @@ pub struct ToolOutput {
     pub note: Option<String>,
     /// The file written or edited, relative to the working directory.
     pub touched: Option<String>,
+    /// The files whose content the call showed (read, or lines found by `grep`), relative to the
+    /// working directory: the session may write them (see [`Toolbox::run`]).
+    pub seen: Vec<String>,
 }
 
 impl ToolOutput {
@@ -48,6 +51,7 @@ impl ToolOutput {
             is_error: false,
             note: None,
             touched: None,
+            seen: Vec::new(),
         }
     }
 
@@ -57,6 +61,7 @@ impl ToolOutput {
             is_error: true,
             note: None,
             touched: None,
+            seen: Vec::new(),
         }
     }
 }
@@ -228,6 +233,9 @@ pub struct Toolbox {
     pub pass_env: Vec<String>,
     /// The sandbox `shell` calls run in, with the node's policy.
     pub sandbox: (std::sync::Arc<Sandbox>, Policy),
+    /// The files the session has read (or found lines of with `grep`), written or edited: those it
+    /// may write over.
+    known: std::sync::Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Toolbox {
@@ -245,6 +253,7 @@ impl Toolbox {
             pass_env: Vec::new(),
             // The agent handler puts the run's sandbox here; a bare toolbox (tests) has none.
             sandbox: (std::sync::Arc::new(Sandbox::none()), Policy::default()),
+            known: std::sync::Arc::default(),
         }
     }
 
@@ -262,12 +271,47 @@ impl Toolbox {
         blocking(move || file_tools::overview(&work_dir, limit)).await
     }
 
+    /// Counts as seen the files a conversation being continued read, wrote or edited without error
+    /// (a thread's earlier stages), as if this toolbox had done it.
+    pub fn remember(&self, history: &[trellis_llm::Message]) {
+        use trellis_llm::Part;
+        let mut paths = std::collections::HashMap::new();
+        let mut known = self.known.lock();
+        for part in history.iter().flat_map(|message| &message.parts) {
+            match part {
+                Part::ToolCall(call)
+                    if matches!(
+                        Tool::from_name(&call.name),
+                        Some(Tool::ReadFile | Tool::WriteFile | Tool::EditFile)
+                    ) =>
+                {
+                    if let Some(path) = call.arguments.get("path").and_then(Value::as_str) {
+                        paths.insert(call.id.as_str(), path);
+                    }
+                }
+                Part::ToolResult(result) if !result.is_error => {
+                    if let Some(given) = paths.get(result.call_id.as_str())
+                        && let Ok(path) = self.work_dir.resolve_readable(given)
+                    {
+                        known.insert(self.work_dir.relative(&path));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// The offered tool `call` names.
     pub fn find(&self, call: &ToolCall) -> Option<Tool> {
         Tool::from_name(&call.name).filter(|t| self.tools.contains(t))
     }
 
     /// Runs one call. Never fails: every problem is an error result.
+    ///
+    /// `write_file` over a file that exists is refused unless the session has seen the file first
+    /// (read it, found lines of it with `grep`, or written or edited it itself): a model must not
+    /// overwrite what it has not looked at. `edit_file` reads the file it edits, and new files are
+    /// always written.
     pub async fn run(&self, call: &ToolCall) -> ToolOutput {
         let Some(tool) = self.find(call) else {
             let offered: Vec<&str> = self.tools.iter().map(|t| t.name()).collect();
@@ -287,10 +331,22 @@ impl Toolbox {
         if tool == Tool::Shell {
             return self.shell(&call.arguments).await;
         }
-        let work_dir = self.work_dir.clone();
+        let (work_dir, known) = (self.work_dir.clone(), self.known.clone());
         let arguments = call.arguments.clone();
         blocking(move || {
-            file_tools::run(tool, &work_dir, &arguments).unwrap_or_else(ToolOutput::error)
+            if tool == Tool::WriteFile
+                && let Some(refusal) = unseen_file(&work_dir, &known.lock(), &arguments)
+            {
+                return ToolOutput::error(refusal);
+            }
+            let output =
+                file_tools::run(tool, &work_dir, &arguments).unwrap_or_else(ToolOutput::error);
+            if !output.is_error {
+                let mut known = known.lock();
+                known.extend(output.seen.iter().cloned());
+                known.extend(output.touched.iter().cloned());
+            }
+            output
         })
         .await
     }
@@ -322,6 +378,24 @@ impl Toolbox {
     }
 }
 
+/// Why `write_file` may not write the file its `arguments` name: it exists and is not among the
+/// `known` files. (Arguments the tool cannot use are left to it to report.)
+fn unseen_file(
+    work_dir: &WorkDir,
+    known: &std::collections::HashSet<String>,
+    arguments: &Value,
+) -> Option<String> {
+    let given = arguments.get("path")?.as_str()?;
+    let path = work_dir.resolve(given).ok()?;
+    let exists = path.symlink_metadata().is_ok_and(|m| m.is_file());
+    (exists && !known.contains(&work_dir.relative(&path))).then(|| {
+        format!(
+            "Cannot write to `{given}`: the file exists, and you have not read it. Read it with \
+             read_file first (or change part of it with edit_file), then write it."
+        )
+    })
+}
+
 /// A call's arguments as the tool's argument type, or the message saying what is wrong.
 pub(crate) fn parse_args<T: DeserializeOwned>(tool: Tool, arguments: &Value) -> Result<T, String> {
     serde_json::from_value(arguments.clone())
@@ -335,4 +409,123 @@ fn clip_for_message(text: &str) -> String {
         keep: Keep::Head,
     }
     .apply(text)
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the test sets up a working directory"
+)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn call(name: &str, arguments: Value) -> ToolCall {
+        ToolCall {
+            id: "c".into(),
+            name: name.into(),
+            arguments,
+        }
+    }
+
+    async fn write(toolbox: &Toolbox, path: &str) -> ToolOutput {
+        toolbox
+            .run(&call(
+                "write_file",
+                json!({ "path": path, "content": "new\n" }),
+            ))
+            .await
+    }
+
+    #[tokio::test]
+    async fn a_file_that_exists_is_written_only_once_the_session_has_seen_it() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["read.txt", "found.txt", "edited.txt", "blind.txt"] {
+            std::fs::write(dir.path().join(name), "old text\n").unwrap();
+        }
+        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
+
+        let refused = write(&toolbox, "blind.txt").await;
+        assert!(refused.is_error);
+        assert!(
+            refused
+                .content
+                .starts_with("Cannot write to `blind.txt`: the file exists"),
+            "{}",
+            refused.content
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("blind.txt")).unwrap(),
+            "old text\n"
+        );
+
+        toolbox
+            .run(&call("read_file", json!({ "path": "./read.txt" })))
+            .await;
+        toolbox
+            .run(&call(
+                "grep",
+                json!({ "pattern": "old", "glob": "found.*" }),
+            ))
+            .await;
+        let edited = toolbox
+            .run(&call(
+                "edit_file",
+                json!({ "path": "edited.txt", "old_string": "old", "new_string": "older" }),
+            ))
+            .await;
+        assert!(!edited.is_error, "{}", edited.content);
+        for (name, done) in [
+            ("read.txt", &write(&toolbox, "read.txt").await),
+            ("found.txt", &write(&toolbox, "found.txt").await),
+            ("edited.txt", &write(&toolbox, "edited.txt").await),
+            ("new/fresh.txt", &write(&toolbox, "new/fresh.txt").await),
+        ] {
+            assert!(!done.is_error, "{name}: {}", done.content);
+            assert_eq!(
+                std::fs::read_to_string(dir.path().join(name)).unwrap(),
+                "new\n"
+            );
+        }
+        // A file the session wrote itself may be written again; an unseen one still may not.
+        assert!(!write(&toolbox, "new/fresh.txt").await.is_error);
+        assert!(write(&toolbox, "blind.txt").await.is_error);
+    }
+
+    #[tokio::test]
+    async fn a_continued_conversation_has_seen_what_it_read_before() {
+        use trellis_llm::{Message, Part, Role, ToolResult};
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["read.txt", "failed.txt"] {
+            std::fs::write(dir.path().join(name), "old text\n").unwrap();
+        }
+        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
+        let exchange = |id: &str, path: &str, is_error: bool| {
+            [
+                Message {
+                    role: Role::Assistant,
+                    parts: vec![Part::ToolCall(ToolCall {
+                        id: id.into(),
+                        name: "read_file".into(),
+                        arguments: json!({ "path": path }),
+                    })],
+                },
+                Message {
+                    role: Role::User,
+                    parts: vec![Part::ToolResult(ToolResult {
+                        call_id: id.into(),
+                        name: "read_file".into(),
+                        content: String::new(),
+                        is_error,
+                    })],
+                },
+            ]
+        };
+        let mut history = exchange("1", "read.txt", false).to_vec();
+        history.extend(exchange("2", "failed.txt", true));
+        toolbox.remember(&history);
+        assert!(!write(&toolbox, "read.txt").await.is_error);
+        assert!(write(&toolbox, "failed.txt").await.is_error);
+    }
 }

@@ -421,14 +421,28 @@ fn malformed_and_unknown_tool_calls_are_answered_with_errors() {
     assert_eq!(run.context("response.fix"), "still standing");
 }
 
+/// The text of every tool result in a request, in order.
+fn result_texts(body: &Value) -> Vec<String> {
+    Llmock::tool_results(body)
+        .iter()
+        .map(|r| r["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
 #[test]
-fn a_loop_is_detected_reported_and_told_to_the_model() {
+fn a_cycle_that_writes_is_named_to_the_model() {
+    // Writing and running alternately, ten times: each call changes something, so none is refused
+    // as a repeat, but the cycle is named.
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
-    lib_rs(&p);
     p.write("w.fabro", &one_agent(""));
-    let mut script: Vec<Value> = (0..10)
-        .map(|_| call("read_file", json!({ "path": "src/lib.rs" })))
+    let mut script: Vec<Value> = (0..5)
+        .flat_map(|_| {
+            [
+                call("write_file", json!({ "path": "a.txt", "content": "x" })),
+                call("shell", json!({ "command": "cat a.txt" })),
+            ]
+        })
         .collect();
     script.push(answer("I was going round in circles."));
     mock.scenario(&Value::Array(script));
@@ -436,7 +450,7 @@ fn a_loop_is_detected_reported_and_told_to_the_model() {
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let detected = run.events_named("Agent.LoopDetected");
     assert_eq!(detected.len(), 1);
-    assert_eq!(detected[0]["period"], 1);
+    assert_eq!(detected[0]["period"], 2);
     let bodies = mock.bodies();
     let last_user = bodies[10]["messages"]
         .as_array()
@@ -453,8 +467,117 @@ fn a_loop_is_detected_reported_and_told_to_the_model() {
         .collect();
     assert_eq!(texts.len(), 1, "{last_user}");
     assert!(texts[0].starts_with("Loop detected"), "{}", texts[0]);
-    // Before the tenth call nothing was said.
+    // Before the tenth call nothing was said, and every call ran.
     assert!(!bodies[9].to_string().contains("Loop detected"));
+    assert!(!bodies.iter().any(|b| b.to_string().contains("Not run")));
+}
+
+#[test]
+fn a_repeated_call_is_answered_without_running_and_a_model_that_keeps_on_is_stopped() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    lib_rs(&p);
+    p.write("w.fabro", &one_agent(""));
+    // Interleaved: A, B, A, B, then A and B again and again.
+    let script: Vec<Value> = (0..20)
+        .map(|i| {
+            if i % 2 == 0 {
+                call("read_file", json!({ "path": "src/lib.rs" }))
+            } else {
+                call("list_dir", json!({ "path": "src" }))
+            }
+        })
+        .collect();
+    mock.scenario(&Value::Array(script));
+    let run = p.run("w.fabro", &[]);
+    let status = status(&run, "fix");
+    assert_eq!(status["status"], "failed");
+    assert!(
+        status["failure"]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("the agent kept repeating the same tool calls after 3 warnings"),
+        "{status}"
+    );
+    // Two of each ran; the third A, the third B and the fourth A were answered with the refusal,
+    // and the session ended after the third.
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 7, "stopped right after the third refusal");
+    for (turn, body) in bodies.iter().enumerate().skip(1).take(4) {
+        let results = result_texts(body);
+        let last = results.last().unwrap();
+        assert!(!last.starts_with("Not run"), "turn {turn}: {last}");
+    }
+    for body in &bodies[5..] {
+        let last = result_texts(body).pop().unwrap();
+        assert!(
+            last.starts_with("Not run: this is call number 3 of `"),
+            "{last}"
+        );
+    }
+    let events = run.events_named("Agent.LoopDetected");
+    let periods: Vec<&Value> = events.iter().map(|e| &e["period"]).collect();
+    assert_eq!(periods, [2, 2, 2]);
+    // The refused calls are in the record as calls that failed, with what the model was told.
+    let completed = run.events_named("Agent.ToolCallCompleted");
+    assert_eq!(completed.len(), 7);
+    assert!(completed[4..].iter().all(|e| e["is_error"] == true));
+}
+
+#[test]
+fn a_model_that_ignores_three_loop_warnings_is_stopped() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    lib_rs(&p);
+    p.write("w.fabro", &one_agent(""));
+    let script: Vec<Value> = (0..40)
+        .map(|_| call("list_dir", json!({ "path": "src" })))
+        .collect();
+    mock.scenario(&Value::Array(script));
+    let run = p.run("w.fabro", &[]);
+    let status = status(&run, "fix");
+    assert_eq!(status["status"], "failed");
+    assert_eq!(run.events_named("Agent.LoopDetected").len(), 3);
+    // Two ran, three were refused.
+    assert_eq!(
+        mock.bodies().len(),
+        5,
+        "stopped right after the third refusal"
+    );
+}
+
+#[test]
+fn a_blind_overwrite_is_refused_until_the_file_is_read() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    lib_rs(&p);
+    p.write("w.fabro", &one_agent(""));
+    let fixed = "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n";
+    mock.scenario(&json!([
+        call(
+            "write_file",
+            json!({ "path": "src/lib.rs", "content": fixed })
+        ),
+        call("read_file", json!({ "path": "src/lib.rs" })),
+        call(
+            "write_file",
+            json!({ "path": "src/lib.rs", "content": fixed })
+        ),
+        answer("Fixed."),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(p.read("src/lib.rs"), fixed);
+    let bodies = mock.bodies();
+    let refused = result_texts(&bodies[1]);
+    assert!(
+        refused[0]
+            .starts_with("Cannot write to `src/lib.rs`: the file exists, and you have not read it"),
+        "{refused:?}"
+    );
+    assert_eq!(Llmock::tool_results(&bodies[1])[0]["is_error"], true);
+    let last = result_texts(&bodies[3]).pop().unwrap();
+    assert!(last.starts_with("wrote "), "{last}");
 }
 
 /// A reviewer agent routed to `approve` or `fix` by the first source that has a directive.
@@ -860,34 +983,6 @@ fn project_memory_is_read_from_the_repository_root_down_to_the_working_directory
         .find("# pkg/CLAUDE.md\n\nPackage rule: no unsafe code.")
         .expect(&system);
     assert!(root < package, "outermost first: {system}");
-}
-
-#[test]
-fn a_model_that_ignores_three_loop_warnings_is_stopped() {
-    let Some(mock) = Llmock::start() else { return };
-    let p = project(&mock);
-    lib_rs(&p);
-    p.write("w.fabro", &one_agent(""));
-    let script: Vec<Value> = (0..40)
-        .map(|_| call("list_dir", json!({ "path": "src" })))
-        .collect();
-    mock.scenario(&Value::Array(script));
-    let run = p.run("w.fabro", &[]);
-    let status = status(&run, "fix");
-    assert_eq!(status["status"], "failed");
-    assert!(
-        status["failure"]["reason"]
-            .as_str()
-            .unwrap()
-            .starts_with("the agent kept repeating the same tool calls after 3 warnings"),
-        "{status}"
-    );
-    assert_eq!(run.events_named("Agent.LoopDetected").len(), 3);
-    assert_eq!(
-        mock.bodies().len(),
-        30,
-        "stopped right after the third loop"
-    );
 }
 
 #[test]
