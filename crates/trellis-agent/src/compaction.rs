@@ -1,6 +1,7 @@
-//! Context compaction, as the context document describes it: after every assistant turn the session
-//! estimates its size (characters / 4 over the system prompt and the history); above 80% of the
-//! model's context window, everything but the last 6 turns is rendered as text (tool arguments and
+//! Context compaction, as the context document describes it: before every request the session
+//! measures its size (the provider's count of input tokens in the last request, plus characters / 4
+//! of what was added since; before the first answer, characters / 4 of the system prompt, the tools
+//! and the history); above 80% of the model's context window, everything but the last 6 turns is rendered as text (tool arguments and
 //! results cut to 500 characters), summarised by the same model in fixed sections, and replaced by one
 //! `[Context Summary]` message. The tracked files are copied into the summary verbatim.
 //!
@@ -39,6 +40,18 @@ pub fn estimate_tokens(system: Option<&str>, history: &[Message]) -> u64 {
     (chars as u64).div_ceil(4)
 }
 
+/// Estimated tokens of the tool definitions a request carries (their names, descriptions and
+/// schemas), one per four characters.
+pub fn estimate_tool_tokens(tools: &[trellis_llm::ToolDef]) -> u64 {
+    let chars: usize = tools
+        .iter()
+        .map(|tool| {
+            tool.name.len() + tool.description.chars().count() + tool.parameters.to_string().len()
+        })
+        .sum();
+    (chars as u64).div_ceil(4)
+}
+
 /// The index where each turn starts.
 fn turn_starts(history: &[Message]) -> Vec<usize> {
     let mut starts = Vec::new();
@@ -50,14 +63,15 @@ fn turn_starts(history: &[Message]) -> Vec<usize> {
     starts
 }
 
-/// Where the preserved turns begin and how many turns there are, when there is anything older to
-/// summarise.
-pub fn split(history: &[Message]) -> Option<(usize, usize)> {
+/// Where the last `preserved` turns begin and how many turns there are, when there is anything older
+/// to summarise.
+pub fn split(history: &[Message], preserved: usize) -> Option<(usize, usize)> {
     let starts = turn_starts(history);
-    if starts.len() <= PRESERVED_TURNS {
+    let preserved = preserved.max(1);
+    if starts.len() <= preserved {
         return None;
     }
-    Some((starts[starts.len() - PRESERVED_TURNS], starts.len()))
+    Some((starts[starts.len() - preserved], starts.len()))
 }
 
 /// The older turns as readable text for the summariser.
@@ -130,6 +144,11 @@ pub fn file_operations(files: &[String]) -> String {
     out
 }
 
+/// Whether `message` is a summary that replaced older turns.
+pub fn is_summary(message: &Message) -> bool {
+    matches!(message.parts.first(), Some(Part::Text { text }) if text.starts_with(SUMMARY_HEADING))
+}
+
 /// The message that replaces the older turns.
 pub fn summary_message(summary: &str, files: &[String]) -> Message {
     let mut text = format!("{SUMMARY_HEADING}\n\n{}", summary.trim());
@@ -171,17 +190,21 @@ mod tests {
     #[test]
     fn the_last_six_turns_are_kept_and_the_prompt_is_a_turn() {
         let mut history = vec![Message::user("Do the task")];
-        assert_eq!(split(&history), None);
+        assert_eq!(split(&history, PRESERVED_TURNS), None);
         for i in 0..5 {
             history.extend(turn(i));
         }
         assert_eq!(
-            split(&history),
+            split(&history, PRESERVED_TURNS),
             None,
             "six turns: nothing older to summarise"
         );
         history.extend(turn(5));
-        assert_eq!(split(&history), Some((1, 7)), "the prompt is summarised");
+        assert_eq!(
+            split(&history, PRESERVED_TURNS),
+            Some((1, 7)),
+            "the prompt is summarised"
+        );
     }
 
     #[test]

@@ -21,6 +21,12 @@ use crate::tools::{Tool, ToolOutput, Toolbox};
 pub trait Model: Send {
     type Error: Send;
     async fn ask(&mut self, request: &Request) -> Result<Response, Self::Error>;
+
+    /// Whether `error`, from this model's last call, says the request did not fit the model's
+    /// context window.
+    fn overflowed(&self, _error: &Self::Error) -> bool {
+        false
+    }
 }
 
 /// What the session reports while it runs.
@@ -28,6 +34,11 @@ pub trait Model: Send {
 pub enum AgentEvent {
     TurnStarted {
         turn: u32,
+    },
+    /// A turn's answer came: the tokens it took (the input's cached part included).
+    TurnAnswered {
+        turn: u32,
+        usage: trellis_llm::Usage,
     },
     /// The text of an assistant turn.
     Text {
@@ -118,6 +129,9 @@ pub struct Session {
     max_turns: Option<u32>,
     /// Loops detected since the last [`Session::limit_turns`].
     loops: u32,
+    /// The input tokens the provider counted in the last request, and how many messages it held:
+    /// what the next request measures from.
+    measured: Option<(u64, usize)>,
 }
 
 impl Session {
@@ -134,6 +148,8 @@ impl Session {
                 system,
                 messages: history,
                 tools: toolbox.definitions(),
+                // Each turn's request is the last one and what came since: worth caching.
+                cache_prompt: true,
                 ..settings.template
             },
             context_window: settings.context_window,
@@ -144,6 +160,7 @@ impl Session {
             turns: 0,
             max_turns: None,
             loops: 0,
+            measured: None,
         }
     }
 
@@ -198,7 +215,12 @@ impl Session {
             }
             self.turns += 1;
             observer.on_event(AgentEvent::TurnStarted { turn: self.turns });
-            let response = model.ask(&self.request).await.map_err(Stop::Model)?;
+            self.compact_if_needed(model, observer).await;
+            let response = self.ask(model, observer).await?;
+            observer.on_event(AgentEvent::TurnAnswered {
+                turn: self.turns,
+                usage: response.usage,
+            });
             if !response.text.is_empty() {
                 last_text.clone_from(&response.text);
                 observer.on_event(AgentEvent::Text {
@@ -208,7 +230,6 @@ impl Session {
             }
             self.request.messages.push(assistant_message(&response));
             if response.tool_calls.is_empty() {
-                self.compact_if_needed(model, observer).await;
                 return Ok(response);
             }
             let parts = self.run_tools(&response.tool_calls, observer).await;
@@ -222,7 +243,63 @@ impl Session {
                     last_text,
                 });
             }
-            self.compact_if_needed(model, observer).await;
+        }
+    }
+
+    /// Sends the request as it stands. An answer that it did not fit the model's context window
+    /// compacts the history and sends it again, for as long as compaction can make it smaller.
+    async fn ask<M: Model>(
+        &mut self,
+        model: &mut M,
+        observer: &dyn Observer,
+    ) -> Result<Response, Stop<M::Error>> {
+        let mut preserved = compaction::PRESERVED_TURNS;
+        loop {
+            match model.ask(&self.request).await {
+                Ok(response) => {
+                    self.measured = (response.usage.input_tokens > 0)
+                        .then_some((response.usage.input_tokens, self.request.messages.len()));
+                    return Ok(response);
+                }
+                Err(error) if model.overflowed(&error) => {
+                    observer.on_event(AgentEvent::Error {
+                        message: "the request did not fit the model's context window; compacting \
+                                  the history and sending it again"
+                            .to_owned(),
+                    });
+                    // Fewer turns kept verbatim each time the last compaction was not enough.
+                    let compacted = loop {
+                        if self.compact(model, observer, preserved).await {
+                            break true;
+                        }
+                        if preserved == 1 {
+                            break false;
+                        }
+                        preserved = preserved.div_ceil(2);
+                    };
+                    if !compacted {
+                        return Err(Stop::Model(error));
+                    }
+                    preserved = preserved.div_ceil(2);
+                }
+                Err(error) => return Err(Stop::Model(error)),
+            }
+        }
+    }
+
+    /// The size of the next request in tokens: the provider's count of the last request, plus an
+    /// estimate of what was added since (the answer, the tool results); all estimated before the
+    /// first answer and after a compaction.
+    fn next_request_tokens(&self) -> u64 {
+        let messages = &self.request.messages;
+        match self.measured {
+            Some((counted, held)) if held <= messages.len() => {
+                counted + compaction::estimate_tokens(None, &messages[held..])
+            }
+            _ => {
+                compaction::estimate_tokens(self.request.system.as_deref(), messages)
+                    + compaction::estimate_tool_tokens(&self.request.tools)
+            }
         }
     }
 
@@ -328,14 +405,13 @@ impl Session {
         }
     }
 
-    /// Compacts the history when it fills more than 80% of the context window. A failed summary is
-    /// reported and the history kept; the next turn tries again.
+    /// Compacts the history when the next request would fill more than 80% of the context window.
+    /// A failed summary is reported and the history kept; the next turn tries again.
     async fn compact_if_needed<M: Model>(&mut self, model: &mut M, observer: &dyn Observer) {
         let Some(window) = self.context_window.filter(|w| *w > 0) else {
             return;
         };
-        let estimated =
-            compaction::estimate_tokens(self.request.system.as_deref(), &self.request.messages);
+        let estimated = self.next_request_tokens();
         if estimated * 100 <= window * compaction::THRESHOLD_PERCENT {
             return;
         }
@@ -344,12 +420,27 @@ impl Session {
             context_window_size: window,
             usage_percent: estimated * 100 / window,
         });
-        let Some((split, turn_count)) = compaction::split(&self.request.messages) else {
-            return;
+        self.compact(model, observer, compaction::PRESERVED_TURNS)
+            .await;
+    }
+
+    /// Replaces everything but the last `preserved` turns with a summary the model writes; whether
+    /// that was done (there was more to replace than a summary alone, and the summary came).
+    async fn compact<M: Model>(
+        &mut self,
+        model: &mut M,
+        observer: &dyn Observer,
+        preserved: usize,
+    ) -> bool {
+        let Some((split, turn_count)) = compaction::split(&self.request.messages, preserved)
+            .filter(|(split, _)| *split >= 2 || !compaction::is_summary(&self.request.messages[0]))
+        else {
+            return false;
         };
+        let estimated = self.next_request_tokens();
         observer.on_event(AgentEvent::CompactionStarted {
             estimated_tokens: estimated,
-            context_window_size: window,
+            context_window_size: self.context_window.unwrap_or(0),
         });
         // The same model and settings, without tools or history.
         let request = Request {
@@ -363,6 +454,7 @@ impl Session {
             reasoning_effort: self.request.reasoning_effort,
             temperature: self.request.temperature,
             response_schema: None,
+            cache_prompt: false,
         };
         match model.ask(&request).await {
             Ok(response) if !response.text.trim().is_empty() => {
@@ -370,21 +462,32 @@ impl Session {
                 let summary_tokens =
                     compaction::estimate_tokens(None, std::slice::from_ref(&summary));
                 self.request.messages.splice(..split, [summary]);
+                // The provider's last count no longer describes the history.
+                self.measured = None;
                 observer.on_event(AgentEvent::CompactionCompleted {
                     original_turn_count: turn_count,
-                    preserved_turn_count: compaction::PRESERVED_TURNS,
+                    preserved_turn_count: preserved,
                     summary_token_estimate: summary_tokens,
                     tracked_file_count: self.files.len(),
                 });
+                true
             }
-            Ok(_) => observer.on_event(AgentEvent::Error {
-                message: "context compaction failed: the summary was empty; the history is kept"
-                    .to_owned(),
-            }),
-            Err(_) => observer.on_event(AgentEvent::Error {
-                message: "context compaction failed: the summary call failed; the history is kept"
-                    .to_owned(),
-            }),
+            Ok(_) => {
+                observer.on_event(AgentEvent::Error {
+                    message:
+                        "context compaction failed: the summary was empty; the history is kept"
+                            .to_owned(),
+                });
+                false
+            }
+            Err(_) => {
+                observer.on_event(AgentEvent::Error {
+                    message:
+                        "context compaction failed: the summary call failed; the history is kept"
+                            .to_owned(),
+                });
+                false
+            }
         }
     }
 }
@@ -544,5 +647,90 @@ mod tests {
             Err(Stop::Model(error)) => assert_eq!(error, "no more answers"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn the_providers_count_of_the_last_request_decides_when_to_compact() {
+        // The history's text is small, but the provider counts many more tokens (a tokenizer that
+        // splits code finely, a chat template): its count decides.
+        let dir = tempfile::tempdir().unwrap();
+        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
+        let settings = Settings {
+            context_window: Some(1_000),
+            ..Settings::default()
+        };
+        let mut session = Session::new(toolbox, None, Vec::new(), settings);
+        let mut answers: Vec<Response> = (0..8)
+            .map(|turn| Response {
+                usage: Usage {
+                    input_tokens: 100 * (turn + 1),
+                    ..Usage::default()
+                },
+                ..response("", &[("glob", json!({ "pattern": format!("*.{turn}") }))])
+            })
+            .collect();
+        answers.push(response("Summary: looked for files.", &[]));
+        answers.push(response("done", &[]));
+        let mut model = Scripted {
+            answers,
+            asked: Vec::new(),
+        };
+        let answer = session
+            .send(&mut model, &Log::default(), "find files".into())
+            .await
+            .unwrap();
+        assert_eq!(answer.text, "done");
+        let summaries: Vec<usize> = model
+            .asked
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.tools.is_empty())
+            .map(|(i, _)| i)
+            .collect();
+        // The eighth answer counted 800 tokens, and more came since (over 80%): the ninth request
+        // is the summary.
+        assert_eq!(summaries, [8]);
+        assert!(compaction::estimate_tokens(None, &model.asked[7].messages) < 800);
+        assert!(compaction::is_summary(&model.asked[9].messages[0]));
+        assert!(model.asked[9].cache_prompt && !model.asked[8].cache_prompt);
+    }
+
+    /// A model whose first answer says the request did not fit, then answers from a script.
+    struct Overflowing(Scripted, bool);
+
+    #[async_trait]
+    impl Model for Overflowing {
+        type Error = String;
+        async fn ask(&mut self, request: &Request) -> Result<Response, String> {
+            if request.tools.is_empty() || self.1 {
+                return self.0.ask(request).await;
+            }
+            self.0.asked.push(request.clone());
+            self.1 = true;
+            Err("too long".into())
+        }
+        fn overflowed(&self, error: &String) -> bool {
+            error == "too long"
+        }
+    }
+
+    #[tokio::test]
+    async fn an_overflow_with_nothing_left_to_compact_fails_the_session() {
+        let dir = tempfile::tempdir().unwrap();
+        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
+        let mut session = Session::new(toolbox, None, Vec::new(), Settings::default());
+        let mut model = Overflowing(
+            Scripted {
+                answers: vec![response("done", &[])],
+                asked: Vec::new(),
+            },
+            false,
+        );
+        // One message: no summary can make it smaller.
+        let stopped = session
+            .send(&mut model, &Log::default(), "hello".into())
+            .await;
+        assert!(matches!(stopped, Err(Stop::Model(error)) if error == "too long"));
+        assert_eq!(model.0.asked.len(), 1);
     }
 }

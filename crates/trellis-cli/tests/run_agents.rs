@@ -130,7 +130,7 @@ fn an_agent_reads_edits_runs_a_command_and_answers() {
             "list_dir"
         ]
     );
-    let system = bodies[0]["system"].as_str().unwrap();
+    let system = &system_text(&bodies[0]);
     assert!(system.contains("coding agent"), "{system}");
     // It is shown the working directory, so it need not guess paths.
     assert!(
@@ -181,18 +181,23 @@ fn an_agent_reads_edits_runs_a_command_and_answers() {
         [
             "user",
             "turn",
+            "usage",
             "tool_call",
             "tool_result",
             "turn",
+            "usage",
             "tool_call",
             "tool_result",
             "turn",
+            "usage",
             "tool_call",
             "tool_result",
             "turn",
+            "usage",
             "tool_call",
             "tool_result",
             "turn",
+            "usage",
             "assistant"
         ]
     );
@@ -419,6 +424,77 @@ fn malformed_and_unknown_tool_calls_are_answered_with_errors() {
         "the broken write wrote nothing"
     );
     assert_eq!(run.context("response.fix"), "still standing");
+}
+
+/// The system prompt of an agent's request: one text block, marked for the prompt cache.
+fn system_text(body: &Value) -> String {
+    let blocks = body["system"]
+        .as_array()
+        .expect("the system prompt as blocks");
+    assert_eq!(blocks.len(), 1, "{blocks:?}");
+    assert_eq!(blocks[0]["cache_control"], json!({ "type": "ephemeral" }));
+    blocks[0]["text"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn every_turn_sends_the_last_request_and_what_came_since_for_the_prompt_cache() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    lib_rs(&p);
+    p.write("w.fabro", &one_agent(""));
+    mock.scenario(&json!([
+        call("read_file", json!({ "path": "src/lib.rs" })),
+        calls(&[
+            ("list_dir", json!({ "path": "src" })),
+            ("grep", json!({ "pattern": "add" })),
+        ]),
+        call(
+            "edit_file",
+            json!({ "path": "src/lib.rs", "old_string": "a - b", "new_string": "a + b" })
+        ),
+        call("shell", json!({ "command": "cat src/lib.rs" })),
+        answer("Done."),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 5);
+    for (n, pair) in bodies.windows(2).enumerate() {
+        let (before, after) = (&pair[0], &pair[1]);
+        // Automatic caching: the breakpoint moves to the end of each request.
+        assert_eq!(after["cache_control"], json!({ "type": "ephemeral" }));
+        for unchanged in ["system", "tools", "model", "max_tokens"] {
+            assert_eq!(
+                before[unchanged], after[unchanged],
+                "{unchanged} of request {n}"
+            );
+        }
+        let (before, after) = (
+            before["messages"].as_array().unwrap(),
+            after["messages"].as_array().unwrap(),
+        );
+        assert!(after.len() > before.len());
+        for (i, message) in before.iter().enumerate() {
+            assert_eq!(
+                message.to_string(),
+                after[i].to_string(),
+                "request {} changed message {i} of request {n}",
+                n + 1
+            );
+        }
+    }
+    // Each turn's tokens, the cached part included, are in the transcript.
+    let turns: Vec<Value> = stage_file(&run, "fix", "transcript.jsonl")
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|entry| entry["type"] == "usage")
+        .collect();
+    assert_eq!(turns.len(), 5);
+    assert!(
+        turns.iter().all(|t| t["usage"]["cached_tokens"].is_u64()
+            && t["usage"]["input_tokens"].as_u64() > Some(0)),
+        "{turns:?}"
+    );
 }
 
 /// The text of every tool result in a request, in order.
@@ -755,8 +831,13 @@ fn a_small_context_window_forces_compaction() {
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let warnings = run.events_named("Agent.ContextWindowWarning");
     assert!(!warnings.is_empty());
+    // Compacted before any request outgrew the window (as the provider counted it).
+    for call in run.events_named("ModelCallCompleted") {
+        let input = call["usage"]["input_tokens"].as_u64().unwrap();
+        assert!(input < 2000, "{call}");
+    }
     assert_eq!(warnings[0]["context_window_size"], 2000);
-    assert!(warnings[0]["usage_percent"].as_u64().unwrap() > 80);
+    assert!(warnings[0]["usage_percent"].as_u64().unwrap() >= 80);
     let started = run.events_named("Agent.CompactionStarted");
     let completed = run.events_named("Agent.CompactionCompleted");
     assert_eq!(started.len(), 1);
@@ -818,6 +899,89 @@ fn a_small_context_window_forces_compaction() {
     let assistant_turns = messages.iter().filter(|m| m["role"] == "assistant").count();
     assert_eq!(assistant_turns, 6);
     assert_eq!(run.context("response.fix"), "All done.");
+}
+
+#[test]
+fn a_context_overflow_answer_compacts_the_thread_and_sends_the_turn_again() {
+    // The catalog's window is large, so nothing is compacted ahead; the provider says otherwise
+    // when the thread's second node (on a model of its own) sends the history on.
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write("big.txt", &"0123456789abcdef\n".repeat(30));
+    p.write(
+        "w.fabro",
+        &workflow(
+            "node [thread_id=\"t\", fidelity=\"full\"]\n \
+             fix [prompt=\"Fix add in src/lib.rs\", model=\"sonnet\"]\n \
+             check [prompt=\"Check the fix\", model=\"opus\"]\n \
+             start -> fix -> check -> exit",
+        ),
+    );
+    let first = json!({ "tools": true, "model": "claude-sonnet*" });
+    let second = json!({ "tools": true, "model": "claude-opus*" });
+    let mut script: Vec<Value> = (0..8)
+        .map(|i| {
+            json!({
+                "type": "reply", "match": first,
+                "tool_calls": [{ "name": "read_file", "arguments": { "path": "big.txt", "limit": 100 + i } }],
+            })
+        })
+        .collect();
+    script.push(json!({ "type": "reply", "match": first, "text": "Fixed." }));
+    script.push(json!({
+        "type": "fail", "match": second, "status": 400, "times": 1,
+        "message": "prompt is too long: 210000 tokens > 200000 maximum",
+    }));
+    script.push(json!({
+        "type": "reply", "match": { "tools": false },
+        "text": "Summary of the work so far: read big.txt eight times.",
+    }));
+    script.push(json!({ "type": "reply", "match": second, "text": "All done." }));
+    mock.scenario(&Value::Array(script));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.context("response.check"), "All done.");
+
+    // What the model was sent: the turn that did not fit, the summary request, and the same turn
+    // again with the older turns summarised.
+    let bodies = mock.bodies();
+    assert_eq!(
+        bodies.len(),
+        12,
+        "9 turns, the refused one, the summary, the retry"
+    );
+    assert!(system_of(&bodies[10]).starts_with("You summarise"));
+    let (refused, retried) = (&bodies[9]["messages"], &bodies[11]["messages"]);
+    let first = retried[0]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        first.starts_with("[Context Summary]\n\nSummary of the work so far"),
+        "{first}"
+    );
+    let refused = refused.as_array().unwrap();
+    let retried = retried.as_array().unwrap();
+    assert!(retried.len() < refused.len());
+    assert_eq!(
+        retried[1..],
+        refused[refused.len() - (retried.len() - 1)..],
+        "the preserved turns are sent unchanged"
+    );
+    let failed: Vec<Value> = run
+        .events_named("ModelCallCompleted")
+        .into_iter()
+        .filter(|e| !e["error"].is_null())
+        .collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["kind"], "context_length");
+    assert_eq!(run.events_named("Agent.CompactionCompleted").len(), 1);
+}
+
+/// A request's system prompt, whether it was sent as text or as blocks.
+fn system_of(body: &Value) -> String {
+    match &body["system"] {
+        Value::String(text) => text.clone(),
+        Value::Array(_) => system_text(body),
+        other => panic!("no system prompt: {other}"),
+    }
 }
 
 #[test]
@@ -975,7 +1139,7 @@ fn project_memory_is_read_from_the_repository_root_down_to_the_working_directory
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let system = mock.bodies()[0]["system"].as_str().unwrap().to_owned();
+    let system = system_text(&mock.bodies()[0]);
     let root = system
         .find("# AGENTS.md\n\nRoot rule: keep it simple.")
         .expect(&system);

@@ -368,10 +368,11 @@ fn the_agent_file_tools_refuse_a_fifo_and_a_device_at_once() {
     );
     mock.scenario(&json!([
         { "type": "reply", "times": 1, "tool_calls": [
+            // Four reads of the FIFO at once (different calls: a third identical one is not run).
             { "name": "read_file", "arguments": { "path": "pipe" } },
-            { "name": "read_file", "arguments": { "path": "pipe" } },
-            { "name": "read_file", "arguments": { "path": "pipe" } },
-            { "name": "read_file", "arguments": { "path": "pipe" } },
+            { "name": "read_file", "arguments": { "path": "./pipe" } },
+            { "name": "read_file", "arguments": { "path": "pipe", "limit": 10 } },
+            { "name": "read_file", "arguments": { "path": "./pipe", "limit": 10 } },
             { "name": "read_file", "arguments": { "path": "/dev/zero" } }
         ] },
         answer("done"),

@@ -172,12 +172,20 @@ fn transcript_writer(
 }
 
 impl Observer for StageObserver<'_> {
+    #[allow(
+        clippy::too_many_lines,
+        reason = "one arm per agent event: what it adds to the transcript and the event it becomes"
+    )]
     fn on_event(&self, event: AgentEvent) {
         let node = Some(self.node_id);
         let kind = match event {
             AgentEvent::TurnStarted { turn } => {
                 self.note(json!({ "type": "turn", "turn": turn }));
                 EventKind::AgentTurnStarted { turn }
+            }
+            AgentEvent::TurnAnswered { turn, usage } => {
+                self.note(json!({ "type": "usage", "turn": turn, "usage": usage }));
+                return;
             }
             AgentEvent::Text { turn, text } => {
                 let text = secrets::redact(&text);

@@ -22,6 +22,8 @@ pub struct ModelCall<'a> {
     node_id: &'a str,
     pub usage: Usage,
     pub turns: u32,
+    /// What went wrong with the last call, when it failed.
+    last_error: Option<ErrorKind>,
 }
 
 /// What a parser says of an answer.
@@ -83,6 +85,7 @@ impl<'a> ModelCall<'a> {
             node_id,
             usage: Usage::default(),
             turns: 0,
+            last_error: None,
         })
     }
 
@@ -136,6 +139,7 @@ impl<'a> ModelCall<'a> {
             )
             .await;
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_error = result.as_ref().err().map(|error| error.kind);
         let mut end = ModelCallEnd {
             model: self.resolved.model.clone(),
             provider: self.resolved.provider.clone(),
@@ -263,6 +267,10 @@ impl trellis_agent::Model for ModelCall<'_> {
 
     async fn ask(&mut self, request: &Request) -> Result<Response, Box<Outcome>> {
         ModelCall::ask(self, request).await
+    }
+
+    fn overflowed(&self, _error: &Box<Outcome>) -> bool {
+        self.last_error == Some(ErrorKind::ContextLength)
     }
 }
 

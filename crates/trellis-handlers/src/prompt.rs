@@ -329,6 +329,8 @@ impl PromptHandler {
             reasoning_effort: Some(effort(llm.effort())),
             temperature: None,
             response_schema: None,
+            // A thread's next prompt continues this conversation.
+            cache_prompt: thread_key.is_some(),
         };
         let answer = ask_for_schema(&mut call, &mut request, llm).await;
         let answer = match answer {

@@ -198,11 +198,14 @@ pub fn classify_error_body(status: u16, body: &str) -> (ErrorKind, String) {
     let code = field("code");
     let kind_word = field("type");
     let gemini_status = field("status");
+    // llama-server says `exceed_context_size_error`, "the request exceeds the available context size".
     if code == "context_length_exceeded"
+        || kind_word == "exceed_context_size_error"
         || (kind == ErrorKind::BadRequest
             && (message.contains("prompt is too long")
                 || message.contains("maximum context length")
                 || message.contains("exceeds the context size")
+                || message.contains("exceeds the available context size")
                 || message.contains("input token count")))
     {
         kind = ErrorKind::ContextLength;
@@ -291,5 +294,38 @@ impl SseStream {
             ErrorKind::Protocol,
             "the stream ended before the answer was complete",
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_providers_context_overflow_is_one_kind() {
+        for (status, body) in [
+            (
+                400,
+                r#"{"error": {"code": 400, "type": "exceed_context_size_error", "message": "the request exceeds the available context size, try increasing it", "n_prompt_tokens": 17000, "n_ctx": 16384}}"#,
+            ),
+            (
+                400,
+                r#"{"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+            ),
+            (
+                400,
+                r#"{"error": {"message": "This model's maximum context length is 128000 tokens.", "type": "invalid_request_error", "code": "context_length_exceeded"}}"#,
+            ),
+            (
+                400,
+                r#"{"error": {"code": 400, "message": "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).", "status": "INVALID_ARGUMENT"}}"#,
+            ),
+        ] {
+            assert_eq!(
+                classify_error_body(status, body).0,
+                ErrorKind::ContextLength,
+                "{body}"
+            );
+        }
     }
 }

@@ -208,7 +208,7 @@ impl LocalProvider {
         let transport = Transport::new("local", &format!("{base}/v1"), None);
         Ok(Running {
             child,
-            chat: Arc::new(OpenAiChat::compatible(transport)),
+            chat: Arc::new(OpenAiChat::llama_server(transport)),
         })
     }
 }

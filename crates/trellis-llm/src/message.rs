@@ -114,6 +114,12 @@ pub struct Request {
     /// call, Gemini's `responseSchema`). The answer's text is that JSON.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub response_schema: Option<ResponseSchema>,
+    /// The request is one turn of a conversation that grows turn by turn (an agent session): the
+    /// provider is asked to cache its prefix for the next turn where it must be asked (Anthropic's
+    /// `cache_control`; llama-server's `cache_prompt`). OpenAI and Gemini cache a repeated prefix
+    /// by themselves.
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub cache_prompt: bool,
 }
 
 /// A JSON Schema an answer must match, and its name (letters, digits, `_`).

@@ -62,6 +62,17 @@ impl Anthropic {
         if let Some(system) = &request.system {
             body["system"] = json!(system);
         }
+        if request.cache_prompt {
+            // Two breakpoints: the system prompt (the same for every session of a node, and across
+            // a fan-out's branches), and automatic caching, which puts one after the last block of
+            // each request, so the next turn reads the whole conversation so far from the cache.
+            let ephemeral = json!({ "type": "ephemeral" });
+            if let Some(system) = &request.system {
+                body["system"] =
+                    json!([{ "type": "text", "text": system, "cache_control": ephemeral }]);
+            }
+            body["cache_control"] = ephemeral;
+        }
         let mut tools: Vec<Value> = request
             .tools
             .iter()
@@ -358,5 +369,29 @@ mod tests {
             ..request
         });
         assert!(small.get("thinking").is_none());
+    }
+
+    #[test]
+    fn a_conversation_marks_its_system_prompt_and_turns_for_the_cache() {
+        let request = Request {
+            model: "claude-sonnet-4-5".into(),
+            system: Some("be brief".into()),
+            messages: vec![Message::user("hi")],
+            cache_prompt: true,
+            ..Request::default()
+        };
+        let ephemeral = serde_json::json!({ "type": "ephemeral" });
+        let body = Anthropic::body(&request);
+        assert_eq!(body["cache_control"], ephemeral);
+        assert_eq!(
+            body["system"],
+            serde_json::json!([{ "type": "text", "text": "be brief", "cache_control": ephemeral }])
+        );
+        let once = Anthropic::body(&Request {
+            cache_prompt: false,
+            ..request
+        });
+        assert!(once.get("cache_control").is_none());
+        assert_eq!(once["system"], "be brief");
     }
 }

@@ -21,6 +21,8 @@ pub struct OpenAiChat {
     text_tool_calls: bool,
     /// Send `max_completion_tokens` (OpenAI) rather than `max_tokens` (compatible servers).
     max_completion_tokens: bool,
+    /// The server is llama-server, which takes `cache_prompt`.
+    llama_server: bool,
 }
 
 impl OpenAiChat {
@@ -30,6 +32,7 @@ impl OpenAiChat {
             transport,
             text_tool_calls: false,
             max_completion_tokens: true,
+            llama_server: false,
         }
     }
 
@@ -39,6 +42,15 @@ impl OpenAiChat {
             transport,
             text_tool_calls: true,
             max_completion_tokens: false,
+            llama_server: false,
+        }
+    }
+
+    /// The llama-server Trellis runs the local model on.
+    pub fn llama_server(transport: Transport) -> Self {
+        Self {
+            llama_server: true,
+            ..Self::compatible(transport)
         }
     }
 
@@ -108,6 +120,10 @@ impl OpenAiChat {
             "stream": true,
             "stream_options": { "include_usage": true },
         });
+        if self.llama_server && request.cache_prompt {
+            // Reuse the KV cache of the slot's last request for the prefix this one shares.
+            body["cache_prompt"] = json!(true);
+        }
         if !request.tools.is_empty() {
             body["tools"] = request
                 .tools
@@ -463,5 +479,28 @@ mod tests {
         let compatible = OpenAiChat::compatible(transport()).body(&request);
         assert_eq!(compatible["max_tokens"], 50);
         assert!(compatible.get("max_completion_tokens").is_none());
+    }
+
+    #[test]
+    fn only_llama_server_is_asked_to_cache_the_prompt() {
+        let request = Request {
+            model: "m".into(),
+            messages: vec![Message::user("hi")],
+            cache_prompt: true,
+            ..Request::default()
+        };
+        let transport = || Transport::new("x", "http://127.0.0.1:9/v1", None);
+        let local = OpenAiChat::llama_server(transport()).body(&request);
+        assert_eq!(local["cache_prompt"], true);
+        for other in [
+            OpenAiChat::openai(transport()).body(&request),
+            OpenAiChat::compatible(transport()).body(&request),
+            OpenAiChat::llama_server(transport()).body(&Request {
+                cache_prompt: false,
+                ..request.clone()
+            }),
+        ] {
+            assert!(other.get("cache_prompt").is_none(), "{other}");
+        }
     }
 }
