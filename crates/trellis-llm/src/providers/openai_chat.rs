@@ -120,9 +120,14 @@ impl OpenAiChat {
             "stream": true,
             "stream_options": { "include_usage": true },
         });
-        if self.llama_server && request.cache_prompt {
-            // Reuse the KV cache of the slot's last request for the prefix this one shares.
-            body["cache_prompt"] = json!(true);
+        if self.llama_server {
+            // The prompt's real size (and what the cache held) comes first, so it is known even
+            // when a call written as text cuts the answer short, before the closing usage.
+            body["return_progress"] = json!(true);
+            if request.cache_prompt {
+                // Reuse the KV cache of the slot's last request for the prefix this one shares.
+                body["cache_prompt"] = json!(true);
+            }
         }
         if !request.tools.is_empty() {
             body["tools"] = request
@@ -162,6 +167,8 @@ impl OpenAiChat {
 struct Chunk {
     model: Option<String>,
     usage: Option<ChunkUsage>,
+    /// llama-server's count of the prompt, sent before the answer (`return_progress`).
+    prompt_progress: Option<PromptProgress>,
     choices: Option<Vec<ChunkChoice>>,
     error: Option<ChunkError>,
 }
@@ -173,6 +180,15 @@ struct ChunkUsage {
     completion_tokens: Option<u64>,
     prompt_tokens_details: Option<CachedTokens>,
     completion_tokens_details: Option<ReasoningTokens>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct PromptProgress {
+    /// The prompt's tokens.
+    total: u64,
+    /// Those its KV cache already held.
+    cache: u64,
 }
 
 #[derive(Deserialize, Default)]
@@ -280,6 +296,7 @@ impl Provider for OpenAiChat {
         let mut text = String::new();
         let mut calls: BTreeMap<u64, PartialCall> = BTreeMap::new();
         let mut usage = Usage::default();
+        let mut counted: Option<PromptProgress> = None;
         let mut finish: Option<String> = None;
         let mut model = request.model.clone();
         let offered: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
@@ -295,6 +312,9 @@ impl Provider for OpenAiChat {
             }
             if let Some(m) = chunk.model {
                 model = m;
+            }
+            if let Some(progress) = chunk.prompt_progress {
+                counted = Some(progress);
             }
             if let Some(u) = chunk.usage {
                 usage = openai_usage(
@@ -321,6 +341,10 @@ impl Provider for OpenAiChat {
                     finish = Some("tool_calls".to_owned());
                     if usage == Usage::default() {
                         usage = estimated_usage(request, &text);
+                        if let Some(counted) = &counted {
+                            usage.input_tokens = counted.total;
+                            usage.cached_tokens = counted.cache;
+                        }
                     }
                     break;
                 }
@@ -492,6 +516,8 @@ mod tests {
         let transport = || Transport::new("x", "http://127.0.0.1:9/v1", None);
         let local = OpenAiChat::llama_server(transport()).body(&request);
         assert_eq!(local["cache_prompt"], true);
+        // Its count of the prompt comes before the answer.
+        assert_eq!(local["return_progress"], true);
         for other in [
             OpenAiChat::openai(transport()).body(&request),
             OpenAiChat::compatible(transport()).body(&request),

@@ -1,0 +1,429 @@
+//! The agent task suite: small coding tasks, each one agent node on the local model (Qwen2.5-Coder
+//! 1.5B), judged by a command rather than by the agent's word; beside it, the same tasks on the same
+//! model through a peer agent, `mini-swe-agent` (from `PyPI`, in a venv under `~/.cache/trellis/`), talking
+//! to a llama-server started the way Trellis starts its own. Printed, never asserted.
+//!
+//! `cargo bench -p trellis-cli --bench agent_tasks` (all tasks; `TRELLIS_AGENT_TASKS=fix-add,rename`
+//! for some of them; `TRELLIS_AGENT_PEER=0` for Trellis alone).
+//!
+//! Each task is a folder of `benches/agent_tasks/`: `task.md` (what the agent is asked), `files/`
+//! (the working directory it starts from) and `check.sh` (run by bash in the working directory
+//! afterwards, with `$FIXTURE` the untouched files: exit 0 means solved).
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benchmarks set up and read files around the binaries they run"
+)]
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The longest one agent may work on one task.
+const TASK_TIME: Duration = Duration::from_secs(300);
+/// Turns (Trellis) or steps (the peer) one task may take.
+const TURNS: u32 = 30;
+/// The context window both agents' servers get: Trellis's default for the local model.
+const CONTEXT: u32 = 16_384;
+const PEER_VERSION: &str = "2.4.6";
+
+/// What one agent did on one task.
+#[derive(Default)]
+struct Outcome {
+    solved: bool,
+    took: Duration,
+    turns: u64,
+    tool_calls: u64,
+    input: u64,
+    cached: u64,
+    output: u64,
+    /// Why it ended unsolved, when that is known.
+    note: String,
+}
+
+fn main() {
+    let Some(files) = trellis_test::local_model_files() else {
+        println!(
+            "agent tasks: skipped (the local model is not installed; run scripts/local-model.sh)"
+        );
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/agent_tasks");
+    let only = std::env::var("TRELLIS_AGENT_TASKS").ok();
+    let mut tasks: Vec<String> = std::fs::read_dir(&root)
+        .expect("the task folder")
+        .filter_map(Result::ok)
+        .filter(|e| e.path().join("task.md").is_file())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|name| {
+            only.as_deref()
+                .is_none_or(|o| o.split(',').any(|t| t == name))
+        })
+        .collect();
+    tasks.sort();
+    let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a temp dir");
+    let peer = if std::env::var("TRELLIS_AGENT_PEER").as_deref() == Ok("0") {
+        Err("not asked for (TRELLIS_AGENT_PEER=0)".to_owned())
+    } else {
+        mini_swe_agent()
+    };
+    let server = peer
+        .as_ref()
+        .ok()
+        .map(|_| Server::start(&files.server, &files.default_model));
+
+    println!(
+        "agent tasks on Qwen2.5-Coder-1.5B (local), {} tasks; each judged by its check.sh",
+        tasks.len()
+    );
+    let mut rows = Vec::new();
+    for task in &tasks {
+        let dir = root.join(task);
+        let ours = trellis(&dir, &work.path().join(format!("trellis-{task}")));
+        let theirs = match (&peer, &server) {
+            (Ok(mini), Some(server)) => Some(mini_run(
+                mini,
+                server,
+                &dir,
+                &work.path().join(format!("mini-{task}")),
+            )),
+            _ => None,
+        };
+        println!("  {task:<16} trellis {}", line(&ours));
+        if let Some(theirs) = &theirs {
+            println!("  {:<16} mini    {}", "", line(theirs));
+        }
+        rows.push((task.clone(), ours, theirs));
+    }
+    report(&rows, peer.as_ref().err());
+}
+
+/// One line of figures.
+fn line(outcome: &Outcome) -> String {
+    let mut text = format!(
+        "{} {:>6.1}s {:>3} turns {:>3} calls  in {:>7} cached {:>7} out {:>6}",
+        if outcome.solved {
+            "solved  "
+        } else {
+            "UNSOLVED"
+        },
+        outcome.took.as_secs_f64(),
+        outcome.turns,
+        outcome.tool_calls,
+        outcome.input,
+        outcome.cached,
+        outcome.output,
+    );
+    if !outcome.note.is_empty() {
+        let _ = write!(text, "  ({})", outcome.note);
+    }
+    text
+}
+
+/// A task's name and how each agent did.
+type Row = (String, Outcome, Option<Outcome>);
+
+fn report(rows: &[Row], peer_missing: Option<&String>) {
+    let total = |pick: &dyn Fn(&Row) -> Option<&Outcome>| {
+        let outcomes: Vec<&Outcome> = rows.iter().filter_map(pick).collect();
+        let solved = outcomes.iter().filter(|o| o.solved).count();
+        let mut times: Vec<Duration> = outcomes.iter().map(|o| o.took).collect();
+        times.sort();
+        let median = times.get(times.len() / 2).copied().unwrap_or_default();
+        (solved, outcomes.len(), median)
+    };
+    let (solved, count, median) = total(&|row| Some(&row.1));
+    println!(
+        "trellis: {solved} of {count} solved [≥ 10 of 12], median {:.1}s per task [≤ 60 s]",
+        median.as_secs_f64()
+    );
+    match peer_missing {
+        None => {
+            let (peer_solved, peer_count, peer_median) = total(&|row| row.2.as_ref());
+            println!(
+                "mini-swe-agent {PEER_VERSION}: {peer_solved} of {peer_count} solved, median {:.1}s per task  [trellis ≥ it: {}]",
+                peer_median.as_secs_f64(),
+                if solved >= peer_solved { "yes" } else { "no" }
+            );
+        }
+        Some(why) => println!("mini-swe-agent: skipped ({why})"),
+    }
+}
+
+/// A task's working directory, fresh from its files.
+fn fresh(task: &Path, dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let files = task.join("files");
+    if files.is_dir() {
+        let status = Command::new("cp")
+            .arg("-r")
+            .arg(files.join("."))
+            .arg(dir)
+            .status()
+            .expect("cp runs");
+        assert!(status.success());
+    }
+}
+
+/// Runs the task's judge in `dir`.
+fn judged(task: &Path, dir: &Path) -> bool {
+    Command::new("bash")
+        .arg(task.join("check.sh"))
+        .current_dir(dir)
+        .env("FIXTURE", task.join("files"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Waits for `child` at most `limit`; kills it (and its process group) past that.
+fn wait_at_most(child: &mut Child, limit: Duration) -> bool {
+    let started = Instant::now();
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            return true;
+        }
+        if started.elapsed() > limit {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
+            let _ = child.kill();
+            let _ = child.wait();
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The task as one agent node on the local model.
+fn trellis(task: &Path, dir: &Path) -> Outcome {
+    use std::os::unix::process::CommandExt as _;
+    fresh(task, dir);
+    let prompt = std::fs::read_to_string(task.join("task.md")).expect("task.md");
+    let workflow = format!(
+        "digraph Task {{\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  work [prompt=\"{}\", provider=\"local\", max_turns={TURNS}]\n  start -> work -> exit\n}}\n",
+        prompt.trim().replace('\\', "\\\\").replace('"', "\\\"")
+    );
+    let runs = dir.with_extension("runs");
+    let file = dir.with_extension("fabro");
+    std::fs::write(&file, workflow).expect("write");
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_trellis"))
+        .arg("run")
+        .arg(&file)
+        .args(["--json", "--runs-dir"])
+        .arg(&runs)
+        .current_dir(dir)
+        .env("TRELLIS_CACHE_DIR", trellis_test::cache_dir())
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("GEMINI_API_KEY")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("trellis runs");
+    let finished = wait_at_most(&mut child, TASK_TIME);
+    let took = started.elapsed();
+    let status = std::fs::read_dir(&runs)
+        .ok()
+        .and_then(|mut runs| runs.next())
+        .and_then(Result::ok)
+        .and_then(|run| std::fs::read_dir(run.path().join("stages")).ok())
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .find(|stage| stage.file_name().to_string_lossy().contains("-work@"))
+        .and_then(|stage| std::fs::read_to_string(stage.path().join("status.json")).ok())
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+        .unwrap_or(Value::Null);
+    let number = |value: &Value| value.as_u64().unwrap_or(0);
+    let usage = &status["usage"];
+    let solved = judged(task, dir);
+    let note = if !finished {
+        format!("stopped after {} s", TASK_TIME.as_secs())
+    } else if solved {
+        String::new()
+    } else {
+        status["failure"]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .chars()
+            .take(80)
+            .collect()
+    };
+    Outcome {
+        solved,
+        took,
+        turns: number(&status["turns"]),
+        tool_calls: number(&status["tool_calls"]),
+        input: number(&usage["input_tokens"]),
+        cached: number(&usage["cached_tokens"]),
+        output: number(&usage["output_tokens"]),
+        note,
+    }
+}
+
+/// A llama-server for the peer, started as Trellis starts its own (same model, context, template).
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start(binary: &Path, model: &Path) -> Self {
+        let port = trellis_test::http::free_port();
+        let threads = std::thread::available_parallelism().map_or(2, usize::from);
+        let child = Command::new(binary)
+            .arg("--model")
+            .arg(model)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--ctx-size", &CONTEXT.to_string(), "--parallel", "1"])
+            .args(["--threads", &threads.to_string()])
+            .args(["--alias", "qwen2.5-coder-1.5b", "--jinja", "--no-webui"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("llama-server starts");
+        let server = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        };
+        trellis_test::http::wait_for_port(port, "llama-server");
+        // It answers 503 while it loads the model.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while trellis_test::http::Request::new(port, "GET", "/health")
+            .send()
+            .status
+            != 200
+        {
+            assert!(
+                Instant::now() < deadline,
+                "llama-server did not load the model"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        server
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The task through mini-swe-agent, on `server`.
+fn mini_run(mini: &Path, server: &Server, task: &Path, dir: &Path) -> Outcome {
+    use std::os::unix::process::CommandExt as _;
+    fresh(task, dir);
+    let prompt = std::fs::read_to_string(task.join("task.md")).expect("task.md");
+    let trajectory = dir.with_extension("traj.json");
+    let started = Instant::now();
+    let mut child = Command::new(mini)
+        .args(["--yolo", "--exit-immediately", "--cost-limit", "0"])
+        .args(["-c", "mini_textbased.yaml"])
+        .arg("-c")
+        .arg(format!("model.model_kwargs.api_base={}/v1", server.url))
+        .args(["-c", "model.model_kwargs.api_key=none"])
+        .args(["-c", "model.model_kwargs.temperature=0.0"])
+        .arg("-c")
+        .arg(format!("agent.step_limit={TURNS}"))
+        .args(["-m", "openai/qwen2.5-coder-1.5b"])
+        .arg("-t")
+        .arg(prompt.trim())
+        .arg("-o")
+        .arg(&trajectory)
+        .current_dir(dir)
+        .env("MSWEA_COST_TRACKING", "ignore_errors")
+        .env("MSWEA_CONFIGURED", "true")
+        .env("MSWEA_SILENT_STARTUP", "1")
+        .env("OPENAI_API_KEY", "none")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("mini runs");
+    let finished = wait_at_most(&mut child, TASK_TIME);
+    let took = started.elapsed();
+    let trajectory: Value = std::fs::read_to_string(&trajectory)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or(Value::Null);
+    let messages = trajectory["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let answers: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .collect();
+    let usage = |field: &str| -> u64 {
+        answers
+            .iter()
+            .map(|m| {
+                let usage = &m["extra"]["response"]["usage"];
+                match field {
+                    "cached" => usage["prompt_tokens_details"]["cached_tokens"].as_u64(),
+                    other => usage[other].as_u64(),
+                }
+                .unwrap_or(0)
+            })
+            .sum()
+    };
+    let solved = judged(task, dir);
+    let exit = trajectory["info"]["exit_status"]
+        .as_str()
+        .unwrap_or_default();
+    Outcome {
+        solved,
+        took,
+        turns: answers.len() as u64,
+        tool_calls: answers.len() as u64,
+        input: usage("prompt_tokens"),
+        cached: usage("cached"),
+        output: usage("completion_tokens"),
+        note: if !finished {
+            format!("stopped after {} s", TASK_TIME.as_secs())
+        } else if solved {
+            String::new()
+        } else {
+            exit.to_owned()
+        },
+    }
+}
+
+/// mini-swe-agent in a venv made once under `~/.cache/trellis/mini-swe-agent-VERSION/`.
+fn mini_swe_agent() -> Result<PathBuf, String> {
+    let venv = trellis_test::cache_dir().join(format!("mini-swe-agent-{PEER_VERSION}"));
+    let mini = venv.join("bin/mini");
+    if mini.is_file() {
+        return Ok(mini);
+    }
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .map_err(|e| format!("python3: {e}"))?;
+    if !made.success() {
+        return Err("python3 -m venv failed".to_owned());
+    }
+    let installed = Command::new(venv.join("bin/pip"))
+        .args(["install", "-q", &format!("mini-swe-agent=={PEER_VERSION}")])
+        .status()
+        .map_err(|e| format!("pip: {e}"))?;
+    if installed.success() && mini.is_file() {
+        Ok(mini)
+    } else {
+        Err(format!(
+            "pip could not install mini-swe-agent=={PEER_VERSION}"
+        ))
+    }
+}
