@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// The longest one agent may work on one task.
-const TASK_TIME: Duration = Duration::from_secs(300);
+const TASK_TIME: Duration = Duration::from_secs(180);
 /// Turns (Trellis) or steps (the peer) one task may take.
 const TURNS: u32 = 30;
 /// The context window both agents' servers get: Trellis's default for the local model.
