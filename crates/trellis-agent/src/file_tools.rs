@@ -135,8 +135,10 @@ fn edit_file(work_dir: &WorkDir, args: &EditArgs) -> Result<ToolOutput, String> 
     let count = text.matches(&args.old_string).count();
     match count {
         0 => {
+            // What is there, so the next try can copy from it (a small model guesses otherwise).
             return Err(format!(
-                "old_string was not found in `{}`; it must match the file exactly, whitespace included",
+                "old_string was not found in `{}`; it must match the file exactly, whitespace \
+                 included. The file holds now:\n{text}",
                 args.path
             ));
         }

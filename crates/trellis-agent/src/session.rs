@@ -113,7 +113,15 @@ pub struct Settings {
     pub template: Request,
     /// The model's context window in tokens, when known; compaction needs it.
     pub context_window: Option<u64>,
+    /// The model decodes greedily unless a request names a temperature (the local model): the same
+    /// conversation gets the same answer, so a turn after a loop warning is sampled instead
+    /// ([`UNSTICK_TEMPERATURE`]).
+    pub greedy: bool,
 }
+
+/// The temperature of a greedy model's turn after a loop warning: asked the same way, it would
+/// answer the same way again.
+pub const UNSTICK_TEMPERATURE: f32 = 0.7;
 
 pub struct Session {
     /// The next turn's request: the system prompt, the history so far, the tools and the settings.
@@ -129,6 +137,8 @@ pub struct Session {
     max_turns: Option<u32>,
     /// Loops detected since the last [`Session::limit_turns`].
     loops: u32,
+    /// The template's temperature, and whether the model decodes greedily without one.
+    temperature: (Option<f32>, bool),
     /// The input tokens the provider counted in the last request, and how many messages it held:
     /// what the next request measures from.
     measured: Option<(u64, usize)>,
@@ -160,6 +170,7 @@ impl Session {
             turns: 0,
             max_turns: None,
             loops: 0,
+            temperature: (settings.template.temperature, settings.greedy),
             measured: None,
         }
     }
@@ -232,11 +243,17 @@ impl Session {
             if response.tool_calls.is_empty() {
                 return Ok(response);
             }
+            let warnings = self.loops;
             let parts = self.run_tools(&response.tool_calls, observer).await;
             self.request.messages.push(Message {
                 role: Role::User,
                 parts,
             });
+            // A greedy model just warned is sampled for one turn; otherwise the template holds.
+            self.request.temperature = match self.temperature {
+                (None, true) if self.loops > warnings => Some(UNSTICK_TEMPERATURE),
+                (template, _) => template,
+            };
             if self.loops >= LOOP_WARNINGS {
                 return Err(Stop::Looping {
                     warnings: self.loops,
@@ -732,5 +749,37 @@ mod tests {
             .await;
         assert!(matches!(stopped, Err(Stop::Model(error)) if error == "too long"));
         assert_eq!(model.0.asked.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_greedy_model_warned_of_a_loop_is_sampled_for_the_next_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
+        let settings = Settings {
+            greedy: true,
+            ..Settings::default()
+        };
+        let mut session = Session::new(toolbox, None, Vec::new(), settings);
+        let same = || response("", &[("list_dir", json!({}))]);
+        let mut model = Scripted {
+            answers: vec![
+                same(),
+                same(),
+                same(),
+                response("", &[("glob", json!({ "pattern": "*" }))]),
+                response("done", &[]),
+            ],
+            asked: Vec::new(),
+        };
+        session
+            .send(&mut model, &Log::default(), "look".into())
+            .await
+            .unwrap();
+        let temperatures: Vec<Option<f32>> = model.asked.iter().map(|r| r.temperature).collect();
+        // The third call was refused: the fourth turn is sampled, the fifth greedy again.
+        assert_eq!(
+            temperatures,
+            [None, None, None, Some(UNSTICK_TEMPERATURE), None]
+        );
     }
 }

@@ -65,6 +65,12 @@ fn main() {
         .collect();
     tasks.sort();
     let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a temp dir");
+    // `TRELLIS_AGENT_KEEP=1` keeps the working directories, run records and trajectories to read.
+    let work_path = if std::env::var("TRELLIS_AGENT_KEEP").as_deref() == Ok("1") {
+        work.keep()
+    } else {
+        work.path().to_path_buf()
+    };
     let peer = if std::env::var("TRELLIS_AGENT_PEER").as_deref() == Ok("0") {
         Err("not asked for (TRELLIS_AGENT_PEER=0)".to_owned())
     } else {
@@ -82,13 +88,13 @@ fn main() {
     let mut rows = Vec::new();
     for task in &tasks {
         let dir = root.join(task);
-        let ours = trellis(&dir, &work.path().join(format!("trellis-{task}")));
+        let ours = trellis(&dir, &work_path.join(format!("trellis-{task}")));
         let theirs = match (&peer, &server) {
             (Ok(mini), Some(server)) => Some(mini_run(
                 mini,
                 server,
                 &dir,
-                &work.path().join(format!("mini-{task}")),
+                &work_path.join(format!("mini-{task}")),
             )),
             _ => None,
         };
@@ -328,7 +334,14 @@ fn mini_run(mini: &Path, server: &Server, task: &Path, dir: &Path) -> Outcome {
     let started = Instant::now();
     let mut child = Command::new(mini)
         .args(["--yolo", "--exit-immediately", "--cost-limit", "0"])
-        .args(["-c", "mini_textbased.yaml"])
+        // Its text-based variant: the model writes one bash block per step (a 1.5B model calls no
+        // native tools).
+        .args([
+            "-c",
+            "mini_textbased.yaml",
+            "--model-class",
+            "litellm_textbased",
+        ])
         .arg("-c")
         .arg(format!("model.model_kwargs.api_base={}/v1", server.url))
         .args(["-c", "model.model_kwargs.api_key=none"])

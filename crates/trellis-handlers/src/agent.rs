@@ -47,10 +47,23 @@ you change it, and change only what the task needs. After a change, run the chec
 tests, or the program itself). When the task is done, answer with a short summary of what you did, without \
 calling a tool.";
 
-/// Added for the local model, which calls tools by writing them as JSON.
-const TEXT_CALLS_HINT: &str = "To call a tool, answer with one JSON block holding one call and nothing \
-else, for example:\n```json\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"src/lib.rs\"}}\n```\n\
-The tool's result comes back in the next message. Begin by reading the files the task is about.";
+/// Added for the local model, which calls tools by writing them as JSON: how, with an example call on a
+/// file the working directory really holds (a small model copies an example's path as it is).
+fn text_calls_hint(overview: &str) -> String {
+    let example = match overview
+        .lines()
+        .find(|line| !line.ends_with('/') && !line.starts_with("[…"))
+    {
+        Some(file) => serde_json::json!({ "name": "read_file", "arguments": { "path": file } }),
+        None => serde_json::json!({ "name": "list_dir", "arguments": { "path": "." } }),
+    };
+    format!(
+        "To call a tool, answer with one JSON block holding one call and nothing else, for \
+         example:\n```json\n{example}\n```\nThe tool's result comes back in the next message. \
+         Begin by reading the files the task is about, and put what you write at the paths the task \
+         names."
+    )
+}
 
 /// Files of the working directory listed in the system prompt.
 const OVERVIEW_ENTRIES: usize = 100;
@@ -468,7 +481,7 @@ async fn open_session(
         format!("{AGENT_SYSTEM}\n\nThe working directory holds:\n{overview}")
     };
     if call.resolved.provider == "local" {
-        system = format!("{system}\n\n{TEXT_CALLS_HINT}");
+        system = format!("{system}\n\n{}", text_calls_hint(&overview));
     }
     if let Some(memory) = memory {
         system = format!("{system}\n\n{memory}");
@@ -480,6 +493,8 @@ async fn open_session(
             ..Request::default()
         },
         context_window: client.context_window(&call.resolved).map(u64::from),
+        // The local model decodes greedily unless told a temperature.
+        greedy: call.resolved.provider == "local",
     };
     let mut session = Session::new(toolbox, Some(system), history, settings);
     session.limit_turns(llm.max_turns);

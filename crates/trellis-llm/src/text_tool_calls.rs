@@ -1,6 +1,8 @@
 //! Tool calls written as text. Small local models often answer a tool request with a fenced
 //! ```` ```json {"name": ..., "arguments": {...}} ```` block or a `<tool_call>{...}</tool_call>` element
-//! instead of the API's structured field. Only calls that name an offered tool count.
+//! instead of the API's structured field. What counts as a call: an object naming an offered tool, or
+//! one shaped like a call (a `name` and an `arguments` object) naming a tool that is not offered — the
+//! session answers that with the list of tools it has, rather than taking the block for an answer.
 
 use serde_json::Value;
 
@@ -66,10 +68,11 @@ fn closed_tagged<'a>(text: &'a str, open: &str, close: &str) -> Vec<&'a str> {
 
 fn to_call(value: &Value, offered: &[&str], index: usize) -> Option<ToolCall> {
     let name = value.get("name")?.as_str()?;
-    if !offered.contains(&name) {
+    let given = value.get("arguments").or_else(|| value.get("parameters"));
+    if !offered.contains(&name) && !given.is_some_and(Value::is_object) {
         return None;
     }
-    let arguments = match value.get("arguments").or_else(|| value.get("parameters")) {
+    let arguments = match given {
         Some(Value::String(s)) => serde_json::from_str(s).unwrap_or(Value::String(s.clone())),
         Some(v) => v.clone(),
         None => Value::Object(serde_json::Map::new()),
@@ -164,10 +167,17 @@ mod tests {
     }
 
     #[test]
-    fn unknown_tools_and_plain_json_are_not_calls() {
+    fn plain_json_is_no_call_but_a_call_of_an_unknown_tool_is_one() {
+        // Shaped like a call: the session answers that the tool does not exist.
+        let unknown = parse(
+            "```json\n{\"name\": \"add_function\", \"arguments\": {\"name\": \"f\"}}\n```",
+            &["shell"],
+        );
+        assert_eq!(unknown.len(), 1);
+        assert_eq!(unknown[0].name, "add_function");
         assert!(
             parse(
-                "```json\n{\"name\": \"rm_rf\", \"arguments\": {}}\n```",
+                "```json\n{\"name\": \"orders-api\", \"port\": 80}\n```",
                 &["shell"]
             )
             .is_empty()
