@@ -115,7 +115,7 @@ pub struct Settings {
     pub context_window: Option<u64>,
     /// The model decodes greedily unless a request names a temperature (the local model): the same
     /// conversation gets the same answer, so a turn after a loop warning is sampled instead
-    /// ([`UNSTICK_TEMPERATURE`]).
+    /// (at 0.7).
     pub greedy: bool,
 }
 
