@@ -548,6 +548,19 @@ fn a_cycle_that_writes_is_named_to_the_model() {
     assert!(!bodies.iter().any(|b| b.to_string().contains("Not run")));
 }
 
+/// The `fix` stage failed because its model kept repeating itself after three warnings.
+fn assert_stopped_for_looping(run: &Run) {
+    let status = status(run, "fix");
+    assert_eq!(status["status"], "failed");
+    assert!(
+        status["failure"]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("the agent kept repeating the same tool calls after 3 warnings"),
+        "{status}"
+    );
+}
+
 #[test]
 fn a_repeated_call_is_answered_without_running_and_a_model_that_keeps_on_is_stopped() {
     let Some(mock) = Llmock::start() else { return };
@@ -566,15 +579,7 @@ fn a_repeated_call_is_answered_without_running_and_a_model_that_keeps_on_is_stop
         .collect();
     mock.scenario(&Value::Array(script));
     let run = p.run("w.fabro", &[]);
-    let status = status(&run, "fix");
-    assert_eq!(status["status"], "failed");
-    assert!(
-        status["failure"]["reason"]
-            .as_str()
-            .unwrap()
-            .starts_with("the agent kept repeating the same tool calls after 3 warnings"),
-        "{status}"
-    );
+    assert_stopped_for_looping(&run);
     // Two of each ran; the third A, the third B and the fourth A were answered with the refusal,
     // and the session ended after the third.
     let bodies = mock.bodies();
@@ -611,8 +616,7 @@ fn a_model_that_ignores_three_loop_warnings_is_stopped() {
         .collect();
     mock.scenario(&Value::Array(script));
     let run = p.run("w.fabro", &[]);
-    let status = status(&run, "fix");
-    assert_eq!(status["status"], "failed");
+    assert_stopped_for_looping(&run);
     assert_eq!(run.events_named("Agent.LoopDetected").len(), 3);
     // Two ran, three were refused.
     assert_eq!(
