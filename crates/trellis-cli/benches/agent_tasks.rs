@@ -187,20 +187,29 @@ fn judged(task: &Path, dir: &Path) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Waits for `child` at most `limit`; kills it (and its process group) past that.
-fn wait_at_most(child: &mut Child, limit: Duration) -> bool {
+/// Runs `command` in a process group of its own, quiet, for at most [`TASK_TIME`] (past that the
+/// whole group is killed); whether it ended by itself, and how long it took.
+fn run_for_task_time(mut command: Command) -> (bool, Duration) {
+    use std::os::unix::process::CommandExt as _;
     let started = Instant::now();
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("the agent starts");
     loop {
         if let Ok(Some(_)) = child.try_wait() {
-            return true;
+            return (true, started.elapsed());
         }
-        if started.elapsed() > limit {
+        if started.elapsed() > TASK_TIME {
             let _ = Command::new("kill")
                 .args(["-KILL", "--", &format!("-{}", child.id())])
                 .status();
             let _ = child.kill();
             let _ = child.wait();
-            return false;
+            return (false, started.elapsed());
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -208,7 +217,6 @@ fn wait_at_most(child: &mut Child, limit: Duration) -> bool {
 
 /// The task as one agent node on the local model.
 fn trellis(task: &Path, dir: &Path) -> Outcome {
-    use std::os::unix::process::CommandExt as _;
     fresh(task, dir);
     let prompt = std::fs::read_to_string(task.join("task.md")).expect("task.md");
     let workflow = format!(
@@ -218,8 +226,8 @@ fn trellis(task: &Path, dir: &Path) -> Outcome {
     let runs = dir.with_extension("runs");
     let file = dir.with_extension("fabro");
     std::fs::write(&file, workflow).expect("write");
-    let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_trellis"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_trellis"));
+    command
         .arg("run")
         .arg(&file)
         .args(["--json", "--runs-dir"])
@@ -228,14 +236,8 @@ fn trellis(task: &Path, dir: &Path) -> Outcome {
         .env("TRELLIS_CACHE_DIR", trellis_test::cache_dir())
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("OPENAI_API_KEY")
-        .env_remove("GEMINI_API_KEY")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .expect("trellis runs");
-    let finished = wait_at_most(&mut child, TASK_TIME);
-    let took = started.elapsed();
+        .env_remove("GEMINI_API_KEY");
+    let (finished, took) = run_for_task_time(command);
     let status = std::fs::read_dir(&runs)
         .ok()
         .and_then(|mut runs| runs.next())
@@ -251,18 +253,7 @@ fn trellis(task: &Path, dir: &Path) -> Outcome {
     let number = |value: &Value| value.as_u64().unwrap_or(0);
     let usage = &status["usage"];
     let solved = judged(task, dir);
-    let note = if !finished {
-        format!("stopped after {} s", TASK_TIME.as_secs())
-    } else if solved {
-        String::new()
-    } else {
-        status["failure"]["reason"]
-            .as_str()
-            .unwrap_or_default()
-            .chars()
-            .take(80)
-            .collect()
-    };
+    let note = note(finished, solved, status["failure"]["reason"].as_str());
     Outcome {
         solved,
         took,
@@ -327,12 +318,11 @@ impl Drop for Server {
 
 /// The task through mini-swe-agent, on `server`.
 fn mini_run(mini: &Path, server: &Server, task: &Path, dir: &Path) -> Outcome {
-    use std::os::unix::process::CommandExt as _;
     fresh(task, dir);
     let prompt = std::fs::read_to_string(task.join("task.md")).expect("task.md");
     let trajectory = dir.with_extension("traj.json");
-    let started = Instant::now();
-    let mut child = Command::new(mini)
+    let mut command = Command::new(mini);
+    command
         .args(["--yolo", "--exit-immediately", "--cost-limit", "0"])
         // Its text-based variant: the model writes one bash block per step (a 1.5B model calls no
         // native tools).
@@ -357,15 +347,8 @@ fn mini_run(mini: &Path, server: &Server, task: &Path, dir: &Path) -> Outcome {
         .env("MSWEA_COST_TRACKING", "ignore_errors")
         .env("MSWEA_CONFIGURED", "true")
         .env("MSWEA_SILENT_STARTUP", "1")
-        .env("OPENAI_API_KEY", "none")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .expect("mini runs");
-    let finished = wait_at_most(&mut child, TASK_TIME);
-    let took = started.elapsed();
+        .env("OPENAI_API_KEY", "none");
+    let (finished, took) = run_for_task_time(command);
     let trajectory: Value = std::fs::read_to_string(&trajectory)
         .ok()
         .and_then(|text| serde_json::from_str(&text).ok())
@@ -403,13 +386,18 @@ fn mini_run(mini: &Path, server: &Server, task: &Path, dir: &Path) -> Outcome {
         input: usage("prompt_tokens"),
         cached: usage("cached"),
         output: usage("completion_tokens"),
-        note: if !finished {
-            format!("stopped after {} s", TASK_TIME.as_secs())
-        } else if solved {
-            String::new()
-        } else {
-            exit.to_owned()
-        },
+        note: note(finished, solved, Some(exit)),
+    }
+}
+
+/// Why an agent's task ended unsolved, in a few words: stopped at the time limit, else what it said.
+fn note(finished: bool, solved: bool, why: Option<&str>) -> String {
+    if !finished {
+        format!("stopped after {} s", TASK_TIME.as_secs())
+    } else if solved {
+        String::new()
+    } else {
+        why.unwrap_or_default().chars().take(80).collect()
     }
 }
 
