@@ -285,17 +285,11 @@ impl Session {
                             .to_owned(),
                     });
                     // Fewer turns kept verbatim each time the last compaction was not enough.
-                    let compacted = loop {
-                        if self.compact(model, observer, preserved).await {
-                            break true;
-                        }
+                    while !self.compact(model, observer, preserved).await {
                         if preserved == 1 {
-                            break false;
+                            return Err(Stop::Model(error));
                         }
                         preserved = preserved.div_ceil(2);
-                    };
-                    if !compacted {
-                        return Err(Stop::Model(error));
                     }
                     preserved = preserved.div_ceil(2);
                 }
@@ -387,18 +381,19 @@ impl Session {
                     content: shown,
                     is_error: output.is_error,
                 }));
-                if let Some(repeat) = repeat {
-                    observer.on_event(AgentEvent::LoopDetected {
-                        period: repeat.period,
-                        tools: vec![repeat.tool],
-                    });
-                    self.loops += 1;
-                } else if let Some(found) = self.detector.record(&call.name, &call.arguments) {
-                    observer.on_event(AgentEvent::LoopDetected {
-                        period: found.period,
-                        tools: found.tools.clone(),
-                    });
-                    warning = Some(found.warning());
+                // A refused repeat (its refusal is the warning), or a cycle this call completes.
+                let looped = match repeat {
+                    Some(repeat) => Some((repeat.period, vec![repeat.tool])),
+                    None => self
+                        .detector
+                        .record(&call.name, &call.arguments)
+                        .map(|found| {
+                            warning = Some(found.warning());
+                            (found.period, found.tools)
+                        }),
+                };
+                if let Some((period, tools)) = looped {
+                    observer.on_event(AgentEvent::LoopDetected { period, tools });
                     self.loops += 1;
                 }
             }
