@@ -39,6 +39,8 @@ enum Command {
     Show(commands::runs::ShowArgs),
     /// Print a run's event log.
     Events(commands::runs::EventsArgs),
+    /// Print a stage's output (a command's output, an agent's transcript); `--follow` prints it live.
+    Logs(commands::logs::LogsArgs),
     /// Serve the HTTP API and the web app: start, watch, answer and cancel runs from a browser.
     Serve(commands::serve::Args),
     /// Show the configured model providers, the local model's state and the model catalog.
@@ -85,6 +87,7 @@ fn main() -> ExitCode {
         Command::Runs(args) => commands::runs::runs(&args),
         Command::Show(args) => commands::runs::show(&args),
         Command::Events(args) => commands::runs::events(&args),
+        Command::Logs(args) => commands::logs::logs(&args),
         Command::Models(args) => commands::models::run(&args),
         Command::Serve(args) => commands::serve::run(&args),
     };

@@ -113,9 +113,74 @@ async function runsPage() {
   every(2000, refresh);
 }
 
+// ---- an agent's transcript -----------------------------------------------------------------------------
+
+/// A tool call's arguments in one line: its path, command or pattern when it has one.
+function callTarget(args) {
+  if (!args || typeof args !== "object") return "";
+  const named = args.path || args.file_path || args.command || args.pattern || args.query;
+  const text = typeof named === "string" ? named : JSON.stringify(args);
+  return text.length > 120 ? text.slice(0, 120) + "…" : text;
+}
+
+/// A long text cut to its start, with a button that shows the whole of it.
+function expandable(text, limit = 1500) {
+  const pre = h("pre", { class: "t-output" }, text.length > limit ? text.slice(0, limit) : text);
+  if (text.length <= limit) return pre;
+  const more = h("button", { type: "button", class: "t-more", onclick: () => { pre.textContent = text; more.remove(); } },
+    "show all " + text.length + " characters");
+  return h("div", {}, pre, more);
+}
+
+/// One transcript entry as an element (a tool's result goes into its call's element; `null` then).
+function transcriptEntry(e, calls) {
+  switch (e.type) {
+    case "user":
+      return h("div", { class: "t-entry t-user" }, h("span", { class: "t-who" }, "user"), expandable(e.text || ""));
+    case "steer":
+      return h("div", { class: "t-entry t-steer", "data-steer": "" }, h("span", { class: "t-who" }, "steering"), h("div", { class: "t-text" }, e.text || ""));
+    case "turn":
+      return h("div", { class: "t-turn", "data-turn": e.turn }, "turn " + e.turn);
+    case "assistant":
+      return h("div", { class: "t-entry t-assistant" }, h("span", { class: "t-who" }, "assistant"), h("div", { class: "t-text" }, e.text || ""));
+    case "command":
+      return h("div", { class: "t-entry t-note" }, "$ " + e.program + " " + (e.args || []).join(" "));
+    case "tool_call": {
+      const result = h("span", { class: "t-result muted" }, "running…");
+      const el = h("details", { class: "t-entry t-call", "data-tool": e.tool, "data-call": e.call_id },
+        h("summary", {}, h("code", {}, e.tool), " ", h("span", { class: "t-target" }, callTarget(e.arguments)), " ", result),
+        h("pre", { class: "t-args" }, JSON.stringify(e.arguments, null, 2)));
+      calls[e.call_id] = { el, result };
+      return el;
+    }
+    case "tool_result": {
+      const call = calls[e.call_id];
+      const verdict = (e.is_error ? "error" : "ok") + (e.duration_ms !== undefined ? " · " + duration(e.duration_ms) : "");
+      if (!call) return h("div", { class: "t-entry t-call" + (e.is_error ? " t-error" : "") }, h("code", {}, e.tool), " " + verdict, expandable(e.output || ""));
+      call.result.textContent = verdict;
+      call.el.classList.toggle("t-error", !!e.is_error);
+      call.el.setAttribute("data-done", e.is_error ? "error" : "ok");
+      call.el.append(expandable(e.output || ""));
+      return null;
+    }
+    case "usage": {
+      const u = e.usage || {};
+      return h("div", { class: "t-usage muted" }, `tokens: ${u.input_tokens || 0} in (${u.cached_tokens || 0} cached), ${u.output_tokens || 0} out`);
+    }
+    case "loop_detected":
+      return h("div", { class: "t-entry t-warn" }, "loop detected: " + (e.tools || []).join(", ") + (e.period ? " (every " + e.period + " calls)" : ""));
+    case "compaction":
+      return h("div", { class: "t-entry t-note" }, "the conversation was compacted (" + e.original_turn_count + " turns summarised)");
+    case "error":
+      return h("div", { class: "t-entry t-error" }, "error: " + e.message);
+    default:
+      return h("div", { class: "t-entry t-note" }, JSON.stringify(e));
+  }
+}
+
 // ---- a run -----------------------------------------------------------------------------------------------
 
-const STATES = ["pending", "running", "succeeded", "failed", "waiting", "skipped"];
+const STATES = ["pending", "running", "succeeded", "failed", "waiting", "cancelled", "interrupted", "skipped"];
 
 async function runPage(id) {
   const title = h("h1", {}, "Run");
@@ -150,14 +215,27 @@ async function runPage(id) {
 
   function renderHeader() {
     const run = state.run;
-    title.replaceChildren(run.workflow, badge(run.status), h("span", { class: "muted", style: "font-size: 13px; font-weight: normal" }, run.id), actions);
+    // A live run at a gate is running as far as its record goes; a person sees it waiting.
+    const shown = run.status === "running" && (run.waiting || []).length ? "waiting_for_input" : run.status;
+    title.replaceChildren(run.workflow, badge(shown), h("span", { class: "muted", style: "font-size: 13px; font-weight: normal" }, run.id), actions);
     const running = run.status === "running";
     const resumable = !running && !["succeeded", "failed"].includes(run.status);
-    fill(actions,
-      h("a", { href: "/api/runs/" + run.id + "/events?format=jsonl", target: "_blank", rel: "noopener" }, "Event log"),
-      running ? h("button", { class: "danger", id: "cancel", onclick: cancel }, "Cancel") : null,
-      resumable ? h("button", { class: "primary", id: "resume", onclick: resume }, "Resume") : null);
+    if (!actions.querySelector("#cancel-confirm")) {
+      fill(actions,
+        h("a", { href: "/api/runs/" + run.id + "/events?format=jsonl", target: "_blank", rel: "noopener" }, "Event log"),
+        running ? h("button", { class: "danger", id: "cancel", onclick: confirmCancel }, "Cancel") : null,
+        resumable ? h("button", { class: "primary", id: "resume", onclick: resume }, "Resume") : null);
+    }
     if (run.error) notice.replaceChildren(h("div", { class: "notice error" }, run.error));
+    if (["cancelled", "interrupted", "failed", "succeeded"].includes(run.status) && !run.live) settle(run.status === "succeeded" ? "succeeded" : run.status);
+  }
+
+  /// Cancelling asks once more, in place: a run stopped by a stray click loses its running stage.
+  function confirmCancel() {
+    fill(actions,
+      h("span", { id: "cancel-confirm" }, "Cancel this run? Its running stage stops (resume runs it again). "),
+      h("button", { class: "danger", id: "cancel-yes", onclick: () => { actions.replaceChildren(); cancel(); } }, "Yes, cancel"),
+      h("button", { id: "cancel-no", onclick: () => { actions.replaceChildren(); renderHeader(); } }, "No"));
   }
 
   let shownGates = "";
@@ -201,6 +279,7 @@ async function runPage(id) {
   async function cancel() {
     const answer = await api("/api/runs/" + encodeURIComponent(id) + "/cancel", { json: {} });
     if (!answer.ok) notice.replaceChildren(h("div", { class: "notice error" }, answer.body.error));
+    refreshSoon();
   }
 
   async function resume() {
@@ -237,13 +316,25 @@ async function runPage(id) {
         if (event.to) state.edges.add(node + "->" + event.to);
         break;
       case "WorkflowRunWaitingForInput":
+        if (event.node) state.nodes[event.node] = "waiting";
+        break;
       case "WorkflowRunCancelled":
       case "WorkflowRunCompleted":
-      case "WorkflowRunFailed":
-        for (const [n, s] of Object.entries(state.nodes)) if (s === "running" && event.event !== "WorkflowRunWaitingForInput") state.nodes[n] = event.event === "WorkflowRunCompleted" ? "succeeded" : "failed";
-        if (event.event === "WorkflowRunWaitingForInput" && event.node) state.nodes[event.node] = "waiting";
+      case "WorkflowRunFailed": {
+        // Stages still running when the run ended stopped with it.
+        const ended = event.event === "WorkflowRunCompleted" ? "succeeded"
+          : event.event === "WorkflowRunCancelled" ? "cancelled"
+            : event.status === "interrupted" ? "interrupted" : "failed";
+        settle(ended);
         break;
+      }
     }
+  }
+
+  /// Marks what is still running as `status`: the run ended (or its process is gone) without them.
+  function settle(status) {
+    for (const [n, s] of Object.entries(state.nodes)) if (s === "running" || s === "waiting") state.nodes[n] = status;
+    for (const s of state.stages) if (s.status === "running") s.status = status;
   }
 
   function paint() {
@@ -294,35 +385,94 @@ async function runPage(id) {
     paint();
   }
 
+  // The open stage's output stream, closed when another stage opens or the page changes.
+  let follow = null;
+  function stopFollowing() { if (follow) { follow.close(); follow = null; } }
+  cleanup.push(stopFollowing);
+
   async function openStage(s) {
+    stopFollowing();
     state.selected = s.dir;
     paint();
     const base = "/api/runs/" + encodeURIComponent(id) + "/stages/" + encodeURIComponent(s.dir) + "/";
-    const files = ["response.md", "prompt.md", "stdout.log", "stderr.log", "status.json"];
+    const files = ["response.md", "prompt.md", "status.json"];
     const loaded = await Promise.all(files.map(async (f) => {
       const r = await fetch(base + encodeURIComponent(f), { credentials: "same-origin" });
       return r.ok ? [f, await r.text()] : null;
     }));
-    const present = loaded.filter(Boolean);
+    if (state.selected !== s.dir) return;
+    const present = Object.fromEntries(loaded.filter(Boolean));
+    const ended = "status.json" in present && !/"waiting_for_input"\s*:\s*true/.test(present["status.json"]);
     const body = h("div");
     const tabs = h("div", { class: "tabs" });
-    function select(name, text) {
+    const output = h("pre", { id: "stage-output", "data-file": "output" });
+    const transcript = h("div", { id: "transcript", class: "transcript" });
+    const views = {};
+    let current = null;
+    function select(name) {
+      current = name;
       for (const b of tabs.children) b.classList.toggle("active", b.dataset.file === name);
-      let shown = text;
-      if (name === "status.json") { try { shown = JSON.stringify(JSON.parse(text), null, 2); } catch (_) { /* shown as is */ } }
-      body.replaceChildren(h("pre", { id: "stage-file", "data-file": name }, shown || "(empty)"));
+      body.replaceChildren(views[name]());
     }
-    for (const [name, text] of present) tabs.append(h("button", { type: "button", "data-file": name, onclick: () => select(name, text) }, name));
-    const status = present.find(([n]) => n === "status.json");
+    // Tabs in a fixed order, each added once it has something to show.
+    const ORDER = ["transcript", "output", "response.md", "prompt.md", "status.json"];
+    function addTab(name, view) {
+      if (views[name]) return;
+      views[name] = view;
+      const button = h("button", { type: "button", "data-file": name, onclick: () => select(name) }, name);
+      const after = [...tabs.children].find((b) => ORDER.indexOf(b.dataset.file) > ORDER.indexOf(name));
+      tabs.insertBefore(button, after || null);
+      if (!current) select(name);
+    }
+    for (const name of ["response.md", "prompt.md", "status.json"]) {
+      if (!(name in present)) continue;
+      let text = present[name];
+      if (name === "status.json") { try { text = JSON.stringify(JSON.parse(text), null, 2); } catch (_) { /* shown as is */ } }
+      const pre = h("pre", { id: "stage-file", "data-file": name }, text || "(empty)");
+      if (ended || name !== "response.md") addTab(name, () => pre);
+    }
     let artifacts = [];
-    if (status) { try { artifacts = JSON.parse(status[1]).artifacts || []; } catch (_) { /* none */ } }
+    if (present["status.json"]) { try { artifacts = JSON.parse(present["status.json"]).artifacts || []; } catch (_) { /* none */ } }
+    const live = h("span", { class: "live muted", id: "stage-live" }, ended ? "" : "● live");
     fill(stage,
-      h("div", { style: "display:flex; gap:8px; align-items:center; margin-bottom:8px" }, h("strong", {}, s.node), badge(s.status), h("span", { class: "muted" }, s.dir)),
+      h("div", { style: "display:flex; gap:8px; align-items:center; margin-bottom:8px" }, h("strong", {}, s.node), badge(s.status), h("span", { class: "muted" }, s.dir), live),
       tabs, body,
       artifacts.length ? h("div", {}, h("h2", {}, "Artifacts"), h("ul", {}, artifacts.map((a) =>
         h("li", {}, h("a", { href: "/api/runs/" + encodeURIComponent(id) + "/artifacts/" + encodeURIComponent(s.node) + "/attempt-" + s.attempt + "/" + a.path.split("/").map(encodeURIComponent).join("/"), target: "_blank", rel: "noopener" }, a.path), " ", h("span", { class: "muted" }, a.bytes + " bytes"))))) : null);
-    if (present.length) select(present[0][0], present[0][1]);
-    else body.replaceChildren(h("span", { class: "muted" }, "This stage has no files yet."));
+
+    // Output and transcript come from the stage's output stream: live while it runs, then whole.
+    const calls = {};
+    const source = new EventSource(base + "output");
+    follow = source;
+    function follows() { return output.scrollHeight - output.scrollTop - output.clientHeight < 40; }
+    for (const stream of ["stdout", "stderr"]) {
+      source.addEventListener(stream, (message) => {
+        const text = JSON.parse(message.data).text;
+        const stick = follows();
+        output.append(stream === "stderr" ? h("span", { class: "stderr" }, text) : text);
+        addTab("output", () => output);
+        if (stick) output.scrollTop = output.scrollHeight;
+      });
+    }
+    source.addEventListener("transcript", (message) => {
+      for (const line of JSON.parse(message.data).text.split("\n")) {
+        if (!line.trim()) continue;
+        let entry;
+        try { entry = JSON.parse(line); } catch (_) { continue; }
+        const el = transcriptEntry(entry, calls);
+        if (el) transcript.append(el);
+      }
+      addTab("transcript", () => transcript);
+    });
+    source.addEventListener("end", () => {
+      source.close();
+      if (follow === source) follow = null;
+      live.replaceChildren();
+      if (!current) body.replaceChildren(h("span", { class: "muted" }, "This stage wrote nothing."));
+      // A stage seen running is read again once it has ended: its answer and status are there now.
+      if (!ended && state.selected === s.dir) setTimeout(() => { if (state.selected === s.dir) openStage(s); }, 300);
+    });
+    if (!current) body.replaceChildren(h("span", { class: "muted" }, ended ? "Reading the stage…" : "Waiting for the stage's output…"));
   }
 
   let refreshTimer = null;

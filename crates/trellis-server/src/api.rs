@@ -329,6 +329,7 @@ pub fn router(server: Arc<Server>) -> (axum::Router, utoipa::openapi::OpenApi) {
         .routes(routes!(list_runs_handler, start_run))
         .routes(routes!(get_run))
         .routes(routes!(crate::events::events))
+        .routes(routes!(crate::events::stage_output))
         .routes(routes!(crate::files::stage_file))
         .routes(routes!(crate::graph::run_graph))
         .routes(routes!(answer))

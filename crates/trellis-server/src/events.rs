@@ -2,6 +2,9 @@
 //! shows the same events whoever runs the run (this server or a terminal). Each event's `id` is its
 //! `seq`; a client that reconnects with `Last-Event-ID` gets the events after it, none twice. The
 //! stream ends with an `end` event once nobody runs the run any more and every event is sent.
+//!
+//! A stage's output (a command's standard output and error, an agent's transcript) streams the same
+//! way from the files the stage writes ([`stage_output`]): output never goes through the event log.
 
 use std::convert::Infallible;
 use std::io::{Read, Seek, SeekFrom};
@@ -15,7 +18,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt, stream};
 use serde::Deserialize;
-use trellis_store::RunDir;
+use trellis_store::{Chunk, Position, RunDir, StageOutput, StageState};
 use utoipa::IntoParams;
 
 use crate::api::{ApiError, blocking};
@@ -209,4 +212,123 @@ fn end_event(reason: &str) -> SseEvent {
     SseEvent::default()
         .event("end")
         .data(serde_json::json!({ "reason": reason }).to_string())
+}
+
+/// How often a stage's output stream looks at its files.
+const OUTPUT_POLL: Duration = Duration::from_millis(100);
+/// At most this much of each output file is sent at a time.
+const OUTPUT_CHUNK: u64 = 256 << 10;
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct OutputQuery {
+    /// Start after this position (`stdout.stderr.transcript` byte offsets, as an event's `id`).
+    after: Option<String>,
+}
+
+/// A stage's output as it is written: its `stdout.log`, `stderr.log` and `transcript.jsonl`, live.
+#[utoipa::path(get, path = "/api/runs/{id}/stages/{dir}/output",
+    params(("id" = String, Path, description = "The run id"),
+        ("dir" = String, Path, description = "The stage directory (`002-build@1`)"), OutputQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this position")),
+    responses((status = 200, description = "`text/event-stream`: `stdout`, `stderr` and `transcript` events whose `data` is `{\"text\": ...}` (whole lines; a transcript's lines are JSON entries) and whose `id` is the position after them; an `end` event (`{\"reason\": ...}`) once the stage has ended or nobody runs the run, and everything it wrote is sent. Output is never copied into the event log."),
+        (status = 400, description = "A position that is not three byte offsets"),
+        (status = 404, description = "No such run or stage")))]
+pub async fn stage_output(
+    State(server): State<Arc<Server>>,
+    UrlPath((id, dir)): UrlPath<(String, String)>,
+    Query(query): Query<OutputQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let given = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or(query.after);
+    let at = match given.as_deref().map(str::parse::<Position>) {
+        None => Position::default(),
+        Some(Ok(at)) => at,
+        Some(Err(problem)) => return Err(ApiError::bad_request(problem)),
+    };
+    let lookup = server.clone();
+    let (record, output) = blocking(move || {
+        let record = lookup.record(&id)?;
+        let output = record
+            .stage_output(&dir, at)
+            .ok_or_else(|| ApiError::not_found("no such stage in the run"))?;
+        Ok((Arc::new(record), output))
+    })
+    .await?;
+    let follow = Follow {
+        server,
+        record,
+        output: Some(output),
+    };
+    Ok(Sse::new(follow.into_stream())
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+/// The reading end of one stage's output stream.
+struct Follow {
+    server: Arc<Server>,
+    record: Arc<RunDir>,
+    /// `None` once the `end` event is sent.
+    output: Option<StageOutput>,
+}
+
+impl Follow {
+    fn into_stream(self) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+        stream::unfold(self, |mut follow| async move {
+            let batch = follow.next_batch().await?;
+            Some((stream::iter(batch.into_iter().map(Ok)), follow))
+        })
+        .flatten()
+    }
+
+    async fn next_batch(&mut self) -> Option<Vec<SseEvent>> {
+        loop {
+            let mut output = self.output.take()?;
+            if self.server.stopping.is_cancelled() {
+                return Some(vec![end_event("the server is stopping")]);
+            }
+            let record = self.record.clone();
+            // Whether the stage is over is asked before reading: what it wrote before it ended is
+            // then in the read.
+            let read = blocking(move || {
+                let over = output.state() == StageState::Ended || !record.has_live_owner();
+                let chunks = output
+                    .read(OUTPUT_CHUNK, over)
+                    .map_err(ApiError::internal)?;
+                Ok((output, over, chunks))
+            })
+            .await;
+            let Ok((output, over, chunks)) = read else {
+                return Some(vec![end_event("the stage's output cannot be read")]);
+            };
+            if !chunks.is_empty() {
+                self.output = Some(output);
+                return Some(chunks.iter().map(output_event).collect());
+            }
+            if over {
+                return Some(vec![end_event(if output.state() == StageState::Ended {
+                    "the stage has ended"
+                } else {
+                    "the run is not running"
+                })]);
+            }
+            self.output = Some(output);
+            tokio::select! {
+                () = tokio::time::sleep(OUTPUT_POLL) => {}
+                () = self.server.stopping.cancelled() => {}
+            }
+        }
+    }
+}
+
+fn output_event(chunk: &Chunk) -> SseEvent {
+    SseEvent::default()
+        .event(chunk.stream.name())
+        .id(chunk.then.to_string())
+        .data(serde_json::json!({ "text": chunk.text }).to_string())
 }

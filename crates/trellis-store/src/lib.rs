@@ -9,6 +9,7 @@
 //!   journal.jsonl     one synced line per stage with what it changed (replayed after the snapshot)
 //!   events.jsonl      append-only event log
 //!   stages/001-plan@1/ status.json, stdout.log and stderr.log (when written to), ...
+//!                     (read live by [`StageOutput`])
 //!   blobs/<hex>       content-addressed values
 //! ```
 //!
@@ -24,6 +25,7 @@ mod blobs;
 mod event_log;
 mod owner;
 mod run_dir;
+mod stage_output;
 
 pub use blobs::FileBlobs;
 pub use event_log::{EventLog, Written};
@@ -32,3 +34,4 @@ pub use run_dir::{
     RunDir, RunMeta, StoreError, default_runs_dir, list_runs, new_run_id, resolve_runs_dir,
     write_atomically,
 };
+pub use stage_output::{Chunk, Position, StageOutput, StageState, Stream, last_line};

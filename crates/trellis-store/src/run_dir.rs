@@ -237,6 +237,16 @@ impl RunDir {
         &self.root
     }
 
+    /// Follows the output of the stage whose directory is `stages/<name>` from `at`; `None` when
+    /// `name` is not a plain directory name of this run or the directory is not there.
+    pub fn stage_output(&self, name: &str, at: crate::Position) -> Option<crate::StageOutput> {
+        let plain =
+            !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0']);
+        let dir = self.root.join("stages").join(name);
+        let is_dir = fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
+        (plain && is_dir).then(|| crate::StageOutput::new(dir, at))
+    }
+
     pub fn blobs_dir(&self) -> PathBuf {
         self.root.join("blobs")
     }

@@ -212,7 +212,8 @@ fn show_diagnostics(loaded: &Loaded, color: ColorChoice) -> anyhow::Result<()> {
 /// Who answers gates and who else hears the events (the terminal display), and the sandbox (chosen
 /// before the runtime starts: choosing may probe `bwrap`).
 fn wiring(options: &RunOptions, sandbox: Arc<trellis_run::Sandbox>) -> anyhow::Result<Wiring> {
-    let progress: Arc<dyn EventSink> = Progress::new(options.verbose);
+    let runs_dir = resolve_runs_dir(options.runs_dir.clone());
+    let progress: Arc<dyn EventSink> = Progress::new(options.verbose, runs_dir);
     Ok(Wiring {
         interviewer: interviewer(options)?,
         subscribers: vec![progress],
