@@ -67,6 +67,11 @@ pub enum AgentEvent {
         period: usize,
         tools: Vec<String>,
     },
+    /// A steering message reached the model's next request.
+    Steered {
+        turn: u32,
+        text: String,
+    },
     ContextWindowWarning {
         estimated_tokens: u64,
         context_window_size: u64,
@@ -90,6 +95,17 @@ pub enum AgentEvent {
 pub trait Observer: Send + Sync {
     fn on_event(&self, event: AgentEvent);
 }
+
+/// Messages a person sends the agent while it works (steering), taken before each model call.
+#[async_trait]
+pub trait Inbox: Send + Sync {
+    /// The messages sent since the last look, oldest first.
+    async fn take(&self) -> Vec<String>;
+}
+
+/// How a steering message reads to the model.
+pub const STEERING_PREFIX: &str =
+    "Message from the person running this workflow (take it into account now): ";
 
 /// Why a session stopped without a final answer.
 #[derive(Debug)]
@@ -142,6 +158,8 @@ pub struct Session {
     /// The input tokens the provider counted in the last request, and how many messages it held:
     /// what the next request measures from.
     measured: Option<(u64, usize)>,
+    /// Where steering messages come from, when the stage takes them.
+    inbox: Option<Box<dyn Inbox>>,
 }
 
 impl Session {
@@ -172,6 +190,36 @@ impl Session {
             loops: 0,
             temperature: (settings.template.temperature, settings.greedy),
             measured: None,
+            inbox: None,
+        }
+    }
+
+    /// Takes steering messages from `inbox` before every model call from now on.
+    pub fn set_inbox(&mut self, inbox: Box<dyn Inbox>) {
+        self.inbox = Some(inbox);
+    }
+
+    /// Adds the steering messages sent since the last turn to the request about to go out: to the
+    /// user message it ends with (the prompt, or the tool results), or as one of their own.
+    async fn deliver_steering(&mut self, observer: &dyn Observer) {
+        let Some(inbox) = &self.inbox else {
+            return;
+        };
+        for text in inbox.take().await {
+            let part = Part::Text {
+                text: format!("{STEERING_PREFIX}{text}"),
+            };
+            match self.request.messages.last_mut() {
+                Some(last) if last.role == Role::User => last.parts.push(part),
+                _ => self.request.messages.push(Message {
+                    role: Role::User,
+                    parts: vec![part],
+                }),
+            }
+            observer.on_event(AgentEvent::Steered {
+                turn: self.turns,
+                text,
+            });
         }
     }
 
@@ -226,6 +274,7 @@ impl Session {
             }
             self.turns += 1;
             observer.on_event(AgentEvent::TurnStarted { turn: self.turns });
+            self.deliver_steering(observer).await;
             self.compact_if_needed(model, observer).await;
             let response = self.ask(model, observer).await?;
             observer.on_event(AgentEvent::TurnAnswered {

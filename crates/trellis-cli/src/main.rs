@@ -41,6 +41,8 @@ enum Command {
     Events(commands::runs::EventsArgs),
     /// Print a stage's output (a command's output, an agent's transcript); `--follow` prints it live.
     Logs(commands::logs::LogsArgs),
+    /// Send a running agent a message (a course correction), read before its next model call.
+    Steer(commands::steer::SteerArgs),
     /// Serve the HTTP API and the web app: start, watch, answer and cancel runs from a browser.
     Serve(commands::serve::Args),
     /// Show the configured model providers, the local model's state and the model catalog.
@@ -88,6 +90,7 @@ fn main() -> ExitCode {
         Command::Show(args) => commands::runs::show(&args),
         Command::Events(args) => commands::runs::events(&args),
         Command::Logs(args) => commands::logs::logs(&args),
+        Command::Steer(args) => commands::steer::steer(&args),
         Command::Models(args) => commands::models::run(&args),
         Command::Serve(args) => commands::serve::run(&args),
     };

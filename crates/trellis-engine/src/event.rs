@@ -165,6 +165,17 @@ pub enum EventKind {
         period: usize,
         tools: Vec<String>,
     },
+    /// A person's steering message reached the agent's next model call.
+    #[serde(rename = "Agent.SteeringReceived")]
+    AgentSteeringReceived {
+        turn: u32,
+        text: String,
+    },
+    /// A steering message came after the agent's last model call: it never reached the model.
+    #[serde(rename = "Agent.SteeringUndelivered")]
+    AgentSteeringUndelivered {
+        text: String,
+    },
     #[serde(rename = "Agent.ContextWindowWarning")]
     AgentContextWindowWarning {
         estimated_tokens: u64,
@@ -329,6 +340,8 @@ impl EventKind {
             EventKind::AgentToolCallStarted { .. } => "Agent.ToolCallStarted",
             EventKind::AgentToolCallCompleted(_) => "Agent.ToolCallCompleted",
             EventKind::AgentLoopDetected { .. } => "Agent.LoopDetected",
+            EventKind::AgentSteeringReceived { .. } => "Agent.SteeringReceived",
+            EventKind::AgentSteeringUndelivered { .. } => "Agent.SteeringUndelivered",
             EventKind::AgentContextWindowWarning { .. } => "Agent.ContextWindowWarning",
             EventKind::AgentCompactionStarted { .. } => "Agent.CompactionStarted",
             EventKind::AgentCompactionCompleted { .. } => "Agent.CompactionCompleted",
@@ -476,6 +489,8 @@ mod tests {
         r#"{"event":"Agent.ToolCallStarted","call_id":"c1","tool":"shell","target":"ls","arguments":{"command":"ls"}}"#,
         r#"{"event":"Agent.ToolCallCompleted","call_id":"c1","tool":"shell","target":"ls","is_error":false,"duration_ms":3,"output_chars":10,"shown_chars":10,"output":"a\nb"}"#,
         r#"{"event":"Agent.LoopDetected","period":2,"tools":["read_file","grep"]}"#,
+        r#"{"event":"Agent.SteeringReceived","turn":3,"text":"use tabs"}"#,
+        r#"{"event":"Agent.SteeringUndelivered","text":"too late"}"#,
         r#"{"event":"Agent.ContextWindowWarning","estimated_tokens":90,"context_window_size":100,"usage_percent":90}"#,
         r#"{"event":"Agent.CompactionStarted","estimated_tokens":90,"context_window_size":100}"#,
         r#"{"event":"Agent.CompactionCompleted","original_turn_count":9,"preserved_turn_count":3,"summary_token_estimate":40,"tracked_file_count":2}"#,
@@ -514,10 +529,12 @@ mod tests {
             EventKind::AgentToolCallStarted { .. } => 25,
             EventKind::AgentToolCallCompleted(_) => 26,
             EventKind::AgentLoopDetected { .. } => 27,
-            EventKind::AgentContextWindowWarning { .. } => 28,
-            EventKind::AgentCompactionStarted { .. } => 29,
-            EventKind::AgentCompactionCompleted { .. } => 30,
-            EventKind::AgentError { .. } => 31,
+            EventKind::AgentSteeringReceived { .. } => 28,
+            EventKind::AgentSteeringUndelivered { .. } => 29,
+            EventKind::AgentContextWindowWarning { .. } => 30,
+            EventKind::AgentCompactionStarted { .. } => 31,
+            EventKind::AgentCompactionCompleted { .. } => 32,
+            EventKind::AgentError { .. } => 33,
             EventKind::Unknown => usize::MAX,
         }
     }

@@ -38,6 +38,7 @@ use crate::prompt::{
     simulated_outcome, write_stage_file,
 };
 use crate::routing_directive;
+use crate::steering;
 
 /// What every agent is told before the project memory.
 const AGENT_SYSTEM: &str = "You are a coding agent working in a project's directory. Do the task yourself \
@@ -251,6 +252,10 @@ impl Observer for StageObserver<'_> {
                     output,
                 })
             }
+            AgentEvent::Steered { turn, text } => {
+                self.note(json!({ "type": "steer", "turn": turn, "text": text }));
+                EventKind::AgentSteeringReceived { turn, text }
+            }
             AgentEvent::LoopDetected { period, tools } => {
                 self.note(json!({ "type": "loop_detected", "period": period, "tools": tools }));
                 EventKind::AgentLoopDetected { period, tools }
@@ -375,6 +380,11 @@ impl AgentHandler {
         )
         .await;
         let (observer, writer) = StageObserver::new(stage);
+        let inbox = StageInbox::open(stage).await;
+        let mut session = session;
+        if let Some(inbox) = &inbox {
+            session.set_inbox(Box::new(inbox.clone()));
+        }
         let mut conversation = ApiConversation {
             stage,
             session,
@@ -383,6 +393,9 @@ impl AgentHandler {
         };
         let mut outcome = converse(stage, llm, &mut conversation, opening.prompt).await;
         let session = conversation.session;
+        if let Some(inbox) = inbox {
+            inbox.close(stage, &observer).await;
+        }
         outcome.details.fidelity = Some(opening.fidelity.as_str().to_owned());
         outcome.details.tool_calls = Some(observer.tool_calls());
         drop(observer);
@@ -393,6 +406,63 @@ impl AgentHandler {
             self.threads.save(key, session.into_history());
         }
         outcome
+    }
+}
+
+/// A built-in agent stage's steering messages (see [`crate::steering`]).
+#[derive(Clone)]
+struct StageInbox(Arc<parking_lot::Mutex<Option<steering::Inbox>>>);
+
+impl StageInbox {
+    /// Opens the stage's inbox; `None` (and a warning) when it cannot be made.
+    async fn open(stage: &Stage<'_>) -> Option<Self> {
+        let dir = stage.dir.to_path_buf();
+        match trellis_process::task::blocking(move || steering::Inbox::open(&dir)).await {
+            Ok(inbox) => Some(Self(Arc::new(parking_lot::Mutex::new(Some(inbox))))),
+            Err(e) => {
+                stage.emitter.emit(
+                    Some(&stage.node.id),
+                    EventKind::ModelWarning {
+                        message: format!("this stage cannot take steering messages: {e}"),
+                    },
+                );
+                None
+            }
+        }
+    }
+
+    /// Stops taking messages; those that came after the last model call are reported undelivered.
+    async fn close(self, stage: &Stage<'_>, observer: &StageObserver<'_>) {
+        let inbox = self.0.lock().take();
+        let Some(inbox) = inbox else {
+            return;
+        };
+        let late = trellis_process::task::blocking(move || inbox.close()).await;
+        for message in late {
+            observer.note(json!({ "type": "steer_undelivered", "text": message.text }));
+            stage.emitter.emit(
+                Some(&stage.node.id),
+                EventKind::AgentSteeringUndelivered { text: message.text },
+            );
+        }
+    }
+}
+
+#[async_trait]
+impl trellis_agent::Inbox for StageInbox {
+    async fn take(&self) -> Vec<String> {
+        let this = self.clone();
+        trellis_process::task::blocking(move || {
+            this.0
+                .lock()
+                .as_ref()
+                .map(steering::Inbox::take)
+                .unwrap_or_default()
+        })
+        .await
+        .into_iter()
+        .map(|m| m.text)
+        .collect()
     }
 }
 

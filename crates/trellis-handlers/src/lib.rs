@@ -17,6 +17,7 @@ pub mod preamble;
 pub mod prompt;
 pub mod routing_directive;
 mod simple_command;
+pub mod steering;
 pub mod wait;
 
 use std::sync::Arc;

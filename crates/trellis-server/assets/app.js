@@ -139,6 +139,8 @@ function transcriptEntry(e, calls) {
       return h("div", { class: "t-entry t-user" }, h("span", { class: "t-who" }, "user"), expandable(e.text || ""));
     case "steer":
       return h("div", { class: "t-entry t-steer", "data-steer": "" }, h("span", { class: "t-who" }, "steering"), h("div", { class: "t-text" }, e.text || ""));
+    case "steer_undelivered":
+      return h("div", { class: "t-entry t-warn" }, "steering message not delivered (the agent had finished): " + (e.text || ""));
     case "turn":
       return h("div", { class: "t-turn", "data-turn": e.turn }, "turn " + e.turn);
     case "assistant":
@@ -434,9 +436,22 @@ async function runPage(id) {
     let artifacts = [];
     if (present["status.json"]) { try { artifacts = JSON.parse(present["status.json"]).artifacts || []; } catch (_) { /* none */ } }
     const live = h("span", { class: "live muted", id: "stage-live" }, ended ? "" : "● live");
+    // A running agent takes a course correction before its next model call.
+    let steer = null;
+    if (!ended && s.type === "agent") {
+      const text = h("textarea", { id: "steer-text", rows: 2, placeholder: "Steer the agent: a message its model reads before its next call" });
+      const said = h("div", { id: "steer-result" });
+      steer = h("form", { class: "steer", id: "steer", onsubmit: async (e) => {
+        e.preventDefault();
+        if (!text.value.trim()) return;
+        const sent = await api("/api/runs/" + encodeURIComponent(id) + "/steer", { json: { text: text.value, node: s.node } });
+        if (sent.ok) { text.value = ""; said.replaceChildren(h("div", { class: "notice" }, "Sent: the agent reads it before its next model call.")); }
+        else said.replaceChildren(h("div", { class: "notice error" }, sent.body.error || "not sent"));
+      } }, text, h("button", { type: "submit", class: "primary", id: "steer-send" }, "Send"), said);
+    }
     fill(stage,
       h("div", { style: "display:flex; gap:8px; align-items:center; margin-bottom:8px" }, h("strong", {}, s.node), badge(s.status), h("span", { class: "muted" }, s.dir), live),
-      tabs, body,
+      tabs, body, steer,
       artifacts.length ? h("div", {}, h("h2", {}, "Artifacts"), h("ul", {}, artifacts.map((a) =>
         h("li", {}, h("a", { href: "/api/runs/" + encodeURIComponent(id) + "/artifacts/" + encodeURIComponent(s.node) + "/attempt-" + s.attempt + "/" + a.path.split("/").map(encodeURIComponent).join("/"), target: "_blank", rel: "noopener" }, a.path), " ", h("span", { class: "muted" }, a.bytes + " bytes"))))) : null);
 
@@ -468,6 +483,7 @@ async function runPage(id) {
       source.close();
       if (follow === source) follow = null;
       live.replaceChildren();
+      if (steer) steer.remove();
       if (!current) body.replaceChildren(h("span", { class: "muted" }, "This stage wrote nothing."));
       // A stage seen running is read again once it has ended: its answer and status are there now.
       if (!ended && state.selected === s.dir) setTimeout(() => { if (state.selected === s.dir) openStage(s); }, 300);

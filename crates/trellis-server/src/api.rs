@@ -334,6 +334,7 @@ pub fn router(server: Arc<Server>) -> (axum::Router, utoipa::openapi::OpenApi) {
         .routes(routes!(crate::graph::run_graph))
         .routes(routes!(answer))
         .routes(routes!(cancel))
+        .routes(routes!(steer))
         .routes(routes!(resume))
         .routes(routes!(validate))
         .routes(routes!(workflows))
@@ -718,6 +719,60 @@ async fn cancel(
         Json(Accepted {
             id,
             status: "cancelling".into(),
+        }),
+    ))
+}
+
+/// A steering message for a running agent.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct SteerRequest {
+    /// The message, as the agent's model will read it.
+    pub text: String,
+    /// The agent node to steer; may be left out when one agent stage is running.
+    #[serde(default)]
+    pub node: Option<String>,
+}
+
+/// Where a steering message went.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SteerSent {
+    pub node: String,
+    /// The stage directory whose transcript will show it.
+    pub stage: String,
+}
+
+/// Sends a running agent a message, delivered to its model before its next call and shown in its
+/// transcript; refused when no built-in agent stage is running to read it.
+#[utoipa::path(post, path = "/api/runs/{id}/steer", params(("id" = String, Path, description = "The run id")),
+    request_body = SteerRequest,
+    responses((status = 202, body = SteerSent),
+        (status = 400, description = "An empty message"),
+        (status = 404, description = "No such run"),
+        (status = 409, description = "No agent stage (or not the one named) is running to read it, or several are and none was named")))]
+async fn steer(
+    State(server): State<Arc<Server>>,
+    UrlPath(id): UrlPath<String>,
+    Json(request): Json<SteerRequest>,
+) -> Result<(StatusCode, Json<SteerSent>), ApiError> {
+    let sent = blocking(move || {
+        let record = server.record(&id)?;
+        trellis_run::steer(&record, &request.text, request.node.as_deref()).map_err(|error| {
+            let status = match &error {
+                trellis_run::SteerError::Empty => StatusCode::BAD_REQUEST,
+                trellis_run::SteerError::Record(_) | trellis_run::SteerError::Send(_) => {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                }
+                _ => StatusCode::CONFLICT,
+            };
+            ApiError::Status(status, error.to_string())
+        })
+    })
+    .await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(SteerSent {
+            node: sent.node,
+            stage: sent.dir,
         }),
     ))
 }

@@ -152,6 +152,10 @@ pub(super) fn transcript_line(entry: &Value) -> Option<String> {
     Some(match entry["type"].as_str()? {
         "user" => format!("user: {}", text("text")),
         "steer" => format!("steering: {}", text("text")),
+        "steer_undelivered" => format!(
+            "! steering message not delivered (the agent had finished): {}",
+            text("text")
+        ),
         "assistant" => format!("assistant: {}", text("text")),
         "turn" => format!("── turn {}", entry["turn"]),
         "tool_call" => format!("→ {} {}", text("tool"), entry["arguments"]),

@@ -8,6 +8,7 @@ pub mod rules;
 pub mod run;
 pub mod runs;
 pub mod serve;
+pub mod steer;
 pub mod validate;
 
 use std::io::IsTerminal;
