@@ -232,11 +232,8 @@ async fn a_person_starts_a_run_answers_its_gate_and_reads_a_stage_in_the_browser
 
     // Open the command's stage and read its output.
     click(&client, "#timeline li[data-node='build']").await;
-    click(&client, ".tabs button[data-file='stdout.log']").await;
     assert_eq!(
-        text_of(&client, "pre#stage-file[data-file='stdout.log']")
-            .await
-            .trim(),
+        text_of(&client, "pre#stage-output").await.trim(),
         "built the greeting"
     );
     // Its artifact is linked, and the link serves the file.
@@ -298,6 +295,151 @@ async fn a_pasted_workflow_with_a_mistake_shows_its_diagnostic_before_anything_s
     assert!(text.contains("has no script"), "{text}");
     screenshot(&client, "invalid").await;
     assert!(!project.path().join("runs").exists(), "no run was started");
+
+    client.close().await.unwrap();
+}
+
+const CHATTY: &str = r#"digraph chatty {
+    start [shape=Mdiamond]
+    fetch [shape=parallelogram, script="for i in $(seq 60); do echo line $i; sleep 0.1; done"]
+    exit [shape=Msquare]
+    start -> fetch -> exit
+}
+"#;
+
+const AGENT: &str = "digraph agent {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n fix [prompt=\"Tidy up\", model=\"sonnet\"]\n start -> fix -> exit\n}\n";
+
+const SLOW: &str = "digraph slow {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n nap [shape=parallelogram, script=\"sleep 60\"]\n start -> nap -> exit\n}\n";
+
+/// The stage panel's output, as shown now.
+async fn output_lines(client: &Client) -> Vec<String> {
+    text_of(client, "pre#stage-output")
+        .await
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one person's session: live output, a live agent steered, a cancel read back after a reload"
+)]
+async fn a_person_watches_output_live_steers_an_agent_and_cancels_a_run() {
+    let Some(driver) = Driver::start() else {
+        return;
+    };
+    let Some(mock) = trellis_test::Llmock::start() else {
+        return;
+    };
+    let project = project_with(&[
+        ("chatty.fabro", CHATTY),
+        ("agent.fabro", AGENT),
+        ("slow.fabro", SLOW),
+    ])
+    .with_env("ANTHROPIC_API_KEY", "sk-ant-test-web-0000")
+    .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"));
+    let serve = Serve::start(&project);
+    let profile = tempfile::tempdir().unwrap();
+    let client = browser(&driver, profile.path()).await;
+    let app = format!("http://127.0.0.1:{}", serve.port);
+
+    // A command's lines appear in the stage panel while it runs.
+    let id = serve.start_run("chatty.fabro");
+    client.goto(&format!("{app}/#/runs/{id}")).await.unwrap();
+    click(&client, "#timeline li[data-node='fetch']").await;
+    element(&client, "#stage-live").await;
+    let mut seen_live = Vec::new();
+    for _ in 0..100 {
+        let lines = output_lines(&client).await;
+        let live = text_of(&client, "#stage-live").await;
+        if !lines.is_empty() && live.contains("live") {
+            seen_live.push(lines.len());
+        }
+        if lines.len() == 60 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        seen_live.len() >= 3 && seen_live.first() < seen_live.last(),
+        "lines grew while the stage ran: {seen_live:?}"
+    );
+    screenshot(&client, "live-output").await;
+    // Once it has ended, the panel shows the final record.
+    element(
+        &client,
+        "#timeline li[data-node='fetch'] .badge[data-status='succeeded']",
+    )
+    .await;
+    element(&client, ".tabs button[data-file='status.json']").await;
+    assert_eq!(output_lines(&client).await.len(), 60);
+    assert_eq!(output_lines(&client).await[59], "line 60");
+
+    // An agent's tool calls show live, and a message typed in the panel reaches its model.
+    mock.scenario(&json!([
+        { "type": "reply", "tool_calls": [{ "name": "shell", "arguments": { "command": "sleep 4" } }], "times": 1 },
+        { "type": "reply", "text": "Tidied, with tabs.", "times": 1 },
+    ]));
+    let id = serve.start_run("agent.fabro");
+    client.goto(&format!("{app}/#/runs/{id}")).await.unwrap();
+    click(&client, "#timeline li[data-node='fix']").await;
+    let call = text_of(&client, "details.t-call[data-tool='shell']").await;
+    assert!(
+        call.contains("sleep 4") && call.contains("running"),
+        "{call}"
+    );
+    element(&client, "textarea#steer-text")
+        .await
+        .send_keys("Use tabs, not spaces.")
+        .await
+        .unwrap();
+    click(&client, "#steer-send").await;
+    let said = text_of(&client, "#steer-result").await;
+    assert!(said.starts_with("Sent"), "{said}");
+    screenshot(&client, "steer").await;
+    let steered = text_of(&client, ".t-steer").await;
+    assert!(steered.contains("Use tabs, not spaces."), "{steered}");
+    element(&client, "details.t-call[data-done='ok']").await;
+    element(&client, "h1 .badge[data-status='succeeded']").await;
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 2);
+    assert!(
+        bodies[1]["messages"].to_string().contains(
+            "Message from the person running this workflow (take it into account now): Use tabs, not spaces."
+        ),
+        "{}",
+        bodies[1]["messages"]
+    );
+    screenshot(&client, "transcript").await;
+
+    // Cancel asks first; a cancelled run reads "cancelled" everywhere after a reload.
+    let id = serve.start_run("slow.fabro");
+    client.goto(&format!("{app}/#/runs/{id}")).await.unwrap();
+    element(&client, "g[id='node:nap'][data-state='running']").await;
+    click(&client, "#cancel").await;
+    element(&client, "#cancel-confirm").await;
+    screenshot(&client, "cancel-confirm").await;
+    assert_eq!(
+        serve.run(&id)["status"],
+        "running",
+        "not cancelled before the confirmation"
+    );
+    click(&client, "#cancel-yes").await;
+    element(&client, "h1 .badge[data-status='cancelled']").await;
+    client.refresh().await.unwrap();
+    element(&client, "h1 .badge[data-status='cancelled']").await;
+    element(&client, "g[id='node:nap'][data-state='cancelled']").await;
+    element(
+        &client,
+        "#timeline li[data-node='nap'] .badge[data-status='cancelled']",
+    )
+    .await;
+    let legend = text_of(&client, ".legend").await;
+    assert!(legend.contains("cancelled"), "{legend}");
+    let run = serve.run(&id);
+    assert!(run["ended_at"].is_string(), "{run}");
+    screenshot(&client, "cancelled").await;
 
     client.close().await.unwrap();
 }

@@ -376,7 +376,10 @@ impl Run {
         let meta_written = blocking(move || {
             let mut meta = finished_record.meta()?;
             meta.status = status;
-            meta.ended_at = status.is_finished().then(trellis_engine::engine::timestamp);
+            // When the run stopped: finished, cancelled or interrupted (a run waiting for input
+            // has not ended; resuming clears it).
+            meta.ended_at =
+                (status != RunStatus::WaitingForInput).then(trellis_engine::engine::timestamp);
             finished_record.write_meta(&meta)
         });
         let (closed, meta_written) = tokio::join!(closing, meta_written);
@@ -444,6 +447,7 @@ impl Resumable {
         // The run is running again (a reader sees `interrupted` or `waiting` no longer).
         if !checkpoint.status.is_finished() && meta.status != RunStatus::Running {
             meta.status = RunStatus::Running;
+            meta.ended_at = None;
             record.write_meta(&meta)?;
         }
         Ok(Self {

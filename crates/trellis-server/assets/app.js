@@ -411,20 +411,23 @@ async function runPage(id) {
     const transcript = h("div", { id: "transcript", class: "transcript" });
     const views = {};
     let current = null;
-    function select(name) {
+    let chosen = false;
+    function select(name, byPerson) {
       current = name;
+      chosen = chosen || byPerson;
       for (const b of tabs.children) b.classList.toggle("active", b.dataset.file === name);
       body.replaceChildren(views[name]());
     }
-    // Tabs in a fixed order, each added once it has something to show.
-    const ORDER = ["transcript", "output", "response.md", "prompt.md", "status.json"];
+    // Tabs in a fixed order, each added once it has something to show; until a person picks one,
+    // the first of them is shown.
+    const ORDER = ["transcript", "response.md", "output", "prompt.md", "status.json"];
     function addTab(name, view) {
       if (views[name]) return;
       views[name] = view;
-      const button = h("button", { type: "button", "data-file": name, onclick: () => select(name) }, name);
+      const button = h("button", { type: "button", "data-file": name, onclick: () => select(name, true) }, name);
       const after = [...tabs.children].find((b) => ORDER.indexOf(b.dataset.file) > ORDER.indexOf(name));
       tabs.insertBefore(button, after || null);
-      if (!current) select(name);
+      if (!chosen && tabs.firstChild.dataset.file !== current) select(tabs.firstChild.dataset.file, false);
     }
     for (const name of ["response.md", "prompt.md", "status.json"]) {
       if (!(name in present)) continue;

@@ -49,6 +49,8 @@ pub struct RunMeta {
     pub status: RunStatus,
     pub started_at: String,
     #[serde(skip_serializing_if = "Option::is_none", default)]
+    /// When the run last stopped: finished, cancelled or interrupted (none while it runs or waits
+    /// for input).
     pub ended_at: Option<String>,
     pub settings: trellis_engine::Settings,
 }
