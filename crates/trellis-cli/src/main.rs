@@ -47,6 +47,11 @@ enum Command {
     Serve(commands::serve::Args),
     /// Show the configured model providers, the local model's state and the model catalog.
     Models(commands::models::Args),
+    /// Print a shell completion script: `trellis completions bash > ~/.local/share/bash-completion/completions/trellis`.
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// A reader that stops early (`trellis rules | head`) closes the pipe; Rust's `println!` then panics.
@@ -93,6 +98,16 @@ fn main() -> ExitCode {
         Command::Steer(args) => commands::steer::steer(&args),
         Command::Models(args) => commands::models::run(&args),
         Command::Serve(args) => commands::serve::run(&args),
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "trellis",
+                &mut std::io::stdout(),
+            );
+            Ok(ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(code) => code,

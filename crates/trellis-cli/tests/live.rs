@@ -90,6 +90,14 @@ fn logs_follow_prints_a_running_command_s_lines_as_they_are_written() {
     let missing = p.command(&["logs", &id, "deploy"]).output().unwrap();
     assert_eq!(missing.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("has no stage `deploy`"));
+    // `show` prints the values kept as blobs, not their references.
+    let show = p.command(&["show", &id]).output().unwrap();
+    let shown = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        shown.contains("command.stderr = done fetching\\n"),
+        "{shown}"
+    );
+    assert!(!shown.contains("blob://"), "{shown}");
     // Output is never copied into the event log.
     let events = std::fs::read_to_string(p.only_run().join("events.jsonl")).unwrap();
     assert!(!events.contains("line 17"), "{events}");

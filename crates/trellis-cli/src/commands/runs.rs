@@ -153,12 +153,15 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
         println!("  tokens: {tokens_in} in / {tokens_out} out");
     }
     println!("\nContext:");
+    let blobs = trellis_store::FileBlobs::new(record.blobs_dir());
     for (key, value) in checkpoint
         .track
         .context
         .iter()
         .filter(|(k, _)| !keys::is_engine_key(k))
     {
+        // Values kept as blobs are shown, not their references.
+        let value = &trellis_engine::context::resolve_blob(value.clone(), &blobs);
         let text = match value {
             Value::String(s) => s.clone(),
             other => other.to_string(),
