@@ -345,7 +345,8 @@ async fn a_person_watches_output_live_steers_an_agent_and_cancels_a_run() {
     let app = format!("http://127.0.0.1:{}", serve.port);
 
     // A command's lines appear in the stage panel while it runs.
-    let id = serve.start_run("chatty.fabro");
+    let chatty = serve.start_run("chatty.fabro");
+    let id = chatty.clone();
     client.goto(&format!("{app}/#/runs/{id}")).await.unwrap();
     click(&client, "#timeline li[data-node='fetch']").await;
     element(&client, "#stage-live").await;
@@ -375,6 +376,13 @@ async fn a_person_watches_output_live_steers_an_agent_and_cancels_a_run() {
     element(&client, ".tabs button[data-file='status.json']").await;
     assert_eq!(output_lines(&client).await.len(), 60);
     assert_eq!(output_lines(&client).await[59], "line 60");
+    // The picture says how long the node took, and how often it ran.
+    let stat = text_of(
+        &client,
+        "g[id='node:fetch'][data-visits='1'] text.node-stat",
+    )
+    .await;
+    assert!(stat.ends_with(" s"), "{stat}");
 
     // An agent's tool calls show live, and a message typed in the panel reaches its model.
     mock.scenario(&json!([
@@ -414,7 +422,8 @@ async fn a_person_watches_output_live_steers_an_agent_and_cancels_a_run() {
     screenshot(&client, "transcript").await;
 
     // Cancel asks first; a cancelled run reads "cancelled" everywhere after a reload.
-    let id = serve.start_run("slow.fabro");
+    let slow = serve.start_run("slow.fabro");
+    let id = slow.clone();
     client.goto(&format!("{app}/#/runs/{id}")).await.unwrap();
     element(&client, "g[id='node:nap'][data-state='running']").await;
     click(&client, "#cancel").await;
@@ -440,6 +449,66 @@ async fn a_person_watches_output_live_steers_an_agent_and_cancels_a_run() {
     let run = serve.run(&id);
     assert!(run["ended_at"].is_string(), "{run}");
     screenshot(&client, "cancelled").await;
+
+    // The board groups runs by state, with counts, and filters by state and by text.
+    client.goto(&format!("{app}/#/")).await.unwrap();
+    assert_eq!(
+        text_of(
+            &client,
+            "#state-filter button[data-state='succeeded'] .count"
+        )
+        .await,
+        "2"
+    );
+    assert_eq!(
+        text_of(
+            &client,
+            "#state-filter button[data-state='cancelled'] .count"
+        )
+        .await,
+        "1"
+    );
+    element(
+        &client,
+        &format!("section[data-group='cancelled'] tr[data-run='{slow}']"),
+    )
+    .await;
+    element(
+        &client,
+        &format!("section[data-group='succeeded'] tr[data-run='{chatty}']"),
+    )
+    .await;
+    screenshot(&client, "board").await;
+    click(&client, "#state-filter button[data-state='cancelled']").await;
+    element(
+        &client,
+        "#state-filter button.active[data-state='cancelled']",
+    )
+    .await;
+    let rows = client.find_all(Locator::Css("tr.row")).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        rows[0].attr("data-run").await.unwrap().as_deref(),
+        Some(slow.as_str())
+    );
+    click(&client, "#state-filter button[data-state='']").await;
+    element(&client, "#search")
+        .await
+        .send_keys("chat")
+        .await
+        .unwrap();
+    for _ in 0..50 {
+        if client.find_all(Locator::Css("tr.row")).await.unwrap().len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let rows = client.find_all(Locator::Css("tr.row")).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        rows[0].attr("data-run").await.unwrap().as_deref(),
+        Some(chatty.as_str())
+    );
 
     client.close().await.unwrap();
 }

@@ -83,31 +83,83 @@ function show(...children) {
 
 // ---- runs ------------------------------------------------------------------------------------------------
 
+/// The run board's groups, in the order shown.
+const BOARD = [
+  ["running", "Running"], ["waiting_for_input", "Waiting for input"], ["failed", "Failed"],
+  ["interrupted", "Interrupted"], ["cancelled", "Cancelled"], ["succeeded", "Succeeded"],
+];
+
+/// Where the board shows a run: a running run with a question open waits for input.
+function boardState(run) {
+  return run.waiting && run.status === "running" ? "waiting_for_input" : run.status;
+}
+
+function cost(run) {
+  if (run.cost_usd !== null && run.cost_usd !== undefined) return "$" + run.cost_usd.toFixed(4);
+  return run.tokens ? run.tokens + " tokens" : "";
+}
+
 async function runsPage() {
-  const body = h("tbody");
-  const table = h("table", { id: "runs" },
-    h("thead", {}, h("tr", {}, ["Workflow", "Status", "Started", "Duration", "Current stage", "Stages", "Run"].map((t) => h("th", {}, t)))),
-    body);
+  const filters = { status: "", workflow: "", q: "" };
+  let limit = 200;
+  const workflows = new Set();
+  const chips = h("div", { class: "chips", id: "state-filter" });
+  const workflowSelect = h("select", { id: "workflow-filter" });
+  const search = h("input", { type: "search", id: "search", placeholder: "Search id, workflow or goal" });
+  const board = h("div", { id: "board" });
+  const more = h("div");
   const notice = h("div");
-  show(h("h1", {}, "Runs", h("div", { class: "actions" }, h("a", { href: "#/new" }, h("button", { class: "primary" }, "Start a run")))), notice, table);
+  show(h("h1", {}, "Runs", h("div", { class: "actions" }, h("a", { href: "#/new" }, h("button", { class: "primary" }, "Start a run")))),
+    h("div", { class: "filters" }, chips, workflowSelect, search), notice, board, more);
+  workflowSelect.addEventListener("change", () => { filters.workflow = workflowSelect.value; refresh(); });
+  let typing = null;
+  search.addEventListener("input", () => { clearTimeout(typing); typing = setTimeout(() => { filters.q = search.value.trim(); refresh(); }, 250); });
+
+  function table(runs) {
+    return h("table", { class: "runs" },
+      h("thead", {}, h("tr", {}, ["Workflow", "Status", "Started", "Duration", "Cost", "Current stage", "Stages", "Run"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, runs.map((run) =>
+        h("tr", { class: "row", "data-run": run.id, onclick: () => { location.hash = "#/runs/" + run.id; } },
+          h("td", {}, h("a", { href: "#/runs/" + run.id }, run.workflow), run.goal ? h("div", { class: "muted goal" }, run.goal) : null),
+          h("td", {}, badge(boardState(run))),
+          h("td", {}, when(run.started_at)),
+          h("td", {}, since(run.started_at, run.ended_at)),
+          h("td", {}, cost(run)),
+          h("td", {}, run.current || ""),
+          h("td", {}, String(run.stage_count)),
+          h("td", { class: "muted" }, run.id)))));
+  }
+
   async function refresh() {
-    const answer = await api("/api/runs?limit=200");
+    const params = new URLSearchParams({ limit: String(limit) });
+    for (const [key, value] of Object.entries(filters)) if (value) params.set(key, value);
+    const answer = await api("/api/runs?" + params);
     if (!answer.ok) {
       notice.replaceChildren(h("div", { class: "notice error" }, answer.body.error || "cannot list runs"));
       return;
     }
     notice.replaceChildren();
-    const rows = answer.body.runs.map((run) =>
-      h("tr", { class: "row", "data-run": run.id, onclick: () => { location.hash = "#/runs/" + run.id; } },
-        h("td", {}, h("a", { href: "#/runs/" + run.id }, run.workflow)),
-        h("td", {}, badge(run.status)),
-        h("td", {}, when(run.started_at)),
-        h("td", {}, since(run.started_at, run.ended_at)),
-        h("td", {}, run.current || ""),
-        h("td", {}, String(run.stage_count)),
-        h("td", { class: "muted" }, run.id)));
-    if (rows.length === 0) rows.push(h("tr", {}, h("td", { colspan: 7, class: "muted" }, "No runs yet. Start one.")));
-    body.replaceChildren(...rows);
+    const { runs, counts, total } = answer.body;
+    const all = Object.values(counts).reduce((a, b) => a + b, 0);
+    fill(chips,
+      h("button", { type: "button", class: filters.status ? "" : "active", "data-state": "", onclick: () => { filters.status = ""; refresh(); } }, "All ", h("span", { class: "count" }, String(all))),
+      BOARD.map(([state, label]) => h("button", { type: "button", class: filters.status === state ? "active" : "", "data-state": state,
+        onclick: () => { filters.status = filters.status === state ? "" : state; refresh(); } }, label + " ", h("span", { class: "count" }, String(counts[state] || 0)))));
+    for (const run of runs) workflows.add(run.workflow);
+    if (workflowSelect.options.length !== workflows.size + 1) {
+      fill(workflowSelect, h("option", { value: "" }, "All workflows"), [...workflows].sort().map((w) => h("option", { value: w }, w)));
+      workflowSelect.value = filters.workflow;
+    }
+    const groups = BOARD.map(([state, label]) => [state, label, runs.filter((r) => boardState(r) === state)]).filter(([, , rs]) => rs.length);
+    if (groups.length === 0) {
+      board.replaceChildren(h("p", { class: "muted" }, all === 0 && !filters.workflow && !filters.q ? "No runs yet. Start one." : "No runs match."));
+    } else {
+      board.replaceChildren(...groups.map(([state, label, rs]) =>
+        h("section", { class: "group", "data-group": state }, h("h2", {}, label, " ", h("span", { class: "muted" }, String(counts[state] || rs.length))), table(rs))));
+    }
+    fill(more, total > runs.length
+      ? h("button", { type: "button", id: "more", onclick: () => { limit += 200; refresh(); } }, "Show more (" + (total - runs.length) + " not shown)")
+      : null);
   }
   await refresh();
   every(2000, refresh);
@@ -343,8 +395,10 @@ async function runPage(id) {
     const svg = graph.querySelector("svg");
     const finished = state.run && ["succeeded", "failed"].includes(state.run.status);
     if (svg) {
+      const stats = nodeStats();
       for (const g of svg.querySelectorAll("g.node")) {
         const nodeId = (g.id || "").replace(/^node:/, "");
+        showStats(g, stats[nodeId]);
         let st = state.nodes[nodeId] || (finished ? "skipped" : "pending");
         for (const s of STATES) g.classList.remove("st-" + s);
         g.classList.add("st-" + st);
@@ -363,6 +417,36 @@ async function runPage(id) {
         h("span", { class: "node" }, s.node),
         h("span", { class: "muted" }, s.type + (s.visit > 1 ? " · visit " + s.visit : "") + (s.attempt > 1 ? " · attempt " + s.attempt : "")),
         h("span", { class: "when" }, s.duration !== undefined ? duration(s.duration) : "…"))));
+  }
+
+  /// Each node's visits and the time its stages took, from the timeline.
+  function nodeStats() {
+    const stats = {};
+    for (const s of state.stages) {
+      const st = stats[s.node] || (stats[s.node] = { visits: 0, ms: 0, done: false });
+      st.visits = Math.max(st.visits, s.visit || 1);
+      if (s.duration !== undefined) { st.ms += s.duration; st.done = true; }
+    }
+    return stats;
+  }
+
+  /// Writes a node's visits and duration beside it in the picture.
+  function showStats(g, st) {
+    let label = g.querySelector("text.node-stat");
+    if (!st || !st.done) { if (label) label.remove(); return; }
+    if (!label) {
+      const shape = g.querySelector("polygon, ellipse, path");
+      if (!shape) return;
+      const box = shape.getBBox();
+      label = document.createElementNS("http://www.w3.org/2000/svg", "text");
+      label.setAttribute("class", "node-stat");
+      label.setAttribute("x", box.x + box.width + 4);
+      label.setAttribute("y", box.y + box.height / 2 + 4);
+      g.append(label);
+    }
+    label.textContent = (st.visits > 1 ? st.visits + " visits · " : "") + duration(st.ms);
+    g.setAttribute("data-visits", st.visits);
+    g.setAttribute("data-duration-ms", st.ms);
   }
 
   async function drawGraph() {

@@ -116,6 +116,12 @@ pub struct RunSummary {
     pub current: Option<String>,
     /// Whether this server is running it.
     pub live: bool,
+    /// Whether it waits at a human gate: stopped for input, or running with a question open.
+    pub waiting: bool,
+    /// What its model calls cost in US dollars, where the providers reported it.
+    pub cost_usd: Option<f64>,
+    /// The tokens its model calls took, input and output.
+    pub tokens: u64,
 }
 
 /// A page of runs, newest first.
@@ -126,6 +132,9 @@ pub struct RunList {
     pub total: usize,
     pub offset: usize,
     pub limit: usize,
+    /// How many runs of the workflow and search asked for are in each state (the board's groups),
+    /// whatever `status` asked for.
+    pub counts: BTreeMap<String, usize>,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -135,6 +144,8 @@ pub struct RunQuery {
     status: Option<RunStatus>,
     /// Only runs of this workflow (its name).
     workflow: Option<String>,
+    /// Only runs whose id, workflow or goal contains this text (any case).
+    q: Option<String>,
     #[serde(default)]
     offset: usize,
     /// At most this many runs (default 50, at most 500).
@@ -368,12 +379,31 @@ fn summary(
     checkpoint: Option<&Checkpoint>,
 ) -> RunSummary {
     let finished = status.is_finished();
+    let live = server.live(&meta.run_id);
+    let waiting = status == RunStatus::WaitingForInput
+        || live
+            .as_ref()
+            .is_some_and(|live| !live.gates.pending().is_empty());
+    let models = checkpoint
+        .into_iter()
+        .flat_map(|c| &c.stages)
+        .filter_map(|stage| stage.details.model.as_ref());
+    let (mut cost_usd, mut tokens) = (None, 0);
+    for model in models {
+        tokens += model.usage.input_tokens + model.usage.output_tokens;
+        if let Some(cost) = model.cost_usd {
+            *cost_usd.get_or_insert(0.0) += cost;
+        }
+    }
     RunSummary {
+        waiting,
+        cost_usd,
+        tokens,
         stage_count: checkpoint.map_or(0, |c| c.stage_count),
         current: checkpoint
             .filter(|_| !finished)
             .and_then(|c| c.next_node().map(str::to_owned)),
-        live: server.live(&meta.run_id).is_some(),
+        live: live.is_some(),
         id: meta.run_id,
         workflow: meta.workflow,
         status,
@@ -393,17 +423,37 @@ async fn list_runs_handler(
     let Query(query) = query.map_err(|rejection| ApiError::bad_request(rejection.body_text()))?;
     blocking(move || {
         let limit = query.limit.unwrap_or(50).clamp(1, 500);
+        let search = query.q.as_deref().map(str::to_lowercase);
+        let found = |meta: &RunMeta, text: &str| {
+            [Some(&meta.run_id), Some(&meta.workflow), meta.goal.as_ref()]
+                .into_iter()
+                .flatten()
+                .any(|field| field.to_lowercase().contains(text))
+        };
         let mut matched = Vec::new();
+        let mut counts = BTreeMap::new();
         for path in list_runs(&server.runs_dir) {
             let Ok(record) = RunDir::open(&path.display().to_string(), &server.runs_dir) else {
                 continue;
             };
             let Ok(meta) = record.meta() else { continue };
-            if query.workflow.as_ref().is_some_and(|w| *w != meta.workflow) {
+            if query.workflow.as_ref().is_some_and(|w| *w != meta.workflow)
+                || search.as_deref().is_some_and(|text| !found(&meta, text))
+            {
                 continue;
             }
             let status = record.status(&meta);
-            if query.status.is_some_and(|s| s != status) {
+            // Only a live run can be waiting with `running` as its status: its gates are asked.
+            let live_waiting = server
+                .live(&meta.run_id)
+                .is_some_and(|live| !live.gates.pending().is_empty());
+            let state = if live_waiting && status == RunStatus::Running {
+                RunStatus::WaitingForInput
+            } else {
+                status
+            };
+            *counts.entry(state.as_str().to_owned()).or_insert(0) += 1;
+            if query.status.is_some_and(|s| s != state) {
                 continue;
             }
             matched.push((record, meta, status));
@@ -422,6 +472,7 @@ async fn list_runs_handler(
             total,
             offset: query.offset,
             limit,
+            counts,
         }))
     })
     .await
