@@ -101,6 +101,7 @@ fn main() {
             ms(per(*took, *stages).saturating_sub(shell_per_stage))
         );
     }
+    chatty(&bench, cost_of(per_stage[1], shell_per_stage));
     let cost = |i: usize| {
         let (stages, took) = per_stage[i];
         per(took, stages).saturating_sub(shell_per_stage)
@@ -129,6 +130,68 @@ fn main() {
     );
 
     memory(&bench);
+}
+
+/// The engine's own cost of a stage of `stages` that took `took`, over the reaper's per command.
+fn cost_of((stages, took): (usize, Duration), shell_per_stage: Duration) -> Duration {
+    per(took, stages).saturating_sub(shell_per_stage)
+}
+
+/// Commands that print 10 MB each: the engine reads their pipes into the stage logs, and the
+/// per-stage cost over the same commands writing to a file stays what it is for quiet ones; the
+/// output never reaches the event log.
+fn chatty(bench: &Bench, quiet: Duration) {
+    const STAGES: usize = 20;
+    const PRINT: &str = "yes line | head -c 10485760";
+    let path = bench.dir.join("chatty.fabro");
+    let mut chain =
+        String::from("digraph Chatty {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n");
+    for i in 0..STAGES {
+        let _ = writeln!(chain, "  n{i} [shape=parallelogram, script=\"{PRINT}\"]");
+    }
+    chain.push_str("  start -> n0\n");
+    for i in 1..STAGES {
+        let _ = writeln!(chain, "  n{} -> n{i}", i - 1);
+    }
+    let _ = writeln!(chain, "  n{} -> exit\n}}", STAGES - 1);
+    std::fs::write(&path, chain).expect("write");
+    let log = bench.dir.join("chatty.log");
+    let direct = Bench::median(3, || {
+        let started = Instant::now();
+        for _ in 0..STAGES {
+            let status = Command::new(env!("CARGO_BIN_EXE_trellis-reap"))
+                .args(["--", "sh", "-c", PRINT])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::fs::File::create(&log).expect("log"))
+                .status()
+                .expect("runs");
+            assert!(status.success());
+        }
+        started.elapsed()
+    });
+    let mut events = 0;
+    let took = Bench::median(3, || {
+        let runs = bench.next_runs_dir();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_trellis"));
+        command
+            .arg("run")
+            .arg(&path)
+            .args(["--json", "--sandbox", "none", "--runs-dir"])
+            .arg(&runs)
+            .current_dir(&bench.work);
+        let took = time(command);
+        events = trellis_store::list_runs(&runs)
+            .first()
+            .and_then(|run| std::fs::metadata(run.join("events.jsonl")).ok())
+            .map_or(0, |m| m.len());
+        took
+    });
+    println!(
+        "chain of {STAGES} commands printing 10 MB each: trellis {took:.2?}, the same commands writing to a file under the reaper {direct:.2?}: {} per stage over them (quiet stages: {}), events.jsonl {} KB  [unchanged, small]",
+        ms(took.saturating_sub(direct) / u32::try_from(STAGES).unwrap_or(1)),
+        ms(quiet),
+        events / 1024
+    );
 }
 
 /// The 64-branch fan-out against a shell starting the same commands, and in bubblewrap.

@@ -59,8 +59,38 @@ fn graphviz(dot: &str) -> Option<Result<String, String>> {
     Some(Ok(String::from_utf8_lossy(&output.stdout).into_owned()))
 }
 
+/// The shape `layout-rs` draws for a Graphviz shape: it knows boxes, circles and double circles
+/// (anything else it draws as an ellipse), so start and exit become double circles, decisions
+/// circles, and every stage a box.
+fn layout_rs_shape(shape: &str) -> &'static str {
+    match shape {
+        "Mdiamond" | "Msquare" | "Mcircle" | "doublecircle" | "doubleoctagon" => "doublecircle",
+        "diamond" | "circle" | "ellipse" | "oval" | "point" => "circle",
+        _ => "box",
+    }
+}
+
+/// `dot` with each `shape=NAME` replaced by what `layout-rs` can draw of it.
+fn for_layout_rs(dot: &str) -> String {
+    let mut out = String::with_capacity(dot.len());
+    let mut rest = dot;
+    while let Some(at) = rest.find("shape=") {
+        let (before, after) = rest.split_at(at + "shape=".len());
+        out.push_str(before);
+        let quoted = after.starts_with('"');
+        let name_start = usize::from(quoted);
+        let name_end = after[name_start..]
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .map_or(after.len(), |n| n + name_start);
+        out.push_str(layout_rs_shape(&after[name_start..name_end]));
+        rest = &after[name_end + usize::from(quoted && after[name_end..].starts_with('"'))..];
+    }
+    out.push_str(rest);
+    out
+}
+
 fn layout_rs(dot: &str) -> Result<String, String> {
-    let dot = dot.to_owned();
+    let dot = for_layout_rs(dot);
     // The crate panics on some inputs; a picture is never worth the process.
     std::panic::catch_unwind(move || {
         let mut parser = layout::gv::DotParser::new(&dot);
@@ -130,4 +160,21 @@ pub async fn run_graph(
     let dot = trellis_workflow::graph_dot::picture(&workflow);
     let (svg, engine) = blocking(move || render_svg(&dot).map_err(ApiError::internal)).await?;
     Ok(svg_response(svg, engine))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_built_in_layout_gets_shapes_it_can_draw() {
+        let dot = "digraph W {\n  node [shape=box]\n  s [shape=Mdiamond]\n  b [label=\"x\", shape=parallelogram]\n  d [shape=\"diamond\"]\n}\n";
+        assert_eq!(
+            for_layout_rs(dot),
+            "digraph W {\n  node [shape=box]\n  s [shape=doublecircle]\n  b [label=\"x\", shape=box]\n  d [shape=circle]\n}\n"
+        );
+        let (svg, engine) = (layout_rs(dot).unwrap(), Engine::LayoutRs);
+        assert_eq!(engine, Engine::LayoutRs);
+        assert!(svg.contains("<rect") || svg.contains("<path"), "{svg}");
+    }
 }
