@@ -159,13 +159,16 @@ fn chatty(bench: &Bench, quiet: Duration) {
     let direct = Bench::median(3, || {
         let started = Instant::now();
         for _ in 0..STAGES {
-            let status = Command::new(env!("CARGO_BIN_EXE_trellis-reap"))
+            let mut child = Command::new(env!("CARGO_BIN_EXE_trellis-reap"))
                 .args(["--", "sh", "-c", PRINT])
                 .stdin(std::process::Stdio::piped())
                 .stdout(std::fs::File::create(&log).expect("log"))
-                .status()
-                .expect("runs");
-            assert!(status.success());
+                .spawn()
+                .expect("starts");
+            // Held open until the command ends, as in `reaper_loop`.
+            let input = child.stdin.take();
+            assert!(child.wait().expect("waits").success());
+            drop(input);
         }
         started.elapsed()
     });

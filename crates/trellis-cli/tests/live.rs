@@ -222,6 +222,15 @@ fn steer_reaches_the_running_agent_s_next_model_call() {
     assert_eq!(steer[0]["turn"], 2);
     let events = std::fs::read_to_string(record.join("events.jsonl")).unwrap();
     assert!(events.contains("\"Agent.SteeringReceived\""), "{events}");
+    // Each turn's tokens are an event too, with the cached part of the input.
+    let turns: Vec<Value> = events
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["event"] == "Agent.TurnCompleted")
+        .collect();
+    assert_eq!(turns.len(), 2, "{events}");
+    assert!(turns[1]["usage"]["input_tokens"].as_u64().unwrap() > 0);
+    assert!(turns[1]["usage"]["cached_tokens"].is_u64());
     let logs = p.command(&["logs", &id, "fix"]).output().unwrap();
     assert!(
         String::from_utf8_lossy(&logs.stdout).contains("steering: Use tabs, not spaces."),

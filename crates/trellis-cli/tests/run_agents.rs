@@ -220,18 +220,23 @@ fn an_agent_reads_edits_runs_a_command_and_answers() {
         agent_events,
         [
             "Agent.TurnStarted",
+            "Agent.TurnCompleted",
             "Agent.ToolCallStarted read_file",
             "Agent.ToolCallCompleted read_file",
             "Agent.TurnStarted",
+            "Agent.TurnCompleted",
             "Agent.ToolCallStarted edit_file",
             "Agent.ToolCallCompleted edit_file",
             "Agent.TurnStarted",
+            "Agent.TurnCompleted",
             "Agent.ToolCallStarted write_file",
             "Agent.ToolCallCompleted write_file",
             "Agent.TurnStarted",
+            "Agent.TurnCompleted",
             "Agent.ToolCallStarted shell",
             "Agent.ToolCallCompleted shell",
             "Agent.TurnStarted",
+            "Agent.TurnCompleted",
         ]
     );
     let completed = run.events_named("StageCompleted");

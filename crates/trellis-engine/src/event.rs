@@ -150,6 +150,12 @@ pub enum EventKind {
     AgentTurnStarted {
         turn: u32,
     },
+    /// An agent turn's answer came: the tokens it took, the cached part of its input included.
+    #[serde(rename = "Agent.TurnCompleted")]
+    AgentTurnCompleted {
+        turn: u32,
+        usage: TokenUsage,
+    },
     #[serde(rename = "Agent.ToolCallStarted")]
     AgentToolCallStarted {
         call_id: String,
@@ -339,6 +345,7 @@ impl EventKind {
             EventKind::ModelTextDelta { .. } => "ModelTextDelta",
             EventKind::AgentToolCallStarted { .. } => "Agent.ToolCallStarted",
             EventKind::AgentToolCallCompleted(_) => "Agent.ToolCallCompleted",
+            EventKind::AgentTurnCompleted { .. } => "Agent.TurnCompleted",
             EventKind::AgentLoopDetected { .. } => "Agent.LoopDetected",
             EventKind::AgentSteeringReceived { .. } => "Agent.SteeringReceived",
             EventKind::AgentSteeringUndelivered { .. } => "Agent.SteeringUndelivered",
@@ -486,6 +493,7 @@ mod tests {
         r#"{"event":"ModelWarning","message":"careful"}"#,
         r#"{"event":"ModelTextDelta","text":"Hel"}"#,
         r#"{"event":"Agent.TurnStarted","turn":2}"#,
+        r#"{"event":"Agent.TurnCompleted","turn":2,"usage":{"input_tokens":900,"output_tokens":40,"cached_tokens":850,"reasoning_tokens":0}}"#,
         r#"{"event":"Agent.ToolCallStarted","call_id":"c1","tool":"shell","target":"ls","arguments":{"command":"ls"}}"#,
         r#"{"event":"Agent.ToolCallCompleted","call_id":"c1","tool":"shell","target":"ls","is_error":false,"duration_ms":3,"output_chars":10,"shown_chars":10,"output":"a\nb"}"#,
         r#"{"event":"Agent.LoopDetected","period":2,"tools":["read_file","grep"]}"#,
@@ -526,15 +534,16 @@ mod tests {
             EventKind::ModelWarning { .. } => 22,
             EventKind::ModelTextDelta { .. } => 23,
             EventKind::AgentTurnStarted { .. } => 24,
-            EventKind::AgentToolCallStarted { .. } => 25,
-            EventKind::AgentToolCallCompleted(_) => 26,
-            EventKind::AgentLoopDetected { .. } => 27,
-            EventKind::AgentSteeringReceived { .. } => 28,
-            EventKind::AgentSteeringUndelivered { .. } => 29,
-            EventKind::AgentContextWindowWarning { .. } => 30,
-            EventKind::AgentCompactionStarted { .. } => 31,
-            EventKind::AgentCompactionCompleted { .. } => 32,
-            EventKind::AgentError { .. } => 33,
+            EventKind::AgentTurnCompleted { .. } => 25,
+            EventKind::AgentToolCallStarted { .. } => 26,
+            EventKind::AgentToolCallCompleted(_) => 27,
+            EventKind::AgentLoopDetected { .. } => 28,
+            EventKind::AgentSteeringReceived { .. } => 29,
+            EventKind::AgentSteeringUndelivered { .. } => 30,
+            EventKind::AgentContextWindowWarning { .. } => 31,
+            EventKind::AgentCompactionStarted { .. } => 32,
+            EventKind::AgentCompactionCompleted { .. } => 33,
+            EventKind::AgentError { .. } => 34,
             EventKind::Unknown => usize::MAX,
         }
     }

@@ -200,7 +200,10 @@ impl Observer for StageObserver<'_> {
             }
             AgentEvent::TurnAnswered { turn, usage } => {
                 self.note(json!({ "type": "usage", "turn": turn, "usage": usage }));
-                return;
+                EventKind::AgentTurnCompleted {
+                    turn,
+                    usage: crate::model_call::token_usage(usage),
+                }
             }
             AgentEvent::Text { turn, text } => {
                 let text = secrets::redact(&text);
