@@ -61,28 +61,51 @@ const PIPE_CAPACITY: usize = 64 * 1024;
 /// How much of standard error a failure reason quotes.
 const STDERR_TAIL_CHARS: usize = 2000;
 
+/// The most a log write gathers: what a chatty command has already put in its pipe joins the read
+/// that woke the reader, so its output reaches the file in a few large writes (each a trip to the
+/// blocking pool), not one per pipe read.
+const WRITE_BATCH: usize = 1 << 20;
+
 /// Copies a pipe into a log file as the command writes it, so the log fills while the command runs.
 /// The pipe is read on the runtime (no thread of its own: a fan-out of many commands starts none);
 /// the file is created on the first output and written through the blocking pool.
 async fn tee(mut pipe: impl tokio::io::AsyncRead + Unpin, log: std::path::PathBuf) {
+    use futures::FutureExt as _;
     // Not tried yet, or created (or not: the output is still read, so the command never blocks).
     let mut file: Option<std::io::Result<tokio::fs::File>> = None;
-    // Small at first (most commands say little, and a fan-out has two readers per branch), larger
-    // while reads fill it, up to what a pipe holds.
-    let mut buffer = vec![0u8; 4 * 1024];
-    while let Ok(n) = pipe.read(&mut buffer).await {
-        if n == 0 {
-            break;
+    // Read room: small at first (most commands say little, and a fan-out has two readers per
+    // branch), larger while reads fill it, up to what a pipe holds.
+    let mut room = 4 * 1024;
+    let mut pending: Vec<u8> = Vec::new();
+    let mut ended = false;
+    while !ended {
+        pending.reserve(room);
+        match pipe.read_buf(&mut pending).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) if n >= room && room < PIPE_CAPACITY => room *= 4,
+            Ok(_) => {}
+        }
+        // Whatever else is in the pipe already (read futures are cancel-safe: one not ready
+        // read nothing).
+        while pending.len() < WRITE_BATCH {
+            pending.reserve(room);
+            match pipe.read_buf(&mut pending).now_or_never() {
+                Some(Ok(0) | Err(_)) => {
+                    ended = true;
+                    break;
+                }
+                Some(Ok(_)) => {}
+                None => break,
+            }
         }
         if file.is_none() {
             file = Some(tokio::fs::File::create(&log).await);
         }
         if let Some(Ok(file)) = file.as_mut() {
-            let _ = file.write_all(&buffer[..n]).await;
+            let _ = file.write_all(&pending).await;
         }
-        if n == buffer.len() && n < PIPE_CAPACITY {
-            buffer.resize(n * 4, 0);
-        }
+        pending.clear();
+        pending.shrink_to(room);
     }
     if let Some(Ok(mut file)) = file {
         // The last write is done before the stage reads the log back.

@@ -492,6 +492,8 @@ async function runPage(id) {
     const body = h("div");
     const tabs = h("div", { class: "tabs" });
     const output = h("pre", { id: "stage-output", "data-file": "output" });
+    const outputNote = h("div");
+    const outputView = h("div", {}, output, outputNote);
     const transcript = h("div", { id: "transcript", class: "transcript" });
     const views = {};
     let current = null;
@@ -547,12 +549,22 @@ async function runPage(id) {
     const source = new EventSource(base + "output");
     follow = source;
     function follows() { return output.scrollHeight - output.scrollTop - output.clientHeight < 40; }
+    // A page holds the first 2 MB of a stage's output; the whole logs are a click away.
+    const SHOWN_MAX = 2 << 20;
+    let shownBytes = 0;
     for (const stream of ["stdout", "stderr"]) {
       source.addEventListener(stream, (message) => {
         const text = JSON.parse(message.data).text;
+        if (shownBytes > SHOWN_MAX) return;
+        shownBytes += text.length;
+        if (shownBytes > SHOWN_MAX) {
+          outputNote.replaceChildren(h("div", { class: "notice" }, "The output is longer than the page shows: ",
+            h("a", { href: base + "stdout.log", target: "_blank", rel: "noopener" }, "stdout.log"), " · ",
+            h("a", { href: base + "stderr.log", target: "_blank", rel: "noopener" }, "stderr.log")));
+        }
         const stick = follows();
         output.append(stream === "stderr" ? h("span", { class: "stderr" }, text) : text);
-        addTab("output", () => output);
+        addTab("output", () => outputView);
         if (stick) output.scrollTop = output.scrollHeight;
       });
     }
