@@ -425,6 +425,15 @@ impl RunDir {
         Ok((events, bad))
     }
 
+    /// A reader of the event log as it grows (`--follow`s).
+    pub fn event_tail(&self) -> EventTail {
+        EventTail {
+            path: self.events_path(),
+            offset: 0,
+            lines: 0,
+        }
+    }
+
     /// The workflow source file kept with the run.
     pub fn source_file(&self) -> Option<PathBuf> {
         fs::read_dir(&self.root)
@@ -695,5 +704,74 @@ mod tests {
     fn regression_runs_dirs_are_absolute() {
         assert!(resolve_runs_dir(Some(PathBuf::from("runs"))).is_absolute());
         assert!(resolve_runs_dir(None).is_absolute());
+    }
+}
+
+/// Reads a run's event log as it grows: each read returns the events on the whole lines written
+/// since the last one (a line still being written waits for its end), so following a long run costs
+/// what it adds, not the whole log again.
+#[derive(Debug)]
+pub struct EventTail {
+    path: PathBuf,
+    offset: u64,
+    /// Lines read so far.
+    lines: usize,
+}
+
+impl EventTail {
+    /// The new events, and the numbers (from 1) of new lines that are not events.
+    pub fn read(&mut self) -> Result<(Vec<Event>, Vec<usize>), StoreError> {
+        use std::io::{Read as _, Seek as _};
+        let mut file = match File::open(&self.path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
+            Err(e) => return Err(io_error("read", &self.path)(e)),
+        };
+        let mut bytes = Vec::new();
+        file.seek(io::SeekFrom::Start(self.offset))
+            .and_then(|_| file.read_to_end(&mut bytes))
+            .map_err(io_error("read", &self.path))?;
+        let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        self.offset += complete as u64;
+        let mut events = Vec::new();
+        let mut bad = Vec::new();
+        for line in String::from_utf8_lossy(&bytes[..complete]).lines() {
+            self.lines += 1;
+            match serde_json::from_str(line) {
+                Ok(event) => events.push(event),
+                Err(_) if line.trim().is_empty() => {}
+                Err(_) => bad.push(self.lines),
+            }
+        }
+        Ok((events, bad))
+    }
+}
+
+#[cfg(test)]
+mod tail_tests {
+    use std::io::Write as _;
+
+    use super::*;
+
+    #[test]
+    fn a_tail_reads_each_whole_line_once_and_numbers_the_damaged_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tail = EventTail {
+            path: dir.path().join("events.jsonl"),
+            offset: 0,
+            lines: 0,
+        };
+        assert_eq!(tail.read().unwrap().0.len(), 0);
+        let event = r#"{"seq":1,"ts":"t","run_id":"r","event":"CheckpointSaved","next_node":null}"#;
+        let mut file = File::create(dir.path().join("events.jsonl")).unwrap();
+        write!(file, "{event}\nnot an event\n{}", &event[..20]).unwrap();
+        let (events, bad) = tail.read().unwrap();
+        assert_eq!((events.len(), bad), (1, vec![2]));
+        // The torn line waits for its end, then counts as line 3.
+        writeln!(file, "{}", &event[20..]).unwrap();
+        let (events, bad) = tail.read().unwrap();
+        assert_eq!((events.len(), bad.len()), (1, 0));
+        assert_eq!(tail.lines, 3);
+        assert_eq!(tail.read().unwrap().0.len(), 0);
     }
 }

@@ -4,14 +4,13 @@
 //! error to standard error, as the command wrote them; headers naming the stage go to standard error.
 
 use std::collections::HashSet;
-use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::bail;
 use serde_json::Value;
-use trellis_engine::Event;
 use trellis_engine::event::EventKind;
 use trellis_store::{Chunk, Position, RunDir, StageOutput, StageState, Stream, resolve_runs_dir};
 
@@ -46,7 +45,7 @@ pub fn logs(args: &LogsArgs) -> anyhow::Result<ExitCode> {
     let runs_dir = resolve_runs_dir(args.runs_dir.clone());
     let record = RunDir::open(&args.run, &runs_dir)?;
     let run_id = record.meta()?.run_id;
-    let mut started = Started::new(record.events_path(), run_id);
+    let mut started = Started::new(&record, run_id);
     let mut stages: Vec<Followed> = Vec::new();
     let mut seen = HashSet::new();
     let mut headed: Option<usize> = None;
@@ -197,36 +196,23 @@ pub(super) fn transcript_line(entry: &Value) -> Option<String> {
 
 /// The run's stages as they start, read from its event log as it grows: `(node, stage dir)`.
 struct Started {
-    path: PathBuf,
+    tail: trellis_store::EventTail,
     run_id: String,
-    offset: u64,
 }
 
 impl Started {
-    fn new(path: PathBuf, run_id: String) -> Self {
+    fn new(record: &RunDir, run_id: String) -> Self {
         Self {
-            path,
+            tail: record.event_tail(),
             run_id,
-            offset: 0,
         }
     }
 
     /// The stages started since the last read (the run's own, not a sub-workflow's).
     fn read(&mut self) -> anyhow::Result<Vec<(String, String)>> {
-        let mut file = match std::fs::File::open(&self.path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => bail!("cannot read {}: {e}", self.path.display()),
-        };
-        let mut bytes = Vec::new();
-        file.seek(SeekFrom::Start(self.offset))?;
-        file.read_to_end(&mut bytes)?;
-        let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        self.offset += complete as u64;
-        let text = String::from_utf8_lossy(&bytes[..complete]);
-        Ok(text
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Event>(line).ok())
+        let (events, _) = self.tail.read()?;
+        Ok(events
+            .into_iter()
             .filter(|event| event.run_id == self.run_id)
             .filter_map(|event| match (event.kind, event.node_id) {
                 (EventKind::StageStarted { dir, .. }, Some(node)) => Some((node, dir)),

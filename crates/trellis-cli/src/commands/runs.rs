@@ -214,39 +214,35 @@ fn print_event(event: &Event, json: bool) -> anyhow::Result<()> {
 pub fn events(args: &EventsArgs) -> anyhow::Result<ExitCode> {
     let runs_dir = resolve_runs_dir(args.runs_dir.clone());
     let record = RunDir::open(&args.run, &runs_dir)?;
-    let mut printed = 0;
-    let mut warned = 0;
-    loop {
+    if !args.follow {
         let (events, damaged) = record.events_checked()?;
-        // Damaged lines are reported once, by number; while following, a last line may still be
-        // being written.
-        let last_line = events.len() + damaged.len();
-        let settled: Vec<String> = damaged
-            .iter()
-            .filter(|&&n| n > warned && (!args.follow || n < last_line))
-            .map(ToString::to_string)
-            .collect();
-        if let Some(newest) = settled.last() {
-            eprintln!(
-                "warning: {} has lines that are not events (line {}); they are skipped",
-                record.events_path().display(),
-                settled.join(", ")
-            );
-            warned = newest.parse().unwrap_or(warned);
-        }
-        for event in &events[printed.min(events.len())..] {
+        warn_damaged(&record, &damaged);
+        for event in &events {
             print_event(event, args.json)?;
         }
-        printed = events.len();
-        let finished = record
-            .checkpoint()
-            .is_ok_and(|c| c.status != trellis_engine::RunStatus::Running)
-            && events.last().is_some_and(|e| e.kind.ends_run());
-        if !args.follow || finished {
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Following reads what the log adds (a line still being written waits for its end).
+    let mut tail = record.event_tail();
+    let mut ended = false;
+    loop {
+        // Asked before reading: a run that ends in between wrote everything before it let go.
+        let running = record.has_live_owner();
+        let (events, damaged) = tail.read()?;
+        warn_damaged(&record, &damaged);
+        for event in &events {
+            print_event(event, args.json)?;
+            ended = event.kind.ends_run();
+        }
+        let finished = ended
+            && record
+                .checkpoint()
+                .is_ok_and(|c| c.status != trellis_engine::RunStatus::Running);
+        if finished {
             return Ok(ExitCode::SUCCESS);
         }
         // Nobody will write more: the process that ran it is gone.
-        if !record.has_live_owner() && record.events()?.len() == printed {
+        if !running && events.is_empty() {
             let id = record.meta().map(|m| m.run_id).unwrap_or_default();
             eprintln!(
                 "the run was interrupted: the process running it is gone; continue it with `trellis resume {id}`"
@@ -255,4 +251,17 @@ pub fn events(args: &EventsArgs) -> anyhow::Result<ExitCode> {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Reports lines of the event log that are not events, by number; they are skipped.
+fn warn_damaged(record: &RunDir, damaged: &[usize]) {
+    if damaged.is_empty() {
+        return;
+    }
+    let numbers: Vec<String> = damaged.iter().map(ToString::to_string).collect();
+    eprintln!(
+        "warning: {} has lines that are not events (line {}); they are skipped",
+        record.events_path().display(),
+        numbers.join(", ")
+    );
 }
