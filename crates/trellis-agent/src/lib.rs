@@ -17,6 +17,8 @@ mod tools;
 mod truncate;
 mod work_dir;
 
-pub use session::{AgentEvent, Inbox, Model, Observer, STEERING_PREFIX, Session, Settings, Stop};
-pub use tools::{Tool, ToolOutput, Toolbox};
+pub use session::{
+    AgentEvent, Approver, Inbox, Model, Observer, STEERING_PREFIX, Session, Settings, Stop,
+};
+pub use tools::{Category, Tool, ToolOutput, Toolbox};
 pub use work_dir::WorkDir;

@@ -67,6 +67,16 @@ pub enum AgentEvent {
         period: usize,
         tools: Vec<String>,
     },
+    /// A call beyond the agent's permissions was put to a person.
+    ApprovalAsked {
+        prompt: String,
+        options: Vec<String>,
+    },
+    /// The answer (`asked` false when nobody could answer, which is a no).
+    ApprovalAnswered {
+        label: String,
+        asked: bool,
+    },
     /// A steering message reached the model's next request.
     Steered {
         turn: u32,
@@ -101,6 +111,19 @@ pub trait Observer: Send + Sync {
 pub trait Inbox: Send + Sync {
     /// The messages sent since the last look, oldest first.
     async fn take(&self) -> Vec<String>;
+}
+
+/// Decides whether a tool call outside the agent's permissions may run (asking a person, where one
+/// can answer); called for every call before it runs.
+#[async_trait]
+pub trait Approver: Send + Sync {
+    /// `Err` with the reason the model is told when the call may not run.
+    async fn approve(
+        &self,
+        call: &ToolCall,
+        category: crate::tools::Category,
+        observer: &dyn Observer,
+    ) -> Result<(), String>;
 }
 
 /// How a steering message reads to the model.
@@ -160,6 +183,8 @@ pub struct Session {
     measured: Option<(u64, usize)>,
     /// Where steering messages come from, when the stage takes them.
     inbox: Option<Box<dyn Inbox>>,
+    /// Who allows calls outside the agent's permissions; every call runs when none is set.
+    approver: Option<Box<dyn Approver>>,
 }
 
 impl Session {
@@ -191,7 +216,13 @@ impl Session {
             temperature: (settings.template.temperature, settings.greedy),
             measured: None,
             inbox: None,
+            approver: None,
         }
+    }
+
+    /// Asks `approver` before every tool call from now on.
+    pub fn set_approver(&mut self, approver: Box<dyn Approver>) {
+        self.approver = Some(approver);
     }
 
     /// Takes steering messages from `inbox` before every model call from now on.
@@ -394,13 +425,21 @@ impl Session {
                     arguments: call.arguments.clone(),
                 });
             }
-            let toolbox = &self.toolbox;
+            let (toolbox, approver) = (&self.toolbox, self.approver.as_deref());
             let outputs = futures::future::join_all(group.iter().zip(&repeats).map(
                 |(call, repeat)| async move {
                     let started = Instant::now();
-                    let output = match repeat {
-                        Some(repeat) => ToolOutput::error(repeat.refusal()),
-                        None => toolbox.run(call).await,
+                    let verdict = match approver {
+                        Some(approver) if repeat.is_none() => {
+                            let category = crate::tools::Category::of(&call.name);
+                            approver.approve(call, category, observer).await
+                        }
+                        _ => Ok(()),
+                    };
+                    let output = match (repeat, verdict) {
+                        (Some(repeat), _) => ToolOutput::error(repeat.refusal()),
+                        (None, Err(denied)) => ToolOutput::error(denied),
+                        (None, Ok(())) => toolbox.run(call).await,
                     };
                     (output, started.elapsed())
                 },

@@ -29,6 +29,34 @@ pub enum Tool {
     ListDir,
 }
 
+/// What a tool can do, for permissions (Fabro's categories): reading is always allowed, writing
+/// needs `read-write`, and a shell — or any tool the agent does not know — needs `full`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Category {
+    Read,
+    Write,
+    Shell,
+}
+
+impl Category {
+    /// The category of the tool named `name`.
+    pub fn of(name: &str) -> Self {
+        match Tool::from_name(name) {
+            Some(Tool::ReadFile | Tool::Grep | Tool::Glob | Tool::ListDir) => Category::Read,
+            Some(Tool::WriteFile | Tool::EditFile) => Category::Write,
+            Some(Tool::Shell) | None => Category::Shell,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::Read => "read",
+            Category::Write => "write",
+            Category::Shell => "shell",
+        }
+    }
+}
+
 /// What a tool call produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolOutput {

@@ -309,6 +309,8 @@ const CHATTY: &str = r#"digraph chatty {
 
 const AGENT: &str = "digraph agent {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n fix [prompt=\"Tidy up\", model=\"sonnet\"]\n start -> fix -> exit\n}\n";
 
+const GUARDED: &str = "digraph guarded {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n fix [prompt=\"Tidy up\", model=\"sonnet\", permissions=\"read-only\"]\n start -> fix -> exit\n}\n";
+
 const SLOW: &str = "digraph slow {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n nap [shape=parallelogram, script=\"sleep 60\"]\n start -> nap -> exit\n}\n";
 
 /// The stage panel's output, as shown now.
@@ -336,6 +338,7 @@ async fn a_person_watches_output_live_steers_an_agent_and_cancels_a_run() {
         ("chatty.fabro", CHATTY),
         ("agent.fabro", AGENT),
         ("slow.fabro", SLOW),
+        ("guarded.fabro", GUARDED),
     ])
     .with_env("ANTHROPIC_API_KEY", "sk-ant-test-web-0000")
     .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"));
@@ -509,6 +512,21 @@ async fn a_person_watches_output_live_steers_an_agent_and_cancels_a_run() {
         rows[0].attr("data-run").await.unwrap().as_deref(),
         Some(chatty.as_str())
     );
+
+    // A call beyond an agent's permissions is asked on the page, as a gate is.
+    mock.scenario(&json!([
+        { "type": "reply", "tool_calls": [{ "name": "write_file", "arguments": { "path": "allowed.txt", "content": "ok" } }], "times": 1 },
+        { "type": "reply", "text": "Written.", "times": 1 },
+    ]));
+    let id = serve.start_run("guarded.fabro");
+    client.goto(&format!("{app}/#/runs/{id}")).await.unwrap();
+    let form = text_of(&client, "form#gate-fix").await;
+    assert!(form.contains("wants to run: write_file"), "{form}");
+    element(&client, "h1 .badge[data-status='waiting_for_input']").await;
+    screenshot(&client, "permission").await;
+    click(&client, "button[data-option='[Y] Yes']").await;
+    element(&client, "h1 .badge[data-status='succeeded']").await;
+    assert_eq!(project.read("allowed.txt"), "ok");
 
     client.close().await.unwrap();
 }

@@ -52,6 +52,11 @@ pub struct Settings {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(feature = "schema", schema(value_type = Vec<String>))]
     pub allowed_dirs: Vec<PathBuf>,
+    /// The most an agent's tools may do without asking, whatever the workflow says
+    /// (`--permissions`): `read-only`, `read-write` or `full`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schema(value_type = Option<String>))]
+    pub permissions: Option<trellis_workflow::node_kind::Permissions>,
 }
 
 impl Default for Settings {
@@ -61,6 +66,7 @@ impl Default for Settings {
             mode: RunMode::Real,
             max_steps: 10_000,
             allowed_dirs: Vec::new(),
+            permissions: None,
         }
     }
 }
@@ -88,6 +94,7 @@ struct Recorded {
     simulate: bool,
     max_steps: u32,
     allowed_dirs: Vec<PathBuf>,
+    permissions: Option<trellis_workflow::node_kind::Permissions>,
 }
 
 impl Default for Recorded {
@@ -105,6 +112,7 @@ impl Default for Recorded {
             simulate: false,
             max_steps,
             allowed_dirs,
+            permissions: None,
         }
     }
 }
@@ -118,6 +126,7 @@ impl From<Recorded> for Settings {
             work_dir: recorded.work_dir,
             max_steps: recorded.max_steps,
             allowed_dirs: recorded.allowed_dirs,
+            permissions: recorded.permissions,
         }
     }
 }

@@ -33,6 +33,7 @@ use trellis_workflow::node_kind::{Backend, LlmConfig, OutputSchema};
 use crate::cli_agent;
 use crate::model_call::ModelCall;
 use crate::output_schema::{self, SchemaError, Structured};
+use crate::permissions;
 use crate::prompt::{
     Opening, Threads, auto_status, effort, no_model, project_memory, response_updates,
     simulated_outcome, write_stage_file,
@@ -255,6 +256,22 @@ impl Observer for StageObserver<'_> {
                     output,
                 })
             }
+            AgentEvent::ApprovalAsked { prompt, options } => {
+                self.note(json!({ "type": "approval", "prompt": prompt }));
+                EventKind::HumanGateAsked {
+                    prompt,
+                    options,
+                    freeform: false,
+                }
+            }
+            AgentEvent::ApprovalAnswered { label, asked } => {
+                self.note(json!({ "type": "approval_answer", "label": label, "asked": asked }));
+                EventKind::HumanGateAnswered {
+                    label,
+                    text: None,
+                    default_after_timeout: false,
+                }
+            }
             AgentEvent::Steered { turn, text } => {
                 self.note(json!({ "type": "steer", "turn": turn, "text": text }));
                 EventKind::AgentSteeringReceived { turn, text }
@@ -387,6 +404,11 @@ impl AgentHandler {
         let mut session = session;
         if let Some(inbox) = &inbox {
             session.set_inbox(Box::new(inbox.clone()));
+        }
+        let interviewer = stage.services.interviewer.clone();
+        let levels = (llm.permissions, stage.settings.permissions);
+        if let Some(gate) = permissions::Gate::of(&stage.node.id, levels, interviewer) {
+            session.set_approver(Box::new(gate));
         }
         let mut conversation = ApiConversation {
             stage,

@@ -13,6 +13,7 @@ pub mod interviewer;
 pub mod model_call;
 pub mod model_router;
 pub mod output_schema;
+pub mod permissions;
 pub mod preamble;
 pub mod prompt;
 pub mod routing_directive;

@@ -191,6 +191,10 @@ function transcriptEntry(e, calls) {
       return h("div", { class: "t-entry t-user" }, h("span", { class: "t-who" }, "user"), expandable(e.text || ""));
     case "steer":
       return h("div", { class: "t-entry t-steer", "data-steer": "" }, h("span", { class: "t-who" }, "steering"), h("div", { class: "t-text" }, e.text || ""));
+    case "approval":
+      return h("div", { class: "t-entry t-warn" }, h("span", { class: "t-who" }, "permission asked"), h("div", { class: "t-text" }, e.prompt || ""));
+    case "approval_answer":
+      return h("div", { class: "t-entry t-note" }, (e.asked ? "answered " : "nobody to ask: ") + (e.label || ""));
     case "steer_undelivered":
       return h("div", { class: "t-entry t-warn" }, "steering message not delivered (the agent had finished): " + (e.text || ""));
     case "turn":

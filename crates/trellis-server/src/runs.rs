@@ -140,6 +140,7 @@ impl Server {
                 mode: start.mode,
                 max_steps: 10_000,
                 allowed_dirs: Vec::new(),
+                permissions: None,
             },
             runs_dir: self.runs_dir.clone(),
         };

@@ -13,8 +13,8 @@ use trellis_syntax::stylesheet::Stylesheet;
 use crate::flatten::{AttrMap, FlatEdge, FlatGraph, FlatNode};
 use crate::node_kind::{
     Backend, CommandConfig, ErrorPolicy, FanInConfig, HandlerKind, HumanConfig, JoinPolicy,
-    LlmConfig, NodeKind, OutputSchema, ParallelConfig, ReasoningEffort, RetryPolicy, RetryPreset,
-    SandboxPolicy, ScriptLanguage, SubWorkflowConfig, WaitConfig,
+    LlmConfig, NodeKind, OutputSchema, ParallelConfig, Permissions, ReasoningEffort, RetryPolicy,
+    RetryPreset, SandboxPolicy, ScriptLanguage, SubWorkflowConfig, WaitConfig,
 };
 use crate::rules::attribute_value::{self, AttrReader};
 use crate::rules::{
@@ -179,6 +179,7 @@ impl Lowerer<'_> {
             sandbox: r
                 .parsed::<SandboxPolicy>("sandbox", "network=on|off and write=PATH items")
                 .unwrap_or_default(),
+            permissions: r.word("permissions", Permissions::WORDS),
             attributes,
             attr_spans: span_map(attrs),
         }
@@ -398,6 +399,10 @@ impl Lowerer<'_> {
                 .unwrap_or_default(),
             pass_env: r.string("env").map(|s| name_list(&s)).unwrap_or_default(),
             sandbox: sandbox_policy(&mut r, graph),
+            permissions: r
+                .word("permissions", Permissions::WORDS)
+                .or(graph.permissions)
+                .unwrap_or_default(),
         }
     }
 

@@ -114,11 +114,12 @@ const AGENT_ATTRIBUTES: &[&str] = &[
     "disallowed_tools",
     "env",
     "sandbox",
+    "permissions",
 ];
 
-/// Attributes of the nodes that call a model: the agent's, less the agent's own six (the backend, the sandbox
-/// and the loop's settings).
-const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(AGENT_ATTRIBUTES.len() - 6).0;
+/// Attributes of the nodes that call a model: the agent's, less the agent's own seven (the backend, the
+/// sandbox, the permissions and the loop's settings).
+const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(AGENT_ATTRIBUTES.len() - 7).0;
 
 /// The one table of node kinds: lowering resolves `type` and `shape` through it, the
 /// `unknown-attribute` rule judges attributes by it, and the engine registers handlers by its kinds.
@@ -245,6 +246,9 @@ pub struct LlmConfig {
     pub pass_env: Vec<String>,
     /// Agent nodes: what the shell tool asks of the run's sandbox (`sandbox`, over the graph's).
     pub sandbox: SandboxPolicy,
+    /// Agent nodes: which tools run without asking (`permissions`, over the graph's; `full` when
+    /// neither says).
+    pub permissions: Permissions,
 }
 
 impl LlmConfig {
@@ -391,6 +395,25 @@ macro_rules! word_enum {
                 f.write_str(self.as_str())
             }
         }
+
+        /// Written as its word.
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let word = String::deserialize(deserializer)?;
+                word.parse().map_err(|()| {
+                    serde::de::Error::custom(format!(
+                        "`{word}` is not one of {}",
+                        Self::WORDS.join(", ")
+                    ))
+                })
+            }
+        }
     };
 }
 
@@ -409,6 +432,14 @@ word_enum! {
 word_enum! {
     /// `reasoning_effort` (default `high`, the first word).
     ReasoningEffort { High = "high", Medium = "medium", Low = "low" }
+}
+
+word_enum! {
+    /// What an agent's tools may do without asking a person (`permissions`, Fabro's levels; default
+    /// `full`, the first word: in a workflow the workflow and its sandbox are the trust boundary).
+    /// `read-write` asks before `shell` and any tool it does not know; `read-only` also before
+    /// writing files. Reading, searching and listing are always allowed.
+    Permissions { Full = "full", ReadWrite = "read-write", ReadOnly = "read-only" }
 }
 
 word_enum! {
@@ -471,11 +502,13 @@ impl AgentCli {
         })
     }
 
-    /// Agent-node attributes this CLI cannot honour when set on the node: tool narrowing and the
+    /// Agent-node attributes this CLI cannot honour when set on the node: permissions (every CLI runs
+    /// with its own prompts turned off), tool narrowing and the
     /// per-turn token limit (every CLI chooses its own tools and limits), threads (each stage is a new
     /// CLI session), and the turn limit and reasoning effort where the CLI has no flag for them.
     pub fn unhonoured(self) -> &'static [&'static str] {
         const ATTRIBUTES: &[&str] = &[
+            "permissions",
             "allowed_tools",
             "disallowed_tools",
             "max_tokens",

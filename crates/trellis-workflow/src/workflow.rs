@@ -98,6 +98,8 @@ pub struct GraphConfig {
     pub capture_artifacts: bool,
     /// The graph's `sandbox` attribute, which nodes' own apply over.
     pub sandbox: crate::node_kind::SandboxPolicy,
+    /// The graph's `permissions`, for agent nodes that set none.
+    pub permissions: Option<crate::node_kind::Permissions>,
     /// Every graph attribute as text, mirrored into the run context as `graph.<key>`.
     pub attributes: SmallMap<String>,
     /// Value spans of graph attributes, for diagnostics.

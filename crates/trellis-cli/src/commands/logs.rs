@@ -157,6 +157,16 @@ pub(super) fn transcript_line(entry: &Value) -> Option<String> {
         ),
         "assistant" => format!("assistant: {}", text("text")),
         "turn" => format!("── turn {}", entry["turn"]),
+        "approval" => format!("? {}", text("prompt").replace('\n', " ")),
+        "approval_answer" => format!(
+            "  {} {}",
+            if entry["asked"].as_bool() == Some(true) {
+                "answered"
+            } else {
+                "nobody to ask:"
+            },
+            text("label")
+        ),
         "tool_call" => format!("→ {} {}", text("tool"), entry["arguments"]),
         "tool_result" => {
             let output = text("output");

@@ -84,8 +84,22 @@ pub struct RunArgs {
     /// workflow's directory or its git repository otherwise); repeat for several.
     #[arg(long = "allow-dir", value_name = "DIR")]
     allow_dir: Vec<PathBuf>,
+    /// The most agents' tools may do without asking, whatever the workflow says: read-only,
+    /// read-write or full (calls beyond it are asked on a terminal, denied without one).
+    #[arg(long, value_name = "LEVEL", value_parser = permissions_level)]
+    permissions: Option<trellis_workflow::node_kind::Permissions>,
     #[command(flatten)]
     options: RunOptions,
+}
+
+fn permissions_level(text: &str) -> Result<trellis_workflow::node_kind::Permissions, String> {
+    use trellis_workflow::node_kind::Permissions;
+    text.parse().map_err(|()| {
+        format!(
+            "`{text}` is not a permission level: use {}",
+            Permissions::WORDS.join(", ")
+        )
+    })
 }
 
 #[derive(clap::Args)]
@@ -269,6 +283,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 .iter()
                 .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()))
                 .collect(),
+            permissions: args.permissions,
         },
         runs_dir: resolve_runs_dir(args.options.runs_dir.clone()),
     };

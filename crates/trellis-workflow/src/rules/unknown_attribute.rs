@@ -39,6 +39,7 @@ pub const GRAPH: &[&str] = &[
     "start",
     "capture_artifacts",
     "sandbox",
+    "permissions",
     "model",
     "router_model",
     "inputs",
