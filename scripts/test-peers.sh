@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real protocol peers the tests talk to, cached under ~/.cache/trellis/:
-# llmock (a mock of the providers' HTTP APIs, from PyPI), git, Graphviz, Chromium and ChromeDriver, and the
+# llmock (a mock of the providers' HTTP APIs, from PyPI), git, Graphviz, Chromium and ChromeDriver, an MCP
+# server from npm (@modelcontextprotocol/server-filesystem), and the
 # local model server with both models (scripts/local-model.sh --all). Idempotent.
 set -euo pipefail
 CACHE="${TRELLIS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trellis}"
@@ -36,5 +37,15 @@ apt_install graphviz dot
 apt_install chromium chromium
 apt_install chromium-driver chromedriver
 apt_install bubblewrap bwrap
+# MCP servers from npm (the agent's MCP client talks to them over stdio), under $CACHE/mcp.
+MCP_FILESYSTEM_VERSION="2026.8.31"
+if [ ! -x "$CACHE/mcp/node_modules/.bin/mcp-server-filesystem" ]; then
+    apt_install nodejs node
+    apt_install npm npm
+    echo "test-peers: installing @modelcontextprotocol/server-filesystem@$MCP_FILESYSTEM_VERSION" >&2
+    mkdir -p "$CACHE/mcp"
+    npm install --prefix "$CACHE/mcp" --no-audit --no-fund --silent \
+        "@modelcontextprotocol/server-filesystem@$MCP_FILESYSTEM_VERSION" >/dev/null
+fi
 "$(dirname "$0")/local-model.sh" --all >/dev/null
 echo "test-peers: ready ($CACHE)" >&2

@@ -20,5 +20,5 @@ mod work_dir;
 pub use session::{
     AgentEvent, Approver, Inbox, Model, Observer, STEERING_PREFIX, Session, Settings, Stop,
 };
-pub use tools::{Category, Tool, ToolOutput, Toolbox};
+pub use tools::{Category, EXTERNAL_LIMIT, ExternalTools, Tool, ToolOutput, Toolbox};
 pub use work_dir::WorkDir;

@@ -450,7 +450,7 @@ impl Session {
             {
                 let shown = match self.toolbox.find(call) {
                     Some(tool) => tool.limit().apply(&output.content),
-                    None => output.content.clone(),
+                    None => crate::tools::EXTERNAL_LIMIT.apply(&output.content),
                 };
                 self.track(&output);
                 observer.on_event(AgentEvent::ToolCallCompleted {
@@ -593,10 +593,16 @@ impl Session {
 }
 
 fn target(toolbox: &Toolbox, call: &ToolCall) -> String {
-    toolbox
-        .find(call)
-        .map(|tool| tool.target(&call.arguments))
-        .unwrap_or_default()
+    match toolbox.find(call) {
+        Some(tool) => tool.target(&call.arguments),
+        // Another tool's (an MCP server's): its first text argument.
+        None => call
+            .arguments
+            .as_object()
+            .and_then(|args| args.values().find_map(Value::as_str))
+            .unwrap_or_default()
+            .to_owned(),
+    }
 }
 
 /// The response as a history message. Arguments that are not a JSON object (a malformed call) are

@@ -250,11 +250,36 @@ impl Tool {
     }
 }
 
+/// Tools from outside the agent's own (an MCP server's): offered beside the built-in ones, called by
+/// name. A call never fails: every problem is an error result.
+#[async_trait::async_trait]
+pub trait ExternalTools: Send + Sync {
+    /// The definitions the model is shown.
+    fn definitions(&self) -> Vec<ToolDef>;
+    /// Runs `name` with `arguments`; `None` when the name is not one of these tools.
+    async fn call(&self, name: &str, arguments: &Value) -> Option<ToolOutput>;
+}
+
+impl std::fmt::Debug for dyn ExternalTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ExternalTools({} tools)", self.definitions().len())
+    }
+}
+
+/// How much of an external tool's result the model is shown (as much as of a shell's).
+pub const EXTERNAL_LIMIT: Limit = Limit {
+    chars: 30_000,
+    lines: 400,
+    keep: Keep::HeadAndTail,
+};
+
 /// The tools one session may use, confined to its working directory.
 #[derive(Debug, Clone)]
 pub struct Toolbox {
     work_dir: WorkDir,
     tools: Vec<Tool>,
+    /// Tools from MCP servers, offered after the built-in ones.
+    pub external: Option<std::sync::Arc<dyn ExternalTools>>,
     /// Variables added to every `shell` call's environment (the run's identity).
     pub shell_env: Vec<(String, String)>,
     /// Secret variables the node passes on to the shell (`env`).
@@ -277,6 +302,7 @@ impl Toolbox {
         Self {
             work_dir,
             tools,
+            external: None,
             shell_env: Vec::new(),
             pass_env: Vec::new(),
             // The agent handler puts the run's sandbox here; a bare toolbox (tests) has none.
@@ -290,7 +316,12 @@ impl Toolbox {
     }
 
     pub fn definitions(&self) -> Vec<ToolDef> {
-        self.tools.iter().map(|t| t.definition()).collect()
+        let external = self.external.iter().flat_map(|e| e.definitions());
+        self.tools
+            .iter()
+            .map(|t| t.definition())
+            .chain(external)
+            .collect()
     }
 
     /// The working directory's files two levels deep, at most `limit` of them.
@@ -342,7 +373,12 @@ impl Toolbox {
     /// always written.
     pub async fn run(&self, call: &ToolCall) -> ToolOutput {
         let Some(tool) = self.find(call) else {
-            let offered: Vec<&str> = self.tools.iter().map(|t| t.name()).collect();
+            if let Some(external) = &self.external
+                && let Some(output) = external.call(&call.name, &call.arguments).await
+            {
+                return output;
+            }
+            let offered: Vec<String> = self.definitions().into_iter().map(|t| t.name).collect();
             return ToolOutput::error(format!(
                 "unknown tool `{}`; the tools you can call are: {}",
                 call.name,

@@ -79,6 +79,8 @@ pub struct AgentHandler {
     threads: Arc<Threads>,
     /// What the agent's `shell` calls run in.
     sandbox: Arc<Sandbox>,
+    /// The run's MCP servers, shared by its agent stages (handlers are made per run).
+    mcp: crate::mcp::Hub,
 }
 
 impl AgentHandler {
@@ -87,6 +89,7 @@ impl AgentHandler {
             client,
             threads,
             sandbox,
+            mcp: crate::mcp::Hub::default(),
         }
     }
 }
@@ -390,12 +393,26 @@ impl AgentHandler {
         };
         let opening = Opening::new(stage, llm, &self.threads).await;
         write_stage_file(stage, "prompt.md", &opening.prompt).await;
+        let warn = |message: String| {
+            stage
+                .emitter
+                .emit(Some(&stage.node.id), EventKind::ModelWarning { message });
+        };
+        let external = self
+            .mcp
+            .tools(
+                &stage.settings.work_dir,
+                stage.run_id,
+                llm.mcp.as_deref(),
+                &warn,
+            )
+            .await;
         let session = open_session(
             stage,
             llm,
             client,
             &call,
-            (work_dir, &self.sandbox),
+            (work_dir, &self.sandbox, external),
             opening.messages,
         )
         .await;
@@ -543,7 +560,11 @@ async fn open_session(
     llm: &LlmConfig,
     client: &Client,
     call: &ModelCall<'_>,
-    (work_dir, sandbox): (WorkDir, &Arc<Sandbox>),
+    (work_dir, sandbox, external): (
+        WorkDir,
+        &Arc<Sandbox>,
+        Option<Arc<dyn trellis_agent::ExternalTools>>,
+    ),
     history: Vec<trellis_llm::Message>,
 ) -> Session {
     let mut toolbox = Toolbox::new(
@@ -551,6 +572,7 @@ async fn open_session(
         llm.allowed_tools.as_deref(),
         &llm.disallowed_tools,
     );
+    toolbox.external = external;
     toolbox.sandbox = (
         sandbox.clone(),
         crate::command::sandbox_policy(&llm.sandbox),

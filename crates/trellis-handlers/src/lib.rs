@@ -10,6 +10,7 @@ pub mod command;
 pub mod fan_in;
 pub mod human;
 pub mod interviewer;
+pub mod mcp;
 pub mod model_call;
 pub mod model_router;
 pub mod output_schema;

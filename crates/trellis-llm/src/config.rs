@@ -106,6 +106,8 @@ pub struct Config {
     /// `[sandbox]`: how commands and agent tools are confined (`mode`: auto, bubblewrap or none;
     /// `write`: more writable paths). Read here because it is the same file; the run library applies it.
     pub sandbox: SandboxSettings,
+    /// `[mcp_servers.NAME]` tables, as read (the agent handlers' MCP module reads them).
+    pub mcp_servers: BTreeMap<String, serde_json::Value>,
 }
 
 /// The configuration file's `[sandbox]` table.
@@ -128,6 +130,9 @@ struct FileConfig {
     local: FileLocal,
     #[serde(default)]
     sandbox: SandboxSettings,
+    /// Read as they are; the MCP module checks them.
+    #[serde(default)]
+    mcp_servers: BTreeMap<String, toml::Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -230,6 +235,11 @@ impl Config {
             },
             file: Some(path.to_owned()),
             sandbox: file.sandbox,
+            mcp_servers: file
+                .mcp_servers
+                .into_iter()
+                .filter_map(|(name, table)| Some((name, serde_json::to_value(table).ok()?)))
+                .collect(),
         })
     }
 

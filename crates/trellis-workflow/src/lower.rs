@@ -403,6 +403,7 @@ impl Lowerer<'_> {
                 .word("permissions", Permissions::WORDS)
                 .or(graph.permissions)
                 .unwrap_or_default(),
+            mcp: r.string("mcp").map(|s| name_list(&s)),
         }
     }
 

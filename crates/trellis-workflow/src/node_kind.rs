@@ -115,11 +115,12 @@ const AGENT_ATTRIBUTES: &[&str] = &[
     "env",
     "sandbox",
     "permissions",
+    "mcp",
 ];
 
-/// Attributes of the nodes that call a model: the agent's, less the agent's own seven (the backend, the
-/// sandbox, the permissions and the loop's settings).
-const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(AGENT_ATTRIBUTES.len() - 7).0;
+/// Attributes of the nodes that call a model: the agent's, less the agent's own eight (the backend,
+/// the sandbox, the permissions, the MCP servers and the loop's settings).
+const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(AGENT_ATTRIBUTES.len() - 8).0;
 
 /// The one table of node kinds: lowering resolves `type` and `shape` through it, the
 /// `unknown-attribute` rule judges attributes by it, and the engine registers handlers by its kinds.
@@ -249,6 +250,9 @@ pub struct LlmConfig {
     /// Agent nodes: which tools run without asking (`permissions`, over the graph's; `full` when
     /// neither says).
     pub permissions: Permissions,
+    /// Agent nodes: the MCP servers whose tools they get (`mcp`, comma-separated names; every
+    /// configured server when absent, none with `mcp=""`).
+    pub mcp: Option<Vec<String>>,
 }
 
 impl LlmConfig {
@@ -509,6 +513,7 @@ impl AgentCli {
     pub fn unhonoured(self) -> &'static [&'static str] {
         const ATTRIBUTES: &[&str] = &[
             "permissions",
+            "mcp",
             "allowed_tools",
             "disallowed_tools",
             "max_tokens",

@@ -1,0 +1,153 @@
+//! MCP servers through the real `trellis` binary: the project's `.mcp.json` names a real server from
+//! npm (`@modelcontextprotocol/server-filesystem`, installed by `scripts/test-peers.sh`), llmock
+//! scripts the model's call of one of its tools, and the test checks what the model was shown (the
+//! tool among its tools, the server's real answer in the next request), that the server is gone after
+//! the run, and that a server that cannot start is a warning, not a failed stage.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests set up and read files around the binary they run"
+)]
+
+mod run_support;
+
+use std::path::PathBuf;
+
+use run_support::Project;
+use serde_json::{Value, json};
+use trellis_test::Llmock;
+
+fn filesystem_server() -> Option<PathBuf> {
+    let path = trellis_test::cache_dir().join("mcp/node_modules/.bin/mcp-server-filesystem");
+    if path.exists() {
+        Some(path)
+    } else {
+        trellis_test::missing_peer(
+            "@modelcontextprotocol/server-filesystem (scripts/test-peers.sh)",
+        );
+        None
+    }
+}
+
+fn project(mock: &Llmock) -> Project {
+    Project::new()
+        .with_env("ANTHROPIC_API_KEY", "sk-ant-test-mcp-0000")
+        .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"))
+}
+
+const AGENT: &str = "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n fix [prompt=\"What do the notes say?\", model=\"sonnet\"]\n start -> fix -> exit\n}\n";
+
+/// Processes whose command line holds `needle`.
+fn processes_with(needle: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(needle))
+        .collect()
+}
+
+#[test]
+fn an_agent_calls_a_real_mcp_server_s_tool_and_the_server_is_gone_after_the_run() {
+    let (Some(server), Some(mock)) = (filesystem_server(), Llmock::start()) else {
+        return;
+    };
+    let p = project(&mock);
+    let notes = p.write("notes.txt", "remember the milk\n");
+    let root = p.path().canonicalize().unwrap();
+    p.write(
+        ".mcp.json",
+        &json!({ "mcpServers": {
+            "files": { "command": server, "args": [root] },
+            "broken": { "command": "sh", "args": ["-c", "exit 3"] },
+        }})
+        .to_string(),
+    );
+    p.write("w.fabro", AGENT);
+    mock.scenario(&json!([
+        { "type": "reply", "tool_calls": [{ "name": "mcp__files__read_text_file",
+            "arguments": { "path": notes.canonicalize().unwrap() } }], "times": 1 },
+        { "type": "reply", "text": "They say: remember the milk.", "times": 1 },
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+
+    // The model was offered the server's tools beside its own, with their descriptions and schemas.
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 2);
+    let tools = bodies[0]["tools"].as_array().unwrap();
+    let read = tools
+        .iter()
+        .find(|t| t["name"] == "mcp__files__read_text_file")
+        .unwrap_or_else(|| panic!("no MCP tool among {tools:?}"));
+    assert!(!read["description"].as_str().unwrap().is_empty());
+    assert!(
+        read["input_schema"]["properties"]["path"].is_object(),
+        "{read}"
+    );
+    assert!(tools.iter().any(|t| t["name"] == "read_file"));
+    assert!(
+        !tools
+            .iter()
+            .any(|t| t["name"].as_str().unwrap().starts_with("mcp__broken__"))
+    );
+    // The server's real answer reached the model.
+    let results = Llmock::tool_results(&bodies[1]);
+    assert_eq!(results[0]["content"], "remember the milk\n", "{results:?}");
+    assert_ne!(results[0]["is_error"], true);
+
+    // The server that could not start was a warning; the stage went on.
+    let warnings = run.events_named("ModelWarning");
+    assert!(
+        warnings.iter().any(|w| {
+            let m = w["message"].as_str().unwrap();
+            m.contains("MCP: server `broken`") && m.contains("its tools are not offered")
+        }),
+        "{warnings:?}"
+    );
+    // The call is in the event log and the transcript like any other.
+    let calls = run.events_named("Agent.ToolCallCompleted");
+    assert_eq!(calls[0]["tool"], "mcp__files__read_text_file");
+    // Nothing of the server is left running.
+    let left: Vec<String> = processes_with(&root.display().to_string())
+        .into_iter()
+        .filter(|c| c.contains("mcp-server-filesystem"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn a_node_names_the_servers_it_sees_and_an_unknown_one_is_a_warning() {
+    let (Some(server), Some(mock)) = (filesystem_server(), Llmock::start()) else {
+        return;
+    };
+    let p = project(&mock);
+    let root = p.path().canonicalize().unwrap();
+    p.write(
+        ".mcp.json",
+        &json!({ "mcpServers": { "files": { "command": server, "args": [root] } } }).to_string(),
+    );
+    p.write(
+        "w.fabro",
+        &AGENT.replace("model=\"sonnet\"", "model=\"sonnet\", mcp=\"github\""),
+    );
+    mock.scenario(&json!([{ "type": "reply", "text": "Nothing to read with.", "times": 1 }]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let tools: Vec<Value> = mock.bodies()[0]["tools"].as_array().unwrap().clone();
+    assert!(
+        !tools
+            .iter()
+            .any(|t| t["name"].as_str().unwrap().starts_with("mcp__")),
+        "{tools:?}"
+    );
+    let warnings = run.events_named("ModelWarning");
+    assert!(
+        warnings.iter().any(|w| w["message"]
+            .as_str()
+            .unwrap()
+            .contains("no server `github` is configured")),
+        "{warnings:?}"
+    );
+}

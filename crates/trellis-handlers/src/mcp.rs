@@ -1,0 +1,493 @@
+//! MCP servers: tools an agent gets from Model Context Protocol servers, through the official Rust
+//! SDK (`rmcp`) over stdio. Servers are configured in the project's `.mcp.json` (Claude Code's
+//! format: `{"mcpServers": {"NAME": {"command": ..., "args": [...], "env": {...}}}}`) and in the
+//! user config file (Fabro's shape: `[mcp_servers.NAME]` with `type = "stdio"`, `command = [...]`,
+//! `env`, `startup_timeout_secs`, `tool_timeout_secs`); the project's file names a server the user's
+//! also names. A server starts at the run's first agent stage that sees it (`mcp="a,b"` on the node
+//! limits which; every configured one otherwise), is shared by the run's later agent stages, and is
+//! stopped with its whole process group when the run ends. Its tools are offered as
+//! `mcp__{server}__{tool}` with the server's description and JSON Schema; a result's text goes back
+//! as a tool result (cut as a shell's is). A server that does not start is a warning and its tools
+//! are not offered; a call that fails or outlasts the tool timeout is an error result — never a
+//! failed stage.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the configuration files are read once, on the blocking pool"
+)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rmcp::ServiceExt as _;
+use rmcp::model::{CallToolRequestParams, ContentBlock};
+use rmcp::service::{RoleClient, RunningService};
+use serde::Deserialize;
+use serde_json::Value;
+use trellis_agent::{ExternalTools, ToolOutput};
+use trellis_llm::ToolDef;
+use trellis_process::group::{RUN_ID_VAR, kill_group};
+use trellis_process::secrets;
+
+/// How long a server has to start and list its tools, unless its configuration says.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a call may take, unless the server's configuration says.
+const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One configured server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    /// The program and its arguments.
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub startup_timeout: Duration,
+    pub tool_timeout: Duration,
+    /// Where it was configured, for messages.
+    pub source: String,
+}
+
+/// `.mcp.json`: Claude Code's project file.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProjectFile {
+    #[serde(default)]
+    mcp_servers: BTreeMap<String, ProjectServer>,
+}
+
+#[derive(Deserialize)]
+struct ProjectServer {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+}
+
+/// `[mcp_servers.NAME]` of the user config file (Fabro's shape).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UserServer {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    command: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    url: Option<String>,
+    /// Accepted for HTTP servers' sake (not supported yet).
+    #[serde(default)]
+    #[allow(dead_code, reason = "read with `url` once HTTP servers are supported")]
+    headers: BTreeMap<String, String>,
+    startup_timeout_secs: Option<u64>,
+    tool_timeout_secs: Option<u64>,
+}
+
+/// The servers configured for a run in `work_dir`, and the problems of those that cannot be used.
+pub fn configured(
+    work_dir: &Path,
+    user: &BTreeMap<String, Value>,
+    user_file: Option<&Path>,
+) -> (BTreeMap<String, ServerConfig>, Vec<String>) {
+    let mut servers = BTreeMap::new();
+    let mut problems = Vec::new();
+    let user_source =
+        user_file.map_or_else(|| "the config file".to_owned(), |f| f.display().to_string());
+    for (name, value) in user {
+        let source = format!("{user_source} [mcp_servers.{name}]");
+        match serde_json::from_value::<UserServer>(value.clone()) {
+            Ok(server) => match user_server(server, source.clone()) {
+                Ok(config) => {
+                    servers.insert(name.clone(), config);
+                }
+                Err(problem) => problems.push(format!("{source}: {problem}")),
+            },
+            Err(e) => problems.push(format!("{source}: {e}")),
+        }
+    }
+    let project = work_dir.join(".mcp.json");
+    match std::fs::read_to_string(&project) {
+        Ok(text) => match serde_json::from_str::<ProjectFile>(&text) {
+            Ok(file) => {
+                for (name, server) in file.mcp_servers {
+                    let source = format!("{} (`{name}`)", project.display());
+                    match project_server(server, source.clone()) {
+                        Ok(config) => {
+                            servers.insert(name, config);
+                        }
+                        Err(problem) => problems.push(format!("{source}: {problem}")),
+                    }
+                }
+            }
+            Err(e) => problems.push(format!("{} is not valid: {e}", project.display())),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => problems.push(format!("cannot read {}: {e}", project.display())),
+    }
+    (servers, problems)
+}
+
+fn user_server(server: UserServer, source: String) -> Result<ServerConfig, String> {
+    match server.kind.as_deref().unwrap_or("stdio") {
+        "stdio" if !server.command.is_empty() => Ok(ServerConfig {
+            command: server.command,
+            env: server.env,
+            startup_timeout: server
+                .startup_timeout_secs
+                .map_or(STARTUP_TIMEOUT, Duration::from_secs),
+            tool_timeout: server
+                .tool_timeout_secs
+                .map_or(TOOL_TIMEOUT, Duration::from_secs),
+            source,
+        }),
+        "stdio" => Err("a stdio server needs `command` (the program and its arguments)".into()),
+        "http" => Err(format!(
+            "Streamable HTTP servers ({}) are not supported yet; run the server over stdio",
+            server.url.unwrap_or_default()
+        )),
+        other => Err(format!("unknown server type `{other}`: use `stdio`")),
+    }
+}
+
+fn project_server(server: ProjectServer, source: String) -> Result<ServerConfig, String> {
+    match (server.kind.as_deref(), server.command) {
+        (None | Some("stdio"), Some(command)) => Ok(ServerConfig {
+            command: std::iter::once(command).chain(server.args).collect(),
+            env: server.env,
+            startup_timeout: STARTUP_TIMEOUT,
+            tool_timeout: TOOL_TIMEOUT,
+            source,
+        }),
+        (None | Some("stdio"), None) => Err("a stdio server needs `command`".into()),
+        (Some(other), _) => Err(format!(
+            "`{other}` servers are not supported yet; run the server over stdio"
+        )),
+    }
+}
+
+/// A tool's name as the model sees it: `mcp__{server}__{tool}`, anything but letters, digits, `_`
+/// and `-` made `_`.
+pub fn exposed_name(server: &str, tool: &str) -> String {
+    let clean = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    format!("mcp__{}__{}", clean(server), clean(tool))
+}
+
+/// A running server.
+struct Server {
+    name: String,
+    client: RunningService<RoleClient, ()>,
+    tools: Vec<rmcp::model::Tool>,
+    tool_timeout: Duration,
+    /// Its process group, killed when the server is dropped.
+    pid: Option<u32>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid {
+            kill_group(pid);
+        }
+    }
+}
+
+/// Starts `config` and lists its tools.
+async fn start(
+    name: &str,
+    config: &ServerConfig,
+    work_dir: &Path,
+    run_id: &str,
+) -> Result<Server, String> {
+    let Some((program, args)) = config.command.split_first() else {
+        return Err("no command".into());
+    };
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(args)
+        .current_dir(work_dir)
+        .env_clear()
+        .envs(secrets::child_env(&[]))
+        .envs(&config.env)
+        // A server a killed run left behind is found by this, as its commands are.
+        .env(RUN_ID_VAR, run_id)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+    let pid = child.id();
+    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+        return Err("its standard input and output could not be opened".into());
+    };
+    // The child is waited for by the transport's end; dropping it kills it (and `Server` its group).
+    tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
+    let guard = KillOnFailure(pid);
+    let started = tokio::time::timeout(config.startup_timeout, async {
+        let client = ()
+            .serve((stdout, stdin))
+            .await
+            .map_err(|e| format!("it did not answer the MCP handshake: {e}"))?;
+        let tools = client
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("it did not list its tools: {e}"))?;
+        Ok::<_, String>((client, tools))
+    })
+    .await
+    .map_err(|_| {
+        format!(
+            "it did not start within {} s (startup_timeout_secs)",
+            config.startup_timeout.as_secs()
+        )
+    })??;
+    std::mem::forget(guard);
+    let (client, tools) = started;
+    Ok(Server {
+        name: name.to_owned(),
+        client,
+        tools,
+        tool_timeout: config.tool_timeout,
+        pid,
+    })
+}
+
+/// Kills a server's group when its start fails half way.
+struct KillOnFailure(Option<u32>);
+
+impl Drop for KillOnFailure {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            kill_group(pid);
+        }
+    }
+}
+
+/// A run's MCP servers: configured on first use, started on first use each, stopped with the run.
+#[derive(Default)]
+pub struct Hub {
+    state: tokio::sync::Mutex<Option<State>>,
+}
+
+struct State {
+    configs: BTreeMap<String, ServerConfig>,
+    /// Started servers, and the reason of those that did not start (not tried again).
+    running: BTreeMap<String, Result<Arc<Server>, String>>,
+}
+
+impl Hub {
+    /// The tools of the servers `selection` names (every configured one when `None`), starting
+    /// those not running yet; each problem (a server that does not start, one not configured) is
+    /// passed to `warn`. `None` when no server is to be used.
+    pub async fn tools(
+        &self,
+        work_dir: &Path,
+        run_id: &str,
+        selection: Option<&[String]>,
+        warn: &(dyn Fn(String) + Sync),
+    ) -> Option<Arc<dyn ExternalTools>> {
+        let mut state = self.state.lock().await;
+        if state.is_none() {
+            let dir = work_dir.to_path_buf();
+            let (configs, problems) = trellis_process::task::blocking(move || load(&dir)).await;
+            for problem in problems {
+                warn(format!("MCP: {problem}"));
+            }
+            *state = Some(State {
+                configs,
+                running: BTreeMap::new(),
+            });
+        }
+        let state = state.as_mut()?;
+        let names: Vec<String> = match selection {
+            Some(names) => names.to_vec(),
+            None => state.configs.keys().cloned().collect(),
+        };
+        let mut servers = Vec::new();
+        for name in names {
+            let Some(config) = state.configs.get(&name).cloned() else {
+                warn(format!(
+                    "MCP: no server `{name}` is configured (in .mcp.json or [mcp_servers] of the config file)"
+                ));
+                continue;
+            };
+            if !state.running.contains_key(&name) {
+                let started = start(&name, &config, work_dir, run_id)
+                    .await
+                    .map(Arc::new)
+                    .map_err(|problem| format!("server `{name}` ({}): {problem}", config.source));
+                state.running.insert(name.clone(), started);
+            }
+            match &state.running[&name] {
+                Ok(server) => servers.push(server.clone()),
+                Err(problem) => warn(format!("MCP: {problem}; its tools are not offered")),
+            }
+        }
+        (!servers.is_empty()).then(|| Arc::new(Tools::of(servers)) as Arc<dyn ExternalTools>)
+    }
+}
+
+/// The servers configured for `work_dir` (the user config file's and the project's).
+fn load(work_dir: &Path) -> (BTreeMap<String, ServerConfig>, Vec<String>) {
+    match trellis_llm::Config::load() {
+        Ok(config) => configured(work_dir, &config.mcp_servers, config.file.as_deref()),
+        Err(e) => {
+            let (servers, mut problems) = configured(work_dir, &BTreeMap::new(), None);
+            problems.push(format!("the config file's servers are not used: {e}"));
+            (servers, problems)
+        }
+    }
+}
+
+/// The tools of the servers an agent stage sees.
+struct Tools {
+    definitions: Vec<ToolDef>,
+    /// Exposed name → the server and the tool's own name.
+    by_name: BTreeMap<String, (Arc<Server>, String)>,
+}
+
+impl Tools {
+    fn of(servers: Vec<Arc<Server>>) -> Self {
+        let mut definitions = Vec::new();
+        let mut by_name = BTreeMap::new();
+        for server in servers {
+            for tool in &server.tools {
+                let name = exposed_name(&server.name, &tool.name);
+                definitions.push(ToolDef {
+                    name: name.clone(),
+                    description: tool
+                        .description
+                        .as_deref()
+                        .unwrap_or("(no description)")
+                        .to_owned(),
+                    parameters: Value::Object((*tool.input_schema).clone()),
+                });
+                by_name.insert(name, (server.clone(), tool.name.to_string()));
+            }
+        }
+        Self {
+            definitions,
+            by_name,
+        }
+    }
+}
+
+#[async_trait]
+impl ExternalTools for Tools {
+    fn definitions(&self) -> Vec<ToolDef> {
+        self.definitions.clone()
+    }
+
+    async fn call(&self, name: &str, arguments: &Value) -> Option<ToolOutput> {
+        let (server, tool) = self.by_name.get(name)?;
+        let Some(arguments) = arguments.as_object() else {
+            return Some(ToolOutput::error(format!(
+                "the arguments of `{name}` must be a JSON object"
+            )));
+        };
+        let request = CallToolRequestParams::new(tool.clone()).with_arguments(arguments.clone());
+        let answer =
+            tokio::time::timeout(server.tool_timeout, server.client.call_tool(request)).await;
+        Some(match answer {
+            Err(_) => ToolOutput::error(format!(
+                "the MCP server `{}` did not answer `{tool}` within {} s (tool_timeout_secs)",
+                server.name,
+                server.tool_timeout.as_secs()
+            )),
+            Ok(Err(e)) => ToolOutput::error(format!(
+                "the MCP server `{}` failed on `{tool}`: {e}",
+                server.name
+            )),
+            Ok(Ok(result)) => {
+                let text = result_text(&result.content, result.structured_content.as_ref());
+                let output = secrets::redact(&text).into_owned();
+                if result.is_error == Some(true) {
+                    ToolOutput::error(output)
+                } else {
+                    ToolOutput::ok(output)
+                }
+            }
+        })
+    }
+}
+
+/// A result's content as text: text blocks as they are, other blocks as a note of what they were.
+fn result_text(content: &[ContentBlock], structured: Option<&Value>) -> String {
+    let mut parts: Vec<String> = content
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Text(text) => text.text.clone(),
+            ContentBlock::Image(image) => format!("[an image, {}]", image.mime_type),
+            ContentBlock::Audio(audio) => format!("[audio, {}]", audio.mime_type),
+            ContentBlock::Resource(_) => "[an embedded resource]".to_owned(),
+            ContentBlock::ResourceLink(link) => format!("[a resource: {}]", link.uri),
+            _ => "[content of a kind Trellis does not show]".to_owned(),
+        })
+        .collect();
+    if parts.is_empty()
+        && let Some(structured) = structured
+    {
+        parts.push(structured.to_string());
+    }
+    parts.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_prefixed_and_cleaned() {
+        assert_eq!(exposed_name("git", "status"), "mcp__git__status");
+        assert_eq!(
+            exposed_name("my.server", "read file"),
+            "mcp__my_server__read_file"
+        );
+    }
+
+    #[test]
+    fn both_files_configure_servers_and_the_project_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(".mcp.json"),
+            r#"{"mcpServers": {"fs": {"command": "npx", "args": ["server", "."], "env": {"A": "1"}},
+                "web": {"type": "http", "url": "http://127.0.0.1:1/mcp"}}}"#,
+        )
+        .unwrap();
+        let user: BTreeMap<String, Value> = serde_json::from_value(serde_json::json!({
+            "fs": {"type": "stdio", "command": ["other"]},
+            "git": {"type": "stdio", "command": ["uvx", "mcp-server-git"], "tool_timeout_secs": 5},
+            "bad": {"type": "stdio"},
+        }))
+        .unwrap();
+        let (servers, problems) = configured(dir.path(), &user, None);
+        assert_eq!(servers["fs"].command, ["npx", "server", "."]);
+        assert_eq!(servers["fs"].env["A"], "1");
+        assert_eq!(servers["git"].tool_timeout, Duration::from_secs(5));
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems.iter().any(|p| p.contains("needs `command`")));
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("`http` servers are not supported yet"))
+        );
+    }
+}
