@@ -151,3 +151,81 @@ fn a_node_names_the_servers_it_sees_and_an_unknown_one_is_a_warning() {
         "{warnings:?}"
     );
 }
+
+#[test]
+fn a_call_past_the_tool_timeout_is_an_error_result_and_the_user_config_names_servers_too() {
+    let (Some(server), Some(mock)) = (filesystem_server(), Llmock::start()) else {
+        return;
+    };
+    let p = project(&mock);
+    let notes = p.write("notes.txt", "remember the milk\n");
+    let root = p.path().canonicalize().unwrap();
+    // Fabro's shape, in the user config file; no time at all for a call.
+    p.write(
+        ".config/trellis/config.toml",
+        &format!(
+            "[mcp_servers.files]\ntype = \"stdio\"\ncommand = [{:?}, {:?}]\ntool_timeout_secs = 0\n",
+            server.display().to_string(),
+            root.display().to_string()
+        ),
+    );
+    p.write("w.fabro", AGENT);
+    mock.scenario(&json!([
+        { "type": "reply", "tool_calls": [{ "name": "mcp__files__read_text_file",
+            "arguments": { "path": notes.canonicalize().unwrap() } }], "times": 1 },
+        { "type": "reply", "text": "The server was too slow.", "times": 1 },
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let results = Llmock::tool_results(&mock.bodies()[1]);
+    assert_eq!(results[0]["is_error"], true, "{results:?}");
+    assert!(
+        results[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer `read_text_file` within 0 s (tool_timeout_secs)"),
+        "{results:?}"
+    );
+}
+
+#[test]
+fn a_server_that_dies_mid_run_is_started_again_once() {
+    let (Some(server), Some(mock)) = (filesystem_server(), Llmock::start()) else {
+        return;
+    };
+    let p = project(&mock);
+    let notes = p.write("notes.txt", "remember the milk\n");
+    let root = p.path().canonicalize().unwrap();
+    p.write(
+        ".mcp.json",
+        &json!({ "mcpServers": { "files": { "command": server, "args": [root] } } }).to_string(),
+    );
+    p.write("w.fabro", AGENT);
+    let read = json!({ "type": "reply", "tool_calls": [{ "name": "mcp__files__read_text_file",
+        "arguments": { "path": notes.canonicalize().unwrap() } }], "times": 1 });
+    // The agent's own shell kills the server (no sandbox: the same process namespace).
+    let kill = format!(
+        "pkill -f '[m]cp-server-filesystem {}'; sleep 0.5",
+        root.display()
+    );
+    mock.scenario(&json!([
+        read,
+        { "type": "reply", "tool_calls": [{ "name": "shell", "arguments": { "command": kill } }], "times": 1 },
+        read,
+        { "type": "reply", "text": "Read it twice.", "times": 1 },
+    ]));
+    let run = p.run("w.fabro", &["--sandbox", "none"]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 4);
+    let results = Llmock::tool_results(&bodies[3]);
+    assert_eq!(results[2]["content"], "remember the milk\n", "{results:?}");
+    let calls = run.events_named("Agent.ToolCallCompleted");
+    assert_eq!(calls[2]["tool"], "mcp__files__read_text_file");
+    assert_eq!(calls[2]["note"], "restarted", "{calls:?}");
+    let left: Vec<String> = processes_with(&root.display().to_string())
+        .into_iter()
+        .filter(|c| c.contains("mcp-server-filesystem"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -80,7 +80,7 @@ pub struct AgentHandler {
     /// What the agent's `shell` calls run in.
     sandbox: Arc<Sandbox>,
     /// The run's MCP servers, shared by its agent stages (handlers are made per run).
-    mcp: crate::mcp::Hub,
+    mcp: Arc<crate::mcp::Hub>,
 }
 
 impl AgentHandler {
@@ -89,7 +89,7 @@ impl AgentHandler {
             client,
             threads,
             sandbox,
-            mcp: crate::mcp::Hub::default(),
+            mcp: Arc::default(),
         }
     }
 }

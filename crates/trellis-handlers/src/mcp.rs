@@ -197,6 +197,14 @@ struct Server {
     pid: Option<u32>,
 }
 
+impl Server {
+    /// Whether its process is still there (the transport's task reaps it when it exits).
+    fn alive(&self) -> bool {
+        self.pid
+            .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists())
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         if let Some(pid) = self.pid {
@@ -281,7 +289,8 @@ impl Drop for KillOnFailure {
     }
 }
 
-/// A run's MCP servers: configured on first use, started on first use each, stopped with the run.
+/// A run's MCP servers: configured on first use, started on first use each, restarted once if one
+/// dies, stopped with the run.
 #[derive(Default)]
 pub struct Hub {
     state: tokio::sync::Mutex<Option<State>>,
@@ -291,6 +300,8 @@ struct State {
     configs: BTreeMap<String, ServerConfig>,
     /// Started servers, and the reason of those that did not start (not tried again).
     running: BTreeMap<String, Result<Arc<Server>, String>>,
+    /// Servers started again after they died (once each).
+    restarted: std::collections::BTreeSet<String>,
 }
 
 impl Hub {
@@ -298,7 +309,7 @@ impl Hub {
     /// those not running yet; each problem (a server that does not start, one not configured) is
     /// passed to `warn`. `None` when no server is to be used.
     pub async fn tools(
-        &self,
+        self: &Arc<Self>,
         work_dir: &Path,
         run_id: &str,
         selection: Option<&[String]>,
@@ -314,6 +325,7 @@ impl Hub {
             *state = Some(State {
                 configs,
                 running: BTreeMap::new(),
+                restarted: std::collections::BTreeSet::new(),
             });
         }
         let state = state.as_mut()?;
@@ -341,7 +353,47 @@ impl Hub {
                 Err(problem) => warn(format!("MCP: {problem}; its tools are not offered")),
             }
         }
-        (!servers.is_empty()).then(|| Arc::new(Tools::of(servers)) as Arc<dyn ExternalTools>)
+        (!servers.is_empty()).then(|| {
+            Arc::new(Tools::of(
+                self.clone(),
+                servers,
+                (work_dir.to_path_buf(), run_id.to_owned()),
+            )) as Arc<dyn ExternalTools>
+        })
+    }
+
+    /// The server `name` as it runs now.
+    async fn server(&self, name: &str) -> Option<Arc<Server>> {
+        let state = self.state.lock().await;
+        state.as_ref()?.running.get(name)?.as_ref().ok().cloned()
+    }
+
+    /// Starts `name` again after it died, once per run.
+    async fn restart(
+        &self,
+        name: &str,
+        work_dir: &Path,
+        run_id: &str,
+    ) -> Result<Arc<Server>, String> {
+        let mut state = self.state.lock().await;
+        let state = state.as_mut().ok_or("no servers are configured")?;
+        if let Some(Ok(server)) = state.running.get(name)
+            && server.alive()
+        {
+            // Another stage's call restarted it meanwhile.
+            return Ok(server.clone());
+        }
+        if !state.restarted.insert(name.to_owned()) {
+            return Err("it had been started again once already".into());
+        }
+        let config = state
+            .configs
+            .get(name)
+            .cloned()
+            .ok_or("it is not configured")?;
+        let started = start(name, &config, work_dir, run_id).await.map(Arc::new);
+        state.running.insert(name.to_owned(), started.clone());
+        started
     }
 }
 
@@ -359,13 +411,16 @@ fn load(work_dir: &Path) -> (BTreeMap<String, ServerConfig>, Vec<String>) {
 
 /// The tools of the servers an agent stage sees.
 struct Tools {
+    hub: Arc<Hub>,
+    /// Where and for which run a server is started again.
+    place: (std::path::PathBuf, String),
     definitions: Vec<ToolDef>,
-    /// Exposed name → the server and the tool's own name.
-    by_name: BTreeMap<String, (Arc<Server>, String)>,
+    /// Exposed name → the server's name and the tool's own name.
+    by_name: BTreeMap<String, (String, String)>,
 }
 
 impl Tools {
-    fn of(servers: Vec<Arc<Server>>) -> Self {
+    fn of(hub: Arc<Hub>, servers: Vec<Arc<Server>>, place: (std::path::PathBuf, String)) -> Self {
         let mut definitions = Vec::new();
         let mut by_name = BTreeMap::new();
         for server in servers {
@@ -380,13 +435,35 @@ impl Tools {
                         .to_owned(),
                     parameters: Value::Object((*tool.input_schema).clone()),
                 });
-                by_name.insert(name, (server.clone(), tool.name.to_string()));
+                by_name.insert(name, (server.name.clone(), tool.name.to_string()));
             }
         }
         Self {
+            hub,
+            place,
             definitions,
             by_name,
         }
+    }
+}
+
+/// One call's answer, or why there is none.
+enum Called {
+    Answered(rmcp::model::CallToolResult),
+    TimedOut,
+    Failed(String),
+}
+
+async fn call_on(
+    server: &Server,
+    tool: &str,
+    arguments: &serde_json::Map<String, Value>,
+) -> Called {
+    let request = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments.clone());
+    match tokio::time::timeout(server.tool_timeout, server.client.call_tool(request)).await {
+        Err(_) => Called::TimedOut,
+        Ok(Err(e)) => Called::Failed(e.to_string()),
+        Ok(Ok(result)) => Called::Answered(result),
     }
 }
 
@@ -397,26 +474,44 @@ impl ExternalTools for Tools {
     }
 
     async fn call(&self, name: &str, arguments: &Value) -> Option<ToolOutput> {
-        let (server, tool) = self.by_name.get(name)?;
+        let (server_name, tool) = self.by_name.get(name)?;
         let Some(arguments) = arguments.as_object() else {
             return Some(ToolOutput::error(format!(
                 "the arguments of `{name}` must be a JSON object"
             )));
         };
-        let request = CallToolRequestParams::new(tool.clone()).with_arguments(arguments.clone());
-        let answer =
-            tokio::time::timeout(server.tool_timeout, server.client.call_tool(request)).await;
-        Some(match answer {
-            Err(_) => ToolOutput::error(format!(
-                "the MCP server `{}` did not answer `{tool}` within {} s (tool_timeout_secs)",
-                server.name,
+        let Some(mut server) = self.hub.server(server_name).await else {
+            return Some(ToolOutput::error(format!(
+                "the MCP server `{server_name}` is not running"
+            )));
+        };
+        let mut called = call_on(&server, tool, arguments).await;
+        let mut note = None;
+        // A server that died is started again once, and the call made again.
+        if matches!(called, Called::Failed(_)) && !server.alive() {
+            let (work_dir, run_id) = &self.place;
+            match self.hub.restart(server_name, work_dir, run_id).await {
+                Ok(again) => {
+                    server = again;
+                    called = call_on(&server, tool, arguments).await;
+                    note = Some("restarted".to_owned());
+                }
+                Err(problem) => {
+                    return Some(ToolOutput::error(format!(
+                        "the MCP server `{server_name}` exited, and could not be started again: {problem}"
+                    )));
+                }
+            }
+        }
+        let mut output = match called {
+            Called::TimedOut => ToolOutput::error(format!(
+                "the MCP server `{server_name}` did not answer `{tool}` within {} s (tool_timeout_secs)",
                 server.tool_timeout.as_secs()
             )),
-            Ok(Err(e)) => ToolOutput::error(format!(
-                "the MCP server `{}` failed on `{tool}`: {e}",
-                server.name
+            Called::Failed(e) => ToolOutput::error(format!(
+                "the MCP server `{server_name}` failed on `{tool}`: {e}"
             )),
-            Ok(Ok(result)) => {
+            Called::Answered(result) => {
                 let text = result_text(&result.content, result.structured_content.as_ref());
                 let output = secrets::redact(&text).into_owned();
                 if result.is_error == Some(true) {
@@ -425,7 +520,11 @@ impl ExternalTools for Tools {
                     ToolOutput::ok(output)
                 }
             }
-        })
+        };
+        if note.is_some() {
+            output.note = note;
+        }
+        Some(output)
     }
 }
 
