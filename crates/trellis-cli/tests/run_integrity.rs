@@ -69,6 +69,12 @@ fn run_id(record: &Path) -> String {
 fn killed_at_slow(p: &Project) -> PathBuf {
     let mut child = p.spawn_run("w.fabro");
     p.wait_for_event("StageStarted", "slow");
+    // Killed once the command has done its first step (each `slow` here starts by making a file):
+    // on a busy machine the stage's start is well before its command's (then a resumed `slow`
+    // would take the sleeping branch).
+    run_support::wait_for("the slow command to start", Duration::from_secs(20), || {
+        p.path().join("again").exists() || p.path().join("slow.log").exists()
+    });
     child.kill().unwrap();
     child.wait().unwrap();
     p.only_run()
