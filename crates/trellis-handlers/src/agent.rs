@@ -39,6 +39,7 @@ use crate::prompt::{
     simulated_outcome, write_stage_file,
 };
 use crate::routing_directive;
+use crate::skills;
 use crate::steering;
 
 /// What every agent is told before the project memory.
@@ -391,29 +392,19 @@ impl AgentHandler {
                 );
             }
         };
-        let opening = Opening::new(stage, llm, &self.threads).await;
-        write_stage_file(stage, "prompt.md", &opening.prompt).await;
-        let warn = |message: String| {
-            stage
-                .emitter
-                .emit(Some(&stage.node.id), EventKind::ModelWarning { message });
+        let mut opening = Opening::new(stage, llm, &self.threads).await;
+        let (external, listing) = match self.extras(stage, llm, &mut opening.prompt).await {
+            Ok(extras) => extras,
+            Err(outcome) => return *outcome,
         };
-        let external = self
-            .mcp
-            .tools(
-                &stage.settings.work_dir,
-                stage.run_id,
-                llm.mcp.as_deref(),
-                &warn,
-            )
-            .await;
+        write_stage_file(stage, "prompt.md", &opening.prompt).await;
         let session = open_session(
             stage,
             llm,
             client,
             &call,
             (work_dir, &self.sandbox, external),
-            opening.messages,
+            (opening.messages, listing),
         )
         .await;
         let (observer, writer) = StageObserver::new(stage);
@@ -508,6 +499,87 @@ impl trellis_agent::Inbox for StageInbox {
     }
 }
 
+impl AgentHandler {
+    /// What an agent gets beyond its own tools: the skills (into `prompt`, and the system prompt's
+    /// list of them with `use_skill`) and the run's MCP servers' tools; the failed outcome of a
+    /// node that cannot start for a missing skill or variable.
+    async fn extras(
+        &self,
+        stage: &Stage<'_>,
+        llm: &LlmConfig,
+        prompt: &mut String,
+    ) -> Result<
+        (
+            Option<Arc<dyn trellis_agent::ExternalTools>>,
+            Option<String>,
+        ),
+        Box<Outcome>,
+    > {
+        let dir = stage.settings.work_dir.clone();
+        let skills =
+            trellis_process::task::blocking(move || skills::Skills::for_work_dir(&dir)).await;
+        *prompt = with_skills(&skills, llm, prompt).map_err(|problem| {
+            Box::new(Outcome::failed(
+                FailureClass::Configuration,
+                format!("agent node `{}` cannot start: {problem}", stage.node.id),
+            ))
+        })?;
+        let warn = |message: String| {
+            stage
+                .emitter
+                .emit(Some(&stage.node.id), EventKind::ModelWarning { message });
+        };
+        let external = self
+            .mcp
+            .tools(
+                &stage.settings.work_dir,
+                stage.run_id,
+                llm.mcp.as_deref(),
+                &warn,
+            )
+            .await;
+        let listing = (!skills.is_empty()).then(|| skills.listing());
+        Ok((with_use_skill(external, skills), listing))
+    }
+}
+
+/// The opening prompt with the node's skills: a `/skill-name` in the node's own prompt expanded, and
+/// the instructions of the skills `skills=` names before it; what keeps the node from starting when a
+/// named skill is missing or lacks a variable it needs.
+fn with_skills(skills: &skills::Skills, llm: &LlmConfig, prompt: &str) -> Result<String, String> {
+    let mut prompt = prompt.to_owned();
+    let own = llm.prompt.trim();
+    if !own.is_empty() {
+        let expanded = skills.expand(own);
+        if expanded != own {
+            prompt = prompt.replacen(own, &expanded, 1);
+        }
+    }
+    match &llm.skills {
+        Some(names) if !names.is_empty() => {
+            let env = |name: &str| std::env::var(name).ok();
+            let instructions = skills.for_node(names, &env)?;
+            Ok(format!("{instructions}\n\n{prompt}"))
+        }
+        _ => Ok(prompt),
+    }
+}
+
+/// The run's MCP tools, and `use_skill` when there are skills.
+fn with_use_skill(
+    external: Option<Arc<dyn trellis_agent::ExternalTools>>,
+    skills: skills::Skills,
+) -> Option<Arc<dyn trellis_agent::ExternalTools>> {
+    if skills.is_empty() {
+        return external;
+    }
+    let use_skill: Arc<dyn trellis_agent::ExternalTools> = Arc::new(skills::UseSkill(skills));
+    Some(match external {
+        Some(mcp) => Arc::new(skills::Both(vec![mcp, use_skill])),
+        None => use_skill,
+    })
+}
+
 /// The built-in agent loop on the node's model.
 struct ApiConversation<'s, 'c> {
     stage: &'s Stage<'s>,
@@ -565,7 +637,7 @@ async fn open_session(
         &Arc<Sandbox>,
         Option<Arc<dyn trellis_agent::ExternalTools>>,
     ),
-    history: Vec<trellis_llm::Message>,
+    (history, skills): (Vec<trellis_llm::Message>, Option<String>),
 ) -> Session {
     let mut toolbox = Toolbox::new(
         work_dir,
@@ -602,6 +674,9 @@ async fn open_session(
     }
     if let Some(memory) = memory {
         system = format!("{system}\n\n{memory}");
+    }
+    if let Some(skills) = skills {
+        system = format!("{system}\n\n{skills}");
     }
     let settings = trellis_agent::Settings {
         template: Request {

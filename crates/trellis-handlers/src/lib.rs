@@ -19,6 +19,7 @@ pub mod preamble;
 pub mod prompt;
 pub mod routing_directive;
 mod simple_command;
+pub mod skills;
 pub mod steering;
 pub mod wait;
 

@@ -404,6 +404,7 @@ impl Lowerer<'_> {
                 .or(graph.permissions)
                 .unwrap_or_default(),
             mcp: r.string("mcp").map(|s| name_list(&s)),
+            skills: r.string("skills").map(|s| name_list(&s)),
         }
     }
 

@@ -116,11 +116,12 @@ const AGENT_ATTRIBUTES: &[&str] = &[
     "sandbox",
     "permissions",
     "mcp",
+    "skills",
 ];
 
-/// Attributes of the nodes that call a model: the agent's, less the agent's own eight (the backend,
-/// the sandbox, the permissions, the MCP servers and the loop's settings).
-const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(AGENT_ATTRIBUTES.len() - 8).0;
+/// Attributes of the nodes that call a model: the agent's, less the agent's own nine (the backend,
+/// the sandbox, the permissions, the MCP servers, the skills and the loop's settings).
+const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(AGENT_ATTRIBUTES.len() - 9).0;
 
 /// The one table of node kinds: lowering resolves `type` and `shape` through it, the
 /// `unknown-attribute` rule judges attributes by it, and the engine registers handlers by its kinds.
@@ -253,6 +254,9 @@ pub struct LlmConfig {
     /// Agent nodes: the MCP servers whose tools they get (`mcp`, comma-separated names; every
     /// configured server when absent, none with `mcp=""`).
     pub mcp: Option<Vec<String>>,
+    /// Agent nodes: the skills whose instructions are part of their prompt (`skills`,
+    /// comma-separated names).
+    pub skills: Option<Vec<String>>,
 }
 
 impl LlmConfig {
@@ -514,6 +518,7 @@ impl AgentCli {
         const ATTRIBUTES: &[&str] = &[
             "permissions",
             "mcp",
+            "skills",
             "allowed_tools",
             "disallowed_tools",
             "max_tokens",

@@ -9,7 +9,8 @@
 //! // warning: codex has no turn limit; `max_turns` is ignored
 //! ```
 //!
-//! Never honoured: `permissions` (the CLIs run with their own prompts turned off), `allowed_tools`,
+//! Never honoured: `permissions` (the CLIs run with their own prompts turned off), `mcp`, `skills`,
+//! `allowed_tools`,
 //! `disallowed_tools`, `max_tokens`, `thread_id` (each stage is a new
 //! CLI session). Claude Code honours `max_turns` and `reasoning_effort`; Codex honours
 //! `reasoning_effort`; Gemini CLI neither.

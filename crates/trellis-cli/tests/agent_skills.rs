@@ -1,0 +1,119 @@
+//! Skills through the real `trellis` binary, with llmock as the model: discovered from the project's
+//! skill directories, listed in the system prompt with a `use_skill` tool, expanded from `/name` in
+//! a prompt, and made part of a node's prompt by `skills=`; a missing skill or variable keeps the
+//! node from starting with a message naming them. The checks are on what the model was sent.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests set up and read files around the binary they run"
+)]
+
+mod run_support;
+
+use run_support::Project;
+use serde_json::{Value, json};
+use trellis_test::Llmock;
+
+fn project(mock: &Llmock) -> Project {
+    let p = Project::new()
+        .with_env("ANTHROPIC_API_KEY", "sk-ant-test-skills-0000")
+        .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"));
+    p.write(
+        ".claude/skills/review/SKILL.md",
+        "---\nname: review\ndescription: Review code for bugs\n---\n\nReview {{user_input}} line by line and list every bug.\n",
+    );
+    p.write(
+        ".fabro/skills/commit/SKILL.md",
+        "---\nname: commit\ndescription: Write a commit message\n---\nWrite the subject in the imperative, under 50 characters.\n",
+    );
+    p.write(
+        "skills/deploy/SKILL.md",
+        "---\nname: deploy\ndescription: Deploy the service\nconfig:\n  DEPLOY_TOKEN_FOR_TEST:\n    description: The deploy key\n    required: true\n---\nDeploy it.\n",
+    );
+    p
+}
+
+fn agent(attrs: &str, prompt: &str) -> String {
+    format!(
+        "digraph W {{\n start [shape=Mdiamond]\n exit [shape=Msquare]\n fix [prompt=\"{prompt}\", model=\"sonnet\"{attrs}]\n start -> fix -> exit\n}}\n"
+    )
+}
+
+/// The text of the system prompt of a request body (Anthropic: a string or text blocks).
+fn system_of(body: &Value) -> String {
+    match &body["system"] {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+#[test]
+fn skills_are_listed_loaded_expanded_and_named_by_a_node() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write(
+        "w.fabro",
+        &agent(", skills=\"commit\"", "/review the parser please"),
+    );
+    mock.scenario(&json!([
+        { "type": "reply", "tool_calls": [{ "name": "use_skill", "arguments": { "skill_name": "review" } }], "times": 1 },
+        { "type": "reply", "text": "No bugs found.", "times": 1 },
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let bodies = mock.bodies();
+    let system = system_of(&bodies[0]);
+    assert!(system.contains("# Available Skills"), "{system}");
+    assert!(
+        system.contains("- `review`: Review code for bugs"),
+        "{system}"
+    );
+    assert!(
+        system.contains("- `commit`: Write a commit message"),
+        "{system}"
+    );
+    let tools = bodies[0]["tools"].as_array().unwrap();
+    assert!(tools.iter().any(|t| t["name"] == "use_skill"), "{tools:?}");
+    // The prompt: the named skill's instructions, then the expanded `/review`.
+    let prompt = bodies[0]["messages"][0].to_string();
+    assert!(
+        prompt.contains("## Skill: commit")
+            && prompt.contains("Write the subject in the imperative"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("Review the parser please line by line and list every bug."),
+        "{prompt}"
+    );
+    assert!(!prompt.contains("/review"), "{prompt}");
+    // `use_skill` answered with the skill's text.
+    let results = Llmock::tool_results(&bodies[1]);
+    assert_eq!(
+        results[0]["content"],
+        "Review {{user_input}} line by line and list every bug."
+    );
+}
+
+#[test]
+fn a_missing_skill_or_variable_keeps_the_node_from_starting() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write("w.fabro", &agent(", skills=\"deploy,triage\"", "Ship it"));
+    mock.scenario(&json!([{ "type": "reply", "text": "never asked", "times": 1 }]));
+    let run = p.run("w.fabro", &[]);
+    let failed = run.events_named("StageFailed");
+    assert_eq!(failed.len(), 1, "{}", run.stderr());
+    let reason = failed[0]["failure_reason"].as_str().unwrap();
+    assert!(reason.contains("agent node `fix` cannot start"), "{reason}");
+    assert!(reason.contains("no skill named `triage`"), "{reason}");
+    assert!(
+        reason.contains("DEPLOY_TOKEN_FOR_TEST (skill `deploy`)"),
+        "{reason}"
+    );
+    assert!(mock.bodies().is_empty(), "the model was never called");
+}
