@@ -100,20 +100,48 @@ fn skills_are_listed_loaded_expanded_and_named_by_a_node() {
 }
 
 #[test]
-fn a_missing_skill_or_variable_keeps_the_node_from_starting() {
+fn a_missing_skill_or_variable_stops_the_run_before_it_starts() {
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
-    p.write("w.fabro", &agent(", skills=\"deploy,triage\"", "Ship it"));
-    mock.scenario(&json!([{ "type": "reply", "text": "never asked", "times": 1 }]));
-    let run = p.run("w.fabro", &[]);
-    let failed = run.events_named("StageFailed");
-    assert_eq!(failed.len(), 1, "{}", run.stderr());
-    let reason = failed[0]["failure_reason"].as_str().unwrap();
-    assert!(reason.contains("agent node `fix` cannot start"), "{reason}");
-    assert!(reason.contains("no skill named `triage`"), "{reason}");
-    assert!(
-        reason.contains("DEPLOY_TOKEN_FOR_TEST (skill `deploy`)"),
-        "{reason}"
+    p.write(
+        "w.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n fix [prompt=\"Ship it\", model=\"sonnet\", skills=\"deploy,triage\"]\n check [prompt=\"Check\", model=\"sonnet\", skills=\"review\"]\n start -> fix -> check -> exit\n}\n",
     );
+    mock.scenario(&json!([{ "type": "reply", "text": "never asked", "times": 1 }]));
+    let out = p.command(&["run", "w.fabro"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("the run cannot start"), "{stderr}");
+    assert!(
+        stderr.contains("node `fix`: no skill named `triage`"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("DEPLOY_TOKEN_FOR_TEST (skill `deploy`)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("node `check`"), "{stderr}");
+    assert!(!p.run_exists(), "nothing started");
     assert!(mock.bodies().is_empty(), "the model was never called");
+    // With the variable set and the missing skill dropped, it runs.
+    p.write(
+        "ok.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n fix [prompt=\"Ship it\", model=\"sonnet\", skills=\"deploy\"]\n start -> fix -> exit\n}\n",
+    );
+    let out = p
+        .command(&["run", "ok.fabro"])
+        .env("DEPLOY_TOKEN_FOR_TEST", "set")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        mock.bodies()[0]["messages"][0]
+            .to_string()
+            .contains("## Skill: deploy")
+    );
 }

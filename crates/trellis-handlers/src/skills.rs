@@ -190,6 +190,43 @@ impl Skills {
     }
 }
 
+/// The check before a run starts (SWEny's pre-flight): every built-in agent node's `skills=` are
+/// there and have the variables they require; the problems of all of them, a line per node.
+pub fn preflight(
+    workflow: &trellis_workflow::Workflow,
+    work_dir: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), String> {
+    let wanted: Vec<(&str, &[String])> = workflow
+        .nodes
+        .iter()
+        .filter_map(|node| {
+            let llm = node.kind.llm()?;
+            let names = llm.skills.as_deref().filter(|names| !names.is_empty())?;
+            (llm.backend == trellis_workflow::node_kind::Backend::Api)
+                .then_some((node.id.as_str(), names))
+        })
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let skills = Skills::for_work_dir(work_dir);
+    let problems: Vec<String> = wanted
+        .into_iter()
+        .filter_map(|(id, names)| {
+            skills
+                .for_node(names, env)
+                .err()
+                .map(|problem| format!("node `{id}`: {problem}"))
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
 /// A `SKILL.md`: front matter between `---` lines, then the body; `None` without a name.
 fn parse(text: &str, path: &Path) -> Option<Skill> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);

@@ -49,6 +49,9 @@ pub enum RunError {
     Models(#[from] trellis_llm::config::ConfigError),
     #[error("{reason}")]
     Sandbox { reason: String },
+    /// What the workflow needs and this machine lacks (skills, their variables): nothing started.
+    #[error("the run cannot start:\n{problems}")]
+    Preflight { problems: String },
 }
 
 /// A compiled workflow file and every diagnostic, for the caller to show.
@@ -232,6 +235,11 @@ impl Run {
     )]
     fn create_blocking(loaded: Loaded, request: NewRun, wiring: Wiring) -> Result<Run, RunError> {
         let (workflow, file) = loaded.into_workflow()?;
+        if !request.settings.models_simulated() {
+            let env = |name: &str| std::env::var(name).ok();
+            trellis_handlers::skills::preflight(&workflow, &request.settings.work_dir, &env)
+                .map_err(|problems| RunError::Preflight { problems })?;
+        }
         let run_id = new_run_id();
         let extension = request
             .path

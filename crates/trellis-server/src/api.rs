@@ -65,7 +65,9 @@ impl From<ActionError> for ApiError {
             | ActionError::Run(trellis_run::RunError::Store(trellis_store::StoreError::Busy {
                 ..
             })) => StatusCode::CONFLICT,
-            ActionError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ActionError::Invalid(_) | ActionError::Run(trellis_run::RunError::Preflight { .. }) => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             ActionError::Run(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         Self::Status(status, error.to_string())
