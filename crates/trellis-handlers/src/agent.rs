@@ -89,8 +89,8 @@ impl AgentHandler {
         Self {
             client,
             threads,
+            mcp: Arc::new(crate::mcp::Hub::new(sandbox.clone())),
             sandbox,
-            mcp: Arc::default(),
         }
     }
 }

@@ -30,6 +30,7 @@ use serde_json::Value;
 use trellis_agent::{ExternalTools, ToolOutput};
 use trellis_llm::ToolDef;
 use trellis_process::group::{RUN_ID_VAR, kill_group};
+use trellis_process::sandbox::{Policy, Sandbox};
 use trellis_process::secrets;
 
 /// How long a server has to start and list its tools, unless its configuration says.
@@ -217,16 +218,29 @@ impl Drop for Server {
 async fn start(
     name: &str,
     config: &ServerConfig,
-    work_dir: &Path,
-    run_id: &str,
+    (work_dir, run_id): (&Path, &str),
+    sandbox: &Sandbox,
 ) -> Result<Server, String> {
     let Some((program, args)) = config.command.split_first() else {
         return Err("no command".into());
     };
-    let mut command = tokio::process::Command::new(program);
+    // In bubblewrap, as a command stage is (a workflow's commands could write `.mcp.json`): the
+    // server speaks over its standard input, which the reaper of the other sandboxes holds for
+    // itself, so there it starts as the user's own program.
+    let mut command = if sandbox.name() == "bubblewrap" {
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+        sandbox.command(
+            std::ffi::OsStr::new(program),
+            &args,
+            work_dir,
+            &Policy::default(),
+        )
+    } else {
+        let mut command = tokio::process::Command::new(program);
+        command.args(args).current_dir(work_dir);
+        command
+    };
     command
-        .args(args)
-        .current_dir(work_dir)
         .env_clear()
         .envs(secrets::child_env(&[]))
         .envs(&config.env)
@@ -289,11 +303,11 @@ impl Drop for KillOnFailure {
     }
 }
 
-/// A run's MCP servers: configured on first use, started on first use each, restarted once if one
-/// dies, stopped with the run.
-#[derive(Default)]
+/// A run's MCP servers: configured on first use, started on first use each (in the run's sandbox),
+/// restarted once if one dies, stopped with the run.
 pub struct Hub {
     state: tokio::sync::Mutex<Option<State>>,
+    sandbox: Arc<Sandbox>,
 }
 
 struct State {
@@ -305,6 +319,13 @@ struct State {
 }
 
 impl Hub {
+    pub fn new(sandbox: Arc<Sandbox>) -> Self {
+        Self {
+            state: tokio::sync::Mutex::default(),
+            sandbox,
+        }
+    }
+
     /// The tools of the servers `selection` names (every configured one when `None`), starting
     /// those not running yet; each problem (a server that does not start, one not configured) is
     /// passed to `warn`. `None` when no server is to be used.
@@ -342,7 +363,7 @@ impl Hub {
                 continue;
             };
             if !state.running.contains_key(&name) {
-                let started = start(&name, &config, work_dir, run_id)
+                let started = start(&name, &config, (work_dir, run_id), &self.sandbox)
                     .await
                     .map(Arc::new)
                     .map_err(|problem| format!("server `{name}` ({}): {problem}", config.source));
@@ -391,7 +412,9 @@ impl Hub {
             .get(name)
             .cloned()
             .ok_or("it is not configured")?;
-        let started = start(name, &config, work_dir, run_id).await.map(Arc::new);
+        let started = start(name, &config, (work_dir, run_id), &self.sandbox)
+            .await
+            .map(Arc::new);
         state.running.insert(name.to_owned(), started.clone());
         started
     }
