@@ -159,16 +159,7 @@ fn chatty(bench: &Bench, quiet: Duration) {
     let direct = Bench::median(3, || {
         let started = Instant::now();
         for _ in 0..STAGES {
-            let mut child = Command::new(env!("CARGO_BIN_EXE_trellis-reap"))
-                .args(["--", "sh", "-c", PRINT])
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::fs::File::create(&log).expect("log"))
-                .spawn()
-                .expect("starts");
-            // Held open until the command ends, as in `reaper_loop`.
-            let input = child.stdin.take();
-            assert!(child.wait().expect("waits").success());
-            drop(input);
+            under_reaper(PRINT, std::fs::File::create(&log).expect("log"));
         }
         started.elapsed()
     });
@@ -368,21 +359,28 @@ fn shell_loop(stages: usize) -> Duration {
 }
 
 /// `sh -c true`, `stages` times, each under Trellis's reaper (`trellis-reap`) as an unconfined
-/// command stage runs it (its standard input a pipe held open, as Trellis holds it).
+/// command stage runs it.
 fn reaper_loop(stages: usize) -> Duration {
     let started = Instant::now();
     for _ in 0..stages {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_trellis-reap"))
-            .args(["--", "sh", "-c", "true"])
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .expect("starts");
-        // Held until the command ends (`wait` would close it first, which tells the reaper to stop).
-        let input = child.stdin.take();
-        assert!(child.wait().expect("waits").success());
-        drop(input);
+        under_reaper("true", std::process::Stdio::inherit());
     }
     started.elapsed()
+}
+
+/// `sh -c script` under the reaper, its standard output to `stdout`, its standard input a pipe held
+/// open, as Trellis holds it.
+fn under_reaper(script: &str, stdout: impl Into<std::process::Stdio>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_trellis-reap"))
+        .args(["--", "sh", "-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(stdout)
+        .spawn()
+        .expect("starts");
+    // Held until the command ends (`wait` would close it first, which tells the reaper to stop).
+    let input = child.stdin.take();
+    assert!(child.wait().expect("waits").success());
+    drop(input);
 }
 
 /// A shell starting `branches` copies of `each` at once and waiting for them: the process work of
