@@ -13,6 +13,7 @@ mod file_tools;
 mod loop_detector;
 mod session;
 mod shell;
+pub mod subagents;
 mod tools;
 mod truncate;
 mod work_dir;
@@ -20,5 +21,5 @@ mod work_dir;
 pub use session::{
     AgentEvent, Approver, Inbox, Model, Observer, STEERING_PREFIX, Session, Settings, Stop,
 };
-pub use tools::{Category, EXTERNAL_LIMIT, ExternalTools, Tool, ToolOutput, Toolbox};
+pub use tools::{Category, EXTERNAL_LIMIT, ExternalTools, Tool, ToolOutput, Toolbox, combined};
 pub use work_dir::WorkDir;

@@ -111,6 +111,11 @@ pub trait Observer: Send + Sync {
 pub trait Inbox: Send + Sync {
     /// The messages sent since the last look, oldest first.
     async fn take(&self) -> Vec<String>;
+
+    /// What each message is introduced with: who sent it.
+    fn prefix(&self) -> &'static str {
+        STEERING_PREFIX
+    }
 }
 
 /// Decides whether a tool call outside the agent's permissions may run (asking a person, where one
@@ -238,7 +243,7 @@ impl Session {
         };
         for text in inbox.take().await {
             let part = Part::Text {
-                text: format!("{STEERING_PREFIX}{text}"),
+                text: format!("{}{text}", inbox.prefix()),
             };
             match self.request.messages.last_mut() {
                 Some(last) if last.role == Role::User => last.parts.push(part),

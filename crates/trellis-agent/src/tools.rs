@@ -29,8 +29,9 @@ pub enum Tool {
     ListDir,
 }
 
-/// What a tool can do, for permissions (Fabro's categories): reading is always allowed, writing
-/// needs `read-write`, and a shell — or any tool the agent does not know — needs `full`.
+/// What a tool can do, for permissions (Fabro's categories): reading (and starting sub-agents) is
+/// always allowed, writing needs `read-write`, and a shell — or any tool the agent does not know —
+/// needs `full`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Category {
     Read,
@@ -43,6 +44,8 @@ impl Category {
     pub fn of(name: &str) -> Self {
         match Tool::from_name(name) {
             Some(Tool::ReadFile | Tool::Grep | Tool::Glob | Tool::ListDir) => Category::Read,
+            // Sub-agents use these same tools, under the same permissions.
+            None if crate::subagents::TOOL_NAMES.contains(&name) => Category::Read,
             Some(Tool::WriteFile | Tool::EditFile) => Category::Write,
             Some(Tool::Shell) | None => Category::Shell,
         }
@@ -263,6 +266,39 @@ pub trait ExternalTools: Send + Sync {
 impl std::fmt::Debug for dyn ExternalTools {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ExternalTools({} tools)", self.definitions().len())
+    }
+}
+
+/// Several sets of external tools offered as one (MCP servers', `use_skill`, sub-agents): `None`
+/// when there are none.
+pub fn combined(
+    mut sets: Vec<std::sync::Arc<dyn ExternalTools>>,
+) -> Option<std::sync::Arc<dyn ExternalTools>> {
+    match sets.len() {
+        0 => None,
+        1 => sets.pop(),
+        _ => Some(std::sync::Arc::new(Combined(sets))),
+    }
+}
+
+struct Combined(Vec<std::sync::Arc<dyn ExternalTools>>);
+
+#[async_trait::async_trait]
+impl ExternalTools for Combined {
+    fn definitions(&self) -> Vec<ToolDef> {
+        self.0
+            .iter()
+            .flat_map(|tools| tools.definitions())
+            .collect()
+    }
+
+    async fn call(&self, name: &str, arguments: &Value) -> Option<ToolOutput> {
+        for tools in &self.0 {
+            if let Some(output) = tools.call(name, arguments).await {
+                return Some(output);
+            }
+        }
+        None
     }
 }
 

@@ -127,7 +127,11 @@ fn an_agent_reads_edits_runs_a_command_and_answers() {
             "shell",
             "grep",
             "glob",
-            "list_dir"
+            "list_dir",
+            "spawn_agent",
+            "send_input",
+            "wait",
+            "close_agent"
         ]
     );
     let system = &system_text(&bodies[0]);

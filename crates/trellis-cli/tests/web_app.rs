@@ -424,6 +424,31 @@ async fn a_person_watches_output_live_steers_an_agent_and_cancels_a_run() {
     );
     screenshot(&client, "transcript").await;
 
+    // A sub-agent's work shows in its parent's transcript, marked and indented under its id.
+    mock.scenario(&json!([
+        { "type": "reply", "tool_calls": [
+            { "name": "spawn_agent", "arguments": { "task": "List the files." } },
+            { "name": "wait", "arguments": { "agent_id": "agent-1" } },
+        ], "times": 1 },
+        { "type": "reply", "tool_calls": [{ "name": "list_dir", "arguments": {} }], "times": 1 },
+        { "type": "reply", "text": "Two files.", "times": 1 },
+        { "type": "reply", "text": "Done, with help.", "times": 1 },
+    ]));
+    let id = serve.start_run("agent.fabro");
+    client.goto(&format!("{app}/#/runs/{id}")).await.unwrap();
+    element(&client, "h1 .badge[data-status='succeeded']").await;
+    click(&client, "#timeline li[data-node='fix']").await;
+    let started = text_of(&client, ".t-entry[data-subagent='agent-1']").await;
+    assert!(started.contains("List the files."), "{started}");
+    let child_call = text_of(
+        &client,
+        "details.t-call.t-sub[data-agent='agent-1'][data-tool='list_dir']",
+    )
+    .await;
+    assert!(child_call.starts_with("agent-1 list_dir"), "{child_call}");
+    element(&client, "details.t-call[data-tool='wait'][data-done='ok']").await;
+    screenshot(&client, "subagent").await;
+
     // Cancel asks first; a cancelled run reads "cancelled" everywhere after a reload.
     let slow = serve.start_run("slow.fabro");
     let id = slow.clone();
@@ -461,7 +486,7 @@ async fn a_person_watches_output_live_steers_an_agent_and_cancels_a_run() {
             "#state-filter button[data-state='succeeded'] .count"
         )
         .await,
-        "2"
+        "3"
     );
     assert_eq!(
         text_of(

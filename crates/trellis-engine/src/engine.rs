@@ -218,14 +218,18 @@ impl crate::handler::History for Engine {
 }
 
 impl crate::handler::Emitter for Engine {
-    fn emit(&self, node: Option<&str>, event: EventKind) {
-        Engine::emit(self, node, event);
+    fn emit_from(&self, node: Option<&str>, agent: Option<&str>, event: EventKind) {
+        self.stamp(node, agent, event);
     }
 }
 
 impl Engine {
     /// Numbers and stamps an event and hands it to every subscriber.
     pub fn emit(&self, node: Option<&str>, kind: EventKind) {
+        self.stamp(node, None, kind);
+    }
+
+    fn stamp(&self, node: Option<&str>, agent: Option<&str>, kind: EventKind) {
         // Live-only events are not logged, so they take no number of their own.
         let seq = if kind.is_live_only() {
             self.seq.load(Ordering::SeqCst)
@@ -237,6 +241,7 @@ impl Engine {
             ts: format_time(self.services.clock.now()),
             run_id: self.run_id.clone(),
             node_id: node.map(str::to_owned),
+            agent_id: agent.map(str::to_owned),
             kind,
         });
     }

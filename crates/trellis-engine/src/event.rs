@@ -19,6 +19,10 @@ pub struct Event {
     pub run_id: String,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub node_id: Option<String>,
+    /// The sub-agent whose activity this is (`agent-1`, its own `agent-1.1`); none for the stage's
+    /// own agent and everything else.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub agent_id: Option<String>,
     #[serde(flatten)]
     pub kind: EventKind,
 }
@@ -204,6 +208,31 @@ pub enum EventKind {
     AgentError {
         message: String,
     },
+    /// An agent started a sub-agent (`spawn_agent`); its own activity follows under its `agent_id`.
+    #[serde(rename = "Agent.SubagentSpawned")]
+    AgentSubagentSpawned {
+        subagent: String,
+        task: String,
+        depth: u32,
+    },
+    /// A sub-agent answered (it may be sent more with `send_input`).
+    #[serde(rename = "Agent.SubagentCompleted")]
+    AgentSubagentCompleted {
+        subagent: String,
+        turns: u32,
+        text: String,
+    },
+    /// A sub-agent stopped without an answer (its model failed).
+    #[serde(rename = "Agent.SubagentFailed")]
+    AgentSubagentFailed {
+        subagent: String,
+        error: String,
+    },
+    /// A sub-agent was stopped: by `close_agent`, or because its stage ended.
+    #[serde(rename = "Agent.SubagentClosed")]
+    AgentSubagentClosed {
+        subagent: String,
+    },
     /// An event this version does not know (a log written by a newer one).
     #[serde(other)]
     Unknown,
@@ -353,6 +382,10 @@ impl EventKind {
             EventKind::AgentCompactionStarted { .. } => "Agent.CompactionStarted",
             EventKind::AgentCompactionCompleted { .. } => "Agent.CompactionCompleted",
             EventKind::AgentError { .. } => "Agent.Error",
+            EventKind::AgentSubagentSpawned { .. } => "Agent.SubagentSpawned",
+            EventKind::AgentSubagentCompleted { .. } => "Agent.SubagentCompleted",
+            EventKind::AgentSubagentFailed { .. } => "Agent.SubagentFailed",
+            EventKind::AgentSubagentClosed { .. } => "Agent.SubagentClosed",
             EventKind::Unknown => "Unknown",
         }
     }
@@ -404,7 +437,12 @@ pub struct RouteOption {
 
 /// Emits an event into the run's stream, for a node (or the run as a whole).
 pub trait Emitter: Send + Sync {
-    fn emit(&self, node: Option<&str>, event: EventKind);
+    /// Emits `event` for `node`, as the activity of the sub-agent `agent` when one is given.
+    fn emit_from(&self, node: Option<&str>, agent: Option<&str>, event: EventKind);
+
+    fn emit(&self, node: Option<&str>, event: EventKind) {
+        self.emit_from(node, None, event);
+    }
 }
 
 #[cfg(test)]
@@ -417,6 +455,7 @@ mod tests {
             ts: "2026-11-23T12:00:00.000Z".into(),
             run_id: "R".into(),
             node_id: Some("test".into()),
+            agent_id: None,
             kind,
         })
         .unwrap()
@@ -503,6 +542,10 @@ mod tests {
         r#"{"event":"Agent.CompactionStarted","estimated_tokens":90,"context_window_size":100}"#,
         r#"{"event":"Agent.CompactionCompleted","original_turn_count":9,"preserved_turn_count":3,"summary_token_estimate":40,"tracked_file_count":2}"#,
         r#"{"event":"Agent.Error","message":"no tools"}"#,
+        r#"{"event":"Agent.SubagentSpawned","subagent":"agent-1","task":"t","depth":1}"#,
+        r#"{"event":"Agent.SubagentCompleted","subagent":"agent-1","turns":2,"text":"done"}"#,
+        r#"{"event":"Agent.SubagentFailed","subagent":"agent-1","error":"e"}"#,
+        r#"{"event":"Agent.SubagentClosed","subagent":"agent-1"}"#,
     ];
 
     /// The kind's place in the enum: a new kind does not compile until this names it (and then
@@ -544,6 +587,10 @@ mod tests {
             EventKind::AgentCompactionStarted { .. } => 32,
             EventKind::AgentCompactionCompleted { .. } => 33,
             EventKind::AgentError { .. } => 34,
+            EventKind::AgentSubagentSpawned { .. } => 35,
+            EventKind::AgentSubagentCompleted { .. } => 36,
+            EventKind::AgentSubagentFailed { .. } => 37,
+            EventKind::AgentSubagentClosed { .. } => 38,
             EventKind::Unknown => usize::MAX,
         }
     }

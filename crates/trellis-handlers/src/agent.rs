@@ -21,7 +21,8 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use trellis_agent::{AgentEvent, Observer, Session, Stop, Tool, Toolbox, WorkDir};
+use trellis_agent::subagents::{self, Ending, Spawned, SubAgents};
+use trellis_agent::{AgentEvent, ExternalTools, Observer, Session, Stop, Tool, Toolbox, WorkDir};
 use trellis_engine::event::{EventKind, ToolCallEnd};
 use trellis_engine::{Attempt, Emitter, FailureClass, Handler, Outcome, Stage};
 use trellis_llm::{Client, Request};
@@ -132,6 +133,8 @@ pub(crate) struct StageObserver<'a> {
     node_id: &'a str,
     transcript: std::sync::mpsc::Sender<Value>,
     tool_calls: AtomicU32,
+    /// The sub-agent observed (its transcript entries say so), if not the stage's own agent.
+    agent: Option<String>,
 }
 
 impl<'a> StageObserver<'a> {
@@ -149,12 +152,31 @@ impl<'a> StageObserver<'a> {
             node_id: &stage.node.id,
             transcript,
             tool_calls: AtomicU32::new(0),
+            agent: None,
         };
         (observer, writer)
     }
 
+    /// An observer of the stage's sub-agent `agent`, emitting through `emitter`, writing into the
+    /// same transcript.
+    fn for_agent<'b>(&self, emitter: &'b dyn Emitter, agent: &str) -> StageObserver<'b>
+    where
+        'a: 'b,
+    {
+        StageObserver {
+            emitter,
+            node_id: self.node_id,
+            transcript: self.transcript.clone(),
+            tool_calls: AtomicU32::new(0),
+            agent: Some(agent.to_owned()),
+        }
+    }
+
     /// Adds an entry to the transcript.
-    pub(crate) fn note(&self, entry: Value) {
+    pub(crate) fn note(&self, mut entry: Value) {
+        if let (Some(agent), Some(fields)) = (&self.agent, entry.as_object_mut()) {
+            fields.insert("agent".into(), json!(agent));
+        }
         let _ = self.transcript.send(entry);
     }
 
@@ -364,33 +386,9 @@ impl AgentHandler {
             Ok(call) => call,
             Err(outcome) => return *outcome,
         };
-        // The run's record may be read too: preambles point at large outputs stored there.
-        let record = stage
-            .dir
-            .parent()
-            .and_then(Path::parent)
-            .map(Path::to_owned);
-        let (dir, stop) = (stage.settings.work_dir.clone(), stage.cancel.clone());
-        // Resolving the directories touches the file system: on the blocking pool.
-        let work_dir = trellis_process::task::blocking(move || {
-            let work_dir = WorkDir::new(&dir)?.with_stop(stop);
-            Ok::<_, std::io::Error>(match record {
-                Some(record) => work_dir.with_readable(&record),
-                None => work_dir,
-            })
-        })
-        .await;
-        let work_dir = match work_dir {
+        let work_dir = match agent_work_dir(stage).await {
             Ok(dir) => dir,
-            Err(e) => {
-                return Outcome::failed(
-                    FailureClass::Configuration,
-                    format!(
-                        "the working directory {} cannot be used: {e}",
-                        stage.settings.work_dir.display()
-                    ),
-                );
-            }
+            Err(outcome) => return *outcome,
         };
         let mut opening = Opening::new(stage, llm, &self.threads).await;
         let (external, listing) = match self.extras(stage, llm, &mut opening.prompt).await {
@@ -398,24 +396,27 @@ impl AgentHandler {
             Err(outcome) => return *outcome,
         };
         write_stage_file(stage, "prompt.md", &opening.prompt).await;
-        let session = open_session(
+        let base = SessionBase::new(
             stage,
             llm,
-            client,
-            &call,
-            (work_dir, &self.sandbox, external),
-            (opening.messages, listing),
+            (client, &call),
+            (work_dir, &self.sandbox),
+            listing,
         )
         .await;
+        let depth = subagent_depth(llm, &call);
+        let (subagents, arrivals) = SubAgents::new(depth);
+        let mut tools = external.clone();
+        if depth > 0 {
+            tools.push(Arc::new(subagents.clone()));
+        }
+        let mut session = base.session(tools, opening.messages, llm.max_turns);
         let (observer, writer) = StageObserver::new(stage);
         let inbox = StageInbox::open(stage).await;
-        let mut session = session;
         if let Some(inbox) = &inbox {
             session.set_inbox(Box::new(inbox.clone()));
         }
-        let interviewer = stage.services.interviewer.clone();
-        let levels = (llm.permissions, stage.settings.permissions);
-        if let Some(gate) = permissions::Gate::of(&stage.node.id, levels, interviewer) {
+        if let Some(gate) = gate(stage, llm) {
             session.set_approver(Box::new(gate));
         }
         let mut conversation = ApiConversation {
@@ -424,7 +425,26 @@ impl AgentHandler {
             call: &mut call,
             observer: &observer,
         };
-        let mut outcome = converse(stage, llm, &mut conversation, opening.prompt).await;
+        let children = Children {
+            stage,
+            llm,
+            client,
+            base: &base,
+            external: &external,
+            observer: &observer,
+            usage: parking_lot::Mutex::default(),
+        };
+        let mut outcome = {
+            let talk = std::pin::pin!(converse(stage, llm, &mut conversation, opening.prompt));
+            let others =
+                std::pin::pin!(subagents::drive(arrivals, |spawned| children.run(spawned)));
+            match futures::future::select(talk, others).await {
+                futures::future::Either::Left((outcome, _)) => outcome,
+                futures::future::Either::Right((never, _)) => match never {},
+            }
+        };
+        children.closed(&subagents.close_all());
+        let children_usage = children.usage.into_inner();
         let session = conversation.session;
         if let Some(inbox) = inbox {
             inbox.close(stage, &observer).await;
@@ -434,11 +454,240 @@ impl AgentHandler {
         drop(observer);
         let _ = writer.await;
         outcome.files_touched = session.files_touched().to_vec();
+        call.usage.add(children_usage);
         call.describe(&mut outcome);
         if let Some(key) = opening.thread_key {
             self.threads.save(key, session.into_history());
         }
         outcome
+    }
+}
+
+/// The agent's working directory (the run's record readable too: preambles point at large outputs
+/// stored there), stopped with the stage.
+async fn agent_work_dir(stage: &Stage<'_>) -> Result<WorkDir, Box<Outcome>> {
+    let record = stage
+        .dir
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_owned);
+    let (dir, stop) = (stage.settings.work_dir.clone(), stage.cancel.clone());
+    // Resolving the directories touches the file system: on the blocking pool.
+    let work_dir = trellis_process::task::blocking(move || {
+        let work_dir = WorkDir::new(&dir)?.with_stop(stop);
+        Ok::<_, std::io::Error>(match record {
+            Some(record) => work_dir.with_readable(&record),
+            None => work_dir,
+        })
+    })
+    .await;
+    work_dir.map_err(|e| {
+        Box::new(Outcome::failed(
+            FailureClass::Configuration,
+            format!(
+                "the working directory {} cannot be used: {e}",
+                stage.settings.work_dir.display()
+            ),
+        ))
+    })
+}
+
+/// Who asks about a stage agent's calls beyond its permissions (its sub-agents' too).
+fn gate(stage: &Stage<'_>, llm: &LlmConfig) -> Option<permissions::Gate> {
+    let interviewer = stage.services.interviewer.clone();
+    let levels = (llm.permissions, stage.settings.permissions);
+    permissions::Gate::of(&stage.node.id, levels, interviewer)
+}
+
+/// How deep the stage's sub-agents may nest (0: no sub-agent tools). The node's
+/// `max_subagent_depth`, else one level (Fabro's default) — except on the local model, whose small
+/// context window and text-written calls four more tools would crowd. `allowed_tools` and
+/// `disallowed_tools` take or leave the four tools together, by `spawn_agent`'s name.
+fn subagent_depth(llm: &LlmConfig, call: &ModelCall<'_>) -> u32 {
+    let name = subagents::TOOL_NAMES[0];
+    let offered = llm
+        .allowed_tools
+        .as_ref()
+        .is_none_or(|allowed| allowed.iter().any(|n| n == name))
+        && !llm.disallowed_tools.iter().any(|n| n == name);
+    if !offered {
+        return 0;
+    }
+    llm.max_subagent_depth
+        .unwrap_or(u32::from(call.resolved.provider != "local"))
+}
+
+/// A stage's sub-agents: each a session of its own on the stage's model, tools, MCP servers, skills
+/// and permissions, its events forwarded under its id and its transcript entries marked with it.
+struct Children<'a> {
+    stage: &'a Stage<'a>,
+    llm: &'a LlmConfig,
+    client: &'a Client,
+    base: &'a SessionBase,
+    external: &'a [Arc<dyn ExternalTools>],
+    observer: &'a StageObserver<'a>,
+    /// The tokens the children's model calls took, for the stage's total.
+    usage: parking_lot::Mutex<trellis_llm::Usage>,
+}
+
+impl Children<'_> {
+    fn emit(&self, agent: Option<&str>, kind: EventKind) {
+        self.stage
+            .emitter
+            .emit_from(Some(&self.stage.node.id), agent, kind);
+    }
+
+    /// Runs one child: its task, then each input sent to it after an answer, until it is closed
+    /// or the stage ends.
+    async fn run(&self, spawned: Spawned) {
+        let id = spawned.id.clone();
+        let parent = id.rsplit_once('.').map(|(parent, _)| parent);
+        self.emit(
+            parent,
+            EventKind::AgentSubagentSpawned {
+                subagent: id.clone(),
+                task: spawned.task.clone(),
+                depth: spawned.depth,
+            },
+        );
+        self.observer
+            .note(json!({ "type": "subagent", "agent": id, "task": spawned.task }));
+        let emitter = AgentEmitter {
+            inner: self.stage.emitter,
+            agent: id.clone(),
+        };
+        let observer = self.observer.for_agent(&emitter, &id);
+        let model = ModelCall::new(
+            self.client,
+            &emitter,
+            &self.stage.node.id,
+            self.llm.model.as_deref(),
+            self.llm.provider.as_deref(),
+        );
+        let mut model = match model {
+            Ok(call) => Counted {
+                call,
+                total: &self.usage,
+            },
+            Err(outcome) => {
+                let reason = failure_reason(&outcome);
+                spawned.finish(Ending::Failed(reason.clone()));
+                self.emit(
+                    parent,
+                    EventKind::AgentSubagentFailed {
+                        subagent: id.clone(),
+                        error: reason,
+                    },
+                );
+                return;
+            }
+        };
+        let mut tools = self.external.to_vec();
+        tools.push(Arc::new(spawned.tools.clone()));
+        let mut session = self.base.session(tools, Vec::new(), spawned.max_turns);
+        session.set_inbox(spawned.inbox());
+        if let Some(gate) = gate(self.stage, self.llm) {
+            session.set_approver(Box::new(gate));
+        }
+        let rounds = async {
+            let mut text = spawned.task.clone();
+            loop {
+                observer.note(json!({ "type": "user", "text": text }));
+                let before = model.call.turns;
+                let ending = match session.send(&mut model, &observer, text).await {
+                    Ok(response) => Ending::Answered(response.text),
+                    Err(Stop::MaxTurns { turns, last_text }) => Ending::Answered(format!(
+                        "{last_text}\n\n(It stopped after {turns} turn(s), its max_turns.)"
+                    )),
+                    Err(Stop::Looping { last_text, .. }) => Ending::Answered(format!(
+                        "{last_text}\n\n(It was stopped for repeating the same tool calls.)"
+                    )),
+                    Err(Stop::Model(outcome)) => Ending::Failed(failure_reason(&outcome)),
+                };
+                let kind = match &ending {
+                    Ending::Answered(text) => EventKind::AgentSubagentCompleted {
+                        subagent: id.clone(),
+                        turns: model.call.turns - before,
+                        text: secrets::redact(text).into_owned(),
+                    },
+                    Ending::Failed(error) => EventKind::AgentSubagentFailed {
+                        subagent: id.clone(),
+                        error: error.clone(),
+                    },
+                };
+                self.emit(parent, kind);
+                text = match spawned.finish(ending) {
+                    Some(more) => more,
+                    None => match spawned.next_input().await {
+                        Some(more) => more,
+                        None => break,
+                    },
+                };
+            }
+        };
+        tokio::select! {
+            () = rounds => {}
+            () = spawned.closed() => self.closed(std::slice::from_ref(&id)),
+        }
+    }
+
+    /// Reports children closed (by `close_agent`, or because the stage ended).
+    fn closed(&self, ids: &[String]) {
+        for id in ids {
+            let parent = id.rsplit_once('.').map(|(parent, _)| parent);
+            self.observer
+                .note(json!({ "type": "subagent_closed", "agent": id }));
+            self.emit(
+                parent,
+                EventKind::AgentSubagentClosed {
+                    subagent: id.clone(),
+                },
+            );
+        }
+    }
+}
+
+/// A sub-agent's model: each call's tokens go to the stage's total as the call ends (a child may be
+/// stopped at any point).
+struct Counted<'a> {
+    call: ModelCall<'a>,
+    total: &'a parking_lot::Mutex<trellis_llm::Usage>,
+}
+
+#[async_trait]
+impl trellis_agent::Model for Counted<'_> {
+    type Error = Box<Outcome>;
+
+    async fn ask(&mut self, request: &Request) -> Result<trellis_llm::Response, Box<Outcome>> {
+        let response = self.call.ask(request).await?;
+        self.total.lock().add(response.usage);
+        Ok(response)
+    }
+
+    fn overflowed(&self, error: &Box<Outcome>) -> bool {
+        trellis_agent::Model::overflowed(&self.call, error)
+    }
+}
+
+fn failure_reason(outcome: &Outcome) -> String {
+    outcome
+        .failure
+        .as_ref()
+        .map_or_else(|| "its model call failed".to_owned(), |f| f.reason.clone())
+}
+
+/// A sub-agent's events: the stage's, marked with its id; streamed text is left out (the children
+/// would interleave theirs with the stage agent's).
+struct AgentEmitter<'a> {
+    inner: &'a dyn Emitter,
+    agent: String,
+}
+
+impl Emitter for AgentEmitter<'_> {
+    fn emit_from(&self, node: Option<&str>, _agent: Option<&str>, event: EventKind) {
+        if !matches!(event, EventKind::ModelTextDelta { .. }) {
+            self.inner.emit_from(node, Some(&self.agent), event);
+        }
     }
 }
 
@@ -501,20 +750,14 @@ impl trellis_agent::Inbox for StageInbox {
 
 impl AgentHandler {
     /// What an agent gets beyond its own tools: the skills (into `prompt`, and the system prompt's
-    /// list of them with `use_skill`) and the run's MCP servers' tools; the failed outcome of a
-    /// node that cannot start for a missing skill or variable.
+    /// list of them with `use_skill`) and the run's MCP servers' tools (sub-agents get the same); the
+    /// failed outcome of a node that cannot start for a missing skill or variable.
     async fn extras(
         &self,
         stage: &Stage<'_>,
         llm: &LlmConfig,
         prompt: &mut String,
-    ) -> Result<
-        (
-            Option<Arc<dyn trellis_agent::ExternalTools>>,
-            Option<String>,
-        ),
-        Box<Outcome>,
-    > {
+    ) -> Result<(Vec<Arc<dyn ExternalTools>>, Option<String>), Box<Outcome>> {
         let dir = stage.settings.work_dir.clone();
         let skills =
             trellis_process::task::blocking(move || skills::Skills::for_work_dir(&dir)).await;
@@ -529,7 +772,7 @@ impl AgentHandler {
                 .emitter
                 .emit(Some(&stage.node.id), EventKind::ModelWarning { message });
         };
-        let external = self
+        let mut sets: Vec<Arc<dyn ExternalTools>> = self
             .mcp
             .tools(
                 &stage.settings.work_dir,
@@ -537,9 +780,14 @@ impl AgentHandler {
                 llm.mcp.as_deref(),
                 &warn,
             )
-            .await;
+            .await
+            .into_iter()
+            .collect();
         let listing = (!skills.is_empty()).then(|| skills.listing());
-        Ok((with_use_skill(external, skills), listing))
+        if !skills.is_empty() {
+            sets.push(Arc::new(skills::UseSkill(skills)));
+        }
+        Ok((sets, listing))
     }
 }
 
@@ -563,21 +811,6 @@ fn with_skills(skills: &skills::Skills, llm: &LlmConfig, prompt: &str) -> Result
         }
         _ => Ok(prompt),
     }
-}
-
-/// The run's MCP tools, and `use_skill` when there are skills.
-fn with_use_skill(
-    external: Option<Arc<dyn trellis_agent::ExternalTools>>,
-    skills: skills::Skills,
-) -> Option<Arc<dyn trellis_agent::ExternalTools>> {
-    if skills.is_empty() {
-        return external;
-    }
-    let use_skill: Arc<dyn trellis_agent::ExternalTools> = Arc::new(skills::UseSkill(skills));
-    Some(match external {
-        Some(mcp) => Arc::new(skills::Both(vec![mcp, use_skill])),
-        None => use_skill,
-    })
 }
 
 /// The built-in agent loop on the node's model.
@@ -625,72 +858,97 @@ impl Conversation for ApiConversation<'_, '_> {
     }
 }
 
-/// A session on the node's tools (confined to the working directory, shell calls recorded for the
-/// reaper), with the agent's system prompt and project memory, continuing `history`.
-async fn open_session(
-    stage: &Stage<'_>,
-    llm: &LlmConfig,
-    client: &Client,
-    call: &ModelCall<'_>,
-    (work_dir, sandbox, external): (
-        WorkDir,
-        &Arc<Sandbox>,
-        Option<Arc<dyn trellis_agent::ExternalTools>>,
-    ),
-    (history, skills): (Vec<trellis_llm::Message>, Option<String>),
-) -> Session {
-    let mut toolbox = Toolbox::new(
-        work_dir,
-        llm.allowed_tools.as_deref(),
-        &llm.disallowed_tools,
-    );
-    toolbox.external = external;
-    toolbox.sandbox = (
-        sandbox.clone(),
-        crate::command::sandbox_policy(&llm.sandbox),
-    );
-    toolbox.shell_env = vec![
-        (
-            trellis_process::group::RUN_ID_VAR.into(),
-            stage.run_id.to_owned(),
-        ),
-        ("TRELLIS_NODE_ID".into(), stage.node.id.clone()),
-        (STAGE_DIR_VAR.into(), stage.dir.display().to_string()),
-    ];
-    toolbox.pass_env.clone_from(&llm.pass_env);
-    let memory = if llm.project_memory {
-        project_memory(stage).await
-    } else {
-        None
-    };
-    let overview = toolbox.overview(OVERVIEW_ENTRIES).await;
-    let mut system = if overview.is_empty() {
-        format!("{AGENT_SYSTEM}\n\nThe working directory is empty.")
-    } else {
-        format!("{AGENT_SYSTEM}\n\nThe working directory holds:\n{overview}")
-    };
-    if call.resolved.provider == "local" {
-        system = format!("{system}\n\n{}", text_calls_hint(&overview));
+/// What every session of a stage shares, its agent's and its sub-agents': the node's tools (confined
+/// to the working directory, shell calls recorded for the reaper), the agent's system prompt with
+/// the project memory and the skills' list, and the request settings.
+struct SessionBase {
+    toolbox: Toolbox,
+    system: String,
+    settings: trellis_agent::Settings,
+}
+
+impl SessionBase {
+    async fn new(
+        stage: &Stage<'_>,
+        llm: &LlmConfig,
+        (client, call): (&Client, &ModelCall<'_>),
+        (work_dir, sandbox): (WorkDir, &Arc<Sandbox>),
+        skills: Option<String>,
+    ) -> Self {
+        let mut toolbox = Toolbox::new(
+            work_dir,
+            llm.allowed_tools.as_deref(),
+            &llm.disallowed_tools,
+        );
+        toolbox.sandbox = (
+            sandbox.clone(),
+            crate::command::sandbox_policy(&llm.sandbox),
+        );
+        toolbox.shell_env = vec![
+            (
+                trellis_process::group::RUN_ID_VAR.into(),
+                stage.run_id.to_owned(),
+            ),
+            ("TRELLIS_NODE_ID".into(), stage.node.id.clone()),
+            (STAGE_DIR_VAR.into(), stage.dir.display().to_string()),
+        ];
+        toolbox.pass_env.clone_from(&llm.pass_env);
+        let memory = if llm.project_memory {
+            project_memory(stage).await
+        } else {
+            None
+        };
+        let overview = toolbox.overview(OVERVIEW_ENTRIES).await;
+        let mut system = if overview.is_empty() {
+            format!("{AGENT_SYSTEM}\n\nThe working directory is empty.")
+        } else {
+            format!("{AGENT_SYSTEM}\n\nThe working directory holds:\n{overview}")
+        };
+        if call.resolved.provider == "local" {
+            system = format!("{system}\n\n{}", text_calls_hint(&overview));
+        }
+        if let Some(memory) = memory {
+            system = format!("{system}\n\n{memory}");
+        }
+        if let Some(skills) = skills {
+            system = format!("{system}\n\n{skills}");
+        }
+        let settings = trellis_agent::Settings {
+            template: Request {
+                max_tokens: llm.max_tokens.or(Some(DEFAULT_TURN_TOKENS)),
+                reasoning_effort: Some(effort(llm.effort())),
+                ..Request::default()
+            },
+            context_window: client.context_window(&call.resolved).map(u64::from),
+            // The local model decodes greedily unless told a temperature.
+            greedy: call.resolved.provider == "local",
+        };
+        Self {
+            toolbox,
+            system,
+            settings,
+        }
     }
-    if let Some(memory) = memory {
-        system = format!("{system}\n\n{memory}");
+
+    /// A session with `external` beside the node's tools, continuing `history`, at most `max_turns`
+    /// turns long.
+    fn session(
+        &self,
+        external: Vec<Arc<dyn ExternalTools>>,
+        history: Vec<trellis_llm::Message>,
+        max_turns: Option<u32>,
+    ) -> Session {
+        let mut toolbox = self.toolbox.clone();
+        toolbox.external = trellis_agent::combined(external);
+        let mut session = Session::new(
+            toolbox,
+            Some(self.system.clone()),
+            history,
+            self.settings.clone(),
+        );
+        session.limit_turns(max_turns);
+        session
     }
-    if let Some(skills) = skills {
-        system = format!("{system}\n\n{skills}");
-    }
-    let settings = trellis_agent::Settings {
-        template: Request {
-            max_tokens: llm.max_tokens.or(Some(DEFAULT_TURN_TOKENS)),
-            reasoning_effort: Some(effort(llm.effort())),
-            ..Request::default()
-        },
-        context_window: client.context_window(&call.resolved).map(u64::from),
-        // The local model decodes greedily unless told a temperature.
-        greedy: call.resolved.provider == "local",
-    };
-    let mut session = Session::new(toolbox, Some(system), history, settings);
-    session.limit_turns(llm.max_turns);
-    session
 }
 
 /// Sends `prompt` and reads the answer's routing under the node's schema, with repair turns in the
@@ -786,13 +1044,17 @@ fn unknown_tools(llm: &LlmConfig) -> Option<String> {
         .flatten()
         .chain(&llm.disallowed_tools);
     let unknown: Vec<&str> = named
-        .filter(|n| Tool::from_name(n).is_none())
+        .filter(|n| Tool::from_name(n).is_none() && !subagents::TOOL_NAMES.contains(&n.as_str()))
         .map(String::as_str)
         .collect();
     if unknown.is_empty() {
         return None;
     }
-    let known: Vec<&str> = Tool::ALL.iter().map(|t| t.name()).collect();
+    let known: Vec<&str> = Tool::ALL
+        .iter()
+        .map(|t| t.name())
+        .chain(subagents::TOOL_NAMES)
+        .collect();
     Some(format!(
         "unknown tool(s) {} in allowed_tools/disallowed_tools; the tools are: {}",
         unknown.join(", "),

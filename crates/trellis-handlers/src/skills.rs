@@ -298,28 +298,6 @@ impl ExternalTools for UseSkill {
     }
 }
 
-/// Several sets of tools offered as one (the run's MCP servers' and `use_skill`).
-pub(crate) struct Both(pub Vec<std::sync::Arc<dyn ExternalTools>>);
-
-#[async_trait]
-impl ExternalTools for Both {
-    fn definitions(&self) -> Vec<ToolDef> {
-        self.0
-            .iter()
-            .flat_map(|tools| tools.definitions())
-            .collect()
-    }
-
-    async fn call(&self, name: &str, arguments: &Value) -> Option<ToolOutput> {
-        for tools in &self.0 {
-            if let Some(output) = tools.call(name, arguments).await {
-                return Some(output);
-            }
-        }
-        None
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

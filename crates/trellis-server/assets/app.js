@@ -184,9 +184,24 @@ function expandable(text, limit = 1500) {
   return h("div", {}, pre, more);
 }
 
-/// One transcript entry as an element (a tool's result goes into its call's element; `null` then).
+/// One transcript entry as an element (a tool's result goes into its call's element; `null` then); a
+/// sub-agent's entries are indented and carry its id.
 function transcriptEntry(e, calls) {
+  const el = entryElement(e, calls);
+  if (el && e.agent && e.type !== "subagent" && e.type !== "subagent_closed") {
+    el.classList.add("t-sub");
+    el.setAttribute("data-agent", e.agent);
+    (el.querySelector("summary") || el).prepend(h("span", { class: "t-agent" }, e.agent), " ");
+  }
+  return el;
+}
+
+function entryElement(e, calls) {
   switch (e.type) {
+    case "subagent":
+      return h("div", { class: "t-entry t-note", "data-subagent": e.agent }, "sub-agent " + e.agent + " started: " + (e.task || ""));
+    case "subagent_closed":
+      return h("div", { class: "t-entry t-note" }, "sub-agent " + e.agent + " closed");
     case "user":
       return h("div", { class: "t-entry t-user" }, h("span", { class: "t-who" }, "user"), expandable(e.text || ""));
     case "steer":

@@ -241,6 +241,7 @@ mod tests {
             ts: "t".into(),
             run_id: "R".into(),
             node_id: None,
+            agent_id: None,
             kind: EventKind::CheckpointSaved { next_node: None },
         }
     }

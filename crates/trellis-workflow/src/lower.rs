@@ -405,6 +405,7 @@ impl Lowerer<'_> {
                 .unwrap_or_default(),
             mcp: r.string("mcp").map(|s| name_list(&s)),
             skills: r.string("skills").map(|s| name_list(&s)),
+            max_subagent_depth: r.count("max_subagent_depth", 0),
         }
     }
 

@@ -117,11 +117,13 @@ const AGENT_ATTRIBUTES: &[&str] = &[
     "permissions",
     "mcp",
     "skills",
+    "max_subagent_depth",
 ];
 
-/// Attributes of the nodes that call a model: the agent's, less the agent's own nine (the backend,
-/// the sandbox, the permissions, the MCP servers, the skills and the loop's settings).
-const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(AGENT_ATTRIBUTES.len() - 9).0;
+/// Attributes of the nodes that call a model: the agent's, less the agent's own ten (the backend,
+/// the sandbox, the permissions, the MCP servers, the skills, the sub-agents and the loop's
+/// settings).
+const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(AGENT_ATTRIBUTES.len() - 10).0;
 
 /// The one table of node kinds: lowering resolves `type` and `shape` through it, the
 /// `unknown-attribute` rule judges attributes by it, and the engine registers handlers by its kinds.
@@ -257,6 +259,9 @@ pub struct LlmConfig {
     /// Agent nodes: the skills whose instructions are part of their prompt (`skills`,
     /// comma-separated names).
     pub skills: Option<Vec<String>>,
+    /// Agent nodes: how deep sub-agents may nest (`max_subagent_depth`; 0 offers no sub-agent
+    /// tools). The handler decides the default.
+    pub max_subagent_depth: Option<u32>,
 }
 
 impl LlmConfig {
@@ -516,6 +521,7 @@ impl AgentCli {
     /// CLI session), and the turn limit and reasoning effort where the CLI has no flag for them.
     pub fn unhonoured(self) -> &'static [&'static str] {
         const ATTRIBUTES: &[&str] = &[
+            "max_subagent_depth",
             "permissions",
             "mcp",
             "skills",

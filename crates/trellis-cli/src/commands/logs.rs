@@ -147,8 +147,21 @@ const RESULT_CHARS: usize = 300;
 
 /// A transcript entry as the terminal shows it; `None` for entries not worth a line.
 pub(super) fn transcript_line(entry: &Value) -> Option<String> {
+    let line = entry_line(entry)?;
+    // A sub-agent's entries are marked with its id (a spawn names it already).
+    Some(match entry["agent"].as_str() {
+        Some(agent) if entry["type"] != "subagent" && entry["type"] != "subagent_closed" => {
+            format!("[{agent}] {line}")
+        }
+        _ => line,
+    })
+}
+
+fn entry_line(entry: &Value) -> Option<String> {
     let text = |key: &str| entry[key].as_str().unwrap_or_default().to_owned();
     Some(match entry["type"].as_str()? {
+        "subagent" => format!("⇢ sub-agent {} started: {}", text("agent"), text("task")),
+        "subagent_closed" => format!("⇢ sub-agent {} closed", text("agent")),
         "user" => format!("user: {}", text("text")),
         "steer" => format!("steering: {}", text("text")),
         "steer_undelivered" => format!(
