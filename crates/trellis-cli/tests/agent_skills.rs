@@ -117,7 +117,9 @@ fn a_missing_skill_or_variable_stops_the_run_before_it_starts() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("DEPLOY_TOKEN_FOR_TEST (skill `deploy`)"),
+        stderr.contains(
+            "`deploy` needs environment variables that are not set: DEPLOY_TOKEN_FOR_TEST"
+        ),
         "{stderr}"
     );
     assert!(!stderr.contains("node `check`"), "{stderr}");

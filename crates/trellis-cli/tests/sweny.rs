@@ -1,7 +1,8 @@
 //! SWEny workflow files through the `trellis` binary: the specification's examples validate and dry-run
 //! as the edges-and-routing page says; SWEny's fields reach the agent's prompt (instruction, rules and
 //! context under their headings, the workflow input and prior results by node id, kebab-case ids); inputs
-//! are checked with every problem reported at once.
+//! are checked with every problem reported at once; nodes' `skills` resolve as SWEny's pre-flight
+//! says (built-in ids by category, custom instruction and MCP skills reaching the model).
 
 #![allow(
     clippy::disallowed_methods,
@@ -134,7 +135,10 @@ edges:
 ";
 
 fn triage_project(mock: &Llmock) -> Project {
+    // The `github` skill needs a token; its server (`github-mcp-server`) is not installed here,
+    // which is a warning.
     let p = Project::new()
+        .with_env("GITHUB_TOKEN", "ghp-test-0000")
         .with_env("ANTHROPIC_API_KEY", "sk-ant-test")
         .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"));
     p.write("triage.yml", TRIAGE);
@@ -151,7 +155,7 @@ fn triage_project(mock: &Llmock) -> Project {
 }
 
 #[test]
-fn a_sweny_workflow_validates_with_one_warning_per_ignored_field() {
+fn a_sweny_workflow_validates_with_its_skills_taken() {
     let p = Project::new();
     p.write("triage.yml", TRIAGE);
     p.write("prompts/read.md", "Read.\n");
@@ -171,12 +175,7 @@ fn a_sweny_workflow_validates_with_one_warning_per_ignored_field() {
         .iter()
         .map(|d| d["message"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        warnings,
-        [
-            "`skills` is accepted but ignored (node `read-bug-report`): SWEny skills (tool bundles and MCP servers) are not provided"
-        ]
-    );
+    assert!(warnings.is_empty(), "{warnings:?}");
 }
 
 #[test]
@@ -274,4 +273,225 @@ fn inputs_are_checked_with_every_problem_reported_at_once() {
     );
     assert!(!p.path().join("runs").exists(), "no run was created");
     assert!(mock.requests().is_empty());
+}
+
+/// A triage workflow shaped as SWEny's own (its nodes name the same skills, its edges are judged in
+/// plain words): every skill id is SWEny's built-in one.
+const ALERT_TRIAGE: &str = r"id: alert-triage
+name: Alert triage
+entry: prepare
+nodes:
+  prepare:
+    name: Load rules
+    instruction: Fetch the rule documents the input lists.
+    skills: [linear]
+  gather:
+    name: Gather context
+    instruction: Pull the errors, logs and recent commits around the alert.
+    skills: [github, sentry, datadog, betterstack, linear]
+  investigate:
+    name: Find the cause
+    instruction: Decide whether each finding is new or a duplicate.
+    skills: [github, linear]
+    output:
+      type: object
+      properties:
+        novel_count: { type: number }
+        highest_severity: { type: string, enum: [critical, high, medium, low] }
+      required: [novel_count, highest_severity]
+  create_issue:
+    name: File issues
+    instruction: File an issue for each new finding.
+    skills: [linear, github]
+  skip:
+    name: Skip
+    instruction: Comment on the duplicates.
+    skills: [linear, github]
+  notify:
+    name: Tell the team
+    instruction: Post a summary.
+    skills: [slack, notification]
+edges:
+  - { from: prepare, to: gather }
+  - { from: gather, to: investigate }
+  - { from: investigate, to: create_issue, when: novel_count is greater than 0 }
+  - { from: investigate, to: skip, when: novel_count is 0 }
+  - { from: create_issue, to: notify }
+  - { from: skip, to: notify }
+";
+
+fn warnings_of(run: &run_support::Run) -> Vec<String> {
+    run.events_named("ModelWarning")
+        .iter()
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e["node_id"].as_str().unwrap_or(""),
+                e["message"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_sweny_triage_workflow_simulates_with_a_message_per_missing_configuration() {
+    let p = Project::new();
+    p.write("triage.yml", ALERT_TRIAGE);
+    // Nothing configured: the run is simulated, and each node says what its skills lack.
+    let run = p.run("triage.yml", &["--simulate"]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let warnings = warnings_of(&run);
+    let gather: Vec<&String> = warnings
+        .iter()
+        .filter(|w| w.starts_with("gather: "))
+        .collect();
+    assert_eq!(gather.len(), 3, "{warnings:#?}");
+    assert!(
+        gather.contains(
+            &&"gather: skills: no git skill is available: `github` needs GITHUB_TOKEN set"
+                .to_owned()
+        ),
+        "{warnings:#?}"
+    );
+    assert!(
+        gather.iter().any(|w| w.starts_with("gather: skills: no observability skill is available: `sentry` needs SENTRY_AUTH_TOKEN and SENTRY_ORG set; `datadog` needs DD_API_KEY and DD_APP_KEY set; `betterstack` needs")),
+        "{warnings:#?}"
+    );
+    assert!(
+        gather.contains(
+            &&"gather: skills: no tasks skill is available: `linear` needs LINEAR_API_KEY set"
+                .to_owned()
+        ),
+        "{warnings:#?}"
+    );
+    assert!(
+        warnings.iter().any(|w| w.starts_with("notify: skills: no notification skill is available: `slack` needs SLACK_WEBHOOK_URL, or SLACK_BOT_TOKEN set; `notification` needs")),
+        "{warnings:#?}"
+    );
+
+    // A real run stops before it starts, naming every node's problem; notifications only warn.
+    let out = p
+        .command(&["run", "triage.yml"])
+        .env("ANTHROPIC_API_KEY", "sk-ant-test")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for node in ["prepare", "gather", "investigate", "create_issue", "skip"] {
+        assert!(
+            stderr.contains(&format!("node `{node}`: ")),
+            "{node}: {stderr}"
+        );
+    }
+    assert!(!stderr.contains("node `notify`"), "{stderr}");
+
+    // Configured: a token for GitHub, Sentry's variables, and an MCP server named `linear`.
+    let c = Project::new()
+        .with_env("GITHUB_TOKEN", "ghp-x")
+        .with_env("SENTRY_AUTH_TOKEN", "s")
+        .with_env("SENTRY_ORG", "acme");
+    c.write("triage.yml", ALERT_TRIAGE);
+    c.write(
+        ".mcp.json",
+        &json!({ "mcpServers": { "linear": { "command": "linear-mcp" } } }).to_string(),
+    );
+    let run = c.run("triage.yml", &["--simulate"]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let warnings = warnings_of(&run);
+    assert_eq!(
+        warnings.len(),
+        1,
+        "only the notification one is left: {warnings:#?}"
+    );
+    assert!(warnings[0].starts_with("notify: "), "{warnings:#?}");
+}
+
+#[test]
+fn custom_instruction_and_mcp_skills_reach_the_model() {
+    let server = trellis_test::cache_dir().join("mcp/node_modules/.bin/mcp-server-filesystem");
+    if !server.exists() {
+        trellis_test::missing_peer(
+            "@modelcontextprotocol/server-filesystem (scripts/test-peers.sh)",
+        );
+        return;
+    }
+    let Some(mock) = Llmock::start() else { return };
+    let p = Project::new()
+        .with_env("ANTHROPIC_API_KEY", "sk-ant-test-sweny-0000")
+        .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"))
+        .with_env("SWENY_ALLOW_SKILL_STDIO_COMMAND", "1");
+    let root = p.path().canonicalize().unwrap();
+    p.write(
+        ".sweny/skills/code-standards/SKILL.md",
+        "---\nname: code-standards\ndescription: Team conventions\n---\nEvery public function needs a test.\n",
+    );
+    p.write(
+        ".sweny/skills/notes/SKILL.md",
+        &format!(
+            "---\nname: notes\ndescription: The team's notes\ncategory: data\nmcp:\n  command: {}\n  args: [\"{}\"]\n---\nRead the notes with the notes tools.\n",
+            server.display(),
+            root.display()
+        ),
+    );
+    let notes = p.write("notes.txt", "ship on fridays\n");
+    p.write(
+        "review.yml",
+        "id: review\nname: Review\nentry: review\nnodes:\n  review:\n    name: Review\n    instruction: Review the change.\n    skills: [code-standards, notes]\nedges: []\n",
+    );
+    mock.scenario(&json!([
+        { "type": "reply", "tool_calls": [{ "name": "mcp__notes__read_text_file",
+            "arguments": { "path": notes.canonicalize().unwrap() } }], "times": 1 },
+        { "type": "reply", "text": "Reviewed.", "times": 1 },
+    ]));
+    let run = p.run("review.yml", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let bodies = mock.bodies();
+    let prompt = bodies[0]["messages"][0].to_string();
+    assert!(prompt.contains("## Skill: code-standards"), "{prompt}");
+    assert!(
+        prompt.contains("Every public function needs a test."),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("Read the notes with the notes tools."),
+        "{prompt}"
+    );
+    let tools: Vec<&str> = bodies[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(tools.contains(&"mcp__notes__read_text_file"), "{tools:?}");
+    let result = &Llmock::tool_results(&bodies[1])[0];
+    assert_eq!(result["is_error"], false, "{result}");
+    assert!(
+        result["content"].to_string().contains("ship on fridays"),
+        "{result}"
+    );
+
+    // Without the switch, the skill's program is not started: its instructions still apply.
+    let mock2 = Llmock::start().unwrap();
+    let q = Project::new()
+        .with_env("ANTHROPIC_API_KEY", "sk-ant-test-sweny-0000")
+        .with_env("ANTHROPIC_BASE_URL", &mock2.url("/anthropic"));
+    for file in [
+        ".sweny/skills/code-standards/SKILL.md",
+        ".sweny/skills/notes/SKILL.md",
+        "review.yml",
+    ] {
+        q.write(file, &p.read(file));
+    }
+    mock2.scenario(&json!([{ "type": "reply", "text": "Reviewed.", "times": 1 }]));
+    let run = q.run("review.yml", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let tools = mock2.bodies()[0]["tools"].to_string();
+    assert!(!tools.contains("mcp__notes"), "{tools}");
+    assert!(
+        warnings_of(&run)
+            .iter()
+            .any(|w| w.contains("SWENY_ALLOW_SKILL_STDIO_COMMAND=1")),
+        "{:?}",
+        warnings_of(&run)
+    );
 }

@@ -103,6 +103,7 @@ impl Handler for AgentHandler {
             return Outcome::success().into();
         };
         if stage.settings.models_simulated() {
+            simulated_skills(stage, llm).await;
             return simulated_outcome(stage, llm).await.into();
         }
         match llm.backend {
@@ -124,6 +125,25 @@ impl Handler for AgentHandler {
             return no_model(stage).into();
         };
         self.run(client, stage, llm).await.into()
+    }
+}
+
+/// A simulated agent node still says what its skills lack (SWEny's pre-flight, which a real run
+/// makes before it starts), as warnings: nothing is called.
+async fn simulated_skills(stage: &Stage<'_>, llm: &LlmConfig) {
+    let Some(names) = llm.skills.clone().filter(|names| !names.is_empty()) else {
+        return;
+    };
+    let dir = stage.settings.work_dir.clone();
+    let (_, node) =
+        trellis_process::task::blocking(move || skills::for_node_in(&dir, &names)).await;
+    for problem in node.errors.iter().chain(&node.warnings) {
+        stage.emitter.emit(
+            Some(&stage.node.id),
+            EventKind::ModelWarning {
+                message: format!("skills: {problem}"),
+            },
+        );
     }
 }
 
@@ -759,25 +779,40 @@ impl AgentHandler {
         prompt: &mut String,
     ) -> Result<(Vec<Arc<dyn ExternalTools>>, Option<String>), Box<Outcome>> {
         let dir = stage.settings.work_dir.clone();
-        let skills =
-            trellis_process::task::blocking(move || skills::Skills::for_work_dir(&dir)).await;
-        *prompt = with_skills(&skills, llm, prompt).map_err(|problem| {
-            Box::new(Outcome::failed(
+        let names = llm.skills.clone().unwrap_or_default();
+        let (skills, node) =
+            trellis_process::task::blocking(move || skills::for_node_in(&dir, &names)).await;
+        if !node.errors.is_empty() {
+            return Err(Box::new(Outcome::failed(
                 FailureClass::Configuration,
-                format!("agent node `{}` cannot start: {problem}", stage.node.id),
-            ))
-        })?;
+                format!(
+                    "agent node `{}` cannot start: {}",
+                    stage.node.id,
+                    node.errors.join("; ")
+                ),
+            )));
+        }
         let warn = |message: String| {
             stage
                 .emitter
                 .emit(Some(&stage.node.id), EventKind::ModelWarning { message });
         };
+        for warning in &node.warnings {
+            warn(format!("skills: {warning}"));
+        }
+        *prompt = with_skills(&skills, llm, prompt, &node.instructions);
+        // A node limited to some servers (`mcp=`) still gets those its skills stand for.
+        let selection = llm.mcp.as_ref().map(|names| {
+            let mut names = names.clone();
+            names.extend(node.configured.iter().cloned());
+            names
+        });
         let mut sets: Vec<Arc<dyn ExternalTools>> = self
             .mcp
             .tools(
-                &stage.settings.work_dir,
-                stage.run_id,
-                llm.mcp.as_deref(),
+                (&stage.settings.work_dir, stage.run_id),
+                selection.as_deref(),
+                &node.servers,
                 &warn,
             )
             .await
@@ -792,9 +827,13 @@ impl AgentHandler {
 }
 
 /// The opening prompt with the node's skills: a `/skill-name` in the node's own prompt expanded, and
-/// the instructions of the skills `skills=` names before it; what keeps the node from starting when a
-/// named skill is missing or lacks a variable it needs.
-fn with_skills(skills: &skills::Skills, llm: &LlmConfig, prompt: &str) -> Result<String, String> {
+/// the `instructions` of the skills `skills=` names before it.
+fn with_skills(
+    skills: &skills::Skills,
+    llm: &LlmConfig,
+    prompt: &str,
+    instructions: &str,
+) -> String {
     let mut prompt = prompt.to_owned();
     let own = llm.prompt.trim();
     if !own.is_empty() {
@@ -803,13 +842,10 @@ fn with_skills(skills: &skills::Skills, llm: &LlmConfig, prompt: &str) -> Result
             prompt = prompt.replacen(own, &expanded, 1);
         }
     }
-    match &llm.skills {
-        Some(names) if !names.is_empty() => {
-            let env = |name: &str| std::env::var(name).ok();
-            let instructions = skills.for_node(names, &env)?;
-            Ok(format!("{instructions}\n\n{prompt}"))
-        }
-        _ => Ok(prompt),
+    if instructions.is_empty() {
+        prompt
+    } else {
+        format!("{instructions}\n\n{prompt}")
     }
 }
 

@@ -50,6 +50,24 @@ pub struct ServerConfig {
     pub source: String,
 }
 
+impl ServerConfig {
+    /// A server a skill brings: `command` with `env`, the default timeouts.
+    pub fn for_skill(command: Vec<String>, env: BTreeMap<String, String>, source: String) -> Self {
+        Self {
+            command,
+            env,
+            startup_timeout: STARTUP_TIMEOUT,
+            tool_timeout: TOOL_TIMEOUT,
+            source,
+        }
+    }
+}
+
+/// The names of the servers configured for a run in `work_dir` (those that can be used).
+pub fn configured_names(work_dir: &Path) -> Vec<String> {
+    load(work_dir).0.into_keys().collect()
+}
+
 /// `.mcp.json`: Claude Code's project file.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -312,6 +330,8 @@ pub struct Hub {
 
 struct State {
     configs: BTreeMap<String, ServerConfig>,
+    /// Servers skills brought, for the nodes naming those skills.
+    skill_configs: BTreeMap<String, ServerConfig>,
     /// Started servers, and the reason of those that did not start (not tried again).
     running: BTreeMap<String, Result<Arc<Server>, String>>,
     /// Servers started again after they died (once each).
@@ -326,14 +346,15 @@ impl Hub {
         }
     }
 
-    /// The tools of the servers `selection` names (every configured one when `None`), starting
-    /// those not running yet; each problem (a server that does not start, one not configured) is
-    /// passed to `warn`. `None` when no server is to be used.
+    /// The tools of the servers `selection` names (every configured one when `None`) and of
+    /// `skill_servers` (those the node's skills bring, each under its skill's name, for this node
+    /// only), starting those not running yet; each problem (a server that does not start, one not
+    /// configured) is passed to `warn`. `None` when no server is to be used.
     pub async fn tools(
         self: &Arc<Self>,
-        work_dir: &Path,
-        run_id: &str,
+        (work_dir, run_id): (&Path, &str),
         selection: Option<&[String]>,
+        skill_servers: &[(String, ServerConfig)],
         warn: &(dyn Fn(String) + Sync),
     ) -> Option<Arc<dyn ExternalTools>> {
         let mut state = self.state.lock().await;
@@ -345,18 +366,32 @@ impl Hub {
             }
             *state = Some(State {
                 configs,
+                skill_configs: BTreeMap::new(),
                 running: BTreeMap::new(),
                 restarted: std::collections::BTreeSet::new(),
             });
         }
         let state = state.as_mut()?;
-        let names: Vec<String> = match selection {
+        let mut names: Vec<String> = match selection {
             Some(names) => names.to_vec(),
             None => state.configs.keys().cloned().collect(),
         };
+        for (name, config) in skill_servers {
+            state
+                .skill_configs
+                .entry(name.clone())
+                .or_insert_with(|| config.clone());
+            if !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
         let mut servers = Vec::new();
         for name in names {
-            let Some(config) = state.configs.get(&name).cloned() else {
+            let config = state
+                .configs
+                .get(&name)
+                .or_else(|| state.skill_configs.get(&name));
+            let Some(config) = config.cloned() else {
                 warn(format!(
                     "MCP: no server `{name}` is configured (in .mcp.json or [mcp_servers] of the config file)"
                 ));
@@ -410,6 +445,7 @@ impl Hub {
         let config = state
             .configs
             .get(name)
+            .or_else(|| state.skill_configs.get(name))
             .cloned()
             .ok_or("it is not configured")?;
         let started = start(name, &config, (work_dir, run_id), &self.sandbox)

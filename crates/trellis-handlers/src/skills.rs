@@ -36,8 +36,141 @@ pub struct Skill {
     pub body: String,
     /// Environment variables it needs set (`config` entries with `required: true`).
     pub required: Vec<String>,
+    /// SWEny's category (`git`, `observability`, `tasks`, `notification`, `data`, `general`).
+    pub category: String,
+    /// The MCP server it brings (its `mcp` block), for the nodes that name it.
+    pub mcp: Option<SkillServer>,
     /// The file it came from.
     pub path: PathBuf,
+    /// Found in the user's own directory (`~/.fabro/skills`), not the project's.
+    pub users_own: bool,
+}
+
+/// A skill's `mcp` block: a program to start (`command`, `args`), or a URL (`url`, `headers`);
+/// `env` names the variables passed on to the program (their values are descriptions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SkillServer {
+    Stdio {
+        command: Vec<String>,
+        env: Vec<String>,
+    },
+    Http {
+        url: String,
+    },
+}
+
+/// What lets a project's skill start the program its `mcp` block names (SWEny's switch): a skill
+/// file that arrived with a change or a dependency could otherwise run anything.
+pub const ALLOW_STDIO_VAR: &str = "SWENY_ALLOW_SKILL_STDIO_COMMAND";
+
+/// SWEny's built-in skills: the id, its category, the variables it needs, and the maintained MCP
+/// server Trellis starts for it when they are set (`None`: the user configures one by that name).
+struct BuiltIn {
+    id: &'static str,
+    category: &'static str,
+    /// Each inner list is one way to configure it (any one suffices).
+    needs: &'static [&'static [&'static str]],
+    server: Option<DefaultServer>,
+    /// What to configure when there is no default server.
+    hint: &'static str,
+}
+
+/// A default server: the command, and its variables from the user's (`(its name, ours)`).
+struct DefaultServer {
+    command: &'static [&'static str],
+    env: &'static [(&'static str, &'static str)],
+}
+
+const BUILT_INS: &[BuiltIn] = &[
+    BuiltIn {
+        id: "github",
+        category: "git",
+        needs: &[&["GITHUB_TOKEN"]],
+        // GitHub's own server (the `github-mcp-server` program on PATH).
+        server: Some(DefaultServer {
+            command: &["github-mcp-server", "stdio"],
+            env: &[("GITHUB_PERSONAL_ACCESS_TOKEN", "GITHUB_TOKEN")],
+        }),
+        hint: "",
+    },
+    BuiltIn {
+        id: "sentry",
+        category: "observability",
+        needs: &[&["SENTRY_AUTH_TOKEN", "SENTRY_ORG"]],
+        // Sentry's own server, from npm.
+        server: Some(DefaultServer {
+            command: &["npx", "-y", "@sentry/mcp-server@latest"],
+            env: &[("SENTRY_ACCESS_TOKEN", "SENTRY_AUTH_TOKEN")],
+        }),
+        hint: "",
+    },
+    BuiltIn {
+        id: "linear",
+        category: "tasks",
+        needs: &[&["LINEAR_API_KEY"]],
+        server: None,
+        hint: "Linear's own server is remote (Streamable HTTP, not supported yet): run a Linear MCP server over stdio",
+    },
+    BuiltIn {
+        id: "datadog",
+        category: "observability",
+        needs: &[&["DD_API_KEY", "DD_APP_KEY"]],
+        server: None,
+        hint: "there is no maintained stdio server for Datadog: configure one you trust",
+    },
+    BuiltIn {
+        id: "betterstack",
+        category: "observability",
+        needs: &[&[
+            "BETTERSTACK_API_TOKEN",
+            "BETTERSTACK_QUERY_ENDPOINT",
+            "BETTERSTACK_QUERY_USERNAME",
+            "BETTERSTACK_QUERY_PASSWORD",
+        ]],
+        server: None,
+        hint: "there is no maintained stdio server for Better Stack: configure one you trust",
+    },
+    BuiltIn {
+        id: "supabase",
+        category: "general",
+        needs: &[&["SUPABASE_URL", "SUPABASE_SERVICE_ROLE_KEY"]],
+        server: None,
+        hint: "Supabase's server (`npx -y @supabase/mcp-server-supabase`) takes a personal access token: configure it",
+    },
+    BuiltIn {
+        id: "slack",
+        category: "notification",
+        needs: &[&["SLACK_WEBHOOK_URL"], &["SLACK_BOT_TOKEN"]],
+        server: None,
+        hint: "there is no maintained stdio server for Slack: configure one you trust",
+    },
+    BuiltIn {
+        id: "notification",
+        category: "notification",
+        needs: &[
+            &["DISCORD_WEBHOOK_URL"],
+            &["TEAMS_WEBHOOK_URL"],
+            &["NOTIFICATION_WEBHOOK_URL"],
+            &["SMTP_URL"],
+        ],
+        server: None,
+        hint: "Trellis sends no notifications itself: configure a server that does",
+    },
+];
+
+/// What the skills a node names come to.
+#[derive(Debug, Default)]
+pub struct NodeSkills {
+    /// The instructions of those available, for the node's prompt.
+    pub instructions: String,
+    /// Servers the node's skills bring (a skill's `mcp` block, a built-in's default server).
+    pub servers: Vec<(String, crate::mcp::ServerConfig)>,
+    /// Configured servers that stand for a skill of the node (named as the skill).
+    pub configured: Vec<String>,
+    /// What keeps the node from starting.
+    pub errors: Vec<String>,
+    /// What it starts without (a notification skill, a server it may not start).
+    pub warnings: Vec<String>,
 }
 
 /// The skills found for a working directory, by name.
@@ -63,24 +196,33 @@ pub fn directories(work_dir: &Path, home: Option<&Path>) -> Vec<PathBuf> {
 }
 
 impl Skills {
-    /// The skills in `dirs`; a `SKILL.md` that cannot be read is skipped.
-    pub fn discover(dirs: &[PathBuf]) -> Self {
+    /// The skills in `dirs` (the first one the user's own when `users_first`); a `SKILL.md` that
+    /// cannot be read is skipped.
+    pub fn discover(dirs: &[PathBuf], users_first: bool) -> Self {
         let mut by_name = BTreeMap::new();
-        for dir in dirs {
+        for (index, dir) in dirs.iter().enumerate() {
             let Ok(entries) = std::fs::read_dir(dir) else {
                 continue;
             };
+            // A skill is a real directory with a real file: a link could point anywhere.
+            let real = |path: &Path, dir: bool| {
+                std::fs::symlink_metadata(path)
+                    .is_ok_and(|m| if dir { m.is_dir() } else { m.is_file() })
+            };
             let mut paths: Vec<PathBuf> = entries
                 .filter_map(Result::ok)
-                .map(|e| e.path().join("SKILL.md"))
-                .filter(|p| p.is_file())
+                .map(|e| e.path())
+                .filter(|dir| real(dir, true))
+                .map(|dir| dir.join("SKILL.md"))
+                .filter(|file| real(file, false))
                 .collect();
             paths.sort();
             for path in paths {
-                if let Some(skill) = std::fs::read_to_string(&path)
+                if let Some(mut skill) = std::fs::read_to_string(&path)
                     .ok()
                     .and_then(|text| parse(&text, &path))
                 {
+                    skill.users_own = users_first && index == 0;
                     by_name.insert(skill.name.clone(), skill);
                 }
             }
@@ -91,7 +233,7 @@ impl Skills {
     /// The skills for a run in `work_dir`, with the user's home from `HOME`.
     pub fn for_work_dir(work_dir: &Path) -> Self {
         let home = std::env::var_os("HOME").map(PathBuf::from);
-        Self::discover(&directories(work_dir, home.as_deref()))
+        Self::discover(&directories(work_dir, home.as_deref()), home.is_some())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -144,54 +286,188 @@ impl Skills {
         prompt.to_owned()
     }
 
-    /// The instructions of the skills `names` for a node's prompt, or what keeps the node from
-    /// starting: skills that are not there, and required variables that are not set (`env` looks
-    /// one up).
+    /// What the skills `names` give a node: each is a skill file, a configured MCP server of that
+    /// name (`configured`), or one of SWEny's built-in ids (with its default server when there is
+    /// one), or a mix (a skill file adds instructions to a server). As SWEny checks it: grouped by
+    /// category, each category needs one skill available (its variables set, its server there);
+    /// a notification category without one is a warning, any other an error naming what to set or
+    /// configure. A name that is none of these is an error. `env` looks a variable up.
     pub fn for_node(
         &self,
         names: &[String],
         env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<String, String> {
-        let mut text = String::new();
+        configured: &dyn Fn(&str) -> bool,
+    ) -> NodeSkills {
+        let set = |var: &str| env(var).is_some_and(|v| !v.trim().is_empty());
+        let mut out = NodeSkills::default();
         let mut unknown = Vec::new();
-        let mut missing = Vec::new();
+        // Per category: whether one is available, and why each of the others is not.
+        let mut categories: BTreeMap<String, (bool, Vec<String>)> = BTreeMap::new();
         for name in names {
-            let Some(skill) = self.get(name) else {
+            let skill = self.get(name);
+            let built_in = BUILT_INS.iter().find(|b| b.id == name);
+            let is_configured = configured(name);
+            if skill.is_none() && built_in.is_none() && !is_configured {
                 unknown.push(name.clone());
                 continue;
-            };
-            for var in &skill.required {
-                if env(var).is_none_or(|v| v.trim().is_empty()) {
-                    missing.push(format!("{var} (skill `{name}`)"));
-                }
             }
-            let _ = write!(text, "## Skill: {name}\n\n{}\n\n", skill.body.trim());
+            let category = skill
+                .map(|s| s.category.clone())
+                .or_else(|| built_in.map(|b| b.category.to_owned()))
+                .unwrap_or_else(|| "general".to_owned());
+            let entry = categories.entry(category).or_default();
+            match Self::resolve(name, (skill, built_in, is_configured), &set, env) {
+                Ok(resolved) => {
+                    entry.0 = true;
+                    if let Some(skill) = skill {
+                        let _ = write!(
+                            out.instructions,
+                            "## Skill: {name}\n\n{}\n\n",
+                            skill.body.trim()
+                        );
+                    }
+                    match resolved {
+                        Tools::Configured => out.configured.push(name.clone()),
+                        Tools::Started(config) => out.servers.push((name.clone(), *config)),
+                        Tools::None => {}
+                        Tools::Refused(why) => out.warnings.push(why),
+                    }
+                }
+                Err(why) => entry.1.push(format!("`{name}` {why}")),
+            }
         }
-        let mut problems = Vec::new();
         if !unknown.is_empty() {
             let known: Vec<&str> = self.by_name.keys().map(String::as_str).collect();
-            problems.push(format!(
-                "no skill named {} was found (in ~/.fabro/skills, .fabro/skills, skills, .sweny/skills or .claude/skills; found: {})",
+            out.errors.push(format!(
+                "no skill named {} was found (in ~/.fabro/skills, .fabro/skills, skills, .sweny/skills or .claude/skills; found: {}), and no MCP server of that name is configured",
                 unknown.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "),
                 if known.is_empty() { "none".to_owned() } else { known.join(", ") }
             ));
         }
-        if !missing.is_empty() {
-            problems.push(format!(
-                "the skills need environment variables that are not set: {}",
-                missing.join(", ")
-            ));
+        for (category, (available, reasons)) in categories {
+            if available || reasons.is_empty() {
+                continue;
+            }
+            let message = format!("no {category} skill is available: {}", reasons.join("; "));
+            if category == "notification" {
+                out.warnings.push(message);
+            } else {
+                out.errors.push(message);
+            }
         }
-        if problems.is_empty() {
-            Ok(text.trim_end().to_owned())
-        } else {
-            Err(problems.join("; "))
+        let trimmed = out.instructions.trim_end().len();
+        out.instructions.truncate(trimmed);
+        out
+    }
+
+    /// Where the named skill's tools come from, or why it is not available.
+    fn resolve(
+        name: &str,
+        (skill, built_in, configured): (Option<&Skill>, Option<&BuiltIn>, bool),
+        set: &dyn Fn(&str) -> bool,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Tools, String> {
+        if let Some(skill) = skill {
+            let missing: Vec<&str> = skill
+                .required
+                .iter()
+                .map(String::as_str)
+                .filter(|var| !set(var))
+                .collect();
+            if !missing.is_empty() {
+                return Err(format!(
+                    "needs environment variables that are not set: {}",
+                    missing.join(", ")
+                ));
+            }
+        }
+        if configured {
+            return Ok(Tools::Configured);
+        }
+        if let Some(server) = skill.and_then(|s| s.mcp.as_ref()) {
+            let skill = skill.expect("a server comes with its skill");
+            return Ok(match server {
+                SkillServer::Stdio { .. } if !skill.users_own && !set(ALLOW_STDIO_VAR) => {
+                    Tools::Refused(format!(
+                        "skill `{name}` ({}) names a program to start as its MCP server; a project's skill may start one only when {ALLOW_STDIO_VAR}=1 is set, so its tools are not offered",
+                        skill.path.display()
+                    ))
+                }
+                SkillServer::Stdio { command, env: vars } => {
+                    Tools::Started(Box::new(crate::mcp::ServerConfig::for_skill(
+                        command.clone(),
+                        vars.iter()
+                            .filter_map(|var| env(var).map(|value| (var.clone(), value)))
+                            .collect(),
+                        skill.path.display().to_string(),
+                    )))
+                }
+                SkillServer::Http { url } => Tools::Refused(format!(
+                    "skill `{name}`'s MCP server {url} is a Streamable HTTP one, which Trellis does not reach yet; its tools are not offered"
+                )),
+            });
+        }
+        let Some(built_in) = built_in else {
+            // A skill file of instructions only.
+            return Ok(Tools::None);
+        };
+        if !built_in
+            .needs
+            .iter()
+            .any(|vars| vars.iter().all(|v| set(v)))
+        {
+            let ways: Vec<String> = built_in
+                .needs
+                .iter()
+                .map(|vars| vars.join(" and "))
+                .collect();
+            return Err(format!("needs {} set", ways.join(", or ")));
+        }
+        match &built_in.server {
+            Some(server) => Ok(Tools::Started(Box::new(
+                crate::mcp::ServerConfig::for_skill(
+                    server.command.iter().map(|s| (*s).to_owned()).collect(),
+                    server
+                        .env
+                        .iter()
+                        .filter_map(|(theirs, ours)| env(ours).map(|v| ((*theirs).to_owned(), v)))
+                        .collect(),
+                    format!("the built-in `{name}` skill"),
+                ),
+            ))),
+            None => Err(format!(
+                "has no server: configure an MCP server named `{name}` ([mcp_servers.{name}] in the config file, or .mcp.json); {}",
+                built_in.hint
+            )),
         }
     }
 }
 
-/// The check before a run starts (SWEny's pre-flight): every built-in agent node's `skills=` are
-/// there and have the variables they require; the problems of all of them, a line per node.
+/// Where an available skill's tools come from.
+enum Tools {
+    /// A configured server of its name.
+    Configured,
+    /// A server it brings.
+    Started(Box<crate::mcp::ServerConfig>),
+    /// Instructions only.
+    None,
+    /// Its server may not start (why); its instructions still apply.
+    Refused(String),
+}
+
+/// The skills found for a run in `work_dir`, and what `names` come to there, with the servers
+/// configured for it and the process's environment.
+pub fn for_node_in(work_dir: &Path, names: &[String]) -> (Skills, NodeSkills) {
+    let skills = Skills::for_work_dir(work_dir);
+    let servers = crate::mcp::configured_names(work_dir);
+    let env = |name: &str| std::env::var(name).ok();
+    let node = skills.for_node(names, &env, &|name| servers.iter().any(|s| s == name));
+    (skills, node)
+}
+
+/// The check before a run starts (SWEny's pre-flight): what keeps each built-in agent node naming
+/// skills (`skills=`, SWEny's `skills:`) from starting, a line per node ([`Skills::for_node`]).
+/// What a node starts without is said when it starts.
 pub fn preflight(
     workflow: &trellis_workflow::Workflow,
     work_dir: &Path,
@@ -211,15 +487,18 @@ pub fn preflight(
         return Ok(());
     }
     let skills = Skills::for_work_dir(work_dir);
-    let problems: Vec<String> = wanted
-        .into_iter()
-        .filter_map(|(id, names)| {
-            skills
-                .for_node(names, env)
-                .err()
-                .map(|problem| format!("node `{id}`: {problem}"))
-        })
-        .collect();
+    let servers = crate::mcp::configured_names(work_dir);
+    let configured = |name: &str| servers.iter().any(|s| s == name);
+    let mut problems = Vec::new();
+    for (id, names) in wanted {
+        let resolved = skills.for_node(names, env, &configured);
+        problems.extend(
+            resolved
+                .errors
+                .iter()
+                .map(|problem| format!("node `{id}`: {problem}")),
+        );
+    }
     if problems.is_empty() {
         Ok(())
     } else {
@@ -243,6 +522,22 @@ fn parse(text: &str, path: &Path) -> Option<Skill> {
     let description = meta["description"]
         .as_str()
         .map_or_else(|| format!("Custom skill: {name}"), str::to_owned);
+    let category = meta["category"]
+        .as_str()
+        .filter(|c| {
+            [
+                "general",
+                "git",
+                "tasks",
+                "notification",
+                "observability",
+                "data",
+            ]
+            .contains(c)
+        })
+        .unwrap_or("general")
+        .to_owned();
+    let mcp = skill_server(&meta["mcp"]);
     let required = match &meta["config"] {
         Yaml::Hash(config) => config
             .iter()
@@ -256,7 +551,45 @@ fn parse(text: &str, path: &Path) -> Option<Skill> {
         description,
         body,
         required,
+        category,
+        mcp,
         path: path.to_path_buf(),
+        users_own: false,
+    })
+}
+
+/// A skill's `mcp` block: `command` (with `args`) and `env`, or `url`.
+fn skill_server(block: &Yaml) -> Option<SkillServer> {
+    if let Some(url) = block["url"].as_str() {
+        return Some(SkillServer::Http {
+            url: url.to_owned(),
+        });
+    }
+    let program = block["command"].as_str()?;
+    let args = match &block["args"] {
+        Yaml::Array(args) => args
+            .iter()
+            .filter_map(Yaml::as_str)
+            .map(str::to_owned)
+            .collect(),
+        _ => Vec::new(),
+    };
+    let env = match &block["env"] {
+        Yaml::Hash(env) => env
+            .keys()
+            .filter_map(Yaml::as_str)
+            .map(str::to_owned)
+            .collect(),
+        Yaml::Array(names) => names
+            .iter()
+            .filter_map(Yaml::as_str)
+            .map(str::to_owned)
+            .collect(),
+        _ => Vec::new(),
+    };
+    Some(SkillServer::Stdio {
+        command: std::iter::once(program.to_owned()).chain(args).collect(),
+        env,
     })
 }
 
@@ -324,7 +657,7 @@ mod tests {
             "---\nname: review\ndescription: Review code\nconfig:\n  GH_TOKEN:\n    description: a token\n    required: true\n  OPTIONAL:\n    required: false\n---\n\nLook at {{user_input}} carefully.\n",
         );
         skill_file(root.path(), "skills", "broken", "no front matter");
-        let skills = Skills::discover(&directories(root.path(), None));
+        let skills = Skills::discover(&directories(root.path(), None), false);
         let review = skills.get("review").unwrap();
         assert_eq!(review.description, "Review code");
         assert_eq!(review.body, "Look at {{user_input}} carefully.");
@@ -336,18 +669,124 @@ mod tests {
         );
         assert_eq!(skills.expand("see /usr/bin/bash"), "see /usr/bin/bash");
         assert_eq!(skills.expand("/unknown thing"), "/unknown thing");
-        let none = |_: &str| None;
-        let problem = skills
-            .for_node(&["review".into(), "deploy".into()], &none)
-            .unwrap_err();
+        let unset = |_: &str| None;
+        let nothing = |_: &str| false;
+        let node = skills.for_node(&["review".into(), "deploy".into()], &unset, &nothing);
+        let problem = node.errors.join("; ");
         assert!(problem.contains("no skill named `deploy`"), "{problem}");
-        assert!(problem.contains("GH_TOKEN (skill `review`)"), "{problem}");
-        let set = |name: &str| (name == "GH_TOKEN").then(|| "x".to_owned());
         assert!(
-            skills
-                .for_node(&["review".into()], &set)
-                .unwrap()
-                .starts_with("## Skill: review")
+            problem.contains("`review` needs environment variables that are not set: GH_TOKEN"),
+            "{problem}"
         );
+        let set = |name: &str| (name == "GH_TOKEN").then(|| "x".to_owned());
+        let ready = skills.for_node(&["review".into()], &set, &nothing);
+        assert!(ready.errors.is_empty(), "{:?}", ready.errors);
+        assert!(ready.instructions.starts_with("## Skill: review"));
+    }
+
+    #[test]
+    fn swenys_built_in_skills_resolve_by_category() {
+        let skills = Skills::default();
+        let names = |list: &[&str]| list.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+        let env = |name: &str| {
+            ["GITHUB_TOKEN", "SENTRY_AUTH_TOKEN", "SENTRY_ORG"]
+                .contains(&name)
+                .then(|| format!("{name}-value"))
+        };
+        let linear = |name: &str| name == "linear";
+        let node = skills.for_node(
+            &names(&["github", "sentry", "datadog", "linear", "slack"]),
+            &env,
+            &linear,
+        );
+        // Sentry stands for the observability category; Slack's is a warning only.
+        assert!(node.errors.is_empty(), "{:?}", node.errors);
+        assert_eq!(node.configured, ["linear"]);
+        let servers: Vec<&str> = node.servers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(servers, ["github", "sentry"]);
+        let github = &node.servers[0].1;
+        assert_eq!(github.command, ["github-mcp-server", "stdio"]);
+        assert_eq!(
+            github.env["GITHUB_PERSONAL_ACCESS_TOKEN"],
+            "GITHUB_TOKEN-value"
+        );
+        assert_eq!(
+            node.warnings,
+            [
+                "no notification skill is available: `slack` needs SLACK_WEBHOOK_URL, or SLACK_BOT_TOKEN set"
+            ]
+        );
+
+        let node = skills.for_node(&names(&["datadog", "betterstack"]), &|_| None, &|_| false);
+        assert_eq!(node.errors.len(), 1);
+        assert!(
+            node.errors[0].starts_with("no observability skill is available: `datadog` needs DD_API_KEY and DD_APP_KEY set; `betterstack` needs"),
+            "{:?}",
+            node.errors
+        );
+        let dd = |name: &str| name.starts_with("DD_").then(|| "k".to_owned());
+        let node = skills.for_node(&names(&["datadog"]), &dd, &|_| false);
+        assert!(
+            node.errors[0]
+                .contains("`datadog` has no server: configure an MCP server named `datadog`"),
+            "{:?}",
+            node.errors
+        );
+    }
+
+    #[test]
+    fn a_project_skills_server_program_starts_only_when_allowed() {
+        let root = tempfile::tempdir().unwrap();
+        skill_file(
+            root.path(),
+            ".sweny/skills",
+            "crm",
+            "---\nname: crm\ncategory: data\nmcp:\n  command: crm-server\n  args: [--stdio]\n  env:\n    CRM_KEY: The CRM key\n---\nSearch by email first.\n",
+        );
+        let skills = Skills::discover(&directories(root.path(), None), false);
+        let env = |name: &str| (name == "CRM_KEY").then(|| "secret".to_owned());
+        let node = skills.for_node(&["crm".into()], &env, &|_| false);
+        assert!(node.servers.is_empty());
+        assert!(
+            node.warnings[0].contains(ALLOW_STDIO_VAR),
+            "{:?}",
+            node.warnings
+        );
+        assert_eq!(node.instructions, "## Skill: crm\n\nSearch by email first.");
+        let allowed = |name: &str| match name {
+            "CRM_KEY" => Some("secret".to_owned()),
+            ALLOW_STDIO_VAR => Some("1".to_owned()),
+            _ => None,
+        };
+        let node = skills.for_node(&["crm".into()], &allowed, &|_| false);
+        assert_eq!(node.servers[0].0, "crm");
+        assert_eq!(node.servers[0].1.command, ["crm-server", "--stdio"]);
+        assert_eq!(node.servers[0].1.env["CRM_KEY"], "secret");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_linked_skill_is_not_read() {
+        let root = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        skill_file(
+            elsewhere.path(),
+            "x",
+            "leak",
+            "---\nname: leak\n---\nSecret.\n",
+        );
+        std::fs::create_dir_all(root.path().join(".claude/skills/leak")).unwrap();
+        std::os::unix::fs::symlink(
+            elsewhere.path().join("x/leak/SKILL.md"),
+            root.path().join(".claude/skills/leak/SKILL.md"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(
+            elsewhere.path().join("x/leak"),
+            root.path().join(".claude/skills/linked"),
+        )
+        .unwrap();
+        let skills = Skills::discover(&directories(root.path(), None), false);
+        assert!(skills.is_empty());
     }
 }

@@ -26,8 +26,9 @@
 //! that lowering prepends to the prompt, lists such as `disallowed_tools` → comma-separated text, and a
 //! node with neither `type` nor `shape` is an agent. Trellis's own fields (`type`, `script`, `prompt`,
 //! `shape`, ...) work as in DOT. `inputs` and `workflow_type` are checked here (every problem reported);
-//! marketplace metadata is accepted; SWEny fields not implemented yet (`skills`, `eval`, `requires`,
-//! `retry`, `tools`) are accepted with one `ignored-field` warning each. Any other top-level scalar is a
+//! marketplace metadata is accepted; a node's `skills` list becomes its `skills` attribute; SWEny
+//! fields not implemented yet (`eval`, `requires`, `retry`, `tools`, and the workflow's inline
+//! `skills`) are accepted with one `ignored-field` warning each. Any other top-level scalar is a
 //! graph attribute (`goal`, `model`, `router_model`). Nodes with no outgoing edges are terminal.
 
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
@@ -312,7 +313,9 @@ const METADATA: &[&str] = &[
 /// SWEny fields Trellis accepts but does not implement yet, and what is therefore left out.
 fn ignored_field(field: &str) -> Option<&'static str> {
     Some(match field {
-        "skills" => "SWEny skills (tool bundles and MCP servers) are not provided",
+        "skills" => {
+            "inline workflow skills are not provided yet (put each in a SKILL.md under .sweny/skills)"
+        }
         "eval" | "eval_policy" | "judge_model" | "judge_budget" => "evaluators are not run",
         "requires" => "output requirements are not checked",
         "retry" => "SWEny node retries are not taken (Trellis's `max_retries` is)",
@@ -527,7 +530,9 @@ impl YamlLowering<'_> {
                 "output" => attrs.extend(self.attr(&renamed("output_schema"), value)),
                 "rules" => rules = Some((key.span(), self.node_sources(value, "rules"))),
                 "context" => context = Some((key.span(), self.node_sources(value, "context"))),
-                "disallowed_tools" | "allowed_tools" => attrs.extend(self.list(key, value)),
+                "disallowed_tools" | "allowed_tools" | "skills" => {
+                    attrs.extend(self.list(key, value));
+                }
                 _ if ignored_field(field).is_some() => self.ignore(key, Some(node)),
                 _ => attrs.extend(self.attr(key, value)),
             }
