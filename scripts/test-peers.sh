@@ -2,7 +2,8 @@
 # Installs the real protocol peers the tests talk to, cached under ~/.cache/trellis/:
 # llmock (a mock of the providers' HTTP APIs, from PyPI), git, Graphviz, Chromium and ChromeDriver, an MCP
 # server from npm (@modelcontextprotocol/server-filesystem), and the
-# local model server with both models (scripts/local-model.sh --all). Idempotent.
+# local model server with both models (scripts/local-model.sh --all), and an MCP server from PyPI
+# (mcp-server-git). Idempotent.
 set -euo pipefail
 CACHE="${TRELLIS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trellis}"
 LLMOCK_VERSION="0.2.2"
@@ -46,6 +47,13 @@ if [ ! -x "$CACHE/mcp/node_modules/.bin/mcp-server-filesystem" ]; then
     mkdir -p "$CACHE/mcp"
     npm install --prefix "$CACHE/mcp" --no-audit --no-fund --silent \
         "@modelcontextprotocol/server-filesystem@$MCP_FILESYSTEM_VERSION" >/dev/null
+fi
+# An MCP server from PyPI, in a venv of its own under $CACHE/mcp-py.
+MCP_GIT_VERSION="2026.10.19"
+if ! "$CACHE/mcp-py/bin/mcp-server-git" --help >/dev/null 2>&1; then
+    echo "test-peers: installing mcp-server-git==$MCP_GIT_VERSION" >&2
+    python3 -m venv "$CACHE/mcp-py"
+    "$CACHE/mcp-py/bin/pip" install -q --disable-pip-version-check "mcp-server-git==$MCP_GIT_VERSION"
 fi
 "$(dirname "$0")/local-model.sh" --all >/dev/null
 echo "test-peers: ready ($CACHE)" >&2

@@ -1,4 +1,5 @@
-//! MCP servers through the real `trellis` binary: the project's `.mcp.json` names a real server from
+//! MCP servers through the real `trellis` binary (a Python one from PyPI, `mcp-server-git`, too):
+//! the project's `.mcp.json` names a real server from
 //! npm (`@modelcontextprotocol/server-filesystem`, installed by `scripts/test-peers.sh`), llmock
 //! scripts the model's call of one of its tools, and the test checks what the model was shown (the
 //! tool among its tools, the server's real answer in the next request), that the server is gone after
@@ -255,4 +256,75 @@ fn a_server_runs_in_the_run_s_sandbox_so_a_written_mcp_json_cannot_escape_it() {
     let run = p.run("w.fabro", &["--sandbox", "bubblewrap"]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     assert!(!outside.exists(), "the server wrote outside the sandbox");
+}
+
+#[test]
+fn a_python_server_from_the_user_config_file_answers_from_the_projects_git_history() {
+    let server = trellis_test::cache_dir().join("mcp-py/bin/mcp-server-git");
+    if !server.exists() {
+        trellis_test::missing_peer("mcp-server-git (scripts/test-peers.sh)");
+        return;
+    }
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    let root = p.path().canonicalize().unwrap();
+    let git = |args: &[&str]| {
+        let status = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&root)
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    };
+    p.write("README.md", "# Demo\n");
+    git(&["init", "-q"]);
+    git(&[
+        "-c",
+        "user.name=T",
+        "-c",
+        "user.email=t@example.com",
+        "add",
+        "README.md",
+    ]);
+    git(&[
+        "-c",
+        "user.name=T",
+        "-c",
+        "user.email=t@example.com",
+        "commit",
+        "-qm",
+        "Write the readme first",
+    ]);
+    // Fabro's shape, in the user config file.
+    p.write(
+        ".config/trellis/config.toml",
+        &format!(
+            "[mcp_servers.git]\ntype = \"stdio\"\ncommand = [\"{}\", \"--repository\", \"{}\"]\ntool_timeout_secs = 30\n",
+            server.display(),
+            root.display()
+        ),
+    );
+    p.write("w.fabro", AGENT);
+    mock.scenario(&json!([
+        { "type": "reply", "tool_calls": [{ "name": "mcp__git__git_log",
+            "arguments": { "repo_path": root, "max_count": 1 } }], "times": 1 },
+        { "type": "reply", "text": "The last commit wrote the readme.", "times": 1 },
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let bodies = mock.bodies();
+    let tools = bodies[0]["tools"].to_string();
+    assert!(tools.contains("mcp__git__git_status"), "{tools}");
+    let result = &Llmock::tool_results(&bodies[1])[0];
+    assert_eq!(result["is_error"], false, "{result}");
+    assert!(
+        result["content"]
+            .to_string()
+            .contains("Write the readme first"),
+        "{result}"
+    );
+    assert!(
+        processes_with(&format!("--repository {}", root.display())).is_empty(),
+        "the server is gone after the run"
+    );
 }
