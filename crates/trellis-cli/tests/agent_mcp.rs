@@ -1,4 +1,4 @@
-//! MCP servers through the real `trellis` binary (a Python one from PyPI, `mcp-server-git`, too):
+//! MCP servers through the real `trellis` binary (a Python one too, `mcp-server-git`):
 //! the project's `.mcp.json` names a real server from
 //! npm (`@modelcontextprotocol/server-filesystem`, installed by `scripts/test-peers.sh`), llmock
 //! scripts the model's call of one of its tools, and the test checks what the model was shown (the
