@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs the real protocol peers the tests talk to, cached under ~/.cache/trellis/:
-# llmock (a mock of the providers' HTTP APIs, from PyPI), git, Graphviz, Chromium and ChromeDriver, an MCP
-# server from npm (@modelcontextprotocol/server-filesystem), and the
-# local model server with both models (scripts/local-model.sh --all), and an MCP server from PyPI
-# (mcp-server-git). Idempotent.
+# llmock (a mock of the providers' HTTP APIs, from PyPI), git, Graphviz, Chromium and ChromeDriver, MCP
+# servers from npm (@modelcontextprotocol/server-filesystem and server-everything) and from PyPI
+# (mcp-server-git), and the local model server with both models (scripts/local-model.sh --all).
+# Idempotent.
 set -euo pipefail
 CACHE="${TRELLIS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trellis}"
 LLMOCK_VERSION="0.2.2"
@@ -38,15 +38,19 @@ apt_install graphviz dot
 apt_install chromium chromium
 apt_install chromium-driver chromedriver
 apt_install bubblewrap bwrap
-# MCP servers from npm (the agent's MCP client talks to them over stdio), under $CACHE/mcp.
+# MCP servers from npm, under $CACHE/mcp: the filesystem one (the agent's MCP client talks to it
+# over stdio) and the "everything" one (over Streamable HTTP).
 MCP_FILESYSTEM_VERSION="2026.8.31"
-if [ ! -x "$CACHE/mcp/node_modules/.bin/mcp-server-filesystem" ]; then
+MCP_EVERYTHING_VERSION="2026.8.31"
+if [ ! -x "$CACHE/mcp/node_modules/.bin/mcp-server-filesystem" ] \
+    || [ ! -x "$CACHE/mcp/node_modules/.bin/mcp-server-everything" ]; then
     apt_install nodejs node
     apt_install npm npm
-    echo "test-peers: installing @modelcontextprotocol/server-filesystem@$MCP_FILESYSTEM_VERSION" >&2
+    echo "test-peers: installing the MCP servers from npm" >&2
     mkdir -p "$CACHE/mcp"
     npm install --prefix "$CACHE/mcp" --no-audit --no-fund --silent \
-        "@modelcontextprotocol/server-filesystem@$MCP_FILESYSTEM_VERSION" >/dev/null
+        "@modelcontextprotocol/server-filesystem@$MCP_FILESYSTEM_VERSION" \
+        "@modelcontextprotocol/server-everything@$MCP_EVERYTHING_VERSION" >/dev/null
 fi
 # An MCP server from PyPI, in a venv of its own under $CACHE/mcp-py.
 MCP_GIT_VERSION="2026.10.19"

@@ -328,3 +328,111 @@ fn a_python_server_from_the_user_config_file_answers_from_the_projects_git_histo
         "the server is gone after the run"
     );
 }
+
+/// `mcp-server-everything streamableHttp` listening on a free port, stopped when dropped.
+struct HttpServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl HttpServer {
+    fn start() -> Option<Self> {
+        let program = trellis_test::cache_dir().join("mcp/node_modules/.bin/mcp-server-everything");
+        if !program.exists() {
+            trellis_test::missing_peer(
+                "@modelcontextprotocol/server-everything (scripts/test-peers.sh)",
+            );
+            return None;
+        }
+        let port = trellis_test::http::free_port();
+        let child = std::process::Command::new(program)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let server = Self { child, port };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "server-everything did not listen"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Some(server)
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_streamable_http_server_answers_and_a_slow_call_or_an_absent_server_is_an_error_result() {
+    let Some(server) = HttpServer::start() else {
+        return;
+    };
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    let dead = trellis_test::http::free_port();
+    p.write(
+        ".mcp.json",
+        &json!({ "mcpServers": {
+            "everything": { "type": "http", "url": format!("http://127.0.0.1:{}/mcp", server.port),
+                            "headers": { "X-Trellis-Test": "yes" } },
+            "gone": { "type": "http", "url": format!("http://127.0.0.1:{dead}/mcp") },
+        }})
+        .to_string(),
+    );
+    // A short tool timeout, from the user config file's entry of the same server.
+    p.write(
+        ".config/trellis/config.toml",
+        &format!(
+            "[mcp_servers.slow]\ntype = \"http\"\nurl = \"http://127.0.0.1:{}/mcp\"\ntool_timeout_secs = 1\n",
+            server.port
+        ),
+    );
+    p.write("w.fabro", AGENT);
+    mock.scenario(&json!([
+        { "type": "reply", "tool_calls": [
+            { "name": "mcp__everything__echo", "arguments": { "message": "hello over http" } },
+            { "name": "mcp__slow__trigger-long-running-operation", "arguments": { "duration": 5, "steps": 5 } },
+        ], "times": 1 },
+        { "type": "reply", "text": "It echoed.", "times": 1 },
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let bodies = mock.bodies();
+    let tools = bodies[0]["tools"].to_string();
+    assert!(tools.contains("mcp__everything__echo"), "{tools}");
+    assert!(!tools.contains("mcp__gone__"), "{tools}");
+    let results = Llmock::tool_results(&bodies[1]);
+    assert_eq!(results[0]["is_error"], false, "{results:?}");
+    assert!(
+        results[0]["content"]
+            .to_string()
+            .contains("Echo: hello over http"),
+        "{results:?}"
+    );
+    assert_eq!(results[1]["is_error"], true, "{results:?}");
+    assert!(
+        results[1]["content"]
+            .to_string()
+            .contains("within 1 s (tool_timeout_secs)"),
+        "{results:?}"
+    );
+    let warnings: Vec<String> = run
+        .events_named("ModelWarning")
+        .iter()
+        .map(|e| e["message"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        warnings.iter().any(|w| w.contains("server `gone`")),
+        "{warnings:?}"
+    );
+}

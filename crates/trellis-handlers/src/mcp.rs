@@ -1,11 +1,13 @@
 //! MCP servers: tools an agent gets from Model Context Protocol servers, through the official Rust
-//! SDK (`rmcp`) over stdio. Servers are configured in the project's `.mcp.json` (Claude Code's
-//! format: `{"mcpServers": {"NAME": {"command": ..., "args": [...], "env": {...}}}}`) and in the
-//! user config file (Fabro's shape: `[mcp_servers.NAME]` with `type = "stdio"`, `command = [...]`,
-//! `env`, `startup_timeout_secs`, `tool_timeout_secs`); the project's file names a server the user's
-//! also names. A server starts at the run's first agent stage that sees it (`mcp="a,b"` on the node
-//! limits which; every configured one otherwise), is shared by the run's later agent stages, and is
-//! stopped with its whole process group when the run ends. Its tools are offered as
+//! SDK (`rmcp`), over stdio or Streamable HTTP. Servers are configured in the project's `.mcp.json`
+//! (Claude Code's format: `{"mcpServers": {"NAME": {"command": ..., "args": [...], "env": {...}}}}`,
+//! or `{"type": "http", "url": ..., "headers": {...}}`) and in the user config file (Fabro's shape:
+//! `[mcp_servers.NAME]` with `type = "stdio"`, `command = [...]`, `env`, or `type = "http"`, `url`,
+//! `headers`; `startup_timeout_secs`, `tool_timeout_secs`); the project's file names a server the
+//! user's also names. Skills bring servers too (see [`crate::skills`]), for the nodes naming them. A
+//! server starts (or is connected to) at the run's first agent stage that sees it (`mcp="a,b"` on the
+//! node limits which; every configured one otherwise), is shared by the run's later agent stages,
+//! and is stopped with its whole process group when the run ends. Its tools are offered as
 //! `mcp__{server}__{tool}` with the server's description and JSON Schema; a result's text goes back
 //! as a tool result (cut as a shell's is). A server that does not start is a warning and its tools
 //! are not offered; a call that fails or outlasts the tool timeout is an error result — never a
@@ -41,21 +43,34 @@ const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
 /// One configured server.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
-    /// The program and its arguments.
-    pub command: Vec<String>,
-    pub env: BTreeMap<String, String>,
+    pub endpoint: Endpoint,
     pub startup_timeout: Duration,
     pub tool_timeout: Duration,
     /// Where it was configured, for messages.
     pub source: String,
 }
 
+/// How a server is reached.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Endpoint {
+    /// A program (with its arguments and added variables) speaking over its standard input and
+    /// output.
+    Stdio {
+        command: Vec<String>,
+        env: BTreeMap<String, String>,
+    },
+    /// A Streamable HTTP URL, with headers sent on every request.
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+    },
+}
+
 impl ServerConfig {
-    /// A server a skill brings: `command` with `env`, the default timeouts.
-    pub fn for_skill(command: Vec<String>, env: BTreeMap<String, String>, source: String) -> Self {
+    /// A server a skill brings, with the default timeouts.
+    pub fn for_skill(endpoint: Endpoint, source: String) -> Self {
         Self {
-            command,
-            env,
+            endpoint,
             startup_timeout: STARTUP_TIMEOUT,
             tool_timeout: TOOL_TIMEOUT,
             source,
@@ -85,6 +100,9 @@ struct ProjectServer {
     args: Vec<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    url: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
 }
 
 /// `[mcp_servers.NAME]` of the user config file (Fabro's shape).
@@ -99,9 +117,7 @@ struct UserServer {
     env: BTreeMap<String, String>,
     #[serde(default)]
     url: Option<String>,
-    /// Accepted for HTTP servers' sake (not supported yet).
     #[serde(default)]
-    #[allow(dead_code, reason = "read with `url` once HTTP servers are supported")]
     headers: BTreeMap<String, String>,
     startup_timeout_secs: Option<u64>,
     tool_timeout_secs: Option<u64>,
@@ -152,41 +168,65 @@ pub fn configured(
 }
 
 fn user_server(server: UserServer, source: String) -> Result<ServerConfig, String> {
-    match server.kind.as_deref().unwrap_or("stdio") {
-        "stdio" if !server.command.is_empty() => Ok(ServerConfig {
+    let endpoint = match server.kind.as_deref().unwrap_or("stdio") {
+        "stdio" if !server.command.is_empty() => Endpoint::Stdio {
             command: server.command,
             env: server.env,
-            startup_timeout: server
-                .startup_timeout_secs
-                .map_or(STARTUP_TIMEOUT, Duration::from_secs),
-            tool_timeout: server
-                .tool_timeout_secs
-                .map_or(TOOL_TIMEOUT, Duration::from_secs),
-            source,
-        }),
-        "stdio" => Err("a stdio server needs `command` (the program and its arguments)".into()),
-        "http" => Err(format!(
-            "Streamable HTTP servers ({}) are not supported yet; run the server over stdio",
-            server.url.unwrap_or_default()
-        )),
-        other => Err(format!("unknown server type `{other}`: use `stdio`")),
-    }
+        },
+        "stdio" => {
+            return Err("a stdio server needs `command` (the program and its arguments)".into());
+        }
+        "http" => http(server.url, server.headers)?,
+        other => {
+            return Err(format!(
+                "unknown server type `{other}`: use `stdio` or `http`"
+            ));
+        }
+    };
+    Ok(ServerConfig {
+        endpoint,
+        startup_timeout: server
+            .startup_timeout_secs
+            .map_or(STARTUP_TIMEOUT, Duration::from_secs),
+        tool_timeout: server
+            .tool_timeout_secs
+            .map_or(TOOL_TIMEOUT, Duration::from_secs),
+        source,
+    })
 }
 
 fn project_server(server: ProjectServer, source: String) -> Result<ServerConfig, String> {
-    match (server.kind.as_deref(), server.command) {
-        (None | Some("stdio"), Some(command)) => Ok(ServerConfig {
+    let endpoint = match (server.kind.as_deref(), server.command) {
+        (None | Some("stdio"), Some(command)) => Endpoint::Stdio {
             command: std::iter::once(command).chain(server.args).collect(),
             env: server.env,
-            startup_timeout: STARTUP_TIMEOUT,
-            tool_timeout: TOOL_TIMEOUT,
-            source,
-        }),
-        (None | Some("stdio"), None) => Err("a stdio server needs `command`".into()),
-        (Some(other), _) => Err(format!(
-            "`{other}` servers are not supported yet; run the server over stdio"
-        )),
+        },
+        // Claude Code writes `"type": "http"`; a URL alone says the same.
+        (Some("http") | None, None) if server.url.is_some() => http(server.url, server.headers)?,
+        (None | Some("stdio"), None) => return Err("a stdio server needs `command`".into()),
+        (Some("http"), Some(_)) => return Err("an http server needs `url`, not `command`".into()),
+        (Some(other), _) => {
+            return Err(format!(
+                "`{other}` servers are not supported: use stdio or http"
+            ));
+        }
+    };
+    Ok(ServerConfig::for_skill(endpoint, source))
+}
+
+/// A Streamable HTTP endpoint: an `http` or `https` URL, and headers that are valid as such.
+pub fn http(url: Option<String>, headers: BTreeMap<String, String>) -> Result<Endpoint, String> {
+    let url = url.ok_or("an http server needs `url`")?;
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(format!("`{url}` is not an http:// or https:// URL"));
     }
+    for (name, value) in &headers {
+        reqwest::header::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("`{name}` is not a valid header name"))?;
+        reqwest::header::HeaderValue::from_str(value)
+            .map_err(|_| format!("the value of header `{name}` is not a valid header value"))?;
+    }
+    Ok(Endpoint::Http { url, headers })
 }
 
 /// A tool's name as the model sees it: `mcp__{server}__{tool}`, anything but letters, digits, `_`
@@ -219,8 +259,10 @@ struct Server {
 impl Server {
     /// Whether its process is still there (the transport's task reaps it when it exits).
     fn alive(&self) -> bool {
-        self.pid
-            .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists())
+        self.pid.map_or_else(
+            || !self.client.is_closed(),
+            |pid| Path::new(&format!("/proc/{pid}")).exists(),
+        )
     }
 }
 
@@ -232,14 +274,94 @@ impl Drop for Server {
     }
 }
 
-/// Starts `config` and lists its tools.
+/// Starts `config` (or connects to it) and lists its tools.
 async fn start(
     name: &str,
     config: &ServerConfig,
-    (work_dir, run_id): (&Path, &str),
+    place: (&Path, &str),
     sandbox: &Sandbox,
 ) -> Result<Server, String> {
-    let Some((program, args)) = config.command.split_first() else {
+    let (client, tools, pid) = match &config.endpoint {
+        Endpoint::Stdio { command, env } => {
+            let (stdio, pid) = spawn(command, env, place, sandbox)?;
+            let guard = KillOnFailure(pid);
+            let (client, tools) = handshake(stdio, config.startup_timeout).await?;
+            std::mem::forget(guard);
+            (client, tools, pid)
+        }
+        Endpoint::Http { url, headers } => {
+            let headers = headers
+                .iter()
+                .filter_map(|(name, value)| {
+                    Some((
+                        reqwest::header::HeaderName::from_bytes(name.as_bytes()).ok()?,
+                        reqwest::header::HeaderValue::from_str(value).ok()?,
+                    ))
+                })
+                .collect();
+            let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
+                trellis_llm::http_client(),
+                rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                    url.as_str(),
+                )
+                .custom_headers(headers),
+            );
+            let (client, tools) = handshake(transport, config.startup_timeout).await?;
+            (client, tools, None)
+        }
+    };
+    Ok(Server {
+        name: name.to_owned(),
+        client,
+        tools,
+        tool_timeout: config.tool_timeout,
+        pid,
+    })
+}
+
+/// The MCP handshake over `transport` and the server's tools, within `timeout`.
+async fn handshake<T, E, A>(
+    transport: T,
+    timeout: Duration,
+) -> Result<(RunningService<RoleClient, ()>, Vec<rmcp::model::Tool>), String>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    tokio::time::timeout(timeout, async {
+        let client = ()
+            .serve(transport)
+            .await
+            .map_err(|e| format!("it did not answer the MCP handshake: {e}"))?;
+        let tools = client
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("it did not list its tools: {e}"))?;
+        Ok::<_, String>((client, tools))
+    })
+    .await
+    .map_err(|_| {
+        format!(
+            "it did not start within {} s (startup_timeout_secs)",
+            timeout.as_secs()
+        )
+    })?
+}
+
+/// Starts a stdio server's program: its output and input, and its process id.
+fn spawn(
+    command: &[String],
+    env: &BTreeMap<String, String>,
+    (work_dir, run_id): (&Path, &str),
+    sandbox: &Sandbox,
+) -> Result<
+    (
+        (tokio::process::ChildStdout, tokio::process::ChildStdin),
+        Option<u32>,
+    ),
+    String,
+> {
+    let Some((program, args)) = command.split_first() else {
         return Err("no command".into());
     };
     // In bubblewrap, as a command stage is (a workflow's commands could write `.mcp.json`): the
@@ -261,7 +383,7 @@ async fn start(
     command
         .env_clear()
         .envs(secrets::child_env(&[]))
-        .envs(&config.env)
+        .envs(env)
         // A server a killed run left behind is found by this, as its commands are.
         .env(RUN_ID_VAR, run_id)
         .stdin(std::process::Stdio::piped())
@@ -280,34 +402,7 @@ async fn start(
     tokio::spawn(async move {
         let _ = child.wait().await;
     });
-    let guard = KillOnFailure(pid);
-    let started = tokio::time::timeout(config.startup_timeout, async {
-        let client = ()
-            .serve((stdout, stdin))
-            .await
-            .map_err(|e| format!("it did not answer the MCP handshake: {e}"))?;
-        let tools = client
-            .list_all_tools()
-            .await
-            .map_err(|e| format!("it did not list its tools: {e}"))?;
-        Ok::<_, String>((client, tools))
-    })
-    .await
-    .map_err(|_| {
-        format!(
-            "it did not start within {} s (startup_timeout_secs)",
-            config.startup_timeout.as_secs()
-        )
-    })??;
-    std::mem::forget(guard);
-    let (client, tools) = started;
-    Ok(Server {
-        name: name.to_owned(),
-        client,
-        tools,
-        tool_timeout: config.tool_timeout,
-        pid,
-    })
+    Ok(((stdout, stdin), pid))
 }
 
 /// Kills a server's group when its start fails half way.
@@ -634,18 +729,36 @@ mod tests {
             "fs": {"type": "stdio", "command": ["other"]},
             "git": {"type": "stdio", "command": ["uvx", "mcp-server-git"], "tool_timeout_secs": 5},
             "bad": {"type": "stdio"},
+            "remote": {"type": "http", "url": "https://mcp.example.com/mcp",
+                       "headers": {"Authorization": "Bearer x"}},
+            "ftp": {"type": "http", "url": "ftp://example.com/"},
         }))
         .unwrap();
         let (servers, problems) = configured(dir.path(), &user, None);
-        assert_eq!(servers["fs"].command, ["npx", "server", "."]);
-        assert_eq!(servers["fs"].env["A"], "1");
+        assert_eq!(
+            servers["fs"].endpoint,
+            Endpoint::Stdio {
+                command: vec!["npx".into(), "server".into(), ".".into()],
+                env: BTreeMap::from([("A".into(), "1".into())]),
+            }
+        );
         assert_eq!(servers["git"].tool_timeout, Duration::from_secs(5));
+        assert_eq!(
+            servers["web"].endpoint,
+            Endpoint::Http {
+                url: "http://127.0.0.1:1/mcp".into(),
+                headers: BTreeMap::new()
+            }
+        );
+        assert!(
+            matches!(&servers["remote"].endpoint, Endpoint::Http { headers, .. } if headers["Authorization"] == "Bearer x")
+        );
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(problems.iter().any(|p| p.contains("needs `command`")));
         assert!(
             problems
                 .iter()
-                .any(|p| p.contains("`http` servers are not supported yet"))
+                .any(|p| p.contains("`ftp://example.com/` is not an http:// or https:// URL"))
         );
     }
 }

@@ -24,6 +24,8 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use trellis_agent::{ExternalTools, ToolOutput};
+
+use crate::mcp::{Endpoint, ServerConfig};
 use trellis_llm::ToolDef;
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -56,6 +58,7 @@ pub enum SkillServer {
     },
     Http {
         url: String,
+        headers: BTreeMap<String, String>,
     },
 }
 
@@ -109,7 +112,7 @@ const BUILT_INS: &[BuiltIn] = &[
         category: "tasks",
         needs: &[&["LINEAR_API_KEY"]],
         server: None,
-        hint: "Linear's own server is remote (Streamable HTTP, not supported yet): run a Linear MCP server over stdio",
+        hint: "Linear's own server is https://mcp.linear.app/mcp (type = \"http\", your key in an Authorization header)",
     },
     BuiltIn {
         id: "datadog",
@@ -164,7 +167,7 @@ pub struct NodeSkills {
     /// The instructions of those available, for the node's prompt.
     pub instructions: String,
     /// Servers the node's skills bring (a skill's `mcp` block, a built-in's default server).
-    pub servers: Vec<(String, crate::mcp::ServerConfig)>,
+    pub servers: Vec<(String, ServerConfig)>,
     /// Configured servers that stand for a skill of the node (named as the skill).
     pub configured: Vec<String>,
     /// What keeps the node from starting.
@@ -394,17 +397,27 @@ impl Skills {
                     ))
                 }
                 SkillServer::Stdio { command, env: vars } => {
-                    Tools::Started(Box::new(crate::mcp::ServerConfig::for_skill(
-                        command.clone(),
-                        vars.iter()
+                    let endpoint = Endpoint::Stdio {
+                        command: command.clone(),
+                        env: vars
+                            .iter()
                             .filter_map(|var| env(var).map(|value| (var.clone(), value)))
                             .collect(),
-                        skill.path.display().to_string(),
-                    )))
+                    };
+                    let source = skill.path.display().to_string();
+                    Tools::Started(Box::new(ServerConfig::for_skill(endpoint, source)))
                 }
-                SkillServer::Http { url } => Tools::Refused(format!(
-                    "skill `{name}`'s MCP server {url} is a Streamable HTTP one, which Trellis does not reach yet; its tools are not offered"
-                )),
+                SkillServer::Http { url, headers } => {
+                    match crate::mcp::http(Some(url.clone()), headers.clone()) {
+                        Ok(endpoint) => {
+                            let source = skill.path.display().to_string();
+                            Tools::Started(Box::new(ServerConfig::for_skill(endpoint, source)))
+                        }
+                        Err(problem) => Tools::Refused(format!(
+                            "skill `{name}`'s MCP server cannot be used: {problem}"
+                        )),
+                    }
+                }
             });
         }
         let Some(built_in) = built_in else {
@@ -424,17 +437,20 @@ impl Skills {
             return Err(format!("needs {} set", ways.join(", or ")));
         }
         match &built_in.server {
-            Some(server) => Ok(Tools::Started(Box::new(
-                crate::mcp::ServerConfig::for_skill(
-                    server.command.iter().map(|s| (*s).to_owned()).collect(),
-                    server
+            Some(server) => {
+                let endpoint = Endpoint::Stdio {
+                    command: server.command.iter().map(|s| (*s).to_owned()).collect(),
+                    env: server
                         .env
                         .iter()
                         .filter_map(|(theirs, ours)| env(ours).map(|v| ((*theirs).to_owned(), v)))
                         .collect(),
-                    format!("the built-in `{name}` skill"),
-                ),
-            ))),
+                };
+                let source = format!("the built-in `{name}` skill");
+                Ok(Tools::Started(Box::new(ServerConfig::for_skill(
+                    endpoint, source,
+                ))))
+            }
             None => Err(format!(
                 "has no server: configure an MCP server named `{name}` ([mcp_servers.{name}] in the config file, or .mcp.json); {}",
                 built_in.hint
@@ -448,7 +464,7 @@ enum Tools {
     /// A configured server of its name.
     Configured,
     /// A server it brings.
-    Started(Box<crate::mcp::ServerConfig>),
+    Started(Box<ServerConfig>),
     /// Instructions only.
     None,
     /// Its server may not start (why); its instructions still apply.
@@ -561,8 +577,16 @@ fn parse(text: &str, path: &Path) -> Option<Skill> {
 /// A skill's `mcp` block: `command` (with `args`) and `env`, or `url`.
 fn skill_server(block: &Yaml) -> Option<SkillServer> {
     if let Some(url) = block["url"].as_str() {
+        let headers = match &block["headers"] {
+            Yaml::Hash(headers) => headers
+                .iter()
+                .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), v.as_str()?.to_owned())))
+                .collect(),
+            _ => BTreeMap::new(),
+        };
         return Some(SkillServer::Http {
             url: url.to_owned(),
+            headers,
         });
     }
     let program = block["command"].as_str()?;
@@ -705,11 +729,11 @@ mod tests {
         let servers: Vec<&str> = node.servers.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(servers, ["github", "sentry"]);
         let github = &node.servers[0].1;
-        assert_eq!(github.command, ["github-mcp-server", "stdio"]);
-        assert_eq!(
-            github.env["GITHUB_PERSONAL_ACCESS_TOKEN"],
-            "GITHUB_TOKEN-value"
-        );
+        let Endpoint::Stdio { command, env } = &github.endpoint else {
+            panic!("{github:?}");
+        };
+        assert_eq!(command, &["github-mcp-server", "stdio"]);
+        assert_eq!(env["GITHUB_PERSONAL_ACCESS_TOKEN"], "GITHUB_TOKEN-value");
         assert_eq!(
             node.warnings,
             [
@@ -760,8 +784,13 @@ mod tests {
         };
         let node = skills.for_node(&["crm".into()], &allowed, &|_| false);
         assert_eq!(node.servers[0].0, "crm");
-        assert_eq!(node.servers[0].1.command, ["crm-server", "--stdio"]);
-        assert_eq!(node.servers[0].1.env["CRM_KEY"], "secret");
+        assert_eq!(
+            node.servers[0].1.endpoint,
+            Endpoint::Stdio {
+                command: vec!["crm-server".into(), "--stdio".into()],
+                env: BTreeMap::from([("CRM_KEY".into(), "secret".into())]),
+            }
+        );
     }
 
     #[cfg(unix)]

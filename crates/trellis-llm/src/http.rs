@@ -65,12 +65,20 @@ impl fmt::Debug for Transport {
     }
 }
 
+/// An HTTP client as Trellis makes them (the providers', MCP servers' over HTTP): TLS by rustls on
+/// the ring provider, the system's certificates, a 30 s connection timeout.
+pub fn client() -> reqwest::Client {
+    // Once per process; an error only says a provider is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new())
+}
+
 impl Transport {
     pub fn new(provider: &str, base_url: &str, key: Option<Secret>) -> Self {
-        let http = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .build()
-            .unwrap_or_default();
+        let http = client();
         Self {
             http,
             provider: provider.to_owned(),
@@ -327,5 +335,19 @@ mod tests {
                 "{body}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod client_tests {
+    #[tokio::test]
+    async fn an_https_request_gets_as_far_as_connecting() {
+        // TLS is set up (a provider is installed): the request fails only for want of a server.
+        let error = super::client()
+            .get("https://127.0.0.1:9/")
+            .send()
+            .await
+            .unwrap_err();
+        assert!(error.is_connect(), "{error:?}");
     }
 }

@@ -20,7 +20,7 @@ pub mod text_tool_calls;
 pub use client::{Client, OnRetry, ResolvedModel, build_provider};
 pub use config::Config;
 pub use error::{ErrorKind, LlmError};
-pub use http::{Secret, Transport};
+pub use http::{Secret, Transport, client as http_client};
 pub use message::{
     Message, Part, ReasoningEffort, Request, Response, ResponseSchema, Role, StopReason,
     StreamEvent, ToolCall, ToolDef, ToolResult, Usage,

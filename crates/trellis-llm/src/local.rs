@@ -177,7 +177,7 @@ impl LocalProvider {
             ))
         })?;
         let base = format!("http://127.0.0.1:{port}");
-        let http = reqwest::Client::new();
+        let http = crate::http::client();
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
             if let Ok(Some(status)) = child.try_wait() {
