@@ -436,3 +436,45 @@ fn a_streamable_http_server_answers_and_a_slow_call_or_an_absent_server_is_an_er
         "{warnings:?}"
     );
 }
+
+#[test]
+fn a_secret_only_the_server_configuration_holds_is_redacted_from_what_the_model_sees() {
+    let program = trellis_test::cache_dir().join("mcp/node_modules/.bin/mcp-server-everything");
+    if !program.exists() {
+        trellis_test::missing_peer(
+            "@modelcontextprotocol/server-everything (scripts/test-peers.sh)",
+        );
+        return;
+    }
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    let secret = "sk-config-only-5f2a9c7e1b";
+    p.write(
+        ".mcp.json",
+        &json!({ "mcpServers": { "everything": {
+            "command": program, "args": ["stdio"],
+            "env": { "SERVICE_API_KEY": secret, "LOG_LEVEL": "warn" },
+        }}})
+        .to_string(),
+    );
+    p.write("w.fabro", AGENT);
+    mock.scenario(&json!([
+        { "type": "reply", "tool_calls": [{ "name": "mcp__everything__get-env", "arguments": {} }], "times": 1 },
+        { "type": "reply", "text": "Seen.", "times": 1 },
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let result = Llmock::tool_results(&mock.bodies()[1])[0]["content"].to_string();
+    // The server had it (it printed its environment), but the model was shown it redacted.
+    assert!(result.contains("[redacted SERVICE_API_KEY]"), "{result}");
+    assert!(
+        result.contains("\\\"LOG_LEVEL\\\": \\\"warn\\\""),
+        "{result}"
+    );
+    assert!(!result.contains(secret), "{result}");
+    let record = std::fs::read_to_string(
+        run_support::stage_dir(&p.only_run(), "fix").join("transcript.jsonl"),
+    )
+    .unwrap();
+    assert!(!record.contains(secret));
+}

@@ -281,6 +281,7 @@ async fn start(
     place: (&Path, &str),
     sandbox: &Sandbox,
 ) -> Result<Server, String> {
+    register_secrets(&config.endpoint);
     let (client, tools, pid) = match &config.endpoint {
         Endpoint::Stdio { command, env } => {
             let (stdio, pid) = spawn(command, env, place, sandbox)?;
@@ -317,6 +318,23 @@ async fn start(
         tool_timeout: config.tool_timeout,
         pid,
     })
+}
+
+/// Makes the secrets a server's configuration holds — variables named as secrets, credential
+/// headers — redacted wherever output is, as those of the environment are.
+fn register_secrets(endpoint: &Endpoint) {
+    let (values, credential) = match endpoint {
+        Endpoint::Stdio { env, .. } => (env, false),
+        Endpoint::Http { headers, .. } => (headers, true),
+    };
+    for (name, value) in values {
+        let header = credential
+            && ["authorization", "proxy-authorization", "cookie"]
+                .contains(&name.to_ascii_lowercase().as_str());
+        if header || secrets::is_secret(name) {
+            secrets::register(name, value);
+        }
+    }
 }
 
 /// The MCP handshake over `transport` and the server's tools, within `timeout`.

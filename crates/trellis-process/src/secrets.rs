@@ -82,27 +82,64 @@ pub fn child_env(pass: &[String]) -> impl Iterator<Item = (&'static OsStr, &'sta
         .map(|(name, value, _)| (name.as_os_str(), value.as_os_str()))
 }
 
-/// What to look for in output: every form of every secret value of this process's environment, with
-/// the name it is redacted as, longest first (so a form containing another is replaced whole).
-static SECRETS: LazyLock<Vec<(String, String)>> = LazyLock::new(|| {
+/// What to look for in output: every form of every secret value of this process's environment (and
+/// those [`register`]ed since), with the name it is redacted as, longest first (so a form containing
+/// another is replaced whole).
+static SECRETS: LazyLock<std::sync::RwLock<Vec<(String, String)>>> = LazyLock::new(|| {
     let mut forms: Vec<(String, String)> = ENVIRONMENT
         .iter()
         .filter(|(_, _, secret)| *secret)
         .filter_map(|(name, value, _)| Some((name.to_str()?, value.to_str()?)))
-        .flat_map(|(name, value)| {
-            let password = url_password(value).map(str::to_owned);
-            std::iter::once(value.to_owned())
-                .chain(password)
-                .filter(|v| v.chars().count() >= MIN_SECRET_CHARS)
-                .flat_map(|v| encodings(&v))
-                .map(move |form| (name.to_owned(), form))
-        })
+        .flat_map(|(name, value)| forms_of(name, value))
         .collect();
-    // Longest first; equal forms side by side, so each is searched for once.
+    order(&mut forms);
+    std::sync::RwLock::new(forms)
+});
+
+/// The forms of a secret `value` (and of a URL's password in it) to redact as `name`.
+fn forms_of(name: &str, value: &str) -> Vec<(String, String)> {
+    let password = url_password(value).map(str::to_owned);
+    std::iter::once(value.to_owned())
+        .chain(password)
+        .filter(|v| v.chars().count() >= MIN_SECRET_CHARS)
+        .flat_map(|v| encodings(&v))
+        .map(|form| (name.to_owned(), form))
+        .collect()
+}
+
+/// Longest first; equal forms side by side, so each is searched for once.
+fn order(forms: &mut Vec<(String, String)>) {
     forms.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.1.cmp(&b.1)));
     forms.dedup_by(|a, b| a.1 == b.1);
-    forms
-});
+}
+
+/// Redacts `value` as `[redacted NAME]` from now on, as a secret of the environment is: for secrets a
+/// configuration file holds (an MCP server's `env` or headers). An `Authorization` value's credential
+/// (what follows `Bearer `, `Basic `, …) is redacted on its own too.
+pub fn register(name: &str, value: &str) {
+    let credential = value
+        .split_once(' ')
+        .map(|(_, rest)| rest.trim())
+        .filter(|rest| !rest.is_empty());
+    let mut added = forms_of(name, value);
+    if let Some(credential) = credential {
+        added.extend(forms_of(name, credential));
+    }
+    if added.is_empty() {
+        return;
+    }
+    let mut forms = SECRETS
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    forms.extend(added);
+    order(&mut forms);
+}
+
+fn known() -> std::sync::RwLockReadGuard<'static, Vec<(String, String)>> {
+    SECRETS
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// `value` as written and in the encodings a leak would use: base64 (standard and URL-safe, at each
 /// of the three alignments it can take inside a longer encoded text, without the partial groups at
@@ -144,7 +181,7 @@ fn encodings(value: &str) -> Vec<String> {
 /// `text` with every known secret value replaced by `[redacted NAME]`.
 pub fn redact(text: &str) -> Cow<'_, str> {
     let mut text = Cow::Borrowed(text);
-    for (name, value) in SECRETS.iter() {
+    for (name, value) in known().iter() {
         if text.contains(value.as_str()) {
             text = Cow::Owned(text.replace(value.as_str(), &format!("[redacted {name}]")));
         }
@@ -154,7 +191,7 @@ pub fn redact(text: &str) -> Cow<'_, str> {
 
 /// `bytes` with every known secret value redacted, or `None` when none occurs in them.
 pub fn redact_bytes(bytes: &[u8]) -> Option<Vec<u8>> {
-    let found = SECRETS
+    let found = known()
         .iter()
         .any(|(_, value)| memchr::memmem::find(bytes, value.as_bytes()).is_some());
     found.then(|| {
@@ -199,6 +236,22 @@ pub fn redact_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_registered_value_and_its_credential_are_redacted_from_then_on() {
+        let value = "Bearer q8w7e6r5t4y3u2i1";
+        assert_eq!(redact(value), value);
+        register("Authorization", value);
+        assert_eq!(redact(value), "[redacted Authorization]");
+        assert_eq!(
+            redact("token=q8w7e6r5t4y3u2i1;"),
+            "token=[redacted Authorization];"
+        );
+        // Short values would match ordinary text: not taken.
+        register("Cookie", "a=1");
+        assert_eq!(redact("a=1"), "a=1");
+    }
+
     use super::*;
 
     #[test]
