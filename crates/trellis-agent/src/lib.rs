@@ -21,5 +21,7 @@ mod work_dir;
 pub use session::{
     AgentEvent, Approver, Inbox, Model, Observer, STEERING_PREFIX, Session, Settings, Stop,
 };
-pub use tools::{Category, EXTERNAL_LIMIT, ExternalTools, Tool, ToolOutput, Toolbox, combined};
+pub use tools::{
+    Category, EXTERNAL_LIMIT, ExternalTools, Tool, ToolOutput, Toolbox, combined, filtered,
+};
 pub use work_dir::WorkDir;

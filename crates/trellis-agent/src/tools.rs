@@ -283,6 +283,40 @@ pub fn combined(
 
 struct Combined(Vec<std::sync::Arc<dyn ExternalTools>>);
 
+/// `tools` less those `keep` refuses: not offered, and a call of one is answered as a call of an
+/// unknown tool.
+pub fn filtered(
+    tools: std::sync::Arc<dyn ExternalTools>,
+    keep: impl Fn(&str) -> bool + Send + Sync + 'static,
+) -> std::sync::Arc<dyn ExternalTools> {
+    std::sync::Arc::new(Filtered {
+        tools,
+        keep: Box::new(keep),
+    })
+}
+
+struct Filtered {
+    tools: std::sync::Arc<dyn ExternalTools>,
+    keep: Box<dyn Fn(&str) -> bool + Send + Sync>,
+}
+
+#[async_trait::async_trait]
+impl ExternalTools for Filtered {
+    fn definitions(&self) -> Vec<ToolDef> {
+        let mut definitions = self.tools.definitions();
+        definitions.retain(|tool| (self.keep)(&tool.name));
+        definitions
+    }
+
+    async fn call(&self, name: &str, arguments: &Value) -> Option<ToolOutput> {
+        if (self.keep)(name) {
+            self.tools.call(name, arguments).await
+        } else {
+            None
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl ExternalTools for Combined {
     fn definitions(&self) -> Vec<ToolDef> {

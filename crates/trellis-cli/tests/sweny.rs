@@ -495,3 +495,100 @@ fn custom_instruction_and_mcp_skills_reach_the_model() {
         warnings_of(&run)
     );
 }
+
+#[test]
+fn requires_skips_or_fails_a_node_before_its_model_is_asked_and_tools_narrow_its_servers() {
+    let server = trellis_test::cache_dir().join("mcp/node_modules/.bin/mcp-server-filesystem");
+    if !server.exists() {
+        trellis_test::missing_peer(
+            "@modelcontextprotocol/server-filesystem (scripts/test-peers.sh)",
+        );
+        return;
+    }
+    let Some(mock) = Llmock::start() else { return };
+    let p = Project::new()
+        .with_env("ANTHROPIC_API_KEY", "sk-ant-test-sweny-0000")
+        .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"));
+    let root = p.path().canonicalize().unwrap();
+    p.write(
+        ".mcp.json",
+        &json!({ "mcpServers": { "files": { "command": server, "args": [root] } } }).to_string(),
+    );
+    p.write(
+        "flow.yml",
+        r"id: fix
+name: Fix
+entry: triage
+nodes:
+  triage:
+    name: Triage
+    instruction: Decide what to do.
+    tools: { allow: [read_text_file, list_directory], deny: [list_directory] }
+    output:
+      type: object
+      properties: { recommendation: { type: string } }
+      required: [recommendation]
+  implement:
+    name: Implement
+    instruction: Implement the fix.
+    requires:
+      output_matches: [{ path: triage.recommendation, equals: implement }]
+      on_fail: skip
+  report:
+    name: Report
+    instruction: Report on the repository.
+    requires: { output_required: [input.repo, triage.recommendation] }
+edges:
+  - { from: triage, to: implement }
+  - { from: implement, to: report }
+",
+    );
+    mock.scenario(&json!([
+        { "type": "reply", "text": "{\"recommendation\": \"skip\"}", "times": 1 },
+    ]));
+    let run = p.run("flow.yml", &[]);
+    // `report` fails its pre-condition (no input named `repo`), so the run fails.
+    assert_ne!(run.code(), Some(0), "{}", run.stderr());
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 1, "only triage asked its model");
+    let tools: Vec<&str> = bodies[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .filter(|name| name.starts_with("mcp__"))
+        .collect();
+    assert_eq!(tools, ["mcp__files__read_text_file"]);
+    assert_eq!(run.stage_status("implement"), "skipped");
+    let warnings: Vec<String> = run
+        .events_named("ModelWarning")
+        .iter()
+        .map(|e| e["message"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        warnings.iter().any(|w| w.contains(
+            "skipped: requires failed:\noutput_matches `triage.recommendation`: wanted equals \"implement\", got \"skip\""
+        )),
+        "{warnings:?}"
+    );
+    assert_eq!(run.stage_status("report"), "failed");
+    let failed = run.events_named("StageFailed");
+    let reason = failed[0].to_string();
+    assert!(
+        reason.contains("output_required `input.repo`: `repo` is missing"),
+        "{reason}"
+    );
+
+    // Given the input, `report` runs.
+    mock.scenario(&json!([
+        { "type": "reply", "text": "{\"recommendation\": \"skip\"}", "times": 1 },
+        { "type": "reply", "text": "Reported.", "times": 1 },
+    ]));
+    let p2 = Project::new()
+        .with_env("ANTHROPIC_API_KEY", "sk-ant-test-sweny-0000")
+        .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"));
+    p2.write("flow.yml", &p.read("flow.yml"));
+    let run = p2.run("flow.yml", &["--input", "repo=acme/api"]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.stage_status("report"), "succeeded");
+}

@@ -102,6 +102,9 @@ impl Handler for AgentHandler {
         let Some(llm) = stage.node.kind.llm() else {
             return Outcome::success().into();
         };
+        if let Some(unmet) = unmet_requirement(stage, llm).await {
+            return unmet.into();
+        }
         if stage.settings.models_simulated() {
             simulated_skills(stage, llm).await;
             return simulated_outcome(stage, llm).await.into();
@@ -126,6 +129,41 @@ impl Handler for AgentHandler {
         };
         self.run(client, stage, llm).await.into()
     }
+}
+
+/// The outcome of a node whose `requires` (SWEny's pre-condition) the input and the results so far
+/// do not meet: failed, or skipped with a warning saying why (`on_fail: skip`). Not checked in a
+/// simulated run, whose results are samples.
+async fn unmet_requirement(stage: &Stage<'_>, llm: &LlmConfig) -> Option<Outcome> {
+    let requires = llm.requires.as_ref()?;
+    if stage.settings.models_simulated() {
+        return None;
+    }
+    let (workflow, context, blobs) = (
+        stage.workflow.clone(),
+        stage.context.snapshot(),
+        stage.services.blobs.clone(),
+    );
+    let root = trellis_process::task::blocking(move || {
+        crate::preamble::results_by_node(&workflow, &context, &*blobs)
+    })
+    .await;
+    let reasons = requires.check(&root).err()?;
+    let reason = format!("requires failed:\n{reasons}");
+    Some(match requires.on_fail {
+        trellis_workflow::requires::OnFail::Fail => {
+            Outcome::failed(FailureClass::StageFailed, reason)
+        }
+        trellis_workflow::requires::OnFail::Skip => {
+            stage.emitter.emit(
+                Some(&stage.node.id),
+                EventKind::ModelWarning {
+                    message: format!("skipped: {reason}"),
+                },
+            );
+            Outcome::new(trellis_workflow::StageStatus::Skipped)
+        }
+    })
 }
 
 /// A simulated agent node still says what its skills lack (SWEny's pre-flight, which a real run
@@ -807,7 +845,7 @@ impl AgentHandler {
             names.extend(node.configured.iter().cloned());
             names
         });
-        let mut sets: Vec<Arc<dyn ExternalTools>> = self
+        let servers = self
             .mcp
             .tools(
                 (&stage.settings.work_dir, stage.run_id),
@@ -815,9 +853,16 @@ impl AgentHandler {
                 &node.servers,
                 &warn,
             )
-            .await
-            .into_iter()
-            .collect();
+            .await;
+        // SWEny's `tools: {allow, deny}` narrows what skills and servers give.
+        let mut sets: Vec<Arc<dyn ExternalTools>> = match (servers, llm.tool_filter.clone()) {
+            (Some(servers), Some(filter)) => {
+                vec![trellis_agent::filtered(servers, move |name| {
+                    filter.keeps(name)
+                })]
+            }
+            (servers, _) => servers.into_iter().collect(),
+        };
         let listing = (!skills.is_empty()).then(|| skills.listing());
         if !skills.is_empty() {
             sets.push(Arc::new(skills::UseSkill(skills)));

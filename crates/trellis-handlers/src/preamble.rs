@@ -24,29 +24,40 @@ pub struct PreambleSource<'a> {
     pub blobs: &'a dyn BlobStore,
 }
 
-/// A YAML (SWEny) node sees the workflow's input and every prior node's result (its structured output,
-/// else its response), keyed by node id, as one JSON object — long text cut with a marker.
-fn sweny_context(out: &mut String, source: &PreambleSource<'_>) {
-    let resolve =
-        |value: &Value| trellis_engine::context::resolve_blob(value.clone(), source.blobs);
+/// The workflow's input and every prior node's result (its structured output, else its response),
+/// keyed by node id, as one JSON object: what a YAML (SWEny) node is shown, and what its `requires`
+/// is checked against.
+pub(crate) fn results_by_node(
+    workflow: &Workflow,
+    context: &BTreeMap<String, Value>,
+    blobs: &dyn BlobStore,
+) -> Value {
+    let resolve = |value: &Value| trellis_engine::context::resolve_blob(value.clone(), blobs);
     let mut shown = serde_json::Map::new();
     shown.insert(
         "input".into(),
-        source
-            .context
+        context
             .get(keys::INPUT)
             .map_or_else(|| Value::Object(serde_json::Map::new()), resolve),
     );
-    for node in &source.workflow.nodes {
-        let result = source
-            .context
+    for node in &workflow.nodes {
+        let result = context
             .get(&keys::output_of(&node.id))
-            .or_else(|| source.context.get(&keys::response_of(&node.id)));
+            .or_else(|| context.get(&keys::response_of(&node.id)));
         if let Some(result) = result {
             shown.insert(node.id.clone(), resolve(result));
         }
     }
-    let shown = trellis_engine::route_view::cut(Value::Object(shown));
+    Value::Object(shown)
+}
+
+/// A YAML (SWEny) node sees [`results_by_node`], long text cut with a marker.
+fn sweny_context(out: &mut String, source: &PreambleSource<'_>) {
+    let shown = trellis_engine::route_view::cut(results_by_node(
+        source.workflow,
+        source.context,
+        source.blobs,
+    ));
     let _ = write!(
         out,
         "## Workflow input and results so far\n```json\n{}\n```\n",

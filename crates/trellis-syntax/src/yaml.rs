@@ -26,9 +26,9 @@
 //! that lowering prepends to the prompt, lists such as `disallowed_tools` → comma-separated text, and a
 //! node with neither `type` nor `shape` is an agent. Trellis's own fields (`type`, `script`, `prompt`,
 //! `shape`, ...) work as in DOT. `inputs` and `workflow_type` are checked here (every problem reported);
-//! marketplace metadata is accepted; a node's `skills` list becomes its `skills` attribute; SWEny
-//! fields not implemented yet (`eval`, `requires`, `retry`, `tools`, and the workflow's inline
-//! `skills`) are accepted with one `ignored-field` warning each. Any other top-level scalar is a
+//! marketplace metadata is accepted; a node's `skills` list becomes its `skills` attribute, its
+//! `requires` and `tools` their attributes (as JSON text); SWEny fields not implemented yet (`eval`,
+//! `retry`, and the workflow's inline `skills`) are accepted with one `ignored-field` warning each. Any other top-level scalar is a
 //! graph attribute (`goal`, `model`, `router_model`). Nodes with no outgoing edges are terminal.
 
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
@@ -317,9 +317,7 @@ fn ignored_field(field: &str) -> Option<&'static str> {
             "inline workflow skills are not provided yet (put each in a SKILL.md under .sweny/skills)"
         }
         "eval" | "eval_policy" | "judge_model" | "judge_budget" => "evaluators are not run",
-        "requires" => "output requirements are not checked",
         "retry" => "SWEny node retries are not taken (Trellis's `max_retries` is)",
-        "tools" => "skill tool filters are not applied",
         "on_fail" => "`on_fail` is not applied (`fail_soft` is)",
         _ => return None,
     })
@@ -400,7 +398,9 @@ impl YamlLowering<'_> {
                 };
                 Value::plain(text.clone(), kind, *span)
             }
-            Node::Map { span, .. } | Node::Seq { span, .. } if key.name == "output_schema" => {
+            Node::Map { span, .. } | Node::Seq { span, .. }
+                if matches!(key.name.as_str(), "output_schema" | "requires" | "tools") =>
+            {
                 Value::plain(value.to_json().to_string(), ValueKind::Quoted, *span)
             }
             _ => {

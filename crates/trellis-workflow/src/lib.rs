@@ -17,6 +17,7 @@ pub mod label;
 mod lower;
 pub mod node_kind;
 pub mod outcome;
+pub mod requires;
 pub mod rules;
 pub mod small_map;
 mod style;

@@ -368,6 +368,12 @@ impl Lowerer<'_> {
         let output_schema = attrs
             .get("output_schema")
             .and_then(|attr| self.output_schema(&attr.value));
+        let requires = attrs
+            .get("requires")
+            .and_then(|attr| self.json_value(&attr.value, crate::requires::Requires::parse));
+        let tool_filter = attrs
+            .get("tools")
+            .and_then(|attr| self.json_value(&attr.value, crate::requires::ToolFilter::parse));
         let fidelity = attrs
             .get("fidelity")
             .and_then(|a| fidelity_value::parse("fidelity", &a.value, self.out));
@@ -406,6 +412,27 @@ impl Lowerer<'_> {
             mcp: r.string("mcp").map(|s| name_list(&s)),
             skills: r.string("skills").map(|s| name_list(&s)),
             max_subagent_depth: r.count("max_subagent_depth", 0),
+            requires,
+            tool_filter,
+        }
+    }
+
+    /// A JSON-valued attribute read by `parse`; its problem is an `attribute-value` error.
+    fn json_value<T>(
+        &mut self,
+        value: &Value,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        match parse(&value.text) {
+            Ok(parsed) => Some(parsed),
+            Err(problem) => {
+                self.out.push(
+                    attribute_value::RULE
+                        .diagnostic(problem, value.span)
+                        .with_label("this value"),
+                );
+                None
+            }
         }
     }
 

@@ -118,12 +118,14 @@ const AGENT_ATTRIBUTES: &[&str] = &[
     "mcp",
     "skills",
     "max_subagent_depth",
+    "requires",
+    "tools",
 ];
 
-/// Attributes of the nodes that call a model: the agent's, less the agent's own ten (the backend,
-/// the sandbox, the permissions, the MCP servers, the skills, the sub-agents and the loop's
-/// settings).
-const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(AGENT_ATTRIBUTES.len() - 10).0;
+/// Attributes of the nodes that call a model: the agent's, less the agent's own twelve (the
+/// backend, the sandbox, the permissions, the MCP servers, the skills, the sub-agents, SWEny's
+/// pre-condition and tool filter, and the loop's settings).
+const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(AGENT_ATTRIBUTES.len() - 12).0;
 
 /// The one table of node kinds: lowering resolves `type` and `shape` through it, the
 /// `unknown-attribute` rule judges attributes by it, and the engine registers handlers by its kinds.
@@ -262,6 +264,10 @@ pub struct LlmConfig {
     /// Agent nodes: how deep sub-agents may nest (`max_subagent_depth`; 0 offers no sub-agent
     /// tools). The handler decides the default.
     pub max_subagent_depth: Option<u32>,
+    /// Agent nodes: SWEny's pre-condition, checked before the node runs (`requires`, JSON).
+    pub requires: Option<crate::requires::Requires>,
+    /// Agent nodes: SWEny's filter of the tools skills and MCP servers give (`tools`, JSON).
+    pub tool_filter: Option<crate::requires::ToolFilter>,
 }
 
 impl LlmConfig {
@@ -521,6 +527,7 @@ impl AgentCli {
     /// CLI session), and the turn limit and reasoning effort where the CLI has no flag for them.
     pub fn unhonoured(self) -> &'static [&'static str] {
         const ATTRIBUTES: &[&str] = &[
+            "tools",
             "max_subagent_depth",
             "permissions",
             "mcp",

@@ -1,0 +1,457 @@
+//! SWEny's node pre-conditions (`requires`) and skill-tool filters (`tools`), read from their JSON
+//! attribute values at lowering (every problem a diagnostic) and checked when the node is about to
+//! run.
+//!
+//! `requires: {output_required: [PATH...], output_matches: [{path, equals | in | matches}],
+//! on_fail: fail | skip}` is checked against the workflow's input and the results so far, keyed by
+//! node id (`{"input": ..., "triage": {...}}`). A PATH is dot-separated names (node ids may hold
+//! `-`), a name followed by `[*]` stepping into each element of an array; `all:` (the default) asks
+//! every value the path reaches, `any:` one of them. `output_required` wants the path present and not
+//! null; `output_matches` compares what it reaches (`equals` and `in` by JSON equality, `matches` a
+//! regular expression — Rust's `regex`, which runs in linear time, so a pattern cannot stall a run).
+//!
+//! `tools: {allow: [NAME...], deny: [NAME...]}` narrows the tools an agent's skills and MCP servers
+//! give it (the built-in tools are narrowed by `allowed_tools`/`disallowed_tools`).
+
+use serde_json::Value;
+
+/// A node's pre-condition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Requires {
+    pub required: Vec<ValuePath>,
+    pub matches: Vec<ValueMatch>,
+    pub on_fail: OnFail,
+}
+
+/// What a node whose pre-condition fails does: fail, or be skipped (the run goes on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnFail {
+    #[default]
+    Fail,
+    Skip,
+}
+
+/// A path into JSON values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValuePath {
+    pub text: String,
+    any: bool,
+    /// Each name, and whether it steps into an array's elements (`[*]`).
+    segments: Vec<(String, bool)>,
+}
+
+/// A comparison of what a path reaches.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValueMatch {
+    pub path: ValuePath,
+    pub test: Test,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Test {
+    Equals(Value),
+    In(Vec<Value>),
+    /// A regular expression, compiled when checked (it compiled when read).
+    Matches(String),
+}
+
+/// A skill-tool filter.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ToolFilter {
+    /// Only these, when given.
+    pub allow: Option<Vec<String>>,
+    /// Never these (after `allow`).
+    pub deny: Vec<String>,
+}
+
+impl ToolFilter {
+    /// Whether the tool `name` (as the model sees it, `mcp__server__tool`) passes: a listed name may
+    /// be that, or the server's own name for the tool.
+    pub fn keeps(&self, name: &str) -> bool {
+        let own = name.rsplit("__").next().unwrap_or(name);
+        let listed = |names: &[String]| names.iter().any(|n| n == name || n == own);
+        self.allow.as_deref().is_none_or(listed) && !listed(&self.deny)
+    }
+}
+
+impl ValuePath {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (any, body) = match text.split_once(':') {
+            Some(("any", body)) => (true, body),
+            Some(("all", body)) => (false, body),
+            Some((prefix, _)) => {
+                return Err(format!(
+                    "unknown prefix `{prefix}:` in `{text}` (`all:` or `any:`)"
+                ));
+            }
+            None => (false, text),
+        };
+        if body.is_empty() {
+            return Err(format!("`{text}` names no path"));
+        }
+        let segments = body
+            .split('.')
+            .map(|part| {
+                let (name, wildcard) = match part.strip_suffix("[*]") {
+                    Some(name) => (name, true),
+                    None => (part, false),
+                };
+                let valid = name
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+                if valid {
+                    Ok((name.to_owned(), wildcard))
+                } else {
+                    Err(format!(
+                        "`{part}` in `{text}` is not a name (or a name with `[*]`)"
+                    ))
+                }
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            text: text.to_owned(),
+            any,
+            segments,
+        })
+    }
+
+    /// The values the path reaches in `root`, or why it reaches none.
+    fn resolve<'a>(&self, root: &'a Value) -> Result<Vec<&'a Value>, String> {
+        let mut current = vec![root];
+        for (name, wildcard) in &self.segments {
+            let mut next = Vec::new();
+            for value in current {
+                let Value::Object(fields) = value else {
+                    return Err(format!(
+                        "`{name}` is looked up in {}, not an object",
+                        kind(value)
+                    ));
+                };
+                let child = fields
+                    .get(name)
+                    .ok_or_else(|| format!("`{name}` is missing"))?;
+                if *wildcard {
+                    let Value::Array(items) = child else {
+                        return Err(format!("`{name}` is {}, not an array", kind(child)));
+                    };
+                    next.extend(items);
+                } else {
+                    next.push(child);
+                }
+            }
+            current = next;
+        }
+        Ok(current)
+    }
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+impl Test {
+    fn passes(&self, value: &Value) -> bool {
+        match self {
+            Test::Equals(wanted) => value == wanted,
+            Test::In(allowed) => allowed.contains(value),
+            Test::Matches(pattern) => {
+                let text = match value {
+                    Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                };
+                regex::Regex::new(pattern).is_ok_and(|re| re.is_match(&text))
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Test::Equals(wanted) => format!("equals {wanted}"),
+            Test::In(allowed) => format!("in {}", Value::Array(allowed.clone())),
+            Test::Matches(pattern) => format!("matches /{pattern}/"),
+        }
+    }
+}
+
+impl Requires {
+    /// Reads a `requires` value (JSON text).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| format!("`requires` is not valid JSON: {e}"))?;
+        let Value::Object(fields) = value else {
+            return Err("`requires` must be an object".into());
+        };
+        let mut requires = Requires {
+            required: Vec::new(),
+            matches: Vec::new(),
+            on_fail: OnFail::Fail,
+        };
+        for (key, value) in fields {
+            match key.as_str() {
+                "output_required" => {
+                    for path in strings(&value, "output_required")? {
+                        requires.required.push(ValuePath::parse(&path)?);
+                    }
+                }
+                "output_matches" => {
+                    let Value::Array(items) = value else {
+                        return Err("`output_matches` must be a list".into());
+                    };
+                    for item in items {
+                        requires.matches.push(value_match(item)?);
+                    }
+                }
+                "on_fail" => {
+                    requires.on_fail = match value.as_str() {
+                        Some("fail") => OnFail::Fail,
+                        Some("skip") => OnFail::Skip,
+                        _ => {
+                            return Err(format!("`on_fail` must be `fail` or `skip`, got {value}"));
+                        }
+                    };
+                }
+                other => {
+                    return Err(format!(
+                        "unknown key `{other}` in `requires` (output_required, output_matches, on_fail)"
+                    ));
+                }
+            }
+        }
+        if requires.required.is_empty() && requires.matches.is_empty() {
+            return Err("`requires` declares no check (output_required or output_matches)".into());
+        }
+        Ok(requires)
+    }
+
+    /// Checks the pre-condition against `root` (the input and results by node id): `Err` with every
+    /// failure, one per line.
+    pub fn check(&self, root: &Value) -> Result<(), String> {
+        let mut failures = Vec::new();
+        for path in &self.required {
+            let reason = match path.resolve(root) {
+                Err(reason) => Some(reason),
+                Ok(values) if path.any && !values.iter().any(|v| !v.is_null()) => {
+                    Some("no value it reaches is set".to_owned())
+                }
+                Ok(values) if !path.any && values.iter().any(|v| v.is_null()) => {
+                    Some("it reaches null".to_owned())
+                }
+                Ok(_) => None,
+            };
+            if let Some(reason) = reason {
+                failures.push(format!("output_required `{}`: {reason}", path.text));
+            }
+        }
+        for check in &self.matches {
+            let path = &check.path;
+            let reason = match path.resolve(root) {
+                Err(reason) => Some(reason),
+                Ok(values) if path.any => (!values.iter().any(|v| check.test.passes(v)))
+                    .then(|| format!("no value it reaches {}", check.test.describe())),
+                Ok(values) => {
+                    let offenders: Vec<String> = values
+                        .iter()
+                        .filter(|v| !check.test.passes(v))
+                        .map(ToString::to_string)
+                        .collect();
+                    (!offenders.is_empty()).then(|| {
+                        format!(
+                            "wanted {}, got {}",
+                            check.test.describe(),
+                            offenders.join(", ")
+                        )
+                    })
+                }
+            };
+            if let Some(reason) = reason {
+                failures.push(format!("output_matches `{}`: {reason}", path.text));
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failures.join("\n"))
+        }
+    }
+}
+
+impl ToolFilter {
+    /// Reads a `tools` value (JSON text).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| format!("`tools` is not valid JSON: {e}"))?;
+        let Value::Object(fields) = value else {
+            return Err("`tools` must be an object with `allow` and/or `deny`".into());
+        };
+        let mut filter = ToolFilter::default();
+        for (key, value) in fields {
+            match key.as_str() {
+                "allow" => filter.allow = Some(strings(&value, "allow")?),
+                "deny" => filter.deny = strings(&value, "deny")?,
+                other => return Err(format!("unknown key `{other}` in `tools` (allow, deny)")),
+            }
+        }
+        if filter.allow.is_none() && filter.deny.is_empty() {
+            return Err("`tools` declares neither `allow` nor `deny`".into());
+        }
+        Ok(filter)
+    }
+}
+
+fn strings(value: &Value, key: &str) -> Result<Vec<String>, String> {
+    let list = value
+        .as_array()
+        .filter(|items| !items.is_empty())
+        .ok_or_else(|| format!("`{key}` must be a non-empty list of names"))?;
+    list.iter()
+        .map(|item| {
+            item.as_str()
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .ok_or_else(|| format!("`{key}` must list names, found {item}"))
+        })
+        .collect()
+}
+
+fn value_match(item: Value) -> Result<ValueMatch, String> {
+    let Value::Object(mut fields) = item else {
+        return Err("each `output_matches` entry must be an object".into());
+    };
+    let path = fields
+        .remove("path")
+        .and_then(|p| p.as_str().map(str::to_owned))
+        .ok_or("an `output_matches` entry needs `path`")?;
+    let path = ValuePath::parse(&path)?;
+    let mut tests = Vec::new();
+    for (key, value) in fields {
+        tests.push(match key.as_str() {
+            "equals" => Test::Equals(value),
+            "in" => match value {
+                Value::Array(items) => Test::In(items),
+                _ => return Err(format!("`in` of `{}` must be a list", path.text)),
+            },
+            "matches" => {
+                let pattern = value
+                    .as_str()
+                    .ok_or_else(|| format!("`matches` of `{}` must be a string", path.text))?;
+                regex::Regex::new(pattern).map_err(|e| {
+                    format!(
+                        "`matches` of `{}` is not a regular expression: {e}",
+                        path.text
+                    )
+                })?;
+                Test::Matches(pattern.to_owned())
+            }
+            other => {
+                return Err(format!(
+                    "unknown key `{other}` in the `output_matches` entry of `{}`",
+                    path.text
+                ));
+            }
+        });
+    }
+    match <[Test; 1]>::try_from(tests) {
+        Ok([test]) => Ok(ValueMatch { path, test }),
+        Err(_) => Err(format!(
+            "the `output_matches` entry of `{}` needs exactly one of equals, in, matches",
+            path.text
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn paths_and_checks_say_what_failed() {
+        let root = json!({
+            "input": { "repo": "acme/api", "empty": null },
+            "scan": { "findings": [{ "severity": "low" }, { "severity": "high" }] },
+            "read-bug": { "recommendation": "skip" },
+        });
+        let ok = Requires::parse(
+            r#"{"output_required": ["input.repo", "any:scan.findings[*].severity"],
+                "output_matches": [{"path": "any:scan.findings[*].severity", "equals": "high"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(ok.check(&root), Ok(()));
+        let failing = Requires::parse(
+            r#"{"output_required": ["input.missing", "input.empty", "triage.x"],
+                "output_matches": [{"path": "read-bug.recommendation", "in": ["implement", "fix"]},
+                                   {"path": "scan.findings[*].severity", "matches": "^(low|medium)$"}],
+                "on_fail": "skip"}"#,
+        )
+        .unwrap();
+        assert_eq!(failing.on_fail, OnFail::Skip);
+        assert_eq!(
+            failing.check(&root).unwrap_err(),
+            "output_required `input.missing`: `missing` is missing\n\
+             output_required `input.empty`: it reaches null\n\
+             output_required `triage.x`: `triage` is missing\n\
+             output_matches `read-bug.recommendation`: wanted in [\"implement\",\"fix\"], got \"skip\"\n\
+             output_matches `scan.findings[*].severity`: wanted matches /^(low|medium)$/, got \"high\""
+        );
+    }
+
+    #[test]
+    fn malformed_values_are_refused_with_the_reason() {
+        for (text, problem) in [
+            ("[]", "must be an object"),
+            ("{}", "declares no check"),
+            (r#"{"output_required": ["a..b"]}"#, "is not a name"),
+            (
+                r#"{"output_required": ["some:a"]}"#,
+                "unknown prefix `some:`",
+            ),
+            (
+                r#"{"output_matches": [{"path": "a", "equals": 1, "in": [1]}]}"#,
+                "exactly one of",
+            ),
+            (
+                r#"{"output_matches": [{"path": "a", "matches": "("}]}"#,
+                "not a regular expression",
+            ),
+            (
+                r#"{"output_required": ["a"], "on_fail": "retry"}"#,
+                "`fail` or `skip`",
+            ),
+            (
+                r#"{"output_required": ["a"], "verify": 1}"#,
+                "unknown key `verify`",
+            ),
+        ] {
+            let error = Requires::parse(text).unwrap_err();
+            assert!(error.contains(problem), "{text}: {error}");
+        }
+        assert!(ToolFilter::parse("{}").is_err());
+        assert!(ToolFilter::parse(r#"{"allow": []}"#).is_err());
+    }
+
+    #[test]
+    fn a_tool_filter_matches_exposed_and_own_names() {
+        let filter = ToolFilter::parse(
+            r#"{"allow": ["read_text_file", "mcp__git__git_log"], "deny": ["git_log"]}"#,
+        )
+        .unwrap();
+        assert!(filter.keeps("mcp__files__read_text_file"));
+        assert!(!filter.keeps("mcp__files__write_file"));
+        assert!(!filter.keeps("mcp__git__git_log"));
+        let deny = ToolFilter::parse(r#"{"deny": ["delete_issue"]}"#).unwrap();
+        assert!(deny.keeps("mcp__linear__create_issue"));
+        assert!(!deny.keeps("mcp__linear__delete_issue"));
+    }
+}
