@@ -1,9 +1,11 @@
 //! Skills (the Agent Skills format Fabro, SWEny and Claude Code share): a directory holding a
-//! `SKILL.md` whose YAML front matter names the skill (`name`, `description`, `category`, `config`)
-//! and whose Markdown body is its instructions. They are found in `~/.fabro/skills/`, then the
-//! project's `.fabro/skills/`, `skills/`, `.sweny/skills/` and `.claude/skills/` (the project is the
-//! working directory's git root, or the working directory), one level deep; a later directory's
-//! skill replaces an earlier one of the same name.
+//! `SKILL.md` whose YAML front matter names the skill (`name`, `description`, `category`, `config`,
+//! `mcp`) and whose Markdown body is its instructions. They are found in `~/.fabro/skills/`, then
+//! the project's `.fabro/skills/`, `skills/`, `.gemini/skills/`, `.agents/skills/`,
+//! `.claude/skills/` and `.sweny/skills/` (the project is the working directory's git root, or the
+//! working directory), one level deep; a later directory's skill replaces an earlier one of the
+//! same name. A node may also name an MCP server or one of SWEny's built-in skill ids
+//! ([`Skills::for_node`]).
 //!
 //! A built-in agent sees them three ways: a `use_skill` tool listed with every skill in its system
 //! prompt; `/skill-name rest of the request` in its prompt, expanded to the skill's instructions
@@ -182,6 +184,17 @@ pub struct Skills {
     by_name: BTreeMap<String, Skill>,
 }
 
+/// The project's skill directories, in order (later ones win): Fabro's, then those SWEny reads in
+/// its order of priority (`.sweny/skills` highest).
+const PROJECT_DIRECTORIES: [&str; 6] = [
+    ".fabro/skills",
+    "skills",
+    ".gemini/skills",
+    ".agents/skills",
+    ".claude/skills",
+    ".sweny/skills",
+];
+
 /// The directories searched, in order (later ones win).
 pub fn directories(work_dir: &Path, home: Option<&Path>) -> Vec<PathBuf> {
     let project = work_dir
@@ -191,7 +204,7 @@ pub fn directories(work_dir: &Path, home: Option<&Path>) -> Vec<PathBuf> {
     home.map(|home| home.join(".fabro/skills"))
         .into_iter()
         .chain(
-            [".fabro/skills", "skills", ".sweny/skills", ".claude/skills"]
+            PROJECT_DIRECTORIES
                 .iter()
                 .map(|dir| project.join(dir)),
         )
@@ -342,8 +355,9 @@ impl Skills {
         if !unknown.is_empty() {
             let known: Vec<&str> = self.by_name.keys().map(String::as_str).collect();
             out.errors.push(format!(
-                "no skill named {} was found (in ~/.fabro/skills, .fabro/skills, skills, .sweny/skills or .claude/skills; found: {}), and no MCP server of that name is configured",
+                "no skill named {} was found (in ~/.fabro/skills or the project's {}; found: {}), and no MCP server of that name is configured",
                 unknown.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "),
+                PROJECT_DIRECTORIES.join(", "),
                 if known.is_empty() { "none".to_owned() } else { known.join(", ") }
             ));
         }
