@@ -478,3 +478,57 @@ fn a_secret_only_the_server_configuration_holds_is_redacted_from_what_the_model_
     .unwrap();
     assert!(!record.contains(secret));
 }
+
+#[test]
+fn a_workflow_names_its_own_servers_file() {
+    let (Some(server), Some(mock)) = (filesystem_server(), Llmock::start()) else {
+        return;
+    };
+    let p = project(&mock);
+    let notes = p.write("notes.txt", "water the plants\n");
+    let root = p.path().canonicalize().unwrap();
+    p.write(
+        "servers.toml",
+        &format!(
+            "[mcp_servers.files]\ncommand = [\"{}\", \"{}\"]\n",
+            server.display(),
+            root.display()
+        ),
+    );
+    p.write(
+        "w.fabro",
+        &AGENT.replace(
+            " start [shape=Mdiamond]",
+            " graph [mcp_servers=\"@servers.toml\"]\n start [shape=Mdiamond]",
+        ),
+    );
+    mock.scenario(&json!([
+        { "type": "reply", "tool_calls": [{ "name": "mcp__files__read_text_file",
+            "arguments": { "path": notes.canonicalize().unwrap() } }], "times": 1 },
+        { "type": "reply", "text": "Water the plants.", "times": 1 },
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let result = &Llmock::tool_results(&mock.bodies()[1])[0];
+    assert!(
+        result["content"].to_string().contains("water the plants"),
+        "{result}"
+    );
+
+    // A file that is not there fails validation, before anything runs.
+    p.write(
+        "missing.fabro",
+        &AGENT.replace(
+            " start [shape=Mdiamond]",
+            " graph [mcp_servers=\"@nowhere.toml\"]\n start [shape=Mdiamond]",
+        ),
+    );
+    let out = p.command(&["validate", "missing.fabro"]).output().unwrap();
+    assert!(!out.status.success());
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("file-reference") && text.contains("nowhere.toml"),
+        "{text}"
+    );
+}

@@ -173,8 +173,11 @@ async fn simulated_skills(stage: &Stage<'_>, llm: &LlmConfig) {
         return;
     };
     let dir = stage.settings.work_dir.clone();
-    let (_, node) =
-        trellis_process::task::blocking(move || skills::for_node_in(&dir, &names)).await;
+    let servers = stage.workflow.graph.mcp_servers.clone();
+    let (_, node) = trellis_process::task::blocking(move || {
+        skills::for_node_in(&dir, servers.as_ref(), &names)
+    })
+    .await;
     for problem in node.errors.iter().chain(&node.warnings) {
         stage.emitter.emit(
             Some(&stage.node.id),
@@ -817,9 +820,12 @@ impl AgentHandler {
         prompt: &mut String,
     ) -> Result<(Vec<Arc<dyn ExternalTools>>, Option<String>), Box<Outcome>> {
         let dir = stage.settings.work_dir.clone();
+        let servers = stage.workflow.graph.mcp_servers.clone();
         let names = llm.skills.clone().unwrap_or_default();
-        let (skills, node) =
-            trellis_process::task::blocking(move || skills::for_node_in(&dir, &names)).await;
+        let (skills, node) = trellis_process::task::blocking(move || {
+            skills::for_node_in(&dir, servers.as_ref(), &names)
+        })
+        .await;
         if !node.errors.is_empty() {
             return Err(Box::new(Outcome::failed(
                 FailureClass::Configuration,
@@ -848,7 +854,11 @@ impl AgentHandler {
         let servers = self
             .mcp
             .tools(
-                (&stage.settings.work_dir, stage.run_id),
+                (
+                    &stage.settings.work_dir,
+                    stage.run_id,
+                    stage.workflow.graph.mcp_servers.as_ref(),
+                ),
                 selection.as_deref(),
                 &node.servers,
                 &warn,

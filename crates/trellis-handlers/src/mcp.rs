@@ -3,8 +3,9 @@
 //! (Claude Code's format: `{"mcpServers": {"NAME": {"command": ..., "args": [...], "env": {...}}}}`,
 //! or `{"type": "http", "url": ..., "headers": {...}}`) and in the user config file (Fabro's shape:
 //! `[mcp_servers.NAME]` with `type = "stdio"`, `command = [...]`, `env`, or `type = "http"`, `url`,
-//! `headers`; `startup_timeout_secs`, `tool_timeout_secs`); the project's file names a server the
-//! user's also names. Skills bring servers too (see [`crate::skills`]), for the nodes naming them. A
+//! `headers`; `startup_timeout_secs`, `tool_timeout_secs`) and in a file the workflow names
+//! (`mcp_servers="@servers.toml"`, either shape); for a name several give, the workflow's wins, then
+//! the project's. Skills bring servers too (see [`crate::skills`]), for the nodes naming them. A
 //! server starts (or is connected to) at the run's first agent stage that sees it (`mcp="a,b"` on the
 //! node limits which; every configured one otherwise), is shared by the run's later agent stages,
 //! and is stopped with its whole process group when the run ends. Its tools are offered as
@@ -34,6 +35,7 @@ use trellis_llm::ToolDef;
 use trellis_process::group::{RUN_ID_VAR, kill_group};
 use trellis_process::sandbox::{Policy, Sandbox};
 use trellis_process::secrets;
+use trellis_workflow::workflow::ServersFile;
 
 /// How long a server has to start and list its tools, unless its configuration says.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -78,9 +80,10 @@ impl ServerConfig {
     }
 }
 
-/// The names of the servers configured for a run in `work_dir` (those that can be used).
-pub fn configured_names(work_dir: &Path) -> Vec<String> {
-    load(work_dir).0.into_keys().collect()
+/// The names of the servers configured for a run in `work_dir` of a workflow naming `workflow`'s
+/// (those that can be used).
+pub fn configured_names(work_dir: &Path, workflow: Option<&ServersFile>) -> Vec<String> {
+    load(work_dir, workflow).0.into_keys().collect()
 }
 
 /// `.mcp.json`: Claude Code's project file.
@@ -128,6 +131,7 @@ pub fn configured(
     work_dir: &Path,
     user: &BTreeMap<String, Value>,
     user_file: Option<&Path>,
+    workflow: Option<&ServersFile>,
 ) -> (BTreeMap<String, ServerConfig>, Vec<String>) {
     let mut servers = BTreeMap::new();
     let mut problems = Vec::new();
@@ -164,7 +168,72 @@ pub fn configured(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => problems.push(format!("cannot read {}: {e}", project.display())),
     }
+    if let Some(file) = workflow {
+        workflow_servers(file, &mut servers, &mut problems);
+    }
     (servers, problems)
+}
+
+/// A TOML servers file: the user config file's `[mcp_servers.NAME]` tables.
+#[derive(Deserialize)]
+struct TomlFile {
+    #[serde(default)]
+    mcp_servers: BTreeMap<String, toml::Value>,
+}
+
+/// The servers a workflow's `mcp_servers` names (they win over the others of the same name): JSON
+/// in `.mcp.json`'s shape, or TOML in the user config file's.
+fn workflow_servers(
+    file: &ServersFile,
+    servers: &mut BTreeMap<String, ServerConfig>,
+    problems: &mut Vec<String>,
+) {
+    let source = file.path.as_ref().map_or_else(
+        || "the workflow's mcp_servers".to_owned(),
+        |path| path.display().to_string(),
+    );
+    let json = file
+        .path
+        .as_ref()
+        .is_some_and(|p| p.extension().is_some_and(|e| e == "json"))
+        || file.text.trim_start().starts_with('{');
+    if json {
+        match serde_json::from_str::<ProjectFile>(&file.text) {
+            Ok(parsed) => {
+                for (name, server) in parsed.mcp_servers {
+                    let at = format!("{source} (`{name}`)");
+                    match project_server(server, at.clone()) {
+                        Ok(config) => {
+                            servers.insert(name, config);
+                        }
+                        Err(problem) => problems.push(format!("{at}: {problem}")),
+                    }
+                }
+            }
+            Err(e) => problems.push(format!("{source} is not valid: {e}")),
+        }
+        return;
+    }
+    match toml::from_str::<TomlFile>(&file.text) {
+        Ok(parsed) => {
+            for (name, table) in parsed.mcp_servers {
+                let at = format!("{source} [mcp_servers.{name}]");
+                let server = serde_json::to_value(table)
+                    .map_err(|e| e.to_string())
+                    .and_then(|v| {
+                        serde_json::from_value::<UserServer>(v).map_err(|e| e.to_string())
+                    })
+                    .and_then(|server| user_server(server, at.clone()));
+                match server {
+                    Ok(config) => {
+                        servers.insert(name, config);
+                    }
+                    Err(problem) => problems.push(format!("{at}: {problem}")),
+                }
+            }
+        }
+        Err(e) => problems.push(format!("{source} is not valid: {e}")),
+    }
 }
 
 fn user_server(server: UserServer, source: String) -> Result<ServerConfig, String> {
@@ -465,7 +534,7 @@ impl Hub {
     /// configured) is passed to `warn`. `None` when no server is to be used.
     pub async fn tools(
         self: &Arc<Self>,
-        (work_dir, run_id): (&Path, &str),
+        (work_dir, run_id, workflow): (&Path, &str, Option<&ServersFile>),
         selection: Option<&[String]>,
         skill_servers: &[(String, ServerConfig)],
         warn: &(dyn Fn(String) + Sync),
@@ -473,7 +542,9 @@ impl Hub {
         let mut state = self.state.lock().await;
         if state.is_none() {
             let dir = work_dir.to_path_buf();
-            let (configs, problems) = trellis_process::task::blocking(move || load(&dir)).await;
+            let workflow = workflow.cloned();
+            let (configs, problems) =
+                trellis_process::task::blocking(move || load(&dir, workflow.as_ref())).await;
             for problem in problems {
                 warn(format!("MCP: {problem}"));
             }
@@ -569,12 +640,20 @@ impl Hub {
     }
 }
 
-/// The servers configured for `work_dir` (the user config file's and the project's).
-fn load(work_dir: &Path) -> (BTreeMap<String, ServerConfig>, Vec<String>) {
+/// The servers configured for `work_dir` (the user config file's, the project's, the workflow's).
+fn load(
+    work_dir: &Path,
+    workflow: Option<&ServersFile>,
+) -> (BTreeMap<String, ServerConfig>, Vec<String>) {
     match trellis_llm::Config::load() {
-        Ok(config) => configured(work_dir, &config.mcp_servers, config.file.as_deref()),
+        Ok(config) => configured(
+            work_dir,
+            &config.mcp_servers,
+            config.file.as_deref(),
+            workflow,
+        ),
         Err(e) => {
-            let (servers, mut problems) = configured(work_dir, &BTreeMap::new(), None);
+            let (servers, mut problems) = configured(work_dir, &BTreeMap::new(), None, workflow);
             problems.push(format!("the config file's servers are not used: {e}"));
             (servers, problems)
         }
@@ -752,7 +831,22 @@ mod tests {
             "ftp": {"type": "http", "url": "ftp://example.com/"},
         }))
         .unwrap();
-        let (servers, problems) = configured(dir.path(), &user, None);
+        let (servers, problems) = configured(dir.path(), &user, None, None);
+        // The workflow's own file wins over both, in either shape.
+        for text in [
+            "[mcp_servers.fs]\ncommand = [\"wf\"]\n",
+            r#"{"mcpServers": {"fs": {"command": "wf"}}}"#,
+        ] {
+            let file = ServersFile {
+                path: None,
+                text: text.into(),
+            };
+            let (again, _) = configured(dir.path(), &user, None, Some(&file));
+            assert!(
+                matches!(&again["fs"].endpoint, Endpoint::Stdio { command, .. } if command == &["wf"]),
+                "{text}"
+            );
+        }
         assert_eq!(
             servers["fs"].endpoint,
             Endpoint::Stdio {

@@ -27,6 +27,8 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use trellis_agent::{ExternalTools, ToolOutput};
 
+use trellis_workflow::workflow::ServersFile;
+
 use crate::mcp::{Endpoint, ServerConfig};
 use trellis_llm::ToolDef;
 use yaml_rust2::{Yaml, YamlLoader};
@@ -203,11 +205,7 @@ pub fn directories(work_dir: &Path, home: Option<&Path>) -> Vec<PathBuf> {
         .unwrap_or(work_dir);
     home.map(|home| home.join(".fabro/skills"))
         .into_iter()
-        .chain(
-            PROJECT_DIRECTORIES
-                .iter()
-                .map(|dir| project.join(dir)),
-        )
+        .chain(PROJECT_DIRECTORIES.iter().map(|dir| project.join(dir)))
         .collect()
 }
 
@@ -486,10 +484,14 @@ enum Tools {
 }
 
 /// The skills found for a run in `work_dir`, and what `names` come to there, with the servers
-/// configured for it and the process's environment.
-pub fn for_node_in(work_dir: &Path, names: &[String]) -> (Skills, NodeSkills) {
+/// configured for it (the workflow's too) and the process's environment.
+pub fn for_node_in(
+    work_dir: &Path,
+    workflow: Option<&ServersFile>,
+    names: &[String],
+) -> (Skills, NodeSkills) {
     let skills = Skills::for_work_dir(work_dir);
-    let servers = crate::mcp::configured_names(work_dir);
+    let servers = crate::mcp::configured_names(work_dir, workflow);
     let env = |name: &str| std::env::var(name).ok();
     let node = skills.for_node(names, &env, &|name| servers.iter().any(|s| s == name));
     (skills, node)
@@ -517,7 +519,7 @@ pub fn preflight(
         return Ok(());
     }
     let skills = Skills::for_work_dir(work_dir);
-    let servers = crate::mcp::configured_names(work_dir);
+    let servers = crate::mcp::configured_names(work_dir, workflow.graph.mcp_servers.as_ref());
     let configured = |name: &str| servers.iter().any(|s| s == name);
     let mut problems = Vec::new();
     for (id, names) in wanted {

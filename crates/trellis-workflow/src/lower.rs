@@ -148,6 +148,10 @@ impl Lowerer<'_> {
             .get("default_fidelity")
             .and_then(|a| fidelity_value::parse("default_fidelity", &a.value, self.out));
         let goal_override = self.goal_override.map(str::to_owned);
+        let mcp_servers = attrs.get("mcp_servers").and_then(|attr| {
+            file_reference::load("mcp_servers", &attr.value, self.files, self.out)
+                .map(|(path, text)| crate::workflow::ServersFile { path, text })
+        });
         let mut r = self.reader(attrs);
         let default_max_retries = r
             .count("default_max_retries", 0)
@@ -180,6 +184,7 @@ impl Lowerer<'_> {
                 .parsed::<SandboxPolicy>("sandbox", "network=on|off and write=PATH items")
                 .unwrap_or_default(),
             permissions: r.word("permissions", Permissions::WORDS),
+            mcp_servers,
             attributes,
             attr_spans: span_map(attrs),
         }

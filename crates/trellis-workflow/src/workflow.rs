@@ -73,6 +73,16 @@ impl std::ops::Index<NodeIndex> for EdgeLists {
     }
 }
 
+/// A workflow's MCP server configuration, as written: TOML with `[mcp_servers.NAME]` tables (the
+/// user config file's shape) or JSON with `mcpServers` (`.mcp.json`'s); read when a run's first agent
+/// stage starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServersFile {
+    /// The file it came from (`@path`), when it came from one.
+    pub path: Option<std::path::PathBuf>,
+    pub text: String,
+}
+
 /// Graph-level settings.
 #[derive(Debug, Clone, Default)]
 pub struct GraphConfig {
@@ -100,6 +110,8 @@ pub struct GraphConfig {
     pub sandbox: crate::node_kind::SandboxPolicy,
     /// The graph's `permissions`, for agent nodes that set none.
     pub permissions: Option<crate::node_kind::Permissions>,
+    /// MCP servers for this workflow's agents (`mcp_servers="@servers.toml"`, or the text itself).
+    pub mcp_servers: Option<ServersFile>,
     /// Every graph attribute as text, mirrored into the run context as `graph.<key>`.
     pub attributes: SmallMap<String>,
     /// Value spans of graph attributes, for diagnostics.

@@ -40,6 +40,7 @@ pub const GRAPH: &[&str] = &[
     "capture_artifacts",
     "sandbox",
     "permissions",
+    "mcp_servers",
     "model",
     "router_model",
     "inputs",
