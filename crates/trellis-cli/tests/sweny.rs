@@ -592,3 +592,65 @@ edges:
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     assert_eq!(run.stage_status("report"), "succeeded");
 }
+
+#[test]
+fn a_workflows_inline_skill_reaches_the_nodes_naming_it() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = Project::new()
+        .with_env("ANTHROPIC_API_KEY", "sk-ant-test-sweny-0000")
+        .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"));
+    p.write(
+        "postmortem.yml",
+        r"id: postmortem
+name: Postmortem
+entry: draft
+skills:
+  sre-rubric:
+    name: SRE rubric
+    instruction: Score completeness, root cause depth and action items from 1 to 5.
+nodes:
+  draft:
+    name: Draft
+    instruction: Write the postmortem.
+    skills: [sre-rubric]
+edges: []
+",
+    );
+    let out = p
+        .command(&["validate", "--format", "json", "postmortem.yml"])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["files"][0]["diagnostics"], json!([]), "{report}");
+    mock.scenario(&json!([{ "type": "reply", "text": "Drafted.", "times": 1 }]));
+    let run = p.run("postmortem.yml", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let body = &mock.bodies()[0];
+    let prompt = body["messages"][0].to_string();
+    assert!(
+        prompt.contains("## Skill: sre-rubric") && prompt.contains("Score completeness"),
+        "{prompt}"
+    );
+    assert!(
+        body["system"]
+            .to_string()
+            .contains("`sre-rubric`: SRE rubric"),
+        "{}",
+        body["system"]
+    );
+
+    // An inline skill without instructions is a validation error.
+    p.write(
+        "bad.yml",
+        "id: bad\nname: Bad\nentry: a\nskills:\n  empty: { name: Empty }\nnodes:\n  a: { name: A, instruction: Go. }\nedges: []\n",
+    );
+    let out = p.command(&["validate", "bad.yml"]).output().unwrap();
+    assert!(!out.status.success());
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("skill `empty` needs a non-empty `instruction`"),
+        "{text}"
+    );
+}

@@ -173,11 +173,9 @@ async fn simulated_skills(stage: &Stage<'_>, llm: &LlmConfig) {
         return;
     };
     let dir = stage.settings.work_dir.clone();
-    let servers = stage.workflow.graph.mcp_servers.clone();
-    let (_, node) = trellis_process::task::blocking(move || {
-        skills::for_node_in(&dir, servers.as_ref(), &names)
-    })
-    .await;
+    let graph = stage.workflow.graph.clone();
+    let (_, node) =
+        trellis_process::task::blocking(move || skills::for_node_in(&dir, &graph, &names)).await;
     for problem in node.errors.iter().chain(&node.warnings) {
         stage.emitter.emit(
             Some(&stage.node.id),
@@ -820,12 +818,11 @@ impl AgentHandler {
         prompt: &mut String,
     ) -> Result<(Vec<Arc<dyn ExternalTools>>, Option<String>), Box<Outcome>> {
         let dir = stage.settings.work_dir.clone();
-        let servers = stage.workflow.graph.mcp_servers.clone();
+        let graph = stage.workflow.graph.clone();
         let names = llm.skills.clone().unwrap_or_default();
-        let (skills, node) = trellis_process::task::blocking(move || {
-            skills::for_node_in(&dir, servers.as_ref(), &names)
-        })
-        .await;
+        let (skills, node) =
+            trellis_process::task::blocking(move || skills::for_node_in(&dir, &graph, &names))
+                .await;
         if !node.errors.is_empty() {
             return Err(Box::new(Outcome::failed(
                 FailureClass::Configuration,

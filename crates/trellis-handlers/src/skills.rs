@@ -27,7 +27,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use trellis_agent::{ExternalTools, ToolOutput};
 
-use trellis_workflow::workflow::ServersFile;
+use trellis_workflow::workflow::GraphConfig;
 
 use crate::mcp::{Endpoint, ServerConfig};
 use trellis_llm::ToolDef;
@@ -242,6 +242,32 @@ impl Skills {
             }
         }
         Self { by_name }
+    }
+
+    /// The skills of a run in `work_dir` of a workflow with `graph`'s: those found (with the user's
+    /// home from `HOME`), then the workflow's inline ones, which win.
+    pub fn for_run(work_dir: &Path, graph: &GraphConfig) -> Self {
+        let mut skills = Self::for_work_dir(work_dir);
+        for inline in &graph.inline_skills {
+            skills.by_name.insert(
+                inline.id.clone(),
+                Skill {
+                    name: inline.id.clone(),
+                    description: inline
+                        .description
+                        .clone()
+                        .or_else(|| inline.name.clone())
+                        .unwrap_or_else(|| format!("Custom skill: {}", inline.id)),
+                    body: inline.instruction.trim().to_owned(),
+                    required: Vec::new(),
+                    category: "general".to_owned(),
+                    mcp: inline.mcp.as_ref().and_then(skill_server),
+                    path: PathBuf::from(format!("the workflow's skill `{}`", inline.id)),
+                    users_own: false,
+                },
+            );
+        }
+        skills
     }
 
     /// The skills for a run in `work_dir`, with the user's home from `HOME`.
@@ -485,13 +511,9 @@ enum Tools {
 
 /// The skills found for a run in `work_dir`, and what `names` come to there, with the servers
 /// configured for it (the workflow's too) and the process's environment.
-pub fn for_node_in(
-    work_dir: &Path,
-    workflow: Option<&ServersFile>,
-    names: &[String],
-) -> (Skills, NodeSkills) {
-    let skills = Skills::for_work_dir(work_dir);
-    let servers = crate::mcp::configured_names(work_dir, workflow);
+pub fn for_node_in(work_dir: &Path, graph: &GraphConfig, names: &[String]) -> (Skills, NodeSkills) {
+    let skills = Skills::for_run(work_dir, graph);
+    let servers = crate::mcp::configured_names(work_dir, graph.mcp_servers.as_ref());
     let env = |name: &str| std::env::var(name).ok();
     let node = skills.for_node(names, &env, &|name| servers.iter().any(|s| s == name));
     (skills, node)
@@ -518,7 +540,7 @@ pub fn preflight(
     if wanted.is_empty() {
         return Ok(());
     }
-    let skills = Skills::for_work_dir(work_dir);
+    let skills = Skills::for_run(work_dir, &workflow.graph);
     let servers = crate::mcp::configured_names(work_dir, workflow.graph.mcp_servers.as_ref());
     let configured = |name: &str| servers.iter().any(|s| s == name);
     let mut problems = Vec::new();
@@ -569,7 +591,7 @@ fn parse(text: &str, path: &Path) -> Option<Skill> {
         })
         .unwrap_or("general")
         .to_owned();
-    let mcp = skill_server(&meta["mcp"]);
+    let mcp = skill_server(&yaml_json(&meta["mcp"]));
     let required = match &meta["config"] {
         Yaml::Hash(config) => config
             .iter()
@@ -591,46 +613,63 @@ fn parse(text: &str, path: &Path) -> Option<Skill> {
 }
 
 /// A skill's `mcp` block: `command` (with `args`) and `env`, or `url`.
-fn skill_server(block: &Yaml) -> Option<SkillServer> {
+fn skill_server(block: &Value) -> Option<SkillServer> {
+    let text_map = |value: &Value| -> BTreeMap<String, String> {
+        value
+            .as_object()
+            .map(|map| {
+                map.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
     if let Some(url) = block["url"].as_str() {
-        let headers = match &block["headers"] {
-            Yaml::Hash(headers) => headers
-                .iter()
-                .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), v.as_str()?.to_owned())))
-                .collect(),
-            _ => BTreeMap::new(),
-        };
         return Some(SkillServer::Http {
             url: url.to_owned(),
-            headers,
+            headers: text_map(&block["headers"]),
         });
     }
     let program = block["command"].as_str()?;
-    let args = match &block["args"] {
-        Yaml::Array(args) => args
-            .iter()
-            .filter_map(Yaml::as_str)
-            .map(str::to_owned)
-            .collect(),
-        _ => Vec::new(),
+    let strings = |value: &Value| -> Vec<String> {
+        value
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
     };
+    // `env` maps each variable to its description (or lists the names).
     let env = match &block["env"] {
-        Yaml::Hash(env) => env
-            .keys()
-            .filter_map(Yaml::as_str)
-            .map(str::to_owned)
-            .collect(),
-        Yaml::Array(names) => names
-            .iter()
-            .filter_map(Yaml::as_str)
-            .map(str::to_owned)
-            .collect(),
-        _ => Vec::new(),
+        Value::Object(env) => env.keys().cloned().collect(),
+        other => strings(other),
     };
     Some(SkillServer::Stdio {
-        command: std::iter::once(program.to_owned()).chain(args).collect(),
+        command: std::iter::once(program.to_owned())
+            .chain(strings(&block["args"]))
+            .collect(),
         env,
     })
+}
+
+/// A YAML value as JSON (keys that are not text are left out).
+fn yaml_json(yaml: &Yaml) -> Value {
+    match yaml {
+        Yaml::String(text) | Yaml::Real(text) => Value::String(text.clone()),
+        Yaml::Integer(n) => Value::from(*n),
+        Yaml::Boolean(b) => Value::Bool(*b),
+        Yaml::Array(items) => Value::Array(items.iter().map(yaml_json).collect()),
+        Yaml::Hash(map) => Value::Object(
+            map.iter()
+                .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), yaml_json(v))))
+                .collect(),
+        ),
+        _ => Value::Null,
+    }
 }
 
 /// The `use_skill` tool.

@@ -27,8 +27,9 @@
 //! node with neither `type` nor `shape` is an agent. Trellis's own fields (`type`, `script`, `prompt`,
 //! `shape`, ...) work as in DOT. `inputs` and `workflow_type` are checked here (every problem reported);
 //! marketplace metadata is accepted; a node's `skills` list becomes its `skills` attribute, its
-//! `requires` and `tools` their attributes (as JSON text); SWEny fields not implemented yet (`eval`,
-//! `retry`, and the workflow's inline `skills`) are accepted with one `ignored-field` warning each. Any other top-level scalar is a
+//! `requires` and `tools` their attributes (as JSON text), and the workflow's inline `skills` map a
+//! graph attribute (JSON text); SWEny fields not implemented yet (`eval`, `retry`) are accepted with
+//! one `ignored-field` warning each. Any other top-level scalar is a
 //! graph attribute (`goal`, `model`, `router_model`). Nodes with no outgoing edges are terminal.
 
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
@@ -313,9 +314,6 @@ const METADATA: &[&str] = &[
 /// SWEny fields Trellis accepts but does not implement yet, and what is therefore left out.
 fn ignored_field(field: &str) -> Option<&'static str> {
     Some(match field {
-        "skills" => {
-            "inline workflow skills are not provided yet (put each in a SKILL.md under .sweny/skills)"
-        }
         "eval" | "eval_policy" | "judge_model" | "judge_budget" => "evaluators are not run",
         "retry" => "SWEny node retries are not taken (Trellis's `max_retries` is)",
         "on_fail" => "`on_fail` is not applied (`fail_soft` is)",
@@ -399,7 +397,10 @@ impl YamlLowering<'_> {
                 Value::plain(text.clone(), kind, *span)
             }
             Node::Map { span, .. } | Node::Seq { span, .. }
-                if matches!(key.name.as_str(), "output_schema" | "requires" | "tools") =>
+                if matches!(
+                    key.name.as_str(),
+                    "output_schema" | "requires" | "tools" | "skills"
+                ) =>
             {
                 Value::plain(value.to_json().to_string(), ValueKind::Quoted, *span)
             }
@@ -447,6 +448,12 @@ impl YamlLowering<'_> {
                 }
                 "nodes" => self.nodes(value),
                 "edges" => self.edges(value),
+                // Inline skills, as JSON text for lowering to read.
+                "skills" => {
+                    if let Some(attr) = self.attr(key, value) {
+                        self.stmts.insert(0, Stmt::Attr(attr));
+                    }
+                }
                 "rules" | "context" => {}
                 "inputs" => {
                     if let Some(attr) = self.inputs(key, value) {

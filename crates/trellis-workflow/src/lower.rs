@@ -152,6 +152,10 @@ impl Lowerer<'_> {
             file_reference::load("mcp_servers", &attr.value, self.files, self.out)
                 .map(|(path, text)| crate::workflow::ServersFile { path, text })
         });
+        let inline_skills = attrs
+            .get("skills")
+            .and_then(|attr| self.json_value(&attr.value, crate::workflow::InlineSkill::parse_all))
+            .unwrap_or_default();
         let mut r = self.reader(attrs);
         let default_max_retries = r
             .count("default_max_retries", 0)
@@ -185,6 +189,7 @@ impl Lowerer<'_> {
                 .unwrap_or_default(),
             permissions: r.word("permissions", Permissions::WORDS),
             mcp_servers,
+            inline_skills,
             attributes,
             attr_spans: span_map(attrs),
         }

@@ -83,6 +83,59 @@ pub struct ServersFile {
     pub text: String,
 }
 
+/// A skill a workflow defines itself (SWEny's inline skills): its instructions, and the MCP server
+/// it brings (`.mcp.json`'s entry shape: `command`/`args`/`env` or `url`/`headers`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InlineSkill {
+    pub id: String,
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub instruction: String,
+    pub mcp: Option<serde_json::Value>,
+}
+
+impl InlineSkill {
+    /// A workflow's `skills` value (JSON text: a map from id to `{name, description, instruction,
+    /// mcp}`).
+    pub fn parse_all(text: &str) -> Result<Vec<Self>, String> {
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("`skills` is not valid JSON: {e}"))?;
+        let serde_json::Value::Object(skills) = value else {
+            return Err("`skills` must map each skill's id to its definition".into());
+        };
+        skills
+            .into_iter()
+            .map(|(id, definition)| {
+                let serde_json::Value::Object(mut fields) = definition else {
+                    return Err(format!(
+                        "skill `{id}` must be a map (name, description, instruction, mcp)"
+                    ));
+                };
+                let text = |fields: &mut serde_json::Map<String, serde_json::Value>, key: &str| {
+                    fields
+                        .remove(key)
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                };
+                let skill = InlineSkill {
+                    name: text(&mut fields, "name"),
+                    description: text(&mut fields, "description"),
+                    instruction: text(&mut fields, "instruction")
+                        .filter(|t| !t.trim().is_empty())
+                        .ok_or_else(|| format!("skill `{id}` needs a non-empty `instruction`"))?,
+                    mcp: fields.remove("mcp").filter(serde_json::Value::is_object),
+                    id: id.clone(),
+                };
+                if let Some(key) = fields.keys().next() {
+                    return Err(format!(
+                        "unknown key `{key}` in skill `{id}` (name, description, instruction, mcp)"
+                    ));
+                }
+                Ok(skill)
+            })
+            .collect()
+    }
+}
+
 /// Graph-level settings.
 #[derive(Debug, Clone, Default)]
 pub struct GraphConfig {
@@ -112,6 +165,8 @@ pub struct GraphConfig {
     pub permissions: Option<crate::node_kind::Permissions>,
     /// MCP servers for this workflow's agents (`mcp_servers="@servers.toml"`, or the text itself).
     pub mcp_servers: Option<ServersFile>,
+    /// Skills the workflow defines itself (SWEny's inline `skills:` map).
+    pub inline_skills: Vec<InlineSkill>,
     /// Every graph attribute as text, mirrored into the run context as `graph.<key>`.
     pub attributes: SmallMap<String>,
     /// Value spans of graph attributes, for diagnostics.

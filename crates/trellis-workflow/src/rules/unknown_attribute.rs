@@ -41,6 +41,7 @@ pub const GRAPH: &[&str] = &[
     "sandbox",
     "permissions",
     "mcp_servers",
+    "skills",
     "model",
     "router_model",
     "inputs",
