@@ -26,12 +26,11 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use trellis_agent::{ExternalTools, ToolOutput};
-
+use trellis_llm::ToolDef;
 use trellis_workflow::workflow::GraphConfig;
+use yaml_rust2::{Yaml, YamlLoader};
 
 use crate::mcp::{Endpoint, ServerConfig};
-use trellis_llm::ToolDef;
-use yaml_rust2::{Yaml, YamlLoader};
 
 /// One skill.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,8 +45,8 @@ pub struct Skill {
     pub category: String,
     /// The MCP server it brings (its `mcp` block), for the nodes that name it.
     pub mcp: Option<SkillServer>,
-    /// The file it came from.
-    pub path: PathBuf,
+    /// Where it came from, for messages: its file, or the workflow that defines it.
+    pub source: String,
     /// Found in the user's own directory (`~/.fabro/skills`), not the project's.
     pub users_own: bool,
 }
@@ -262,7 +261,7 @@ impl Skills {
                     required: Vec::new(),
                     category: "general".to_owned(),
                     mcp: inline.mcp.as_ref().and_then(skill_server),
-                    path: PathBuf::from(format!("the workflow's skill `{}`", inline.id)),
+                    source: "the workflow's skills".to_owned(),
                     users_own: false,
                 },
             );
@@ -431,7 +430,7 @@ impl Skills {
                 SkillServer::Stdio { .. } if !skill.users_own && !set(ALLOW_STDIO_VAR) => {
                     Tools::Refused(format!(
                         "skill `{name}` ({}) names a program to start as its MCP server; a project's skill may start one only when {ALLOW_STDIO_VAR}=1 is set, so its tools are not offered",
-                        skill.path.display()
+                        skill.source
                     ))
                 }
                 SkillServer::Stdio { command, env: vars } => {
@@ -442,13 +441,13 @@ impl Skills {
                             .filter_map(|var| env(var).map(|value| (var.clone(), value)))
                             .collect(),
                     };
-                    let source = skill.path.display().to_string();
+                    let source = skill.source.clone();
                     Tools::Started(Box::new(ServerConfig::for_skill(endpoint, source)))
                 }
                 SkillServer::Http { url, headers } => {
                     match crate::mcp::http(Some(url.clone()), headers.clone()) {
                         Ok(endpoint) => {
-                            let source = skill.path.display().to_string();
+                            let source = skill.source.clone();
                             Tools::Started(Box::new(ServerConfig::for_skill(endpoint, source)))
                         }
                         Err(problem) => Tools::Refused(format!(
@@ -607,7 +606,7 @@ fn parse(text: &str, path: &Path) -> Option<Skill> {
         required,
         category,
         mcp,
-        path: path.to_path_buf(),
+        source: path.display().to_string(),
         users_own: false,
     })
 }
