@@ -66,12 +66,21 @@ impl fmt::Debug for Transport {
 }
 
 /// An HTTP client as Trellis makes them (the providers', MCP servers' over HTTP): TLS by rustls on
-/// the ring provider, the system's certificates, a 30 s connection timeout.
+/// the ring provider, trusting the system's certificates and Mozilla's (bundled, so a machine
+/// without a certificate store still reaches the providers), a 30 s connection timeout.
 pub fn client() -> reqwest::Client {
+    static BUNDLED: std::sync::LazyLock<Vec<reqwest::Certificate>> =
+        std::sync::LazyLock::new(|| {
+            webpki_root_certs::TLS_SERVER_ROOT_CERTS
+                .iter()
+                .filter_map(|der| reqwest::Certificate::from_der(der).ok())
+                .collect()
+        });
     // Once per process; an error only says a provider is installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
+        .tls_certs_merge(BUNDLED.iter().cloned())
         .build()
         .unwrap_or_else(|_| reqwest::Client::new())
 }
@@ -340,6 +349,21 @@ mod tests {
 
 #[cfg(test)]
 mod client_tests {
+    #[test]
+    fn the_client_builds_with_the_bundled_certificates() {
+        // `client` falls back to a default client on a builder error; this one must not fail.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let certs: Vec<reqwest::Certificate> = webpki_root_certs::TLS_SERVER_ROOT_CERTS
+            .iter()
+            .filter_map(|der| reqwest::Certificate::from_der(der).ok())
+            .collect();
+        assert!(certs.len() > 100, "{}", certs.len());
+        reqwest::Client::builder()
+            .tls_certs_merge(certs)
+            .build()
+            .unwrap();
+    }
+
     #[tokio::test]
     async fn an_https_request_gets_as_far_as_connecting() {
         // TLS is set up (a provider is installed): the request fails only for want of a server.
