@@ -259,6 +259,12 @@ impl SubAgents {
     }
 }
 
+/// The agent that started the sub-agent `id` (`agent-1` for `agent-1.2`; `None`: the stage's own
+/// agent) — ids are made in [`SubAgents::spawn`].
+pub fn parent_of(id: &str) -> Option<&str> {
+    id.rsplit_once('.').map(|(parent, _)| parent)
+}
+
 /// Closes `child` unless it was; whether it was running or waiting for input.
 fn close(child: &Child) -> bool {
     let mut was_open = false;
@@ -437,6 +443,8 @@ where
                 None => open = false,
             },
             Some(()) = running.next(), if !running.is_empty() => {}
+            // Nothing left to run or to come: wait to be dropped (a select with every branch off
+            // would panic).
             () = std::future::pending::<()>(), if !open && running.is_empty() => {}
         }
     }
@@ -529,6 +537,8 @@ mod tests {
         call(&child.tools, "spawn_agent", json!({ "task": "b" })).await;
         let grandchild = arrivals.recv().await.unwrap();
         assert_eq!((grandchild.id.as_str(), grandchild.depth), ("agent-1.1", 2));
+        assert_eq!(parent_of(&grandchild.id), Some("agent-1"));
+        assert_eq!(parent_of("agent-1"), None);
         // Closing a child closes its own children.
         call(&deep, "close_agent", json!({ "agent_id": "agent-1" })).await;
         assert_eq!(grandchild.next_input().await, None);

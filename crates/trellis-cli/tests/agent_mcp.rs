@@ -38,6 +38,14 @@ fn project(mock: &Llmock) -> Project {
 
 const AGENT: &str = "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n fix [prompt=\"What do the notes say?\", model=\"sonnet\"]\n start -> fix -> exit\n}\n";
 
+/// The model's script: one call of `tool`, then `answer`.
+fn call_then(tool: &str, arguments: &Value, answer: &str) -> Value {
+    json!([
+        { "type": "reply", "tool_calls": [{ "name": tool, "arguments": arguments }], "times": 1 },
+        { "type": "reply", "text": answer, "times": 1 },
+    ])
+}
+
 /// Processes whose command line holds `needle`.
 fn processes_with(needle: &str) -> Vec<String> {
     std::fs::read_dir("/proc")
@@ -66,11 +74,11 @@ fn an_agent_calls_a_real_mcp_server_s_tool_and_the_server_is_gone_after_the_run(
         .to_string(),
     );
     p.write("w.fabro", AGENT);
-    mock.scenario(&json!([
-        { "type": "reply", "tool_calls": [{ "name": "mcp__files__read_text_file",
-            "arguments": { "path": notes.canonicalize().unwrap() } }], "times": 1 },
-        { "type": "reply", "text": "They say: remember the milk.", "times": 1 },
-    ]));
+    mock.scenario(&call_then(
+        "mcp__files__read_text_file",
+        &json!({ "path": notes.canonicalize().unwrap() }),
+        "They say: remember the milk.",
+    ));
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
 
@@ -171,11 +179,11 @@ fn a_call_past_the_tool_timeout_is_an_error_result_and_the_user_config_names_ser
         ),
     );
     p.write("w.fabro", AGENT);
-    mock.scenario(&json!([
-        { "type": "reply", "tool_calls": [{ "name": "mcp__files__read_text_file",
-            "arguments": { "path": notes.canonicalize().unwrap() } }], "times": 1 },
-        { "type": "reply", "text": "The server was too slow.", "times": 1 },
-    ]));
+    mock.scenario(&call_then(
+        "mcp__files__read_text_file",
+        &json!({ "path": notes.canonicalize().unwrap() }),
+        "The server was too slow.",
+    ));
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let results = Llmock::tool_results(&mock.bodies()[1]);
@@ -305,11 +313,11 @@ fn a_python_server_from_the_user_config_file_answers_from_the_projects_git_histo
         ),
     );
     p.write("w.fabro", AGENT);
-    mock.scenario(&json!([
-        { "type": "reply", "tool_calls": [{ "name": "mcp__git__git_log",
-            "arguments": { "repo_path": root, "max_count": 1 } }], "times": 1 },
-        { "type": "reply", "text": "The last commit wrote the readme.", "times": 1 },
-    ]));
+    mock.scenario(&call_then(
+        "mcp__git__git_log",
+        &json!({ "repo_path": root, "max_count": 1 }),
+        "The last commit wrote the readme.",
+    ));
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let bodies = mock.bodies();
@@ -426,11 +434,7 @@ fn a_streamable_http_server_answers_and_a_slow_call_or_an_absent_server_is_an_er
             .contains("within 1 s (tool_timeout_secs)"),
         "{results:?}"
     );
-    let warnings: Vec<String> = run
-        .events_named("ModelWarning")
-        .iter()
-        .map(|e| e["message"].as_str().unwrap().to_owned())
-        .collect();
+    let warnings = run.warnings();
     assert!(
         warnings.iter().any(|w| w.contains("server `gone`")),
         "{warnings:?}"
@@ -458,10 +462,7 @@ fn a_secret_only_the_server_configuration_holds_is_redacted_from_what_the_model_
         .to_string(),
     );
     p.write("w.fabro", AGENT);
-    mock.scenario(&json!([
-        { "type": "reply", "tool_calls": [{ "name": "mcp__everything__get-env", "arguments": {} }], "times": 1 },
-        { "type": "reply", "text": "Seen.", "times": 1 },
-    ]));
+    mock.scenario(&call_then("mcp__everything__get-env", &json!({}), "Seen."));
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let result = Llmock::tool_results(&mock.bodies()[1])[0]["content"].to_string();
@@ -502,11 +503,11 @@ fn a_workflow_names_its_own_servers_file() {
             " graph [mcp_servers=\"@servers.toml\"]\n start [shape=Mdiamond]",
         ),
     );
-    mock.scenario(&json!([
-        { "type": "reply", "tool_calls": [{ "name": "mcp__files__read_text_file",
-            "arguments": { "path": notes.canonicalize().unwrap() } }], "times": 1 },
-        { "type": "reply", "text": "Water the plants.", "times": 1 },
-    ]));
+    mock.scenario(&call_then(
+        "mcp__files__read_text_file",
+        &json!({ "path": notes.canonicalize().unwrap() }),
+        "Water the plants.",
+    ));
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let result = &Llmock::tool_results(&mock.bodies()[1])[0];

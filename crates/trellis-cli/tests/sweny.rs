@@ -320,19 +320,6 @@ edges:
   - { from: skip, to: notify }
 ";
 
-fn warnings_of(run: &run_support::Run) -> Vec<String> {
-    run.events_named("ModelWarning")
-        .iter()
-        .map(|e| {
-            format!(
-                "{}: {}",
-                e["node_id"].as_str().unwrap_or(""),
-                e["message"].as_str().unwrap()
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn a_sweny_triage_workflow_simulates_with_a_message_per_missing_configuration() {
     let p = Project::new();
@@ -340,7 +327,7 @@ fn a_sweny_triage_workflow_simulates_with_a_message_per_missing_configuration() 
     // Nothing configured: the run is simulated, and each node says what its skills lack.
     let run = p.run("triage.yml", &["--simulate"]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
-    let warnings = warnings_of(&run);
+    let warnings = run.warnings();
     let gather: Vec<&String> = warnings
         .iter()
         .filter(|w| w.starts_with("gather: "))
@@ -397,7 +384,7 @@ fn a_sweny_triage_workflow_simulates_with_a_message_per_missing_configuration() 
     );
     let run = c.run("triage.yml", &["--simulate"]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
-    let warnings = warnings_of(&run);
+    let warnings = run.warnings();
     assert_eq!(
         warnings.len(),
         1,
@@ -488,11 +475,11 @@ fn custom_instruction_and_mcp_skills_reach_the_model() {
     let tools = mock2.bodies()[0]["tools"].to_string();
     assert!(!tools.contains("mcp__notes"), "{tools}");
     assert!(
-        warnings_of(&run)
+        run.warnings()
             .iter()
             .any(|w| w.contains("SWENY_ALLOW_SKILL_STDIO_COMMAND=1")),
         "{:?}",
-        warnings_of(&run)
+        run.warnings()
     );
 }
 
@@ -560,11 +547,7 @@ edges:
         .collect();
     assert_eq!(tools, ["mcp__files__read_text_file"]);
     assert_eq!(run.stage_status("implement"), "skipped");
-    let warnings: Vec<String> = run
-        .events_named("ModelWarning")
-        .iter()
-        .map(|e| e["message"].as_str().unwrap().to_owned())
-        .collect();
+    let warnings = run.warnings();
     assert!(
         warnings.iter().any(|w| w.contains(
             "skipped: requires failed:\noutput_matches `triage.recommendation`: wanted equals \"implement\", got \"skip\""

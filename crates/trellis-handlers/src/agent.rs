@@ -600,7 +600,7 @@ impl Children<'_> {
     /// or the stage ends.
     async fn run(&self, spawned: Spawned) {
         let id = spawned.id.clone();
-        let parent = id.rsplit_once('.').map(|(parent, _)| parent);
+        let parent = subagents::parent_of(&id);
         self.emit(
             parent,
             EventKind::AgentSubagentSpawned {
@@ -693,7 +693,7 @@ impl Children<'_> {
     /// Reports children closed (by `close_agent`, or because the stage ended).
     fn closed(&self, ids: &[String]) {
         for id in ids {
-            let parent = id.rsplit_once('.').map(|(parent, _)| parent);
+            let parent = subagents::parent_of(id);
             self.observer
                 .note(json!({ "type": "subagent_closed", "agent": id }));
             self.emit(

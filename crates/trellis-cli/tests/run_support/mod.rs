@@ -115,6 +115,20 @@ impl Run {
             .filter(|e| e["event"] == name)
             .collect()
     }
+
+    /// Each `ModelWarning` of the run, as `node: message`.
+    pub fn warnings(&self) -> Vec<String> {
+        self.events_named("ModelWarning")
+            .iter()
+            .map(|e| {
+                format!(
+                    "{}: {}",
+                    e["node_id"].as_str().unwrap_or(""),
+                    e["message"].as_str().unwrap_or("")
+                )
+            })
+            .collect()
+    }
 }
 
 impl Run {
