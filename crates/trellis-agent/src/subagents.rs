@@ -260,7 +260,7 @@ impl SubAgents {
 }
 
 /// The agent that started the sub-agent `id` (`agent-1` for `agent-1.2`; `None`: the stage's own
-/// agent) — ids are made in [`SubAgents::spawn`].
+/// agent) — ids are made by `SubAgents` when it spawns one.
 pub fn parent_of(id: &str) -> Option<&str> {
     id.rsplit_once('.').map(|(parent, _)| parent)
 }

@@ -98,7 +98,7 @@ fn the_specification_examples_validate_and_dry_run_as_the_page_says() {
 const TRIAGE: &str = r"id: bug-triage
 name: Bug triage
 description: Read a bug report and decide what to do with it
-workflow_type: triage
+workflow_type: generic
 author: someone
 tags: [triage]
 entry: read-bug-report

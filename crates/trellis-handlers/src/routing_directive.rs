@@ -130,11 +130,17 @@ pub fn validate_routing(text: &str) -> Result<RoutingDirective, String> {
 
 fn read(object: &Map<String, Value>, problems: &mut Vec<String>) -> RoutingDirective {
     let mut directive = RoutingDirective::default();
+    // A word that is no status is the workflow's own outcome (`needs_dod`): conditions compare it
+    // with the preferred label, unless the directive names one.
+    let mut custom_outcome = None;
     if let Some(value) = object.get("outcome") {
-        match value.as_str().and_then(|s| s.parse::<StageStatus>().ok()) {
-            Some(status) => directive.outcome = Some(status),
-            None => problems.push(format!(
-                "`outcome` must be one of {}, found {value}",
+        match value.as_str().map(|s| (s, s.parse::<StageStatus>())) {
+            Some((_, Ok(status))) => directive.outcome = Some(status),
+            Some((word, Err(()))) if !word.trim().is_empty() => {
+                custom_outcome = Some(word.trim().to_owned());
+            }
+            _ => problems.push(format!(
+                "`outcome` must be one of {} (or a word of the workflow's own), found {value}",
                 StageStatus::ACCEPTED
             )),
         }
@@ -149,6 +155,9 @@ fn read(object: &Map<String, Value>, problems: &mut Vec<String>) -> RoutingDirec
                 None => problems.push(format!("`{field}` must be a string, found {value}")),
             }
         }
+    }
+    if directive.preferred_next_label.is_none() {
+        directive.preferred_next_label = custom_outcome;
     }
     if let Some(value) = object.get("suggested_next_ids") {
         match value.as_array().map(|items| {
@@ -244,7 +253,7 @@ mod tests {
 
     #[test]
     fn strict_validation_reports_every_wrong_type() {
-        let error = validate_routing(r#"{"outcome": "great", "preferred_next_label": 3, "suggested_next_ids": "a", "context_updates": []}"#).unwrap_err();
+        let error = validate_routing(r#"{"outcome": 7, "preferred_next_label": 3, "suggested_next_ids": "a", "context_updates": []}"#).unwrap_err();
         assert!(error.contains("`outcome` must be one of"), "{error}");
         assert!(
             error.contains("`preferred_next_label` must be a string"),
@@ -271,11 +280,19 @@ mod tests {
             Some("approve")
         );
         // Lenient extraction keeps the good fields of a malformed directive.
-        let lenient = extract(r#"{"outcome": "great", "preferred_next_label": "fix"}"#).unwrap();
+        let lenient = extract(r#"{"outcome": 7, "preferred_next_label": "fix"}"#).unwrap();
         assert_eq!(
             (lenient.outcome, lenient.preferred_next_label.as_deref()),
             (None, Some("fix"))
         );
+        // A word of the workflow's own is its preferred label, unless the directive names one.
+        let custom = validate_routing(r#"{"outcome": "needs_dod"}"#).unwrap();
+        assert_eq!(
+            (custom.outcome, custom.preferred_next_label.as_deref()),
+            (None, Some("needs_dod"))
+        );
+        let named = extract(r#"{"outcome": "needs_dod", "preferred_next_label": "fix"}"#).unwrap();
+        assert_eq!(named.preferred_next_label.as_deref(), Some("fix"));
     }
 
     #[test]

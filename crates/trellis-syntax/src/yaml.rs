@@ -321,14 +321,15 @@ fn ignored_field(field: &str) -> Option<&'static str> {
     })
 }
 
-/// The SWEny workflow types.
+/// The SWEny workflow types (SWEny's `WORKFLOW_TYPES`); SWEny adds types, so another value is a
+/// warning.
 pub const WORKFLOW_TYPES: &[&str] = &[
-    "generic",
-    "triage",
-    "implement",
     "pr_review",
     "e2e_test",
+    "content_generation",
     "monitor",
+    "data_sync",
+    "generic",
 ];
 
 /// The input types a SWEny workflow declares.
@@ -707,19 +708,22 @@ impl YamlLowering<'_> {
         }
     }
 
-    /// `workflow_type`: one of SWEny's types.
+    /// `workflow_type`: one of SWEny's types (another is a warning).
     fn workflow_type(&mut self, key: &Node, value: &Node) -> Option<Attr> {
         let (text, span) = self.scalar(value, "workflow_type")?;
         if !WORKFLOW_TYPES.contains(&text.as_str()) {
             self.diagnostics.push(
-                Diagnostic::error(
+                Diagnostic::warning(
                     "workflow-type",
                     format!("unknown workflow_type `{text}`"),
                     span,
                 )
-                .with_help(format!("workflow types: {}", WORKFLOW_TYPES.join(", "))),
+                .with_label("not one of SWEny's types")
+                .with_help(format!(
+                    "SWEny's workflow types: {}; the type only describes the workflow, it runs the same",
+                    WORKFLOW_TYPES.join(", ")
+                )),
             );
-            return None;
         }
         self.attr(key, value)
     }

@@ -55,6 +55,9 @@ enum Node {
 pub struct Condition {
     source: String,
     root: Node,
+    /// Outcome words of its own the condition compares with (`outcome=needs_dod`), and where in the
+    /// condition text; they compare with the preferred label (see [`Condition::custom_outcomes`]).
+    custom_outcomes: Vec<(String, trellis_syntax::Span)>,
 }
 
 impl PartialEq for Condition {
@@ -70,10 +73,21 @@ impl Condition {
     /// Parses and compiles a condition.
     pub fn compile(text: &str) -> Result<Condition, ConditionError> {
         let expr = trellis_syntax::condition::parse_condition(text)?;
+        let mut custom_outcomes = Vec::new();
         Ok(Condition {
             source: text.trim().to_owned(),
-            root: compile_node(&expr)?,
+            root: compile_node(&expr, &mut custom_outcomes)?,
+            custom_outcomes,
         })
+    }
+
+    /// The outcome words that are none of Trellis's statuses nor a likely typo of one
+    /// (`outcome=needs_dod`, as Attractor's and Fabro's templates write), with their place in the
+    /// condition text. Stages end with a status; a custom word is what a stage's model names as its
+    /// outcome or preferred label in its routing directive, so `outcome=needs_dod` compares with the
+    /// preferred label.
+    pub fn custom_outcomes(&self) -> &[(String, trellis_syntax::Span)] {
+        &self.custom_outcomes
     }
 
     /// The condition as written.
@@ -87,6 +101,7 @@ impl Condition {
         Self {
             source: source.to_owned(),
             root: Node::Or(Vec::new()),
+            custom_outcomes: Vec::new(),
         }
     }
 
@@ -95,29 +110,38 @@ impl Condition {
     }
 }
 
-fn compile_node(expr: &CondExpr) -> Result<Node, ConditionError> {
+fn compile_node(
+    expr: &CondExpr,
+    custom: &mut Vec<(String, trellis_syntax::Span)>,
+) -> Result<Node, ConditionError> {
     Ok(match expr {
-        CondExpr::Or(terms) => Node::Or(terms.iter().map(compile_node).collect::<Result<_, _>>()?),
-        CondExpr::And(terms) => {
-            Node::And(terms.iter().map(compile_node).collect::<Result<_, _>>()?)
-        }
-        CondExpr::Not(inner) => Node::Not(Box::new(compile_node(inner)?)),
+        CondExpr::Or(terms) => Node::Or(
+            terms
+                .iter()
+                .map(|t| compile_node(t, custom))
+                .collect::<Result<_, _>>()?,
+        ),
+        CondExpr::And(terms) => Node::And(
+            terms
+                .iter()
+                .map(|t| compile_node(t, custom))
+                .collect::<Result<_, _>>()?,
+        ),
+        CondExpr::Not(inner) => Node::Not(Box::new(compile_node(inner, custom)?)),
         CondExpr::Truthy { key } => Node::Truthy(resolve_key(&key.value)),
         CondExpr::Compare { key, op, value } => {
-            let resolved = resolve_key(&key.value);
+            let mut resolved = resolve_key(&key.value);
             let status = if resolved == ConditionKey::Outcome
                 && matches!(op.value, CompareOp::Eq | CompareOp::Ne)
             {
-                Some(
-                    value
-                        .value
-                        .parse::<StageStatus>()
-                        .map_err(|()| ConditionError {
-                            message: format!("unknown outcome `{}`", value.value),
-                            span: value.span,
-                            help: Some(format!("outcomes are {}", StageStatus::ACCEPTED)),
-                        })?,
-                )
+                if let Ok(status) = value.value.parse::<StageStatus>() {
+                    Some(status)
+                } else {
+                    custom_outcome(&value.value, value.span)?;
+                    custom.push((value.value.clone(), value.span));
+                    resolved = ConditionKey::PreferredLabel;
+                    None
+                }
             } else {
                 None
             };
@@ -164,6 +188,28 @@ fn compile_node(expr: &CondExpr) -> Result<Node, ConditionError> {
             }
         }
     })
+}
+
+/// An outcome word that is none of the statuses: a likely typo of one (`sucess`, within two edits)
+/// is an error; any other is the workflow's own word.
+fn custom_outcome(word: &str, span: trellis_syntax::Span) -> Result<(), ConditionError> {
+    let lower = word.trim().to_ascii_lowercase();
+    let near = StageStatus::WORDS
+        .iter()
+        .map(|known| (strsim::damerau_levenshtein(&lower, known), *known))
+        .filter(|(distance, _)| *distance <= 2)
+        .min_by_key(|(distance, _)| *distance);
+    match near {
+        Some((_, known)) => Err(ConditionError {
+            message: format!("unknown outcome `{word}`"),
+            span,
+            help: Some(format!(
+                "did you mean `{known}`? outcomes are {}",
+                StageStatus::ACCEPTED
+            )),
+        }),
+        None => Ok(()),
+    }
 }
 
 fn resolve_key(key: &str) -> ConditionKey {
@@ -361,6 +407,20 @@ mod tests {
         Condition::compile(text)
             .unwrap_or_else(|e| panic!("{text}: {e:?}"))
             .evaluate(&scope())
+    }
+
+    #[test]
+    fn a_custom_outcome_compares_with_the_preferred_label_and_a_typo_is_an_error() {
+        let condition = Condition::compile("outcome=needs_dod").unwrap();
+        assert_eq!(condition.custom_outcomes().len(), 1);
+        let mut named = scope();
+        named.label = Some("needs_dod");
+        assert!(condition.evaluate(&named));
+        assert!(!condition.evaluate(&scope()));
+        assert!(check("outcome!=needs_dod"));
+        let typo = Condition::compile("outcome=sucess").unwrap_err();
+        assert!(typo.help.unwrap().contains("did you mean `success`"));
+        assert!(Condition::compile("outcome=skiped").is_err());
     }
 
     #[test]

@@ -27,6 +27,18 @@ impl StageStatus {
     }
 
     /// Every accepted spelling, for error messages.
+    /// Every word that names a status.
+    pub const WORDS: &'static [&'static str] = &[
+        "success",
+        "succeeded",
+        "partial_success",
+        "partially_succeeded",
+        "fail",
+        "failed",
+        "failure",
+        "skipped",
+        "skip",
+    ];
     pub const ACCEPTED: &'static str =
         "success, succeeded, partial_success, partially_succeeded, fail, failed, skipped";
 }

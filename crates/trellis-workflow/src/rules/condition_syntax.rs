@@ -8,7 +8,11 @@
 //! gate -> deploy [condition="outcome=success &&"]   // error: the condition ends too early
 //! ```
 //!
-//! An empty `condition=""` is treated as no condition, with a warning.
+//! An empty `condition=""` is treated as no condition, with a warning. An outcome word of the
+//! workflow's own (`outcome=needs_dod`, as Attractor's templates write) is a warning: stages end with
+//! a status, so the clause compares with the stage's preferred label, which a model's routing
+//! directive names (`{"outcome": "needs_dod"}` or `preferred_next_label`). A word within two edits of
+//! a status (`outcome=sucess`) stays an error.
 
 use trellis_syntax::ast::Value;
 use trellis_syntax::{Diagnostic, Severity};
@@ -38,7 +42,23 @@ pub(crate) fn compile(value: &Value, out: &mut Vec<Diagnostic>) -> Option<Condit
         return None;
     }
     match Condition::compile(&value.text) {
-        Ok(condition) => Some(condition),
+        Ok(condition) => {
+            for (word, span) in condition.custom_outcomes() {
+                out.push(
+                    Diagnostic::warning(
+                        RULE.code,
+                        format!("`{word}` is not an outcome Trellis sets"),
+                        value.source_span(*span),
+                    )
+                    .with_label("a custom outcome")
+                    .with_help(format!(
+                        "stages end {}; `outcome={word}` holds when the stage's model names `{word}` as its outcome or preferred label",
+                        "success, partial_success, fail or skipped"
+                    )),
+                );
+            }
+            Some(condition)
+        }
         Err(error) => {
             let mut diagnostic = RULE
                 .diagnostic(

@@ -67,8 +67,8 @@ pub const INPUTS: Rule = Rule {
 };
 pub const WORKFLOW_TYPE: Rule = Rule {
     code: "workflow-type",
-    severity: Severity::Error,
-    summary: "YAML `workflow_type` is one of SWEny's types",
+    severity: Severity::Warning,
+    summary: "YAML `workflow_type` is one of SWEny's types (SWEny adds types: another is a warning)",
 };
 pub const IGNORED_FIELD: Rule = Rule {
     code: "ignored-field",
