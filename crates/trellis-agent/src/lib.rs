@@ -12,7 +12,7 @@ mod compaction;
 mod file_tools;
 mod loop_detector;
 mod session;
-mod shell;
+pub mod shell;
 pub mod subagents;
 mod tools;
 mod truncate;

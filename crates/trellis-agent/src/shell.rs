@@ -41,6 +41,7 @@ pub async fn run(shell: &ShellCommand<'_>) -> ToolOutput {
     command
         .env_clear()
         .envs(secrets::child_env(shell.pass_env))
+        .envs(shell.sandbox.env())
         .envs(shell.env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -240,6 +240,14 @@ impl Engine {
                         reason: outcome.failure_reason().map(str::to_owned),
                     },
                 );
+                let mut hook =
+                    crate::hooks::HookContext::new(crate::hooks::HookEvent::StageRetrying)
+                        .node(&node.id);
+                hook.handler_type = Some(node.kind.type_name().to_owned());
+                hook.failure_reason = outcome.failure_reason().map(str::to_owned);
+                hook.attempt = Some(attempt + 1);
+                hook.max_attempts = Some(max_attempts);
+                self.hook(hook).await?;
                 tokio::time::sleep(delay).await;
                 attempt += 1;
                 continue;

@@ -12,7 +12,7 @@ use std::time::SystemTime;
 use parking_lot::MutexGuard;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use trellis_workflow::{StageStatus, Workflow};
+use trellis_workflow::{NodeIndex, StageStatus, Workflow};
 
 use crate::checkpoint::{Change, Checkpoint, RunStatus, StageRecord, Track};
 use crate::context::RunContext;
@@ -72,6 +72,19 @@ pub enum EngineError {
         workflow: String,
         limit: u32,
     },
+    #[error("a hook blocked the run at {event}{}", .reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
+    HookBlocked {
+        event: &'static str,
+        reason: Option<String>,
+    },
+    #[error("prepare step {step} (`{command}`) failed: {reason}")]
+    Prepare {
+        step: usize,
+        command: String,
+        reason: String,
+    },
+    #[error("a hook at {event} sends the run to `{node}`, which this workflow does not have")]
+    HookTarget { event: &'static str, node: String },
     #[error("cannot write the run record: {source}")]
     Store {
         #[from]
@@ -223,27 +236,94 @@ impl crate::handler::Emitter for Engine {
     }
 }
 
+/// An engine's events, owned: what a hook running in the background reports through.
+struct EventHandle {
+    seq: Arc<AtomicU64>,
+    services: Services,
+    run_id: String,
+}
+
+impl crate::handler::Emitter for EventHandle {
+    fn emit_from(&self, node: Option<&str>, agent: Option<&str>, kind: EventKind) {
+        stamp(&self.seq, &self.services, &self.run_id, node, agent, kind);
+    }
+}
+
+/// Numbers and stamps an event and hands it to every subscriber.
+fn stamp(
+    seq: &AtomicU64,
+    services: &Services,
+    run_id: &str,
+    node: Option<&str>,
+    agent: Option<&str>,
+    kind: EventKind,
+) {
+    // Live-only events are not logged, so they take no number of their own.
+    let seq = if kind.is_live_only() {
+        seq.load(Ordering::SeqCst)
+    } else {
+        seq.fetch_add(1, Ordering::SeqCst) + 1
+    };
+    services.events.emit(&Event {
+        seq,
+        ts: format_time(services.clock.now()),
+        run_id: run_id.to_owned(),
+        node_id: node.map(str::to_owned),
+        agent_id: agent.map(str::to_owned),
+        kind,
+    });
+}
+
 impl Engine {
+    /// The run's hooks decide at `context`'s point (proceed when it has none listening). A `block`
+    /// is the run's error, with the hook's reason.
+    pub(crate) async fn hook(
+        &self,
+        context: crate::hooks::HookContext,
+    ) -> Result<crate::hooks::HookDecision, EngineError> {
+        use crate::hooks::HookDecision;
+        let Some(hooks) = &self.services.hooks else {
+            return Ok(HookDecision::Proceed);
+        };
+        let event = context.event;
+        if !hooks.listens(event) {
+            return Ok(HookDecision::Proceed);
+        }
+        let handle: Arc<dyn crate::handler::Emitter> = Arc::new(EventHandle {
+            seq: self.seq.clone(),
+            services: self.services.clone(),
+            run_id: self.run_id.clone(),
+        });
+        match hooks.fire(context, handle).await {
+            HookDecision::Block { reason } => Err(EngineError::HookBlocked {
+                event: event.as_str(),
+                reason,
+            }),
+            decision => Ok(decision),
+        }
+    }
+
+    /// The node a hook's `override` names.
+    pub(crate) fn hook_target(
+        &self,
+        event: crate::hooks::HookEvent,
+        node: &str,
+    ) -> Result<NodeIndex, EngineError> {
+        self.workflow
+            .node_index(node)
+            .ok_or_else(|| EngineError::HookTarget {
+                event: event.as_str(),
+                node: node.to_owned(),
+            })
+    }
+
     /// Numbers and stamps an event and hands it to every subscriber.
     pub fn emit(&self, node: Option<&str>, kind: EventKind) {
         self.stamp(node, None, kind);
     }
 
     fn stamp(&self, node: Option<&str>, agent: Option<&str>, kind: EventKind) {
-        // Live-only events are not logged, so they take no number of their own.
-        let seq = if kind.is_live_only() {
-            self.seq.load(Ordering::SeqCst)
-        } else {
-            self.seq.fetch_add(1, Ordering::SeqCst) + 1
-        };
-        self.services.events.emit(&Event {
-            seq,
-            ts: format_time(self.services.clock.now()),
-            run_id: self.run_id.clone(),
-            node_id: node.map(str::to_owned),
-            agent_id: agent.map(str::to_owned),
-            kind,
-        });
+        stamp(&self.seq, &self.services, &self.run_id, node, agent, kind);
     }
 
     /// A new stage attempt's cancellation token: a child of the run's.
@@ -327,7 +407,7 @@ impl Engine {
             },
         );
         let walked = tokio::select! {
-            walked = self.walk(&[], &mut track, &context, None, resumed) => Some(walked),
+            walked = self.walk_main(&mut track, &context, resumed) => Some(walked),
             () = cancel.cancelled() => None,
         };
         let (status, error) = match walked {
@@ -361,6 +441,40 @@ impl Engine {
                 error: Some(error.into()),
             },
         }
+    }
+
+    /// Walks the main track, with the run's hooks around it (a sub-workflow has none of its own):
+    /// `run_start` and `sandbox_ready` before the first stage, `sandbox_cleanup` and `run_complete`
+    /// or `run_failed` after the last. A blocking `run_complete` hook that blocks fails the run.
+    async fn walk_main(
+        &self,
+        track: &mut Track,
+        context: &RunContext,
+        resumed: bool,
+    ) -> Result<WalkEnd, EngineError> {
+        use crate::hooks::{HookContext, HookEvent};
+        if self.depth > 0 {
+            return self.walk(&[], track, context, None, resumed).await;
+        }
+        self.hook(HookContext::new(HookEvent::RunStart)).await?;
+        self.hook(HookContext::new(HookEvent::SandboxReady)).await?;
+        let walked = self.walk(&[], track, context, None, resumed).await;
+        match &walked {
+            Ok(WalkEnd::Finished | WalkEnd::Reached) => {
+                self.hook(HookContext::new(HookEvent::SandboxCleanup))
+                    .await?;
+                self.hook(HookContext::new(HookEvent::RunComplete)).await?;
+            }
+            Ok(WalkEnd::Waiting) => {}
+            Err(error) => {
+                // The run has failed already: what these hooks decide changes nothing.
+                let _ = self.hook(HookContext::new(HookEvent::SandboxCleanup)).await;
+                let mut failed = HookContext::new(HookEvent::RunFailed);
+                failed.failure_reason = Some(error.to_string());
+                let _ = self.hook(failed).await;
+            }
+        }
+        walked
     }
 
     /// The event that ends a run with `status`.

@@ -233,6 +233,36 @@ pub enum EventKind {
     AgentSubagentClosed {
         subagent: String,
     },
+    /// A lifecycle hook ran (a run file's hooks): which, at what point, how long, and what it
+    /// decided (blocking hooks) or why it could not run.
+    #[serde(rename = "Hook.Completed")]
+    HookCompleted {
+        hook: String,
+        /// The lifecycle event it fired at (`stage_start`, ...).
+        hook_event: String,
+        /// `command`, `http`, `prompt` or `agent`.
+        hook_type: String,
+        blocking: bool,
+        /// `proceed`, `skip`, `block` or `override`.
+        decision: String,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        reason: Option<String>,
+        duration_ms: u64,
+        /// Why the hook itself failed (a timeout, a model error): it failed open or closed as its
+        /// type does.
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        error: Option<String>,
+    },
+    /// One of a run file's prepare steps ran, before the first stage.
+    #[serde(rename = "Run.PrepareStep")]
+    PrepareStep {
+        step: usize,
+        command: String,
+        succeeded: bool,
+        /// `exit 0`, `exit 1`, `timed out`, ...
+        note: String,
+        duration_ms: u64,
+    },
     /// An event this version does not know (a log written by a newer one).
     #[serde(other)]
     Unknown,
@@ -386,6 +416,8 @@ impl EventKind {
             EventKind::AgentSubagentCompleted { .. } => "Agent.SubagentCompleted",
             EventKind::AgentSubagentFailed { .. } => "Agent.SubagentFailed",
             EventKind::AgentSubagentClosed { .. } => "Agent.SubagentClosed",
+            EventKind::HookCompleted { .. } => "Hook.Completed",
+            EventKind::PrepareStep { .. } => "Run.PrepareStep",
             EventKind::Unknown => "Unknown",
         }
     }
@@ -546,6 +578,8 @@ mod tests {
         r#"{"event":"Agent.SubagentCompleted","subagent":"agent-1","turns":2,"text":"done"}"#,
         r#"{"event":"Agent.SubagentFailed","subagent":"agent-1","error":"e"}"#,
         r#"{"event":"Agent.SubagentClosed","subagent":"agent-1"}"#,
+        r#"{"event":"Run.PrepareStep","step":1,"command":"npm ci","succeeded":true,"note":"exit 0","duration_ms":900}"#,
+        r#"{"event":"Hook.Completed","hook":"pre-check","hook_event":"stage_start","hook_type":"command","blocking":true,"decision":"skip","reason":"off","duration_ms":3}"#,
     ];
 
     /// The kind's place in the enum: a new kind does not compile until this names it (and then
@@ -591,6 +625,8 @@ mod tests {
             EventKind::AgentSubagentCompleted { .. } => 36,
             EventKind::AgentSubagentFailed { .. } => 37,
             EventKind::AgentSubagentClosed { .. } => 38,
+            EventKind::HookCompleted { .. } => 39,
+            EventKind::PrepareStep { .. } => 40,
             EventKind::Unknown => usize::MAX,
         }
     }

@@ -68,6 +68,8 @@ pub struct Services {
     pub clock: Arc<dyn Clock>,
     pub interviewer: Arc<dyn Interviewer>,
     pub router: Option<Arc<dyn Router>>,
+    /// The run's lifecycle hooks (a run file's), if it has any.
+    pub hooks: Option<Arc<dyn crate::hooks::Hooks>>,
 }
 
 /// What one attempt at a stage came to.

@@ -23,6 +23,7 @@ pub mod details;
 pub mod engine;
 pub mod event;
 pub mod handler;
+pub mod hooks;
 pub mod join;
 pub mod keys;
 pub mod outcome;

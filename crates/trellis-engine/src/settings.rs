@@ -57,6 +57,14 @@ pub struct Settings {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "schema", schema(value_type = Option<String>))]
     pub permissions: Option<trellis_workflow::node_kind::Permissions>,
+    /// The run's inputs, which the workflow's templates name (`--input`, a run file's
+    /// `[run.inputs]`); its sub-workflows are compiled with them too.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub inputs: std::collections::BTreeMap<String, String>,
+    /// The model for nodes that name none, over the graph's (a run file's `[run.model] name`); its
+    /// sub-workflows are compiled with it too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 impl Default for Settings {
@@ -67,6 +75,8 @@ impl Default for Settings {
             max_steps: 10_000,
             allowed_dirs: Vec::new(),
             permissions: None,
+            inputs: std::collections::BTreeMap::new(),
+            model: None,
         }
     }
 }
@@ -95,6 +105,8 @@ struct Recorded {
     max_steps: u32,
     allowed_dirs: Vec<PathBuf>,
     permissions: Option<trellis_workflow::node_kind::Permissions>,
+    inputs: std::collections::BTreeMap<String, String>,
+    model: Option<String>,
 }
 
 impl Default for Recorded {
@@ -113,6 +125,8 @@ impl Default for Recorded {
             max_steps,
             allowed_dirs,
             permissions: None,
+            inputs: std::collections::BTreeMap::new(),
+            model: None,
         }
     }
 }
@@ -127,6 +141,8 @@ impl From<Recorded> for Settings {
             max_steps: recorded.max_steps,
             allowed_dirs: recorded.allowed_dirs,
             permissions: recorded.permissions,
+            inputs: recorded.inputs,
+            model: recorded.model,
         }
     }
 }

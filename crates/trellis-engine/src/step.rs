@@ -13,6 +13,7 @@ use crate::details::ModelDetails;
 use crate::engine::{Engine, EngineError, WalkEnd, blocking};
 use crate::event::{EdgeChoice, EventKind, RouteDecision};
 use crate::handler::{Attempt, Conversation};
+use crate::hooks::{HookContext, HookDecision, HookEvent};
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
 use crate::routing::{self, Route};
@@ -95,12 +96,15 @@ impl Engine {
                 return Ok(target.map_or(WalkEnd::Finished, |_| WalkEnd::Reached));
             }
             self.persist(path, track, context).await?;
+            let node_id = &self.workflow.nodes[index].id;
             self.emit(
-                Some(&self.workflow.nodes[index].id),
+                Some(node_id),
                 EventKind::CheckpointSaved {
                     next_node: track.next_node.clone(),
                 },
             );
+            self.hook(HookContext::new(HookEvent::CheckpointSaved).node(node_id))
+                .await?;
         }
     }
 
@@ -135,27 +139,34 @@ impl Engine {
         }
         context.set(keys::CURRENT_NODE, node.id.clone());
         context.set(keys::NODE_VISIT_COUNT, visit);
-        let conversation = self.conversation(index, track.incoming_edge, context, degrade_full);
-        let (previous, work) = match &node.kind {
-            NodeKind::Parallel(config) => (
-                None,
-                Work::FanOut {
-                    path,
-                    track,
-                    config,
-                },
-            ),
-            NodeKind::SubWorkflow(config) => {
-                (track.last_outcome.as_ref(), Work::Child(&config.workflow))
+        let stage_hooks = !matches!(node.kind, NodeKind::Start | NodeKind::Exit);
+        let skipped = if stage_hooks {
+            match self
+                .hook(stage_context(HookEvent::StageStart, node))
+                .await?
+            {
+                HookDecision::Skip { .. } => Some(skipped_by_hook()),
+                HookDecision::Override { edge_to, .. } => {
+                    return Ok(Next::Jump(
+                        self.hook_target(HookEvent::StageStart, &edge_to)?,
+                    ));
+                }
+                HookDecision::Proceed | HookDecision::Block { .. } => None,
             }
-            _ => (
-                track.last_outcome.as_ref(),
-                Work::Handler(self.handler_of(node)?),
-            ),
+        } else {
+            None
         };
-        let attempt = self
-            .run_attempts(index, visit, context, previous, &conversation, work)
-            .await?;
+        if let (NodeKind::Parallel(_), None) = (&node.kind, &skipped) {
+            self.hook(stage_context(HookEvent::ParallelStart, node))
+                .await?;
+        }
+        let conversation = self.conversation(index, track.incoming_edge, context, degrade_full);
+        let attempt = if let Some(outcome) = skipped {
+            Attempt::Finished(outcome)
+        } else {
+            self.attempts(path, track, index, visit, context, &conversation)
+                .await?
+        };
         let outcome = match attempt {
             Attempt::Finished(outcome) => outcome,
             Attempt::WaitingForInput if path.is_empty() => return Ok(Next::Wait),
@@ -180,6 +191,21 @@ impl Engine {
             });
         }
         self.apply_outcome(context, &node.id, &outcome).await?;
+        if stage_hooks {
+            if matches!(node.kind, NodeKind::Parallel(_)) {
+                self.hook(stage_context(HookEvent::ParallelComplete, node))
+                    .await?;
+            }
+            let event = if outcome.status == StageStatus::Failed {
+                HookEvent::StageFailed
+            } else {
+                HookEvent::StageComplete
+            };
+            let mut hook = stage_context(event, node);
+            hook.status = Some(outcome.status.as_str().to_owned());
+            hook.failure_reason = outcome.failure_reason().map(str::to_owned);
+            self.hook(hook).await?;
+        }
         if node.common.goal_gate {
             track.goal_gates.insert(node.id.clone(), outcome.status);
         }
@@ -191,6 +217,38 @@ impl Engine {
         track.last_outcome = Some(outcome);
         track.parallel = None;
         Ok(next)
+    }
+
+    /// Runs the attempts at a node of any kind: its handler, its branches, or its child workflow.
+    async fn attempts(
+        &self,
+        path: &[String],
+        track: &mut Track,
+        index: NodeIndex,
+        visit: u32,
+        context: &RunContext,
+        conversation: &Conversation,
+    ) -> Result<Attempt, EngineError> {
+        let node = &self.workflow.nodes[index];
+        let (previous, work) = match &node.kind {
+            NodeKind::Parallel(config) => (
+                None,
+                Work::FanOut {
+                    path,
+                    track,
+                    config,
+                },
+            ),
+            NodeKind::SubWorkflow(config) => {
+                (track.last_outcome.as_ref(), Work::Child(&config.workflow))
+            }
+            _ => (
+                track.last_outcome.as_ref(),
+                Work::Handler(self.handler_of(node)?),
+            ),
+        };
+        self.run_attempts(index, visit, context, previous, conversation, work)
+            .await
     }
 
     /// A node's visit limit: its own `max_visits`, else the graph's `max_node_visits`.
@@ -388,7 +446,13 @@ impl Engine {
         {
             self.recorder.queue_routing(dir, choice.clone());
         }
+        let hook = edge_context(&node.id, &choice);
         self.emit(Some(&node.id), EventKind::EdgeSelected(choice));
+        if let HookDecision::Override { edge_to, .. } = self.hook(hook).await? {
+            return Ok(Next::Jump(
+                self.hook_target(HookEvent::EdgeSelected, &edge_to)?,
+            ));
+        }
         Ok(if edge.loop_restart {
             Next::LoopRestart(edge_index)
         } else {
@@ -467,6 +531,28 @@ impl Engine {
             },
         })
     }
+}
+
+/// What hooks are told about a node's stage.
+fn stage_context(event: HookEvent, node: &trellis_workflow::Node) -> HookContext {
+    let mut context = HookContext::new(event).node(&node.id);
+    context.node_label = Some(node.label.clone());
+    context.handler_type = Some(node.kind.type_name().to_owned());
+    context
+}
+
+/// What hooks are told about the edge chosen out of `from`.
+fn edge_context(from: &str, choice: &EdgeChoice) -> HookContext {
+    let mut context = HookContext::new(HookEvent::EdgeSelected).node(from);
+    context.edge_from = Some(from.to_owned());
+    context.edge_to = Some(choice.to.clone());
+    context.edge_label.clone_from(&choice.label);
+    context
+}
+
+/// The outcome of a stage a `stage_start` hook passed over (its reason is in the hook's event).
+fn skipped_by_hook() -> Outcome {
+    Outcome::new(StageStatus::Skipped)
 }
 
 /// A router's verdict as the engine follows it.

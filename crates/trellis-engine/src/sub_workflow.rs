@@ -44,6 +44,8 @@ impl Engine {
             goal: self.workflow.graph.goal.clone(),
             base_dir: None,
             allowed_dirs: self.settings.allowed_dirs.clone(),
+            inputs: self.settings.inputs.clone(),
+            model: self.settings.model.clone(),
         };
         let child_path = path.to_path_buf();
         let (file, compiled) =

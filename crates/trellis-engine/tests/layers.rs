@@ -30,7 +30,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "join",
         ],
     ),
-    ("seams", &["services", "handler"]),
+    ("seams", &["services", "hooks", "handler"]),
     (
         "record and built-in handlers",
         &["record", "control", "routing"],

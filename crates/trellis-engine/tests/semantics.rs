@@ -115,6 +115,7 @@ fn harness_of(name: &str, text: &str, handler: Arc<dyn Handler>) -> Harness {
         clock: Arc::new(FixedClock(
             SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000),
         )),
+        hooks: None,
     };
     let settings = Settings {
         max_steps: 50,

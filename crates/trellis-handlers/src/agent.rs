@@ -854,7 +854,7 @@ impl AgentHandler {
                 (
                     &stage.settings.work_dir,
                     stage.run_id,
-                    stage.workflow.graph.mcp_servers.as_ref(),
+                    &stage.workflow.graph.mcp_servers,
                 ),
                 selection.as_deref(),
                 &node.servers,

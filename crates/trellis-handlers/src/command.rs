@@ -294,6 +294,7 @@ impl Launch {
         command
             .env_clear()
             .envs(self.inherited.iter().copied())
+            .envs(self.sandbox.env())
             .envs(self.identity.iter().map(|(name, value)| (name, value)))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

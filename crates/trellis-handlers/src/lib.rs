@@ -8,6 +8,7 @@ pub mod artifacts;
 pub mod cli_agent;
 pub mod command;
 pub mod fan_in;
+pub mod hooks;
 pub mod human;
 pub mod interviewer;
 pub mod mcp;

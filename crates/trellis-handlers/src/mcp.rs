@@ -82,7 +82,7 @@ impl ServerConfig {
 
 /// The names of the servers configured for a run in `work_dir` of a workflow naming `workflow`'s
 /// (those that can be used).
-pub fn configured_names(work_dir: &Path, workflow: Option<&ServersFile>) -> Vec<String> {
+pub fn configured_names(work_dir: &Path, workflow: &[ServersFile]) -> Vec<String> {
     load(work_dir, workflow).0.into_keys().collect()
 }
 
@@ -131,7 +131,7 @@ pub fn configured(
     work_dir: &Path,
     user: &BTreeMap<String, Value>,
     user_file: Option<&Path>,
-    workflow: Option<&ServersFile>,
+    workflow: &[ServersFile],
 ) -> (BTreeMap<String, ServerConfig>, Vec<String>) {
     let mut servers = BTreeMap::new();
     let mut problems = Vec::new();
@@ -168,7 +168,8 @@ pub fn configured(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => problems.push(format!("cannot read {}: {e}", project.display())),
     }
-    if let Some(file) = workflow {
+    // The workflow's file, then the run file's: a later one wins a name.
+    for file in workflow {
         workflow_servers(file, &mut servers, &mut problems);
     }
     (servers, problems)
@@ -470,6 +471,7 @@ fn spawn(
     command
         .env_clear()
         .envs(secrets::child_env(&[]))
+        .envs(sandbox.env())
         .envs(env)
         // A server a killed run left behind is found by this, as its commands are.
         .env(RUN_ID_VAR, run_id)
@@ -534,7 +536,7 @@ impl Hub {
     /// configured) is passed to `warn`. `None` when no server is to be used.
     pub async fn tools(
         self: &Arc<Self>,
-        (work_dir, run_id, workflow): (&Path, &str, Option<&ServersFile>),
+        (work_dir, run_id, workflow): (&Path, &str, &[ServersFile]),
         selection: Option<&[String]>,
         skill_servers: &[(String, ServerConfig)],
         warn: &(dyn Fn(String) + Sync),
@@ -542,9 +544,9 @@ impl Hub {
         let mut state = self.state.lock().await;
         if state.is_none() {
             let dir = work_dir.to_path_buf();
-            let workflow = workflow.cloned();
+            let workflow = workflow.to_vec();
             let (configs, problems) =
-                trellis_process::task::blocking(move || load(&dir, workflow.as_ref())).await;
+                trellis_process::task::blocking(move || load(&dir, &workflow)).await;
             for problem in problems {
                 warn(format!("MCP: {problem}"));
             }
@@ -643,7 +645,7 @@ impl Hub {
 /// The servers configured for `work_dir` (the user config file's, the project's, the workflow's).
 fn load(
     work_dir: &Path,
-    workflow: Option<&ServersFile>,
+    workflow: &[ServersFile],
 ) -> (BTreeMap<String, ServerConfig>, Vec<String>) {
     match trellis_llm::Config::load() {
         Ok(config) => configured(
@@ -831,7 +833,7 @@ mod tests {
             "ftp": {"type": "http", "url": "ftp://example.com/"},
         }))
         .unwrap();
-        let (servers, problems) = configured(dir.path(), &user, None, None);
+        let (servers, problems) = configured(dir.path(), &user, None, &[]);
         // The workflow's own file wins over both, in either shape.
         for text in [
             "[mcp_servers.fs]\ncommand = [\"wf\"]\n",
@@ -841,7 +843,7 @@ mod tests {
                 path: None,
                 text: text.into(),
             };
-            let (again, _) = configured(dir.path(), &user, None, Some(&file));
+            let (again, _) = configured(dir.path(), &user, None, std::slice::from_ref(&file));
             assert!(
                 matches!(&again["fs"].endpoint, Endpoint::Stdio { command, .. } if command == &["wf"]),
                 "{text}"

@@ -101,9 +101,41 @@ impl<'a> ModelCall<'a> {
         )
     }
 
-    /// One call, retried by the client on transient errors; each call is reported as events.
+    /// One call, retried by the client on transient errors; each call is reported as events. When
+    /// the provider still fails, the run's fallback models (`[run.model] fallbacks`) are tried in
+    /// order, and the one that answers serves the rest of the stage.
     pub async fn ask(&mut self, request: &Request) -> Result<Response, Box<Outcome>> {
         self.turns += 1;
+        let mut fallbacks: Option<std::vec::IntoIter<ResolvedModel>> = None;
+        loop {
+            let error = match self.call(request).await {
+                Ok(response) => return Ok(response),
+                Err(error) => error,
+            };
+            if !error.kind.retryable() {
+                return Err(Box::new(failure(&error)));
+            }
+            let next = fallbacks
+                .get_or_insert_with(|| self.client.fallbacks_after(&self.resolved).into_iter())
+                .next();
+            let Some(next) = next else {
+                return Err(Box::new(failure(&error)));
+            };
+            self.emitter.emit(
+                Some(self.node_id),
+                EventKind::ModelWarning {
+                    message: format!(
+                        "{}/{} failed ({error}); falling back to {}/{}",
+                        self.resolved.provider, self.resolved.model, next.provider, next.model
+                    ),
+                },
+            );
+            self.resolved = next;
+        }
+    }
+
+    /// One call to the current model, with the client's retries, reported as events.
+    async fn call(&mut self, request: &Request) -> Result<Response, trellis_llm::LlmError> {
         let node = Some(self.node_id);
         let emitter = self.emitter;
         emitter.emit(
@@ -164,7 +196,7 @@ impl<'a> ModelCall<'a> {
                 end.error = Some(error.to_string());
                 end.kind = Some(error.kind.as_str().to_owned());
                 emitter.emit(node, EventKind::ModelCallCompleted(end));
-                Err(Box::new(failure(&error)))
+                Err(error)
             }
         }
     }

@@ -512,7 +512,7 @@ enum Tools {
 /// configured for it (the workflow's too) and the process's environment.
 pub fn for_node_in(work_dir: &Path, graph: &GraphConfig, names: &[String]) -> (Skills, NodeSkills) {
     let skills = Skills::for_run(work_dir, graph);
-    let servers = crate::mcp::configured_names(work_dir, graph.mcp_servers.as_ref());
+    let servers = crate::mcp::configured_names(work_dir, &graph.mcp_servers);
     let env = |name: &str| std::env::var(name).ok();
     let node = skills.for_node(names, &env, &|name| servers.iter().any(|s| s == name));
     (skills, node)
@@ -540,7 +540,7 @@ pub fn preflight(
         return Ok(());
     }
     let skills = Skills::for_run(work_dir, &workflow.graph);
-    let servers = crate::mcp::configured_names(work_dir, workflow.graph.mcp_servers.as_ref());
+    let servers = crate::mcp::configured_names(work_dir, &workflow.graph.mcp_servers);
     let configured = |name: &str| servers.iter().any(|s| s == name);
     let mut problems = Vec::new();
     for (id, names) in wanted {

@@ -38,6 +38,9 @@ pub struct Client {
     default_provider: Option<String>,
     /// Context windows the config sets, by provider.
     context_windows: BTreeMap<String, u32>,
+    /// Models to try, in order, when one cannot answer for a reason of its provider's
+    /// ([`Client::fallbacks_after`]).
+    fallbacks: Vec<String>,
     pub retry: RetryPolicy,
 }
 
@@ -65,8 +68,46 @@ impl Client {
                 .iter()
                 .filter_map(|(name, p)| Some((name.clone(), p.context_window?)))
                 .collect(),
+            fallbacks: Vec::new(),
             retry: RetryPolicy::default(),
         }
+    }
+
+    /// The same client with the run's model choice (a run file's `[run.model]`): `provider` for models
+    /// the catalog does not place, and `fallbacks` — providers (`openai`: its usual model), models, or
+    /// `provider/model` — tried in order when a model's provider fails a call.
+    #[must_use]
+    pub fn with_run_model(mut self, provider: Option<String>, fallbacks: Vec<String>) -> Self {
+        if provider.is_some() {
+            self.default_provider = provider;
+        }
+        self.fallbacks = fallbacks;
+        self
+    }
+
+    /// The models to try after `failed` could not answer because its provider failed (a kind that
+    /// [`ErrorKind::retryable`], after the retries): each fallback that runs here and is not `failed`
+    /// itself, in order.
+    pub fn fallbacks_after(&self, failed: &ResolvedModel) -> Vec<ResolvedModel> {
+        let mut models: Vec<ResolvedModel> = Vec::new();
+        for entry in &self.fallbacks {
+            let entry = entry.trim();
+            let provider_only = normalize_provider(entry);
+            let resolved = if let Some((provider, model)) = entry.split_once('/') {
+                self.resolve(Some(model), Some(provider))
+            } else if crate::config::HOSTED.contains(&provider_only) || provider_only == "local" {
+                self.resolve(Some(default_model_for(provider_only)), Some(provider_only))
+            } else {
+                self.resolve(Some(entry), None)
+            };
+            let Ok(resolved) = resolved else { continue };
+            let same =
+                |m: &ResolvedModel| m.provider == resolved.provider && m.model == resolved.model;
+            if !same(failed) && !models.iter().any(same) {
+                models.push(resolved);
+            }
+        }
+        models
     }
 
     /// A client over the given providers (tests, benchmarks).
@@ -81,6 +122,7 @@ impl Client {
             default_model: None,
             default_provider: None,
             context_windows: BTreeMap::new(),
+            fallbacks: Vec::new(),
             retry: RetryPolicy::default(),
         }
     }

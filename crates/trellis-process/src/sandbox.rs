@@ -103,6 +103,8 @@ pub struct Sandbox {
     protected: Vec<PathBuf>,
     /// Replaced by an empty directory (`true`) or file (the user's Trellis configuration).
     hidden: Vec<(PathBuf, bool)>,
+    /// Variables every child gets on top of what it inherits (a run file's `[run.sandbox.env]`).
+    env: Vec<(String, String)>,
 }
 
 /// Tool caches under the home directory that builds and test runners write.
@@ -119,6 +121,7 @@ impl Sandbox {
             writable: Vec::new(),
             protected: Vec::new(),
             hidden: Vec::new(),
+            env: Vec::new(),
         }
     }
 
@@ -150,6 +153,7 @@ impl Sandbox {
             writable,
             protected: Vec::new(),
             hidden: Vec::new(),
+            env: Vec::new(),
         })
     }
 
@@ -196,6 +200,20 @@ impl Sandbox {
 
     fn uses_reaper(&self) -> bool {
         !matches!(self.kind, Kind::Bubblewrap { .. }) && self.reaper.is_some()
+    }
+
+    /// Gives every child these variables on top of what it inherits (the user set them for the run:
+    /// a run file's `[run.sandbox.env]`).
+    #[must_use]
+    pub fn with_env(mut self, env: impl IntoIterator<Item = (String, String)>) -> Self {
+        self.env.extend(env);
+        self
+    }
+
+    /// The variables every child gets on top of what it inherits ([`Sandbox::with_env`]); the caller
+    /// adds them after the inherited ones, so they win.
+    pub fn env(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.env.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
     /// Also lets children write `paths` (the configuration's grants).
@@ -421,6 +439,7 @@ mod tests {
             writable: vec![PathBuf::from("/home/u/.cache")],
             protected: vec![PathBuf::from("/w/runs")],
             hidden: Vec::new(),
+            env: Vec::new(),
         };
         let policy = Policy {
             network_off: true,

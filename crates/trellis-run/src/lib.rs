@@ -8,14 +8,17 @@
 //! same functions. What the caller decides: who answers human gates, who else hears the events, and how
 //! diagnostics and results are shown.
 
+mod prepare;
 mod run;
 mod steer;
 mod stop;
 
+pub mod run_file;
 pub use run::{
     Finished, Loaded, NewRun, Resumable, Run, RunError, Wiring, load, load_blocking, load_text,
-    sandbox,
+    recorded_options, sandbox,
 };
+pub use run_file::{Opened, RunFile, open_blocking};
 pub use steer::{SteerError, Steered, steer};
 pub use stop::{Stop, mark_interrupted};
 pub use trellis_process::sandbox::{Choice as SandboxChoice, Sandbox};

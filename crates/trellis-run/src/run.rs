@@ -18,6 +18,11 @@ use trellis_syntax::SourceFile;
 use trellis_workflow::{CompileOptions, Compiled, Workflow};
 
 use crate::Stop;
+use crate::run_file::{PrepareStep, RunFile};
+use trellis_handlers::hooks::{HookSetting, RunHooks};
+
+/// The run file a run was started from, in its record.
+pub const RUN_FILE: &str = "run.toml";
 
 /// Why a run could not be created, reopened or finished.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +54,9 @@ pub enum RunError {
     Models(#[from] trellis_llm::config::ConfigError),
     #[error("{reason}")]
     Sandbox { reason: String },
+    /// The run file (or the one recorded with the run) has errors.
+    #[error("the run file cannot be used:\n{problems}")]
+    RunFile { problems: String },
     /// What the workflow needs and this machine lacks (skills, their variables): nothing started.
     #[error("the run cannot start:\n{problems}")]
     Preflight { problems: String },
@@ -127,6 +135,18 @@ pub async fn load_text(path: &Path, text: String, options: CompileOptions) -> Lo
     .await
 }
 
+/// How the workflow kept in a run record is compiled again (to resume it, to draw it): with the goal,
+/// directories and inputs the run was started with.
+pub fn recorded_options(meta: &RunMeta) -> CompileOptions {
+    CompileOptions {
+        goal: meta.goal.clone(),
+        allowed_dirs: meta.settings.allowed_dirs.clone(),
+        base_dir: None,
+        inputs: meta.settings.inputs.clone(),
+        model: meta.settings.model.clone(),
+    }
+}
+
 /// What a new run needs besides its workflow.
 pub struct NewRun {
     /// The workflow file, as given (the record keeps its absolute path).
@@ -135,6 +155,9 @@ pub struct NewRun {
     pub initial: BTreeMap<String, Value>,
     pub settings: Settings,
     pub runs_dir: PathBuf,
+    /// The run file it was started from (`trellis run run.toml`): recorded with the run, and its
+    /// environment, model fallbacks, prepare steps, hooks and MCP servers applied.
+    pub run_file: Option<RunFile>,
 }
 
 /// What the caller decides about a run: who answers human gates, and who hears the events besides the
@@ -205,6 +228,10 @@ pub struct Run {
     models: Option<Arc<Client>>,
     /// What its commands and agent tools run in.
     sandbox: Arc<Sandbox>,
+    /// The run file's prepare steps, run before the first stage.
+    prepare: Vec<PrepareStep>,
+    /// The run file's hooks (those still running in the background are waited for at the end).
+    hooks: Option<Arc<RunHooks>>,
     /// This process's hold on the run, released when the run has finished executing.
     _owner: Owner,
 }
@@ -256,6 +283,12 @@ impl Run {
             started_at: trellis_engine::engine::timestamp(),
             ended_at: None,
             settings: request.settings.clone(),
+            run_file: request.run_file.as_ref().map(|f| {
+                std::fs::canonicalize(&f.path)
+                    .unwrap_or(f.path.clone())
+                    .display()
+                    .to_string()
+            }),
         };
         let recorded = trellis_workflow::inline::inline_file_references(file.text(), &workflow);
         let (record, owner) = RunDir::create(
@@ -264,6 +297,14 @@ impl Run {
             &recorded,
             &format!("workflow.{extension}"),
         )?;
+        if let Some(file) = &request.run_file {
+            let path = record.root().join(RUN_FILE);
+            std::fs::write(&path, file.recorded_text()).map_err(|source| StoreError::Io {
+                action: "write",
+                path,
+                source,
+            })?;
+        }
         let record = Arc::new(record);
         let run = Self::wire(
             workflow,
@@ -271,7 +312,7 @@ impl Run {
             owner,
             request.settings,
             run_id,
-            wiring,
+            (wiring, request.run_file.as_ref()),
             |engine| engine.first_checkpoint(request.initial),
         )?;
         Ok(run)
@@ -284,15 +325,24 @@ impl Run {
         reason = "the parts of a run, each needed once"
     )]
     fn wire(
-        workflow: Workflow,
+        mut workflow: Workflow,
         record: Arc<RunDir>,
         owner: Owner,
         settings: Settings,
         run_id: String,
-        wiring: Wiring,
+        (wiring, run_file): (Wiring, Option<&RunFile>),
         checkpoint: impl FnOnce(&Engine) -> Option<Checkpoint>,
     ) -> Result<Run, RunError> {
-        let models = models(&record, settings.models_simulated())?;
+        let models = models(&record, settings.models_simulated(), run_file)?;
+        if let Some(servers) = run_file.and_then(|f| f.mcp_servers.clone()) {
+            workflow
+                .graph
+                .mcp_servers
+                .push(trellis_workflow::workflow::ServersFile {
+                    path: run_file.map(|f| f.path.clone()),
+                    text: servers,
+                });
+        }
         let router_model = workflow
             .graph
             .router_model
@@ -311,6 +361,26 @@ impl Run {
                         source,
                     })?,
             );
+        // Children may read the run's record but never change it, even when the runs directory lies
+        // inside the working directory they may write.
+        let runs_dir = record.root().parent().map(Path::to_path_buf);
+        let sandbox = Arc::new(
+            (*wiring.sandbox)
+                .clone()
+                .protect(runs_dir)
+                .with_env(run_file.map(|f| f.env.clone()).unwrap_or_default()),
+        );
+        let hooks = run_hooks(
+            run_file,
+            HookSetting {
+                run_id: run_id.clone(),
+                workflow: workflow.name.clone(),
+                work_dir: settings.work_dir.clone(),
+                dir: record.root().join("hooks"),
+                sandbox: sandbox.clone(),
+                models: models.clone(),
+            },
+        )?;
         let subscribers =
             std::iter::once(log.clone() as Arc<dyn EventSink>).chain(wiring.subscribers);
         let services = Services {
@@ -320,11 +390,10 @@ impl Run {
             clock: Arc::new(SystemClock),
             interviewer: wiring.interviewer,
             router: Some(router),
+            hooks: hooks
+                .clone()
+                .map(|hooks| hooks as Arc<dyn trellis_engine::hooks::Hooks>),
         };
-        // Children may read the run's record but never change it, even when the runs directory lies
-        // inside the working directory they may write.
-        let runs_dir = record.root().parent().map(Path::to_path_buf);
-        let sandbox = Arc::new((*wiring.sandbox).clone().protect(runs_dir));
         // Handlers are the run's own: `full`-fidelity conversation threads live and die with it.
         let handlers = Arc::new(trellis_handlers::standard_handlers(
             models.clone(),
@@ -339,6 +408,8 @@ impl Run {
             checkpoint,
             models,
             sandbox,
+            prepare: run_file.map(|f| f.prepare.clone()).unwrap_or_default(),
+            hooks,
             _owner: owner,
         })
     }
@@ -369,10 +440,37 @@ impl Run {
             log,
             checkpoint,
             models,
+            sandbox,
+            prepare,
+            hooks,
             _owner: owner,
-            ..
         } = self;
-        let result = engine.run(checkpoint, stop.token()).await;
+        // Nothing ran yet (a new run, or one stopped before its first stage): prepare first.
+        let prepared = if checkpoint.stage_count == 0 && !prepare.is_empty() {
+            crate::prepare::run(&prepare, &engine, &record, &sandbox, stop.token()).await
+        } else {
+            Ok(())
+        };
+        let result = match prepared {
+            Ok(()) => engine.run(checkpoint, stop.token()).await,
+            Err(error) => {
+                engine.emit(
+                    None,
+                    trellis_engine::event::EventKind::WorkflowRunFailed {
+                        status: RunStatus::Failed,
+                        error: Some(error.to_string()),
+                    },
+                );
+                trellis_engine::RunResult {
+                    status: RunStatus::Failed,
+                    checkpoint,
+                    error: Some(error),
+                }
+            }
+        };
+        if let Some(hooks) = &hooks {
+            trellis_engine::hooks::Hooks::drain(&**hooks).await;
+        }
         let status = stop.recorded(result.status);
         if let Some(models) = &models {
             models.shutdown().await;
@@ -406,17 +504,67 @@ impl Run {
     }
 }
 
+/// The run file's hooks, ready to fire where `setting` says.
+fn run_hooks(
+    run_file: Option<&RunFile>,
+    setting: HookSetting,
+) -> Result<Option<Arc<RunHooks>>, RunError> {
+    let Some(file) = run_file.filter(|f| !f.hooks.is_empty()) else {
+        return Ok(None);
+    };
+    let hooks = RunHooks::new(&file.hooks, setting, &|name| std::env::var(name).ok()).map_err(
+        |problem| RunError::RunFile {
+            problems: format!("a hook cannot run: {problem}"),
+        },
+    )?;
+    Ok(Some(Arc::new(hooks)))
+}
+
 /// The model client of a real run: providers from the config file and the environment, and the local
-/// model server, whose output goes to `llama-server.log` in the run record. Runs with simulated models have none.
-fn models(record: &RunDir, simulated: bool) -> Result<Option<Arc<Client>>, RunError> {
+/// model server, whose output goes to `llama-server.log` in the run record; with the run file's
+/// provider and fallbacks. Runs with simulated models have none.
+fn models(
+    record: &RunDir,
+    simulated: bool,
+    run_file: Option<&RunFile>,
+) -> Result<Option<Arc<Client>>, RunError> {
     if simulated {
         return Ok(None);
     }
     let config = Config::load()?;
-    Ok(Some(Arc::new(Client::from_config(
-        &config,
-        Some(record.root().join("llama-server.log")),
-    ))))
+    let mut client = Client::from_config(&config, Some(record.root().join("llama-server.log")));
+    if let Some(file) = run_file {
+        client = client.with_run_model(file.provider.clone(), file.fallbacks.clone());
+    }
+    Ok(Some(Arc::new(client)))
+}
+
+/// The run file recorded with a run, read again (placed where the original was, so its relative
+/// paths mean what they meant); `None` for a run started from a workflow file.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "runs on the blocking pool (Resumable::open)"
+)]
+fn recorded_run_file(record: &RunDir, meta: &RunMeta) -> Result<Option<RunFile>, RunError> {
+    let path = record.root().join(RUN_FILE);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(None);
+    };
+    let placed = meta
+        .run_file
+        .as_deref()
+        .map_or_else(|| path.clone(), PathBuf::from);
+    let (file, problems) = RunFile::parse(&placed, text, &|name| std::env::var(name).ok());
+    match file {
+        Some(file) => Ok(Some(file)),
+        None => Err(RunError::RunFile {
+            problems: problems
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }),
+    }
 }
 
 /// A stopped run, opened to continue it.
@@ -427,6 +575,8 @@ pub struct Resumable {
     /// Claimed before anything else is touched: a run another process is running is refused, and
     /// its commands are never reaped.
     owner: Owner,
+    /// The run file recorded with the run, read again.
+    run_file: Option<RunFile>,
 }
 
 impl Resumable {
@@ -458,11 +608,13 @@ impl Resumable {
             meta.ended_at = None;
             record.write_meta(&meta)?;
         }
+        let run_file = recorded_run_file(&record, &meta)?;
         Ok(Self {
             record,
             meta,
             checkpoint,
             owner,
+            run_file,
         })
     }
 
@@ -495,11 +647,7 @@ impl Resumable {
         load(
             &source,
             Path::new(&self.meta.source_path),
-            CompileOptions {
-                goal: self.meta.goal.clone(),
-                allowed_dirs: self.meta.settings.allowed_dirs.clone(),
-                base_dir: None,
-            },
+            recorded_options(&self.meta),
         )
         .await
     }
@@ -517,6 +665,7 @@ impl Resumable {
             meta,
             checkpoint,
             owner,
+            run_file,
         } = self;
         Run::wire(
             workflow,
@@ -524,7 +673,7 @@ impl Resumable {
             owner,
             meta.settings,
             meta.run_id,
-            wiring,
+            (wiring, run_file.as_ref()),
             |_| Some(checkpoint),
         )
     }

@@ -596,6 +596,64 @@ async fn get_run(
     .await
 }
 
+/// Opens a workflow from a request: a workflow or run file (`.toml`) under `--workflows`, or a
+/// workflow's source text. A run file's graph must lie under `--workflows` too.
+async fn open_requested(
+    server: &Server,
+    workflow: Option<&str>,
+    source: Option<String>,
+    name: Option<&str>,
+    goal: Option<String>,
+) -> Result<(trellis_run::Opened, PathBuf), ApiError> {
+    let Some(relative) = workflow.filter(|w| trellis_run::run_file::is_run_file(Path::new(w)))
+    else {
+        let (loaded, path) = load_requested(server, workflow, source, name, goal).await?;
+        return Ok((
+            trellis_run::Opened {
+                loaded,
+                run_file: None,
+                warnings: Vec::new(),
+                inputs: BTreeMap::new(),
+            },
+            path,
+        ));
+    };
+    let path = server.workflow_path(relative)?;
+    let options = trellis_run::CompileOptions {
+        goal,
+        ..Default::default()
+    };
+    let opened = {
+        let path = path.clone();
+        trellis_process::task::blocking(move || trellis_run::open_blocking(&path, options))
+            .await
+            .map_err(|e| ApiError::Status(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?
+    };
+    let graph = opened
+        .run_file
+        .as_ref()
+        .map(|f| f.graph.clone())
+        .unwrap_or_default();
+    let graph_relative = graph
+        .strip_prefix(path.parent().unwrap_or(Path::new("")))
+        .ok()
+        .and_then(|g| Path::new(relative).parent().map(|dir| dir.join(g)))
+        .unwrap_or_default();
+    // The graph must be a workflow file under --workflows, as if it had been asked for itself.
+    let graph = server
+        .workflow_path(&graph_relative.to_string_lossy())
+        .map_err(|_| {
+            ApiError::Status(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!(
+                    "the run file's graph {} is not a workflow file under --workflows",
+                    graph.display()
+                ),
+            )
+        })?;
+    Ok((opened, graph))
+}
+
 /// Compiles a workflow from a request: a file under `--workflows`, or source text.
 async fn load_requested(
     server: &Server,
@@ -674,7 +732,7 @@ async fn start_run(
             "`dry_run` and `simulate` exclude each other",
         ));
     }
-    let (loaded, path) = load_requested(
+    let (opened, path) = open_requested(
         &server,
         request.workflow.as_deref(),
         request.source,
@@ -682,6 +740,12 @@ async fn start_run(
         request.goal,
     )
     .await?;
+    let trellis_run::Opened {
+        loaded,
+        run_file,
+        inputs,
+        ..
+    } = opened;
     if loaded.compiled.has_errors() {
         let report = trellis_workflow::report(&loaded.file, &loaded.compiled);
         return Err(ApiError::Invalid(trellis_workflow::report_document(vec![
@@ -690,10 +754,14 @@ async fn start_run(
     }
     let mut set = request.set;
     if let Some(workflow) = &loaded.compiled.workflow {
-        let input =
-            trellis_workflow::inputs::for_run(workflow, request.input).map_err(|problems| {
-                ApiError::Status(StatusCode::UNPROCESSABLE_ENTITY, problems.join("; "))
-            })?;
+        let mut provided = run_file
+            .as_ref()
+            .map(|f| f.input_values.clone())
+            .unwrap_or_default();
+        provided.extend(request.input);
+        let input = trellis_workflow::inputs::for_run(workflow, provided).map_err(|problems| {
+            ApiError::Status(StatusCode::UNPROCESSABLE_ENTITY, problems.join("; "))
+        })?;
         if let Some(input) = input {
             set.insert(keys::INPUT.to_owned(), input);
         }
@@ -701,6 +769,8 @@ async fn start_run(
     let start = Start {
         set,
         mode: RunMode::from_flags(request.dry_run, request.simulate),
+        run_file,
+        inputs,
     };
     let id = server.start(loaded, path, start).await?;
     Ok((StatusCode::CREATED, Json(Started { id })))

@@ -144,11 +144,7 @@ pub async fn run_graph(
     let loaded = trellis_run::load(
         &source,
         std::path::Path::new(&meta.source_path),
-        trellis_run::CompileOptions {
-            goal: meta.goal,
-            allowed_dirs: meta.settings.allowed_dirs,
-            base_dir: None,
-        },
+        trellis_run::recorded_options(&meta),
     )
     .await?;
     let Some(workflow) = loaded.compiled.workflow else {

@@ -83,6 +83,10 @@ impl From<StoreError> for ActionError {
 pub struct Start {
     pub set: BTreeMap<String, Value>,
     pub mode: RunMode,
+    /// The run file the run starts from, if it was one.
+    pub run_file: Option<trellis_run::RunFile>,
+    /// The inputs the workflow was compiled with.
+    pub inputs: BTreeMap<String, String>,
 }
 
 impl Server {
@@ -132,17 +136,25 @@ impl Server {
         start: Start,
     ) -> Result<String, ActionError> {
         let live = LiveRun::new();
+        // A run file's working directory, when it names one inside the server's.
+        let work_dir = match start.run_file.as_ref().and_then(|f| f.work_dir.as_ref()) {
+            Some(dir) => self.inside_work_dir(dir)?,
+            None => self.work_dir.clone(),
+        };
         let request = NewRun {
             path,
             initial: start.set,
             settings: Settings {
-                work_dir: self.work_dir.clone(),
+                work_dir,
                 mode: start.mode,
                 max_steps: 10_000,
                 allowed_dirs: Vec::new(),
                 permissions: None,
+                model: start.run_file.as_ref().and_then(|f| f.model.clone()),
+                inputs: start.inputs,
             },
             runs_dir: self.runs_dir.clone(),
+            run_file: start.run_file,
         };
         let run = Run::create(loaded, request, wiring(&live, None, &self.sandbox)).await?;
         let id = run.id().to_owned();
@@ -285,6 +297,23 @@ impl Server {
     }
 
     /// The workflow file `relative` under `--workflows`; never a path outside it.
+    /// `dir` (a run file's working directory) when it lies inside the server's working directory:
+    /// a run started over HTTP works nowhere else.
+    fn inside_work_dir(&self, dir: &Path) -> Result<PathBuf, ActionError> {
+        let root = self
+            .work_dir
+            .canonicalize()
+            .unwrap_or_else(|_| self.work_dir.clone());
+        match dir.canonicalize() {
+            Ok(full) if full.starts_with(&root) => Ok(full),
+            _ => Err(ActionError::Invalid(format!(
+                "the run file's working directory {} is not an existing directory inside the server's working directory {}",
+                dir.display(),
+                root.display()
+            ))),
+        }
+    }
+
     pub fn workflow_path(&self, relative: &str) -> Result<PathBuf, ActionError> {
         let Some(dir) = &self.workflows_dir else {
             return Err(ActionError::Invalid(

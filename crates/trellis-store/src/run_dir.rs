@@ -53,6 +53,10 @@ pub struct RunMeta {
     /// for input).
     pub ended_at: Option<String>,
     pub settings: trellis_engine::Settings,
+    /// The run file the run was started from (`trellis run run.toml`); its text is kept beside, as
+    /// `run.toml`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub run_file: Option<String>,
 }
 
 /// A new run id: a ULID, so ids sort by time.
@@ -605,6 +609,7 @@ mod tests {
             started_at: "t".into(),
             ended_at: None,
             settings: trellis_engine::Settings::default(),
+            run_file: None,
         };
         RunDir::create(runs, &meta, "digraph {}", "workflow.fabro").unwrap()
     }

@@ -129,6 +129,7 @@ async fn run(dir: &Path, text: &str, seed: u64, max_steps: u32) -> Ran {
         started_at: "t".into(),
         ended_at: None,
         settings: settings.clone(),
+        run_file: None,
     };
     let (record, owner) = RunDir::create(dir, &meta, text, "w.fabro").unwrap();
     let record = Arc::new(record);
@@ -143,6 +144,7 @@ async fn run(dir: &Path, text: &str, seed: u64, max_steps: u32) -> Ran {
         clock: Arc::new(FixedClock(
             SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000),
         )),
+        hooks: None,
     };
     let engine = Engine::new(
         Arc::new(workflow),

@@ -44,6 +44,12 @@ pub struct CompileOptions {
     /// Directories references may reach besides the workflow's own and its git repository
     /// (`--allow-dir`).
     pub allowed_dirs: Vec<PathBuf>,
+    /// The run's inputs, which templates name (`{{ inputs.NAME }}`, `$NAME` in prompts):
+    /// `--input NAME=VALUE`, a run file's `[run.inputs]`.
+    pub inputs: std::collections::BTreeMap<String, String>,
+    /// Replaces the graph's default model (a run file's `[run.model] name`): nodes and stylesheet
+    /// rules that name a model keep theirs.
+    pub model: Option<String>,
 }
 
 /// The result of compiling: the workflow when there were no errors, and every diagnostic.
@@ -116,10 +122,18 @@ pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> C
         // graph and lowered form at once.
         let mut flat = flatten::flatten(parsed.document);
         rules::attribute_alias::apply(&mut flat, &mut diagnostics);
+        rules::template_variable::expand_attributes(
+            &mut flat,
+            &options.inputs,
+            options.goal.as_deref(),
+            &mut diagnostics,
+        );
         let files = rules::file_reference::FileScope::new(&base_dir, &options.allowed_dirs);
         let lowerer = lower::Lowerer {
             files: &files,
             goal_override: options.goal.as_deref(),
+            inputs: &options.inputs,
+            model_override: options.model.as_deref(),
             out: &mut diagnostics,
             sheet: None,
         };

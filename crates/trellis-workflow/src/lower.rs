@@ -1,6 +1,6 @@
 //! Second lowering step: from the flat graph to the typed [`Workflow`]. Every attribute is read here,
 //! once, into typed configuration — through the lowering rules, which report values that do not convert —
-//! and the model stylesheet, `@file` prompts and `$goal` are applied. Nothing after this reads attribute
+//! and the model stylesheet, `@file` prompts and their templates (`$goal`, inputs) are applied. Nothing after this reads attribute
 //! text.
 
 use crate::small_map::SmallMap;
@@ -37,6 +37,10 @@ const DEFAULT_MAX_PARALLEL: u32 = 4;
 pub(crate) struct Lowerer<'a> {
     pub files: &'a file_reference::FileScope,
     pub goal_override: Option<&'a str>,
+    /// The run's inputs, which prompts may name.
+    pub inputs: &'a std::collections::BTreeMap<String, String>,
+    /// Replaces the graph's `model` (a run file's model).
+    pub model_override: Option<&'a str>,
     pub out: &'a mut Vec<Diagnostic>,
     /// The parsed model stylesheet and the attribute value it was read from (for spans).
     pub sheet: Option<(Stylesheet, Value)>,
@@ -148,10 +152,15 @@ impl Lowerer<'_> {
             .get("default_fidelity")
             .and_then(|a| fidelity_value::parse("default_fidelity", &a.value, self.out));
         let goal_override = self.goal_override.map(str::to_owned);
-        let mcp_servers = attrs.get("mcp_servers").and_then(|attr| {
-            file_reference::load("mcp_servers", &attr.value, self.files, self.out)
-                .map(|(path, text)| crate::workflow::ServersFile { path, text })
-        });
+        let model_override = self.model_override.map(str::to_owned);
+        let mcp_servers = attrs
+            .get("mcp_servers")
+            .and_then(|attr| {
+                file_reference::load("mcp_servers", &attr.value, self.files, self.out)
+                    .map(|(path, text)| crate::workflow::ServersFile { path, text })
+            })
+            .into_iter()
+            .collect();
         let inline_skills = attrs
             .get("skills")
             .and_then(|attr| self.json_value(&attr.value, crate::workflow::InlineSkill::parse_all))
@@ -172,7 +181,7 @@ impl Lowerer<'_> {
         }
         GraphConfig {
             goal: goal_override.or_else(|| r.string("goal")),
-            model: r.string("model"),
+            model: model_override.or_else(|| r.string("model")),
             router_model: r.string("router_model"),
             label: r.string("label"),
             model_stylesheet: r.string("model_stylesheet"),
@@ -359,11 +368,16 @@ impl Lowerer<'_> {
         let (prompt_file, prompt) = match attrs.get("prompt").or_else(|| attrs.get("label")) {
             Some(attr) => match file_reference::load("prompt", &attr.value, self.files, self.out) {
                 Some((file, text)) => {
+                    let vars = template_variable::Vars {
+                        goal: graph.goal.as_deref(),
+                        inputs: self.inputs,
+                    };
                     let expanded = template_variable::expand(
                         &text,
-                        graph.goal.as_deref(),
+                        vars,
+                        template_variable::Forms::Prompt,
                         attr.value.span,
-                        id,
+                        &format!("node `{id}`"),
                         self.out,
                     );
                     (file, expanded)

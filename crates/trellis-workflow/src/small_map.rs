@@ -60,6 +60,11 @@ impl<V> SmallMap<V> {
         Some(&self.entries[at].1)
     }
 
+    pub fn get_mut<Q: Borrow<str> + ?Sized>(&mut self, key: &Q) -> Option<&mut V> {
+        let at = self.position(key.borrow()).ok()?;
+        Some(&mut self.entries[at].1)
+    }
+
     pub fn contains_key<Q: Borrow<str> + ?Sized>(&self, key: &Q) -> bool {
         self.position(key.borrow()).is_ok()
     }
@@ -71,6 +76,11 @@ impl<V> SmallMap<V> {
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &V)> {
         self.entries.iter().map(|(k, v)| (k.as_ref(), v))
+    }
+
+    /// Each key with its value, to change the values in place.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&str, &mut V)> {
+        self.entries.iter_mut().map(|(k, v)| (&**k, v))
     }
 
     pub fn keys(&self) -> impl Iterator<Item = &str> {

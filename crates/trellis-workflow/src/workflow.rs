@@ -164,7 +164,8 @@ pub struct GraphConfig {
     /// The graph's `permissions`, for agent nodes that set none.
     pub permissions: Option<crate::node_kind::Permissions>,
     /// MCP servers for this workflow's agents (`mcp_servers="@servers.toml"`, or the text itself).
-    pub mcp_servers: Option<ServersFile>,
+    /// A run file's servers follow (a later file wins a name).
+    pub mcp_servers: Vec<ServersFile>,
     /// Skills the workflow defines itself (SWEny's inline `skills:` map).
     pub inline_skills: Vec<InlineSkill>,
     /// Every graph attribute as text, mirrored into the run context as `graph.<key>`.

@@ -16,7 +16,7 @@ use trellis_engine::services::{EventSink, Interviewer};
 use trellis_engine::{RunMode, RunStatus, Settings};
 use trellis_handlers::interviewer::{Answers, AutoApprove, Console, Unattended};
 use trellis_run::{
-    Finished, Loaded, NewRun, Resumable, Run, RunError, SandboxChoice, Stop, Wiring,
+    Finished, Loaded, NewRun, Opened, Resumable, Run, RunError, SandboxChoice, Stop, Wiring,
 };
 use trellis_store::resolve_runs_dir;
 use trellis_syntax::render::render_terminal;
@@ -56,7 +56,7 @@ pub struct RunOptions {
 
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// The workflow file.
+    /// The workflow file, or a run file (`.toml`: Fabro's run configuration) naming one.
     file: PathBuf,
     /// Replace the workflow's goal.
     #[arg(long)]
@@ -71,7 +71,8 @@ pub struct RunArgs {
     /// Put a value into the run context before the first stage (JSON, or else text).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
-    /// A workflow input (YAML `inputs`), read as its declared type; repeat for several.
+    /// An input: what templates name (`{{ inputs.KEY }}`, `$KEY` in prompts) and, for a YAML
+    /// workflow, a declared input read as its type; over a run file's; repeat for several.
     #[arg(long = "input", value_name = "KEY=VALUE")]
     input: Vec<String>,
     /// Workflow inputs from a JSON object file; `--input` values override them.
@@ -167,47 +168,63 @@ fn parse_sets(sets: &[String]) -> anyhow::Result<BTreeMap<String, Value>> {
         .collect()
 }
 
-/// The run's `input`: `--inputs FILE` and `--input KEY=VALUE` checked against the workflow's declared
-/// inputs (every problem at once).
-fn workflow_input(
-    workflow: &trellis_workflow::Workflow,
-    args: &RunArgs,
-) -> Result<Option<Value>, Vec<String>> {
+/// The inputs given on the command line: `--inputs FILE` (a JSON object), then `--input KEY=VALUE`
+/// over it — as values (the context's `input`, read as the workflow declares them) and as text (what
+/// templates name).
+fn given_inputs(args: &RunArgs) -> Result<(Given, BTreeMap<String, String>), String> {
     let mut provided = serde_json::Map::new();
     if let Some(path) = &args.inputs {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            vec![format!(
-                "cannot read the inputs file {}: {e}",
-                path.display()
-            )]
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the inputs file {}: {e}", path.display()))?;
         match serde_json::from_str(&text) {
             Ok(Value::Object(map)) => provided = map,
             Ok(_) => {
-                return Err(vec![format!(
+                return Err(format!(
                     "the inputs file {} must hold a JSON object",
                     path.display()
-                )]);
+                ));
             }
             Err(e) => {
-                return Err(vec![format!(
+                return Err(format!(
                     "the inputs file {} is not JSON: {e}",
                     path.display()
-                )]);
+                ));
             }
         }
     }
+    let mut text: BTreeMap<String, String> = provided
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                v.as_str().map_or_else(|| v.to_string(), str::to_owned),
+            )
+        })
+        .collect();
+    let mut pairs = Vec::new();
     for pair in &args.input {
         let Some((key, value)) = pair.split_once('=').filter(|(k, _)| !k.trim().is_empty()) else {
-            return Err(vec![format!("--input expects KEY=VALUE, found `{pair}`")]);
+            return Err(format!("--input expects KEY=VALUE, found `{pair}`"));
         };
         let key = key.trim();
-        provided.insert(
-            key.to_owned(),
-            trellis_workflow::inputs::parse_value(workflow, key, value),
-        );
+        pairs.push((key.to_owned(), value.to_owned()));
+        text.insert(key.to_owned(), value.to_owned());
     }
-    trellis_workflow::inputs::for_run(workflow, provided)
+    Ok((
+        Given {
+            file: provided,
+            pairs,
+        },
+        text,
+    ))
+}
+
+/// Inputs given on the command line, before the workflow says their types.
+struct Given {
+    /// `--inputs FILE`.
+    file: serde_json::Map<String, Value>,
+    /// `--input KEY=VALUE`, in order.
+    pairs: Vec<(String, String)>,
 }
 
 /// Shows a workflow's diagnostics (errors and warnings) on standard error.
@@ -236,29 +253,73 @@ fn wiring(options: &RunOptions, sandbox: Arc<trellis_run::Sandbox>) -> anyhow::R
     })
 }
 
+/// Where the run's stages work: the run file's `working_dir` (created if missing), else here.
+fn work_dir(run_file: Option<&trellis_run::RunFile>) -> anyhow::Result<PathBuf> {
+    Ok(match run_file.and_then(|f| f.work_dir.clone()) {
+        Some(dir) => {
+            std::fs::create_dir_all(&dir).with_context(|| {
+                format!(
+                    "cannot create the run file's working directory {}",
+                    dir.display()
+                )
+            })?;
+            std::path::absolute(&dir)?
+        }
+        None => std::env::current_dir()?,
+    })
+}
+
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let mut initial = parse_sets(&args.set)?;
+    let (given, inputs) = match given_inputs(args) {
+        Ok(given) => given,
+        Err(problem) => {
+            eprintln!("error: {problem}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
+    };
     // Compiled before the runtime starts, on the thread that then runs the workflow (see
     // `load_blocking`).
     let options = trellis_run::CompileOptions {
         goal: args.goal.clone(),
         allowed_dirs: args.allow_dir.clone(),
-        base_dir: None,
+        inputs,
+        ..Default::default()
     };
-    let loaded = match trellis_run::load_blocking(&args.file, &args.file, options) {
-        Ok(loaded) => loaded,
-        Err(error @ RunError::Source(_)) => {
+    let opened = match trellis_run::open_blocking(&args.file, options) {
+        Ok(opened) => opened,
+        Err(error @ (RunError::Source(_) | RunError::RunFile { .. })) => {
             eprintln!("error: {error}");
             return Ok(ExitCode::from(EXIT_USAGE));
         }
         Err(error) => return Err(error.into()),
     };
+    for warning in &opened.warnings {
+        eprintln!("{warning}");
+    }
+    let Opened {
+        loaded,
+        run_file,
+        inputs,
+        ..
+    } = opened;
     show_diagnostics(&loaded, args.options.color)?;
     if wrong_answers(&args.options, &loaded)? {
         return Ok(ExitCode::from(EXIT_USAGE));
     }
     if let Some(workflow) = &loaded.compiled.workflow {
-        match workflow_input(workflow, args) {
+        let mut provided = run_file
+            .as_ref()
+            .map(|f| f.input_values.clone())
+            .unwrap_or_default();
+        provided.extend(given.file);
+        for (key, value) in &given.pairs {
+            provided.insert(
+                key.clone(),
+                trellis_workflow::inputs::parse_value(workflow, key, value),
+            );
+        }
+        match trellis_workflow::inputs::for_run(workflow, provided) {
             Ok(Some(input)) => {
                 initial.insert(trellis_engine::keys::INPUT.to_owned(), input);
             }
@@ -271,11 +332,14 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    let work_dir = work_dir(run_file.as_ref())?;
     let request = NewRun {
-        path: args.file.clone(),
+        path: run_file
+            .as_ref()
+            .map_or_else(|| args.file.clone(), |f| f.graph.clone()),
         initial,
         settings: Settings {
-            work_dir: std::env::current_dir()?,
+            work_dir,
             mode: RunMode::from_flags(args.dry_run, args.simulate),
             max_steps: args.max_steps,
             allowed_dirs: args
@@ -284,8 +348,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()))
                 .collect(),
             permissions: args.permissions,
+            inputs,
+            model: run_file.as_ref().and_then(|f| f.model.clone()),
         },
         runs_dir: resolve_runs_dir(args.options.runs_dir.clone()),
+        run_file,
     };
     let sandbox = super::sandbox(args.options.sandbox)?;
     super::on_runtime(async {

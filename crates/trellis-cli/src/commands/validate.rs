@@ -14,9 +14,13 @@ use super::{ColorChoice, EXIT_INVALID, EXIT_USAGE, OutputFormat};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Workflow files (.fabro, .dot, .yaml, .yml).
+    /// Workflow files (.fabro, .dot, .yaml, .yml), or run files (.toml) naming one.
     #[arg(required = true)]
     files: Vec<PathBuf>,
+    /// An input templates name (`{{ inputs.KEY }}`, `$KEY` in prompts), over a run file's; repeat
+    /// for several.
+    #[arg(long = "input", value_name = "KEY=VALUE")]
+    input: Vec<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     format: OutputFormat,
@@ -42,24 +46,37 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let mut stdout = std::io::stdout().lock();
     let (mut any_invalid, mut any_unreadable) = (false, false);
     let mut documents = Vec::new();
+    let mut inputs = std::collections::BTreeMap::new();
+    for pair in &args.input {
+        let Some((key, value)) = pair.split_once('=').filter(|(k, _)| !k.trim().is_empty()) else {
+            eprintln!("error: --input expects KEY=VALUE, found `{pair}`");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        };
+        inputs.insert(key.trim().to_owned(), value.to_owned());
+    }
     for (i, path) in args.files.iter().enumerate() {
         let options = CompileOptions {
             allowed_dirs: args.allow_dir.clone(),
+            inputs: inputs.clone(),
             ..CompileOptions::default()
         };
-        let (file, compiled) = match trellis_workflow::load(path, &options) {
-            Ok(loaded) => loaded,
+        let opened = match trellis_run::open_blocking(path, options) {
+            Ok(opened) => opened,
             Err(error) => {
-                any_unreadable = true;
+                let run_file = matches!(error, trellis_run::RunError::RunFile { .. });
+                any_unreadable |= !run_file;
+                any_invalid |= run_file;
                 match args.format {
                     OutputFormat::Json => documents.push(
-                        json!({ "file": path.display().to_string(), "error": error.to_string() }),
+                        json!({ "file": path.display().to_string(), "valid": false, "error": error.to_string() }),
                     ),
                     OutputFormat::Text => eprintln!("error: {error}"),
                 }
                 continue;
             }
         };
+        let warnings: Vec<String> = opened.warnings.iter().map(ToString::to_string).collect();
+        let (file, compiled) = (opened.loaded.file, opened.loaded.compiled);
         let Compiled {
             outline,
             diagnostics,
@@ -68,10 +85,25 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         let tally = Tally::of(diagnostics);
         any_invalid |= tally.errors > 0;
         match args.format {
-            OutputFormat::Json => documents.push(trellis_workflow::report(&file, &compiled)),
+            OutputFormat::Json => {
+                let mut report = trellis_workflow::report(&file, &compiled);
+                if let Some(file) = &opened.run_file {
+                    report["run_file"] = json!({
+                        "file": file.path.display().to_string(),
+                        "warnings": warnings,
+                    });
+                }
+                documents.push(report);
+            }
             OutputFormat::Text => {
                 if i > 0 {
                     writeln!(stdout)?;
+                }
+                if let Some(file) = &opened.run_file {
+                    writeln!(stdout, "Run file: {}", file.path.display())?;
+                    for warning in &warnings {
+                        writeln!(stdout, "{warning}")?;
+                    }
                 }
                 match outline {
                     Some(o) => writeln!(

@@ -1,44 +1,148 @@
-//! `template-variable` (error): prompts use only defined template variables.
+//! `template-variable` (error): templates name only the goal and the run's inputs.
 //!
-//! Prompts may say `$goal` or `{{ goal }}`; both expand to the workflow's goal (the `goal` graph
-//! attribute, or `--goal` at run time). `$$` is a literal `$`. An undefined variable, or `$goal` in a
-//! workflow without a goal, is an error rather than silently empty text:
+//! A run's *inputs* are named values given with `--input NAME=VALUE` or by a run configuration file
+//! (`[run.inputs]`, or `[vars]` in Fabro's older spelling). Templates name them, and the workflow's
+//! goal (the `goal` graph attribute, or `--goal`):
+//!
+//! - in every attribute (a graph's `goal`, a command's `script`, a label, a condition, ...):
+//!   `{{ inputs.NAME }}` and `{{ goal }}`. Other `{{ ... }}` text there is left as written (a shell
+//!   script's `docker ps --format '{{.Names}}'`), and so is `$`.
+//! - in prompts, besides: `$NAME` and `{{ NAME }}` (Fabro's older forms), `$goal`; `$$` is a literal `$`.
+//!   Any other `$name` or `{{ name }}` in a prompt is an error rather than text the model is shown.
+//!
+//! Escaping: `{% raw %}...{% endraw %}` keeps its text as written, and `{{ '{{' }}` (any quoted text
+//! in `{{ }}`) writes the quoted text. A `$` not followed by a letter (`$5`) is kept as written.
+//!
+//! An undefined variable is an error that names it, where it is used and the inputs there are:
 //!
 //! ```dot
 //! plan [shape=tab, prompt="Plan $gaol"]   // error: undefined variable `gaol`
 //! ```
-//!
-//! A `$` not followed by a letter (`$5`) is kept as written.
+
+use std::collections::BTreeMap;
 
 use trellis_syntax::{Diagnostic, Severity, Span};
 
+use crate::flatten::{AttrMap, FlatGraph};
 use crate::rules::Rule;
 
 pub const RULE: Rule = Rule {
     code: "template-variable",
     severity: Severity::Error,
-    summary: "prompts use only defined template variables ($goal, {{ goal }})",
+    summary: "templates name only the goal and the run's inputs ({{ inputs.NAME }}, $NAME, $goal)",
 };
 
-/// Expands `$goal`, `{{ goal }}` and `$$` in `text`; reports problems at `span` (the attribute value).
+/// What templates may name: the workflow's goal and the run's inputs.
+#[derive(Clone, Copy)]
+pub struct Vars<'a> {
+    pub goal: Option<&'a str>,
+    pub inputs: &'a BTreeMap<String, String>,
+}
+
+/// Which forms a text expands.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Forms {
+    /// Any attribute: `{{ inputs.NAME }}`, `{{ goal }}`, raw blocks and quoted text.
+    Attribute,
+    /// A prompt: besides, `$NAME`, `{{ NAME }}`, `$goal` and `$$`.
+    Prompt,
+}
+
+/// Where a template is, for messages: `node `plan``, `the graph`, `edge `a -> b``.
+pub(crate) type Place<'a> = &'a str;
+
+/// Attributes the prompt pass expands (their text may be a `@file` reference).
+const PROMPT_ATTRIBUTES: &[&str] = &["prompt"];
+
+/// Expands `{{ inputs.NAME }}` and `{{ goal }}` in every attribute of the flat graph but prompts,
+/// which are expanded when they are read (with the prompt forms). The graph's `goal` is expanded first
+/// (with the inputs only), so the other attributes see the expanded goal; `goal_override` (`--goal`)
+/// replaces it. Returns the goal.
+pub(crate) fn expand_attributes(
+    graph: &mut FlatGraph,
+    inputs: &BTreeMap<String, String>,
+    goal_override: Option<&str>,
+    out: &mut Vec<Diagnostic>,
+) -> Option<String> {
+    let no_goal = Vars { goal: None, inputs };
+    if let Some(attr) = graph.graph_attrs.get_mut("goal") {
+        attr.value.text = expand(
+            &attr.value.text,
+            no_goal,
+            Forms::Attribute,
+            attr.value.span,
+            "the graph's goal",
+            out,
+        );
+    }
+    let goal = goal_override.map(str::to_owned).or_else(|| {
+        graph
+            .graph_attrs
+            .get("goal")
+            .map(|attr| attr.value.text.clone())
+    });
+    let vars = Vars {
+        goal: goal.as_deref(),
+        inputs,
+    };
+    expand_map(&mut graph.graph_attrs, vars, "the graph", out);
+    for node in &mut graph.nodes {
+        let place = format!("node `{}`", node.id.name);
+        expand_map(&mut node.attrs, vars, &place, out);
+    }
+    for edge in &mut graph.edges {
+        let place = format!("edge `{} -> {}`", edge.from.name, edge.to.name);
+        expand_map(&mut edge.attrs, vars, &place, out);
+    }
+    goal
+}
+
+fn expand_map(attrs: &mut AttrMap, vars: Vars<'_>, place: Place<'_>, out: &mut Vec<Diagnostic>) {
+    for (key, attr) in attrs.iter_mut() {
+        if PROMPT_ATTRIBUTES.contains(&key) || key == "goal" {
+            continue;
+        }
+        if attr.value.text.contains("{{") || attr.value.text.contains("{%") {
+            attr.value.text = expand(
+                &attr.value.text,
+                vars,
+                Forms::Attribute,
+                attr.value.span,
+                place,
+                out,
+            );
+        }
+    }
+}
+
+/// Expands the templates of `forms` in `text`; reports problems at `span` (the attribute value), each
+/// variable once.
 pub(crate) fn expand(
     text: &str,
-    goal: Option<&str>,
+    vars: Vars<'_>,
+    forms: Forms,
     span: Span,
-    node: &str,
+    place: Place<'_>,
     out: &mut Vec<Diagnostic>,
 ) -> String {
+    let prompt = forms == Forms::Prompt;
     let mut result = String::with_capacity(text.len());
     let mut rest = text;
-    let mut reported = Vec::new();
+    let mut reported: Vec<&str> = Vec::new();
     while let Some(i) = rest.find(['$', '{']) {
         result.push_str(&rest[..i]);
         rest = &rest[i..];
-        let (name, consumed) = if let Some(after) = rest.strip_prefix("$$") {
+        // `{% raw %}...{% endraw %}`: the text between, as written.
+        if let Some((inner, after)) = raw_block(rest) {
+            result.push_str(inner);
+            rest = after;
+            continue;
+        }
+        let (name, consumed) = if let Some(after) = rest.strip_prefix("$$").filter(|_| prompt) {
             result.push('$');
             rest = after;
             continue;
-        } else if let Some(after) = rest.strip_prefix('$') {
+        } else if let Some(after) = rest.strip_prefix('$').filter(|_| prompt) {
             let len = after
                 .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
                 .unwrap_or(after.len());
@@ -54,30 +158,36 @@ pub(crate) fn expand(
                 rest = after;
                 continue;
             };
-            (after[..end].trim(), 2 + end + 2)
+            let expression = after[..end].trim();
+            if let Some(quoted) = quoted(expression) {
+                result.push_str(quoted);
+                rest = &after[end + 2..];
+                continue;
+            }
+            (expression, 2 + end + 2)
         } else {
-            result.push('{');
+            result.push(rest.chars().next().unwrap_or('$'));
             rest = &rest[1..];
             continue;
         };
-        if let ("goal", Some(goal)) = (name, goal) {
-            result.push_str(goal);
+        let input = name.strip_prefix("inputs.");
+        let value = match (name, input) {
+            ("goal", _) => vars.goal,
+            (_, Some(input)) => vars.inputs.get(input).map(String::as_str),
+            (bare, None) if prompt => vars.inputs.get(bare).map(String::as_str),
+            // Not a template of ours: left as written (a script's `{{.Names}}`).
+            _ => {
+                result.push_str(&rest[..consumed]);
+                rest = &rest[consumed..];
+                continue;
+            }
+        };
+        if let Some(value) = value {
+            result.push_str(value);
         } else {
             if !reported.contains(&name) {
                 reported.push(name);
-                let diagnostic = if name == "goal" {
-                    RULE.diagnostic(
-                        format!("node `{node}` uses $goal, but the workflow has no goal"),
-                        span,
-                    )
-                    .with_label("uses $goal")
-                    .with_help("set `graph [goal=\"...\"]`, or pass `--goal` when running")
-                } else {
-                    RULE.diagnostic(format!("undefined template variable `{name}` in node `{node}`"), span)
-                        .with_label(format!("`{name}` is not defined"))
-                        .with_help("the only template variable is `goal` ($goal or {{ goal }}); write `$$` for a literal `$`")
-                };
-                out.push(diagnostic);
+                out.push(undefined(name, input.unwrap_or(name), vars, span, place));
             }
             result.push_str(&rest[..consumed]);
         }
@@ -87,31 +197,154 @@ pub(crate) fn expand(
     result
 }
 
+/// The text of a `{% raw %}` block at the start of `text` and what follows its `{% endraw %}`.
+fn raw_block(text: &str) -> Option<(&str, &str)> {
+    let (word, after) = tag(text)?;
+    if word != "raw" {
+        return None;
+    }
+    let mut search = 0;
+    while let Some(at) = after[search..].find("{%") {
+        let start = search + at;
+        if let Some(("endraw", rest)) = tag(&after[start..]) {
+            return Some((&after[..start], rest));
+        }
+        search = start + 2;
+    }
+    None
+}
+
+/// A `{% word %}` tag at the start of `text` (`{%- word -%}` too): the word and what follows.
+fn tag(text: &str) -> Option<(&str, &str)> {
+    let after = text.strip_prefix("{%")?;
+    let end = after.find("%}")?;
+    let word = after[..end].trim().trim_matches('-').trim();
+    Some((word, &after[end + 2..]))
+}
+
+/// The text of a quoted expression (`'{{'`, `"}}"`).
+fn quoted(expression: &str) -> Option<&str> {
+    ['\'', '"'].into_iter().find_map(|quote| {
+        expression
+            .strip_prefix(quote)?
+            .strip_suffix(quote)
+            .filter(|inner| !inner.contains(quote))
+    })
+}
+
+fn undefined(name: &str, input: &str, vars: Vars<'_>, span: Span, place: Place<'_>) -> Diagnostic {
+    if name == "goal" {
+        return RULE
+            .diagnostic(
+                format!("{place} uses the goal, but the workflow has no goal"),
+                span,
+            )
+            .with_label("uses the goal")
+            .with_help("set `graph [goal=\"...\"]`, a run file's `[run] goal`, or pass `--goal`");
+    }
+    let known = if vars.inputs.is_empty() {
+        "this run has no inputs".to_owned()
+    } else {
+        let names: Vec<&str> = vars.inputs.keys().map(String::as_str).collect();
+        format!("the inputs are {}", names.join(", "))
+    };
+    let near = crate::rules::closest(input, vars.inputs.keys().map(String::as_str))
+        .map_or_else(String::new, |near| format!("did you mean `{near}`? "));
+    RULE.diagnostic(
+        format!("undefined template variable `{input}` in {place}"),
+        span,
+    )
+    .with_label(format!("`{input}` is not defined"))
+    .with_help(format!(
+        "{near}{known}; give it with `--input {input}=VALUE` or a run file's `[run.inputs]` (`goal` is the goal; `$$` writes a `$` in a prompt)"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn run(text: &str, goal: Option<&str>) -> (String, usize) {
+    fn run(text: &str, goal: Option<&str>, forms: Forms) -> (String, usize) {
+        let inputs = BTreeMap::from([("language".to_owned(), "rust".to_owned())]);
         let mut out = Vec::new();
-        let expanded = expand(text, goal, Span::default(), "n", &mut out);
+        let vars = Vars {
+            goal,
+            inputs: &inputs,
+        };
+        let expanded = expand(text, vars, forms, Span::default(), "node `n`", &mut out);
         (expanded, out.len())
     }
 
     #[test]
-    fn expands_both_forms() {
+    fn prompts_expand_every_form() {
         assert_eq!(
-            run("Plan: $goal. {{ goal }}! {{goal}}", Some("ship")),
-            ("Plan: ship. ship! ship".into(), 0)
+            run(
+                "Plan: $goal. {{ goal }}! {{goal}} in $language, {{ language }}, {{ inputs.language }}",
+                Some("ship"),
+                Forms::Prompt
+            ),
+            ("Plan: ship. ship! ship in rust, rust, rust".into(), 0)
         );
         assert_eq!(
-            run("costs $$5 and $5, {x}", Some("g")),
+            run("costs $$5 and $5, {x}", Some("g"), Forms::Prompt),
             ("costs $5 and $5, {x}".into(), 0)
         );
     }
 
     #[test]
+    fn attributes_expand_inputs_and_goal_and_leave_the_rest() {
+        assert_eq!(
+            run(
+                "cargo test --lang {{ inputs.language }} # $HOME $$ {{.Names}} {{ goal }}",
+                Some("ship"),
+                Forms::Attribute
+            ),
+            (
+                "cargo test --lang rust # $HOME $$ {{.Names}} ship".into(),
+                0
+            )
+        );
+        assert_eq!(run("{{ inputs.langauge }}", None, Forms::Attribute).1, 1);
+    }
+
+    #[test]
+    fn escapes_keep_template_text() {
+        assert_eq!(
+            run(
+                "{% raw %}{{ goal }} $x{% endraw %} and {{ '{{' }} goal {{ \"}}\" }}",
+                None,
+                Forms::Prompt
+            ),
+            ("{{ goal }} $x and {{ goal }}".into(), 0)
+        );
+        // An unclosed raw block is text, and its variables are still checked.
+        assert_eq!(run("{% raw %}$gaol", Some("g"), Forms::Prompt).1, 1);
+    }
+
+    #[test]
     fn reports_undefined_variables_once() {
-        assert_eq!(run("$goal $goal", None).1, 1);
-        assert_eq!(run("$gaol {{ name }}", Some("g")).1, 2);
+        assert_eq!(run("$goal $goal", None, Forms::Prompt).1, 1);
+        assert_eq!(run("$gaol {{ name }} $gaol", Some("g"), Forms::Prompt).1, 2);
+        let inputs = BTreeMap::from([("language".to_owned(), "rust".to_owned())]);
+        let mut out = Vec::new();
+        let vars = Vars {
+            goal: None,
+            inputs: &inputs,
+        };
+        expand(
+            "$langauge",
+            vars,
+            Forms::Prompt,
+            Span::default(),
+            "node `test`",
+            &mut out,
+        );
+        assert_eq!(
+            out[0].message,
+            "undefined template variable `langauge` in node `test`"
+        );
+        let help = out[0].help.as_deref().unwrap();
+        assert!(help.contains("did you mean `language`?"), "{help}");
+        assert!(help.contains("the inputs are language"), "{help}");
     }
 }

@@ -1,0 +1,712 @@
+//! Run configuration files: Fabro's `run.toml`, which bundles a workflow with its goal, inputs, model,
+//! environment, prepare steps, hooks and MCP servers (`trellis run run.toml`).
+//!
+//! Version 1 in both spellings Fabro has used: `_version` or `version`, `[workflow] graph` or `graph`,
+//! `[run] goal` or `goal`, `[run.inputs]` or `[vars]`, `[run.agent.mcps.NAME]` or `[mcp_servers.NAME]`,
+//! `[[run.hooks]]` or `[[hooks]]`. Paths are relative to the file's directory. What Trellis does not do
+//! (a Daytona or Docker sandbox, pull requests) is a warning that says what it does instead; an
+//! unknown key is a warning naming it, never silently read.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a run file is read once, before the run starts"
+)]
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use trellis_handlers::hooks::HookSpec;
+
+/// How bad a problem in a run file is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+/// One problem in a run file, said with the key it is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub severity: Severity,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let word = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        write!(f, "{word}: {}", self.message)
+    }
+}
+
+/// One prepare step: a shell script or a program with its arguments, with variables of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrepareStep {
+    /// `sh -c SCRIPT`, or the program and its arguments.
+    pub argv: Vec<String>,
+    /// As written in the file (for the record and messages).
+    pub shown: String,
+    pub env: BTreeMap<String, String>,
+}
+
+/// A run file, read and checked.
+#[derive(Debug, Clone, Default)]
+pub struct RunFile {
+    /// The file.
+    pub path: PathBuf,
+    /// Its text as read.
+    pub text: String,
+    /// The workflow it runs.
+    pub graph: PathBuf,
+    pub goal: Option<String>,
+    /// Where stages run (`[run] working_dir`).
+    pub work_dir: Option<PathBuf>,
+    /// Template inputs, as text (`[run.inputs]`).
+    pub inputs: BTreeMap<String, String>,
+    /// The same inputs as typed values (the run's `input` in the context).
+    pub input_values: serde_json::Map<String, serde_json::Value>,
+    /// `[run.model]`.
+    pub model: Option<String>,
+    pub provider: Option<String>,
+    pub fallbacks: Vec<String>,
+    /// `[[run.prepare.steps]]`, run before the first stage.
+    pub prepare: Vec<PrepareStep>,
+    /// `[run.sandbox.env]`, resolved from the caller's environment.
+    pub env: BTreeMap<String, String>,
+    /// `[run.checkpoint] exclude_globs`.
+    pub exclude_globs: Vec<String>,
+    /// `[run.artifacts] include`.
+    pub artifacts: Vec<String>,
+    /// `[run.agent.mcps.*]` and `[mcp_servers.*]`, as a servers file (`[mcp_servers.NAME]` tables).
+    pub mcp_servers: Option<String>,
+    /// `[[run.hooks]]` and `[[hooks]]`.
+    pub hooks: Vec<HookSpec>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Document {
+    #[serde(rename = "_version")]
+    underscore_version: Option<toml::Value>,
+    version: Option<toml::Value>,
+    graph: Option<String>,
+    goal: Option<String>,
+    workflow: Option<WorkflowSection>,
+    run: Option<RunSection>,
+    vars: Option<BTreeMap<String, toml::Value>>,
+    hooks: Vec<HookSpec>,
+    mcp_servers: BTreeMap<String, toml::Value>,
+    // Fabro's other settings tables: they configure Fabro itself.
+    project: Option<toml::Value>,
+    cli: Option<toml::Value>,
+    server: Option<toml::Value>,
+    features: Option<toml::Value>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WorkflowSection {
+    graph: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RunSection {
+    goal: Option<String>,
+    working_dir: Option<String>,
+    model: Option<ModelSection>,
+    prepare: Option<PrepareSection>,
+    sandbox: Option<SandboxSection>,
+    checkpoint: Option<CheckpointSection>,
+    inputs: Option<BTreeMap<String, toml::Value>>,
+    artifacts: Option<ArtifactsSection>,
+    agent: Option<AgentSection>,
+    pull_request: Option<toml::Value>,
+    hooks: Vec<HookSpec>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ModelSection {
+    name: Option<String>,
+    provider: Option<String>,
+    fallbacks: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct PrepareSection {
+    steps: Vec<StepSection>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct StepSection {
+    script: Option<String>,
+    command: Option<Vec<String>>,
+    env: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct SandboxSection {
+    provider: Option<String>,
+    preserve: Option<bool>,
+    devcontainer: Option<bool>,
+    docker: Option<toml::Value>,
+    daytona: Option<toml::Value>,
+    local: Option<toml::Value>,
+    env: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct CheckpointSection {
+    exclude_globs: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ArtifactsSection {
+    include: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct AgentSection {
+    mcps: BTreeMap<String, toml::Value>,
+}
+
+/// A workflow opened to run or validate: from a workflow file, or from a run file naming one.
+pub struct Opened {
+    pub loaded: crate::Loaded,
+    /// The run file, when one was given.
+    pub run_file: Option<RunFile>,
+    /// The run file's warnings.
+    pub warnings: Vec<Problem>,
+    /// The inputs the workflow was compiled with (the run file's, then `options.inputs` over them).
+    pub inputs: BTreeMap<String, String>,
+}
+
+/// Opens `path` — a workflow, or a run file (`.toml`) — and compiles the workflow. For a run file,
+/// its goal, inputs and model apply under `options` (a `--goal` wins over the file's goal, and
+/// `--input` values over its inputs of the same name), and its graph is compiled with references
+/// resolving beside it. A run file with errors is [`crate::RunError::RunFile`].
+pub fn open_blocking(
+    path: &Path,
+    options: trellis_workflow::CompileOptions,
+) -> Result<Opened, crate::RunError> {
+    if !is_run_file(path) {
+        let inputs = options.inputs.clone();
+        return Ok(Opened {
+            loaded: crate::load_blocking(path, path, options)?,
+            run_file: None,
+            warnings: Vec::new(),
+            inputs,
+        });
+    }
+    let (file, problems) = RunFile::load(path, &|name| std::env::var(name).ok());
+    let Some(file) = file else {
+        return Err(crate::RunError::RunFile {
+            problems: problems
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n"),
+        });
+    };
+    let mut inputs = file.inputs.clone();
+    inputs.extend(options.inputs);
+    let options = trellis_workflow::CompileOptions {
+        goal: options.goal.or_else(|| file.goal.clone()),
+        inputs: inputs.clone(),
+        model: options.model.or_else(|| file.model.clone()),
+        ..options
+    };
+    let loaded = crate::load_blocking(&file.graph, &file.graph, options)?;
+    Ok(Opened {
+        loaded,
+        run_file: Some(file),
+        warnings: problems,
+        inputs,
+    })
+}
+
+/// Whether a path names a run file (by its extension).
+pub fn is_run_file(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "toml")
+}
+
+impl RunFile {
+    /// Reads and checks the run file at `path`; `env` reads the caller's environment (for
+    /// `{{ env.NAME }}`). `None` when it has errors (all of them are in the problems).
+    pub fn load(
+        path: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> (Option<RunFile>, Vec<Problem>) {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse(path, text, env),
+            Err(e) => (
+                None,
+                vec![Problem {
+                    severity: Severity::Error,
+                    message: format!("cannot read the run file {}: {e}", path.display()),
+                }],
+            ),
+        }
+    }
+
+    /// Checks the text of a run file placed at `path` (relative paths resolve beside it).
+    pub fn parse(
+        path: &Path,
+        text: String,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> (Option<RunFile>, Vec<Problem>) {
+        let name = path.display().to_string();
+        let mut problems = Vec::new();
+        let mut unknown = Vec::new();
+        let document: Document = match toml::Deserializer::parse(&text)
+            .map_err(|e| e.to_string())
+            .and_then(|de| {
+                // Paths through an `Option` say `?`: the key is the same without it.
+                serde_ignored::deserialize(de, |key| {
+                    unknown.push(key.to_string().replace(".?", "").replace("?.", ""));
+                })
+                    .map_err(|e: toml::de::Error| e.to_string())
+            }) {
+            Ok(document) => document,
+            Err(e) => {
+                problems.push(Problem {
+                    severity: Severity::Error,
+                    message: format!("{name} is not a valid run file: {}", e.trim_end()),
+                });
+                return (None, problems);
+            }
+        };
+        for key in unknown {
+            problems.push(warning(format!(
+                "{name}: unknown key `{key}` is ignored (Trellis reads Fabro's run file version 1)"
+            )));
+        }
+        let mut check = Check {
+            name: &name,
+            problems,
+            env,
+        };
+        let file = check.read(path, text, document);
+        let problems = check.problems;
+        let valid = !problems.iter().any(|p| p.severity == Severity::Error);
+        (valid.then_some(file), problems)
+    }
+
+    /// The file's text as it goes into a run record: every known secret value redacted (the file
+    /// names environment variables as `{{ env.NAME }}`, which stay as written).
+    pub fn recorded_text(&self) -> String {
+        trellis_process::secrets::redact(&self.text).into_owned()
+    }
+}
+
+fn warning(message: String) -> Problem {
+    Problem {
+        severity: Severity::Warning,
+        message,
+    }
+}
+
+struct Check<'a> {
+    name: &'a str,
+    problems: Vec<Problem>,
+    env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl Check<'_> {
+    fn error(&mut self, message: impl std::fmt::Display) {
+        self.problems.push(Problem {
+            severity: Severity::Error,
+            message: format!("{}: {message}", self.name),
+        });
+    }
+
+    fn warn(&mut self, message: impl std::fmt::Display) {
+        self.problems
+            .push(warning(format!("{}: {message}", self.name)));
+    }
+
+    fn read(&mut self, path: &Path, text: String, document: Document) -> RunFile {
+        self.version(&document);
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let run = document.run.unwrap_or_default();
+        let graph = document
+            .workflow
+            .and_then(|w| w.graph)
+            .or(document.graph)
+            .unwrap_or_else(|| "workflow.fabro".to_owned());
+        let goal = run.goal.or(document.goal);
+        let inputs = match (run.inputs, document.vars) {
+            (Some(inputs), Some(_)) => {
+                self.warn("both `[run.inputs]` and `[vars]` are set; `[vars]` is ignored");
+                inputs
+            }
+            (Some(inputs), None) | (None, Some(inputs)) => inputs,
+            (None, None) => BTreeMap::new(),
+        };
+        let (inputs, input_values) = self.inputs(inputs);
+        let model = run.model.unwrap_or_default();
+        let mut file = RunFile {
+            path: path.to_path_buf(),
+            graph: dir.join(graph),
+            goal,
+            work_dir: run.working_dir.map(|d| dir.join(d)),
+            inputs,
+            input_values,
+            model: model.name,
+            provider: model.provider,
+            fallbacks: model.fallbacks,
+            prepare: self.prepare(run.prepare.unwrap_or_default()),
+            exclude_globs: run.checkpoint.unwrap_or_default().exclude_globs,
+            artifacts: run.artifacts.unwrap_or_default().include,
+            ..RunFile::default()
+        };
+        if file.fallbacks.iter().any(|f| f == "...") {
+            self.warn("`...` in `[run.model] fallbacks` splices in fallbacks of other layers; Trellis has none, so it is dropped");
+            file.fallbacks.retain(|f| f != "...");
+        }
+        for glob in file.exclude_globs.iter().chain(&file.artifacts) {
+            if let Err(e) = globset::Glob::new(glob) {
+                self.error(format!("`{glob}` is not a valid glob: {e}"));
+            }
+        }
+        file.env = self.sandbox(run.sandbox.unwrap_or_default());
+        file.mcp_servers =
+            self.mcp_servers(run.agent.unwrap_or_default().mcps, document.mcp_servers);
+        if run.pull_request.is_some() {
+            self.warn("`[run.pull_request]` is ignored: Trellis does not open pull requests (a command stage running `gh pr create` does)");
+        }
+        for (table, value) in [
+            ("project", document.project),
+            ("cli", document.cli),
+            ("server", document.server),
+            ("features", document.features),
+        ] {
+            if value.is_some() {
+                self.warn(format!(
+                    "`[{table}]` configures Fabro itself and is ignored by Trellis"
+                ));
+            }
+        }
+        file.hooks = run.hooks;
+        file.hooks.extend(document.hooks);
+        for (index, hook) in file.hooks.iter().enumerate() {
+            if let Err(problem) = hook.check() {
+                let which = hook
+                    .name
+                    .as_deref()
+                    .or(hook.id.as_deref())
+                    .map_or_else(|| format!("hook {}", index + 1), |n| format!("hook `{n}`"));
+                self.error(format!("{which}: {problem}"));
+            }
+        }
+        file.text = text;
+        file
+    }
+
+    fn version(&mut self, document: &Document) {
+        let version = document
+            .underscore_version
+            .as_ref()
+            .or(document.version.as_ref());
+        match version {
+            None | Some(toml::Value::Integer(1)) => {}
+            Some(toml::Value::String(v)) if v == "1" => {}
+            Some(other) => self.error(format!(
+                "version {other} is not supported: Trellis reads run files of version 1"
+            )),
+        }
+    }
+
+    /// Inputs as template text and as typed values.
+    fn inputs(
+        &mut self,
+        inputs: BTreeMap<String, toml::Value>,
+    ) -> (
+        BTreeMap<String, String>,
+        serde_json::Map<String, serde_json::Value>,
+    ) {
+        let mut text = BTreeMap::new();
+        let mut values = serde_json::Map::new();
+        for (name, value) in inputs {
+            let as_text = match &value {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(_)
+                | toml::Value::Float(_)
+                | toml::Value::Boolean(_)
+                | toml::Value::Datetime(_) => value.to_string(),
+                toml::Value::Array(_) | toml::Value::Table(_) => {
+                    match serde_json::to_string(&value) {
+                        Ok(json) => json,
+                        Err(e) => {
+                            self.error(format!("input `{name}`: {e}"));
+                            continue;
+                        }
+                    }
+                }
+            };
+            values.insert(
+                name.clone(),
+                serde_json::to_value(&value).unwrap_or(serde_json::Value::Null),
+            );
+            text.insert(name, as_text);
+        }
+        (text, values)
+    }
+
+    fn prepare(&mut self, prepare: PrepareSection) -> Vec<PrepareStep> {
+        let mut steps = Vec::new();
+        for (index, step) in prepare.steps.into_iter().enumerate() {
+            let (argv, shown) = match (step.script, step.command) {
+                (Some(script), None) => (
+                    vec!["sh".to_owned(), "-c".to_owned(), script.clone()],
+                    script,
+                ),
+                (None, Some(command)) if !command.is_empty() => {
+                    let shown = command.join(" ");
+                    (command, shown)
+                }
+                (Some(_), Some(_)) => {
+                    self.error(format!(
+                        "prepare step {}: give `script` or `command`, not both",
+                        index + 1
+                    ));
+                    continue;
+                }
+                _ => {
+                    self.error(format!(
+                        "prepare step {} needs `script` (a shell command) or `command` (a program and its arguments)",
+                        index + 1
+                    ));
+                    continue;
+                }
+            };
+            steps.push(PrepareStep {
+                argv,
+                shown,
+                env: step.env,
+            });
+        }
+        steps
+    }
+
+    /// `[run.sandbox]`: the environment, resolved; providers Trellis does not run are warnings.
+    fn sandbox(&mut self, sandbox: SandboxSection) -> BTreeMap<String, String> {
+        match sandbox.provider.as_deref() {
+            None | Some("local") => {}
+            Some(provider @ ("docker" | "daytona")) => self.warn(format!(
+                "`[run.sandbox] provider = \"{provider}\"`: Trellis does not start {provider} sandboxes; the run's stages run here, in Trellis's own sandbox (bubblewrap or Landlock; `--sandbox`)"
+            )),
+            Some(other) => self.error(format!(
+                "`[run.sandbox] provider = \"{other}\"` is not a sandbox provider (Fabro's are local, docker and daytona)"
+            )),
+        }
+        for (key, set) in [
+            ("docker", sandbox.docker.is_some()),
+            ("daytona", sandbox.daytona.is_some()),
+            ("local", sandbox.local.is_some()),
+            ("preserve", sandbox.preserve.is_some()),
+            ("devcontainer", sandbox.devcontainer.is_some()),
+        ] {
+            if set {
+                self.warn(format!(
+                    "`run.sandbox.{key}` is ignored: it configures a sandbox provider Trellis does not run"
+                ));
+            }
+        }
+        let mut env = BTreeMap::new();
+        for (name, value) in sandbox.env {
+            match self.env_value(&value) {
+                Ok(resolved) => {
+                    // A value the user handed to the run from their environment is kept out of
+                    // records as the environment's secrets are.
+                    if value.contains("{{") && trellis_process::secrets::is_secret(&name) {
+                        trellis_process::secrets::register(&name, &resolved);
+                    }
+                    env.insert(name, resolved);
+                }
+                Err(missing) => self.error(format!(
+                    "`[run.sandbox.env] {name}`: `{{{{ env.{missing} }}}}` names a variable that is not set"
+                )),
+            }
+        }
+        env
+    }
+
+    /// A value with `{{ env.NAME }}` references resolved; the name of the first unset one.
+    fn env_value(&self, value: &str) -> Result<String, String> {
+        let mut result = String::with_capacity(value.len());
+        let mut rest = value;
+        while let Some(start) = rest.find("{{") {
+            result.push_str(&rest[..start]);
+            let after = &rest[start + 2..];
+            let Some(end) = after.find("}}") else {
+                result.push_str(&rest[start..]);
+                return Ok(result);
+            };
+            let expression = after[..end].trim();
+            match expression.strip_prefix("env.") {
+                Some(name) => result.push_str(&(self.env)(name).ok_or_else(|| name.to_owned())?),
+                None => result.push_str(&rest[start..start + 2 + end + 2]),
+            }
+            rest = &after[end + 2..];
+        }
+        result.push_str(rest);
+        Ok(result)
+    }
+
+    /// The MCP servers, as a servers file in the user config file's shape: `[run.agent.mcps.NAME]`
+    /// (whose `command` is a list, `script` a shell command, timeouts human durations) and
+    /// `[mcp_servers.NAME]`.
+    fn mcp_servers(
+        &mut self,
+        mcps: BTreeMap<String, toml::Value>,
+        legacy: BTreeMap<String, toml::Value>,
+    ) -> Option<String> {
+        let mut servers = toml::Table::new();
+        for (name, value) in legacy.into_iter().chain(mcps) {
+            let Some(mut table) = value.as_table().cloned() else {
+                self.error(format!("MCP server `{name}` must be a table"));
+                continue;
+            };
+            if table.get("type").and_then(toml::Value::as_str) == Some("sandbox") {
+                self.warn(format!(
+                    "MCP server `{name}`: `type = \"sandbox\"` servers are not started by Trellis; give it `type = \"stdio\"` (Trellis starts stdio servers in its sandbox) or `type = \"http\"` with a `url`"
+                ));
+                continue;
+            }
+            if let Some(script) = table.remove("script") {
+                let script = script.as_str().unwrap_or_default().to_owned();
+                table.insert(
+                    "command".into(),
+                    toml::Value::Array(vec!["sh".into(), "-c".into(), script.into()]),
+                );
+            }
+            for key in ["startup_timeout", "tool_timeout"] {
+                if let Some(value) = table.remove(key) {
+                    let text = value.as_str().unwrap_or_default();
+                    match humantime::parse_duration(text) {
+                        Ok(duration) => {
+                            let secs = i64::try_from(duration.as_secs().max(1)).unwrap_or(i64::MAX);
+                            table.insert(format!("{key}_secs"), toml::Value::Integer(secs));
+                        }
+                        Err(e) => self.error(format!(
+                            "MCP server `{name}`: `{key} = \"{text}\"` is not a duration: {e}"
+                        )),
+                    }
+                }
+            }
+            for (key, value) in &mut table {
+                let Some(map) = value
+                    .as_table_mut()
+                    .filter(|_| key == "env" || key == "headers")
+                else {
+                    continue;
+                };
+                for (var, text) in map.iter_mut() {
+                    let Some(s) = text.as_str() else { continue };
+                    match self.env_value(s) {
+                        Ok(resolved) => *text = resolved.into(),
+                        Err(missing) => self.error(format!(
+                            "MCP server `{name}` {key} `{var}`: `{{{{ env.{missing} }}}}` names a variable that is not set"
+                        )),
+                    }
+                }
+            }
+            servers.insert(name, toml::Value::Table(table));
+        }
+        if servers.is_empty() {
+            return None;
+        }
+        let mut document = toml::Table::new();
+        document.insert("mcp_servers".into(), toml::Value::Table(servers));
+        Some(document.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> (Option<RunFile>, Vec<Problem>) {
+        let env = |name: &str| (name == "MY_REGION").then(|| "eu".to_owned());
+        RunFile::parse(Path::new("/p/runs/ci.toml"), text.to_owned(), &env)
+    }
+
+    #[test]
+    fn both_spellings_read_the_same() {
+        let (new, problems) = parse(
+            "_version = 1\n[workflow]\ngraph = \"ci.fabro\"\n[run]\ngoal = \"Test\"\n[run.inputs]\nlanguage = \"rust\"\njobs = 4\n",
+        );
+        assert!(problems.is_empty(), "{problems:?}");
+        let (old, problems) = parse(
+            "version = 1\ngraph = \"ci.fabro\"\ngoal = \"Test\"\n[vars]\nlanguage = \"rust\"\njobs = 4\n",
+        );
+        assert!(problems.is_empty(), "{problems:?}");
+        let (new, old) = (new.unwrap(), old.unwrap());
+        assert_eq!(new.graph, Path::new("/p/runs/ci.fabro"));
+        assert_eq!(
+            (new.graph, new.goal, new.inputs.clone()),
+            (old.graph, old.goal, old.inputs)
+        );
+        assert_eq!(new.inputs["jobs"], "4");
+        assert_eq!(new.input_values["jobs"], serde_json::json!(4));
+    }
+
+    #[test]
+    fn unknown_keys_and_foreign_sandboxes_are_warnings() {
+        let (file, problems) = parse(
+            "_version = 1\ncolour = 1\n[run]\ngaol = \"x\"\n[run.sandbox]\nprovider = \"daytona\"\n[run.sandbox.env]\nREGION = \"api.{{ env.MY_REGION }}.example\"\n[run.pull_request]\nenabled = true\n",
+        );
+        let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert!(text.iter().all(|p| p.starts_with("warning")), "{text:?}");
+        assert!(text.iter().any(|p| p.contains("`colour`")), "{text:?}");
+        assert!(text.iter().any(|p| p.contains("`run.gaol`")), "{text:?}");
+        assert!(text.iter().any(|p| p.contains("daytona")), "{text:?}");
+        assert!(text.iter().any(|p| p.contains("pull requests")), "{text:?}");
+        assert_eq!(file.unwrap().env["REGION"], "api.eu.example");
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let (file, problems) = parse(
+            "_version = 2\n[run.sandbox.env]\nKEY = \"{{ env.NOT_SET }}\"\n[[run.prepare.steps]]\nenv = {}\n",
+        );
+        assert!(file.is_none());
+        let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert!(text.iter().any(|p| p.contains("version 2")), "{text:?}");
+        assert!(text.iter().any(|p| p.contains("NOT_SET")), "{text:?}");
+        assert!(
+            text.iter().any(|p| p.contains("prepare step 1")),
+            "{text:?}"
+        );
+        let (_, problems) = parse("not toml [");
+        assert!(
+            problems[0].message.contains("not a valid run file"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn mcp_servers_become_a_servers_file() {
+        let (file, problems) = parse(
+            "[run.agent.mcps.fs]\ntype = \"stdio\"\nscript = \"serve-fs\"\nstartup_timeout = \"1m\"\n[mcp_servers.web]\ntype = \"http\"\nurl = \"https://example.com/mcp\"\n",
+        );
+        assert!(problems.is_empty(), "{problems:?}");
+        let servers: toml::Table = toml::from_str(&file.unwrap().mcp_servers.unwrap()).unwrap();
+        let fs = &servers["mcp_servers"]["fs"];
+        assert_eq!(fs["command"][2].as_str(), Some("serve-fs"));
+        assert_eq!(fs["startup_timeout_secs"].as_integer(), Some(60));
+        assert!(servers["mcp_servers"].get("web").is_some());
+    }
+}
