@@ -73,7 +73,7 @@ fn errors_are_rendered_with_code_location_and_snippet_and_exit_one() {
     write(
         dir.path(),
         "bad.fabro",
-        "digraph Bad {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  t [shape=parallelogram, script=\"true\", timeout=soon]\n  start -> t -> exit [condition=\"outcome=yes\"]\n}\n",
+        "digraph Bad {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  t [shape=parallelogram, script=\"true\", timeout=soon]\n  start -> t -> exit [condition=\"outcome=succes\"]\n}\n",
     );
     let out = trellis(&["validate", "bad.fabro"], dir.path());
     assert_eq!(out.status.code(), Some(1));
@@ -92,7 +92,7 @@ fn errors_are_rendered_with_code_location_and_snippet_and_exit_one() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("error[condition-syntax]: invalid condition: unknown outcome `yes`"),
+        stdout.contains("error[condition-syntax]: invalid condition: unknown outcome `succes`"),
         "{stdout}"
     );
     assert!(stdout.contains("┌─ bad.fabro:5:42"), "{stdout}");

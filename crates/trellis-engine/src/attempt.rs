@@ -205,12 +205,15 @@ impl Engine {
             if attempt > 1 || context.get(&retries).is_some() {
                 context.set(retries, attempt - 1);
             }
-            let Attempt::Finished(outcome) = executed else {
+            let Attempt::Finished(mut outcome) = executed else {
                 // No outcome yet: the attempt's status says what it waits for.
                 let waiting = StatusFile::waiting(&node.id, visit, attempt, duration_ms);
                 self.recorder.write_status(&dir, waiting).await?;
                 return Ok(Attempt::WaitingForInput);
             };
+            if let Some(excluded) = &self.excluded {
+                outcome.files_touched.retain(|file| !excluded.is_match(file));
+            }
             let status = StatusFile::finished(&outcome, &node.id, visit, attempt, duration_ms);
             let retrying = outcome.retryable() && attempt < max_attempts;
             if retrying {

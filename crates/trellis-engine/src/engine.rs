@@ -127,6 +127,23 @@ pub struct Engine {
     /// The run's record as the engine keeps it: the checkpoint as it stands and what is still to
     /// be written.
     pub(crate) recorder: Recorder,
+    /// Paths left out of the files stages are recorded as touching ([`Settings::exclude_globs`]).
+    pub(crate) excluded: Option<globset::GlobSet>,
+}
+
+/// The glob set of `globs` (none when empty; globs that do not parse were reported when the run file
+/// was read, and are left out).
+fn excluded(globs: &[String]) -> Option<globset::GlobSet> {
+    if globs.is_empty() {
+        return None;
+    }
+    let mut set = globset::GlobSetBuilder::new();
+    for glob in globs {
+        if let Ok(glob) = globset::Glob::new(glob) {
+            set.add(glob);
+        }
+    }
+    set.build().ok()
 }
 
 /// Stage attempts finished in this process, by any run: what a stage may have changed for the ones
@@ -163,6 +180,7 @@ impl Engine {
         let run_id = run_id.into();
         Self {
             recorder: Recorder::new(&run_id, services.store.clone(), services.events.clone()),
+            excluded: excluded(&settings.exclude_globs),
             workflow,
             handlers,
             services,

@@ -65,6 +65,14 @@ pub struct Settings {
     /// sub-workflows are compiled with it too.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// More files command stages capture as artifacts, by glob under the working directory (a run
+    /// file's `[run.artifacts] include`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<String>,
+    /// Paths, by glob, left out of the files a stage is recorded as touching (a run file's
+    /// `[run.checkpoint] exclude_globs`: Trellis commits nothing at checkpoints).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub exclude_globs: Vec<String>,
 }
 
 impl Default for Settings {
@@ -77,6 +85,8 @@ impl Default for Settings {
             permissions: None,
             inputs: std::collections::BTreeMap::new(),
             model: None,
+            artifacts: Vec::new(),
+            exclude_globs: Vec::new(),
         }
     }
 }
@@ -107,6 +117,8 @@ struct Recorded {
     permissions: Option<trellis_workflow::node_kind::Permissions>,
     inputs: std::collections::BTreeMap<String, String>,
     model: Option<String>,
+    artifacts: Vec<String>,
+    exclude_globs: Vec<String>,
 }
 
 impl Default for Recorded {
@@ -127,6 +139,8 @@ impl Default for Recorded {
             permissions: None,
             inputs: std::collections::BTreeMap::new(),
             model: None,
+            artifacts: Vec::new(),
+            exclude_globs: Vec::new(),
         }
     }
 }
@@ -143,6 +157,8 @@ impl From<Recorded> for Settings {
             permissions: recorded.permissions,
             inputs: recorded.inputs,
             model: recorded.model,
+            artifacts: recorded.artifacts,
+            exclude_globs: recorded.exclude_globs,
         }
     }
 }

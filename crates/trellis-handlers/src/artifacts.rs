@@ -1,7 +1,8 @@
 //! Test-artifact capture after command stages: screenshots, videos, reports and traces that a command
 //! created or changed are copied into the run record. Looked for: files under `playwright-report/`,
 //! `test-results/`, `cypress/videos/`, `cypress/screenshots/`, and `junit*.xml` or `*.trace.zip` anywhere.
-//! Only files modified after the command started count. Dependency folders, tool caches and hidden
+//! A run file's `[run.artifacts] include` globs name more files, by their path under the working
+//! directory. Only files modified after the command started count. Dependency folders, tool caches and hidden
 //! directories are skipped, and so is the runs directory. Files over 10 MB, and files past 50 MB per
 //! stage, are left out.
 //!
@@ -95,18 +96,23 @@ pub struct Trees {
 impl Trees {
     /// Copies artifact files under `root` modified since `since` into `dest`, keeping their relative
     /// paths. `exclude` (the runs directory) is never scanned.
+    /// `include` (a run file's `[run.artifacts] include`) names more files that are artifacts, by
+    /// their path under `root`.
     pub fn capture(
         &self,
         root: &Path,
         since: SystemTime,
         dest: &Path,
-        exclude: &Path,
+        (exclude, include): (&Path, Option<&globset::GlobSet>),
     ) -> std::io::Result<Captured> {
         let (found, truncated) = {
             let mut trees = self.trees.lock();
             let index = trees
                 .entry((root.to_path_buf(), exclude.to_path_buf()))
-                .or_default();
+                .or_insert_with(|| TreeIndex {
+                    include: include.cloned(),
+                    ..TreeIndex::default()
+                });
             index.scan(root, since, exclude)
         };
         Ok(Captured {
@@ -144,6 +150,8 @@ pub struct TreeIndex {
     /// Files that could be artifacts and were written since watching began: checked at every
     /// capture, since parallel commands share the tree (a file stays until it is gone).
     recent: BTreeSet<PathBuf>,
+    /// The run's own artifact globs, besides the usual places.
+    include: Option<globset::GlobSet>,
 }
 
 impl TreeIndex {
@@ -215,7 +223,7 @@ impl TreeIndex {
                 };
                 let path = dir.join(&name);
                 if !event.mask.contains(AddWatchFlags::IN_ISDIR) {
-                    if is_candidate(&path) {
+                    if is_candidate(&path, self.include.as_ref()) {
                         self.recent.insert(path);
                     }
                 } else if event.mask.contains(AddWatchFlags::IN_MOVED_FROM) {
@@ -292,8 +300,14 @@ impl TreeIndex {
                     if !skipped_name(text) {
                         pending.push(relative.join(&name));
                     }
-                } else if kind.is_file() && (artifact_dir || is_artifact_name(text)) {
-                    self.recent.insert(relative.join(&name));
+                } else if kind.is_file() {
+                    let file = relative.join(&name);
+                    if artifact_dir
+                        || is_artifact_name(text)
+                        || self.include.as_ref().is_some_and(|g| g.is_match(&file))
+                    {
+                        self.recent.insert(file);
+                    }
                 }
             }
         }
@@ -312,13 +326,31 @@ struct Walk {
     entries: usize,
 }
 
-/// Whether a file (by its path under the working tree) could be an artifact.
-fn is_candidate(relative: &Path) -> bool {
+/// Whether a file (by its path under the working tree) could be an artifact: in the usual places, or
+/// named by the run's `include` globs.
+fn is_candidate(relative: &Path, include: Option<&globset::GlobSet>) -> bool {
     let name = relative
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or_default();
-    relative.parent().is_some_and(in_artifact_dir) || is_artifact_name(name)
+    relative.parent().is_some_and(in_artifact_dir)
+        || is_artifact_name(name)
+        || include.is_some_and(|g| g.is_match(relative))
+}
+
+/// The glob set of a run's artifact globs (none when it has none; a glob that does not parse was
+/// reported when the run file was read, and is left out).
+pub fn include_globs(globs: &[String]) -> Option<globset::GlobSet> {
+    if globs.is_empty() {
+        return None;
+    }
+    let mut set = globset::GlobSetBuilder::new();
+    for glob in globs {
+        if let Ok(glob) = globset::Glob::new(glob) {
+            set.add(glob);
+        }
+    }
+    set.build().ok()
 }
 
 /// Copies what was found into `dest`, within the size limits; returns every artifact found, in path
@@ -362,12 +394,16 @@ mod tests {
 
     #[test]
     fn recognises_artifacts() {
-        assert!(is_candidate(Path::new("test-results/login/shot.png")));
-        assert!(is_candidate(Path::new("web/cypress/videos/a.mp4")));
-        assert!(is_candidate(Path::new("reports/junit-unit.xml")));
-        assert!(is_candidate(Path::new("trace/run.trace.zip")));
-        assert!(!is_candidate(Path::new("cypress/fixtures/a.json")));
-        assert!(!is_candidate(Path::new("src/main.rs")));
+        assert!(is_candidate(Path::new("test-results/login/shot.png"), None));
+        assert!(is_candidate(Path::new("web/cypress/videos/a.mp4"), None));
+        assert!(is_candidate(Path::new("reports/junit-unit.xml"), None));
+        assert!(is_candidate(Path::new("trace/run.trace.zip"), None));
+        assert!(!is_candidate(Path::new("cypress/fixtures/a.json"), None));
+        assert!(!is_candidate(Path::new("src/main.rs"), None));
+        let include = include_globs(&["coverage/**".into(), "*.lcov".into()]);
+        assert!(is_candidate(Path::new("coverage/index.html"), include.as_ref()));
+        assert!(is_candidate(Path::new("out/unit.lcov"), include.as_ref()));
+        assert!(!is_candidate(Path::new("src/main.rs"), include.as_ref()));
     }
 
     /// A file system time that is surely after anything written so far (file times come from a

@@ -406,11 +406,13 @@ impl CommandHandler {
         let (stdout_log, stderr_log) = (stage.dir.join("stdout.log"), stage.dir.join("stderr.log"));
         let artifacts_dir = artifacts_dir(stage, config);
         let (blobs, trees) = (stage.services.blobs.clone(), self.trees.clone());
+        let include = stage.settings.artifacts.clone();
         // Artifacts and blobs in one trip to the blocking pool; standard error comes back for the reason.
         let finished = blocking(move || {
             let files = artifacts_dir.map(|dest| {
+                let include = artifacts::include_globs(&include);
                 trees
-                    .capture(&work_dir, started, &dest, &runs_dir)
+                    .capture(&work_dir, started, &dest, (&runs_dir, include.as_ref()))
                     .unwrap_or_default()
             });
             let (out, err) = (

@@ -303,6 +303,13 @@ impl RunFile {
         (valid.then_some(file), problems)
     }
 
+    /// Sets the run-wide settings the file gives: its model, artifact globs and excluded paths.
+    pub fn apply_to(&self, settings: &mut trellis_engine::Settings) {
+        settings.model.clone_from(&self.model);
+        settings.artifacts.clone_from(&self.artifacts);
+        settings.exclude_globs.clone_from(&self.exclude_globs);
+    }
+
     /// The file's text as it goes into a run record: every known secret value redacted (the file
     /// names environment variables as `{{ env.NAME }}`, which stay as written).
     pub fn recorded_text(&self) -> String {

@@ -141,7 +141,7 @@ impl Server {
             Some(dir) => self.inside_work_dir(dir)?,
             None => self.work_dir.clone(),
         };
-        let request = NewRun {
+        let mut request = NewRun {
             path,
             initial: start.set,
             settings: Settings {
@@ -150,12 +150,15 @@ impl Server {
                 max_steps: 10_000,
                 allowed_dirs: Vec::new(),
                 permissions: None,
-                model: start.run_file.as_ref().and_then(|f| f.model.clone()),
                 inputs: start.inputs,
+                ..Settings::default()
             },
             runs_dir: self.runs_dir.clone(),
             run_file: start.run_file,
         };
+        if let Some(file) = &request.run_file {
+            file.apply_to(&mut request.settings);
+        }
         let run = Run::create(loaded, request, wiring(&live, None, &self.sandbox)).await?;
         let id = run.id().to_owned();
         self.launch(run, live).await;

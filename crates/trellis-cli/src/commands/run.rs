@@ -333,7 +333,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let work_dir = work_dir(run_file.as_ref())?;
-    let request = NewRun {
+    let mut request = NewRun {
         path: run_file
             .as_ref()
             .map_or_else(|| args.file.clone(), |f| f.graph.clone()),
@@ -349,11 +349,14 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 .collect(),
             permissions: args.permissions,
             inputs,
-            model: run_file.as_ref().and_then(|f| f.model.clone()),
+            ..Settings::default()
         },
         runs_dir: resolve_runs_dir(args.options.runs_dir.clone()),
         run_file,
     };
+    if let Some(file) = &request.run_file {
+        file.apply_to(&mut request.settings);
+    }
     let sandbox = super::sandbox(args.options.sandbox)?;
     super::on_runtime(async {
         match Run::create(loaded, request, wiring(&args.options, sandbox)?).await {

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use trellis_engine::event::EventKind;
 use serde_json::{Value, json};
 use trellis_engine::Event;
 use trellis_engine::{StageDetails, keys};
@@ -152,6 +153,7 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
     if tokens_in + tokens_out > 0 {
         println!("  tokens: {tokens_in} in / {tokens_out} out");
     }
+    print_run_file_activity(&record);
     println!("\nContext:");
     let blobs = trellis_store::FileBlobs::new(record.blobs_dir());
     for (key, value) in checkpoint
@@ -173,6 +175,70 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
         println!("  {key} = {}", shown.replace('\n', "\\n"));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A run file's prepare steps and every hook run, from the event log.
+fn print_run_file_activity(record: &RunDir) {
+    let events = record.events().unwrap_or_default();
+    let mut prepare = Vec::new();
+    let mut hooks = Vec::new();
+    for event in &events {
+        match &event.kind {
+            EventKind::PrepareStep {
+                step,
+                command,
+                succeeded,
+                note,
+                duration_ms,
+            } => prepare.push(format!(
+                "  {step:>3}  {:<44} {:<9} {:>7.1}s  {note}",
+                command.lines().next().unwrap_or_default(),
+                if *succeeded { "succeeded" } else { "failed" },
+                Duration::from_millis(*duration_ms).as_secs_f64()
+            )),
+            EventKind::HookCompleted {
+                hook,
+                hook_event,
+                hook_type,
+                decision,
+                reason,
+                duration_ms,
+                error,
+                ..
+            } => {
+                let at = event
+                    .node_id
+                    .as_deref()
+                    .map_or_else(|| hook_event.clone(), |n| format!("{hook_event} {n}"));
+                let why = reason
+                    .iter()
+                    .chain(error)
+                    .map(|r| format!("  {}", r.lines().next().unwrap_or_default()))
+                    .collect::<String>();
+                hooks.push(format!(
+                    "  {:<20} {:<28} {:<8} {:<9} {:>6.1}s{why}",
+                    hook,
+                    at,
+                    hook_type,
+                    decision,
+                    Duration::from_millis(*duration_ms).as_secs_f64()
+                ));
+            }
+            _ => {}
+        }
+    }
+    if !prepare.is_empty() {
+        println!("\nPrepare:");
+        for line in prepare {
+            println!("{line}");
+        }
+    }
+    if !hooks.is_empty() {
+        println!("\nHooks:");
+        for line in hooks {
+            println!("{line}");
+        }
+    }
 }
 
 /// The artifacts a stage captured, and those it left out with the reason.

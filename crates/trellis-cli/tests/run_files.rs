@@ -1,0 +1,571 @@
+//! Run files (Fabro's run configuration, `trellis run run.toml`) and template inputs end to end
+//! through the real `trellis` binary: Fabro's `c-i.fabro`/`run-c-i.toml` pair, a run file with every
+//! section, prepare steps, the stage environment, model fallbacks (llmock), hooks of each type with
+//! their decisions, and resuming a run started from a run file.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests and benchmarks set up and read files around the code they run"
+)]
+
+mod run_support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+use run_support::{Project, Run, stage_dir};
+use serde_json::{Value, json};
+use trellis_test::Llmock;
+
+fn fixture(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/run-files")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn stdout(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn prompt_of(run: &Run, node: &str) -> String {
+    std::fs::read_to_string(stage_dir(&run.record(), node).join("prompt.md")).unwrap()
+}
+
+/// What a command stage printed.
+fn printed(run: &Run, node: &str) -> String {
+    std::fs::read_to_string(stage_dir(&run.record(), node).join("stdout.log"))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn fabros_c_i_pair_validates_and_runs_with_its_inputs() {
+    let p = Project::new();
+    p.write("c-i.fabro", &fixture("c-i.fabro"));
+    p.write("run-c-i.toml", &fixture("run-c-i.toml"));
+    // Alone, the workflow names an input nobody gave: an error naming it, where, and how to give it.
+    let alone = p.command(&["validate", "c-i.fabro"]).output().unwrap();
+    assert_eq!(alone.status.code(), Some(1));
+    let text = stdout(&alone);
+    assert!(
+        text.contains("undefined template variable `language` in node `test`")
+            && text.contains("undefined template variable `language` in node `setup`")
+            && text.contains("`--input language=VALUE`"),
+        "{text}"
+    );
+    // With its run file, or the input on the command line, it validates.
+    let with_file = p.command(&["validate", "run-c-i.toml"]).output().unwrap();
+    assert_eq!(with_file.status.code(), Some(0), "{}", stdout(&with_file));
+    assert!(stdout(&with_file).starts_with("Run file: "));
+    let with_input = p
+        .command(&["validate", "c-i.fabro", "--input", "language=go"])
+        .output()
+        .unwrap();
+    assert_eq!(with_input.status.code(), Some(0), "{}", stdout(&with_input));
+
+    let run = p.run("run-c-i.toml", &["--simulate"]);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.summary, run.stderr());
+    assert_eq!(run.stages(), ["start", "setup", "test", "exit"]);
+    assert!(
+        prompt_of(&run, "test").ends_with("Run the rust test suite and report every failure."),
+        "{}",
+        prompt_of(&run, "test")
+    );
+    // The script saw the input, and the run file's goal (over the graph's).
+    assert_eq!(printed(&run, "setup"), "setting up rust for Run the CI pipeline");
+    let meta: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.record().join("run.json")).unwrap())
+            .unwrap();
+    assert_eq!(meta["goal"], "Run the CI pipeline");
+    assert_eq!(meta["settings"]["inputs"]["language"], "rust");
+    assert!(meta["run_file"].as_str().unwrap().ends_with("run-c-i.toml"));
+    assert_eq!(
+        std::fs::read_to_string(run.record().join("run.toml")).unwrap(),
+        fixture("run-c-i.toml")
+    );
+    // `--input` wins over the file, and `--goal` over both goals.
+    let again = p.run(
+        "run-c-i.toml",
+        &["--simulate", "--input", "language=go", "--goal", "Go green"],
+    );
+    assert_eq!(again.code(), Some(0), "{}", again.stderr());
+    assert!(prompt_of(&again, "test").contains("Run the go test suite"));
+    assert_eq!(printed(&again, "setup"), "setting up go for Go green");
+}
+
+#[test]
+fn escapes_keep_template_text_and_a_misspelt_input_is_named() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         show [shape=parallelogram, script=\"echo '{% raw %}{{ inputs.x }}{% endraw %}' {{ '{{' }} {{ inputs.tag }}; docker ps --format '{{.Names}}' >/dev/null 2>&1; echo $HOME >/dev/null\"]\n \
+         ask [shape=tab, prompt=\"Tag {{ inputs.tag }}, costs $$5, {% raw %}$literal{% endraw %}\"]\n \
+         start -> show -> ask -> exit\n}\n",
+    );
+    let run = p.run("w.fabro", &["--simulate", "--input", "tag=v2"]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(printed(&run, "show"), "{{ inputs.x }} {{ v2");
+    assert!(
+        prompt_of(&run, "ask").ends_with("Tag v2, costs $5, $literal"),
+        "{}",
+        prompt_of(&run, "ask")
+    );
+    let misspelt = p
+        .command(&["validate", "w.fabro", "--input", "tags=v2"])
+        .output()
+        .unwrap();
+    let text = stdout(&misspelt);
+    assert_eq!(misspelt.status.code(), Some(1));
+    assert!(
+        text.contains("undefined template variable `tag` in node `show`")
+            && text.contains("did you mean `tags`? the inputs are tags"),
+        "{text}"
+    );
+}
+
+const COMPLETE: &str = r#"_version = 1
+
+[workflow]
+graph = "flows/ship.fabro"
+
+[run]
+goal = "Ship release 1.4"
+working_dir = "work"
+
+[run.model]
+name = "claude-sonnet-4-5"
+fallbacks = ["openai", "..."]
+
+[[run.prepare.steps]]
+script = "echo prepared > prepared.txt"
+
+[[run.prepare.steps]]
+command = ["sh", "-c", "echo $STEP_NOTE >> prepared.txt"]
+env = { STEP_NOTE = "second step" }
+
+[run.sandbox]
+provider = "daytona"
+
+[run.sandbox.env]
+NODE_ENV = "production"
+REGION_URL = "https://api.{{ env.TEST_REGION }}.example.com"
+
+[run.checkpoint]
+exclude_globs = ["**/node_modules/**"]
+
+[run.inputs]
+version = "1.4.0"
+
+[run.artifacts]
+include = ["coverage/**"]
+
+[run.agent.mcps.files]
+type = "stdio"
+command = ["mcp-files", "--root", "."]
+startup_timeout = "30s"
+
+[run.pull_request]
+enabled = true
+
+[[run.hooks]]
+id = "no-deploys"
+event = "stage_start"
+script = "echo '{\"decision\": \"skip\", \"reason\": \"deploys are off today\"}'"
+matcher = "^deploy$"
+
+[[run.hooks]]
+name = "context-check"
+event = "stage_complete"
+script = "cp \"$FABRO_HOOK_CONTEXT\" \"hook-$FABRO_NODE_ID.json\""
+matcher = "build"
+blocking = true
+
+[[run.hooks]]
+name = "done"
+event = "run_complete"
+script = "sleep 0.3; echo $FABRO_EVENT > run-complete.txt"
+"#;
+
+const SHIP: &str = r#"digraph Ship {
+    graph [goal="Ship it"]
+    start  [shape=Mdiamond]
+    exit   [shape=Msquare]
+    build  [shape=parallelogram, script="echo \"$NODE_ENV $REGION_URL {{ inputs.version }}\" > build.txt; mkdir -p coverage node_modules/x; echo 91 > coverage/summary.txt; cat build.txt"]
+    notes  [shape=tab, prompt="Write release notes for $version."]
+    deploy [shape=parallelogram, script="echo deployed > deployed.txt"]
+    start -> build -> notes -> deploy -> exit
+}
+"#;
+
+#[test]
+fn a_run_file_with_every_section_validates_and_runs() {
+    let p = Project::new().with_env("TEST_REGION", "eu");
+    p.write("flows/ship.fabro", SHIP);
+    p.write("run.toml", COMPLETE);
+    let validated = p.command(&["validate", "run.toml"]).output().unwrap();
+    let text = stdout(&validated);
+    assert_eq!(validated.status.code(), Some(0), "{text}");
+    for warning in [
+        "provider = \"daytona\"",
+        "`[run.pull_request]` is ignored",
+        "`...` in `[run.model] fallbacks`",
+    ] {
+        assert!(text.contains(warning), "{warning}: {text}");
+    }
+
+    let run = p.run("run.toml", &["--simulate"]);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.summary, run.stderr());
+    assert!(run.stderr().contains("daytona"), "{}", run.stderr());
+    let work = p.path().join("work");
+    // Prepare steps ran first, in the working directory, each recorded.
+    assert_eq!(
+        std::fs::read_to_string(work.join("prepared.txt")).unwrap(),
+        "prepared\nsecond step\n"
+    );
+    let steps = run.events_named("Run.PrepareStep");
+    assert_eq!(steps.len(), 2);
+    assert!(steps.iter().all(|s| s["succeeded"] == true));
+    assert!(run.record().join("prepare/02/status.json").is_file());
+    // The stage environment, with the caller's variable, and the run's input.
+    assert_eq!(
+        std::fs::read_to_string(work.join("build.txt"))
+            .unwrap()
+            .trim(),
+        "production https://api.eu.example.com 1.4.0"
+    );
+    assert!(prompt_of(&run, "notes").ends_with("Write release notes for 1.4.0."));
+    // The artifact glob captured the coverage report; node_modules is not a touched file.
+    assert!(
+        run.record()
+            .join("artifacts/build/attempt-1/coverage/summary.txt")
+            .is_file()
+    );
+    // The stage_start hook skipped the deploy stage, with its reason.
+    assert!(!work.join("deployed.txt").exists());
+    let hooks = run.events_named("Hook.Completed");
+    let skip = hooks
+        .iter()
+        .find(|h| h["hook"] == "no-deploys")
+        .expect("the deploy hook ran");
+    assert_eq!(skip["node_id"], "deploy");
+    assert_eq!(skip["decision"], "skip");
+    assert_eq!(skip["reason"], "deploys are off today");
+    assert_eq!(
+        hooks.iter().filter(|h| h["hook"] == "no-deploys").count(),
+        1,
+        "the matcher limits it to deploy: {hooks:?}"
+    );
+    // The context file a command hook is given.
+    let context: Value =
+        serde_json::from_str(&std::fs::read_to_string(work.join("hook-build.json")).unwrap())
+            .unwrap();
+    assert_eq!(context["event"], "stage_complete");
+    assert_eq!(context["node_id"], "build");
+    assert_eq!(context["handler_type"], "command");
+    assert_eq!(context["status"], "succeeded");
+    assert_eq!(context["workflow_name"], "Ship");
+    // The non-blocking hook finished before the run's record closed.
+    assert_eq!(
+        std::fs::read_to_string(work.join("run-complete.txt"))
+            .unwrap()
+            .trim(),
+        "run_complete"
+    );
+    assert!(hooks.iter().any(|h| h["hook"] == "done" && h["blocking"] == false));
+    // `trellis show` lists the prepare steps and every hook run.
+    let run_id = run.summary["run_id"].as_str().unwrap();
+    let show = stdout(&p.command(&["show", run_id]).output().unwrap());
+    assert!(show.contains("Prepare:") && show.contains("echo prepared > prepared.txt"), "{show}");
+    assert!(
+        show.contains("Hooks:")
+            && show.contains("no-deploys")
+            && show.contains("stage_start deploy")
+            && show.contains("deploys are off today"),
+        "{show}"
+    );
+    // Recorded: the file, the working directory, the model, the globs.
+    let meta: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.record().join("run.json")).unwrap())
+            .unwrap();
+    assert_eq!(meta["settings"]["model"], "claude-sonnet-4-5");
+    assert_eq!(meta["settings"]["artifacts"], json!(["coverage/**"]));
+    assert!(meta["settings"]["work_dir"].as_str().unwrap().ends_with("work"));
+}
+
+#[test]
+fn a_failing_prepare_step_fails_the_run_before_any_stage() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n t [shape=parallelogram, script=\"touch ran\"]\n start -> t -> exit\n}\n",
+    );
+    p.write(
+        "run.toml",
+        "[workflow]\ngraph = \"w.fabro\"\n[[run.prepare.steps]]\nscript = \"echo installing; echo 'no such package' >&2; exit 3\"\n",
+    );
+    let run = p.run("run.toml", &[]);
+    assert_eq!(run.code(), Some(1), "{}", run.stderr());
+    let error = run.summary["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("prepare step 1 (`echo installing;")
+            && error.contains("failed: exit 3: no such package"),
+        "{error}"
+    );
+    assert!(run.events_named("StageStarted").is_empty());
+    assert!(!p.path().join("ran").exists());
+    let status: Value = serde_json::from_str(
+        &std::fs::read_to_string(run.record().join("prepare/01/status.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(status["status"], "failed");
+    assert!(
+        std::fs::read_to_string(run.record().join("prepare/01/output"))
+            .unwrap()
+            .contains("installing")
+    );
+    assert_eq!(run.events_named("WorkflowRunFailed").len(), 1);
+}
+
+#[test]
+fn blocking_command_hooks_block_with_their_reason_and_time_out() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n a [shape=parallelogram, script=\"touch a-ran\"]\n start -> a -> exit\n}\n",
+    );
+    p.write(
+        "block.toml",
+        "graph = \"w.fabro\"\n[[hooks]]\nname = \"freeze\"\nevent = \"stage_start\"\ncommand = \"echo 'the release is frozen'; exit 2\"\n",
+    );
+    let run = p.run("block.toml", &[]);
+    assert_eq!(run.code(), Some(1), "{}", run.stderr());
+    assert_eq!(
+        run.summary["error"],
+        "a hook blocked the run at stage_start: hook `freeze`: the release is frozen"
+    );
+    assert!(!p.path().join("a-ran").exists());
+    // A hook that outlasts its timeout blocks too (command hooks do not fail open).
+    p.write(
+        "slow.toml",
+        "graph = \"w.fabro\"\n[[hooks]]\nname = \"slow\"\nevent = \"run_start\"\nscript = \"sleep 10\"\ntimeout = \"300ms\"\n",
+    );
+    let started = std::time::Instant::now();
+    let run = p.run("slow.toml", &[]);
+    assert_eq!(run.code(), Some(1));
+    assert!(started.elapsed() < std::time::Duration::from_secs(8));
+    let error = run.summary["error"].as_str().unwrap();
+    assert!(error.contains("hook `slow`: timed out after 300ms"), "{error}");
+    // Any other exit blocks with the code.
+    p.write(
+        "crash.toml",
+        "graph = \"w.fabro\"\n[[hooks]]\nevent = \"stage_start\"\ncommand = [\"sh\", \"-c\", \"exit 7\"]\n",
+    );
+    let run = p.run("crash.toml", &[]);
+    assert!(
+        run.summary["error"]
+            .as_str()
+            .unwrap()
+            .contains("hook exited with code 7"),
+        "{}",
+        run.summary
+    );
+}
+
+/// A one-route HTTP server on loopback: it keeps each request's body and answers `reply`.
+fn http_server(reply: &'static str) -> (String, Arc<Mutex<Vec<Value>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let kept = bodies.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream);
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            kept.lock()
+                .unwrap()
+                .push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+            let _ = write!(
+                reader.get_mut(),
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                reply.len()
+            );
+        }
+    });
+    (url, bodies)
+}
+
+#[test]
+fn an_http_hook_is_posted_the_context_and_can_send_the_run_elsewhere() {
+    let (url, bodies) = http_server(r#"{"decision": "override", "edge_to": "b", "reason": "b is safer"}"#);
+    let p = Project::new().with_env("HOOK_TOKEN", "tok-123-secret-value");
+    p.write(
+        "w.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n pick [shape=parallelogram, script=\"true\"]\n \
+         a [shape=parallelogram, script=\"touch a-ran\"]\n b [shape=parallelogram, script=\"touch b-ran\"]\n \
+         start -> pick -> a -> exit\n pick -> b [condition=\"outcome=fail\"]\n b -> exit\n}\n",
+    );
+    p.write(
+        "run.toml",
+        &format!(
+            "graph = \"w.fabro\"\n[[hooks]]\nname = \"router\"\nevent = \"edge_selected\"\ntype = \"http\"\nurl = \"{url}\"\ntls = \"off\"\nmatcher = \"^a$\"\nallowed_env_vars = [\"HOOK_TOKEN\"]\n[hooks.headers]\nAuthorization = \"Bearer $HOOK_TOKEN\"\n"
+        ),
+    );
+    let run = p.run("run.toml", &[]);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.summary, run.stderr());
+    assert!(p.path().join("b-ran").exists() && !p.path().join("a-ran").exists());
+    assert_eq!(run.stages(), ["start", "pick", "b", "exit"]);
+    let bodies = bodies.lock().unwrap();
+    assert_eq!(bodies.len(), 1, "the matcher fires on the edge to `a` only: {bodies:?}");
+    assert_eq!(bodies[0]["event"], "edge_selected");
+    assert_eq!(bodies[0]["edge_from"], "pick");
+    assert_eq!(bodies[0]["edge_to"], "a");
+    let hook = &run.events_named("Hook.Completed")[0];
+    assert_eq!(hook["decision"], "override");
+    assert_eq!(hook["hook_type"], "http");
+    // An HTTP hook that cannot be reached fails open.
+    p.write(
+        "down.toml",
+        "graph = \"w.fabro\"\n[[hooks]]\nevent = \"run_start\"\ntype = \"http\"\nurl = \"http://127.0.0.1:9/hook\"\ntls = \"off\"\n",
+    );
+    let run = p.run("down.toml", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let hook = &run.events_named("Hook.Completed")[0];
+    assert_eq!(hook["decision"], "proceed");
+    assert!(hook["error"].as_str().is_some(), "{hook}");
+}
+
+const KEY: &str = "sk-ant-test-run-files-7f3a";
+
+#[test]
+fn a_prompt_hook_shows_the_model_the_context_and_its_no_blocks() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = Project::new()
+        .with_env("ANTHROPIC_API_KEY", KEY)
+        .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"));
+    p.write(
+        "w.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n migrate [shape=parallelogram, script=\"touch migrated\"]\n start -> migrate -> exit\n}\n",
+    );
+    p.write(
+        "run.toml",
+        "graph = \"w.fabro\"\n[[hooks]]\nname = \"guard\"\nevent = \"stage_start\"\ntype = \"prompt\"\nprompt = \"Is it safe to run a database migration now?\"\nmodel = \"haiku\"\n",
+    );
+    mock.scenario(&json!([{ "type": "reply", "text": "{\"ok\": false, \"reason\": \"it is Friday\"}", "times": 1 }]));
+    let run = p.run("run.toml", &[]);
+    assert_eq!(run.code(), Some(1), "{}", run.stderr());
+    assert_eq!(
+        run.summary["error"],
+        "a hook blocked the run at stage_start: hook `guard`: it is Friday"
+    );
+    assert!(!p.path().join("migrated").exists());
+    // What the model was shown: the instructions and the event's context.
+    let body = &mock.bodies()[0];
+    assert_eq!(body["model"], "claude-haiku-4-5");
+    let shown = body["messages"][0]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        shown.starts_with("Is it safe to run a database migration now?")
+            && shown.contains("\"node_id\": \"migrate\"")
+            && shown.contains("\"event\": \"stage_start\""),
+        "{shown}"
+    );
+    // A model error fails open: the stage runs.
+    mock.reset();
+    mock.scenario(&json!([{ "type": "fail", "status": 400, "times": 1 }]));
+    let run = p.run("run.toml", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert!(p.path().join("migrated").exists());
+    let hook = &run.events_named("Hook.Completed")[0];
+    assert_eq!(hook["decision"], "proceed");
+    assert!(hook["error"].as_str().unwrap().contains("400"), "{hook}");
+}
+
+#[test]
+fn a_provider_failure_falls_back_to_the_next_model() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = Project::new()
+        .with_env("ANTHROPIC_API_KEY", KEY)
+        .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"))
+        .with_env("OPENAI_API_KEY", "sk-openai-test")
+        .with_env("OPENAI_BASE_URL", &mock.url("/v1"));
+    p.write(
+        "w.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n ask [shape=tab, prompt=\"Say hi\", max_retries=0]\n start -> ask -> exit\n}\n",
+    );
+    p.write(
+        "run.toml",
+        "graph = \"w.fabro\"\n[run.model]\nname = \"claude-sonnet-4-5\"\nfallbacks = [\"openai\"]\n",
+    );
+    mock.scenario(&json!([
+        { "type": "fail", "status": 529, "times": 4, "match": { "provider": "anthropic" } },
+        { "type": "reply", "text": "hi from the fallback", "times": 1, "match": { "provider": "openai" } }
+    ]));
+    let run = p.run("run.toml", &[]);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.summary, run.stderr());
+    assert_eq!(run.context("response.ask"), "hi from the fallback");
+    let warning = run
+        .events_named("ModelWarning")
+        .into_iter()
+        .find(|w| w["message"].as_str().unwrap().contains("falling back"))
+        .expect("a fallback warning");
+    assert!(
+        warning["message"]
+            .as_str()
+            .unwrap()
+            .contains("anthropic/claude-sonnet-4-5 failed")
+            && warning["message"]
+                .as_str()
+                .unwrap()
+                .ends_with("falling back to openai/gpt-5"),
+        "{warning}"
+    );
+    let bodies = mock.bodies();
+    assert_eq!(bodies.first().unwrap()["model"], "claude-sonnet-4-5");
+    assert_eq!(bodies.last().unwrap()["model"], "gpt-5");
+    // A failure that is the user's own (a bad key) does not fall back.
+    mock.reset();
+    mock.scenario(&json!([{ "type": "fail", "status": 401, "times": 1, "match": { "provider": "anthropic" } }]));
+    let run = p.run("run.toml", &[]);
+    assert_eq!(run.code(), Some(1));
+    assert_eq!(mock.bodies().len(), 1);
+}
+
+#[test]
+fn resume_uses_the_recorded_run_file() {
+    let p = Project::new().with_env("TEST_REGION", "us");
+    p.write(
+        "w.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         before [shape=parallelogram, script=\"echo $REGION >> seen.txt\"]\n \
+         gate [shape=hexagon, label=\"Go on?\"]\n \
+         after [shape=parallelogram, script=\"echo $REGION {{ inputs.tier }} >> seen.txt\"]\n \
+         start -> before -> gate\n gate -> after [label=\"[Y] Yes\"]\n after -> exit\n}\n",
+    );
+    p.write(
+        "run.toml",
+        "graph = \"w.fabro\"\n[run.inputs]\ntier = \"gold\"\n[run.sandbox.env]\nREGION = \"{{ env.TEST_REGION }}\"\n[[hooks]]\nevent = \"run_start\"\nscript = \"echo start >> starts.txt\"\n",
+    );
+    let run = p.run("run.toml", &[]);
+    assert_eq!(run.code(), Some(3), "waits at the gate: {}", run.stderr());
+    let run_id = run.summary["run_id"].as_str().unwrap().to_owned();
+    // The run file may change or go; the run keeps the one it started with.
+    std::fs::remove_file(p.path().join("run.toml")).unwrap();
+    let resumed = p.resume(&run_id, &["--auto-approve"]);
+    assert_eq!(resumed.code(), Some(0), "{}", resumed.stderr());
+    assert_eq!(p.read("seen.txt"), "us\nus gold\n");
+    assert_eq!(p.read("starts.txt"), "start\nstart\n");
+}
