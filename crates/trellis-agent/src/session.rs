@@ -119,7 +119,8 @@ pub trait Inbox: Send + Sync {
 }
 
 /// Decides whether a tool call outside the agent's permissions may run (asking a person, where one
-/// can answer); called for every call before it runs.
+/// can answer), or whether the run's hooks let it; called for every call before it runs, and told
+/// when it ran.
 #[async_trait]
 pub trait Approver: Send + Sync {
     /// `Err` with the reason the model is told when the call may not run.
@@ -129,6 +130,9 @@ pub trait Approver: Send + Sync {
         category: crate::tools::Category,
         observer: &dyn Observer,
     ) -> Result<(), String>;
+
+    /// Told about a call it approved once it has run, before the model is shown `output`.
+    async fn ran(&self, _call: &ToolCall, _output: &ToolOutput) {}
 }
 
 /// How a steering message reads to the model.
@@ -444,7 +448,13 @@ impl Session {
                     let output = match (repeat, verdict) {
                         (Some(repeat), _) => ToolOutput::error(repeat.refusal()),
                         (None, Err(denied)) => ToolOutput::error(denied),
-                        (None, Ok(())) => toolbox.run(call).await,
+                        (None, Ok(())) => {
+                            let output = toolbox.run(call).await;
+                            if let Some(approver) = approver {
+                                approver.ran(call, &output).await;
+                            }
+                            output
+                        }
                     };
                     (output, started.elapsed())
                 },

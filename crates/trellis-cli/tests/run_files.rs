@@ -569,3 +569,62 @@ fn resume_uses_the_recorded_run_file() {
     assert_eq!(p.read("seen.txt"), "us\nus gold\n");
     assert_eq!(p.read("starts.txt"), "start\nstart\n");
 }
+
+#[test]
+fn tool_hooks_refuse_calls_and_run_after_writes() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = Project::new()
+        .with_env("ANTHROPIC_API_KEY", KEY)
+        .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"));
+    p.write(
+        "w.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n fix [prompt=\"Write the notes\", model=\"sonnet\"]\n start -> fix -> exit\n}\n",
+    );
+    p.write(
+        "run.toml",
+        r#"graph = "w.fabro"
+
+[[hooks]]
+name = "no-shell"
+event = "pre_tool_use"
+matcher = "^shell$"
+script = "echo 'shells are off in this run'; exit 2"
+
+[[hooks]]
+name = "mirror"
+event = "post_tool_use"
+matcher = "write_file|edit_file"
+blocking = true
+script = "cp notes.md mirror.md"
+"#,
+    );
+    mock.scenario(&json!([
+        { "type": "reply", "times": 1, "tool_calls": [
+            { "name": "write_file", "arguments": { "path": "notes.md", "content": "release notes" } },
+        ]},
+        { "type": "reply", "times": 1, "tool_calls": [
+            { "name": "shell", "arguments": { "command": "touch shell-ran" } },
+        ]},
+        { "type": "reply", "times": 1, "text": "Done." },
+    ]));
+    let run = p.run("run.toml", &[]);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.summary, run.stderr());
+    // The post_tool_use hook ran after the write, before the model's next turn.
+    assert_eq!(p.read("mirror.md"), "release notes");
+    // The shell call was refused, and the model was shown why.
+    assert!(!p.path().join("shell-ran").exists());
+    let bodies = mock.bodies();
+    let refused = Llmock::tool_results(&bodies[2]);
+    let shown = refused.last().unwrap()["content"].as_str().unwrap();
+    assert!(
+        shown.contains("refused by the run's hooks: hook `no-shell`: shells are off in this run"),
+        "{shown}"
+    );
+    let hooks = run.events_named("Hook.Completed");
+    let names: Vec<(&str, &str)> = hooks
+        .iter()
+        .map(|h| (h["hook"].as_str().unwrap(), h["decision"].as_str().unwrap()))
+        .collect();
+    assert_eq!(names, [("mirror", "proceed"), ("no-shell", "block")]);
+    assert!(hooks.iter().all(|h| h["node_id"] == "fix"));
+}

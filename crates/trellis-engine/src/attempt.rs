@@ -256,7 +256,6 @@ impl Engine {
                 continue;
             }
             self.emit_stage_end(&node.id, &outcome, visit, attempt, duration_ms);
-            let mut outcome = outcome;
             outcome.stage_dir = Some(dir);
             return Ok(Attempt::Finished(outcome));
         }

@@ -252,9 +252,18 @@ impl crate::handler::Emitter for Engine {
     fn emit_from(&self, node: Option<&str>, agent: Option<&str>, event: EventKind) {
         self.stamp(node, agent, event);
     }
+
+    fn detached(&self) -> Option<Arc<dyn crate::handler::Emitter>> {
+        Some(Arc::new(EventHandle {
+            seq: self.seq.clone(),
+            services: self.services.clone(),
+            run_id: self.run_id.clone(),
+        }))
+    }
 }
 
 /// An engine's events, owned: what a hook running in the background reports through.
+#[derive(Clone)]
 struct EventHandle {
     seq: Arc<AtomicU64>,
     services: Services,
@@ -264,6 +273,10 @@ struct EventHandle {
 impl crate::handler::Emitter for EventHandle {
     fn emit_from(&self, node: Option<&str>, agent: Option<&str>, kind: EventKind) {
         stamp(&self.seq, &self.services, &self.run_id, node, agent, kind);
+    }
+
+    fn detached(&self) -> Option<Arc<dyn crate::handler::Emitter>> {
+        Some(Arc::new(self.clone()))
     }
 }
 
@@ -307,12 +320,7 @@ impl Engine {
         if !hooks.listens(event) {
             return Ok(HookDecision::Proceed);
         }
-        let handle: Arc<dyn crate::handler::Emitter> = Arc::new(EventHandle {
-            seq: self.seq.clone(),
-            services: self.services.clone(),
-            run_id: self.run_id.clone(),
-        });
-        match hooks.fire(context, handle).await {
+        match hooks.fire(context, self).await {
             HookDecision::Block { reason } => Err(EngineError::HookBlocked {
                 event: event.as_str(),
                 reason,

@@ -472,6 +472,12 @@ pub trait Emitter: Send + Sync {
     /// Emits `event` for `node`, as the activity of the sub-agent `agent` when one is given.
     fn emit_from(&self, node: Option<&str>, agent: Option<&str>, event: EventKind);
 
+    /// An owned emitter that emits as this one does, for work that outlives the call handed this
+    /// one (a hook running in the background); none where there is no such thing.
+    fn detached(&self) -> Option<std::sync::Arc<dyn Emitter>> {
+        None
+    }
+
     fn emit(&self, node: Option<&str>, event: EventKind) {
         self.emit_from(node, None, event);
     }

@@ -4,8 +4,6 @@
 //! decision: a `block` stops the run with the hook's reason, a `skip` passes over the stage, an
 //! `override` sends the run to another node.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::Value;
@@ -243,7 +241,7 @@ pub trait Hooks: Send + Sync {
     /// Runs the hooks of `context.event` that match it: blocking ones in order until one blocks (their
     /// decisions merged), the others in the background. Each hook run is reported through `events` as
     /// a `Hook.Completed` event.
-    async fn fire(&self, context: HookContext, events: Arc<dyn Emitter>) -> HookDecision;
+    async fn fire(&self, context: HookContext, events: &dyn Emitter) -> HookDecision;
 
     /// Waits for the hooks running in the background (the run is ending).
     async fn drain(&self);

@@ -551,11 +551,15 @@ async fn agent_work_dir(stage: &Stage<'_>) -> Result<WorkDir, Box<Outcome>> {
     })
 }
 
-/// Who asks about a stage agent's calls beyond its permissions (its sub-agents' too).
-fn gate(stage: &Stage<'_>, llm: &LlmConfig) -> Option<permissions::Gate> {
+/// What stands before a stage agent's calls (its sub-agents' too): who asks about calls beyond its
+/// permissions, and the run's tool hooks.
+fn gate(stage: &Stage<'_>, llm: &LlmConfig) -> Option<crate::hooks::ToolGuard> {
     let interviewer = stage.services.interviewer.clone();
     let levels = (llm.permissions, stage.settings.permissions);
-    permissions::Gate::of(&stage.node.id, levels, interviewer)
+    crate::hooks::ToolGuard::of(
+        stage,
+        permissions::Gate::of(&stage.node.id, levels, interviewer),
+    )
 }
 
 /// How deep the stage's sub-agents may nest (0: no sub-agent tools). The node's

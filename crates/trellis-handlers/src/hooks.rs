@@ -319,7 +319,7 @@ impl Hooks for RunHooks {
         self.hooks.iter().any(|h| h.event == event)
     }
 
-    async fn fire(&self, context: HookContext, events: Arc<dyn Emitter>) -> HookDecision {
+    async fn fire(&self, context: HookContext, events: &dyn Emitter) -> HookDecision {
         let fields: Vec<String> = context
             .event
             .matched_fields(&context)
@@ -347,20 +347,20 @@ impl Hooks for RunHooks {
                 setting: self.setting.clone(),
                 number,
             };
-            if hook.blocking {
-                let decided = run.run(&*events).await;
+            let background = (!hook.blocking).then(|| events.detached()).flatten();
+            if let Some(events) = background {
+                let task = tokio::spawn(async move {
+                    run.run(&*events).await;
+                });
+                self.background.lock().push(task);
+            } else {
+                let decided = run.run(events).await;
                 if decided.outranks(&decision) {
                     decision = decided;
                 }
                 if matches!(decision, HookDecision::Block { .. }) {
                     break;
                 }
-            } else {
-                let events = events.clone();
-                let task = tokio::spawn(async move {
-                    run.run(&*events).await;
-                });
-                self.background.lock().push(task);
             }
         }
         decision
@@ -628,6 +628,91 @@ impl HookRun {
                 response.text.chars().take(200).collect::<String>()
             )),
         }
+    }
+}
+
+/// What stands before an agent's tool calls: its permission gate, then the run's tool hooks
+/// (`pre_tool_use`, which may refuse a call — the model is told why — and `post_tool_use` or
+/// `post_tool_use_failure` once it ran).
+pub(crate) struct ToolGuard {
+    gate: Option<crate::permissions::Gate>,
+    hooks: Option<(Arc<dyn Hooks>, Arc<dyn Emitter>)>,
+    node_id: String,
+}
+
+impl ToolGuard {
+    /// The guard of a stage's agent; none when neither a gate nor a tool hook stands there.
+    pub(crate) fn of(
+        stage: &trellis_engine::Stage<'_>,
+        gate: Option<crate::permissions::Gate>,
+    ) -> Option<Self> {
+        let tool_events = [
+            HookEvent::PreToolUse,
+            HookEvent::PostToolUse,
+            HookEvent::PostToolUseFailure,
+        ];
+        let hooks = stage
+            .services
+            .hooks
+            .clone()
+            .filter(|hooks| tool_events.iter().any(|e| hooks.listens(*e)))
+            .and_then(|hooks| Some((hooks, stage.emitter.detached()?)));
+        (gate.is_some() || hooks.is_some()).then(|| Self {
+            gate,
+            hooks,
+            node_id: stage.node.id.clone(),
+        })
+    }
+
+    fn context(&self, event: HookEvent, call: &trellis_llm::ToolCall) -> HookContext {
+        let mut context = HookContext::new(event).node(&self.node_id);
+        context.tool_name = Some(call.name.clone());
+        context
+    }
+}
+
+#[async_trait]
+impl trellis_agent::Approver for ToolGuard {
+    async fn approve(
+        &self,
+        call: &trellis_llm::ToolCall,
+        category: trellis_agent::Category,
+        observer: &dyn trellis_agent::Observer,
+    ) -> Result<(), String> {
+        if let Some(gate) = &self.gate {
+            gate.approve(call, category, observer).await?;
+        }
+        let Some((hooks, events)) = &self.hooks else {
+            return Ok(());
+        };
+        let mut context = self.context(HookEvent::PreToolUse, call);
+        context.tool_input = Some(call.arguments.clone());
+        match hooks.fire(context, &**events).await {
+            HookDecision::Proceed | HookDecision::Override { .. } => Ok(()),
+            HookDecision::Skip { reason } | HookDecision::Block { reason } => Err(format!(
+                "This call was refused by the run's hooks{}",
+                reason.map(|r| format!(": {r}")).unwrap_or_default()
+            )),
+        }
+    }
+
+    async fn ran(&self, call: &trellis_llm::ToolCall, output: &trellis_agent::ToolOutput) {
+        let Some((hooks, events)) = &self.hooks else {
+            return;
+        };
+        let event = if output.is_error {
+            HookEvent::PostToolUseFailure
+        } else {
+            HookEvent::PostToolUse
+        };
+        let mut context = self.context(event, call);
+        context.tool_call_id = Some(call.id.clone());
+        if output.is_error {
+            context.error_message = Some(output.content.clone());
+        } else {
+            context.tool_output = Some(output.content.clone());
+        }
+        hooks.fire(context, &**events).await;
     }
 }
 

@@ -210,11 +210,16 @@ fn print_run_file_activity(record: &RunDir) {
                     .node_id
                     .as_deref()
                     .map_or_else(|| hook_event.clone(), |n| format!("{hook_event} {n}"));
-                let why = reason
+                let why: Vec<&str> = reason
                     .iter()
                     .chain(error)
-                    .map(|r| format!("  {}", r.lines().next().unwrap_or_default()))
-                    .collect::<String>();
+                    .map(|r| r.lines().next().unwrap_or_default())
+                    .collect();
+                let why = if why.is_empty() {
+                    String::new()
+                } else {
+                    format!("  {}", why.join("; "))
+                };
                 hooks.push(format!(
                     "  {:<20} {:<28} {:<8} {:<9} {:>6.1}s{why}",
                     hook,
