@@ -830,3 +830,49 @@ fn a_yaml_workflows_input_is_checked_and_reaches_the_run() {
         json!({ "repo": "acme/api", "limit": 3 })
     );
 }
+
+#[test]
+fn a_run_file_under_workflows_starts_a_run_with_its_inputs_and_hooks() {
+    let p = project_with(&[
+        (
+            "ci.fabro",
+            "digraph CI {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n t [shape=parallelogram, script=\"echo testing {{ inputs.language }} > tested.txt\"]\n start -> t -> exit\n}\n",
+        ),
+        (
+            "ci.toml",
+            "graph = \"ci.fabro\"\n[vars]\nlanguage = \"rust\"\n[[hooks]]\nevent = \"run_complete\"\nscript = \"echo done > hooked.txt\"\n",
+        ),
+        // A run file whose graph lies outside --workflows is refused.
+        ("escape.toml", "graph = \"../outside.fabro\"\n"),
+    ]);
+    p.write(
+        "outside.fabro",
+        "digraph O {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n start -> exit\n}\n",
+    );
+    let serve = Serve::start(&p);
+    // The web app's list shows the run file, valid with its inputs; the workflow alone is not.
+    let listed = serve.get("/api/workflows").json();
+    let entry = |path: &str| {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["path"] == path)
+            .cloned()
+            .unwrap_or_else(|| panic!("{path} in {listed}"))
+    };
+    assert_eq!(entry("ci.toml")["valid"], true);
+    assert_eq!(entry("ci.fabro")["valid"], false);
+    let id = serve.start_run("ci.toml");
+    let run = serve.wait_for_status(&id, "succeeded");
+    assert_eq!(run["settings"]["inputs"]["language"], "rust", "{run}");
+    assert_eq!(p.read("tested.txt").trim(), "testing rust");
+    assert_eq!(p.read("hooked.txt").trim(), "done");
+    let refused = serve.post("/api/runs", &json!({ "workflow": "escape.toml" }));
+    assert_eq!(refused.status, 422, "{}", refused.text());
+    assert!(
+        refused.text().contains("not a workflow file under --workflows"),
+        "{}",
+        refused.text()
+    );
+}

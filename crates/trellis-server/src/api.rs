@@ -941,8 +941,11 @@ fn workflow_files(dir: &Path) -> Vec<WorkflowFile> {
                 .unwrap_or(&path)
                 .display()
                 .to_string();
-            match trellis_workflow::load(&path, &trellis_workflow::CompileOptions::default()) {
-                Ok((_, compiled)) => {
+            // A run file (`.toml`) is listed with the workflow it names, compiled with its inputs.
+            match trellis_run::open_blocking(&path, trellis_run::CompileOptions::default())
+                .map(|opened| opened.loaded.compiled)
+            {
+                Ok(compiled) => {
                     let tally = trellis_syntax::Tally::of(&compiled.diagnostics);
                     WorkflowFile {
                         path: relative,
@@ -968,7 +971,8 @@ fn workflow_files(dir: &Path) -> Vec<WorkflowFile> {
         .collect()
 }
 
-/// Workflow files (`.fabro`, `.dot`, `.yaml`, `.yml`) under `dir`, hidden folders skipped, four levels deep.
+/// Workflow files (`.fabro`, `.dot`, `.yaml`, `.yml`) and run files (`.toml`) under `dir`, hidden
+/// folders skipped, four levels deep.
 #[allow(
     clippy::disallowed_methods,
     reason = "runs on the blocking pool (workflows)"
@@ -993,7 +997,7 @@ fn walk_workflows(dir: &Path) -> Vec<PathBuf> {
             if kind.is_dir() && depth < 4 {
                 folders.push((path, depth + 1));
             } else if kind.is_file()
-                && [".fabro", ".dot", ".yaml", ".yml"]
+                && [".fabro", ".dot", ".yaml", ".yml", ".toml"]
                     .iter()
                     .any(|e| name.ends_with(e))
                 && found.len() < MAX_WORKFLOWS * 2
