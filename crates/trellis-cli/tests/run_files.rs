@@ -75,7 +75,10 @@ fn fabros_c_i_pair_validates_and_runs_with_its_inputs() {
         prompt_of(&run, "test")
     );
     // The script saw the input, and the run file's goal (over the graph's).
-    assert_eq!(printed(&run, "setup"), "setting up rust for Run the CI pipeline");
+    assert_eq!(
+        printed(&run, "setup"),
+        "setting up rust for Run the CI pipeline"
+    );
     let meta: Value =
         serde_json::from_str(&std::fs::read_to_string(run.record().join("run.json")).unwrap())
             .unwrap();
@@ -275,11 +278,18 @@ fn a_run_file_with_every_section_validates_and_runs() {
             .trim(),
         "run_complete"
     );
-    assert!(hooks.iter().any(|h| h["hook"] == "done" && h["blocking"] == false));
+    assert!(
+        hooks
+            .iter()
+            .any(|h| h["hook"] == "done" && h["blocking"] == false)
+    );
     // `trellis show` lists the prepare steps and every hook run.
     let run_id = run.summary["run_id"].as_str().unwrap();
     let show = stdout(&p.command(&["show", run_id]).output().unwrap());
-    assert!(show.contains("Prepare:") && show.contains("echo prepared > prepared.txt"), "{show}");
+    assert!(
+        show.contains("Prepare:") && show.contains("echo prepared > prepared.txt"),
+        "{show}"
+    );
     assert!(
         show.contains("Hooks:")
             && show.contains("no-deploys")
@@ -293,7 +303,12 @@ fn a_run_file_with_every_section_validates_and_runs() {
             .unwrap();
     assert_eq!(meta["settings"]["model"], "claude-sonnet-4-5");
     assert_eq!(meta["settings"]["artifacts"], json!(["coverage/**"]));
-    assert!(meta["settings"]["work_dir"].as_str().unwrap().ends_with("work"));
+    assert!(
+        meta["settings"]["work_dir"]
+            .as_str()
+            .unwrap()
+            .ends_with("work")
+    );
 }
 
 #[test]
@@ -358,7 +373,10 @@ fn blocking_command_hooks_block_with_their_reason_and_time_out() {
     assert_eq!(run.code(), Some(1));
     assert!(started.elapsed() < std::time::Duration::from_secs(8));
     let error = run.summary["error"].as_str().unwrap();
-    assert!(error.contains("hook `slow`: timed out after 300ms"), "{error}");
+    assert!(
+        error.contains("hook `slow`: timed out after 300ms"),
+        "{error}"
+    );
     // Any other exit blocks with the code.
     p.write(
         "crash.toml",
@@ -411,7 +429,8 @@ fn http_server(reply: &'static str) -> (String, Arc<Mutex<Vec<Value>>>) {
 
 #[test]
 fn an_http_hook_is_posted_the_context_and_can_send_the_run_elsewhere() {
-    let (url, bodies) = http_server(r#"{"decision": "override", "edge_to": "b", "reason": "b is safer"}"#);
+    let (url, bodies) =
+        http_server(r#"{"decision": "override", "edge_to": "b", "reason": "b is safer"}"#);
     let p = Project::new().with_env("HOOK_TOKEN", "tok-123-secret-value");
     p.write(
         "w.fabro",
@@ -430,7 +449,11 @@ fn an_http_hook_is_posted_the_context_and_can_send_the_run_elsewhere() {
     assert!(p.path().join("b-ran").exists() && !p.path().join("a-ran").exists());
     assert_eq!(run.stages(), ["start", "pick", "b", "exit"]);
     let bodies = bodies.lock().unwrap();
-    assert_eq!(bodies.len(), 1, "the matcher fires on the edge to `a` only: {bodies:?}");
+    assert_eq!(
+        bodies.len(),
+        1,
+        "the matcher fires on the edge to `a` only: {bodies:?}"
+    );
     assert_eq!(bodies[0]["event"], "edge_selected");
     assert_eq!(bodies[0]["edge_from"], "pick");
     assert_eq!(bodies[0]["edge_to"], "a");

@@ -871,7 +871,9 @@ fn a_run_file_under_workflows_starts_a_run_with_its_inputs_and_hooks() {
     let refused = serve.post("/api/runs", &json!({ "workflow": "escape.toml" }));
     assert_eq!(refused.status, 422, "{}", refused.text());
     assert!(
-        refused.text().contains("not a workflow file under --workflows"),
+        refused
+            .text()
+            .contains("not a workflow file under --workflows"),
         "{}",
         refused.text()
     );

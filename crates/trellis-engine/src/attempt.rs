@@ -212,7 +212,9 @@ impl Engine {
                 return Ok(Attempt::WaitingForInput);
             };
             if let Some(excluded) = &self.excluded {
-                outcome.files_touched.retain(|file| !excluded.is_match(file));
+                outcome
+                    .files_touched
+                    .retain(|file| !excluded.is_match(file));
             }
             let status = StatusFile::finished(&outcome, &node.id, visit, attempt, duration_ms);
             let retrying = outcome.retryable() && attempt < max_attempts;

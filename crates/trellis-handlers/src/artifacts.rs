@@ -401,7 +401,10 @@ mod tests {
         assert!(!is_candidate(Path::new("cypress/fixtures/a.json"), None));
         assert!(!is_candidate(Path::new("src/main.rs"), None));
         let include = include_globs(&["coverage/**".into(), "*.lcov".into()]);
-        assert!(is_candidate(Path::new("coverage/index.html"), include.as_ref()));
+        assert!(is_candidate(
+            Path::new("coverage/index.html"),
+            include.as_ref()
+        ));
         assert!(is_candidate(Path::new("out/unit.lcov"), include.as_ref()));
         assert!(!is_candidate(Path::new("src/main.rs"), include.as_ref()));
     }

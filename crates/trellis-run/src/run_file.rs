@@ -276,7 +276,7 @@ impl RunFile {
                 serde_ignored::deserialize(de, |key| {
                     unknown.push(key.to_string().replace(".?", "").replace("?.", ""));
                 })
-                    .map_err(|e: toml::de::Error| e.to_string())
+                .map_err(|e: toml::de::Error| e.to_string())
             }) {
             Ok(document) => document,
             Err(e) => {

@@ -4,9 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use trellis_engine::event::EventKind;
 use serde_json::{Value, json};
 use trellis_engine::Event;
+use trellis_engine::event::EventKind;
 use trellis_engine::{StageDetails, keys};
 use trellis_store::{RunDir, list_runs, resolve_runs_dir};
 
