@@ -24,4 +24,4 @@ pub use session::{
 pub use tools::{
     Category, EXTERNAL_LIMIT, ExternalTools, Tool, ToolOutput, Toolbox, combined, filtered,
 };
-pub use work_dir::WorkDir;
+pub use work_dir::{WorkDir, open_file};

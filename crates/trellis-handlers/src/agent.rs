@@ -112,17 +112,7 @@ impl Handler for AgentHandler {
         match llm.backend {
             Backend::Api => {}
             Backend::Cli => return cli_agent::run(stage, llm).await.into(),
-            Backend::Acp => {
-                return Outcome::failed(
-                    FailureClass::Configuration,
-                    format!(
-                        "agent node `{}` asks for backend=\"acp\", which this version of trellis does not run; \
-                         use backend=\"cli\" or the built-in agent (backend=\"api\")",
-                        stage.node.id
-                    ),
-                )
-                .into();
-            }
+            Backend::Acp => return crate::acp::run(stage, llm, &self.sandbox).await.into(),
         }
         let Some(client) = &self.client else {
             return no_model(stage).into();

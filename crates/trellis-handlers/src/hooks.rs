@@ -253,7 +253,7 @@ impl HookSpec {
 }
 
 /// `text` as one shell word.
-fn shell_quote(text: &str) -> String {
+pub(crate) fn shell_quote(text: &str) -> String {
     if !text.is_empty()
         && text
             .bytes()

@@ -3,6 +3,7 @@
 //! preambles, routing directives and structured output), and the model router for `when` edges.
 //! [`standard_handlers`] registers them beside the engine's control-flow handlers.
 
+mod acp;
 pub mod agent;
 pub mod artifacts;
 pub mod cli_agent;

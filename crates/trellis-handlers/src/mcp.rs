@@ -642,6 +642,15 @@ impl Hub {
     }
 }
 
+/// The servers configured for a run in `work_dir`, with the workflow's and the run file's, and the
+/// problems of those that cannot be used (an ACP agent is handed them).
+pub(crate) fn configured_for(
+    work_dir: &Path,
+    workflow: &[ServersFile],
+) -> (BTreeMap<String, ServerConfig>, Vec<String>) {
+    load(work_dir, workflow)
+}
+
 /// The servers configured for `work_dir` (the user config file's, the project's, the workflow's).
 fn load(
     work_dir: &Path,

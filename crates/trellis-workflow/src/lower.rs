@@ -415,6 +415,7 @@ impl Lowerer<'_> {
                 .or_else(|| graph.default_thread.clone()),
             project_memory: r.bool("project_memory").unwrap_or(true),
             backend: r.word("backend", Backend::WORDS).unwrap_or_default(),
+            acp_command: r.string("acp_command"),
             output_schema,
             output_retries: r
                 .int("output_retries", i64::MIN)

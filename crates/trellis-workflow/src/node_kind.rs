@@ -120,6 +120,7 @@ const AGENT_ATTRIBUTES: &[&str] = &[
     "max_subagent_depth",
     "requires",
     "tools",
+    "acp_command",
 ];
 
 /// Attributes of the nodes that call a model: the agent's, less the agent's own twelve (the
@@ -239,6 +240,9 @@ pub struct LlmConfig {
     pub thread_id: Option<String>,
     pub project_memory: bool,
     pub backend: Backend,
+    /// The command that starts the node's Agent Client Protocol agent (`backend="acp"`); its CLI's
+    /// default ([`AgentCli::acp_command`]) when none is set.
+    pub acp_command: Option<String>,
     pub output_schema: Option<OutputSchema>,
     /// Repair turns for invalid structured output (default 2; negative values count as 0).
     pub output_retries: u32,
@@ -479,6 +483,17 @@ impl AgentCli {
             AgentCli::Claude => "Claude Code",
             AgentCli::Codex => "Codex CLI",
             AgentCli::Gemini => "Gemini CLI",
+        }
+    }
+
+    /// The command that starts the agent as an Agent Client Protocol server (`backend="acp"`, when
+    /// the node sets no `acp_command`): Zed's adapters for Claude Code and Codex, Gemini CLI's own
+    /// mode.
+    pub fn acp_command(self) -> &'static str {
+        match self {
+            AgentCli::Claude => "npx -y @zed-industries/claude-code-acp",
+            AgentCli::Codex => "npx -y @zed-industries/codex-acp",
+            AgentCli::Gemini => "gemini --experimental-acp",
         }
     }
 

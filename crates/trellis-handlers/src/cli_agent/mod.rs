@@ -15,7 +15,7 @@ mod codex;
 mod gemini;
 mod process;
 mod stream;
-mod touched;
+pub(crate) mod touched;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -178,7 +178,7 @@ fn model_name(reported: Option<String>, llm: &LlmConfig, cli: AgentCli) -> Strin
         .unwrap_or_else(|| format!("{cli} default"))
 }
 
-async fn snapshot(root: &Path, exclude: &Path, stop: &CancellationToken) -> Snapshot {
+pub(crate) async fn snapshot(root: &Path, exclude: &Path, stop: &CancellationToken) -> Snapshot {
     let (root, exclude, stop) = (root.to_owned(), exclude.to_owned(), stop.clone());
     blocking(move || Snapshot::take(&root, &exclude, &stop)).await
 }

@@ -17,7 +17,7 @@ use walkdir::WalkDir;
 use crate::artifacts;
 
 /// Files of a working tree outside git that a snapshot looks at.
-pub(super) const MAX_FILES: usize = 20_000;
+pub(crate) const MAX_FILES: usize = 20_000;
 /// The empty tree, the base of a repository's first commit.
 const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 
@@ -33,7 +33,7 @@ enum Tracking {
     Tree,
 }
 
-pub(super) struct Snapshot {
+pub(crate) struct Snapshot {
     tracking: Tracking,
     files: BTreeMap<String, Fingerprint>,
     /// The tree had more files than a snapshot looks at.
@@ -89,7 +89,7 @@ fn excluded(root: &Path, path: &str, exclude: &Path) -> bool {
 impl Snapshot {
     /// The files under `root` (but `exclude`) as they are now; a walk of a tree outside git stops
     /// early, marked truncated, once `stop` fires (the stage has ended).
-    pub(super) fn take(root: &Path, exclude: &Path, stop: &CancellationToken) -> Snapshot {
+    pub(crate) fn take(root: &Path, exclude: &Path, stop: &CancellationToken) -> Snapshot {
         let in_git = git(root, &["rev-parse", "--is-inside-work-tree"])
             .is_some_and(|out| out.starts_with(b"true"));
         if in_git {
@@ -139,7 +139,7 @@ impl Snapshot {
     }
 
     /// The files touched between this snapshot and `after`, sorted.
-    pub(super) fn touched(&self, after: &Snapshot, root: &Path, exclude: &Path) -> Vec<String> {
+    pub(crate) fn touched(&self, after: &Snapshot, root: &Path, exclude: &Path) -> Vec<String> {
         let mut touched: Vec<String> = after
             .files
             .iter()

@@ -20,7 +20,13 @@ pub const RULE: Rule = Rule {
 };
 
 /// The properties a stylesheet may set.
-pub const PROPERTIES: &[&str] = &["model", "provider", "reasoning_effort", "backend"];
+pub const PROPERTIES: &[&str] = &[
+    "model",
+    "provider",
+    "reasoning_effort",
+    "backend",
+    "acp_command",
+];
 
 pub(crate) fn check(sheet: &Stylesheet, value: &Value, out: &mut Vec<Diagnostic>) {
     for declaration in sheet.rules.iter().flat_map(|r| &r.declarations) {
