@@ -139,8 +139,7 @@ fn an_acp_agent_is_prompted_and_served_files_terminals_and_permissions() {
     // The terminal ran in the sandbox, without the caller's secrets.
     let output = messages
         .iter()
-        .filter_map(|m| m["result"]["output"].as_str())
-        .next()
+        .find_map(|m| m["result"]["output"].as_str())
         .expect("the terminal's output");
     assert!(
         output.contains("a + b") && output.contains("token=\n"),
@@ -254,7 +253,6 @@ fn a_stage_that_times_out_cancels_its_acp_session() {
             || !std::process::Command::new("pgrep")
                 .args(["-f", "scripted_agent.py"])
                 .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).lines().count() > 0)
-                .unwrap_or(false)
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().count() > 0)
     });
 }
