@@ -51,6 +51,45 @@ fn workflow(attrs: &str) -> String {
     )
 }
 
+/// What the agent was sent before its turn: the capabilities, its session, the prompt.
+fn assert_session_setup(messages: &[Value], work: &Path) {
+    // initialize: Trellis offers files and terminals.
+    let init = messages
+        .iter()
+        .find(|m| m["method"] == "initialize")
+        .unwrap();
+    assert_eq!(init["params"]["protocolVersion"], 1);
+    assert_eq!(
+        init["params"]["clientCapabilities"]["fs"]["readTextFile"],
+        true
+    );
+    assert_eq!(
+        init["params"]["clientCapabilities"]["fs"]["writeTextFile"],
+        true
+    );
+    assert_eq!(init["params"]["clientCapabilities"]["terminal"], true);
+    // session/new: the working directory and the project's MCP server.
+    let new = messages
+        .iter()
+        .find(|m| m["method"] == "session/new")
+        .unwrap();
+    assert_eq!(
+        new["params"]["cwd"].as_str().unwrap(),
+        work.canonicalize().unwrap().display().to_string()
+    );
+    let servers = new["params"]["mcpServers"].as_array().unwrap();
+    assert_eq!(servers.len(), 1, "{servers:?}");
+    assert_eq!(servers[0]["name"], "files");
+    assert_eq!(servers[0]["command"], "mcp-files");
+    // session/prompt: the assembled prompt.
+    let prompt = messages
+        .iter()
+        .find(|m| m["method"] == "session/prompt")
+        .unwrap();
+    let text = prompt["params"]["prompt"][0]["text"].as_str().unwrap();
+    assert!(text.ends_with("Fix add in src/lib.rs"), "{text}");
+}
+
 #[test]
 fn an_acp_agent_is_prompted_and_served_files_terminals_and_permissions() {
     let p = Project::new().with_env("MY_SECRET_TOKEN", "tok-should-never-reach-the-agent-7f");
@@ -85,41 +124,7 @@ fn an_acp_agent_is_prompted_and_served_files_terminals_and_permissions() {
         "pub fn add(a: i32, b: i32) -> i32 { a + b }\n"
     );
     let messages = received(aside.path());
-    // initialize: Trellis offers files and terminals.
-    let init = messages
-        .iter()
-        .find(|m| m["method"] == "initialize")
-        .unwrap();
-    assert_eq!(init["params"]["protocolVersion"], 1);
-    assert_eq!(
-        init["params"]["clientCapabilities"]["fs"]["readTextFile"],
-        true
-    );
-    assert_eq!(
-        init["params"]["clientCapabilities"]["fs"]["writeTextFile"],
-        true
-    );
-    assert_eq!(init["params"]["clientCapabilities"]["terminal"], true);
-    // session/new: the working directory and the project's MCP server.
-    let new = messages
-        .iter()
-        .find(|m| m["method"] == "session/new")
-        .unwrap();
-    assert_eq!(
-        new["params"]["cwd"].as_str().unwrap(),
-        p.path().canonicalize().unwrap().display().to_string()
-    );
-    let servers = new["params"]["mcpServers"].as_array().unwrap();
-    assert_eq!(servers.len(), 1, "{servers:?}");
-    assert_eq!(servers[0]["name"], "files");
-    assert_eq!(servers[0]["command"], "mcp-files");
-    // session/prompt: the assembled prompt.
-    let prompt = messages
-        .iter()
-        .find(|m| m["method"] == "session/prompt")
-        .unwrap();
-    let text = prompt["params"]["prompt"][0]["text"].as_str().unwrap();
-    assert!(text.ends_with("Fix add in src/lib.rs"), "{text}");
+    assert_session_setup(&messages, p.path());
     // What Trellis answered the agent's requests, in order.
     let answers: Vec<&Value> = messages
         .iter()
