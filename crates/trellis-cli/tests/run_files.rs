@@ -651,3 +651,117 @@ script = "cp notes.md mirror.md"
     assert_eq!(names, [("mirror", "proceed"), ("no-shell", "block")]);
     assert!(hooks.iter().all(|h| h["node_id"] == "fix"));
 }
+
+#[test]
+fn inputs_fill_in_a_workflows_structure_before_it_is_parsed() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         {{ inputs.step }} [shape=parallelogram, script=\"echo step {{ inputs.step }}\"]\n \
+         start -> {{ inputs.step }} -> exit\n}\n",
+    );
+    let run = p.run("w.fabro", &["--simulate", "--input", "step=lint"]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.stages(), ["start", "lint", "exit"]);
+    assert_eq!(printed(&run, "lint"), "step lint");
+    let missing = p.command(&["validate", "w.fabro"]).output().unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    let text = stdout(&missing);
+    assert!(
+        text.contains("undefined template variable `step` in the workflow's structure"),
+        "{text}"
+    );
+}
+
+#[test]
+fn hooks_merge_across_the_config_file_the_project_and_the_run_file() {
+    let p = Project::new();
+    p.write(
+        ".config/trellis/config.toml",
+        "[[hooks]]\nid = \"notify\"\nevent = \"run_complete\"\nscript = \"echo user >> layers.txt\"\nblocking = true\n",
+    );
+    p.write(
+        ".fabro/project.toml",
+        "_version = 1\n[run.model]\nname = \"claude-sonnet-4-5\"\n\n[[hooks]]\nid = \"notify\"\nevent = \"run_complete\"\nscript = \"echo project >> layers.txt\"\nblocking = true\n\n[[run.hooks]]\nevent = \"run_start\"\nscript = \"echo project-start >> layers.txt\"\n",
+    );
+    p.write(
+        "w.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n start -> exit\n}\n",
+    );
+    p.write(
+        "run.toml",
+        "graph = \"w.fabro\"\n[[hooks]]\nevent = \"run_complete\"\nscript = \"echo run >> layers.txt\"\nblocking = true\n",
+    );
+    let run = p.run("run.toml", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    // The project's `notify` replaced the user's where it stood; the run file's hook follows.
+    assert_eq!(p.read("layers.txt"), "project-start\nproject\nrun\n");
+    // A workflow run without a run file has the other two layers.
+    std::fs::remove_file(p.path().join("layers.txt")).unwrap();
+    let plain = p.run("w.fabro", &[]);
+    assert_eq!(plain.code(), Some(0), "{}", plain.stderr());
+    assert_eq!(p.read("layers.txt"), "project-start\nproject\n");
+    // A project's hook may not leave the sandbox.
+    p.write(
+        ".fabro/project.toml",
+        "[[hooks]]\nname = \"escape\"\nevent = \"run_start\"\nscript = \"true\"\nsandbox = false\n",
+    );
+    let refused = p.run("w.fabro", &[]);
+    assert_ne!(refused.code(), Some(0));
+    assert!(
+        refused
+            .stderr()
+            .contains("hook `escape` asks to run outside the sandbox"),
+        "{}",
+        refused.stderr()
+    );
+}
+
+#[test]
+fn a_secret_the_run_file_writes_out_stays_out_of_the_record_and_resume_reads_it_again() {
+    const TOKEN: &str = "tok-literal-0123456789abcdef";
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         before [shape=parallelogram, script=\"echo ${#API_TOKEN} >> lengths.txt; echo $API_TOKEN\"]\n \
+         gate [shape=hexagon, label=\"Go on?\"]\n \
+         after [shape=parallelogram, script=\"echo ${#API_TOKEN} >> lengths.txt\"]\n \
+         start -> before -> gate\n gate -> after [label=\"[Y] Yes\"]\n after -> exit\n}\n",
+    );
+    p.write(
+        "run.toml",
+        &format!("graph = \"w.fabro\"\n[run.sandbox.env]\nAPI_TOKEN = \"{TOKEN}\"\n"),
+    );
+    let run = p.run("run.toml", &[]);
+    assert_eq!(run.code(), Some(3), "{}", run.stderr());
+    let recorded = std::fs::read_to_string(run.record().join("run.toml")).unwrap();
+    assert!(recorded.contains("[redacted API_TOKEN]"), "{recorded}");
+    for entry in walkdir(&run.record()) {
+        let bytes = std::fs::read(&entry).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(TOKEN),
+            "{} holds the token",
+            entry.display()
+        );
+    }
+    let run_id = run.summary["run_id"].as_str().unwrap().to_owned();
+    let resumed = p.resume(&run_id, &["--auto-approve"]);
+    assert_eq!(resumed.code(), Some(0), "{}", resumed.stderr());
+    let length = TOKEN.len().to_string();
+    assert_eq!(p.read("lengths.txt"), format!("{length}\n{length}\n"));
+}
+
+fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walkdir(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}

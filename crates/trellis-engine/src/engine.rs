@@ -329,6 +329,14 @@ impl Engine {
         }
     }
 
+    /// Whether a hook listens at `event`: the engine builds what hooks are told only then.
+    pub(crate) fn listens(&self, event: crate::hooks::HookEvent) -> bool {
+        self.services
+            .hooks
+            .as_ref()
+            .is_some_and(|hooks| hooks.listens(event))
+    }
+
     /// The node a hook's `override` names.
     pub(crate) fn hook_target(
         &self,

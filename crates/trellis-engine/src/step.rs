@@ -103,8 +103,10 @@ impl Engine {
                     next_node: track.next_node.clone(),
                 },
             );
-            self.hook(HookContext::new(HookEvent::CheckpointSaved).node(node_id))
-                .await?;
+            if self.listens(HookEvent::CheckpointSaved) {
+                self.hook(HookContext::new(HookEvent::CheckpointSaved).node(node_id))
+                    .await?;
+            }
         }
     }
 
@@ -141,25 +143,13 @@ impl Engine {
         context.set(keys::NODE_VISIT_COUNT, visit);
         let stage_hooks = !matches!(node.kind, NodeKind::Start | NodeKind::Exit);
         let skipped = if stage_hooks {
-            match self
-                .hook(stage_context(HookEvent::StageStart, node))
-                .await?
-            {
-                HookDecision::Skip { .. } => Some(skipped_by_hook()),
-                HookDecision::Override { edge_to, .. } => {
-                    return Ok(Next::Jump(
-                        self.hook_target(HookEvent::StageStart, &edge_to)?,
-                    ));
-                }
-                HookDecision::Proceed | HookDecision::Block { .. } => None,
+            match self.stage_start_hooks(node).await? {
+                Ok(skipped) => skipped,
+                Err(target) => return Ok(Next::Jump(target)),
             }
         } else {
             None
         };
-        if let (NodeKind::Parallel(_), None) = (&node.kind, &skipped) {
-            self.hook(stage_context(HookEvent::ParallelStart, node))
-                .await?;
-        }
         let conversation = self.conversation(index, track.incoming_edge, context, degrade_full);
         let attempt = if let Some(outcome) = skipped {
             Attempt::Finished(outcome)
@@ -192,19 +182,7 @@ impl Engine {
         }
         self.apply_outcome(context, &node.id, &outcome).await?;
         if stage_hooks {
-            if matches!(node.kind, NodeKind::Parallel(_)) {
-                self.hook(stage_context(HookEvent::ParallelComplete, node))
-                    .await?;
-            }
-            let event = if outcome.status == StageStatus::Failed {
-                HookEvent::StageFailed
-            } else {
-                HookEvent::StageComplete
-            };
-            let mut hook = stage_context(event, node);
-            hook.status = Some(outcome.status.as_str().to_owned());
-            hook.failure_reason = outcome.failure_reason().map(str::to_owned);
-            self.hook(hook).await?;
+            self.stage_end_hooks(node, &outcome).await?;
         }
         if node.common.goal_gate {
             track.goal_gates.insert(node.id.clone(), outcome.status);
@@ -249,6 +227,72 @@ impl Engine {
         };
         self.run_attempts(index, visit, context, previous, conversation, work)
             .await
+    }
+
+    /// The hooks before a stage: `stage_start` (and `parallel_start` for a fan-out). `Ok(Some)`: the
+    /// stage is skipped with this outcome; `Err`: a hook sends the run to that node instead.
+    async fn stage_start_hooks(
+        &self,
+        node: &trellis_workflow::Node,
+    ) -> Result<Result<Option<Outcome>, NodeIndex>, EngineError> {
+        if self.listens(HookEvent::StageStart) {
+            match self
+                .hook(stage_context(HookEvent::StageStart, node))
+                .await?
+            {
+                HookDecision::Skip { .. } => return Ok(Ok(Some(skipped_by_hook()))),
+                HookDecision::Override { edge_to, .. } => {
+                    return Ok(Err(self.hook_target(HookEvent::StageStart, &edge_to)?));
+                }
+                HookDecision::Proceed | HookDecision::Block { .. } => {}
+            }
+        }
+        if matches!(node.kind, NodeKind::Parallel(_)) && self.listens(HookEvent::ParallelStart) {
+            self.hook(stage_context(HookEvent::ParallelStart, node))
+                .await?;
+        }
+        Ok(Ok(None))
+    }
+
+    /// The hooks after a stage: `parallel_complete` for a fan-out, then `stage_complete` or
+    /// `stage_failed`.
+    async fn stage_end_hooks(
+        &self,
+        node: &trellis_workflow::Node,
+        outcome: &Outcome,
+    ) -> Result<(), EngineError> {
+        if matches!(node.kind, NodeKind::Parallel(_)) && self.listens(HookEvent::ParallelComplete) {
+            self.hook(stage_context(HookEvent::ParallelComplete, node))
+                .await?;
+        }
+        let event = if outcome.status == StageStatus::Failed {
+            HookEvent::StageFailed
+        } else {
+            HookEvent::StageComplete
+        };
+        if self.listens(event) {
+            let mut hook = stage_context(event, node);
+            hook.status = Some(outcome.status.as_str().to_owned());
+            hook.failure_reason = outcome.failure_reason().map(str::to_owned);
+            self.hook(hook).await?;
+        }
+        Ok(())
+    }
+
+    /// Where an `edge_selected` hook sends the run instead of the chosen edge, if it does.
+    async fn edge_override(
+        &self,
+        hook: Option<HookContext>,
+    ) -> Result<Option<NodeIndex>, EngineError> {
+        let Some(hook) = hook else {
+            return Ok(None);
+        };
+        match self.hook(hook).await? {
+            HookDecision::Override { edge_to, .. } => {
+                Ok(Some(self.hook_target(HookEvent::EdgeSelected, &edge_to)?))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// A node's visit limit: its own `max_visits`, else the graph's `max_node_visits`.
@@ -446,12 +490,12 @@ impl Engine {
         {
             self.recorder.queue_routing(dir, choice.clone());
         }
-        let hook = edge_context(&node.id, &choice);
+        let hook = self
+            .listens(HookEvent::EdgeSelected)
+            .then(|| edge_context(&node.id, &choice));
         self.emit(Some(&node.id), EventKind::EdgeSelected(choice));
-        if let HookDecision::Override { edge_to, .. } = self.hook(hook).await? {
-            return Ok(Next::Jump(
-                self.hook_target(HookEvent::EdgeSelected, &edge_to)?,
-            ));
+        if let Some(target) = self.edge_override(hook).await? {
+            return Ok(Next::Jump(target));
         }
         Ok(if edge.loop_restart {
             Next::LoopRestart(edge_index)

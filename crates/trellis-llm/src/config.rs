@@ -108,6 +108,9 @@ pub struct Config {
     pub sandbox: SandboxSettings,
     /// `[mcp_servers.NAME]` tables, as read (the agent handlers' MCP module reads them).
     pub mcp_servers: BTreeMap<String, serde_json::Value>,
+    /// `[[hooks]]` entries, as read: lifecycle hooks for every run (the run library checks and
+    /// merges them with the project's and the run file's).
+    pub hooks: Vec<serde_json::Value>,
 }
 
 /// The configuration file's `[sandbox]` table.
@@ -133,6 +136,9 @@ struct FileConfig {
     /// Read as they are; the MCP module checks them.
     #[serde(default)]
     mcp_servers: BTreeMap<String, toml::Value>,
+    /// Read as they are; the run library checks them.
+    #[serde(default)]
+    hooks: Vec<toml::Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -239,6 +245,11 @@ impl Config {
                 .mcp_servers
                 .into_iter()
                 .filter_map(|(name, table)| Some((name, serde_json::to_value(table).ok()?)))
+                .collect(),
+            hooks: file
+                .hooks
+                .into_iter()
+                .filter_map(|hook| serde_json::to_value(hook).ok())
                 .collect(),
         })
     }

@@ -19,7 +19,7 @@ use trellis_workflow::{CompileOptions, Compiled, Workflow};
 
 use crate::Stop;
 use crate::run_file::{PrepareStep, RunFile};
-use trellis_handlers::hooks::{HookSetting, RunHooks};
+use trellis_handlers::hooks::{HookSetting, HookSpec, RunHooks};
 
 /// The run file a run was started from, in its record.
 pub const RUN_FILE: &str = "run.toml";
@@ -504,20 +504,115 @@ impl Run {
     }
 }
 
-/// The run file's hooks, ready to fire where `setting` says.
+/// The run's hooks, ready to fire where `setting` says: those of the user's config file, then the
+/// project's `.fabro/project.toml`, then the run file (see [`hook_layers`]).
 fn run_hooks(
     run_file: Option<&RunFile>,
     setting: HookSetting,
 ) -> Result<Option<Arc<RunHooks>>, RunError> {
-    let Some(file) = run_file.filter(|f| !f.hooks.is_empty()) else {
+    let hooks = hook_layers(&setting.work_dir, run_file)?;
+    if hooks.is_empty() {
         return Ok(None);
-    };
-    let hooks = RunHooks::new(&file.hooks, setting, &|name| std::env::var(name).ok()).map_err(
-        |problem| RunError::RunFile {
-            problems: format!("a hook cannot run: {problem}"),
-        },
-    )?;
+    }
+    let hooks =
+        RunHooks::new(&hooks, setting, &|name| std::env::var(name).ok()).map_err(|problem| {
+            RunError::RunFile {
+                problems: format!("a hook cannot run: {problem}"),
+            }
+        })?;
     Ok(Some(Arc::new(hooks)))
+}
+
+/// The hooks of every layer, merged as Fabro merges them: a later layer's hook with the `id` of an
+/// earlier one replaces it where it stood, others follow in order. The layers: the user's config file
+/// (`[[hooks]]`), the project's `.fabro/project.toml` in the working directory (`[[hooks]]` and
+/// `[[run.hooks]]`), the run file. A layer's hook that does not check is an error naming its file.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "runs on the blocking pool, when the run is wired"
+)]
+fn hook_layers(work_dir: &Path, run_file: Option<&RunFile>) -> Result<Vec<HookSpec>, RunError> {
+    #[derive(serde::Deserialize, Default)]
+    struct Project {
+        #[serde(default)]
+        hooks: Vec<HookSpec>,
+        #[serde(default)]
+        run: ProjectRun,
+    }
+    #[derive(serde::Deserialize, Default)]
+    struct ProjectRun {
+        #[serde(default)]
+        hooks: Vec<HookSpec>,
+    }
+    let problem = |source: &Path, problem: String| RunError::RunFile {
+        problems: format!("{}: {problem}", source.display()),
+    };
+    let config = Config::load()?;
+    let user: Vec<HookSpec> = config
+        .hooks
+        .iter()
+        .map(|hook| serde_json::from_value(hook.clone()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| {
+            problem(
+                config.file.as_deref().unwrap_or(Path::new("config")),
+                format!("[[hooks]]: {e}"),
+            )
+        })?;
+    let project_path = work_dir.join(".fabro/project.toml");
+    let project: Project = match std::fs::read_to_string(&project_path) {
+        Ok(text) => toml::from_str(&text).map_err(|e| problem(&project_path, e.to_string()))?,
+        Err(_) => Project::default(),
+    };
+    let project: Vec<HookSpec> = project.hooks.into_iter().chain(project.run.hooks).collect();
+    // A file in the working directory is anyone's to write (a stage's, a cloned repository's): its
+    // hooks run confined, whatever they say.
+    if let Some(hook) = project.iter().find(|h| h.sandbox == Some(false)) {
+        return Err(problem(
+            &project_path,
+            format!(
+                "hook `{}` asks to run outside the sandbox (`sandbox = false`); only the hooks of your config file and of a run file you name may",
+                hook.name
+                    .as_deref()
+                    .or(hook.id.as_deref())
+                    .unwrap_or(&hook.event)
+            ),
+        ));
+    }
+    let layers = [
+        (config.file.clone(), user),
+        (Some(project_path), project),
+        (
+            run_file.map(|f| f.path.clone()),
+            run_file.map(|f| f.hooks.clone()).unwrap_or_default(),
+        ),
+    ];
+    let mut merged: Vec<HookSpec> = Vec::new();
+    for (source, hooks) in layers {
+        for hook in hooks {
+            if let Err(e) = hook.check() {
+                return Err(problem(
+                    source.as_deref().unwrap_or(Path::new("hooks")),
+                    format!(
+                        "hook `{}`: {e}",
+                        hook.name
+                            .as_deref()
+                            .or(hook.id.as_deref())
+                            .unwrap_or(&hook.event)
+                    ),
+                ));
+            }
+            let same = hook
+                .id
+                .as_ref()
+                .and_then(|id| merged.iter().position(|h| h.id.as_ref() == Some(id)));
+            match same {
+                Some(at) => merged[at] = hook,
+                None => merged.push(hook),
+            }
+        }
+    }
+    Ok(merged)
 }
 
 /// The model client of a real run: providers from the config file and the environment, and the local
@@ -554,7 +649,25 @@ fn recorded_run_file(record: &RunDir, meta: &RunMeta) -> Result<Option<RunFile>,
         .run_file
         .as_deref()
         .map_or_else(|| path.clone(), PathBuf::from);
-    let (file, problems) = RunFile::parse(&placed, text, &|name| std::env::var(name).ok());
+    let env = |name: &str| std::env::var(name).ok();
+    // Secrets the file wrote out were redacted from its copy: they are read again from the file
+    // itself, if it is still the one the run started with.
+    let text = if text.contains("[redacted ") {
+        let original = std::fs::read_to_string(&placed).ok().filter(|original| {
+            RunFile::parse(&placed, original.clone(), &env)
+                .0
+                .is_some_and(|f| f.recorded_text() == text)
+        });
+        original.ok_or_else(|| RunError::RunFile {
+            problems: format!(
+                "the run file {} held secrets, which its record does not keep, and it is gone or changed since the run started; restore it to resume",
+                placed.display()
+            ),
+        })?
+    } else {
+        text
+    };
+    let (file, problems) = RunFile::parse(&placed, text, &env);
     match file {
         Some(file) => Ok(Some(file)),
         None => Err(RunError::RunFile {

@@ -287,6 +287,9 @@ impl RunFile {
                 return (None, problems);
             }
         };
+        if let Ok(table) = toml::from_str::<toml::Table>(&text) {
+            register_secrets(&table);
+        }
         for key in unknown {
             problems.push(warning(format!(
                 "{name}: unknown key `{key}` is ignored (Trellis reads Fabro's run file version 1)"
@@ -314,6 +317,34 @@ impl RunFile {
     /// names environment variables as `{{ env.NAME }}`, which stay as written).
     pub fn recorded_text(&self) -> String {
         trellis_process::secrets::redact(&self.text).into_owned()
+    }
+}
+
+/// Registers the secrets a run file writes out — a value under a secret-looking name
+/// (`API_KEY = "..."`, in `[run.sandbox.env]`, an MCP server's `env`, a hook's or a server's
+/// `headers`) — so they are redacted from the run record, the file's recorded copy included. Values
+/// that name the environment (`{{ env.NAME }}`, `$NAME`) hold no secret themselves.
+fn register_secrets(table: &toml::Table) {
+    for (key, value) in table {
+        match value {
+            toml::Value::String(text)
+                if (trellis_process::secrets::is_secret(key)
+                    || key.eq_ignore_ascii_case("authorization"))
+                    && !text.contains("{{")
+                    && !text.contains('$') =>
+            {
+                trellis_process::secrets::register(key, text);
+            }
+            toml::Value::Table(inner) => register_secrets(inner),
+            toml::Value::Array(items) => {
+                for item in items {
+                    if let toml::Value::Table(inner) = item {
+                        register_secrets(inner);
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 }
 

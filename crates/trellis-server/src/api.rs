@@ -269,7 +269,8 @@ pub struct StartRequest {
     #[serde(default)]
     #[schema(value_type = Object)]
     pub set: BTreeMap<String, Value>,
-    /// The workflow's input (YAML `inputs`), checked against its declaration.
+    /// The workflow's input: what its templates name (`{{ inputs.NAME }}`), and for a YAML workflow
+    /// its declared `inputs`, checked against their declaration.
     #[serde(default)]
     #[schema(value_type = Object)]
     pub input: serde_json::Map<String, Value>,
@@ -603,26 +604,23 @@ async fn open_requested(
     workflow: Option<&str>,
     source: Option<String>,
     name: Option<&str>,
-    goal: Option<String>,
+    options: trellis_run::CompileOptions,
 ) -> Result<(trellis_run::Opened, PathBuf), ApiError> {
     let Some(relative) = workflow.filter(|w| trellis_run::run_file::is_run_file(Path::new(w)))
     else {
-        let (loaded, path) = load_requested(server, workflow, source, name, goal).await?;
+        let inputs = options.inputs.clone();
+        let (loaded, path) = load_requested(server, workflow, source, name, options).await?;
         return Ok((
             trellis_run::Opened {
                 loaded,
                 run_file: None,
                 warnings: Vec::new(),
-                inputs: BTreeMap::new(),
+                inputs,
             },
             path,
         ));
     };
     let path = server.workflow_path(relative)?;
-    let options = trellis_run::CompileOptions {
-        goal,
-        ..Default::default()
-    };
     let opened = {
         let path = path.clone();
         trellis_process::task::blocking(move || trellis_run::open_blocking(&path, options))
@@ -660,20 +658,12 @@ async fn load_requested(
     workflow: Option<&str>,
     source: Option<String>,
     name: Option<&str>,
-    goal: Option<String>,
+    options: trellis_run::CompileOptions,
 ) -> Result<(trellis_run::Loaded, PathBuf), ApiError> {
     match (workflow, source) {
         (Some(relative), None) => {
             let path = server.workflow_path(relative)?;
-            let mut loaded = trellis_run::load(
-                &path,
-                &path,
-                trellis_run::CompileOptions {
-                    goal,
-                    ..Default::default()
-                },
-            )
-            .await?;
+            let mut loaded = trellis_run::load(&path, &path, options).await?;
             loaded.file = loaded.file.named(relative);
             Ok((loaded, path))
         }
@@ -684,18 +674,7 @@ async fn load_requested(
                 .clone()
                 .unwrap_or_else(|| server.work_dir.clone());
             let path = base.join(name);
-            Ok((
-                trellis_run::load_text(
-                    &path,
-                    source,
-                    trellis_run::CompileOptions {
-                        goal,
-                        ..Default::default()
-                    },
-                )
-                .await,
-                path,
-            ))
+            Ok((trellis_run::load_text(&path, source, options).await, path))
         }
         _ => Err(ApiError::bad_request(
             "give either `workflow` (a file under --workflows) or `source` (the workflow's text)",
@@ -732,12 +711,27 @@ async fn start_run(
             "`dry_run` and `simulate` exclude each other",
         ));
     }
+    // The request's input is also what the workflow's templates name (`{{ inputs.NAME }}`).
+    let options = trellis_run::CompileOptions {
+        goal: request.goal,
+        inputs: request
+            .input
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    v.as_str().map_or_else(|| v.to_string(), str::to_owned),
+                )
+            })
+            .collect(),
+        ..Default::default()
+    };
     let (opened, path) = open_requested(
         &server,
         request.workflow.as_deref(),
         request.source,
         request.name.as_deref(),
-        request.goal,
+        options,
     )
     .await?;
     let trellis_run::Opened {
@@ -789,7 +783,7 @@ async fn validate(
         request.workflow.as_deref(),
         request.source,
         request.name.as_deref(),
-        None,
+        trellis_run::CompileOptions::default(),
     )
     .await?;
     let report = trellis_workflow::report(&loaded.file, &loaded.compiled);

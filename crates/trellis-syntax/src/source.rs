@@ -111,6 +111,15 @@ impl SourceFile {
         &self.name
     }
 
+    /// The same file (name and path) holding `text` instead: a workflow whose structure its inputs
+    /// fill in is compiled as filled in.
+    #[must_use]
+    pub fn with_text(self, text: String) -> Self {
+        let mut file = Self::new(self.name, text);
+        file.path = self.path;
+        file
+    }
+
     /// The same file under another name in diagnostics (a server names files relative to the
     /// folder it serves, never by their absolute path).
     #[must_use]

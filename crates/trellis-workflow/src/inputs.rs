@@ -172,8 +172,12 @@ mod tests {
         let provided = json!({ "limit": "many", "level": "medium", "labels": [1] });
         let errors = resolve(&w, provided.as_object().unwrap().clone()).unwrap_err();
         assert_eq!(errors.len(), 4, "{errors:?}");
+        // In the order the workflow declares its inputs.
+        assert!(errors[0].contains("input `repo` is required"), "{errors:?}");
         assert!(
-            errors[0].contains("input `labels` must be a string[]"),
+            errors
+                .iter()
+                .any(|e| e.contains("input `labels` must be a string[]")),
             "{errors:?}"
         );
         assert!(

@@ -201,9 +201,33 @@ pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> C
 
 /// Reads, parses and compiles a workflow file.
 pub fn load(path: &Path, options: &CompileOptions) -> Result<(SourceFile, Compiled), SourceError> {
-    let file = SourceFile::load(path)?;
+    Ok(parse_and_compile(SourceFile::load(path)?, options))
+}
+
+/// Parses and compiles a source file: a DOT file's structure filled in with its inputs first (see
+/// [`rules::template_variable`]); an input it names that is not given stops there.
+fn parse_and_compile(file: SourceFile, options: &CompileOptions) -> (SourceFile, Compiled) {
+    let dot = !file.is_yaml();
+    let mut problems = Vec::new();
+    let filled = dot
+        .then(|| {
+            rules::template_variable::expand_structure(file.text(), &options.inputs, &mut problems)
+        })
+        .flatten();
+    if !problems.is_empty() {
+        let compiled = Compiled {
+            workflow: None,
+            outline: None,
+            diagnostics: problems,
+        };
+        return (file, compiled);
+    }
+    let file = match filled {
+        Some(text) => file.with_text(text),
+        None => file,
+    };
     let compiled = compile(&file, trellis_syntax::parse(&file), options);
-    Ok((file, compiled))
+    (file, compiled)
 }
 
 /// Parses and compiles source text held in memory, named `name` for diagnostics (its extension picks
@@ -213,7 +237,5 @@ pub fn compile_text(
     text: impl Into<String>,
     options: &CompileOptions,
 ) -> (SourceFile, Compiled) {
-    let file = SourceFile::new(name, text);
-    let compiled = compile(&file, trellis_syntax::parse(&file), options);
-    (file, compiled)
+    parse_and_compile(SourceFile::new(name, text), options)
 }

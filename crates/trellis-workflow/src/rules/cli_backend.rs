@@ -1,4 +1,5 @@
-//! `cli-backend` (warning): an agent node run by a coding-agent CLI sets no attribute the CLI ignores.
+//! `cli-backend` (warning): an agent node run by a coding-agent CLI or an ACP agent sets no attribute
+//! it ignores.
 //!
 //! With `backend="cli"` the node is handed to Claude Code, Codex CLI or Gemini CLI (by its provider),
 //! which choose their own tools and limits. Attributes written on the node that the chosen CLI cannot
@@ -17,15 +18,28 @@
 
 use trellis_syntax::{Diagnostic, Severity};
 
-use crate::node_kind::AgentCli;
+use crate::node_kind::{AgentCli, Backend, NodeKind};
 use crate::rules::{self, Rule};
 use crate::workflow::Workflow;
 
 pub const RULE: Rule = Rule {
     code: "cli-backend",
     severity: Severity::Warning,
-    summary: "an agent node run by a CLI sets no attribute the CLI ignores",
+    summary: "an agent node run by a CLI or an ACP agent sets no attribute it ignores",
 };
+
+/// Agent-node attributes an ACP agent is not told about.
+const ACP_UNHONOURED: &[&str] = &[
+    "tools",
+    "max_subagent_depth",
+    "skills",
+    "allowed_tools",
+    "disallowed_tools",
+    "max_tokens",
+    "thread_id",
+    "max_turns",
+    "reasoning_effort",
+];
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     for (node, llm) in rules::cli_agents(workflow) {
@@ -46,6 +60,32 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
                     *span,
                 )
                 .with_label(format!("not honoured by {cli}"))
+                .with_help(
+                    "remove the attribute, or use the built-in agent (backend=\"api\") which honours it",
+                ),
+            );
+        }
+    }
+    for node in &workflow.nodes {
+        let NodeKind::Agent(llm) = &node.kind else {
+            continue;
+        };
+        if llm.backend != Backend::Acp {
+            continue;
+        }
+        for attribute in ACP_UNHONOURED {
+            let Some(span) = node.attr_spans.get(*attribute) else {
+                continue;
+            };
+            out.push(
+                RULE.diagnostic(
+                    format!(
+                        "`{attribute}` on `{}` is ignored: an ACP agent (backend=\"acp\") chooses its own tools, turns and limits",
+                        node.id
+                    ),
+                    *span,
+                )
+                .with_label("not honoured by an ACP agent")
                 .with_help(
                     "remove the attribute, or use the built-in agent (backend=\"api\") which honours it",
                 ),

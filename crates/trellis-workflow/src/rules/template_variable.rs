@@ -54,6 +54,77 @@ pub(crate) type Place<'a> = &'a str;
 /// Attributes the prompt pass expands (their text may be a `@file` reference).
 const PROMPT_ATTRIBUTES: &[&str] = &["prompt"];
 
+/// Fills `{{ inputs.NAME }}` written in a DOT file's structure — outside its quoted strings and
+/// comments, where an attribute value cannot hold it: a node id, an unquoted value — before the file
+/// is parsed (Fabro's first expansion pass). Quoted values are expanded after parsing, where their
+/// spans stay those of the file. `None` when the structure names no input; an undefined one is an
+/// error at its place.
+pub(crate) fn expand_structure(
+    text: &str,
+    inputs: &BTreeMap<String, String>,
+    out: &mut Vec<Diagnostic>,
+) -> Option<String> {
+    let mut result = String::with_capacity(text.len());
+    let mut changed = false;
+    let mut rest = 0;
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'/') => {
+                i = text[i..].find('\n').map_or(bytes.len(), |n| i + n);
+            }
+            b'#' if i == 0 || bytes[i - 1] == b'\n' => {
+                i = text[i..].find('\n').map_or(bytes.len(), |n| i + n);
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                i = text[i + 2..]
+                    .find("*/")
+                    .map_or(bytes.len(), |n| i + 2 + n + 2);
+            }
+            b'{' if bytes.get(i + 1) == Some(&b'{') => {
+                let Some(end) = text[i + 2..].find("}}") else {
+                    break;
+                };
+                let expression = text[i + 2..i + 2 + end].trim();
+                let consumed = 2 + end + 2;
+                if let Some(name) = expression.strip_prefix("inputs.") {
+                    let span = Span::from_range(i..i + consumed);
+                    if let Some(value) = inputs.get(name) {
+                        result.push_str(&text[rest..i]);
+                        result.push_str(value);
+                        rest = i + consumed;
+                        changed = true;
+                    } else {
+                        let vars = Vars { goal: None, inputs };
+                        out.push(undefined(
+                            name,
+                            name,
+                            vars,
+                            span,
+                            "the workflow's structure",
+                        ));
+                    }
+                }
+                i += consumed;
+            }
+            _ => i += 1,
+        }
+    }
+    if !changed {
+        return None;
+    }
+    result.push_str(&text[rest.min(text.len())..]);
+    Some(result)
+}
+
 /// Expands `{{ inputs.NAME }}` and `{{ goal }}` in every attribute of the flat graph but prompts,
 /// which are expanded when they are read (with the prompt forms). The graph's `goal` is expanded first
 /// (with the inputs only), so the other attributes see the expanded goal; `goal_override` (`--goal`)
@@ -153,7 +224,7 @@ pub(crate) fn expand(
             }
             (&after[..len], 1 + len)
         } else if let Some(after) = rest.strip_prefix("{{") {
-            let Some(end) = after.find("}}") else {
+            let Some(end) = expression_end(after) else {
                 result.push_str("{{");
                 rest = after;
                 continue;
@@ -195,6 +266,20 @@ pub(crate) fn expand(
     }
     result.push_str(rest);
     result
+}
+
+/// Where the `}}` that closes an expression starting `text` is: past a quoted string it opens with
+/// (`{{ "}}" }}`).
+fn expression_end(text: &str) -> Option<usize> {
+    let trimmed = text.trim_start();
+    let skip = text.len() - trimmed.len();
+    let quoted = trimmed
+        .chars()
+        .next()
+        .filter(|c| *c == '\'' || *c == '"')
+        .and_then(|quote| trimmed[1..].find(quote).map(|close| skip + 1 + close + 1));
+    let from = quoted.unwrap_or(0);
+    text[from..].find("}}").map(|end| from + end)
 }
 
 /// The text of a `{% raw %}` block at the start of `text` and what follows its `{% endraw %}`.
@@ -319,6 +404,31 @@ mod tests {
         );
         // An unclosed raw block is text, and its variables are still checked.
         assert_eq!(run("{% raw %}$gaol", Some("g"), Forms::Prompt).1, 1);
+    }
+
+    #[test]
+    fn the_structure_is_filled_in_before_parsing_but_strings_and_comments_are_not() {
+        let inputs = BTreeMap::from([("stage".to_owned(), "lint".to_owned())]);
+        let mut out = Vec::new();
+        let text = "digraph G { {{ inputs.stage }} [prompt=\"{{ inputs.stage }}\"] // {{ inputs.x }}\n start -> {{inputs.stage}} }";
+        assert_eq!(
+            expand_structure(text, &inputs, &mut out).as_deref(),
+            Some(
+                "digraph G { lint [prompt=\"{{ inputs.stage }}\"] // {{ inputs.x }}\n start -> lint }"
+            )
+        );
+        assert!(out.is_empty());
+        assert_eq!(
+            expand_structure("digraph G { a -> b }", &inputs, &mut out),
+            None
+        );
+        expand_structure("digraph G { {{ inputs.stag }} }", &inputs, &mut out);
+        assert_eq!(out.len(), 1);
+        assert!(
+            out[0]
+                .message
+                .contains("`stag` in the workflow's structure")
+        );
     }
 
     #[test]
