@@ -783,7 +783,11 @@ fn a_server_stopped_with_sigterm_interrupts_its_runs_and_ends_its_streams() {
         Some("end"),
         "the stream ended"
     );
-    assert_eq!(processes_with(marker), 0, "the run's command is stopped");
+    // The run's command is ended with the server: by its sandbox or reaper, which the server's exit
+    // tells, moments later.
+    wait_for("the run's command to stop", Duration::from_secs(5), || {
+        processes_with(marker) == 0
+    });
     let record = project.path().join("runs").join(&id);
     assert_eq!(
         run_support::read_json(&record.join("run.json"))["status"],

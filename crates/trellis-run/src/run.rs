@@ -299,11 +299,13 @@ impl Run {
         )?;
         if let Some(file) = &request.run_file {
             let path = record.root().join(RUN_FILE);
-            std::fs::write(&path, file.recorded_text()).map_err(|source| StoreError::Io {
-                action: "write",
-                path,
-                source,
-            })?;
+            trellis_store::write_atomically(&path, file.recorded_text().as_bytes()).map_err(
+                |source| StoreError::Io {
+                    action: "write",
+                    path,
+                    source,
+                },
+            )?;
         }
         let record = Arc::new(record);
         let run = Self::wire(
