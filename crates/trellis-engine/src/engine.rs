@@ -131,21 +131,6 @@ pub struct Engine {
     pub(crate) excluded: Option<globset::GlobSet>,
 }
 
-/// The glob set of `globs` (none when empty; globs that do not parse were reported when the run file
-/// was read, and are left out).
-fn excluded(globs: &[String]) -> Option<globset::GlobSet> {
-    if globs.is_empty() {
-        return None;
-    }
-    let mut set = globset::GlobSetBuilder::new();
-    for glob in globs {
-        if let Ok(glob) = globset::Glob::new(glob) {
-            set.add(glob);
-        }
-    }
-    set.build().ok()
-}
-
 /// Stage attempts finished in this process, by any run: what a stage may have changed for the ones
 /// that start after it.
 static STAGES_FINISHED: AtomicU64 = AtomicU64::new(0);
@@ -180,7 +165,7 @@ impl Engine {
         let run_id = run_id.into();
         Self {
             recorder: Recorder::new(&run_id, services.store.clone(), services.events.clone()),
-            excluded: excluded(&settings.exclude_globs),
+            excluded: crate::settings::glob_set(&settings.exclude_globs),
             workflow,
             handlers,
             services,

@@ -103,6 +103,21 @@ impl Settings {
     }
 }
 
+/// The glob set of a run's `globs` (its artifact or excluded paths); none when it has none. A glob
+/// that does not parse was reported when the run file was read, and is left out.
+pub fn glob_set(globs: &[String]) -> Option<globset::GlobSet> {
+    if globs.is_empty() {
+        return None;
+    }
+    let mut set = globset::GlobSetBuilder::new();
+    for glob in globs {
+        if let Ok(glob) = globset::Glob::new(glob) {
+            set.add(glob);
+        }
+    }
+    set.build().ok()
+}
+
 /// `run.json`'s settings as read: records written before `mode` existed said `dry_run` and
 /// `simulate`, and a dry run resumed by a newer Trellis must stay a dry run.
 #[derive(Deserialize)]

@@ -53,7 +53,6 @@ use trellis_workflow::node_kind::{AgentCli, LlmConfig, Permissions};
 use crate::agent::{Answer, Conversation, StageObserver, converse};
 use crate::cli_agent::snapshot;
 use crate::mcp::{Endpoint, ServerConfig};
-use crate::prompt::{Opening, Threads, project_memory, write_stage_file};
 
 /// How long an agent told to cancel has before its process group is killed.
 const CANCEL_GRACE: Duration = Duration::from_secs(2);
@@ -76,14 +75,7 @@ pub(crate) async fn run(stage: &Stage<'_>, llm: &LlmConfig, sandbox: &Arc<Sandbo
             }
         },
     };
-    let opening = Opening::new(stage, llm, &Threads::default()).await;
-    let mut prompt = opening.prompt;
-    if llm.project_memory
-        && let Some(memory) = project_memory(stage).await
-    {
-        prompt = format!("{memory}\n\n{prompt}");
-    }
-    write_stage_file(stage, "prompt.md", &prompt).await;
+    let (opening, prompt) = crate::cli_agent::session_prompt(stage, llm).await;
     let root = stage.settings.work_dir.clone();
     let exclude = crate::artifacts::runs_dir(stage.dir);
     let before = snapshot(&root, &exclude, stage.cancel).await;

@@ -338,21 +338,6 @@ fn is_candidate(relative: &Path, include: Option<&globset::GlobSet>) -> bool {
         || include.is_some_and(|g| g.is_match(relative))
 }
 
-/// The glob set of a run's artifact globs (none when it has none; a glob that does not parse was
-/// reported when the run file was read, and is left out).
-pub fn include_globs(globs: &[String]) -> Option<globset::GlobSet> {
-    if globs.is_empty() {
-        return None;
-    }
-    let mut set = globset::GlobSetBuilder::new();
-    for glob in globs {
-        if let Ok(glob) = globset::Glob::new(glob) {
-            set.add(glob);
-        }
-    }
-    set.build().ok()
-}
-
 /// Copies what was found into `dest`, within the size limits; returns every artifact found, in path
 /// order: those copied, and those left out with the reason.
 #[allow(
@@ -400,7 +385,7 @@ mod tests {
         assert!(is_candidate(Path::new("trace/run.trace.zip"), None));
         assert!(!is_candidate(Path::new("cypress/fixtures/a.json"), None));
         assert!(!is_candidate(Path::new("src/main.rs"), None));
-        let include = include_globs(&["coverage/**".into(), "*.lcov".into()]);
+        let include = trellis_engine::settings::glob_set(&["coverage/**".into(), "*.lcov".into()]);
         assert!(is_candidate(
             Path::new("coverage/index.html"),
             include.as_ref()

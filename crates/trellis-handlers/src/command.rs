@@ -410,7 +410,7 @@ impl CommandHandler {
         // Artifacts and blobs in one trip to the blocking pool; standard error comes back for the reason.
         let finished = blocking(move || {
             let files = artifacts_dir.map(|dest| {
-                let include = artifacts::include_globs(&include);
+                let include = trellis_engine::settings::glob_set(&include);
                 trees
                     .capture(&work_dir, started, &dest, (&runs_dir, include.as_ref()))
                     .unwrap_or_default()

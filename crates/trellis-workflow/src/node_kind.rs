@@ -470,6 +470,22 @@ word_enum! {
     Backend { Api = "api", Cli = "cli", Acp = "acp" }
 }
 
+/// Agent-node attributes an agent that runs a session of its own (a CLI's, an ACP agent's) may not
+/// honour; the CLIs that honour the last two (or the last one) say so in [`AgentCli::unhonoured`].
+const SESSION_AGENT_ATTRIBUTES: &[&str] = &[
+    "tools",
+    "max_subagent_depth",
+    "permissions",
+    "mcp",
+    "skills",
+    "allowed_tools",
+    "disallowed_tools",
+    "max_tokens",
+    "thread_id",
+    "max_turns",
+    "reasoning_effort",
+];
+
 word_enum! {
     /// The coding-agent CLI a `backend="cli"` agent node runs, chosen by its provider (see
     /// [`AgentCli::for_node`]).
@@ -541,25 +557,22 @@ impl AgentCli {
     /// per-turn token limit (every CLI chooses its own tools and limits), threads (each stage is a new
     /// CLI session), and the turn limit and reasoning effort where the CLI has no flag for them.
     pub fn unhonoured(self) -> &'static [&'static str] {
-        const ATTRIBUTES: &[&str] = &[
-            "tools",
-            "max_subagent_depth",
-            "permissions",
-            "mcp",
-            "skills",
-            "allowed_tools",
-            "disallowed_tools",
-            "max_tokens",
-            "thread_id",
-            "max_turns",
-            "reasoning_effort",
-        ];
         let honoured_at_end = match self {
             AgentCli::Claude => 2,
             AgentCli::Codex => 1,
             AgentCli::Gemini => 0,
         };
-        &ATTRIBUTES[..ATTRIBUTES.len() - honoured_at_end]
+        &SESSION_AGENT_ATTRIBUTES[..SESSION_AGENT_ATTRIBUTES.len() - honoured_at_end]
+    }
+
+    /// Agent-node attributes an ACP agent (`backend="acp"`) is not told about: those a CLI ignores,
+    /// less `permissions` (its permission requests and the files and terminals Trellis serves it
+    /// follow them) and `mcp` (the servers of its session).
+    pub fn acp_unhonoured() -> impl Iterator<Item = &'static str> {
+        SESSION_AGENT_ATTRIBUTES
+            .iter()
+            .copied()
+            .filter(|a| !matches!(*a, "permissions" | "mcp"))
     }
 }
 

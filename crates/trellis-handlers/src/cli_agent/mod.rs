@@ -106,15 +106,7 @@ pub(crate) async fn run(stage: &Stage<'_>, llm: &LlmConfig) -> Outcome {
             );
         }
     };
-    // Each stage is a new CLI session: a `full`-fidelity node gets the preamble instead of a thread.
-    let opening = Opening::new(stage, llm, &Threads::default()).await;
-    let mut prompt = opening.prompt;
-    if llm.project_memory
-        && let Some(memory) = project_memory(stage).await
-    {
-        prompt = format!("{memory}\n\n{prompt}");
-    }
-    write_stage_file(stage, "prompt.md", &prompt).await;
+    let (opening, prompt) = session_prompt(stage, llm).await;
     let root = stage.settings.work_dir.clone();
     let exclude = artifacts::runs_dir(stage.dir);
     let before = snapshot(&root, &exclude, stage.cancel).await;
@@ -169,6 +161,21 @@ pub(crate) async fn run(stage: &Stage<'_>, llm: &LlmConfig) -> Outcome {
     outcome.details.session_id = session_id;
     outcome.details.fidelity = Some(opening.fidelity.as_str().to_owned());
     outcome
+}
+
+/// The prompt of an agent that runs a session of its own (a CLI's, an ACP agent's), written to
+/// `prompt.md`: the project memory, then the prompt as the built-in agent's opens. Each stage is a new
+/// session, so a `full`-fidelity node gets the preamble instead of a thread.
+pub(crate) async fn session_prompt(stage: &Stage<'_>, llm: &LlmConfig) -> (Opening, String) {
+    let mut opening = Opening::new(stage, llm, &Threads::default()).await;
+    let mut prompt = std::mem::take(&mut opening.prompt);
+    if llm.project_memory
+        && let Some(memory) = project_memory(stage).await
+    {
+        prompt = format!("{memory}\n\n{prompt}");
+    }
+    write_stage_file(stage, "prompt.md", &prompt).await;
+    (opening, prompt)
 }
 
 /// The model as the CLI reported it, else as the node named it, else the CLI's default.

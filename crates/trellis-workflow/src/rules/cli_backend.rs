@@ -19,7 +19,7 @@
 use trellis_syntax::{Diagnostic, Severity};
 
 use crate::node_kind::{AgentCli, Backend, NodeKind};
-use crate::rules::{self, Rule};
+use crate::rules::Rule;
 use crate::workflow::Workflow;
 
 pub const RULE: Rule = Rule {
@@ -28,64 +28,39 @@ pub const RULE: Rule = Rule {
     summary: "an agent node run by a CLI or an ACP agent sets no attribute it ignores",
 };
 
-/// Agent-node attributes an ACP agent is not told about.
-const ACP_UNHONOURED: &[&str] = &[
-    "tools",
-    "max_subagent_depth",
-    "skills",
-    "allowed_tools",
-    "disallowed_tools",
-    "max_tokens",
-    "thread_id",
-    "max_turns",
-    "reasoning_effort",
-];
-
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
-    for (node, llm) in rules::cli_agents(workflow) {
-        let Ok(cli) = AgentCli::for_node(llm) else {
-            continue;
-        };
-        for attribute in cli.unhonoured() {
-            let Some(span) = node.attr_spans.get(*attribute) else {
-                continue;
-            };
-            out.push(
-                RULE.diagnostic(
-                    format!(
-                        "`{attribute}` on `{}` is ignored: {} ({cli}) does not support it",
-                        node.id,
-                        cli.product()
-                    ),
-                    *span,
-                )
-                .with_label(format!("not honoured by {cli}"))
-                .with_help(
-                    "remove the attribute, or use the built-in agent (backend=\"api\") which honours it",
-                ),
-            );
-        }
-    }
     for node in &workflow.nodes {
         let NodeKind::Agent(llm) = &node.kind else {
             continue;
         };
-        if llm.backend != Backend::Acp {
-            continue;
-        }
-        for attribute in ACP_UNHONOURED {
-            let Some(span) = node.attr_spans.get(*attribute) else {
+        let (ignored, why, by): (Vec<&str>, String, String) = match llm.backend {
+            Backend::Api => continue,
+            Backend::Cli => {
+                let Ok(cli) = AgentCli::for_node(llm) else {
+                    continue;
+                };
+                (
+                    cli.unhonoured().to_vec(),
+                    format!("{} ({cli}) does not support it", cli.product()),
+                    cli.to_string(),
+                )
+            }
+            Backend::Acp => (
+                AgentCli::acp_unhonoured().collect(),
+                "an ACP agent (backend=\"acp\") chooses its own tools, turns and limits".to_owned(),
+                "an ACP agent".to_owned(),
+            ),
+        };
+        for attribute in ignored {
+            let Some(span) = node.attr_spans.get(attribute) else {
                 continue;
             };
             out.push(
                 RULE.diagnostic(
-                    format!(
-                        "`{attribute}` on `{}` is ignored: an ACP agent (backend=\"acp\") chooses its own tools, turns and limits",
-                        node.id
-                    ),
+                    format!("`{attribute}` on `{}` is ignored: {why}", node.id),
                     *span,
                 )
-                .with_label("not honoured by an ACP agent")
+                .with_label(format!("not honoured by {by}"))
                 .with_help(
                     "remove the attribute, or use the built-in agent (backend=\"api\") which honours it",
                 ),
