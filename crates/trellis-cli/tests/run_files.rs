@@ -695,6 +695,12 @@ fn hooks_merge_across_the_config_file_the_project_and_the_run_file() {
     );
     let run = p.run("run.toml", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert!(
+        run.stderr()
+            .contains("reads only a project file's hooks; `run.model` is not applied"),
+        "{}",
+        run.stderr()
+    );
     // The project's `notify` replaced the user's where it stood; the run file's hook follows.
     assert_eq!(p.read("layers.txt"), "project-start\nproject\nrun\n");
     // A workflow run without a run file has the other two layers.

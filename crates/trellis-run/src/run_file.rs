@@ -236,6 +236,47 @@ pub fn open_blocking(
     })
 }
 
+/// What a project's `.fabro/project.toml` in `work_dir` sets that Trellis does not apply: only its
+/// hooks are read (merged with the config file's and the run file's), so its other settings are
+/// named in a warning rather than silently passed over.
+pub fn project_file_warnings(work_dir: &Path) -> Vec<Problem> {
+    let path = work_dir.join(".fabro/project.toml");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Vec::new();
+    };
+    let Ok(table) = toml::from_str::<toml::Table>(&text) else {
+        return vec![warning(format!(
+            "{} is not valid TOML; its hooks are not read",
+            path.display()
+        ))];
+    };
+    let mut unused = Vec::new();
+    for (key, value) in &table {
+        match (key.as_str(), value) {
+            ("hooks" | "_version" | "version", _) => {}
+            ("run", toml::Value::Table(run)) => unused.extend(
+                run.keys()
+                    .filter(|k| *k != "hooks")
+                    .map(|k| format!("run.{k}")),
+            ),
+            _ => unused.push(key.clone()),
+        }
+    }
+    if unused.is_empty() {
+        return Vec::new();
+    }
+    vec![warning(format!(
+        "{}: Trellis reads only a project file's hooks; {} not applied (put run settings in a run file)",
+        path.display(),
+        unused
+            .iter()
+            .map(|k| format!("`{k}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+            + if unused.len() == 1 { " is" } else { " are" }
+    ))]
+}
+
 /// Whether a path names a run file (by its extension).
 pub fn is_run_file(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "toml")

@@ -333,6 +333,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let work_dir = work_dir(run_file.as_ref())?;
+    for warning in trellis_run::run_file::project_file_warnings(&work_dir) {
+        eprintln!("{warning}");
+    }
     let mut request = NewRun {
         path: run_file
             .as_ref()
