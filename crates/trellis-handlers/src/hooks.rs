@@ -352,7 +352,9 @@ impl Hooks for RunHooks {
                 let task = tokio::spawn(async move {
                     run.run(&*events).await;
                 });
-                self.background.lock().push(task);
+                let mut background = self.background.lock();
+                background.retain(|task| !task.is_finished());
+                background.push(task);
             } else {
                 let decided = run.run(events).await;
                 if decided.outranks(&decision) {
@@ -450,7 +452,9 @@ impl HookRun {
         }
     }
 
-    fn context_json(&self) -> Value {
+    /// The context as the hook is given it (a file, a POST body, the model's prompt): JSON, with
+    /// the run's identity, and known secret values redacted (a tool's input or output may hold one).
+    fn context_text(&self) -> String {
         let mut value = serde_json::to_value(&*self.context).unwrap_or_else(|_| json!({}));
         if let Value::Object(map) = &mut value {
             map.insert("run_id".into(), json!(self.setting.run_id));
@@ -460,22 +464,19 @@ impl HookRun {
                 json!(self.setting.work_dir.display().to_string()),
             );
         }
-        value
+        let text = serde_json::to_string_pretty(&value).unwrap_or_default();
+        trellis_process::secrets::redact(&text).into_owned()
     }
 
     async fn command(&self, script: &str) -> Ran {
-        let context = self.context_json();
+        let context = self.context_text();
         let file = self.setting.dir.join(format!(
             "{:04}-{}.json",
             self.number,
             self.hook.event.as_str()
         ));
         let written = {
-            let (dir, file, text) = (
-                self.setting.dir.clone(),
-                file.clone(),
-                serde_json::to_vec_pretty(&context).unwrap_or_default(),
-            );
+            let (dir, file, text) = (self.setting.dir.clone(), file.clone(), context.into_bytes());
             #[allow(clippy::disallowed_methods, reason = "runs on the blocking pool")]
             trellis_process::task::blocking(move || {
                 std::fs::create_dir_all(&dir)?;
@@ -567,7 +568,8 @@ impl HookRun {
         let mut request = client
             .post(url)
             .timeout(self.hook.timeout)
-            .json(&self.context_json());
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(self.context_text());
         for (name, value) in headers {
             request = request.header(name, value);
         }
@@ -598,7 +600,7 @@ impl HookRun {
             ),
             messages: vec![Message::user(format!(
                 "{prompt}\n\nEvent context:\n```json\n{}\n```",
-                serde_json::to_string_pretty(&self.context_json()).unwrap_or_default()
+                self.context_text()
             ))],
             max_tokens: Some(512),
             ..Request::default()

@@ -64,6 +64,10 @@ pub(crate) fn expand_structure(
     inputs: &BTreeMap<String, String>,
     out: &mut Vec<Diagnostic>,
 ) -> Option<String> {
+    // Most files hold no template at all: one fast search instead of a walk of the whole text.
+    if !text.contains("{{") {
+        return None;
+    }
     let mut result = String::with_capacity(text.len());
     let mut changed = false;
     let mut rest = 0;
@@ -156,34 +160,50 @@ pub(crate) fn expand_attributes(
         goal: goal.as_deref(),
         inputs,
     };
-    expand_map(&mut graph.graph_attrs, vars, "the graph", out);
+    expand_map(
+        &mut graph.graph_attrs,
+        vars,
+        &|| "the graph".to_owned(),
+        out,
+    );
     for node in &mut graph.nodes {
-        let place = format!("node `{}`", node.id.name);
-        expand_map(&mut node.attrs, vars, &place, out);
+        let id = &node.id.name;
+        expand_map(&mut node.attrs, vars, &|| format!("node `{id}`"), out);
     }
     for edge in &mut graph.edges {
-        let place = format!("edge `{} -> {}`", edge.from.name, edge.to.name);
-        expand_map(&mut edge.attrs, vars, &place, out);
+        let (from, to) = (&edge.from.name, &edge.to.name);
+        expand_map(
+            &mut edge.attrs,
+            vars,
+            &|| format!("edge `{from} -> {to}`"),
+            out,
+        );
     }
     goal
 }
 
-fn expand_map(attrs: &mut AttrMap, vars: Vars<'_>, place: Place<'_>, out: &mut Vec<Diagnostic>) {
+/// Expands the templates of one statement's attributes; `place` names it, for messages (made only
+/// when an attribute holds a template: most hold none).
+fn expand_map(
+    attrs: &mut AttrMap,
+    vars: Vars<'_>,
+    place: &dyn Fn() -> String,
+    out: &mut Vec<Diagnostic>,
+) {
     for (key, attr) in attrs.iter_mut() {
         if PROMPT_ATTRIBUTES.contains(&key) || key == "goal" {
             continue;
         }
-        if attr.value.text.contains("{{") || attr.value.text.contains("{%") {
-            attr.value.text = expand(
-                &attr.value.text,
-                vars,
-                Forms::Attribute,
-                attr.value.span,
-                place,
-                out,
-            );
+        let text = &attr.value.text;
+        if memchr_brace(text) && (text.contains("{{") || text.contains("{%")) {
+            attr.value.text = expand(text, vars, Forms::Attribute, attr.value.span, &place(), out);
         }
     }
+}
+
+/// Whether `text` holds a `{` at all (one scan; the template forms all start with one).
+fn memchr_brace(text: &str) -> bool {
+    text.as_bytes().contains(&b'{')
 }
 
 /// Expands the templates of `forms` in `text`; reports problems at `span` (the attribute value), each
