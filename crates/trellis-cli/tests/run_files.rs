@@ -771,3 +771,79 @@ fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     files
 }
+
+#[test]
+fn hooks_fire_at_every_lifecycle_point_of_a_run() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         checks [shape=component, join_policy=\"wait_all\", max_parallel=1]\n \
+         a [shape=parallelogram, script=\"true\"]\n \
+         merge [shape=tripleoctagon]\n \
+         slow [shape=parallelogram, script=\"sleep 5\", timeout=\"300ms\", max_retries=1, retry_policy=\"linear\"]\n \
+         start -> checks\n checks -> a -> merge\n merge -> slow\n slow -> exit [condition=\"outcome=fail\"]\n}\n",
+    );
+    let events = [
+        "run_start",
+        "sandbox_ready",
+        "stage_start",
+        "stage_complete",
+        "stage_failed",
+        "stage_retrying",
+        "edge_selected",
+        "parallel_start",
+        "parallel_complete",
+        "checkpoint_saved",
+        "sandbox_cleanup",
+        "run_complete",
+    ];
+    let hooks: String = events
+        .iter()
+        .map(|event| {
+            format!(
+                "[[hooks]]\nevent = \"{event}\"\nblocking = true\nscript = \"echo $FABRO_EVENT ${{FABRO_NODE_ID:--}} >> fired.txt\"\n\n"
+            )
+        })
+        .collect();
+    p.write("run.toml", &format!("graph = \"w.fabro\"\n{hooks}"));
+    let run = p.run("run.toml", &[]);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.summary, run.stderr());
+    let fired = p.read("fired.txt");
+    for expected in [
+        "run_start -",
+        "sandbox_ready -",
+        "parallel_start checks",
+        "stage_start a",
+        "stage_complete a",
+        "parallel_complete checks",
+        "stage_retrying slow",
+        "stage_failed slow",
+        "edge_selected slow",
+        "checkpoint_saved slow",
+        "sandbox_cleanup -",
+        "run_complete -",
+    ] {
+        assert!(fired.lines().any(|l| l == expected), "{expected}:\n{fired}");
+    }
+    // Start and exit are no stages of the user's: no stage hooks fire for them.
+    assert!(!fired.contains("stage_start start"), "{fired}");
+    assert_eq!(fired.lines().next(), Some("run_start -"));
+    assert_eq!(fired.lines().last(), Some("run_complete -"));
+    // A run that fails ends with `run_failed`, told why.
+    p.write(
+        "fails.fabro",
+        "digraph F {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n t [shape=parallelogram, script=\"exit 1\"]\n start -> t\n t -> exit [condition=\"outcome=success\"]\n}\n",
+    );
+    p.write(
+        "fails.toml",
+        "graph = \"fails.fabro\"\n[[hooks]]\nevent = \"run_failed\"\nblocking = true\nscript = \"jq -r .failure_reason \\\"$FABRO_HOOK_CONTEXT\\\" > why.txt 2>/dev/null || cat \\\"$FABRO_HOOK_CONTEXT\\\" > why.txt\"\n",
+    );
+    let failed = p.run("fails.toml", &[]);
+    assert_eq!(failed.code(), Some(1));
+    assert!(
+        p.read("why.txt").contains("no edge from `t`"),
+        "{}",
+        p.read("why.txt")
+    );
+}
