@@ -10,6 +10,7 @@
 
 mod run_support;
 
+use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
@@ -798,14 +799,13 @@ fn hooks_fire_at_every_lifecycle_point_of_a_run() {
         "sandbox_cleanup",
         "run_complete",
     ];
-    let hooks: String = events
-        .iter()
-        .map(|event| {
-            format!(
-                "[[hooks]]\nevent = \"{event}\"\nblocking = true\nscript = \"echo $FABRO_EVENT ${{FABRO_NODE_ID:--}} >> fired.txt\"\n\n"
-            )
-        })
-        .collect();
+    let mut hooks = String::new();
+    for event in events {
+        let _ = writeln!(
+            hooks,
+            "[[hooks]]\nevent = \"{event}\"\nblocking = true\nscript = \"echo $FABRO_EVENT ${{FABRO_NODE_ID:--}} >> fired.txt\"\n"
+        );
+    }
     p.write("run.toml", &format!("graph = \"w.fabro\"\n{hooks}"));
     let run = p.run("run.toml", &[]);
     assert_eq!(run.code(), Some(0), "{}\n{}", run.summary, run.stderr());
