@@ -475,12 +475,17 @@ fn an_http_hook_is_posted_the_context_and_can_send_the_run_elsewhere() {
 
 const KEY: &str = "sk-ant-test-run-files-7f3a";
 
+/// A project whose Anthropic provider is `mock`.
+fn anthropic(mock: &Llmock) -> Project {
+    Project::new()
+        .with_env("ANTHROPIC_API_KEY", KEY)
+        .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"))
+}
+
 #[test]
 fn a_prompt_hook_shows_the_model_the_context_and_its_no_blocks() {
     let Some(mock) = Llmock::start() else { return };
-    let p = Project::new()
-        .with_env("ANTHROPIC_API_KEY", KEY)
-        .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"));
+    let p = anthropic(&mock);
     p.write(
         "w.fabro",
         "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n migrate [shape=parallelogram, script=\"touch migrated\"]\n start -> migrate -> exit\n}\n",
@@ -521,9 +526,7 @@ fn a_prompt_hook_shows_the_model_the_context_and_its_no_blocks() {
 #[test]
 fn a_provider_failure_falls_back_to_the_next_model() {
     let Some(mock) = Llmock::start() else { return };
-    let p = Project::new()
-        .with_env("ANTHROPIC_API_KEY", KEY)
-        .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"))
+    let p = anthropic(&mock)
         .with_env("OPENAI_API_KEY", "sk-openai-test")
         .with_env("OPENAI_BASE_URL", &mock.url("/v1"));
     p.write(
@@ -597,9 +600,7 @@ fn resume_uses_the_recorded_run_file() {
 #[test]
 fn tool_hooks_refuse_calls_and_run_after_writes() {
     let Some(mock) = Llmock::start() else { return };
-    let p = Project::new()
-        .with_env("ANTHROPIC_API_KEY", KEY)
-        .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"));
+    let p = anthropic(&mock);
     p.write(
         "w.fabro",
         "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n fix [prompt=\"Write the notes\", model=\"sonnet\"]\n start -> fix -> exit\n}\n",

@@ -335,7 +335,9 @@ impl Run {
         (wiring, run_file): (Wiring, Option<&RunFile>),
         checkpoint: impl FnOnce(&Engine) -> Option<Checkpoint>,
     ) -> Result<Run, RunError> {
-        let models = models(&record, settings.models_simulated(), run_file)?;
+        // Read once: the model client and the hooks both come from it.
+        let config = Config::load()?;
+        let models = models(&config, &record, settings.models_simulated(), run_file);
         if let Some(servers) = run_file.and_then(|f| f.mcp_servers.clone()) {
             workflow
                 .graph
@@ -373,7 +375,7 @@ impl Run {
                 .with_env(run_file.map(|f| f.env.clone()).unwrap_or_default()),
         );
         let hooks = run_hooks(
-            run_file,
+            (&config, run_file),
             HookSetting {
                 run_id: run_id.clone(),
                 workflow: workflow.name.clone(),
@@ -509,10 +511,10 @@ impl Run {
 /// The run's hooks, ready to fire where `setting` says: those of the user's config file, then the
 /// project's `.fabro/project.toml`, then the run file (see [`hook_layers`]).
 fn run_hooks(
-    run_file: Option<&RunFile>,
+    (config, run_file): (&Config, Option<&RunFile>),
     setting: HookSetting,
 ) -> Result<Option<Arc<RunHooks>>, RunError> {
-    let hooks = hook_layers(&setting.work_dir, run_file)?;
+    let hooks = hook_layers(config, &setting.work_dir, run_file)?;
     if hooks.is_empty() {
         return Ok(None);
     }
@@ -533,7 +535,11 @@ fn run_hooks(
     clippy::disallowed_methods,
     reason = "runs on the blocking pool, when the run is wired"
 )]
-fn hook_layers(work_dir: &Path, run_file: Option<&RunFile>) -> Result<Vec<HookSpec>, RunError> {
+fn hook_layers(
+    config: &Config,
+    work_dir: &Path,
+    run_file: Option<&RunFile>,
+) -> Result<Vec<HookSpec>, RunError> {
     #[derive(serde::Deserialize, Default)]
     struct Project {
         #[serde(default)]
@@ -549,7 +555,6 @@ fn hook_layers(work_dir: &Path, run_file: Option<&RunFile>) -> Result<Vec<HookSp
     let problem = |source: &Path, problem: String| RunError::RunFile {
         problems: format!("{}: {problem}", source.display()),
     };
-    let config = Config::load()?;
     let user: Vec<HookSpec> = config
         .hooks
         .iter()
@@ -621,19 +626,19 @@ fn hook_layers(work_dir: &Path, run_file: Option<&RunFile>) -> Result<Vec<HookSp
 /// model server, whose output goes to `llama-server.log` in the run record; with the run file's
 /// provider and fallbacks. Runs with simulated models have none.
 fn models(
+    config: &Config,
     record: &RunDir,
     simulated: bool,
     run_file: Option<&RunFile>,
-) -> Result<Option<Arc<Client>>, RunError> {
+) -> Option<Arc<Client>> {
     if simulated {
-        return Ok(None);
+        return None;
     }
-    let config = Config::load()?;
-    let mut client = Client::from_config(&config, Some(record.root().join("llama-server.log")));
+    let mut client = Client::from_config(config, Some(record.root().join("llama-server.log")));
     if let Some(file) = run_file {
         client = client.with_run_model(file.provider.clone(), file.fallbacks.clone());
     }
-    Ok(Some(Arc::new(client)))
+    Some(Arc::new(client))
 }
 
 /// The run file recorded with a run, read again (placed where the original was, so its relative
