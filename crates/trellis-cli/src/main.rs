@@ -43,6 +43,9 @@ enum Command {
     Logs(commands::logs::LogsArgs),
     /// Send a running agent a message (a course correction), read before its next model call.
     Steer(commands::steer::SteerArgs),
+    /// Execute runs submitted to Temporal (`trellis run --temporal`): start any number, anywhere
+    /// that reaches the service and the runs directory.
+    Worker(commands::temporal::WorkerArgs),
     /// Serve the HTTP API and the web app: start, watch, answer and cancel runs from a browser.
     Serve(commands::serve::Args),
     /// Show the configured model providers, the local model's state and the model catalog.
@@ -98,6 +101,7 @@ fn main() -> ExitCode {
         Command::Steer(args) => commands::steer::steer(&args),
         Command::Models(args) => commands::models::run(&args),
         Command::Serve(args) => commands::serve::run(&args),
+        Command::Worker(args) => commands::temporal::worker(&args),
         Command::Completions { shell } => {
             use clap::CommandFactory as _;
             clap_complete::generate(

@@ -111,6 +111,19 @@ pub struct Config {
     /// `[[hooks]]` entries, as read: lifecycle hooks for every run (the run library checks and
     /// merges them with the project's and the run file's).
     pub hooks: Vec<serde_json::Value>,
+    /// `[temporal]`: the Temporal service `trellis run` submits runs to and `trellis worker` polls
+    /// (flags override it).
+    pub temporal: TemporalSettings,
+}
+
+/// The configuration file's `[temporal]` table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemporalSettings {
+    /// `HOST:PORT` (or a URL) of the Temporal frontend; runs stay local without it.
+    pub address: Option<String>,
+    pub namespace: Option<String>,
+    pub task_queue: Option<String>,
 }
 
 /// The configuration file's `[sandbox]` table.
@@ -139,6 +152,8 @@ struct FileConfig {
     /// Read as they are; the run library checks them.
     #[serde(default)]
     hooks: Vec<toml::Value>,
+    #[serde(default)]
+    temporal: TemporalSettings,
 }
 
 #[derive(Deserialize, Default)]
@@ -251,6 +266,7 @@ impl Config {
                 .into_iter()
                 .filter_map(|hook| serde_json::to_value(hook).ok())
                 .collect(),
+            temporal: file.temporal,
         })
     }
 

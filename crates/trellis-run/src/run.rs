@@ -158,6 +158,8 @@ pub struct NewRun {
     /// The run file it was started from (`trellis run run.toml`): recorded with the run, and its
     /// environment, model fallbacks, prepare steps, hooks and MCP servers applied.
     pub run_file: Option<RunFile>,
+    /// The Temporal service whose workers will run it (`trellis run --temporal`): see [`Run::park`].
+    pub temporal: Option<trellis_store::TemporalTarget>,
 }
 
 /// What the caller decides about a run: who answers human gates, and who hears the events besides the
@@ -289,6 +291,7 @@ impl Run {
                     .display()
                     .to_string()
             }),
+            temporal: request.temporal.clone(),
         };
         let recorded = trellis_workflow::inline::inline_file_references(file.text(), &workflow);
         let (record, owner) = RunDir::create(
@@ -433,6 +436,36 @@ impl Run {
 
     pub fn record(&self) -> &Arc<RunDir> {
         &self.record
+    }
+
+    /// Leaves a new run ready for another process to execute: its first checkpoint saved and its
+    /// record released, so that a worker opens it as [`Resumable`] (a run submitted to Temporal).
+    pub async fn park(self) -> Result<String, RunError> {
+        let Run {
+            engine,
+            record,
+            log,
+            checkpoint,
+            _owner: owner,
+            ..
+        } = self;
+        let run_id = engine.run_id().to_owned();
+        let path = record.root().to_path_buf();
+        blocking(move || {
+            trellis_engine::services::RunStore::save_checkpoint(&*record, &checkpoint)?;
+            log.close()?;
+            drop(owner);
+            Ok::<_, std::io::Error>(())
+        })
+        .await
+        .map_err(|source| {
+            RunError::Store(StoreError::Io {
+                action: "write",
+                path,
+                source,
+            })
+        })?;
+        Ok(run_id)
     }
 
     /// Executes the run until it ends, waits for input or `cancel` fires; then stops the local model

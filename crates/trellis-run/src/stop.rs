@@ -69,7 +69,7 @@ fn mark_one(path: &Path, runs_dir: &Path) -> bool {
     let Ok(mut meta) = record.meta() else {
         return false;
     };
-    if meta.status != RunStatus::Running || record.has_live_owner() {
+    if meta.status != RunStatus::Running || meta.temporal.is_some() || record.has_live_owner() {
         return false;
     }
     let Ok(_owner) = record.claim(&meta.run_id) else {

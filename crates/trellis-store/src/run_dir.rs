@@ -57,6 +57,18 @@ pub struct RunMeta {
     /// `run.toml`.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub run_file: Option<String>,
+    /// The Temporal service the run was submitted to (`trellis run --temporal`): its workers run
+    /// it, and it, not a local process, says whether the run is alive.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub temporal: Option<TemporalTarget>,
+}
+
+/// Where a run on Temporal lives: the service's address, the namespace and the shared task queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemporalTarget {
+    pub address: String,
+    pub namespace: String,
+    pub task_queue: String,
 }
 
 /// A new run id: a ULID, so ids sort by time.
@@ -292,9 +304,10 @@ impl RunDir {
     }
 
     /// The run's status as a reader should see it: `run.json`'s, except that a run recorded as
-    /// `running` whose owner is gone (killed, or the machine restarted) is `interrupted`.
+    /// `running` whose owner is gone (killed, or the machine restarted) is `interrupted`. A run on
+    /// Temporal has no local owner between its stages: its record says how it stands.
     pub fn status(&self, meta: &RunMeta) -> RunStatus {
-        if meta.status == RunStatus::Running && !self.has_live_owner() {
+        if meta.status == RunStatus::Running && meta.temporal.is_none() && !self.has_live_owner() {
             return RunStatus::Interrupted;
         }
         meta.status
@@ -610,6 +623,7 @@ mod tests {
             ended_at: None,
             settings: trellis_engine::Settings::default(),
             run_file: None,
+            temporal: None,
         };
         RunDir::create(runs, &meta, "digraph {}", "workflow.fabro").unwrap()
     }

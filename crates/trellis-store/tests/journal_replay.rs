@@ -130,6 +130,7 @@ async fn run(dir: &Path, text: &str, seed: u64, max_steps: u32) -> Ran {
         ended_at: None,
         settings: settings.clone(),
         run_file: None,
+        temporal: None,
     };
     let (record, owner) = RunDir::create(dir, &meta, text, "w.fabro").unwrap();
     let record = Arc::new(record);

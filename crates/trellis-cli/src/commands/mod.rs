@@ -9,6 +9,7 @@ pub mod run;
 pub mod runs;
 pub mod serve;
 pub mod steer;
+pub mod temporal;
 pub mod validate;
 
 use std::io::IsTerminal;

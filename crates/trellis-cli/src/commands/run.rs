@@ -90,7 +90,24 @@ pub struct RunArgs {
     #[arg(long, value_name = "LEVEL", value_parser = permissions_level)]
     permissions: Option<trellis_workflow::node_kind::Permissions>,
     #[command(flatten)]
+    temporal: super::temporal::TemporalArgs,
+    #[command(flatten)]
     options: RunOptions,
+}
+
+impl RunOptions {
+    pub(super) fn json(&self) -> bool {
+        self.json
+    }
+
+    pub(super) fn verbose(&self) -> bool {
+        self.verbose
+    }
+
+    /// The answers file's answers, if one was given.
+    pub(super) fn answers(&self) -> anyhow::Result<Option<HashMap<String, String>>> {
+        read_answers(self)
+    }
 }
 
 fn permissions_level(text: &str) -> Result<trellis_workflow::node_kind::Permissions, String> {
@@ -332,6 +349,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    let temporal = args.temporal.target()?;
     let work_dir = work_dir(run_file.as_ref())?;
     for warning in trellis_run::run_file::project_file_warnings(&work_dir) {
         eprintln!("{warning}");
@@ -356,6 +374,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         },
         runs_dir: resolve_runs_dir(args.options.runs_dir.clone()),
         run_file,
+        temporal: temporal.clone(),
     };
     if let Some(file) = &request.run_file {
         file.apply_to(&mut request.settings);
@@ -363,7 +382,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let sandbox = super::sandbox(args.options.sandbox)?;
     super::on_runtime(async {
         match Run::create(loaded, request, wiring(&args.options, sandbox)?).await {
-            Ok(run) => Box::pin(execute(run, &args.options)).await,
+            Ok(run) => match &temporal {
+                Some(target) => {
+                    super::temporal::submit(run, target, &args.options, args.temporal.detach())
+                        .await
+                }
+                None => Box::pin(execute(run, &args.options)).await,
+            },
             Err(error @ RunError::Invalid { .. }) => {
                 eprintln!("error: {error}");
                 Ok(ExitCode::from(EXIT_INVALID))
@@ -377,6 +402,11 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
     let sandbox = super::sandbox(args.options.sandbox)?;
     super::on_runtime(async {
         let runs_dir = resolve_runs_dir(args.options.runs_dir.clone());
+        // A run on Temporal is its workers' to continue: this process sends answers and follows.
+        let record = Arc::new(trellis_store::RunDir::open(&args.run, &runs_dir)?);
+        if let Some(target) = record.meta()?.temporal {
+            return super::temporal::resume(record, &target, &args.options).await;
+        }
         let resumable = Resumable::open(&args.run, &runs_dir).await?;
         if let Some(status) = resumable.finished() {
             eprintln!(
@@ -443,15 +473,59 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
     if let Some(log_error) = &log_error {
         eprintln!("error: the event log of run {run_id} is incomplete: {log_error}");
     }
-    let elapsed = started.elapsed();
+    Ok(report(
+        &Summary {
+            run_id: &run_id,
+            run_dir: record.root(),
+            status,
+            checkpoint: &checkpoint,
+            error: error.as_ref().map(ToString::to_string),
+            sandbox,
+            elapsed: started.elapsed(),
+        },
+        options,
+        log_error.is_some(),
+        stopped_by,
+    )?)
+}
+
+/// How a run ended, to show.
+pub(super) struct Summary<'a> {
+    pub run_id: &'a str,
+    pub run_dir: &'a std::path::Path,
+    pub status: RunStatus,
+    pub checkpoint: &'a trellis_engine::Checkpoint,
+    pub error: Option<String>,
+    pub sandbox: &'a str,
+    pub elapsed: std::time::Duration,
+}
+
+/// Prints a run's summary (as JSON with `--json`) and gives its exit code; `stopped_by` is the
+/// signal that stopped it, if one did.
+pub(super) fn report(
+    summary: &Summary<'_>,
+    options: &RunOptions,
+    log_incomplete: bool,
+    stopped_by: Option<u8>,
+) -> anyhow::Result<ExitCode> {
+    let Summary {
+        run_id,
+        run_dir,
+        status,
+        checkpoint,
+        error,
+        sandbox,
+        elapsed,
+    } = summary;
+    let status = *status;
     let stages = checkpoint.stage_count;
     if options.json {
         let summary = json!({
-            "run_id": run_id, "run_dir": record.root().display().to_string(),
+            "run_id": run_id, "run_dir": run_dir.display().to_string(),
             "status": status.as_str(),
             "stages": stages, "waiting_at": (status == RunStatus::WaitingForInput).then(|| checkpoint.next_node()),
             "stopped_at": matches!(status, RunStatus::Cancelled | RunStatus::Interrupted).then(|| checkpoint.next_node()),
-            "error": error.as_ref().map(ToString::to_string),
+            "error": error,
             "sandbox": sandbox,
         });
         println!("{}", serde_json::to_string_pretty(&summary)?);
@@ -472,14 +546,12 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
             ),
             _ => println!(
                 "Run {run_id} failed after {stages} stages: {}",
-                error
-                    .as_ref()
-                    .map_or_else(|| "unknown error".to_owned(), ToString::to_string)
+                error.as_deref().unwrap_or("unknown error")
             ),
         }
     }
     Ok(match status {
-        RunStatus::Succeeded if log_error.is_some() => ExitCode::from(EXIT_INVALID),
+        RunStatus::Succeeded if log_incomplete => ExitCode::from(EXIT_INVALID),
         RunStatus::Succeeded => ExitCode::SUCCESS,
         RunStatus::WaitingForInput => ExitCode::from(EXIT_WAITING),
         // 128 + the signal's number, as a shell reports a command the signal stopped.

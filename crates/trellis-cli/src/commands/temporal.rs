@@ -1,0 +1,296 @@
+//! Runs on Temporal from the terminal: `trellis worker`, and the Temporal side of `trellis run` and
+//! `trellis resume` — submitting a run, following it as a local run is followed (its progress from
+//! the shared run record, its summary and exit code from the workflow's result), answering its gates
+//! and cancelling it on Ctrl-C. How runs map onto Temporal is `trellis-temporal`'s.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use trellis_engine::RunStatus;
+use trellis_engine::services::EventSink;
+use trellis_run::{Run, SandboxChoice};
+use trellis_store::{EventTail, RunDir};
+use trellis_temporal::{DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE, Target};
+
+use super::progress::Progress;
+use super::run::{RunOptions, Summary, report};
+
+/// Where `trellis run` sends a run.
+#[derive(clap::Args)]
+pub struct TemporalArgs {
+    /// Run on Temporal: submit the run to the service at HOST:PORT, whose workers (`trellis
+    /// worker`) execute it, and follow it here [default: the config file's `[temporal] address`].
+    #[arg(long, value_name = "ADDR")]
+    temporal: Option<String>,
+    /// The Temporal namespace [default: the config file's, else `default`].
+    #[arg(long, value_name = "NAME", requires = "temporal")]
+    namespace: Option<String>,
+    /// The workers' shared task queue [default: the config file's, else `trellis`].
+    #[arg(long, value_name = "QUEUE", requires = "temporal")]
+    task_queue: Option<String>,
+    /// With Temporal: print the run's id and return once it is submitted, instead of following it.
+    #[arg(long)]
+    detach: bool,
+    /// Run here even when the config file names a Temporal service.
+    #[arg(long, conflicts_with = "temporal")]
+    local: bool,
+}
+
+impl TemporalArgs {
+    /// The Temporal service the run goes to: the flags', else the config file's; none for a local run.
+    pub fn target(&self) -> anyhow::Result<Option<Target>> {
+        if self.local {
+            return Ok(None);
+        }
+        let config = trellis_llm::config::Config::load()?.temporal;
+        let Some(address) = self.temporal.clone().or(config.address) else {
+            anyhow::ensure!(
+                !self.detach,
+                "--detach is for runs on Temporal: give --temporal ADDR"
+            );
+            return Ok(None);
+        };
+        Ok(Some(target(
+            address,
+            self.namespace.clone().or(config.namespace),
+            self.task_queue.clone().or(config.task_queue),
+        )))
+    }
+
+    pub fn detach(&self) -> bool {
+        self.detach
+    }
+}
+
+fn target(address: String, namespace: Option<String>, task_queue: Option<String>) -> Target {
+    Target {
+        address,
+        namespace: namespace.unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned()),
+        task_queue: task_queue.unwrap_or_else(|| DEFAULT_TASK_QUEUE.to_owned()),
+    }
+}
+
+/// `trellis worker`.
+#[derive(clap::Args)]
+pub struct WorkerArgs {
+    /// The Temporal service's address, HOST:PORT [default: the config file's `[temporal] address`].
+    #[arg(long, value_name = "ADDR")]
+    temporal: Option<String>,
+    /// The Temporal namespace [default: the config file's, else `default`].
+    #[arg(long, value_name = "NAME")]
+    namespace: Option<String>,
+    /// The shared task queue to poll [default: the config file's, else `trellis`].
+    #[arg(long, value_name = "QUEUE")]
+    task_queue: Option<String>,
+    /// How many runs it executes at once [default: the number of cores].
+    #[arg(long, value_name = "N")]
+    slots: Option<usize>,
+    /// Confine commands and agent tools: `auto`, `bubblewrap`, `landlock` or `none` [default: the
+    /// config file's `[sandbox] mode`, else auto].
+    #[arg(long, value_name = "MODE", env = "TRELLIS_SANDBOX")]
+    sandbox: Option<SandboxChoice>,
+}
+
+/// Runs a worker until Ctrl-C or SIGTERM; the runs it is executing then are interrupted at their
+/// checkpoints and taken over by other workers.
+pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
+    let config = trellis_llm::config::Config::load()?.temporal;
+    let Some(address) = args.temporal.clone().or(config.address) else {
+        eprintln!(
+            "error: trellis worker needs the Temporal service's address: --temporal HOST:PORT, or `address` under `[temporal]` in the config file"
+        );
+        return Ok(ExitCode::from(super::EXIT_USAGE));
+    };
+    let target = target(
+        address,
+        args.namespace.clone().or(config.namespace),
+        args.task_queue.clone().or(config.task_queue),
+    );
+    let sandbox = super::sandbox(args.sandbox)?;
+    let slots = args
+        .slots
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, std::num::NonZero::get));
+    let describe = sandbox.describe();
+    super::on_server_runtime(async move {
+        let config = trellis_temporal::worker::WorkerConfig {
+            target: target.clone(),
+            slots,
+            sandbox,
+        };
+        let shutdown = async {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut interrupt), Ok(mut terminate)) = (
+                signal(SignalKind::interrupt()),
+                signal(SignalKind::terminate()),
+            ) else {
+                return std::future::pending().await;
+            };
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+            eprintln!("worker stopping: its runs are handed to other workers");
+        };
+        trellis_temporal::worker::run_worker(config, shutdown, |identity| {
+            eprintln!(
+                "worker {identity} polling `{}` in namespace `{}` at {} ({slots} slots)\n  sandbox: {describe}",
+                target.task_queue, target.namespace, target.address
+            );
+        })
+        .await
+    })??;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Submits a new run (its record created) to `target`'s workers; follows it unless `detach`.
+pub async fn submit(
+    run: Run,
+    target: &Target,
+    options: &RunOptions,
+    detach: bool,
+) -> anyhow::Result<ExitCode> {
+    let run_id = run.id().to_owned();
+    let workflow = run.workflow_name().to_owned();
+    let record = run.record().clone();
+    let runs_dir = record
+        .root()
+        .parent()
+        .context("the run record has no runs directory")?
+        .to_path_buf();
+    run.park().await?;
+    if let Err(error) = trellis_temporal::submit(target, &run_id, &runs_dir).await {
+        // The record says why the run never started, for `trellis runs` and the web app.
+        let failed = record.meta().and_then(|mut meta| {
+            meta.status = RunStatus::Failed;
+            meta.ended_at = Some(trellis_engine::engine::timestamp());
+            record.write_meta(&meta)
+        });
+        if let Err(also) = failed {
+            eprintln!("error: cannot record the run as failed: {also}");
+        }
+        return Err(error.into());
+    }
+    if detach {
+        if options.json() {
+            println!(
+                "{}",
+                serde_json::json!({ "run_id": run_id, "temporal": target })
+            );
+        } else {
+            println!("{run_id}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !options.json() {
+        eprintln!(
+            "Run {run_id} of {workflow}\n  record: {}\n  on Temporal: {} (namespace `{}`, queue `{}`)",
+            record.root().display(),
+            target.address,
+            target.namespace,
+            target.task_queue
+        );
+    }
+    follow(&record, target, options).await
+}
+
+/// `trellis resume` of a run on Temporal: sends the answers file's answers, if any, then follows
+/// the run until it ends or waits again.
+pub async fn resume(
+    record: Arc<RunDir>,
+    target: &Target,
+    options: &RunOptions,
+) -> anyhow::Result<ExitCode> {
+    let meta = record.meta()?;
+    if meta.status.is_finished() {
+        eprintln!(
+            "run {} already {}; nothing to resume",
+            meta.run_id,
+            meta.status.as_str()
+        );
+        return Ok(ExitCode::from(if meta.status == RunStatus::Succeeded {
+            0
+        } else {
+            super::EXIT_INVALID
+        }));
+    }
+    if let Some(answers) = options.answers()? {
+        trellis_temporal::answer(target, &meta.run_id, answers.into_iter().collect()).await?;
+    } else if meta.status == RunStatus::WaitingForInput {
+        eprintln!(
+            "run {} waits for input on Temporal; answer with: trellis resume {} --answers FILE",
+            meta.run_id, meta.run_id
+        );
+        return Ok(ExitCode::from(super::run::EXIT_WAITING));
+    }
+    follow(&record, target, options).await
+}
+
+/// Shows the run's progress from its record while its workflow runs, then its summary.
+async fn follow(
+    record: &Arc<RunDir>,
+    target: &Target,
+    options: &RunOptions,
+) -> anyhow::Result<ExitCode> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let started = Instant::now();
+    let run_id = record.meta()?.run_id;
+    let runs_dir = record
+        .root()
+        .parent()
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let progress = (!options.json()).then(|| Progress::new(options.verbose(), runs_dir));
+    let mut tail = record.event_tail();
+    // Events from before this process started following (a resumed run's) are not shown again.
+    let _ = tail.read();
+    let result = trellis_temporal::result(target, &run_id);
+    tokio::pin!(result);
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut cancelled = false;
+    let end = loop {
+        tokio::select! {
+            end = &mut result => break end,
+            _ = tick.tick() => show(&mut tail, progress.as_deref()),
+            _ = interrupt.recv(), if !cancelled => {
+                cancelled = true;
+                eprintln!("cancelling run {run_id} on Temporal…");
+                if let Err(error) = trellis_temporal::cancel(target, &run_id).await {
+                    eprintln!("error: {error}");
+                }
+            }
+        }
+    };
+    show(&mut tail, progress.as_deref());
+    let end = end?;
+    let checkpoint = record.checkpoint()?;
+    report(
+        &Summary {
+            run_id: &run_id,
+            run_dir: record.root(),
+            status: end.status,
+            checkpoint: &checkpoint,
+            error: end.error,
+            sandbox: "the workers'",
+            elapsed: started.elapsed(),
+        },
+        options,
+        false,
+        cancelled.then_some(2),
+    )
+}
+
+/// Hands the events the log gained to the progress display.
+fn show(tail: &mut EventTail, progress: Option<&Progress>) {
+    let Ok((events, _)) = tail.read() else {
+        return;
+    };
+    if let Some(progress) = progress {
+        for event in &events {
+            progress.emit(event);
+        }
+    }
+}

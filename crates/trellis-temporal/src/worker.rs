@@ -1,0 +1,187 @@
+//! A Trellis worker: it polls the shared task queue for runs' workflows and segments, and a queue of
+//! its own for the later segments of the runs it holds (their working state is where it left it).
+//! A segment opens the run record as `trellis resume` does, executes it with the engine until the run
+//! ends or stops for an answer, and heartbeats while it runs: Temporal cancelling the segment
+//! cancels the run (its commands' process trees with it), and the worker stopping interrupts it for
+//! another worker to take over.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use temporalio_macros::activities;
+use temporalio_sdk::activities::{ActivityContext, ActivityError};
+use temporalio_sdk::runtime::worker_tuner::{FixedSizeSlotSupplier, TunerHolder};
+use temporalio_sdk::{ApplicationFailure, Runtime, Worker, WorkerOptions};
+use trellis_engine::services::Interviewer;
+use trellis_handlers::interviewer::{Answers, Unattended};
+use trellis_run::{Resumable, RunError, Sandbox, Stop, Wiring};
+
+use crate::workflow::{Segment, SegmentEnd, TrellisRun};
+use crate::{Target, connect};
+
+/// What a worker needs.
+pub struct WorkerConfig {
+    pub target: Target,
+    /// How many segments (runs) it executes at once.
+    pub slots: usize,
+    /// What its runs' commands and agent tools run in.
+    pub sandbox: Arc<Sandbox>,
+}
+
+/// The worker's activities: one, a run's segment.
+#[derive(Clone)]
+pub struct Stages {
+    /// The queue only this worker polls.
+    queue: String,
+    identity: String,
+    sandbox: Arc<Sandbox>,
+    /// The worker's: interrupting it interrupts every segment it is running.
+    stop: Stop,
+}
+
+#[activities]
+impl Stages {
+    /// Runs a run from its checkpoint until it ends, waits for input, or is stopped.
+    #[activity]
+    pub async fn advance(
+        self: Arc<Self>,
+        ctx: ActivityContext,
+        segment: Segment,
+    ) -> Result<SegmentEnd, ActivityError> {
+        match self.execute(&ctx, segment).await {
+            Ok(end) => Ok(end),
+            Err(error) => Err(ApplicationFailure::non_retryable(error.to_string()).into()),
+        }
+    }
+}
+
+impl Stages {
+    async fn execute(
+        &self,
+        ctx: &ActivityContext,
+        segment: Segment,
+    ) -> Result<SegmentEnd, RunError> {
+        let runs_dir = PathBuf::from(&segment.runs_dir);
+        let resumable = Resumable::open(&segment.run_id, &runs_dir).await?;
+        if let Some(status) = resumable.finished() {
+            return Ok(self.end(status, None));
+        }
+        // The commands a lost worker on this machine left running are stopped first.
+        resumable.reap().await;
+        let loaded = resumable.load().await?;
+        let unattended: Box<dyn Interviewer> = Box::new(Unattended);
+        let interviewer: Arc<dyn Interviewer> = match segment.answers {
+            Some(answers) => Arc::new(Answers::new(
+                answers.into_iter().collect::<HashMap<_, _>>(),
+                unattended,
+            )),
+            None => Arc::from(unattended),
+        };
+        let wiring = Wiring {
+            interviewer,
+            subscribers: Vec::new(),
+            logged: None,
+            sandbox: self.sandbox.clone(),
+        };
+        let run = resumable.into_run(loaded, wiring).await?;
+        let stop = Stop::new();
+        let execute = run.execute(&stop);
+        tokio::pin!(execute);
+        let mut beat = tokio::time::interval(Duration::from_secs(1));
+        let finished = loop {
+            tokio::select! {
+                finished = &mut execute => break finished?,
+                _ = beat.tick() => {
+                    // A heartbeat that cannot be sent is retried at the next tick; Temporal
+                    // decides when too many were missed.
+                    let _ = ctx.record_heartbeat(()).await;
+                }
+                () = ctx.cancelled(), if !stop.token().is_cancelled() => stop.cancel(),
+                () = self.stop.token().cancelled(), if !stop.token().is_cancelled() => stop.interrupt(),
+            }
+        };
+        Ok(self.end(
+            finished.status,
+            finished.error.as_ref().map(ToString::to_string),
+        ))
+    }
+
+    fn end(&self, status: trellis_engine::RunStatus, error: Option<String>) -> SegmentEnd {
+        SegmentEnd {
+            status,
+            error,
+            queue: self.queue.clone(),
+            worker: self.identity.clone(),
+        }
+    }
+}
+
+/// Runs a worker until `shutdown` completes; then the runs it is executing are interrupted (their
+/// checkpoints kept) and handed to other workers.
+pub async fn run_worker(
+    config: WorkerConfig,
+    shutdown: impl Future<Output = ()>,
+    started: impl FnOnce(&str),
+) -> anyhow::Result<()> {
+    let runtime = Runtime::from_current_tokio(temporalio_sdk::runtime::RuntimeOptions::default())?;
+    let identity = format!(
+        "{}@{}-{}",
+        std::process::id(),
+        hostname(),
+        ulid::Ulid::generate().to_string().to_lowercase()
+    );
+    let client = connect(&config.target, &identity).await?;
+    let stages = Stages {
+        queue: format!("{}/{identity}", config.target.task_queue),
+        identity: identity.clone(),
+        sandbox: config.sandbox,
+        stop: Stop::new(),
+    };
+    let tuner = || {
+        TunerHolder::builder()
+            .workflow_task_slot_supplier(FixedSizeSlotSupplier::new(100))
+            .activity_task_slot_supplier(FixedSizeSlotSupplier::new(config.slots.max(1)))
+            .local_activity_task_slot_supplier(FixedSizeSlotSupplier::new(1))
+            .nexus_task_slot_supplier(FixedSizeSlotSupplier::new(1))
+            .build()
+    };
+    let shared = WorkerOptions::new(config.target.task_queue.clone())
+        .register_workflow::<TrellisRun>()?
+        .register_activities(stages.clone())
+        .tuner(tuner())
+        .client_identity_override(identity.clone())
+        .graceful_shutdown_period(Duration::from_secs(5))
+        .build();
+    let own = WorkerOptions::new(stages.queue.clone())
+        .register_activities(stages.clone())
+        .tuner(tuner())
+        .client_identity_override(identity.clone())
+        .graceful_shutdown_period(Duration::from_secs(5))
+        .build();
+    let mut shared = Worker::new(&runtime, client.clone(), shared)?;
+    let mut own = Worker::new(&runtime, client, own)?;
+    let (stop_shared, stop_own) = (shared.shutdown_handle(), own.shutdown_handle());
+    started(&identity);
+    let workers = async { tokio::try_join!(shared.run(), own.run()) };
+    tokio::pin!(workers);
+    tokio::select! {
+        ran = &mut workers => { ran?; }
+        () = shutdown => {
+            stages.stop.interrupt();
+            stop_shared();
+            stop_own();
+            workers.await?;
+        }
+    }
+    Ok(())
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}

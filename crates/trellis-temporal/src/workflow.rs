@@ -1,0 +1,197 @@
+//! The Temporal workflow of one Trellis run, and the messages between it and the workers.
+//!
+//! The workflow holds no routing rules of its own: it hands the run to a worker, which executes it
+//! with the engine from its checkpoint (the engine's own step function and routing) until the run
+//! ends or stops for a human answer, and says how it stopped. Everything the workflow decides —
+//! which queue to send the next segment to, whether the worker was lost, waiting for an answer —
+//! depends only on those recorded results and on signals, so the workflow replays.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use temporalio_common::protos::temporal::api::common::v1::RetryPolicy;
+use temporalio_common::protos::temporal::api::failure::v1::failure::FailureInfo;
+use temporalio_macros::{workflow, workflow_methods};
+use temporalio_sdk::{
+    ActivityCancellationType, ActivityExecutionError, ActivityOptions, ApplicationFailure,
+    SyncWorkflowContext, WorkflowContext, WorkflowContextView, WorkflowResult,
+};
+use trellis_engine::RunStatus;
+
+use crate::worker::Stages;
+
+/// The workflow type's name in Temporal (its UI and `temporal workflow list` show it).
+pub const WORKFLOW_TYPE: &str = "TrellisRun";
+
+/// How long a worker may go without a heartbeat before its segment counts as lost. Workers send
+/// one every second while a segment runs.
+pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a segment may wait on the queue of the worker that holds the run before another worker
+/// takes the run over.
+pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many times a run may lose its worker before the workflow gives up on it.
+pub const MAX_LOST_WORKERS: u32 = 5;
+
+/// What a run's workflow is started with: the run record (created by the submitter, in a runs
+/// directory every worker reaches at the same path).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunInput {
+    pub run_id: String,
+    pub runs_dir: String,
+}
+
+/// How a run's workflow ended.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunEnd {
+    pub status: RunStatus,
+    /// Why the run failed, as the engine said.
+    pub error: Option<String>,
+    /// The workers that executed it, in order (one per segment).
+    pub workers: Vec<String>,
+    /// How many times its worker was lost and another took the run over.
+    pub handovers: u32,
+}
+
+/// One segment of a run, sent to a worker: run it from its checkpoint until it ends or waits.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Segment {
+    pub run_id: String,
+    pub runs_dir: String,
+    /// The answers to human gates that arrived while it waited (by the gate's node id).
+    pub answers: Option<BTreeMap<String, String>>,
+}
+
+/// How a segment ended, and where the run's working state now is.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SegmentEnd {
+    pub status: RunStatus,
+    pub error: Option<String>,
+    /// The task queue only the worker that ran the segment polls: the run's next segment goes there.
+    pub queue: String,
+    /// That worker's identity.
+    pub worker: String,
+}
+
+/// A Trellis run on Temporal. Its id is the run's id.
+#[workflow]
+#[derive(Default)]
+pub struct TrellisRun {
+    /// Answers signalled while the run waits for a human gate.
+    answers: Option<BTreeMap<String, String>>,
+}
+
+#[workflow_methods]
+impl TrellisRun {
+    #[run]
+    pub async fn run(ctx: &mut WorkflowContext<Self>, input: RunInput) -> WorkflowResult<RunEnd> {
+        let mut held_by: Option<String> = None;
+        let mut answers = None;
+        let mut end = RunEnd {
+            status: RunStatus::Running,
+            error: None,
+            workers: Vec::new(),
+            handovers: 0,
+        };
+        loop {
+            let segment = Segment {
+                run_id: input.run_id.clone(),
+                runs_dir: input.runs_dir.clone(),
+                answers: answers.take(),
+            };
+            let done = ctx
+                .execute_activity(
+                    Stages::advance,
+                    segment,
+                    segment_options(held_by.as_deref()),
+                )
+                .await;
+            match done {
+                Ok(done) => {
+                    end.workers.push(done.worker.clone());
+                    match done.status {
+                        RunStatus::WaitingForInput => {
+                            held_by = Some(done.queue);
+                            ctx.wait_condition(|s| s.answers.is_some()).await?;
+                            answers = ctx.state_mut(|s| s.answers.take());
+                        }
+                        // The worker was stopped mid-run (its own shutdown): another takes over.
+                        RunStatus::Interrupted | RunStatus::Running => {
+                            held_by = None;
+                            end.handovers += 1;
+                        }
+                        status => {
+                            end.status = status;
+                            end.error = done.error;
+                            return Ok(end);
+                        }
+                    }
+                }
+                Err(ActivityExecutionError::Cancelled(_)) => {
+                    end.status = RunStatus::Cancelled;
+                    return Ok(end);
+                }
+                Err(lost) if worker_lost(&lost) => {
+                    // The worker died, or nobody polls its queue any more: any worker resumes the
+                    // run from its checkpoint, re-running the stage that was interrupted.
+                    held_by = None;
+                    end.handovers += 1;
+                    if end.handovers > MAX_LOST_WORKERS {
+                        return Err(ApplicationFailure::non_retryable(format!(
+                            "run {} lost its worker {} times; giving up",
+                            input.run_id, end.handovers
+                        ))
+                        .into());
+                    }
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+
+    /// Answers to the run's human gates (node id → answer), from `trellis resume --answers` or the
+    /// web app.
+    #[signal]
+    pub fn answer(
+        &mut self,
+        _ctx: &mut SyncWorkflowContext<Self>,
+        answers: BTreeMap<String, String>,
+    ) {
+        self.answers.get_or_insert_default().extend(answers);
+    }
+
+    /// Whether the run waits for answers that have not been sent yet.
+    #[query]
+    pub fn waiting(&self, _ctx: &WorkflowContextView) -> bool {
+        self.answers.is_none()
+    }
+}
+
+/// A segment's options: on the queue of the worker that holds the run when there is one (with a
+/// limit on how long it may wait there), else on the shared queue. Temporal never retries a segment:
+/// a lost worker is the workflow's to handle, and a failed stage is the engine's (its own retries).
+fn segment_options(held_by: Option<&str>) -> ActivityOptions {
+    ActivityOptions::with_start_to_close_timeout(Duration::from_secs(30 * 24 * 3600))
+        .heartbeat_timeout(HEARTBEAT_TIMEOUT)
+        .maybe_task_queue(held_by.map(str::to_owned))
+        .maybe_schedule_to_start_timeout(held_by.map(|_| HANDOVER_TIMEOUT))
+        .cancellation_type(ActivityCancellationType::WaitCancellationCompleted)
+        .retry_policy(RetryPolicy {
+            maximum_attempts: 1,
+            ..RetryPolicy::default()
+        })
+        .summary("run the stages of a Trellis run".to_owned())
+        .build()
+}
+
+/// Whether a segment failed because its worker went away: its heartbeats stopped, or it never
+/// picked the segment up.
+fn worker_lost(error: &ActivityExecutionError) -> bool {
+    let Some(failure) = error.failure() else {
+        return false;
+    };
+    std::iter::successors(Some(failure), |f| f.cause.as_deref())
+        .any(|f| matches!(f.failure_info, Some(FailureInfo::TimeoutFailureInfo(_))))
+}
