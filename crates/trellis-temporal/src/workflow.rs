@@ -41,6 +41,12 @@ pub const MAX_LOST_WORKERS: u32 = 5;
 pub struct RunInput {
     pub run_id: String,
     pub runs_dir: String,
+    /// Answers given up front (`trellis run --answers`), by the gate's node id.
+    #[serde(default)]
+    pub answers: Option<BTreeMap<String, String>>,
+    /// Every gate without an answer takes its first option (`--auto-approve`).
+    #[serde(default)]
+    pub auto_approve: bool,
 }
 
 /// How a run's workflow ended.
@@ -62,6 +68,9 @@ pub struct Segment {
     pub runs_dir: String,
     /// The answers to human gates that arrived while it waited (by the gate's node id).
     pub answers: Option<BTreeMap<String, String>>,
+    /// Gates without an answer take their first option.
+    #[serde(default)]
+    pub auto_approve: bool,
 }
 
 /// How a segment ended, and where the run's working state now is.
@@ -88,7 +97,7 @@ impl TrellisRun {
     #[run]
     pub async fn run(ctx: &mut WorkflowContext<Self>, input: RunInput) -> WorkflowResult<RunEnd> {
         let mut held_by: Option<String> = None;
-        let mut answers = None;
+        let mut answers = input.answers.clone();
         let mut end = RunEnd {
             status: RunStatus::Running,
             error: None,
@@ -99,7 +108,8 @@ impl TrellisRun {
             let segment = Segment {
                 run_id: input.run_id.clone(),
                 runs_dir: input.runs_dir.clone(),
-                answers: answers.take(),
+                answers: answers.clone(),
+                auto_approve: input.auto_approve,
             };
             let done = ctx
                 .execute_activity(
@@ -110,6 +120,8 @@ impl TrellisRun {
                 .await;
             match done {
                 Ok(done) => {
+                    // The answers were the segment's to use (a lost segment's go to the next).
+                    answers = None;
                     end.workers.push(done.worker.clone());
                     match done.status {
                         RunStatus::WaitingForInput => {

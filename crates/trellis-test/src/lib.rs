@@ -11,7 +11,9 @@
 pub mod http;
 mod llmock;
 mod peers;
+mod temporal;
 pub mod workflows;
 
 pub use llmock::Llmock;
 pub use peers::{LocalModelFiles, cache_dir, local_model_files, missing_peer};
+pub use temporal::TemporalServer;

@@ -104,9 +104,12 @@ impl RunOptions {
         self.verbose
     }
 
-    /// The answers file's answers, if one was given.
-    pub(super) fn answers(&self) -> anyhow::Result<Option<HashMap<String, String>>> {
-        read_answers(self)
+    /// Who answers gates on a run's workers: the answers file, then `--auto-approve`.
+    pub(super) fn gates(&self) -> anyhow::Result<trellis_temporal::Gates> {
+        Ok(trellis_temporal::Gates {
+            answers: read_answers(self)?.map(|answers| answers.into_iter().collect()),
+            auto_approve: self.auto_approve,
+        })
     }
 }
 
@@ -482,6 +485,7 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
             error: error.as_ref().map(ToString::to_string),
             sandbox,
             elapsed: started.elapsed(),
+            workers: None,
         },
         options,
         log_error.is_some(),
@@ -498,6 +502,9 @@ pub(super) struct Summary<'a> {
     pub error: Option<String>,
     pub sandbox: &'a str,
     pub elapsed: std::time::Duration,
+    /// The Temporal workers that ran it, one per segment finished, and how many times its worker
+    /// was lost (runs on Temporal).
+    pub workers: Option<(Vec<String>, u32)>,
 }
 
 /// Prints a run's summary (as JSON with `--json`) and gives its exit code; `stopped_by` is the
@@ -516,11 +523,12 @@ pub(super) fn report(
         error,
         sandbox,
         elapsed,
+        workers,
     } = summary;
     let status = *status;
     let stages = checkpoint.stage_count;
     if options.json {
-        let summary = json!({
+        let mut summary = json!({
             "run_id": run_id, "run_dir": run_dir.display().to_string(),
             "status": status.as_str(),
             "stages": stages, "waiting_at": (status == RunStatus::WaitingForInput).then(|| checkpoint.next_node()),
@@ -528,6 +536,10 @@ pub(super) fn report(
             "error": error,
             "sandbox": sandbox,
         });
+        if let Some((workers, handovers)) = workers {
+            summary["workers"] = json!(workers);
+            summary["handovers"] = json!(handovers);
+        }
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         match status {

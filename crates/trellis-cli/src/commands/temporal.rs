@@ -160,8 +160,9 @@ pub async fn submit(
         .parent()
         .context("the run record has no runs directory")?
         .to_path_buf();
+    let gates = options.gates()?;
     run.park().await?;
-    if let Err(error) = trellis_temporal::submit(target, &run_id, &runs_dir).await {
+    if let Err(error) = trellis_temporal::submit(target, &run_id, &runs_dir, gates).await {
         // The record says why the run never started, for `trellis runs` and the web app.
         let failed = record.meta().and_then(|mut meta| {
             meta.status = RunStatus::Failed;
@@ -216,8 +217,12 @@ pub async fn resume(
             super::EXIT_INVALID
         }));
     }
-    if let Some(answers) = options.answers()? {
-        trellis_temporal::answer(target, &meta.run_id, answers.into_iter().collect()).await?;
+    // A cancelled run's workflow has ended: a new one continues it from its checkpoint.
+    if matches!(meta.status, RunStatus::Cancelled | RunStatus::Interrupted) {
+        let runs_dir = record.root().parent().unwrap_or(Path::new(".")).to_path_buf();
+        trellis_temporal::submit(target, &meta.run_id, &runs_dir, options.gates()?).await?;
+    } else if let Some(answers) = options.gates()?.answers {
+        trellis_temporal::answer(target, &meta.run_id, answers).await?;
     } else if meta.status == RunStatus::WaitingForInput {
         eprintln!(
             "run {} waits for input on Temporal; answer with: trellis resume {} --answers FILE",
@@ -253,8 +258,14 @@ async fn follow(
     let mut cancelled = false;
     let end = loop {
         tokio::select! {
-            end = &mut result => break end,
-            _ = tick.tick() => show(&mut tail, progress.as_deref()),
+            end = &mut result => break Some(end),
+            _ = tick.tick() => {
+                // A run waiting for an answer stops being followed, as a local run stops: its
+                // workflow waits on Temporal for `trellis resume --answers`.
+                if show(&mut tail, progress.as_deref()) {
+                    break None;
+                }
+            }
             _ = interrupt.recv(), if !cancelled => {
                 cancelled = true;
                 eprintln!("cancelling run {run_id} on Temporal…");
@@ -265,17 +276,24 @@ async fn follow(
         }
     };
     show(&mut tail, progress.as_deref());
-    let end = end?;
+    let (status, error, workers) = match end {
+        Some(end) => {
+            let end = end?;
+            (end.status, end.error, Some((end.workers, end.handovers)))
+        }
+        None => (RunStatus::WaitingForInput, None, None),
+    };
     let checkpoint = record.checkpoint()?;
     report(
         &Summary {
             run_id: &run_id,
             run_dir: record.root(),
-            status: end.status,
+            status,
             checkpoint: &checkpoint,
-            error: end.error,
+            error,
             sandbox: "the workers'",
             elapsed: started.elapsed(),
+            workers,
         },
         options,
         false,
@@ -283,14 +301,21 @@ async fn follow(
     )
 }
 
-/// Hands the events the log gained to the progress display.
-fn show(tail: &mut EventTail, progress: Option<&Progress>) {
+/// Hands the events the log gained to the progress display; says whether the run stopped to wait
+/// for input.
+fn show(tail: &mut EventTail, progress: Option<&Progress>) -> bool {
     let Ok((events, _)) = tail.read() else {
-        return;
+        return false;
     };
     if let Some(progress) = progress {
         for event in &events {
             progress.emit(event);
         }
     }
+    events.iter().any(|event| {
+        matches!(
+            event.kind,
+            trellis_engine::event::EventKind::WorkflowRunWaitingForInput { .. }
+        )
+    })
 }

@@ -1,0 +1,430 @@
+//! Runs on Temporal, end to end: a real Temporal dev server on a free loopback port with its own
+//! database, `trellis worker` processes, and `trellis run --temporal` / `trellis resume` as a user
+//! types them. The same workflows give the same stages, outcomes and context on both backends; a
+//! killed worker loses only the stage it was running; a gate answered while its worker is down
+//! completes on another; cancelling stops the stage's process tree.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests set up files and processes around the binary they run"
+)]
+
+mod run_support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use run_support::{Project, Run, checkpoint_of, wait_for};
+use serde_json::Value;
+use trellis_test::TemporalServer;
+
+/// A `trellis worker` process, killed when dropped.
+struct Worker {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Worker {
+    fn start(project: &Project, server: &TemporalServer, name: &str) -> Self {
+        let log = project.path().join(format!("{name}.log"));
+        let child = project
+            .command(&["worker", "--temporal", &server.address(), "--slots", "4"])
+            .stderr(std::fs::File::create(&log).unwrap())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let worker = Self { child, log };
+        wait_for("the worker to poll", Duration::from_secs(30), || {
+            std::fs::read_to_string(&worker.log).is_ok_and(|l| l.contains("polling"))
+        });
+        worker
+    }
+
+    /// The identity it reports to Temporal (`PID@HOST-ID`).
+    fn identity(&self) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap();
+        log.split_whitespace().nth(1).unwrap().to_owned()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Whether process `pid` has a descendant whose command line contains `needle`.
+fn runs_descendant(pid: u32, needle: &str) -> bool {
+    let mut parents = std::collections::HashMap::<u32, u32>::new();
+    let mut commands = std::collections::HashMap::<u32, String>::new();
+    for entry in std::fs::read_dir("/proc").unwrap().filter_map(Result::ok) {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some(after) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let parent = after.1.split(' ').nth(1).and_then(|p| p.parse().ok());
+        if let Some(parent) = parent {
+            parents.insert(child, parent);
+        }
+        let command = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        commands.insert(child, String::from_utf8_lossy(&command).replace('\0', " "));
+    }
+    commands.iter().any(|(child, command)| {
+        command.contains(needle) && {
+            let mut at = *child;
+            let mut found = false;
+            while let Some(&parent) = parents.get(&at) {
+                if parent == pid {
+                    found = true;
+                    break;
+                }
+                if parent <= 1 {
+                    break;
+                }
+                at = parent;
+            }
+            found
+        }
+    })
+}
+
+/// What a run did, as both backends must agree on it: its status, each node's stage outcomes in
+/// order, and the context it ended with (less what names the run itself).
+fn outcome(run: &Run) -> Value {
+    let checkpoint = run.checkpoint();
+    let mut stages: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for stage in checkpoint["stages"].as_array().unwrap() {
+        stages
+            .entry(stage["node_id"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(stage["status"].clone());
+    }
+    let mut context = checkpoint["context"].clone();
+    if let Some(map) = context.as_object_mut() {
+        map.retain(|key, _| !matches!(key.as_str(), "internal.run_id" | "run_id" | "internal.work_dir"));
+    }
+    serde_json::json!({
+        "status": run.summary["status"],
+        "stages": stages,
+        "context": context,
+    })
+}
+
+fn temporal_run(project: &Project, server: &TemporalServer, file: &str, args: &[&str]) -> Run {
+    let address = server.address();
+    let mut all = vec!["--temporal", address.as_str()];
+    all.extend_from_slice(args);
+    project.run(file, &all)
+}
+
+/// The workflows both backends run: routing on outcomes, retries, a goal gate with its retry
+/// target, a loop, a fan-out with its fan-in, a sub-workflow, human gates answered up front and by
+/// `--auto-approve`, and a wait.
+const WORKFLOWS: &[(&str, &str, &[&str])] = &[
+    (
+        "routing",
+        "digraph R { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         check [shape=parallelogram, script=\"exit 1\"]\n \
+         good [shape=parallelogram, script=\"echo good\"]\n bad [shape=parallelogram, script=\"echo bad\"]\n \
+         start -> check\n check -> good [condition=\"outcome=success\"]\n check -> bad [condition=\"outcome=fail\"]\n \
+         good -> exit\n bad -> exit }",
+        &[],
+    ),
+    (
+        "retries",
+        "digraph T { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         flaky [shape=parallelogram, max_retries=3, script=\"n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n; [ $n -ge 3 ]\"]\n \
+         start -> flaky -> exit }",
+        &[],
+    ),
+    (
+        "goal-gate",
+        "digraph G { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         fixer [shape=parallelogram, script=\"touch fixed\"]\n \
+         test [shape=parallelogram, script=\"test -f fixed\", goal_gate=true, retry_target=\"fixer\"]\n \
+         start -> test -> exit\n fixer -> test }",
+        &[],
+    ),
+    (
+        "loop",
+        "digraph L { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         step [shape=parallelogram, script=\"n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n; [ $n -ge 3 ]\"]\n \
+         start -> step\n step -> step [condition=\"outcome=fail\"]\n step -> exit [condition=\"outcome=success\"] }",
+        &[],
+    ),
+    (
+        "fan-out",
+        "digraph F { start [shape=Mdiamond]\n exit [shape=Msquare]\n fan [shape=component]\n merge [shape=tripleoctagon]\n \
+         a [shape=parallelogram, script=\"echo a\"]\n b [shape=parallelogram, script=\"sleep 0.2; echo b\"]\n \
+         c [shape=parallelogram, script=\"exit 1\"]\n \
+         start -> fan\n fan -> a -> merge\n fan -> b -> merge\n fan -> c -> merge\n merge -> exit }",
+        &[],
+    ),
+    (
+        "sub-workflow",
+        "digraph S { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         sub [shape=house, workflow=\"child.fabro\"]\n after [shape=parallelogram, script=\"test -f child-ran\"]\n \
+         start -> sub -> after -> exit }",
+        &[],
+    ),
+    (
+        "gates",
+        "digraph H { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         first [shape=hexagon, label=\"Ship?\"]\n second [shape=hexagon, label=\"Really?\"]\n \
+         shipped [shape=parallelogram, script=\"echo shipped\"]\n \
+         start -> first\n first -> second [label=\"[Y] Yes\"]\n first -> exit [label=\"[N] No\"]\n \
+         second -> exit [label=\"[A] Abort\"]\n second -> shipped [label=\"[S] Ship\"]\n shipped -> exit }",
+        &["--answers", "answers.json"],
+    ),
+    (
+        "auto-approve",
+        "digraph A { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         ok [shape=hexagon, label=\"Go?\"]\n went [shape=parallelogram, script=\"echo went\"]\n \
+         start -> ok\n ok -> went [label=\"[G] Go\"]\n ok -> exit [label=\"[S] Stop\"]\n went -> exit }",
+        &["--auto-approve"],
+    ),
+    (
+        "wait",
+        "digraph W { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         pause [shape=insulator, duration=\"1s\"]\n after [shape=parallelogram, script=\"echo after\"]\n \
+         start -> pause -> after -> exit }",
+        &[],
+    ),
+];
+
+fn project_for(name: &str, source: &str) -> Project {
+    let project = Project::new();
+    project.write(&format!("{name}.fabro"), source);
+    project.write(
+        "child.fabro",
+        "digraph C { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         work [shape=parallelogram, script=\"touch child-ran\"]\n start -> work -> exit }",
+    );
+    project.write("answers.json", r#"{"first": "Yes", "second": "Ship"}"#);
+    project
+}
+
+#[test]
+fn the_same_workflows_give_the_same_stages_outcomes_and_context_on_both_backends() {
+    let Some(server) = TemporalServer::start() else {
+        return;
+    };
+    let workers_home = Project::new();
+    let _workers = [
+        Worker::start(&workers_home, &server, "w1"),
+        Worker::start(&workers_home, &server, "w2"),
+    ];
+    for (name, source, args) in WORKFLOWS {
+        let file = format!("{name}.fabro");
+        let local_project = project_for(name, source);
+        let local = local_project.run(&file, args);
+        let remote_project = project_for(name, source);
+        let remote = temporal_run(&remote_project, &server, &file, args);
+        assert_eq!(
+            local.code(),
+            remote.code(),
+            "{name}: exit codes differ\nlocal: {}\ntemporal: {}",
+            local.stderr(),
+            remote.stderr()
+        );
+        assert_eq!(
+            outcome(&local),
+            outcome(&remote),
+            "{name}: the backends disagree\ntemporal stderr: {}",
+            remote.stderr()
+        );
+        assert!(
+            remote.summary["workers"].as_array().is_some_and(|w| !w.is_empty()),
+            "{name}: {}",
+            remote.summary
+        );
+        let meta = run_support::read_json(&remote.record().join("run.json"));
+        assert_eq!(meta["temporal"]["task_queue"], "trellis", "{meta}");
+    }
+}
+
+/// The stage of `node` in the run's events: how many times it started and finished.
+fn starts_and_ends(record: &Path, node: &str) -> (usize, usize) {
+    let events = std::fs::read_to_string(record.join("events.jsonl")).unwrap();
+    let (mut started, mut ended) = (0, 0);
+    for line in events.lines() {
+        let event: Value = serde_json::from_str(line).unwrap();
+        if event["node_id"] != node {
+            continue;
+        }
+        match event["event"].as_str() {
+            Some("StageStarted") => started += 1,
+            Some("StageCompleted" | "StageFailed") => ended += 1,
+            _ => {}
+        }
+    }
+    (started, ended)
+}
+
+#[test]
+fn a_killed_worker_loses_only_the_stage_it_was_running_and_another_worker_finishes_the_run() {
+    let Some(server) = TemporalServer::start() else {
+        return;
+    };
+    let project = Project::new();
+    project.write(
+        "slow.fabro",
+        "digraph K { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         one [shape=parallelogram, script=\"echo one >> done.log\"]\n \
+         two [shape=parallelogram, script=\"echo two-started >> done.log; sleep 4; echo two >> done.log\"]\n \
+         three [shape=parallelogram, script=\"echo three >> done.log\"]\n \
+         start -> one -> two -> three -> exit }",
+    );
+    let mut workers = vec![
+        Worker::start(&project, &server, "w1"),
+        Worker::start(&project, &server, "w2"),
+    ];
+    let address = server.address();
+    let follower = project
+        .command(&["run", "slow.fabro", "--json", "--temporal", &address])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = project.path().join("done.log");
+    wait_for("stage two to start", Duration::from_secs(30), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("two-started"))
+    });
+    let running = workers
+        .iter()
+        .position(|w| runs_descendant(w.pid(), "sleep 4"))
+        .expect("a worker runs stage two");
+    let lost = workers[running].identity();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(workers[running].pid()).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    workers[running].kill();
+    let output = follower.wait_with_output().unwrap();
+    let summary: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    assert_eq!(
+        summary["status"],
+        "succeeded",
+        "{summary}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let record = PathBuf::from(summary["run_dir"].as_str().unwrap());
+    // Stage one finished before the kill and never ran again; stage two ran once more, whole.
+    let done = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(done.matches("one").count(), 1, "{done}");
+    assert_eq!(done.matches("two-started").count(), 2, "{done}");
+    assert_eq!(done.lines().filter(|l| *l == "two").count(), 1, "{done}");
+    assert_eq!(starts_and_ends(&record, "one"), (1, 1));
+    assert_eq!(starts_and_ends(&record, "two"), (2, 1));
+    // The lost segment has no result; the survivor's is the run's only one.
+    let ran: Vec<&str> = summary["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let survivor = workers[1 - running].identity();
+    assert_ne!(lost, survivor);
+    assert_eq!(ran, [survivor.as_str()], "{summary}");
+    assert_eq!(summary["handovers"], 1, "{summary}");
+    assert_eq!(checkpoint_of(&record)["status"], "succeeded");
+}
+
+#[test]
+fn a_gate_answered_while_its_worker_is_down_completes_on_another_worker() {
+    let Some(server) = TemporalServer::start() else {
+        return;
+    };
+    let project = Project::new();
+    project.write(
+        "gate.fabro",
+        "digraph G { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         build [shape=parallelogram, script=\"echo built\"]\n approve [shape=hexagon, label=\"Ship it?\"]\n \
+         ship [shape=parallelogram, script=\"touch shipped\"]\n \
+         start -> build -> approve\n approve -> ship [label=\"[Y] Yes\"]\n approve -> exit [label=\"[N] No\"]\n ship -> exit }",
+    );
+    project.write("answers.json", r#"{"approve": "Yes"}"#);
+    let mut workers = vec![Worker::start(&project, &server, "w1")];
+    let waiting = temporal_run(&project, &server, "gate.fabro", &[]);
+    assert_eq!(waiting.code(), Some(3), "{}", waiting.stderr());
+    assert_eq!(waiting.summary["status"], "waiting_for_input");
+    assert_eq!(waiting.summary["waiting_at"], "approve");
+    let run_id = waiting.summary["run_id"].as_str().unwrap().to_owned();
+    // The worker that holds the run goes away; another comes up; the answer arrives.
+    let first = workers[0].identity();
+    workers[0].kill();
+    workers.push(Worker::start(&project, &server, "w2"));
+    let resumed = project.resume(&run_id, &["--answers", "answers.json"]);
+    assert_eq!(resumed.code(), Some(0), "{}", resumed.stderr());
+    assert!(project.path().join("shipped").exists());
+    let ran: Vec<&str> = resumed.summary["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(ran.len(), 2, "{}", resumed.summary);
+    assert_eq!(ran[0], first);
+    assert_eq!(ran[1], workers[1].identity());
+}
+
+#[test]
+fn cancelling_a_run_on_temporal_stops_its_running_command() {
+    let Some(server) = TemporalServer::start() else {
+        return;
+    };
+    let project = Project::new();
+    project.write(
+        "long.fabro",
+        "digraph C { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         long [shape=parallelogram, script=\"echo started > started; sleep 60 & sleep 61; echo done > done\"]\n \
+         start -> long -> exit }",
+    );
+    let _worker = Worker::start(&project, &server, "w1");
+    let address = server.address();
+    let follower = project
+        .command(&["run", "long.fabro", "--json", "--temporal", &address])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the command to start", Duration::from_secs(30), || {
+        project.path().join("started").exists()
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(follower.id()).unwrap()),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let output = follower.wait_with_output().unwrap();
+    let summary: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    assert_eq!(
+        summary["status"],
+        "cancelled",
+        "{summary}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(output.status.code(), Some(130));
+    let record = PathBuf::from(summary["run_dir"].as_str().unwrap());
+    run_support::assert_process_group_gone(&run_support::stage_dir(&record, "long"));
+    assert!(!project.path().join("done").exists());
+    let meta = run_support::read_json(&record.join("run.json"));
+    assert_eq!(meta["status"], "cancelled");
+}

