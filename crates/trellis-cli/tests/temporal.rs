@@ -12,6 +12,7 @@
 mod run_support;
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
@@ -27,10 +28,12 @@ struct Worker {
 }
 
 impl Worker {
+    /// Starts a worker; its commands see `TRELLIS_TEST_WORKER=name`.
     fn start(project: &Project, server: &TemporalServer, name: &str) -> Self {
         let log = project.path().join(format!("{name}.log"));
         let child = project
             .command(&["worker", "--temporal", &server.address(), "--slots", "4"])
+            .env("TRELLIS_TEST_WORKER", name)
             .stderr(std::fs::File::create(&log).unwrap())
             .stdout(Stdio::null())
             .spawn()
@@ -117,7 +120,12 @@ fn outcome(run: &Run) -> Value {
     }
     let mut context = checkpoint["context"].clone();
     if let Some(map) = context.as_object_mut() {
-        map.retain(|key, _| !matches!(key.as_str(), "internal.run_id" | "run_id" | "internal.work_dir"));
+        map.retain(|key, _| {
+            !matches!(
+                key.as_str(),
+                "internal.run_id" | "run_id" | "internal.work_dir"
+            )
+        });
     }
     serde_json::json!({
         "status": run.summary["status"],
@@ -250,7 +258,9 @@ fn the_same_workflows_give_the_same_stages_outcomes_and_context_on_both_backends
             remote.stderr()
         );
         assert!(
-            remote.summary["workers"].as_array().is_some_and(|w| !w.is_empty()),
+            remote.summary["workers"]
+                .as_array()
+                .is_some_and(|w| !w.is_empty()),
             "{name}: {}",
             remote.summary
         );
@@ -291,7 +301,7 @@ fn a_killed_worker_loses_only_the_stage_it_was_running_and_another_worker_finish
          three [shape=parallelogram, script=\"echo three >> done.log\"]\n \
          start -> one -> two -> three -> exit }",
     );
-    let mut workers = vec![
+    let mut workers = [
         Worker::start(&project, &server, "w1"),
         Worker::start(&project, &server, "w2"),
     ];
@@ -427,4 +437,160 @@ fn cancelling_a_run_on_temporal_stops_its_running_command() {
     assert!(!project.path().join("done").exists());
     let meta = run_support::read_json(&record.join("run.json"));
     assert_eq!(meta["status"], "cancelled");
+}
+
+/// Each event of the run's log: (event name, node).
+fn stage_events(record: &Path) -> Vec<(String, String)> {
+    std::fs::read_to_string(record.join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|e| {
+            Some((
+                e["event"].as_str()?.to_owned(),
+                e["node_id"].as_str()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn thirty_runs_spread_over_three_workers_all_succeed_when_one_worker_is_killed() {
+    const RUNS: usize = 30;
+    const STAGES: usize = 20;
+    let Some(server) = TemporalServer::start() else {
+        return;
+    };
+    let project = Project::new();
+    let mut source = String::from("digraph D { start [shape=Mdiamond]\n exit [shape=Msquare]\n");
+    for stage in 1..=STAGES {
+        writeln!(
+            source,
+            " s{stage} [shape=parallelogram, script=\"sleep 0.2; echo $TRELLIS_RUN_ID $TRELLIS_NODE_ID $TRELLIS_TEST_WORKER >> ran.log\"]"
+        )
+        .unwrap();
+    }
+    let chain: Vec<String> = (1..=STAGES).map(|s| format!("s{s}")).collect();
+    write!(source, " start -> {} -> exit }}", chain.join(" -> ")).unwrap();
+    project.write("chain.fabro", &source);
+    let mut workers: Vec<Worker> = ["w1", "w2", "w3"]
+        .iter()
+        .map(|name| Worker::start(&project, &server, name))
+        .collect();
+    let address = server.address();
+    let submitters: Vec<Child> = (0..RUNS)
+        .map(|_| {
+            project
+                .command(&["run", "chain.fabro", "--temporal", &address, "--detach"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let run_ids: Vec<String> = submitters
+        .into_iter()
+        .map(|child| {
+            let output = child.wait_with_output().unwrap();
+            assert!(
+                output.status.success(),
+                "{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            String::from_utf8_lossy(&output.stdout).trim().to_owned()
+        })
+        .collect();
+    // A worker dies while every worker is busy.
+    let log = project.path().join("ran.log");
+    wait_for("stages to run", Duration::from_secs(60), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.lines().count() >= RUNS)
+    });
+    workers[0].kill();
+    let runs = project.path().join("runs");
+    let status =
+        |id: &str| run_support::read_json(&runs.join(id).join("run.json"))["status"].clone();
+    wait_for("every run to end", Duration::from_secs(240), || {
+        run_ids.iter().all(|id| status(id) != "running")
+    });
+    let mut interrupted = 0;
+    for id in &run_ids {
+        assert_eq!(status(id), "succeeded", "run {id}");
+        let events = stage_events(&runs.join(id));
+        for node in &chain {
+            let count = |name: &str| {
+                events
+                    .iter()
+                    .filter(|(e, n)| e == name && n == node)
+                    .count()
+            };
+            // A finished stage never runs again; an interrupted one runs again exactly once.
+            assert_eq!(count("StageCompleted"), 1, "run {id}, {node}: {events:?}");
+            match count("StageStarted") {
+                1 => {}
+                2 => interrupted += 1,
+                n => panic!("run {id}: {node} started {n} times"),
+            }
+        }
+    }
+    let ran = std::fs::read_to_string(&log).unwrap();
+    for worker in ["w1", "w2", "w3"] {
+        assert!(
+            ran.lines().any(|l| l.ends_with(worker)),
+            "{worker} ran no stage:\n{ran}"
+        );
+    }
+    // Only the killed worker's runs (at most its slots) lost a stage.
+    assert!(
+        (1..=4).contains(&interrupted),
+        "{interrupted} stages were interrupted"
+    );
+}
+
+#[test]
+fn a_wait_survives_restarting_every_worker() {
+    let Some(server) = TemporalServer::start() else {
+        return;
+    };
+    let project = Project::new();
+    project.write(
+        "wait.fabro",
+        "digraph W { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         before [shape=parallelogram, script=\"echo before >> done.log\"]\n \
+         pause [shape=insulator, duration=\"5s\"]\n \
+         after [shape=parallelogram, script=\"echo after >> done.log\"]\n \
+         start -> before -> pause -> after -> exit }",
+    );
+    let mut workers = vec![
+        Worker::start(&project, &server, "w1"),
+        Worker::start(&project, &server, "w2"),
+    ];
+    let address = server.address();
+    let follower = project
+        .command(&["run", "wait.fabro", "--json", "--temporal", &address])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the wait to start", Duration::from_secs(30), || {
+        std::fs::read_to_string(project.path().join("done.log")).is_ok_and(|l| l.contains("before"))
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    for worker in &mut workers {
+        worker.kill();
+    }
+    let _fresh = [
+        Worker::start(&project, &server, "w3"),
+        Worker::start(&project, &server, "w4"),
+    ];
+    let output = follower.wait_with_output().unwrap();
+    let summary: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    assert_eq!(
+        summary["status"],
+        "succeeded",
+        "{summary}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let done = std::fs::read_to_string(project.path().join("done.log")).unwrap();
+    assert_eq!(done, "before\nafter\n");
+    assert_eq!(summary["handovers"], 1, "{summary}");
 }

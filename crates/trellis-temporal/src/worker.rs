@@ -50,7 +50,7 @@ impl Stages {
         ctx: ActivityContext,
         segment: Segment,
     ) -> Result<SegmentEnd, ActivityError> {
-        match self.execute(&ctx, segment).await {
+        match Box::pin(self.execute(&ctx, segment)).await {
             Ok(end) => Ok(end),
             Err(error) => Err(ApplicationFailure::non_retryable(error.to_string()).into()),
         }
@@ -182,6 +182,10 @@ pub async fn run_worker(
     Ok(())
 }
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "read once as the worker starts, before it polls"
+)]
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|name| name.trim().to_owned())

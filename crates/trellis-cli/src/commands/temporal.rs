@@ -219,7 +219,11 @@ pub async fn resume(
     }
     // A cancelled run's workflow has ended: a new one continues it from its checkpoint.
     if matches!(meta.status, RunStatus::Cancelled | RunStatus::Interrupted) {
-        let runs_dir = record.root().parent().unwrap_or(Path::new(".")).to_path_buf();
+        let runs_dir = record
+            .root()
+            .parent()
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
         trellis_temporal::submit(target, &meta.run_id, &runs_dir, options.gates()?).await?;
     } else if let Some(answers) = options.gates()?.answers {
         trellis_temporal::answer(target, &meta.run_id, answers).await?;
