@@ -64,7 +64,11 @@ fn worker(dir: &Path, server: &TemporalServer, name: &str) -> Worker {
 fn chain(stages: usize, script: &str) -> String {
     let mut source = String::from("digraph B { start [shape=Mdiamond]\n exit [shape=Msquare]\n");
     for stage in 1..=stages {
-        writeln!(source, " s{stage} [shape=parallelogram, script=\"{script}\"]").unwrap();
+        writeln!(
+            source,
+            " s{stage} [shape=parallelogram, script=\"{script}\"]"
+        )
+        .unwrap();
     }
     let nodes: Vec<String> = (1..=stages).map(|s| format!("s{s}")).collect();
     write!(source, " start -> {} -> exit }}", nodes.join(" -> ")).unwrap();
@@ -77,7 +81,13 @@ fn batch(dir: &Path, server: &TemporalServer) -> f64 {
     let submitters: Vec<Child> = (0..RUNS)
         .map(|_| {
             trellis(dir)
-                .args(["run", "sleepy.fabro", "--temporal", &server.address(), "--detach"])
+                .args([
+                    "run",
+                    "sleepy.fabro",
+                    "--temporal",
+                    &server.address(),
+                    "--detach",
+                ])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
                 .spawn()

@@ -10,6 +10,7 @@
 )]
 
 mod run_support;
+mod serve_support;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -593,4 +594,83 @@ fn a_wait_survives_restarting_every_worker() {
     let done = std::fs::read_to_string(project.path().join("done.log")).unwrap();
     assert_eq!(done, "before\nafter\n");
     assert_eq!(summary["handovers"], 1, "{summary}");
+}
+
+#[test]
+fn the_web_api_answers_and_cancels_runs_on_temporal() {
+    let Some(server) = TemporalServer::start() else {
+        return;
+    };
+    let project = serve_support::project_with(&[
+        (
+            "gate.fabro",
+            "digraph G { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+             approve [shape=hexagon, label=\"Ship it?\"]\n ship [shape=parallelogram, script=\"touch shipped\"]\n \
+             start -> approve\n approve -> ship [label=\"[Y] Yes\"]\n approve -> exit [label=\"[N] No\"]\n ship -> exit }",
+        ),
+        (
+            "long.fabro",
+            "digraph L { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+             long [shape=parallelogram, script=\"touch started; sleep 60\"]\n start -> long -> exit }",
+        ),
+    ]);
+    let _worker = Worker::start(&project, &server, "w1");
+    let serve = serve_support::Serve::start(&project);
+    let address = server.address();
+    let submit = |file: &str| {
+        let output = project
+            .command(&["run", file, "--temporal", &address, "--detach"])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    };
+
+    // The page's gate form answers a gate of a run on Temporal: a signal to its workflow.
+    let id = submit("workflows/gate.fabro");
+    let mut run = Value::Null;
+    wait_for("the gate to wait", Duration::from_secs(30), || {
+        run = serve.run(&id);
+        run["waiting"].as_array().is_some_and(|w| !w.is_empty())
+    });
+    assert_eq!(run["waiting"][0]["gate"], "approve");
+    let path = format!("/api/runs/{id}/answers");
+    let wrong = serve.post(
+        &path,
+        &serde_json::json!({ "gate": "approve", "answer": "maybe" }),
+    );
+    assert_eq!(wrong.status, 422, "{}", wrong.text());
+    let answered = serve.post(
+        &path,
+        &serde_json::json!({ "gate": "approve", "answer": "Yes" }),
+    );
+    assert_eq!(answered.status, 202, "{}", answered.text());
+    serve.wait_for_status(&id, "succeeded");
+    assert!(project.path().join("shipped").exists());
+
+    // Its cancel button cancels one.
+    let id = submit("workflows/long.fabro");
+    wait_for("the command to start", Duration::from_secs(30), || {
+        project.path().join("started").exists()
+    });
+    let cancelled = serve.post(&format!("/api/runs/{id}/cancel"), &Value::Null);
+    assert_eq!(cancelled.status, 202, "{}", cancelled.text());
+    serve.wait_for_status(&id, "cancelled");
+    let again = serve.post(&format!("/api/runs/{id}/cancel"), &Value::Null);
+    assert_eq!(again.status, 409, "{}", again.text());
+
+    // A run waiting at a gate, with no stage running, is cancelled all the same.
+    let id = submit("workflows/gate.fabro");
+    wait_for("the gate to wait", Duration::from_secs(30), || {
+        serve.run(&id)["waiting"]
+            .as_array()
+            .is_some_and(|w| !w.is_empty())
+    });
+    let cancelled = serve.post(&format!("/api/runs/{id}/cancel"), &Value::Null);
+    assert_eq!(cancelled.status, 202, "{}", cancelled.text());
+    serve.wait_for_status(&id, "cancelled");
 }

@@ -69,6 +69,7 @@ impl From<ActionError> for ApiError {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ActionError::Run(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ActionError::Temporal(_) => StatusCode::BAD_GATEWAY,
         };
         Self::Status(status, error.to_string())
     }
@@ -828,9 +829,7 @@ async fn cancel(
     State(server): State<Arc<Server>>,
     UrlPath(id): UrlPath<String>,
 ) -> Result<(StatusCode, Json<Accepted>), ApiError> {
-    let lookup = server.clone();
-    let run = id.clone();
-    blocking(move || Ok(lookup.cancel(&run)?)).await?;
+    server.cancel(&id).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(Accepted {

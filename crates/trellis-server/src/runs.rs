@@ -65,6 +65,9 @@ pub enum ActionError {
     Invalid(String),
     #[error(transparent)]
     Run(#[from] RunError),
+    /// The Temporal service a run lives on refused or could not be reached.
+    #[error(transparent)]
+    Temporal(#[from] trellis_temporal::TemporalError),
 }
 
 impl From<StoreError> for ActionError {
@@ -174,7 +177,26 @@ impl Server {
         answer: Option<(String, String)>,
     ) -> Result<(), ActionError> {
         let record = self.record(id)?;
-        let run_id = record.meta()?.run_id;
+        let meta = record.meta()?;
+        let run_id = meta.run_id;
+        // A run on Temporal is its workers' to continue: a new workflow takes it from its checkpoint.
+        if let Some(target) = meta.temporal {
+            if !matches!(
+                meta.status,
+                trellis_engine::RunStatus::Cancelled | trellis_engine::RunStatus::Interrupted
+            ) {
+                return Err(ActionError::Conflict(format!(
+                    "run {run_id} is {} on Temporal; nothing to resume",
+                    meta.status.as_str()
+                )));
+            }
+            let gates = trellis_temporal::Gates {
+                answers: answer.map(|(gate, text)| BTreeMap::from([(gate, text)])),
+                auto_approve: false,
+            };
+            trellis_temporal::submit(&target, &run_id, &self.runs_dir, gates).await?;
+            return Ok(());
+        }
         let resumable = Resumable::open(&run_id, &self.runs_dir).await?;
         if let Some(status) = resumable.finished() {
             return Err(ActionError::Conflict(format!(
@@ -233,9 +255,18 @@ impl Server {
 
     /// Cancels run `id`: this server's own run through its token; a run another process (a terminal)
     /// runs with SIGINT, which that process records as cancelled.
-    pub fn cancel(&self, id: &str) -> Result<(), ActionError> {
+    pub async fn cancel(&self, id: &str) -> Result<(), ActionError> {
         let record = self.record(id)?;
-        let run_id = record.meta()?.run_id;
+        let meta = record.meta()?;
+        let run_id = meta.run_id;
+        if let Some(target) = meta.temporal {
+            if meta.status.is_finished() || meta.status == trellis_engine::RunStatus::Cancelled {
+                return Err(ActionError::Conflict(format!(
+                    "run {run_id} is not running"
+                )));
+            }
+            return Ok(trellis_temporal::cancel(&target, &run_id).await?);
+        }
         if let Some(live) = self.live(&run_id) {
             live.stop.cancel();
             return Ok(());
@@ -280,6 +311,10 @@ impl Server {
         };
         if !waiting.accepts(text) {
             return Err(ActionError::Invalid(waiting.rejection(text)));
+        }
+        if let Some(target) = record.meta()?.temporal {
+            let answers = BTreeMap::from([(gate.to_owned(), text.to_owned())]);
+            return Ok(trellis_temporal::answer(&target, &run_id, answers).await?);
         }
         self.resume(&run_id, Some((gate.to_owned(), text.to_owned())))
             .await

@@ -6,7 +6,7 @@
 //! another worker to take over.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,8 +17,9 @@ use temporalio_sdk::{ApplicationFailure, Runtime, Worker, WorkerOptions};
 use trellis_engine::services::Interviewer;
 use trellis_handlers::interviewer::{Answers, AutoApprove, Unattended};
 use trellis_run::{Resumable, RunError, Sandbox, Stop, Wiring};
+use trellis_store::RunDir;
 
-use crate::workflow::{Segment, SegmentEnd, TrellisRun};
+use crate::workflow::{Segment, SegmentEnd, Settle, TrellisRun};
 use crate::{Target, connect};
 
 /// What a worker needs.
@@ -54,6 +55,21 @@ impl Stages {
             Ok(end) => Ok(end),
             Err(error) => Err(ApplicationFailure::non_retryable(error.to_string()).into()),
         }
+    }
+
+    /// Records the status of a run no segment is running.
+    #[activity]
+    pub async fn settle(_ctx: ActivityContext, settle: Settle) -> Result<(), ActivityError> {
+        trellis_process::task::blocking(move || {
+            let record = RunDir::open(&settle.run_id, Path::new(&settle.runs_dir))?;
+            let _owner = record.claim(&settle.run_id)?;
+            let mut meta = record.meta()?;
+            meta.status = settle.status;
+            meta.ended_at = Some(trellis_engine::engine::timestamp());
+            record.write_meta(&meta)
+        })
+        .await
+        .map_err(|error| ApplicationFailure::non_retryable(error.to_string()).into())
     }
 }
 

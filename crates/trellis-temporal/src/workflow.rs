@@ -15,7 +15,8 @@ use temporalio_common::protos::temporal::api::failure::v1::failure::FailureInfo;
 use temporalio_macros::{workflow, workflow_methods};
 use temporalio_sdk::{
     ActivityCancellationType, ActivityExecutionError, ActivityOptions, ApplicationFailure,
-    SyncWorkflowContext, WorkflowContext, WorkflowContextView, WorkflowResult,
+    SyncWorkflowContext, WorkflowCancellationToken, WorkflowContext, WorkflowContextView,
+    WorkflowResult,
 };
 use trellis_engine::RunStatus;
 
@@ -73,6 +74,14 @@ pub struct Segment {
     pub auto_approve: bool,
 }
 
+/// A status to record for a run no segment is running (cancelled while it waited).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Settle {
+    pub run_id: String,
+    pub runs_dir: String,
+    pub status: RunStatus,
+}
+
 /// How a segment ended, and where the run's working state now is.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SegmentEnd {
@@ -126,7 +135,18 @@ impl TrellisRun {
                     match done.status {
                         RunStatus::WaitingForInput => {
                             held_by = Some(done.queue);
-                            ctx.wait_condition(|s| s.answers.is_some()).await?;
+                            if ctx.wait_condition(|s| s.answers.is_some()).await.is_err() {
+                                // Cancelled while nothing runs: the record says so too.
+                                let settle = Settle {
+                                    run_id: input.run_id.clone(),
+                                    runs_dir: input.runs_dir.clone(),
+                                    status: RunStatus::Cancelled,
+                                };
+                                ctx.execute_activity(Stages::settle, settle, settle_options())
+                                    .await?;
+                                end.status = RunStatus::Cancelled;
+                                return Ok(end);
+                            }
                             answers = ctx.state_mut(|s| s.answers.take());
                         }
                         // The worker was stopped mid-run (its own shutdown): another takes over.
@@ -195,6 +215,13 @@ fn segment_options(held_by: Option<&str>) -> ActivityOptions {
             ..RetryPolicy::default()
         })
         .summary("run the stages of a Trellis run".to_owned())
+        .build()
+}
+
+/// Recording a status is quick, on any worker, and done even though the workflow was cancelled.
+fn settle_options() -> ActivityOptions {
+    ActivityOptions::with_start_to_close_timeout(Duration::from_secs(30))
+        .cancellation_token(WorkflowCancellationToken::new())
         .build()
 }
 
