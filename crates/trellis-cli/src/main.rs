@@ -37,6 +37,8 @@ enum Command {
     Runs(commands::runs::RunsArgs),
     /// Show a run's stages, outcomes and context.
     Show(commands::runs::ShowArgs),
+    /// Cancel a running run, here or on Temporal; `trellis resume` continues it.
+    Cancel(commands::runs::CancelArgs),
     /// Print a run's event log.
     Events(commands::runs::EventsArgs),
     /// Print a stage's output (a command's output, an agent's transcript); `--follow` prints it live.
@@ -97,6 +99,7 @@ fn main() -> ExitCode {
         Command::Runs(args) => commands::runs::runs(&args),
         Command::Show(args) => commands::runs::show(&args),
         Command::Events(args) => commands::runs::events(&args),
+        Command::Cancel(args) => commands::runs::cancel(&args),
         Command::Logs(args) => commands::logs::logs(&args),
         Command::Steer(args) => commands::steer::steer(&args),
         Command::Models(args) => commands::models::run(&args),

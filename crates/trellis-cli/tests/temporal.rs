@@ -22,6 +22,16 @@ use run_support::{Project, Run, checkpoint_of, wait_for};
 use serde_json::Value;
 use trellis_test::TemporalServer;
 
+/// One test at a time: each starts a dev server and workers, and a machine of two cores shared by
+/// several would delay heartbeats past their timeout and hand runs over that were never lost.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A `trellis worker` process, killed when dropped.
 struct Worker {
     child: Child,
@@ -231,6 +241,7 @@ fn project_for(name: &str, source: &str) -> Project {
 
 #[test]
 fn the_same_workflows_give_the_same_stages_outcomes_and_context_on_both_backends() {
+    let _serial = serial();
     let Some(server) = TemporalServer::start() else {
         return;
     };
@@ -290,6 +301,7 @@ fn starts_and_ends(record: &Path, node: &str) -> (usize, usize) {
 
 #[test]
 fn a_killed_worker_loses_only_the_stage_it_was_running_and_another_worker_finishes_the_run() {
+    let _serial = serial();
     let Some(server) = TemporalServer::start() else {
         return;
     };
@@ -360,6 +372,7 @@ fn a_killed_worker_loses_only_the_stage_it_was_running_and_another_worker_finish
 
 #[test]
 fn a_gate_answered_while_its_worker_is_down_completes_on_another_worker() {
+    let _serial = serial();
     let Some(server) = TemporalServer::start() else {
         return;
     };
@@ -398,6 +411,7 @@ fn a_gate_answered_while_its_worker_is_down_completes_on_another_worker() {
 
 #[test]
 fn cancelling_a_run_on_temporal_stops_its_running_command() {
+    let _serial = serial();
     let Some(server) = TemporalServer::start() else {
         return;
     };
@@ -438,6 +452,57 @@ fn cancelling_a_run_on_temporal_stops_its_running_command() {
     assert!(!project.path().join("done").exists());
     let meta = run_support::read_json(&record.join("run.json"));
     assert_eq!(meta["status"], "cancelled");
+
+    // `trellis cancel RUN` does the same for a detached run, and for a run running here.
+    std::fs::remove_file(project.path().join("started")).unwrap();
+    let detached = project
+        .command(&["run", "long.fabro", "--temporal", &address, "--detach"])
+        .output()
+        .unwrap();
+    let id = String::from_utf8_lossy(&detached.stdout).trim().to_owned();
+    wait_for("the command to start", Duration::from_secs(30), || {
+        project.path().join("started").exists()
+    });
+    let cancel = project.command(&["cancel", &id]).output().unwrap();
+    assert!(
+        cancel.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cancel.stderr)
+    );
+    let record = project.path().join("runs").join(&id);
+    wait_for("the run to be cancelled", Duration::from_secs(30), || {
+        run_support::read_json(&record.join("run.json"))["status"] == "cancelled"
+    });
+    run_support::assert_process_group_gone(&run_support::stage_dir(&record, "long"));
+    let again = project.command(&["cancel", &id]).output().unwrap();
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("is not running (cancelled)"));
+
+    std::fs::remove_file(project.path().join("started")).unwrap();
+    let local = project
+        .command(&["run", "long.fabro", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the command to start", Duration::from_secs(30), || {
+        project.path().join("started").exists()
+    });
+    let newest = std::fs::read_dir(project.path().join("runs"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .max()
+        .unwrap();
+    let cancel = project.command(&["cancel", &newest]).output().unwrap();
+    assert!(
+        cancel.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cancel.stderr)
+    );
+    let output = local.wait_with_output().unwrap();
+    let summary: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    assert_eq!(summary["status"], "cancelled", "{summary}");
 }
 
 /// Each event of the run's log: (event name, node).
@@ -459,6 +524,7 @@ fn stage_events(record: &Path) -> Vec<(String, String)> {
 fn thirty_runs_spread_over_three_workers_all_succeed_when_one_worker_is_killed() {
     const RUNS: usize = 30;
     const STAGES: usize = 20;
+    let _serial = serial();
     let Some(server) = TemporalServer::start() else {
         return;
     };
@@ -549,6 +615,7 @@ fn thirty_runs_spread_over_three_workers_all_succeed_when_one_worker_is_killed()
 
 #[test]
 fn a_wait_survives_restarting_every_worker() {
+    let _serial = serial();
     let Some(server) = TemporalServer::start() else {
         return;
     };
@@ -598,6 +665,7 @@ fn a_wait_survives_restarting_every_worker() {
 
 #[test]
 fn the_web_api_answers_and_cancels_runs_on_temporal() {
+    let _serial = serial();
     let Some(server) = TemporalServer::start() else {
         return;
     };

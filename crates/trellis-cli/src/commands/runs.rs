@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use serde_json::{Value, json};
 use trellis_engine::Event;
 use trellis_engine::event::EventKind;
@@ -48,6 +49,51 @@ pub struct EventsArgs {
     /// Print the raw JSON lines.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct CancelArgs {
+    /// The run id (or a unique prefix), or the run's directory.
+    run: String,
+    /// Where run records live [default: `$TRELLIS_RUNS_DIR` or `~/.trellis/runs`].
+    #[arg(long, value_name = "DIR")]
+    runs_dir: Option<PathBuf>,
+}
+
+/// `trellis cancel RUN`: stops a running run — the process running it here is interrupted as by
+/// Ctrl-C, a run on Temporal is cancelled there — and its running stage's processes with it; the run
+/// is recorded as cancelled and can be resumed.
+pub fn cancel(args: &CancelArgs) -> anyhow::Result<ExitCode> {
+    let runs_dir = resolve_runs_dir(args.runs_dir.clone());
+    let record = RunDir::open(&args.run, &runs_dir)?;
+    let meta = record.meta()?;
+    let id = &meta.run_id;
+    let not_running = || {
+        eprintln!(
+            "run {id} is not running ({})",
+            record.status(&meta).as_str()
+        );
+        Ok(ExitCode::from(super::EXIT_INVALID))
+    };
+    if let Some(target) = &meta.temporal {
+        if meta.status.is_finished() || meta.status == trellis_engine::RunStatus::Cancelled {
+            return not_running();
+        }
+        super::on_runtime(trellis_temporal::cancel(target, id))??;
+        eprintln!("cancelling run {id} on Temporal");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let owner = record.owner_pid().filter(|_| record.has_live_owner());
+    let Some(pid) = owner.and_then(|pid| i32::try_from(pid).ok()) else {
+        return not_running();
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .with_context(|| format!("cannot stop process {pid}, which runs {id}"))?;
+    eprintln!("cancelling run {id} (process {pid})");
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn runs(args: &RunsArgs) -> anyhow::Result<ExitCode> {
@@ -297,8 +343,12 @@ pub fn events(args: &EventsArgs) -> anyhow::Result<ExitCode> {
     let mut tail = record.event_tail();
     let mut ended = false;
     loop {
-        // Asked before reading: a run that ends in between wrote everything before it let go.
-        let running = record.has_live_owner();
+        // Asked before reading: a run that ends in between wrote everything before it let go. A run
+        // on Temporal has no local owner between its segments; its record says it still runs.
+        let running = record.has_live_owner()
+            || record.meta().is_ok_and(|meta| {
+                meta.temporal.is_some() && meta.status == trellis_engine::RunStatus::Running
+            });
         let (events, damaged) = tail.read()?;
         warn_damaged(&record, &damaged);
         for event in &events {
