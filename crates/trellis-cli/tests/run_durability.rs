@@ -238,3 +238,37 @@ fn a_run_killed_during_a_fan_out_resumes_each_branch_where_it_stopped() {
         "progress is dropped once the fan-out is done"
     );
 }
+
+#[test]
+fn a_wait_resumed_after_a_kill_ends_when_the_first_would_have() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        "digraph W { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         pause [shape=insulator, duration=\"3s\"]\n start -> pause -> exit }",
+    );
+    let mut child = p.spawn_run("w.fabro");
+    p.wait_for_event("StageStarted", "pause");
+    let record = p.only_run();
+    let first = record.join("stages/002-pause@1/wait.json");
+    wait_for(
+        "the wait's end to be written",
+        Duration::from_secs(10),
+        || first.exists(),
+    );
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let until = run_support::read_json(&first)["until"].clone();
+    let id = record.file_name().unwrap().to_string_lossy().into_owned();
+    let resumed = p.resume(&id, &[]);
+    assert_eq!(resumed.code(), Some(0), "{}", resumed.stderr());
+    // The resumed wait kept the first one's end; the first attempt is set aside beside it.
+    assert_eq!(
+        run_support::read_json(&record.join("stages/002-pause@1/wait.json"))["until"],
+        until
+    );
+    assert_eq!(
+        run_support::read_json(&record.join("stages/002-pause@1.interrupted-1/wait.json"))["until"],
+        until
+    );
+}

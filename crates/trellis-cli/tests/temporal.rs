@@ -661,6 +661,16 @@ fn a_wait_survives_restarting_every_worker() {
     let done = std::fs::read_to_string(project.path().join("done.log")).unwrap();
     assert_eq!(done, "before\nafter\n");
     assert_eq!(summary["handovers"], 1, "{summary}");
+    // The wait did not start over on the new worker: both attempts end at the same time.
+    let record = PathBuf::from(summary["run_dir"].as_str().unwrap());
+    let ends: Vec<Value> = std::fs::read_dir(record.join("stages"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().contains("-pause@1"))
+        .map(|e| run_support::read_json(&e.path().join("wait.json"))["until"].clone())
+        .collect();
+    assert_eq!(ends.len(), 2, "{ends:?}");
+    assert_eq!(ends[0], ends[1]);
 }
 
 #[test]
