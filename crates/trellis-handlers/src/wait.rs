@@ -107,7 +107,10 @@ fn read_until(path: &Path) -> Option<SystemTime> {
 }
 
 #[cfg(test)]
-#[allow(clippy::disallowed_methods, reason = "a test sets up stage directories")]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a test sets up stage directories"
+)]
 mod tests {
     use super::*;
 

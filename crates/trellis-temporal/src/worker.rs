@@ -106,6 +106,11 @@ impl Stages {
             sandbox: self.sandbox.clone(),
         };
         let run = resumable.into_run(loaded, wiring).await?;
+        eprintln!(
+            "run {}: {} from its checkpoint",
+            run.id(),
+            run.workflow_name()
+        );
         let stop = Stop::new();
         let execute = run.execute(&stop);
         tokio::pin!(execute);
@@ -122,6 +127,12 @@ impl Stages {
                 () = self.stop.token().cancelled(), if !stop.token().is_cancelled() => stop.interrupt(),
             }
         };
+        eprintln!(
+            "run {}: {} after {} stages",
+            finished.run_id,
+            finished.status.as_str(),
+            finished.checkpoint.stage_count
+        );
         Ok(self.end(
             finished.status,
             finished.error.as_ref().map(ToString::to_string),
