@@ -153,8 +153,8 @@ fn temporal_run(project: &Project, server: &TemporalServer, file: &str, args: &[
 }
 
 /// The workflows both backends run: routing on outcomes, retries, a goal gate with its retry
-/// target, a loop, a fan-out with its fan-in, a sub-workflow, human gates answered up front and by
-/// `--auto-approve`, and a wait.
+/// target, a loop, a fan-out with its fan-in, a sub-workflow, human gates answered up front, by
+/// `--auto-approve` and by their timeout (a Temporal timer), and a wait.
 const WORKFLOWS: &[(&str, &str, &[&str])] = &[
     (
         "routing",
@@ -219,6 +219,14 @@ const WORKFLOWS: &[(&str, &str, &[&str])] = &[
         &["--auto-approve"],
     ),
     (
+        "gate-timeout",
+        "digraph T { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         ok [shape=hexagon, label=\"Go?\", timeout=\"1s\", human.default_choice=\"Stop\"]\n \
+         went [shape=parallelogram, script=\"echo went\"]\n stopped [shape=parallelogram, script=\"echo stopped\"]\n \
+         start -> ok\n ok -> went [label=\"[G] Go\"]\n ok -> stopped [label=\"[S] Stop\"]\n went -> exit\n stopped -> exit }",
+        &[],
+    ),
+    (
         "wait",
         "digraph W { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
          pause [shape=insulator, duration=\"1s\"]\n after [shape=parallelogram, script=\"echo after\"]\n \
@@ -276,6 +284,15 @@ fn the_same_workflows_give_the_same_stages_outcomes_and_context_on_both_backends
             "{name}: {}",
             remote.summary
         );
+        if *name == "gate-timeout" {
+            // The gate's timeout ran on Temporal's timer, between two segments.
+            assert_eq!(
+                remote.summary["workers"].as_array().unwrap().len(),
+                2,
+                "{}",
+                remote.summary
+            );
+        }
         let meta = run_support::read_json(&remote.record().join("run.json"));
         assert_eq!(meta["temporal"]["task_queue"], "trellis", "{meta}");
     }

@@ -23,7 +23,7 @@ use std::str::FromStr;
 
 use temporalio_client::{
     Client, ClientOptions, Connection, ConnectionOptions, Url, WorkflowCancelOptions,
-    WorkflowGetResultOptions, WorkflowSignalOptions, WorkflowStartOptions,
+    WorkflowGetResultOptions, WorkflowQueryOptions, WorkflowSignalOptions, WorkflowStartOptions,
 };
 pub use trellis_store::TemporalTarget as Target;
 
@@ -130,6 +130,23 @@ pub async fn result(target: &Target, run_id: &str) -> Result<RunEnd, TemporalErr
         .map_err(|e| TemporalError::Ended {
             run_id: run_id.to_owned(),
             outcome: e.to_string(),
+        })
+}
+
+/// The gate run `run_id` waits at, if it waits (with its timeout, which Temporal counts down).
+pub async fn waiting_gate(
+    target: &Target,
+    run_id: &str,
+) -> Result<Option<workflow::WaitingGate>, TemporalError> {
+    let client = connect(target, &identity()).await?;
+    client
+        .get_workflow_handle::<TrellisRun>(run_id.to_owned())
+        .query(TrellisRun::gate, (), WorkflowQueryOptions::default())
+        .await
+        .map_err(|e| TemporalError::Refused {
+            action: "a query",
+            run_id: run_id.to_owned(),
+            reason: e.to_string(),
         })
 }
 

@@ -10,16 +10,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use temporalio_sdk::runtime::worker_tuner::{FixedSizeSlotSupplier, TunerHolder};
 use temporalio_sdk::{ApplicationFailure, Runtime, Worker, WorkerOptions};
-use trellis_engine::services::Interviewer;
-use trellis_handlers::interviewer::{Answers, AutoApprove, Unattended};
+use trellis_engine::services::{Answer, Interviewer, Question};
+use trellis_handlers::interviewer::{Answers, AutoApprove};
 use trellis_run::{Resumable, RunError, Sandbox, Stop, Wiring};
 use trellis_store::RunDir;
 
-use crate::workflow::{Segment, SegmentEnd, Settle, TrellisRun};
+use crate::workflow::{Segment, SegmentEnd, Settle, TrellisRun, WaitingGate};
 use crate::{Target, connect};
 
 /// What a worker needs.
@@ -87,17 +88,18 @@ impl Stages {
         // The commands a lost worker on this machine left running are stopped first.
         resumable.reap().await;
         let loaded = resumable.load().await?;
-        let unattended: Box<dyn Interviewer> = if segment.auto_approve {
-            Box::new(AutoApprove)
-        } else {
-            Box::new(Unattended)
-        };
+        let asked = Arc::new(Mutex::new(None));
+        let unanswered: Box<dyn Interviewer> = Box::new(OnTemporal {
+            timed_out: segment.timed_out.into_iter().collect(),
+            auto_approve: segment.auto_approve,
+            asked: asked.clone(),
+        });
         let interviewer: Arc<dyn Interviewer> = match segment.answers {
             Some(answers) => Arc::new(Answers::new(
                 answers.into_iter().collect::<HashMap<_, _>>(),
-                unattended,
+                unanswered,
             )),
-            None => Arc::from(unattended),
+            None => Arc::from(unanswered),
         };
         let wiring = Wiring {
             interviewer,
@@ -133,10 +135,14 @@ impl Stages {
             finished.status.as_str(),
             finished.checkpoint.stage_count
         );
-        Ok(self.end(
+        let mut end = self.end(
             finished.status,
             finished.error.as_ref().map(ToString::to_string),
-        ))
+        );
+        if finished.status == trellis_engine::RunStatus::WaitingForInput {
+            end.gate = asked.lock().take();
+        }
+        Ok(end)
     }
 
     fn end(&self, status: trellis_engine::RunStatus, error: Option<String>) -> SegmentEnd {
@@ -145,7 +151,37 @@ impl Stages {
             error,
             queue: self.queue.clone(),
             worker: self.identity.clone(),
+            gate: None,
         }
+    }
+}
+
+/// Who answers a gate on a worker when the segment's answers do not: nobody, now — the segment
+/// stops and the run waits for a signal, with the gate's timeout as a Temporal timer (the gate it
+/// asked is kept for the segment's end) — unless that timer already ran out (the gate takes its
+/// default) or the run was started with `--auto-approve` (the first option).
+struct OnTemporal {
+    timed_out: std::collections::BTreeSet<String>,
+    auto_approve: bool,
+    asked: Arc<Mutex<Option<WaitingGate>>>,
+}
+
+#[async_trait::async_trait]
+impl Interviewer for OnTemporal {
+    async fn ask(&self, question: &Question) -> Answer {
+        if self.timed_out.contains(&question.node_id) {
+            return Answer::TimedOut;
+        }
+        if self.auto_approve {
+            return AutoApprove.ask(question).await;
+        }
+        *self.asked.lock() = Some(WaitingGate {
+            node: question.node_id.clone(),
+            timeout_ms: question
+                .timeout
+                .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        });
+        Answer::Unavailable
     }
 }
 

@@ -72,6 +72,9 @@ pub struct Segment {
     /// Gates without an answer take their first option.
     #[serde(default)]
     pub auto_approve: bool,
+    /// Gates whose timeout ran out on Temporal's timer: they take their default.
+    #[serde(default)]
+    pub timed_out: Vec<String>,
 }
 
 /// A status to record for a run no segment is running (cancelled while it waited).
@@ -91,6 +94,17 @@ pub struct SegmentEnd {
     pub queue: String,
     /// That worker's identity.
     pub worker: String,
+    /// The gate the run waits at, when it waits.
+    #[serde(default)]
+    pub gate: Option<WaitingGate>,
+}
+
+/// A gate a run stopped at, and how long it may wait for an answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WaitingGate {
+    pub node: String,
+    /// The gate's `timeout`: when no answer came by then, the gate takes its default.
+    pub timeout_ms: Option<u64>,
 }
 
 /// A Trellis run on Temporal. Its id is the run's id.
@@ -99,6 +113,8 @@ pub struct SegmentEnd {
 pub struct TrellisRun {
     /// Answers signalled while the run waits for a human gate.
     answers: Option<BTreeMap<String, String>>,
+    /// The gate the run waits at, while it does.
+    gate: Option<WaitingGate>,
 }
 
 #[workflow_methods]
@@ -107,6 +123,7 @@ impl TrellisRun {
     pub async fn run(ctx: &mut WorkflowContext<Self>, input: RunInput) -> WorkflowResult<RunEnd> {
         let mut held_by: Option<String> = None;
         let mut answers = input.answers.clone();
+        let mut timed_out: Vec<String> = Vec::new();
         let mut end = RunEnd {
             status: RunStatus::Running,
             error: None,
@@ -119,6 +136,7 @@ impl TrellisRun {
                 runs_dir: input.runs_dir.clone(),
                 answers: answers.clone(),
                 auto_approve: input.auto_approve,
+                timed_out: timed_out.clone(),
             };
             let done = ctx
                 .execute_activity(
@@ -131,11 +149,34 @@ impl TrellisRun {
                 Ok(done) => {
                     // The answers were the segment's to use (a lost segment's go to the next).
                     answers = None;
+                    timed_out.clear();
                     end.workers.push(done.worker.clone());
                     match done.status {
                         RunStatus::WaitingForInput => {
                             held_by = Some(done.queue);
-                            if ctx.wait_condition(|s| s.answers.is_some()).await.is_err() {
+                            let gate = done.gate.clone();
+                            ctx.state_mut(|s| s.gate = gate);
+                            // The gate's timeout is a durable timer: when it fires first, the
+                            // next segment gives the gate its default.
+                            let limit = done.gate.as_ref().and_then(|g| g.timeout_ms);
+                            let waited = match limit {
+                                Some(ms) => {
+                                    temporalio_sdk::workflows::select! {
+                                        answered = ctx.wait_condition(|s: &Self| s.answers.is_some()) => answered.map(|()| true),
+                                        _ = ctx.timer(Duration::from_millis(ms)) => Ok(false),
+                                    }
+                                }
+                                None => ctx
+                                    .wait_condition(|s| s.answers.is_some())
+                                    .await
+                                    .map(|()| true),
+                            };
+                            ctx.state_mut(|s| s.gate = None);
+                            if let Ok(false) = waited {
+                                timed_out.extend(done.gate.map(|g| g.node));
+                                continue;
+                            }
+                            if waited.is_err() {
                                 // Cancelled while nothing runs: the record says so too.
                                 let settle = Settle {
                                     run_id: input.run_id.clone(),
@@ -194,10 +235,10 @@ impl TrellisRun {
         self.answers.get_or_insert_default().extend(answers);
     }
 
-    /// Whether the run waits for answers that have not been sent yet.
+    /// The gate the run waits at, if it waits.
     #[query]
-    pub fn waiting(&self, _ctx: &WorkflowContextView) -> bool {
-        self.answers.is_none()
+    pub fn gate(&self, _ctx: &WorkflowContextView) -> Option<WaitingGate> {
+        self.gate.clone()
     }
 }
 

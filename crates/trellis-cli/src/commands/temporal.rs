@@ -265,8 +265,9 @@ async fn follow(
             end = &mut result => break Some(end),
             _ = tick.tick() => {
                 // A run waiting for an answer stops being followed, as a local run stops: its
-                // workflow waits on Temporal for `trellis resume --answers`.
-                if show(&mut tail, progress.as_deref()) {
+                // workflow waits on Temporal for `trellis resume --answers` — unless the gate has
+                // a timeout, which Temporal counts down and which the run then goes on from.
+                if show(&mut tail, progress.as_deref()) && !gate_times_out(target, &run_id).await {
                     break None;
                 }
             }
@@ -303,6 +304,18 @@ async fn follow(
         false,
         cancelled.then_some(2),
     )
+}
+
+/// Whether the gate the run waits at has a timeout (the workflow is asked; it may take a moment to
+/// take in the segment's end).
+async fn gate_times_out(target: &Target, run_id: &str) -> bool {
+    for _ in 0..20 {
+        if let Ok(Some(gate)) = trellis_temporal::waiting_gate(target, run_id).await {
+            return gate.timeout_ms.is_some();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
 }
 
 /// Hands the events the log gained to the progress display; says whether the run stopped to wait
