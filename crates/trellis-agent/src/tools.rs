@@ -98,8 +98,8 @@ impl ToolOutput {
 }
 
 /// The longest a `shell` call may run, and how long it runs unless the model says otherwise.
-const SHELL_DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
-const SHELL_MAX_TIMEOUT: Duration = Duration::from_secs(600);
+const SHELL_DEFAULT_TIMEOUT: Duration = Duration::from_mins(2);
+const SHELL_MAX_TIMEOUT: Duration = Duration::from_mins(10);
 
 impl Tool {
     pub const ALL: [Tool; 7] = [

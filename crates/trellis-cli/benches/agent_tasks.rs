@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// The longest one agent may work on one task.
-const TASK_TIME: Duration = Duration::from_secs(180);
+const TASK_TIME: Duration = Duration::from_mins(3);
 /// Turns (Trellis) or steps (the peer) one task may take.
 const TURNS: u32 = 30;
 /// The context window both agents' servers get: Trellis's default for the local model.
@@ -293,7 +293,7 @@ impl Server {
         };
         trellis_test::http::wait_for_port(port, "llama-server");
         // It answers 503 while it loads the model.
-        let deadline = Instant::now() + Duration::from_secs(120);
+        let deadline = Instant::now() + Duration::from_mins(2);
         while trellis_test::http::Request::new(port, "GET", "/health")
             .send()
             .status

@@ -109,7 +109,7 @@ fn batch(dir: &Path, server: &TemporalServer) -> f64 {
             .map(|m| m["status"].as_str().unwrap_or_default().to_owned())
             .unwrap_or_default()
     };
-    let deadline = Instant::now() + Duration::from_secs(600);
+    let deadline = Instant::now() + Duration::from_mins(10);
     loop {
         let statuses: Vec<String> = ids.iter().map(|id| status(id)).collect();
         if statuses.iter().all(|s| s != "running") {

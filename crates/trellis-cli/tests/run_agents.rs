@@ -710,7 +710,7 @@ fn routing_comes_from_the_response_then_status_json_then_the_last_file_touched()
     // 3. Neither: the last file touched. A stale status.json from before the stage is ignored.
     let p = project(&mock);
     p.write("status.json", "{\"preferred_next_label\": \"fix\"}");
-    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let old = std::time::SystemTime::now() - std::time::Duration::from_hours(1);
     std::fs::File::options()
         .write(true)
         .open(p.path().join("status.json"))

@@ -573,7 +573,7 @@ fn a_timed_out_cli_is_killed_with_everything_it_started() {
     );
     let started = Instant::now();
     let run = cli.project.run("w.fabro", &[]);
-    assert!(started.elapsed() < Duration::from_secs(60));
+    assert!(started.elapsed() < Duration::from_mins(1));
     assert_eq!(status(&run, "fix")["failure"]["class"], "timeout");
     assert_process_group_gone(&stage_dir(&run.record(), "fix"));
     let pid = std::fs::read_to_string(&child_pid).unwrap();

@@ -586,14 +586,14 @@ fn thirty_runs_spread_over_three_workers_all_succeed_when_one_worker_is_killed()
         .collect();
     // A worker dies while every worker is busy.
     let log = project.path().join("ran.log");
-    wait_for("stages to run", Duration::from_secs(60), || {
+    wait_for("stages to run", Duration::from_mins(1), || {
         std::fs::read_to_string(&log).is_ok_and(|l| l.lines().count() >= RUNS)
     });
     workers[0].kill();
     let runs = project.path().join("runs");
     let status =
         |id: &str| run_support::read_json(&runs.join(id).join("run.json"))["status"].clone();
-    wait_for("every run to end", Duration::from_secs(240), || {
+    wait_for("every run to end", Duration::from_mins(4), || {
         run_ids.iter().all(|id| status(id) != "running")
     });
     let mut interrupted = 0;

@@ -59,7 +59,7 @@ const CANCEL_GRACE: Duration = Duration::from_secs(2);
 /// The longest output a terminal keeps.
 const TERMINAL_OUTPUT: usize = 256 * 1024;
 /// How long a command an agent runs in a terminal may take.
-const TERMINAL_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+const TERMINAL_TIMEOUT: Duration = Duration::from_mins(30);
 
 /// Runs a `backend="acp"` agent stage.
 pub(crate) async fn run(stage: &Stage<'_>, llm: &LlmConfig, sandbox: &Arc<Sandbox>) -> Outcome {

@@ -103,7 +103,7 @@ struct Hook {
 }
 
 /// Default time limits, by type.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+const COMMAND_TIMEOUT: Duration = Duration::from_mins(1);
 const PROMPT_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl HookSpec {

@@ -40,7 +40,7 @@ use trellis_workflow::workflow::ServersFile;
 /// How long a server has to start and list its tools, unless its configuration says.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a call may take, unless the server's configuration says.
-const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
+const TOOL_TIMEOUT: Duration = Duration::from_mins(2);
 
 /// One configured server.
 #[derive(Debug, Clone, PartialEq)]

@@ -40,7 +40,7 @@ impl fmt::Debug for Secret {
 }
 
 /// How long a stream may go without a byte before the call fails as a network error.
-pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(300);
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_mins(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Error bodies are read up to this size.
 const MAX_ERROR_BODY: usize = 64 * 1024;

@@ -27,7 +27,7 @@ trap 'exit 0' TERM INT
 while kill -0 "$parent" 2>/dev/null && kill -0 "$server" 2>/dev/null; do sleep 1; done"#;
 
 /// How long the server may take to load its model.
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(180);
+const STARTUP_TIMEOUT: Duration = Duration::from_mins(3);
 const DEFAULT_CONTEXT: u32 = 16_384;
 
 /// The message that tells a user how to get a model at all.

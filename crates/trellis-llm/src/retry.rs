@@ -17,7 +17,7 @@ pub struct RetryPolicy {
 }
 
 /// The longest `Retry-After` we wait for; a provider asking for more fails the call.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+pub const MAX_RETRY_AFTER: Duration = Duration::from_mins(5);
 
 impl Default for RetryPolicy {
     fn default() -> Self {
@@ -26,7 +26,7 @@ impl Default for RetryPolicy {
             backoff: Backoff {
                 initial: Duration::from_secs(1),
                 factor: 2.0,
-                max: Duration::from_secs(60),
+                max: Duration::from_mins(1),
             },
         }
     }

@@ -39,13 +39,13 @@ mod tests {
         let backoff = Backoff {
             initial: Duration::from_millis(500),
             factor: 2.0,
-            max: Duration::from_secs(60),
+            max: Duration::from_mins(1),
         };
         assert_eq!(backoff.delay(1, 0.0), Duration::from_millis(500));
         assert_eq!(backoff.delay(2, 0.0), Duration::from_secs(1));
         assert_eq!(backoff.delay(4, 0.0), Duration::from_secs(4));
-        assert_eq!(backoff.delay(30, 0.0), Duration::from_secs(60));
-        assert_eq!(backoff.delay(u32::MAX, 0.0), Duration::from_secs(60));
+        assert_eq!(backoff.delay(30, 0.0), Duration::from_mins(1));
+        assert_eq!(backoff.delay(u32::MAX, 0.0), Duration::from_mins(1));
         assert_eq!(backoff.delay(3, 1.0), Duration::from_millis(1500));
         for jitter in [0.0, 0.3, 0.7, 0.99] {
             let d = backoff.delay(3, jitter);

@@ -18,7 +18,7 @@ use trellis_store::RunDir;
 use crate::run_file::PrepareStep;
 
 /// How long one step may take.
-const STEP_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+const STEP_TIMEOUT: Duration = Duration::from_mins(30);
 
 /// Runs the steps in order; the first failure is the run's error.
 pub(crate) async fn run(

@@ -198,9 +198,9 @@ mod tests {
     fn durations_need_a_unit() {
         assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
         assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
-        assert_eq!(parse_duration("15m"), Some(Duration::from_secs(900)));
-        assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
-        assert_eq!(parse_duration("1d"), Some(Duration::from_secs(86400)));
+        assert_eq!(parse_duration("15m"), Some(Duration::from_mins(15)));
+        assert_eq!(parse_duration("2h"), Some(Duration::from_hours(2)));
+        assert_eq!(parse_duration("1d"), Some(Duration::from_hours(24)));
         assert_eq!(parse_duration("30"), None);
         assert_eq!(parse_duration("s"), None);
         assert_eq!(parse_duration("3x"), None);

@@ -97,7 +97,7 @@ impl<'a> Request<'a> {
     fn connect(&self) -> TcpStream {
         let stream = TcpStream::connect(("127.0.0.1", self.port)).expect("the server accepts");
         stream
-            .set_read_timeout(Some(Duration::from_secs(60)))
+            .set_read_timeout(Some(Duration::from_mins(1)))
             .unwrap();
         let mut head = format!(
             "{} {} HTTP/1.1\r\nConnection: close\r\n",

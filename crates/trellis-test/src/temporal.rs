@@ -66,7 +66,7 @@ impl TemporalServer {
     /// Waits until the server answers and its `default` namespace exists.
     fn wait_ready(&self) {
         let binary = Self::binary().expect("found before");
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + Duration::from_mins(1);
         loop {
             let ready = Command::new(&binary)
                 .args([

@@ -26,7 +26,7 @@ use crate::style;
 use crate::workflow::{CommonConfig, Edge, GraphConfig, Node, Workflow};
 
 /// Default `stall_timeout`.
-const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(1800);
+const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_mins(30);
 /// Default retries for retryable failures (`default_max_retry`).
 const DEFAULT_MAX_RETRIES: u32 = 3;
 /// Default structured-output repair turns (`output_retries`).

@@ -601,7 +601,7 @@ pub struct RetryPolicy {
 }
 
 impl RetryPolicy {
-    pub const MAX_DELAY: Duration = Duration::from_secs(60);
+    pub const MAX_DELAY: Duration = Duration::from_mins(1);
 
     pub fn preset(preset: RetryPreset) -> Self {
         let (max_attempts, initial_ms, backoff_factor) = match preset {
