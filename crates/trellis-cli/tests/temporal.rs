@@ -262,8 +262,12 @@ fn the_same_workflows_give_the_same_stages_outcomes_and_context_on_both_backends
         let file = format!("{name}.fabro");
         let local_project = project_for(name, source);
         let local = local_project.run(&file, args);
+        // Submitted into the workers' runs directory, the only one they serve.
         let remote_project = project_for(name, source);
-        let remote = temporal_run(&remote_project, &server, &file, args);
+        let runs = workers_home.path().join("runs");
+        let mut remote_args = vec!["--runs-dir", runs.to_str().unwrap()];
+        remote_args.extend_from_slice(args);
+        let remote = temporal_run(&remote_project, &server, &file, &remote_args);
         assert_eq!(
             local.code(),
             remote.code(),
@@ -768,4 +772,32 @@ fn the_web_api_answers_and_cancels_runs_on_temporal() {
     let cancelled = serve.post(&format!("/api/runs/{id}/cancel"), &Value::Null);
     assert_eq!(cancelled.status, 202, "{}", cancelled.text());
     serve.wait_for_status(&id, "cancelled");
+}
+
+#[test]
+fn a_worker_refuses_a_run_outside_its_runs_directory() {
+    let _serial = serial();
+    let Some(server) = TemporalServer::start() else {
+        return;
+    };
+    let workers_home = Project::new();
+    let _worker = Worker::start(&workers_home, &server, "w1");
+    let elsewhere = Project::new();
+    elsewhere.write(
+        "w.fabro",
+        "digraph E { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         touch [shape=parallelogram, script=\"touch ran\"]\n start -> touch -> exit }",
+    );
+    let refused = temporal_run(&elsewhere, &server, "w.fabro", &[]);
+    assert_eq!(refused.code(), Some(1), "{}", refused.stderr());
+    assert_eq!(refused.summary["status"], "failed");
+    let error = refused.summary["error"].as_str().unwrap();
+    assert!(
+        error.contains("this worker executes only runs in"),
+        "{error}"
+    );
+    assert!(!elsewhere.path().join("ran").exists());
+    // The record says so, though no worker could write it.
+    let meta = run_support::read_json(&refused.record().join("run.json"));
+    assert_eq!(meta["status"], "failed");
 }

@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::str::FromStr;
 
+use temporalio_client::errors::WorkflowGetResultError;
 use temporalio_client::{
     Client, ClientOptions, Connection, ConnectionOptions, Url, WorkflowCancelOptions,
     WorkflowGetResultOptions, WorkflowQueryOptions, WorkflowSignalOptions, WorkflowStartOptions,
@@ -129,7 +130,17 @@ pub async fn result(target: &Target, run_id: &str) -> Result<RunEnd, TemporalErr
         .await
         .map_err(|e| TemporalError::Ended {
             run_id: run_id.to_owned(),
-            outcome: e.to_string(),
+            outcome: match &e {
+                // The failure's first cause is "activity task failed"; the reason is at the root.
+                WorkflowGetResultError::Failed(failure) => {
+                    let root =
+                        std::iter::successors(Some(failure.failure()), |f| f.cause.as_deref())
+                            .last()
+                            .map_or_else(|| e.to_string(), |f| f.message.clone());
+                    format!("failed: {root}")
+                }
+                other => other.to_string(),
+            },
         })
 }
 

@@ -30,6 +30,8 @@ pub struct WorkerConfig {
     pub slots: usize,
     /// What its runs' commands and agent tools run in.
     pub sandbox: Arc<Sandbox>,
+    /// The runs directory it serves: a segment of a run anywhere else is refused.
+    pub runs_dir: PathBuf,
 }
 
 /// The worker's activities: one, a run's segment.
@@ -41,6 +43,7 @@ pub struct Stages {
     sandbox: Arc<Sandbox>,
     /// The worker's: interrupting it interrupts every segment it is running.
     stop: Stop,
+    runs_dir: PathBuf,
 }
 
 #[activities]
@@ -60,9 +63,17 @@ impl Stages {
 
     /// Records the status of a run no segment is running.
     #[activity]
-    pub async fn settle(_ctx: ActivityContext, settle: Settle) -> Result<(), ActivityError> {
+    pub async fn settle(
+        self: Arc<Self>,
+        _ctx: ActivityContext,
+        settle: Settle,
+    ) -> Result<(), ActivityError> {
+        let runs_dir = self
+            .confined(&settle.run_id, &settle.runs_dir)
+            .await
+            .map_err(ApplicationFailure::non_retryable)?;
         trellis_process::task::blocking(move || {
-            let record = RunDir::open(&settle.run_id, Path::new(&settle.runs_dir))?;
+            let record = RunDir::open(&settle.run_id, &runs_dir)?;
             let _owner = record.claim(&settle.run_id)?;
             let mut meta = record.meta()?;
             meta.status = settle.status;
@@ -80,7 +91,10 @@ impl Stages {
         ctx: &ActivityContext,
         segment: Segment,
     ) -> Result<SegmentEnd, RunError> {
-        let runs_dir = PathBuf::from(&segment.runs_dir);
+        let runs_dir = self
+            .confined(&segment.run_id, &segment.runs_dir)
+            .await
+            .map_err(|reason| RunError::Sandbox { reason })?;
         let resumable = Resumable::open(&segment.run_id, &runs_dir).await?;
         if let Some(status) = resumable.finished() {
             return Ok(self.end(status, None));
@@ -145,6 +159,24 @@ impl Stages {
         Ok(end)
     }
 
+    /// The runs directory of a run a segment names, when it is this worker's and the run is named
+    /// by its id: whoever can reach the Temporal service names the run, and only runs in the
+    /// directory this worker was given are its to execute.
+    async fn confined(&self, run_id: &str, runs_dir: &str) -> Result<PathBuf, String> {
+        if run_id.is_empty() || !run_id.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(format!("`{run_id}` is not a run id"));
+        }
+        let runs_dir = PathBuf::from(runs_dir);
+        if !same_dir(&runs_dir, &self.runs_dir).await {
+            return Err(format!(
+                "run {run_id} is in {}, and this worker executes only runs in {} (its --runs-dir)",
+                runs_dir.display(),
+                self.runs_dir.display()
+            ));
+        }
+        Ok(runs_dir)
+    }
+
     fn end(&self, status: trellis_engine::RunStatus, error: Option<String>) -> SegmentEnd {
         SegmentEnd {
             status,
@@ -205,6 +237,7 @@ pub async fn run_worker(
         identity: identity.clone(),
         sandbox: config.sandbox,
         stop: Stop::new(),
+        runs_dir: config.runs_dir,
     };
     let tuner = || {
         TunerHolder::builder()
@@ -243,6 +276,15 @@ pub async fn run_worker(
         }
     }
     Ok(())
+}
+
+/// Whether two paths name the same directory (one that does not exist is no one's).
+async fn same_dir(a: &Path, b: &Path) -> bool {
+    let (a, b) = (
+        tokio::fs::canonicalize(a).await,
+        tokio::fs::canonicalize(b).await,
+    );
+    matches!((a, b), (Ok(a), Ok(b)) if a == b)
 }
 
 #[allow(

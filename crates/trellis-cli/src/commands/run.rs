@@ -390,6 +390,10 @@ fn start(loaded: Loaded, request: NewRun, args: &RunArgs) -> anyhow::Result<Exit
     let sandbox = super::sandbox(args.options.sandbox)?;
     let temporal = request.temporal.clone();
     super::on_runtime(async {
+        // An unreachable service is found before a run is recorded that could never start.
+        if let Some(target) = &temporal {
+            trellis_temporal::connect(target, "trellis").await?;
+        }
         match Run::create(loaded, request, wiring(&args.options, sandbox)?).await {
             Ok(run) => match &temporal {
                 Some(target) => {

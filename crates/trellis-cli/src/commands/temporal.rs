@@ -88,6 +88,10 @@ pub struct WorkerArgs {
     /// How many runs it executes at once [default: the number of cores].
     #[arg(long, value_name = "N")]
     slots: Option<usize>,
+    /// The runs directory it serves, the one runs are submitted from, at the same path here
+    /// [default: `$TRELLIS_RUNS_DIR` or `~/.trellis/runs`]; runs elsewhere are refused.
+    #[arg(long, value_name = "DIR")]
+    runs_dir: Option<std::path::PathBuf>,
     /// Confine commands and agent tools: `auto`, `bubblewrap`, `landlock` or `none` [default: the
     /// config file's `[sandbox] mode`, else auto].
     #[arg(long, value_name = "MODE", env = "TRELLIS_SANDBOX")]
@@ -114,11 +118,16 @@ pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
         .slots
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, std::num::NonZero::get));
     let describe = sandbox.describe();
+    let runs_dir = trellis_store::resolve_runs_dir(args.runs_dir.clone());
+    std::fs::create_dir_all(&runs_dir)
+        .with_context(|| format!("cannot create the runs directory {}", runs_dir.display()))?;
+    let serves = runs_dir.display().to_string();
     super::on_server_runtime(async move {
         let config = trellis_temporal::worker::WorkerConfig {
             target: target.clone(),
             slots,
             sandbox,
+            runs_dir,
         };
         let shutdown = async {
             use tokio::signal::unix::{SignalKind, signal};
@@ -136,7 +145,7 @@ pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
         };
         trellis_temporal::worker::run_worker(config, shutdown, |identity| {
             eprintln!(
-                "worker {identity} polling `{}` in namespace `{}` at {} ({slots} slots)\n  sandbox: {describe}",
+                "worker {identity} polling `{}` in namespace `{}` at {} ({slots} slots)\n  runs: {serves}\n  sandbox: {describe}",
                 target.task_queue, target.namespace, target.address
             );
         })
@@ -282,9 +291,23 @@ async fn follow(
     };
     show(&mut tail, progress.as_deref());
     let (status, error, workers) = match end {
-        Some(end) => {
-            let end = end?;
-            (end.status, end.error, Some((end.workers, end.handovers)))
+        Some(Ok(end)) => (end.status, end.error, Some((end.workers, end.handovers))),
+        // The workflow itself failed (a worker refused the run, or lost it too often): no worker
+        // will record that, so the record is marked here.
+        Some(Err(error)) => {
+            let reason = error.to_string();
+            let marked = record.meta().and_then(|mut meta| {
+                if meta.status == RunStatus::Running {
+                    meta.status = RunStatus::Failed;
+                    meta.ended_at = Some(trellis_engine::engine::timestamp());
+                    record.write_meta(&meta)?;
+                }
+                Ok(())
+            });
+            if let Err(also) = marked {
+                eprintln!("error: cannot record run {run_id} as failed: {also}");
+            }
+            (RunStatus::Failed, Some(reason), None)
         }
         None => (RunStatus::WaitingForInput, None, None),
     };
