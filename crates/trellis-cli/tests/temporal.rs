@@ -26,10 +26,50 @@ use trellis_test::TemporalServer;
 /// several would delay heartbeats past their timeout and hand runs over that were never lost.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL
+/// This test's turn and a dev server of its own; `None` (the test skips) without the Temporal CLI.
+fn server() -> Option<(std::sync::MutexGuard<'static, ()>, TemporalServer)> {
+    let turn = SERIAL
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    Some((turn, TemporalServer::start()?))
+}
+
+/// `trellis run FILE --json --temporal ADDR`, followed in the background.
+fn follow(project: &Project, file: &str, server: &TemporalServer) -> Child {
+    project
+        .command(&["run", file, "--json", "--temporal", &server.address()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// `trellis run FILE --temporal ADDR --detach`: the run's id.
+fn submit(project: &Project, file: &str, server: &TemporalServer) -> String {
+    let output = project
+        .command(&["run", file, "--temporal", &server.address(), "--detach"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+/// The JSON summary a followed run ends with, and its exit code (its standard error shown when the
+/// status is not `expected`).
+fn ended(child: Child, expected: &str) -> (Value, Option<i32>) {
+    let output = child.wait_with_output().unwrap();
+    let summary: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    assert_eq!(
+        summary["status"],
+        expected,
+        "{summary}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (summary, output.status.code())
 }
 
 /// A `trellis worker` process, killed when dropped.
@@ -249,8 +289,7 @@ fn project_for(name: &str, source: &str) -> Project {
 
 #[test]
 fn the_same_workflows_give_the_same_stages_outcomes_and_context_on_both_backends() {
-    let _serial = serial();
-    let Some(server) = TemporalServer::start() else {
+    let Some((_turn, server)) = server() else {
         return;
     };
     let workers_home = Project::new();
@@ -322,8 +361,7 @@ fn starts_and_ends(record: &Path, node: &str) -> (usize, usize) {
 
 #[test]
 fn a_killed_worker_loses_only_the_stage_it_was_running_and_another_worker_finishes_the_run() {
-    let _serial = serial();
-    let Some(server) = TemporalServer::start() else {
+    let Some((_turn, server)) = server() else {
         return;
     };
     let project = Project::new();
@@ -339,13 +377,7 @@ fn a_killed_worker_loses_only_the_stage_it_was_running_and_another_worker_finish
         Worker::start(&project, &server, "w1"),
         Worker::start(&project, &server, "w2"),
     ];
-    let address = server.address();
-    let follower = project
-        .command(&["run", "slow.fabro", "--json", "--temporal", &address])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let follower = follow(&project, "slow.fabro", &server);
     let log = project.path().join("done.log");
     wait_for("stage two to start", Duration::from_secs(30), || {
         std::fs::read_to_string(&log).is_ok_and(|l| l.contains("two-started"))
@@ -361,14 +393,7 @@ fn a_killed_worker_loses_only_the_stage_it_was_running_and_another_worker_finish
     )
     .unwrap();
     workers[running].kill();
-    let output = follower.wait_with_output().unwrap();
-    let summary: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
-    assert_eq!(
-        summary["status"],
-        "succeeded",
-        "{summary}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let (summary, _) = ended(follower, "succeeded");
     let record = PathBuf::from(summary["run_dir"].as_str().unwrap());
     // Stage one finished before the kill and never ran again; stage two ran once more, whole.
     let done = std::fs::read_to_string(&log).unwrap();
@@ -393,8 +418,7 @@ fn a_killed_worker_loses_only_the_stage_it_was_running_and_another_worker_finish
 
 #[test]
 fn a_gate_answered_while_its_worker_is_down_completes_on_another_worker() {
-    let _serial = serial();
-    let Some(server) = TemporalServer::start() else {
+    let Some((_turn, server)) = server() else {
         return;
     };
     let project = Project::new();
@@ -432,8 +456,7 @@ fn a_gate_answered_while_its_worker_is_down_completes_on_another_worker() {
 
 #[test]
 fn cancelling_a_run_on_temporal_stops_its_running_command() {
-    let _serial = serial();
-    let Some(server) = TemporalServer::start() else {
+    let Some((_turn, server)) = server() else {
         return;
     };
     let project = Project::new();
@@ -444,13 +467,7 @@ fn cancelling_a_run_on_temporal_stops_its_running_command() {
          start -> long -> exit }",
     );
     let _worker = Worker::start(&project, &server, "w1");
-    let address = server.address();
-    let follower = project
-        .command(&["run", "long.fabro", "--json", "--temporal", &address])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let follower = follow(&project, "long.fabro", &server);
     wait_for("the command to start", Duration::from_secs(30), || {
         project.path().join("started").exists()
     });
@@ -459,15 +476,8 @@ fn cancelling_a_run_on_temporal_stops_its_running_command() {
         nix::sys::signal::Signal::SIGINT,
     )
     .unwrap();
-    let output = follower.wait_with_output().unwrap();
-    let summary: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
-    assert_eq!(
-        summary["status"],
-        "cancelled",
-        "{summary}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_eq!(output.status.code(), Some(130));
+    let (summary, code) = ended(follower, "cancelled");
+    assert_eq!(code, Some(130));
     let record = PathBuf::from(summary["run_dir"].as_str().unwrap());
     run_support::assert_process_group_gone(&run_support::stage_dir(&record, "long"));
     assert!(!project.path().join("done").exists());
@@ -476,11 +486,7 @@ fn cancelling_a_run_on_temporal_stops_its_running_command() {
 
     // `trellis cancel RUN` does the same for a detached run, and for a run running here.
     std::fs::remove_file(project.path().join("started")).unwrap();
-    let detached = project
-        .command(&["run", "long.fabro", "--temporal", &address, "--detach"])
-        .output()
-        .unwrap();
-    let id = String::from_utf8_lossy(&detached.stdout).trim().to_owned();
+    let id = submit(&project, "long.fabro", &server);
     wait_for("the command to start", Duration::from_secs(30), || {
         project.path().join("started").exists()
     });
@@ -545,8 +551,7 @@ fn stage_events(record: &Path) -> Vec<(String, String)> {
 fn thirty_runs_spread_over_three_workers_all_succeed_when_one_worker_is_killed() {
     const RUNS: usize = 30;
     const STAGES: usize = 20;
-    let _serial = serial();
-    let Some(server) = TemporalServer::start() else {
+    let Some((_turn, server)) = server() else {
         return;
     };
     let project = Project::new();
@@ -636,8 +641,7 @@ fn thirty_runs_spread_over_three_workers_all_succeed_when_one_worker_is_killed()
 
 #[test]
 fn a_wait_survives_restarting_every_worker() {
-    let _serial = serial();
-    let Some(server) = TemporalServer::start() else {
+    let Some((_turn, server)) = server() else {
         return;
     };
     let project = Project::new();
@@ -653,13 +657,7 @@ fn a_wait_survives_restarting_every_worker() {
         Worker::start(&project, &server, "w1"),
         Worker::start(&project, &server, "w2"),
     ];
-    let address = server.address();
-    let follower = project
-        .command(&["run", "wait.fabro", "--json", "--temporal", &address])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let follower = follow(&project, "wait.fabro", &server);
     wait_for("the wait to start", Duration::from_secs(30), || {
         std::fs::read_to_string(project.path().join("done.log")).is_ok_and(|l| l.contains("before"))
     });
@@ -671,14 +669,7 @@ fn a_wait_survives_restarting_every_worker() {
         Worker::start(&project, &server, "w3"),
         Worker::start(&project, &server, "w4"),
     ];
-    let output = follower.wait_with_output().unwrap();
-    let summary: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
-    assert_eq!(
-        summary["status"],
-        "succeeded",
-        "{summary}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let (summary, _) = ended(follower, "succeeded");
     let done = std::fs::read_to_string(project.path().join("done.log")).unwrap();
     assert_eq!(done, "before\nafter\n");
     assert_eq!(summary["handovers"], 1, "{summary}");
@@ -696,8 +687,7 @@ fn a_wait_survives_restarting_every_worker() {
 
 #[test]
 fn the_web_api_answers_and_cancels_runs_on_temporal() {
-    let _serial = serial();
-    let Some(server) = TemporalServer::start() else {
+    let Some((_turn, server)) = server() else {
         return;
     };
     let project = serve_support::project_with(&[
@@ -715,22 +705,9 @@ fn the_web_api_answers_and_cancels_runs_on_temporal() {
     ]);
     let _worker = Worker::start(&project, &server, "w1");
     let serve = serve_support::Serve::start(&project);
-    let address = server.address();
-    let submit = |file: &str| {
-        let output = project
-            .command(&["run", file, "--temporal", &address, "--detach"])
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).trim().to_owned()
-    };
 
     // The page's gate form answers a gate of a run on Temporal: a signal to its workflow.
-    let id = submit("workflows/gate.fabro");
+    let id = submit(&project, "workflows/gate.fabro", &server);
     let mut run = Value::Null;
     wait_for("the gate to wait", Duration::from_secs(30), || {
         run = serve.run(&id);
@@ -752,7 +729,7 @@ fn the_web_api_answers_and_cancels_runs_on_temporal() {
     assert!(project.path().join("shipped").exists());
 
     // Its cancel button cancels one.
-    let id = submit("workflows/long.fabro");
+    let id = submit(&project, "workflows/long.fabro", &server);
     wait_for("the command to start", Duration::from_secs(30), || {
         project.path().join("started").exists()
     });
@@ -763,7 +740,7 @@ fn the_web_api_answers_and_cancels_runs_on_temporal() {
     assert_eq!(again.status, 409, "{}", again.text());
 
     // A run waiting at a gate, with no stage running, is cancelled all the same.
-    let id = submit("workflows/gate.fabro");
+    let id = submit(&project, "workflows/gate.fabro", &server);
     wait_for("the gate to wait", Duration::from_secs(30), || {
         serve.run(&id)["waiting"]
             .as_array()
@@ -776,8 +753,7 @@ fn the_web_api_answers_and_cancels_runs_on_temporal() {
 
 #[test]
 fn a_worker_refuses_a_run_outside_its_runs_directory() {
-    let _serial = serial();
-    let Some(server) = TemporalServer::start() else {
+    let Some((_turn, server)) = server() else {
         return;
     };
     let workers_home = Project::new();

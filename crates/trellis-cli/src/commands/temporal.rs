@@ -173,14 +173,7 @@ pub async fn submit(
     run.park().await?;
     if let Err(error) = trellis_temporal::submit(target, &run_id, &runs_dir, gates).await {
         // The record says why the run never started, for `trellis runs` and the web app.
-        let failed = record.meta().and_then(|mut meta| {
-            meta.status = RunStatus::Failed;
-            meta.ended_at = Some(trellis_engine::engine::timestamp());
-            record.write_meta(&meta)
-        });
-        if let Err(also) = failed {
-            eprintln!("error: cannot record the run as failed: {also}");
-        }
+        mark_failed(&record);
         return Err(error.into());
     }
     if detach {
@@ -295,19 +288,8 @@ async fn follow(
         // The workflow itself failed (a worker refused the run, or lost it too often): no worker
         // will record that, so the record is marked here.
         Some(Err(error)) => {
-            let reason = error.to_string();
-            let marked = record.meta().and_then(|mut meta| {
-                if meta.status == RunStatus::Running {
-                    meta.status = RunStatus::Failed;
-                    meta.ended_at = Some(trellis_engine::engine::timestamp());
-                    record.write_meta(&meta)?;
-                }
-                Ok(())
-            });
-            if let Err(also) = marked {
-                eprintln!("error: cannot record run {run_id} as failed: {also}");
-            }
-            (RunStatus::Failed, Some(reason), None)
+            mark_failed(record);
+            (RunStatus::Failed, Some(error.to_string()), None)
         }
         None => (RunStatus::WaitingForInput, None, None),
     };
@@ -339,6 +321,21 @@ async fn gate_times_out(target: &Target, run_id: &str) -> bool {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     false
+}
+
+/// Records a run no worker will finish as failed (a run still running, as the record says).
+fn mark_failed(record: &RunDir) {
+    let marked = record.meta().and_then(|mut meta| {
+        if meta.status == RunStatus::Running {
+            meta.status = RunStatus::Failed;
+            meta.ended_at = Some(trellis_engine::engine::timestamp());
+            record.write_meta(&meta)?;
+        }
+        Ok(())
+    });
+    if let Err(error) = marked {
+        eprintln!("error: cannot record the run as failed: {error}");
+    }
 }
 
 /// Hands the events the log gained to the progress display; says whether the run stopped to wait
