@@ -436,6 +436,13 @@ fn a_gate_answered_while_its_worker_is_down_completes_on_another_worker() {
     assert_eq!(waiting.summary["status"], "waiting_for_input");
     assert_eq!(waiting.summary["waiting_at"], "approve");
     let run_id = waiting.summary["run_id"].as_str().unwrap().to_owned();
+    let shown = project.command(&["show", &run_id]).output().unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("status:  waiting_for_input"), "{shown}");
+    assert!(
+        shown.contains(&format!("on Temporal: {}", server.address())),
+        "{shown}"
+    );
     // The worker that holds the run goes away; another comes up; the answer arrives.
     let first = workers[0].identity();
     workers[0].kill();

@@ -158,6 +158,12 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or_default()
     );
     println!("  record:  {}", record.root().display());
+    if let Some(temporal) = &meta.temporal {
+        println!(
+            "  on Temporal: {} (namespace `{}`, queue `{}`)",
+            temporal.address, temporal.namespace, temporal.task_queue
+        );
+    }
     let Some(checkpoint) = checkpoint else {
         println!("  (no checkpoint yet)");
         return Ok(ExitCode::SUCCESS);
