@@ -9,12 +9,12 @@
     reason = "benchmarks set up and read files around the binary they run"
 )]
 
-use std::fmt::Write as _;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use trellis_test::TemporalServer;
+use trellis_test::workflows::command_chain;
 
 /// Runs submitted at once per measurement, and their stages.
 const RUNS: usize = 12;
@@ -59,20 +59,6 @@ fn worker(dir: &Path, server: &TemporalServer, name: &str) -> Worker {
         std::thread::sleep(Duration::from_millis(50));
     }
     Worker(child)
-}
-
-fn chain(stages: usize, script: &str) -> String {
-    let mut source = String::from("digraph B { start [shape=Mdiamond]\n exit [shape=Msquare]\n");
-    for stage in 1..=stages {
-        writeln!(
-            source,
-            " s{stage} [shape=parallelogram, script=\"{script}\"]"
-        )
-        .unwrap();
-    }
-    let nodes: Vec<String> = (1..=stages).map(|s| format!("s{s}")).collect();
-    write!(source, " start -> {} -> exit }}", nodes.join(" -> ")).unwrap();
-    source
 }
 
 /// Submits `RUNS` runs at once and waits for all to succeed; the seconds it took.
@@ -145,8 +131,12 @@ fn main() {
     };
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    std::fs::write(dir.join("sleepy.fabro"), chain(STAGES, "sleep 0.5")).unwrap();
-    std::fs::write(dir.join("quick.fabro"), chain(OVERHEAD_STAGES, "true")).unwrap();
+    std::fs::write(dir.join("sleepy.fabro"), command_chain(STAGES, "sleep 0.5")).unwrap();
+    std::fs::write(
+        dir.join("quick.fabro"),
+        command_chain(OVERHEAD_STAGES, "true"),
+    )
+    .unwrap();
 
     println!(
         "distributed: {RUNS} runs of {STAGES} `sleep 0.5` stages at once, {SLOTS} slots per worker"
@@ -171,7 +161,7 @@ fn main() {
     // The per-stage cost: a chain of quick stages, local and on Temporal (one worker), each the
     // best of three, and one stage's run for the constant per run.
     let best = |f: &dyn Fn() -> f64| (0..3).map(|_| f()).fold(f64::INFINITY, f64::min);
-    std::fs::write(dir.join("one.fabro"), chain(1, "true")).unwrap();
+    std::fs::write(dir.join("one.fabro"), command_chain(1, "true")).unwrap();
     let address = server.address();
     let remote = ["--temporal", address.as_str()];
     let local_many = best(&|| followed(dir, "quick.fabro", &[]));

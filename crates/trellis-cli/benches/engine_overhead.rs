@@ -288,17 +288,7 @@ impl Bench {
         if path.exists() {
             return path;
         }
-        let nodes = stages - 2;
-        let mut chain =
-            String::from("digraph Chain {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n");
-        for i in 0..nodes {
-            let _ = writeln!(chain, "  n{i} [shape=parallelogram, script=\"true\"]");
-        }
-        chain.push_str("  start -> n0\n");
-        for i in 1..nodes {
-            let _ = writeln!(chain, "  n{} -> n{i}", i - 1);
-        }
-        let _ = writeln!(chain, "  n{} -> exit\n}}", nodes - 1);
+        let chain = trellis_test::workflows::command_chain(stages - 2, "true");
         std::fs::write(&path, chain).expect("write");
         path
     }

@@ -13,7 +13,6 @@ mod run_support;
 mod serve_support;
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
@@ -562,17 +561,14 @@ fn thirty_runs_spread_over_three_workers_all_succeed_when_one_worker_is_killed()
         return;
     };
     let project = Project::new();
-    let mut source = String::from("digraph D { start [shape=Mdiamond]\n exit [shape=Msquare]\n");
-    for stage in 1..=STAGES {
-        writeln!(
-            source,
-            " s{stage} [shape=parallelogram, script=\"sleep 0.2; echo $TRELLIS_RUN_ID $TRELLIS_NODE_ID $TRELLIS_TEST_WORKER >> ran.log\"]"
-        )
-        .unwrap();
-    }
+    project.write(
+        "chain.fabro",
+        &trellis_test::workflows::command_chain(
+            STAGES,
+            "sleep 0.2; echo $TRELLIS_RUN_ID $TRELLIS_NODE_ID $TRELLIS_TEST_WORKER >> ran.log",
+        ),
+    );
     let chain: Vec<String> = (1..=STAGES).map(|s| format!("s{s}")).collect();
-    write!(source, " start -> {} -> exit }}", chain.join(" -> ")).unwrap();
-    project.write("chain.fabro", &source);
     let mut workers: Vec<Worker> = ["w1", "w2", "w3"]
         .iter()
         .map(|name| Worker::start(&project, &server, name))

@@ -62,6 +62,33 @@ pub async fn mark_interrupted(runs_dir: &Path) -> usize {
     .await
 }
 
+/// Cancels a run that another process on this machine is running, as Ctrl-C there would: its owner
+/// is interrupted (SIGINT) and records the run as cancelled. `Ok(None)` when no live process runs it.
+pub fn interrupt_owner(record: &RunDir) -> std::io::Result<Option<u32>> {
+    let Some(pid) = record.owner_pid().filter(|_| record.has_live_owner()) else {
+        return Ok(None);
+    };
+    let target = i32::try_from(pid)
+        .map(nix::unistd::Pid::from_raw)
+        .map_err(|_| std::io::Error::other(format!("pid {pid} is out of range")))?;
+    nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGINT)?;
+    Ok(Some(pid))
+}
+
+/// Records `status` for a run nothing will finish (its Temporal workflow failed or was cancelled
+/// while no stage ran): the run is claimed first, and a run that has already ended keeps its
+/// status. Blocking.
+pub fn settle(record: &RunDir, status: RunStatus) -> Result<(), trellis_store::StoreError> {
+    let mut meta = record.meta()?;
+    let _owner = record.claim(&meta.run_id)?;
+    if matches!(meta.status, RunStatus::Running | RunStatus::WaitingForInput) {
+        meta.status = status;
+        meta.ended_at = Some(trellis_engine::engine::timestamp());
+        record.write_meta(&meta)?;
+    }
+    Ok(())
+}
+
 fn mark_one(path: &Path, runs_dir: &Path) -> bool {
     let Ok(record) = RunDir::open(&path.display().to_string(), runs_dir) else {
         return false;

@@ -271,21 +271,13 @@ impl Server {
             live.stop.cancel();
             return Ok(());
         }
-        match record.owner_pid() {
-            Some(pid) if record.has_live_owner() => {
-                let pid = i32::try_from(pid).map_err(|_| {
-                    ActionError::Conflict(format!("run {run_id}'s owner pid is not usable"))
-                })?;
-                nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGINT,
-                )
-                .map_err(|e| {
-                    ActionError::Conflict(format!("cannot stop the process running {run_id}: {e}"))
-                })
-            }
-            _ => Err(ActionError::Conflict(format!(
+        match trellis_run::interrupt_owner(&record) {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(ActionError::Conflict(format!(
                 "run {run_id} is not running"
+            ))),
+            Err(e) => Err(ActionError::Conflict(format!(
+                "cannot stop the process running {run_id}: {e}"
             ))),
         }
     }

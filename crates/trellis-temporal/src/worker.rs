@@ -74,11 +74,7 @@ impl Stages {
             .map_err(ApplicationFailure::non_retryable)?;
         trellis_process::task::blocking(move || {
             let record = RunDir::open(&settle.run_id, &runs_dir)?;
-            let _owner = record.claim(&settle.run_id)?;
-            let mut meta = record.meta()?;
-            meta.status = settle.status;
-            meta.ended_at = Some(trellis_engine::engine::timestamp());
-            record.write_meta(&meta)
+            trellis_run::settle(&record, settle.status)
         })
         .await
         .map_err(|error| ApplicationFailure::non_retryable(error.to_string()).into())

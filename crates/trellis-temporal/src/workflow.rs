@@ -22,9 +22,6 @@ use trellis_engine::RunStatus;
 
 use crate::worker::Stages;
 
-/// The workflow type's name in Temporal (its UI and `temporal workflow list` show it).
-pub const WORKFLOW_TYPE: &str = "TrellisRun";
-
 /// How long a worker may go without a heartbeat before its segment counts as lost. Workers send
 /// one every second while a segment runs.
 pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -2,6 +2,19 @@
 
 use std::fmt::Write as _;
 
+/// A chain of `commands` command stages `s1` … `sN`, each running `script` (which may not hold a
+/// double quote), between the start and the exit.
+pub fn command_chain(commands: usize, script: &str) -> String {
+    let mut dot =
+        String::from("digraph Chain {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n");
+    for stage in 1..=commands {
+        let _ = writeln!(dot, "  s{stage} [shape=parallelogram, script=\"{script}\"]");
+    }
+    let nodes: Vec<String> = (1..=commands).map(|s| format!("s{s}")).collect();
+    let _ = writeln!(dot, "  start -> {} -> exit\n}}", nodes.join(" -> "));
+    dot
+}
+
 /// A workflow of `nodes` nodes that mixes every common node kind, subgraphs with classes, a
 /// stylesheet, conditions and loops, so every validation rule has real work to do.
 pub fn generated(nodes: usize) -> String {

@@ -83,15 +83,11 @@ pub fn cancel(args: &CancelArgs) -> anyhow::Result<ExitCode> {
         eprintln!("cancelling run {id} on Temporal");
         return Ok(ExitCode::SUCCESS);
     }
-    let owner = record.owner_pid().filter(|_| record.has_live_owner());
-    let Some(pid) = owner.and_then(|pid| i32::try_from(pid).ok()) else {
+    let Some(pid) = trellis_run::interrupt_owner(&record)
+        .with_context(|| format!("cannot stop the process running {id}"))?
+    else {
         return not_running();
     };
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .with_context(|| format!("cannot stop process {pid}, which runs {id}"))?;
     eprintln!("cancelling run {id} (process {pid})");
     Ok(ExitCode::SUCCESS)
 }

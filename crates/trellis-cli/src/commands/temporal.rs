@@ -323,17 +323,9 @@ async fn gate_times_out(target: &Target, run_id: &str) -> bool {
     false
 }
 
-/// Records a run no worker will finish as failed (a run still running, as the record says).
+/// Records a run no worker will finish as failed.
 fn mark_failed(record: &RunDir) {
-    let marked = record.meta().and_then(|mut meta| {
-        if meta.status == RunStatus::Running {
-            meta.status = RunStatus::Failed;
-            meta.ended_at = Some(trellis_engine::engine::timestamp());
-            record.write_meta(&meta)?;
-        }
-        Ok(())
-    });
-    if let Err(error) = marked {
+    if let Err(error) = trellis_run::settle(record, RunStatus::Failed) {
         eprintln!("error: cannot record the run as failed: {error}");
     }
 }
