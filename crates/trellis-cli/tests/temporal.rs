@@ -78,11 +78,16 @@ struct Worker {
 }
 
 impl Worker {
-    /// Starts a worker; its commands see `TRELLIS_TEST_WORKER=name`.
+    /// Starts a worker with 4 slots; its commands see `TRELLIS_TEST_WORKER=name`.
     fn start(project: &Project, server: &TemporalServer, name: &str) -> Self {
+        Self::with_slots(project, server, name, 4)
+    }
+
+    fn with_slots(project: &Project, server: &TemporalServer, name: &str, slots: u32) -> Self {
         let log = project.path().join(format!("{name}.log"));
+        let slots = slots.to_string();
         let child = project
-            .command(&["worker", "--temporal", &server.address(), "--slots", "4"])
+            .command(&["worker", "--temporal", &server.address(), "--slots", &slots])
             .env("TRELLIS_TEST_WORKER", name)
             .stderr(std::fs::File::create(&log).unwrap())
             .stdout(Stdio::null())
@@ -401,7 +406,7 @@ fn a_killed_worker_loses_only_the_stage_it_was_running_and_another_worker_finish
     assert_eq!(done.lines().filter(|l| *l == "two").count(), 1, "{done}");
     assert_eq!(starts_and_ends(&record, "one"), (1, 1));
     assert_eq!(starts_and_ends(&record, "two"), (2, 1));
-    // The lost segment has no result; the survivor's is the run's only one.
+    // The lost worker held the run for stage one; the survivor took it over at stage two.
     let ran: Vec<&str> = summary["workers"]
         .as_array()
         .unwrap()
@@ -410,8 +415,19 @@ fn a_killed_worker_loses_only_the_stage_it_was_running_and_another_worker_finish
         .collect();
     let survivor = workers[1 - running].identity();
     assert_ne!(lost, survivor);
-    assert_eq!(ran, [survivor.as_str()], "{summary}");
+    assert_eq!(ran, [lost.as_str(), survivor.as_str()], "{summary}");
     assert_eq!(summary["handovers"], 1, "{summary}");
+    // Each stage was an activity of its own, named in Temporal's history; the lost one ran twice.
+    let run_id = summary["run_id"].as_str().unwrap();
+    assert_eq!(
+        server.activity_summaries(run_id),
+        [
+            "open the run at its checkpoint and run its next stage",
+            "stage two",
+            "stage two",
+            "stage three"
+        ]
+    );
     assert_eq!(checkpoint_of(&record)["status"], "succeeded");
 }
 
@@ -640,6 +656,41 @@ fn thirty_runs_spread_over_three_workers_all_succeed_when_one_worker_is_killed()
         (1..=4).contains(&interrupted),
         "{interrupted} stages were interrupted"
     );
+}
+
+#[test]
+fn a_held_run_whose_next_stage_waits_for_a_slot_is_parked_and_goes_on() {
+    let Some((_turn, server)) = server() else {
+        return;
+    };
+    let project = Project::new();
+    // Each stage outlasts the time a held run's engine waits for its next stage (5 s).
+    project.write(
+        "chain.fabro",
+        &trellis_test::workflows::command_chain(3, "sleep 5.5; echo $TRELLIS_RUN_ID >> ran.log"),
+    );
+    // One slot: while one run's stage runs, the other's next stage waits (whichever of the two
+    // goes first, one of them waits at least once for a whole stage).
+    let _worker = Worker::with_slots(&project, &server, "w1", 1);
+    let first = follow(&project, "chain.fabro", &server);
+    std::thread::sleep(Duration::from_secs(1));
+    let second = follow(&project, "chain.fabro", &server);
+    let mut parked = 0;
+    for follower in [first, second] {
+        let (summary, _) = ended(follower, "succeeded");
+        let record = PathBuf::from(summary["run_dir"].as_str().unwrap());
+        for node in ["s1", "s2", "s3"] {
+            assert_eq!(starts_and_ends(&record, node), (1, 1), "{summary}");
+        }
+        // A parked run was opened again from its checkpoint; nothing of it was lost or redone.
+        let events = std::fs::read_to_string(record.join("events.jsonl")).unwrap();
+        parked += events.matches("WorkflowRunResumed").count();
+        assert_eq!(events.matches("WorkflowRunCompleted").count(), 1);
+        assert_eq!(summary["handovers"], 0, "{summary}");
+    }
+    assert!(parked >= 1, "no run was parked");
+    let ran = std::fs::read_to_string(project.path().join("ran.log")).unwrap();
+    assert_eq!(ran.lines().count(), 6, "{ran}");
 }
 
 #[test]

@@ -31,6 +31,8 @@ pub(crate) enum WalkEnd {
     Reached,
     /// A human gate has nobody to answer it: the run stops, resumable with an answer.
     Waiting,
+    /// The pacer parked the run between two stages.
+    Parked,
 }
 
 /// Why a run stopped with an error.
@@ -432,6 +434,7 @@ impl Engine {
         let (status, error) = match walked {
             Some(Ok(WalkEnd::Finished | WalkEnd::Reached)) => (RunStatus::Succeeded, None),
             Some(Ok(WalkEnd::Waiting)) => (RunStatus::WaitingForInput, None),
+            Some(Ok(WalkEnd::Parked)) => (RunStatus::Running, None),
             Some(Err(error)) => (RunStatus::Failed, Some(error)),
             None => (RunStatus::Cancelled, None),
         };
@@ -445,8 +448,11 @@ impl Engine {
             book.status = status;
             book.failure = error.as_ref().map(ToString::to_string);
         }
-        let end = self.end_event(status);
-        self.emit(None, end);
+        // A parked run has not ended: it goes on where it stopped.
+        if status != RunStatus::Running {
+            let end = self.end_event(status);
+            self.emit(None, end);
+        }
         let (saved, checkpoint) = self.recorder.save_last_snapshot(self.seq()).await;
         match saved {
             Ok(()) => RunResult {
@@ -484,7 +490,7 @@ impl Engine {
                     .await?;
                 self.hook(HookContext::new(HookEvent::RunComplete)).await?;
             }
-            Ok(WalkEnd::Waiting) => {}
+            Ok(WalkEnd::Waiting | WalkEnd::Parked) => {}
             Err(error) => {
                 // The run has failed already: what these hooks decide changes nothing.
                 let _ = self.hook(HookContext::new(HookEvent::SandboxCleanup)).await;

@@ -70,6 +70,8 @@ pub struct Services {
     pub router: Option<Arc<dyn Router>>,
     /// The run's lifecycle hooks (a run file's), if it has any.
     pub hooks: Option<Arc<dyn crate::hooks::Hooks>>,
+    /// What paces the main track's stages, if anything does.
+    pub pacer: Option<Arc<dyn crate::services::Pacer>>,
 }
 
 /// What one attempt at a stage came to.

@@ -148,6 +148,25 @@ pub trait Interviewer: Send + Sync {
     async fn ask(&self, question: &Question) -> Answer;
 }
 
+/// Whether the main track goes on to its next stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pace {
+    Go,
+    /// The run's execution ends here, between two stages: its record says `running`, every
+    /// finished stage is saved, and resuming it goes on with the next stage (no end event, no
+    /// end hooks).
+    Park,
+}
+
+/// Something outside the engine that paces the main track (a distributed backend that runs each
+/// stage as a unit of its own): asked before each stage other than the start and the exit, once
+/// the previous stage's checkpoint is saved. Branches and sub-workflows are not paced: they run
+/// within their fan-out's or parent's stage.
+#[async_trait]
+pub trait Pacer: Send + Sync {
+    async fn next_stage(&self, node: &str) -> Pace;
+}
+
 pub use crate::event::RouteOption;
 
 /// The answer that stands for "none of the above" (the default edge).

@@ -17,7 +17,7 @@ use crate::hooks::{HookContext, HookDecision, HookEvent};
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
 use crate::routing::{self, Route};
-use crate::services::{RouteOption, RouteRequest};
+use crate::services::{Pace, Pacer, RouteOption, RouteRequest};
 
 /// Where a step sends the track.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +59,11 @@ impl Engine {
             // A branch that runs into the exit ends there; only the main track finishes the run.
             if stop_at.is_some() && matches!(self.workflow.nodes[index].kind, NodeKind::Exit) {
                 return Ok(WalkEnd::Finished);
+            }
+            if let Some(pacer) = self.pacer(path, index)
+                && pacer.next_stage(&self.workflow.nodes[index].id).await == Pace::Park
+            {
+                return Ok(WalkEnd::Parked);
             }
             let next = self
                 .step(path, track, index, context, &mut degrade_full)
@@ -108,6 +113,19 @@ impl Engine {
                     .await?;
             }
         }
+    }
+
+    /// The pacer asked before the node at `index`: only the top-level run's main track is paced,
+    /// and not at its start or exit.
+    fn pacer(&self, path: &[String], index: NodeIndex) -> Option<&dyn Pacer> {
+        let pacer = self.services.pacer.as_deref()?;
+        let main_track = path.is_empty()
+            && self.depth == 0
+            && !matches!(
+                self.workflow.nodes[index].kind,
+                NodeKind::Start | NodeKind::Exit
+            );
+        main_track.then_some(pacer)
     }
 
     /// Executes one node of any kind on `track` and decides where the track goes next.

@@ -116,6 +116,7 @@ fn harness_of(name: &str, text: &str, handler: Arc<dyn Handler>) -> Harness {
             SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000),
         )),
         hooks: None,
+        pacer: None,
     };
     let settings = Settings {
         max_steps: 50,

@@ -171,6 +171,8 @@ pub struct Wiring {
     pub logged: Option<trellis_store::Written>,
     /// What its commands and agent tools run in ([`sandbox`]).
     pub sandbox: Arc<Sandbox>,
+    /// What paces its main track's stages (a Temporal worker's), if anything does.
+    pub pacer: Option<Arc<dyn trellis_engine::services::Pacer>>,
 }
 
 /// The sandbox the user asked for — `choice` (a flag), else the configuration file's `[sandbox] mode`,
@@ -400,6 +402,7 @@ impl Run {
             hooks: hooks
                 .clone()
                 .map(|hooks| hooks as Arc<dyn trellis_engine::hooks::Hooks>),
+            pacer: wiring.pacer,
         };
         // Handlers are the run's own: `full`-fidelity conversation threads live and die with it.
         let handlers = Arc::new(trellis_handlers::standard_handlers(
@@ -520,9 +523,9 @@ impl Run {
             let mut meta = finished_record.meta()?;
             meta.status = status;
             // When the run stopped: finished, cancelled or interrupted (a run waiting for input
-            // has not ended; resuming clears it).
-            meta.ended_at =
-                (status != RunStatus::WaitingForInput).then(trellis_engine::engine::timestamp);
+            // or parked between two stages has not ended; resuming clears it).
+            let ongoing = matches!(status, RunStatus::WaitingForInput | RunStatus::Running);
+            meta.ended_at = (!ongoing).then(trellis_engine::engine::timestamp);
             finished_record.write_meta(&meta)
         });
         let (closed, meta_written) = tokio::join!(closing, meta_written);

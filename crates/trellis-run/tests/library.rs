@@ -20,6 +20,7 @@ fn wiring(events: &Arc<MemoryEvents>) -> Wiring {
         subscribers: vec![events.clone() as Arc<dyn EventSink>],
         logged: None,
         sandbox: Arc::new(trellis_run::Sandbox::none()),
+        pacer: None,
     }
 }
 

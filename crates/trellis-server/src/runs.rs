@@ -390,6 +390,7 @@ fn wiring(
         subscribers: Vec::new(),
         logged: Some(Arc::new(move || wake.notify_waiters())),
         sandbox: sandbox.clone(),
+        pacer: None,
     }
 }
 

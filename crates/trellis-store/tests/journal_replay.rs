@@ -146,6 +146,7 @@ async fn run(dir: &Path, text: &str, seed: u64, max_steps: u32) -> Ran {
             SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000),
         )),
         hooks: None,
+        pacer: None,
     };
     let engine = Engine::new(
         Arc::new(workflow),

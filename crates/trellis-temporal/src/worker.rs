@@ -1,13 +1,19 @@
-//! A Trellis worker: it polls the shared task queue for runs' workflows and segments, and a queue of
-//! its own for the later segments of the runs it holds (their working state is where it left it).
-//! A segment opens the run record as `trellis resume` does, executes it with the engine until the run
-//! ends or stops for an answer, and heartbeats while it runs: Temporal cancelling the segment
-//! cancels the run (its commands' process trees with it), and the worker stopping interrupts it for
-//! another worker to take over.
+//! A Trellis worker: it polls the shared task queue for runs' workflows and their first stages, and
+//! a queue of its own for the later stages of the runs it holds.
+//!
+//! Each stage of a run's main track is one activity. The run's engine lives on the worker that
+//! holds the run, in a task of its own, from the run's first stage on: before each stage it waits
+//! (its [`Pacer`]) for that stage's activity, runs the stage while the activity heartbeats, and
+//! waits again. An activity for a run the worker does not hold (the first, or one taken over from
+//! a lost worker) opens the run record as `trellis resume` does. Temporal cancelling a stage's
+//! activity cancels the run (its commands' process trees with it); the worker stopping interrupts
+//! it for another worker to take over; an engine whose next stage's activity does not come parks
+//! the run between the two stages, for whichever worker that activity reaches.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -15,40 +21,92 @@ use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use temporalio_sdk::runtime::worker_tuner::{FixedSizeSlotSupplier, TunerHolder};
 use temporalio_sdk::{ApplicationFailure, Runtime, Worker, WorkerOptions};
-use trellis_engine::services::{Answer, Interviewer, Question};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use trellis_engine::RunStatus;
+use trellis_engine::services::{Answer, Interviewer, Pace, Pacer, Question};
 use trellis_handlers::interviewer::{Answers, AutoApprove};
-use trellis_run::{Resumable, RunError, Sandbox, Stop, Wiring};
+use trellis_run::{Finished, Resumable, RunError, Sandbox, Stop, Wiring};
 use trellis_store::RunDir;
 
-use crate::workflow::{Segment, SegmentEnd, Settle, TrellisRun, WaitingGate};
+use crate::workflow::{HANDOVER_TIMEOUT, Segment, SegmentEnd, Settle, TrellisRun, WaitingGate};
 use crate::{Target, connect};
+
+/// How long a held run's engine waits for its next stage's activity before it parks the run.
+/// Shorter than [`HANDOVER_TIMEOUT`], after which the activity goes to any worker: by then the
+/// engine here has let the run go.
+const IDLE: Duration = Duration::from_secs(HANDOVER_TIMEOUT.as_secs() / 2);
+
+/// Numbers the engines a worker starts.
+static GENERATIONS: AtomicU64 = AtomicU64::new(0);
 
 /// What a worker needs.
 pub struct WorkerConfig {
     pub target: Target,
-    /// How many segments (runs) it executes at once.
+    /// How many stages it executes at once.
     pub slots: usize,
     /// What its runs' commands and agent tools run in.
     pub sandbox: Arc<Sandbox>,
-    /// The runs directory it serves: a segment of a run anywhere else is refused.
+    /// The runs directory it serves: a stage of a run anywhere else is refused.
     pub runs_dir: PathBuf,
 }
 
-/// The worker's activities: one, a run's segment.
+/// The worker's activities: a run's next stage, and recording the status of a run nothing runs.
 #[derive(Clone)]
 pub struct Stages {
     /// The queue only this worker polls.
     queue: String,
     identity: String,
     sandbox: Arc<Sandbox>,
-    /// The worker's: interrupting it interrupts every segment it is running.
+    /// The worker's: interrupting it interrupts every stage it is running and parks the runs it
+    /// holds.
     stop: Stop,
     runs_dir: PathBuf,
+    /// The runs whose engines wait here for their next stage.
+    held: Arc<Mutex<HashMap<String, Live>>>,
+    /// One permit per stage running (the worker's `--slots`).
+    slots: Arc<Semaphore>,
+    /// The tasks of the live engines, waited for when the worker stops.
+    engines: Arc<Mutex<tokio::task::JoinSet<()>>>,
+}
+
+/// A run whose engine lives on this worker.
+struct Live {
+    /// Tells which engine this is (a run parked and opened again gets a new one).
+    generation: u64,
+    stop: Stop,
+    reports: mpsc::UnboundedReceiver<Report>,
+    /// The engine waits before this stage for its activity.
+    waiting: Option<Ready>,
+    /// The gate the run stopped at, when it did.
+    asked: Arc<Mutex<Option<WaitingGate>>>,
+}
+
+/// The engine waits before `node`; `go` lets it run the stage.
+struct Ready {
+    node: String,
+    go: oneshot::Sender<()>,
+}
+
+/// What a live engine tells the activities of its run.
+enum Report {
+    Ready(Ready),
+    /// The engine stopped: the run ended, waits for an answer, was stopped or parked.
+    Ended(Box<Result<Finished, StageError>>),
+}
+
+/// Why a stage's activity failed.
+#[derive(Debug, thiserror::Error)]
+enum StageError {
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error("the run's engine on this worker stopped without a word")]
+    Lost,
 }
 
 #[activities]
 impl Stages {
-    /// Runs a run from its checkpoint until it ends, waits for input, or is stopped.
+    /// Runs a run's next stage (opening the run from its checkpoint when this worker does not hold
+    /// it), and says how the run stands after it.
     #[activity]
     pub async fn advance(
         self: Arc<Self>,
@@ -61,7 +119,8 @@ impl Stages {
         }
     }
 
-    /// Records the status of a run no segment is running.
+    /// Records the status of a run no stage is running: a run this worker holds is cancelled
+    /// through its engine; any other has its record settled.
     #[activity]
     pub async fn settle(
         self: Arc<Self>,
@@ -72,6 +131,15 @@ impl Stages {
             .confined(&settle.run_id, &settle.runs_dir)
             .await
             .map_err(ApplicationFailure::non_retryable)?;
+        let held = self.held.lock().remove(&settle.run_id);
+        if let Some(mut live) = held {
+            live.stop.cancel();
+            while let Some(report) = live.reports.recv().await {
+                if let Report::Ended(_) = report {
+                    break;
+                }
+            }
+        }
         trellis_process::task::blocking(move || {
             let record = RunDir::open(&settle.run_id, &runs_dir)?;
             trellis_run::settle(&record, settle.status)
@@ -86,36 +154,129 @@ impl Stages {
         &self,
         ctx: &ActivityContext,
         segment: Segment,
-    ) -> Result<SegmentEnd, RunError> {
+    ) -> Result<SegmentEnd, StageError> {
         let runs_dir = self
             .confined(&segment.run_id, &segment.runs_dir)
             .await
             .map_err(|reason| RunError::Sandbox { reason })?;
-        let resumable = Resumable::open(&segment.run_id, &runs_dir).await?;
+        let _slot = self.slot(ctx).await;
+        let held = self.held.lock().remove(&segment.run_id);
+        let (mut live, mut opened) = match held {
+            Some(live) => (live, false),
+            None => match self.open(&segment, &runs_dir).await? {
+                Ok(live) => (live, true),
+                Err(status) => return Ok(self.end(status, None)),
+            },
+        };
+        loop {
+            let ready = match live.waiting.take() {
+                Some(ready) => ready,
+                None => match self.report(ctx, &mut live).await {
+                    Report::Ready(ready) => ready,
+                    // The engine parked the run before this activity came: open it again, once.
+                    Report::Ended(ended)
+                        if matches!(&*ended, Ok(f) if f.status == RunStatus::Running)
+                            && !opened =>
+                    {
+                        opened = true;
+                        live = match self.open(&segment, &runs_dir).await? {
+                            Ok(live) => live,
+                            Err(status) => return Ok(self.end(status, None)),
+                        };
+                        continue;
+                    }
+                    Report::Ended(ended) => return self.ended(*ended, &live),
+                },
+            };
+            // An engine that parked meanwhile reports its end next.
+            if ready.go.send(()).is_err() {
+                continue;
+            }
+            return match self.report(ctx, &mut live).await {
+                Report::Ready(next) => {
+                    let mut end = self.end(RunStatus::Running, None);
+                    end.next = Some(next.node.clone());
+                    live.waiting = Some(next);
+                    self.held.lock().insert(segment.run_id.clone(), live);
+                    Ok(end)
+                }
+                Report::Ended(ended) => self.ended(*ended, &live),
+            };
+        }
+    }
+
+    /// A permit to run a stage, heartbeating while the worker's slots are all taken.
+    async fn slot(&self, ctx: &ActivityContext) -> tokio::sync::OwnedSemaphorePermit {
+        let acquire = self.slots.clone().acquire_owned();
+        tokio::pin!(acquire);
+        let mut beat = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                permit = &mut acquire => return permit.expect("the slots are never closed"),
+                _ = beat.tick() => {
+                    let _ = ctx.record_heartbeat(()).await;
+                }
+            }
+        }
+    }
+
+    /// The live engine's next report, heartbeating meanwhile: Temporal cancelling the activity
+    /// cancels the run, and the worker stopping interrupts it.
+    async fn report(&self, ctx: &ActivityContext, live: &mut Live) -> Report {
+        let mut beat = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                report = live.reports.recv() => {
+                    return report.unwrap_or_else(|| Report::Ended(Box::new(Err(StageError::Lost))));
+                }
+                _ = beat.tick() => {
+                    // A heartbeat that cannot be sent is retried at the next tick; Temporal
+                    // decides when too many were missed.
+                    let _ = ctx.record_heartbeat(()).await;
+                }
+                () = ctx.cancelled(), if !live.stop.token().is_cancelled() => live.stop.cancel(),
+                () = self.stop.token().cancelled(), if !live.stop.token().is_cancelled() => live.stop.interrupt(),
+            }
+        }
+    }
+
+    /// Opens the run from its checkpoint and starts its engine; a run that has ended already is
+    /// its status.
+    async fn open(
+        &self,
+        segment: &Segment,
+        runs_dir: &Path,
+    ) -> Result<Result<Live, RunStatus>, RunError> {
+        let resumable = Resumable::open(&segment.run_id, runs_dir).await?;
         if let Some(status) = resumable.finished() {
-            return Ok(self.end(status, None));
+            return Ok(Err(status));
         }
         // The commands a lost worker on this machine left running are stopped first.
         resumable.reap().await;
         let loaded = resumable.load().await?;
         let asked = Arc::new(Mutex::new(None));
         let unanswered: Box<dyn Interviewer> = Box::new(OnTemporal {
-            timed_out: segment.timed_out.into_iter().collect(),
+            timed_out: segment.timed_out.iter().cloned().collect(),
             auto_approve: segment.auto_approve,
             asked: asked.clone(),
         });
-        let interviewer: Arc<dyn Interviewer> = match segment.answers {
+        let interviewer: Arc<dyn Interviewer> = match &segment.answers {
             Some(answers) => Arc::new(Answers::new(
-                answers.into_iter().collect::<HashMap<_, _>>(),
+                answers.clone().into_iter().collect::<HashMap<_, _>>(),
                 unanswered,
             )),
             None => Arc::from(unanswered),
         };
+        let (reports, receiver) = mpsc::unbounded_channel();
         let wiring = Wiring {
             interviewer,
             subscribers: Vec::new(),
             logged: None,
             sandbox: self.sandbox.clone(),
+            pacer: Some(Arc::new(Paced {
+                reports: reports.clone(),
+                worker: self.stop.token().clone(),
+            })),
         };
         let run = resumable.into_run(loaded, wiring).await?;
         eprintln!(
@@ -123,40 +284,59 @@ impl Stages {
             run.id(),
             run.workflow_name()
         );
+        let generation = GENERATIONS.fetch_add(1, Ordering::Relaxed);
         let stop = Stop::new();
-        let execute = run.execute(&stop);
-        tokio::pin!(execute);
-        let mut beat = tokio::time::interval(Duration::from_secs(1));
-        let finished = loop {
-            tokio::select! {
-                finished = &mut execute => break finished?,
-                _ = beat.tick() => {
-                    // A heartbeat that cannot be sent is retried at the next tick; Temporal
-                    // decides when too many were missed.
-                    let _ = ctx.record_heartbeat(()).await;
-                }
-                () = ctx.cancelled(), if !stop.token().is_cancelled() => stop.cancel(),
-                () = self.stop.token().cancelled(), if !stop.token().is_cancelled() => stop.interrupt(),
+        let (engine_stop, held, run_id) = (stop.clone(), self.held.clone(), segment.run_id.clone());
+        self.engines.lock().spawn(async move {
+            let ended = Box::pin(run.execute(&engine_stop))
+                .await
+                .map_err(StageError::from);
+            if let Ok(finished) = &ended {
+                eprintln!(
+                    "run {}: {} after {} stages",
+                    finished.run_id,
+                    finished.status.as_str(),
+                    finished.checkpoint.stage_count
+                );
             }
-        };
-        eprintln!(
-            "run {}: {} after {} stages",
-            finished.run_id,
-            finished.status.as_str(),
-            finished.checkpoint.stage_count
-        );
+            // A run that parked while it waited here is no longer held.
+            let mut held = held.lock();
+            if held
+                .get(&run_id)
+                .is_some_and(|l| l.generation == generation)
+            {
+                held.remove(&run_id);
+            }
+            let _ = reports.send(Report::Ended(Box::new(ended)));
+        });
+        Ok(Ok(Live {
+            generation,
+            stop,
+            reports: receiver,
+            waiting: None,
+            asked,
+        }))
+    }
+
+    /// The end of an activity whose run's engine stopped.
+    fn ended(
+        &self,
+        ended: Result<Finished, StageError>,
+        live: &Live,
+    ) -> Result<SegmentEnd, StageError> {
+        let finished = ended?;
         let mut end = self.end(
             finished.status,
             finished.error.as_ref().map(ToString::to_string),
         );
-        if finished.status == trellis_engine::RunStatus::WaitingForInput {
-            end.gate = asked.lock().take();
+        if finished.status == RunStatus::WaitingForInput {
+            end.gate = live.asked.lock().take();
         }
         Ok(end)
     }
 
-    /// The runs directory of a run a segment names, when it is this worker's and the run is named
-    /// by its id: whoever can reach the Temporal service names the run, and only runs in the
+    /// The runs directory of a run an activity names, when it is this worker's and the run is
+    /// named by its id: whoever can reach the Temporal service names the run, and only runs in the
     /// directory this worker was given are its to execute.
     async fn confined(&self, run_id: &str, runs_dir: &str) -> Result<PathBuf, String> {
         if run_id.is_empty() || !run_id.chars().all(|c| c.is_ascii_alphanumeric()) {
@@ -173,13 +353,42 @@ impl Stages {
         Ok(runs_dir)
     }
 
-    fn end(&self, status: trellis_engine::RunStatus, error: Option<String>) -> SegmentEnd {
+    fn end(&self, status: RunStatus, error: Option<String>) -> SegmentEnd {
         SegmentEnd {
             status,
             error,
             queue: self.queue.clone(),
             worker: self.identity.clone(),
             gate: None,
+            next: None,
+        }
+    }
+}
+
+/// A held run's engine between two stages: it says it is ready for the next one and waits for
+/// that stage's activity — not longer than [`IDLE`], nor once the worker stops.
+struct Paced {
+    reports: mpsc::UnboundedSender<Report>,
+    worker: trellis_engine::CancellationToken,
+}
+
+#[async_trait::async_trait]
+impl Pacer for Paced {
+    async fn next_stage(&self, node: &str) -> Pace {
+        let (go, permit) = oneshot::channel();
+        let ready = Ready {
+            node: node.to_owned(),
+            go,
+        };
+        if self.reports.send(Report::Ready(ready)).is_err() {
+            return Pace::Park;
+        }
+        tokio::select! {
+            permitted = tokio::time::timeout(IDLE, permit) => match permitted {
+                Ok(Ok(())) => Pace::Go,
+                _ => Pace::Park,
+            },
+            () = self.worker.cancelled() => Pace::Park,
         }
     }
 }
@@ -234,6 +443,9 @@ pub async fn run_worker(
         sandbox: config.sandbox,
         stop: Stop::new(),
         runs_dir: config.runs_dir,
+        held: Arc::default(),
+        slots: Arc::new(Semaphore::new(config.slots.max(1))),
+        engines: Arc::default(),
     };
     let tuner = || {
         TunerHolder::builder()
@@ -271,6 +483,10 @@ pub async fn run_worker(
             workers.await?;
         }
     }
+    // The engines this worker held have parked their runs (or were interrupted): their records
+    // are written before the worker goes.
+    let mut engines = std::mem::take(&mut *stages.engines.lock());
+    while engines.join_next().await.is_some() {}
     Ok(())
 }
 

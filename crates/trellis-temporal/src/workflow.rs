@@ -1,10 +1,11 @@
 //! The Temporal workflow of one Trellis run, and the messages between it and the workers.
 //!
-//! The workflow holds no routing rules of its own: it hands the run to a worker, which executes it
-//! with the engine from its checkpoint (the engine's own step function and routing) until the run
-//! ends or stops for a human answer, and says how it stopped. Everything the workflow decides —
-//! which queue to send the next segment to, whether the worker was lost, waiting for an answer —
-//! depends only on those recorded results and on signals, so the workflow replays.
+//! The workflow holds no routing rules of its own: each of its activities is one stage of the run's
+//! main track, run by the engine (its own step function and routing) on the worker that holds the
+//! run, which says how the run stands after it: at which stage it goes on, or how it stopped.
+//! Everything the workflow decides — which queue the next stage goes to, whether the worker was
+//! lost, waiting for an answer — depends only on those recorded results, signals and timers, so
+//! the workflow replays.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -22,11 +23,11 @@ use trellis_engine::RunStatus;
 
 use crate::worker::Stages;
 
-/// How long a worker may go without a heartbeat before its segment counts as lost. Workers send
-/// one every second while a segment runs.
+/// How long a worker may go without a heartbeat before its stage counts as lost. Workers send
+/// one every second while a stage runs.
 pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long a segment may wait on the queue of the worker that holds the run before another worker
+/// How long a stage may wait on the queue of the worker that holds the run before another worker
 /// takes the run over.
 pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -53,18 +54,21 @@ pub struct RunEnd {
     pub status: RunStatus,
     /// Why the run failed, as the engine said.
     pub error: Option<String>,
-    /// The workers that executed it, in order (one per segment).
+    /// The workers that held it, in order: a worker is named again each time it takes the run up
+    /// (at the start, after a gate, after another worker was lost).
     pub workers: Vec<String>,
     /// How many times its worker was lost and another took the run over.
     pub handovers: u32,
 }
 
-/// One segment of a run, sent to a worker: run it from its checkpoint until it ends or waits.
+/// A run's next stage, sent to a worker: the one that holds the run runs it with the run's live
+/// engine; any other opens the run from its checkpoint first.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Segment {
     pub run_id: String,
     pub runs_dir: String,
-    /// The answers to human gates that arrived while it waited (by the gate's node id).
+    /// The answers to human gates given up front and those that arrived while it waited (by the
+    /// gate's node id).
     pub answers: Option<BTreeMap<String, String>>,
     /// Gates without an answer take their first option.
     #[serde(default)]
@@ -82,18 +86,22 @@ pub struct Settle {
     pub status: RunStatus,
 }
 
-/// How a segment ended, and where the run's working state now is.
+/// How the run stands after a stage, and where its working state now is.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SegmentEnd {
     pub status: RunStatus,
     pub error: Option<String>,
-    /// The task queue only the worker that ran the segment polls: the run's next segment goes there.
+    /// The task queue only the worker that ran the stage polls: the run's next stage goes there.
     pub queue: String,
     /// That worker's identity.
     pub worker: String,
     /// The gate the run waits at, when it waits.
     #[serde(default)]
     pub gate: Option<WaitingGate>,
+    /// The stage the run goes on with, when the stage ran and the run goes on: its engine waits for
+    /// it on the worker that holds the run.
+    #[serde(default)]
+    pub next: Option<String>,
 }
 
 /// A gate a run stopped at, and how long it may wait for an answer.
@@ -119,6 +127,9 @@ impl TrellisRun {
     #[run]
     pub async fn run(ctx: &mut WorkflowContext<Self>, input: RunInput) -> WorkflowResult<RunEnd> {
         let mut held_by: Option<String> = None;
+        let mut next: Option<String> = None;
+        // A worker taking the run up is named in `workers`, even when it held the run before.
+        let mut taken_up = true;
         let mut answers = input.answers.clone();
         let mut timed_out: Vec<String> = Vec::new();
         let mut end = RunEnd {
@@ -139,74 +150,24 @@ impl TrellisRun {
                 .execute_activity(
                     Stages::advance,
                     segment,
-                    segment_options(held_by.as_deref()),
+                    stage_options(held_by.as_deref(), next.as_deref()),
                 )
                 .await;
-            match done {
-                Ok(done) => {
-                    // The answers were the segment's to use (a lost segment's go to the next).
-                    answers = None;
-                    timed_out.clear();
-                    end.workers.push(done.worker.clone());
-                    match done.status {
-                        RunStatus::WaitingForInput => {
-                            held_by = Some(done.queue);
-                            let gate = done.gate.clone();
-                            ctx.state_mut(|s| s.gate = gate);
-                            // The gate's timeout is a durable timer: when it fires first, the
-                            // next segment gives the gate its default.
-                            let limit = done.gate.as_ref().and_then(|g| g.timeout_ms);
-                            let waited = match limit {
-                                Some(ms) => {
-                                    temporalio_sdk::workflows::select! {
-                                        answered = ctx.wait_condition(|s: &Self| s.answers.is_some()) => answered.map(|()| true),
-                                        _ = ctx.timer(Duration::from_millis(ms)) => Ok(false),
-                                    }
-                                }
-                                None => ctx
-                                    .wait_condition(|s| s.answers.is_some())
-                                    .await
-                                    .map(|()| true),
-                            };
-                            ctx.state_mut(|s| s.gate = None);
-                            if let Ok(false) = waited {
-                                timed_out.extend(done.gate.map(|g| g.node));
-                                continue;
-                            }
-                            if waited.is_err() {
-                                // Cancelled while nothing runs: the record says so too.
-                                let settle = Settle {
-                                    run_id: input.run_id.clone(),
-                                    runs_dir: input.runs_dir.clone(),
-                                    status: RunStatus::Cancelled,
-                                };
-                                ctx.execute_activity(Stages::settle, settle, settle_options())
-                                    .await?;
-                                end.status = RunStatus::Cancelled;
-                                return Ok(end);
-                            }
-                            answers = ctx.state_mut(|s| s.answers.take());
-                        }
-                        // The worker was stopped mid-run (its own shutdown): another takes over.
-                        RunStatus::Interrupted | RunStatus::Running => {
-                            held_by = None;
-                            end.handovers += 1;
-                        }
-                        status => {
-                            end.status = status;
-                            end.error = done.error;
-                            return Ok(end);
-                        }
-                    }
-                }
+            let done = match done {
+                Ok(done) => done,
                 Err(ActivityExecutionError::Cancelled(_)) => {
+                    // A stage that ran recorded the cancellation; a run that waited between
+                    // two stages is cancelled by the worker that holds it.
+                    settle(ctx, &input, held_by.as_deref()).await?;
                     end.status = RunStatus::Cancelled;
                     return Ok(end);
                 }
                 Err(lost) if worker_lost(&lost) => {
                     // The worker died, or nobody polls its queue any more: any worker resumes the
                     // run from its checkpoint, re-running the stage that was interrupted.
+                    // The stage it was running is the one to run again.
                     held_by = None;
+                    taken_up = true;
                     end.handovers += 1;
                     if end.handovers > MAX_LOST_WORKERS {
                         return Err(ApplicationFailure::non_retryable(format!(
@@ -215,8 +176,48 @@ impl TrellisRun {
                         ))
                         .into());
                     }
+                    continue;
                 }
                 Err(error) => return Err(error.into()),
+            };
+            // The answers and timeouts were the stage's to use (a lost stage's go to the next).
+            answers.clone_from(&input.answers);
+            timed_out.clear();
+            if taken_up || end.workers.last() != Some(&done.worker) {
+                end.workers.push(done.worker.clone());
+            }
+            taken_up = false;
+            held_by = Some(done.queue);
+            next = done.next;
+            if next.is_some() {
+                continue;
+            }
+            match done.status {
+                RunStatus::WaitingForInput => {
+                    taken_up = true;
+                    match wait_at_gate(ctx, done.gate).await {
+                        Waited::Answered(given) => answers.get_or_insert_default().extend(given),
+                        Waited::TimedOut(gate) => timed_out.push(gate),
+                        Waited::Cancelled => {
+                            // Cancelled while nothing runs: the record says so too.
+                            settle(ctx, &input, None).await?;
+                            end.status = RunStatus::Cancelled;
+                            return Ok(end);
+                        }
+                    }
+                }
+                // The worker was stopped mid-stage (its own shutdown) or let the run go between
+                // two stages: another takes over.
+                RunStatus::Interrupted | RunStatus::Running => {
+                    held_by = None;
+                    taken_up = true;
+                    end.handovers += 1;
+                }
+                status => {
+                    end.status = status;
+                    end.error = done.error;
+                    return Ok(end);
+                }
             }
         }
     }
@@ -239,10 +240,44 @@ impl TrellisRun {
     }
 }
 
-/// A segment's options: on the queue of the worker that holds the run when there is one (with a
-/// limit on how long it may wait there), else on the shared queue. Temporal never retries a segment:
-/// a lost worker is the workflow's to handle, and a failed stage is the engine's (its own retries).
-fn segment_options(held_by: Option<&str>) -> ActivityOptions {
+/// How a wait at a gate ended.
+enum Waited {
+    Answered(BTreeMap<String, String>),
+    /// The gate (its node id) takes its default.
+    TimedOut(String),
+    Cancelled,
+}
+
+/// Waits for answers to the gate the run stopped at, or for its timeout — a durable timer: when it
+/// fires first, the next stage gives the gate its default.
+async fn wait_at_gate(ctx: &mut WorkflowContext<TrellisRun>, gate: Option<WaitingGate>) -> Waited {
+    ctx.state_mut(|s| s.gate.clone_from(&gate));
+    let limit = gate.as_ref().and_then(|g| g.timeout_ms);
+    let waited = match limit {
+        Some(ms) => {
+            temporalio_sdk::workflows::select! {
+                answered = ctx.wait_condition(|s: &TrellisRun| s.answers.is_some()) => answered.map(|()| true),
+                _ = ctx.timer(Duration::from_millis(ms)) => Ok(false),
+            }
+        }
+        None => ctx
+            .wait_condition(|s| s.answers.is_some())
+            .await
+            .map(|()| true),
+    };
+    ctx.state_mut(|s| s.gate = None);
+    match waited {
+        Ok(true) => Waited::Answered(ctx.state_mut(|s| s.answers.take()).unwrap_or_default()),
+        Ok(false) => gate.map_or(Waited::Cancelled, |g| Waited::TimedOut(g.node)),
+        Err(_) => Waited::Cancelled,
+    }
+}
+
+/// A stage's options: on the queue of the worker that holds the run when there is one (with a limit
+/// on how long it may wait there), else on the shared queue. Temporal never retries a stage: a lost
+/// worker is the workflow's to handle, and a failed stage is the engine's (its own retries). The
+/// activity's summary names the stage when it is known (Temporal's UI shows it).
+fn stage_options(held_by: Option<&str>, next: Option<&str>) -> ActivityOptions {
     ActivityOptions::with_start_to_close_timeout(Duration::from_hours(30 * 24))
         .heartbeat_timeout(HEARTBEAT_TIMEOUT)
         .maybe_task_queue(held_by.map(str::to_owned))
@@ -252,14 +287,49 @@ fn segment_options(held_by: Option<&str>) -> ActivityOptions {
             maximum_attempts: 1,
             ..RetryPolicy::default()
         })
-        .summary("run the stages of a Trellis run".to_owned())
+        .summary(next.map_or_else(
+            || "open the run at its checkpoint and run its next stage".to_owned(),
+            |node| format!("stage {node}"),
+        ))
         .build()
 }
 
-/// Recording a status is quick, on any worker, and done even though the workflow was cancelled.
-fn settle_options() -> ActivityOptions {
-    ActivityOptions::with_start_to_close_timeout(Duration::from_secs(30))
+/// Records `input`'s run as cancelled: through the worker that holds it when there is one (its
+/// engine may wait there between two stages), else — or when that worker is gone — on any worker.
+async fn settle(
+    ctx: &mut WorkflowContext<TrellisRun>,
+    input: &RunInput,
+    held_by: Option<&str>,
+) -> WorkflowResult<()> {
+    let settle = Settle {
+        run_id: input.run_id.clone(),
+        runs_dir: input.runs_dir.clone(),
+        status: RunStatus::Cancelled,
+    };
+    if held_by.is_some() {
+        match ctx
+            .execute_activity(Stages::settle, settle.clone(), settle_options(held_by))
+            .await
+        {
+            Err(lost) if worker_lost(&lost) => {}
+            settled => return Ok(settled?),
+        }
+    }
+    ctx.execute_activity(Stages::settle, settle, settle_options(None))
+        .await?;
+    Ok(())
+}
+
+/// Recording a status is quick, and done even though the workflow was cancelled.
+fn settle_options(held_by: Option<&str>) -> ActivityOptions {
+    ActivityOptions::with_start_to_close_timeout(Duration::from_mins(1))
         .cancellation_token(WorkflowCancellationToken::new())
+        .maybe_task_queue(held_by.map(str::to_owned))
+        .maybe_schedule_to_start_timeout(held_by.map(|_| HANDOVER_TIMEOUT))
+        .retry_policy(RetryPolicy {
+            maximum_attempts: 1,
+            ..RetryPolicy::default()
+        })
         .build()
 }
 

@@ -63,6 +63,38 @@ impl TemporalServer {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// The summaries of the activities the workflow `id` scheduled, in order, from its history as
+    /// Temporal's CLI shows it.
+    pub fn activity_summaries(&self, id: &str) -> Vec<String> {
+        use base64::Engine as _;
+        let binary = Self::binary().expect("found before");
+        let output = Command::new(&binary)
+            .args(["workflow", "show", "--workflow-id", id, "--output", "json"])
+            .args(["--address", &self.address()])
+            .output()
+            .expect("the Temporal CLI runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let history: serde_json::Value =
+            serde_json::from_slice(&output.stdout).expect("a history in JSON");
+        history["events"]
+            .as_array()
+            .expect("the history's events")
+            .iter()
+            .filter(|e| e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED")
+            .map(|e| {
+                let data = e["userMetadata"]["summary"]["data"].as_str().unwrap_or("");
+                let json = base64::engine::general_purpose::STANDARD
+                    .decode(data)
+                    .unwrap_or_default();
+                serde_json::from_slice::<String>(&json).unwrap_or_default()
+            })
+            .collect()
+    }
+
     /// Waits until the server answers and its `default` namespace exists.
     fn wait_ready(&self) {
         let binary = Self::binary().expect("found before");

@@ -270,6 +270,7 @@ fn wiring(options: &RunOptions, sandbox: Arc<trellis_run::Sandbox>) -> anyhow::R
         subscribers: vec![progress],
         logged: None,
         sandbox,
+        pacer: None,
     })
 }
 
