@@ -273,7 +273,7 @@ const WORKFLOWS: &[(&str, &str, &[&str])] = &[
     (
         "wait",
         "digraph W { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
-         pause [shape=insulator, duration=\"1s\"]\n after [shape=parallelogram, script=\"echo after\"]\n \
+         pause [shape=insulator, duration=\"2s\"]\n after [shape=parallelogram, script=\"echo after\"]\n \
          start -> pause -> after -> exit }",
         &[],
     ),
@@ -339,6 +339,11 @@ fn the_same_workflows_give_the_same_stages_outcomes_and_context_on_both_backends
                 "{}",
                 remote.summary
             );
+        }
+        if *name == "wait" {
+            // The wait's time was a Temporal timer.
+            let run_id = remote.summary["run_id"].as_str().unwrap();
+            assert_eq!(server.timers(run_id).len(), 1, "{}", remote.summary);
         }
         let meta = run_support::read_json(&remote.record().join("run.json"));
         assert_eq!(meta["temporal"]["task_queue"], "trellis", "{meta}");
@@ -737,6 +742,12 @@ fn a_wait_survives_restarting_every_worker() {
         .collect();
     assert_eq!(ends.len(), 2, "{ends:?}");
     assert_eq!(ends[0], ends[1]);
+    // The wait's time was a Temporal timer: no worker held the run meanwhile.
+    let timers = server.timers(summary["run_id"].as_str().unwrap());
+    assert!(
+        matches!(timers.as_slice(), [t] if (1.0..=5.0).contains(t)),
+        "{timers:?}"
+    );
 }
 
 #[test]

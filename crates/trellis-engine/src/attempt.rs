@@ -54,8 +54,9 @@ struct Place<'p> {
 
 /// What an attempt at a node runs: its handler, or one of the kinds the engine runs itself.
 pub(crate) enum Work<'w> {
-    /// The node's handler ([`Engine::handler_of`]).
-    Handler(Arc<dyn Handler>),
+    /// The node's handler ([`Engine::handler_of`]), and the run's pacer when the node is on the
+    /// paced main track.
+    Handler(Arc<dyn Handler>, Option<&'w dyn crate::services::Pacer>),
     /// A fan-out: its branches, then the join, on `track` at `path`.
     FanOut {
         path: &'w [String],
@@ -110,7 +111,7 @@ impl Engine {
     ) -> Result<Attempt, EngineError> {
         let node = &self.workflow.nodes[place.index];
         match work {
-            Work::Handler(handler) => {
+            Work::Handler(handler, pacer) => {
                 let stage = Stage {
                     workflow: &self.workflow,
                     node,
@@ -126,6 +127,7 @@ impl Engine {
                     settings: &self.settings,
                     emitter: self,
                     cancel: place.cancel,
+                    pacer: *pacer,
                 };
                 within(limit, async { Ok(handler.execute(&stage).await) }).await
             }
@@ -205,11 +207,16 @@ impl Engine {
             if attempt > 1 || context.get(&retries).is_some() {
                 context.set(retries, attempt - 1);
             }
-            let Attempt::Finished(mut outcome) = executed else {
-                // No outcome yet: the attempt's status says what it waits for.
-                let waiting = StatusFile::waiting(&node.id, visit, attempt, duration_ms);
-                self.recorder.write_status(&dir, waiting).await?;
-                return Ok(Attempt::WaitingForInput);
+            let mut outcome = match executed {
+                Attempt::Finished(outcome) => outcome,
+                Attempt::WaitingForInput => {
+                    // No outcome yet: the attempt's status says what it waits for.
+                    let waiting = StatusFile::waiting(&node.id, visit, attempt, duration_ms);
+                    self.recorder.write_status(&dir, waiting).await?;
+                    return Ok(Attempt::WaitingForInput);
+                }
+                // Nor here: the attempt stays unfinished, set aside when the stage runs again.
+                Attempt::Parked => return Ok(Attempt::Parked),
             };
             if let Some(excluded) = &self.excluded {
                 outcome

@@ -39,6 +39,8 @@ pub struct Stage<'a> {
     /// needed, the run stopped): work a handler hands to another thread or task watches it and
     /// stops, where dropping the attempt's future cannot reach.
     pub cancel: &'a tokio_util::sync::CancellationToken,
+    /// The run's pacer, when this stage is on the paced main track (see [`crate::services::Pacer`]).
+    pub pacer: Option<&'a dyn crate::services::Pacer>,
 }
 
 /// A model stage's fidelity and conversation thread, resolved by the engine from the edge it came
@@ -86,6 +88,9 @@ pub enum Attempt {
     /// The stage needs an answer nobody can give now (a human gate in a non-interactive run): the run
     /// stops as waiting for input, resumable with an answer.
     WaitingForInput,
+    /// The stage handed its time to the run's pacer ([`Stage::pacer`]): the run parks, and the
+    /// stage runs again when the run goes on.
+    Parked,
 }
 
 impl From<Outcome> for Attempt {

@@ -165,6 +165,13 @@ pub enum Pace {
 #[async_trait]
 pub trait Pacer: Send + Sync {
     async fn next_stage(&self, node: &str) -> Pace;
+
+    /// A wait on the main track offers its time: `true` when the pacer keeps it (a durable timer
+    /// of its own). The wait's stage then parks the run, and runs again — ending at once — when the
+    /// pacer goes on at `until`.
+    fn keeps_time(&self, _node: &str, _until: std::time::SystemTime) -> bool {
+        false
+    }
 }
 
 pub use crate::event::RouteOption;

@@ -32,6 +32,8 @@ pub(crate) enum Next {
     End,
     /// The stage waits for input.
     Wait,
+    /// The stage parked the run ([`Attempt::Parked`]).
+    Park,
 }
 
 impl Engine {
@@ -77,6 +79,10 @@ impl Engine {
                     self.persist(path, track, context).await?;
                     return Ok(WalkEnd::Waiting);
                 }
+                Next::Park => {
+                    self.persist(path, track, context).await?;
+                    return Ok(WalkEnd::Parked);
+                }
                 Next::End => None,
                 Next::Jump(to) => Some(to),
                 Next::Edge(edge) => Some(self.workflow.edges[edge].to),
@@ -117,7 +123,7 @@ impl Engine {
 
     /// The pacer asked before the node at `index`: only the top-level run's main track is paced,
     /// and not at its start or exit.
-    fn pacer(&self, path: &[String], index: NodeIndex) -> Option<&dyn Pacer> {
+    pub(crate) fn pacer(&self, path: &[String], index: NodeIndex) -> Option<&dyn Pacer> {
         let pacer = self.services.pacer.as_deref()?;
         let main_track = path.is_empty()
             && self.depth == 0
@@ -178,6 +184,8 @@ impl Engine {
         let outcome = match attempt {
             Attempt::Finished(outcome) => outcome,
             Attempt::WaitingForInput if path.is_empty() => return Ok(Next::Wait),
+            // Only a stage given the pacer parks, and only the main track's are.
+            Attempt::Parked => return Ok(Next::Park),
             Attempt::WaitingForInput => {
                 return Err(EngineError::Configuration {
                     node: node.id.clone(),
@@ -240,7 +248,7 @@ impl Engine {
             }
             _ => (
                 track.last_outcome.as_ref(),
-                Work::Handler(self.handler_of(node)?),
+                Work::Handler(self.handler_of(node)?, self.pacer(path, index)),
             ),
         };
         self.run_attempts(index, visit, context, previous, conversation, work)

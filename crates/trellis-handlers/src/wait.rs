@@ -1,7 +1,9 @@
 //! Wait nodes pause for their `duration` (not in a dry run). The wait is durable: its end is written
 //! to the stage directory (`wait.json`) as it starts, and a wait run again after the run was
 //! interrupted (a killed process, a lost Temporal worker) ends when the first one would have,
-//! instead of starting over.
+//! instead of starting over. On the main track of a run whose pacer keeps time (Temporal: a
+//! durable timer) a wait of a second or more parks the run instead, and ends when run again at
+//! its end.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -18,8 +20,8 @@ const WAIT_FILE: &str = "wait.json";
 pub struct WaitHandler;
 
 impl WaitHandler {
-    /// Pauses until the wait's end.
-    async fn outcome(&self, stage: &Stage<'_>) -> Outcome {
+    /// Pauses until the wait's end, or hands the time to the run's pacer.
+    async fn outcome(&self, stage: &Stage<'_>) -> Attempt {
         if let NodeKind::Wait(config) = &stage.node.kind
             && !stage.settings.dry_run()
         {
@@ -28,16 +30,27 @@ impl WaitHandler {
             let fresh = now + config.duration;
             let until = blocking(move || wait_until(&dir, &node, visit, fresh)).await;
             let left = until.duration_since(now).unwrap_or(Duration::ZERO);
+            // A pacer with timers of its own (Temporal) keeps a wait's time: the run parks.
+            if left >= KEPT_FROM
+                && stage
+                    .pacer
+                    .is_some_and(|pacer| pacer.keeps_time(&stage.node.id, until))
+            {
+                return Attempt::Parked;
+            }
             tokio::time::sleep(left).await;
         }
-        Outcome::success()
+        Outcome::success().into()
     }
 }
+
+/// The shortest wait a pacer is offered: a shorter one is slept here.
+const KEPT_FROM: Duration = Duration::from_secs(1);
 
 #[async_trait]
 impl Handler for WaitHandler {
     async fn execute(&self, stage: &Stage<'_>) -> Attempt {
-        self.outcome(stage).await.into()
+        self.outcome(stage).await
     }
 }
 

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 use temporalio_macros::activities;
@@ -79,6 +79,8 @@ struct Live {
     waiting: Option<Ready>,
     /// The gate the run stopped at, when it did.
     asked: Arc<Mutex<Option<WaitingGate>>>,
+    /// The wait the run parked at for the workflow's timer, when it did: its node and end.
+    kept: Arc<Mutex<Option<(String, SystemTime)>>>,
 }
 
 /// The engine waits before `node`; `go` lets it run the stage.
@@ -268,6 +270,7 @@ impl Stages {
             None => Arc::from(unanswered),
         };
         let (reports, receiver) = mpsc::unbounded_channel();
+        let kept = Arc::new(Mutex::new(None));
         let wiring = Wiring {
             interviewer,
             subscribers: Vec::new(),
@@ -276,6 +279,7 @@ impl Stages {
             pacer: Some(Arc::new(Paced {
                 reports: reports.clone(),
                 worker: self.stop.token().clone(),
+                kept: kept.clone(),
             })),
         };
         let run = resumable.into_run(loaded, wiring).await?;
@@ -315,6 +319,7 @@ impl Stages {
             reports: receiver,
             waiting: None,
             asked,
+            kept,
         }))
     }
 
@@ -331,6 +336,14 @@ impl Stages {
         );
         if finished.status == RunStatus::WaitingForInput {
             end.gate = live.asked.lock().take();
+        }
+        if finished.status == RunStatus::Running
+            && let Some((node, until)) = live.kept.lock().take()
+        {
+            // Parked at a wait: the run goes on with it, here, when its time is up.
+            let left = until.duration_since(SystemTime::now()).unwrap_or_default();
+            end.next = Some(node);
+            end.sleep_ms = Some(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
         }
         Ok(end)
     }
@@ -361,15 +374,19 @@ impl Stages {
             worker: self.identity.clone(),
             gate: None,
             next: None,
+            sleep_ms: None,
         }
     }
 }
 
 /// A held run's engine between two stages: it says it is ready for the next one and waits for
-/// that stage's activity — not longer than [`IDLE`], nor once the worker stops.
+/// that stage's activity — not longer than [`IDLE`], nor once the worker stops. A wait's time is
+/// kept by the run's workflow (a Temporal timer), not here.
 struct Paced {
     reports: mpsc::UnboundedSender<Report>,
     worker: trellis_engine::CancellationToken,
+    /// The wait whose time the workflow is to keep: its node and end.
+    kept: Arc<Mutex<Option<(String, SystemTime)>>>,
 }
 
 #[async_trait::async_trait]
@@ -390,6 +407,11 @@ impl Pacer for Paced {
             },
             () = self.worker.cancelled() => Pace::Park,
         }
+    }
+
+    fn keeps_time(&self, node: &str, until: SystemTime) -> bool {
+        *self.kept.lock() = Some((node.to_owned(), until));
+        true
     }
 }
 

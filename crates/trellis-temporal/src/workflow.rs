@@ -102,6 +102,10 @@ pub struct SegmentEnd {
     /// it on the worker that holds the run.
     #[serde(default)]
     pub next: Option<String>,
+    /// How long the run waits before it goes on with `next`: a wait node's time, kept by the
+    /// workflow as a durable timer (the run is parked, no worker holds it meanwhile).
+    #[serde(default)]
+    pub sleep_ms: Option<u64>,
 }
 
 /// A gate a run stopped at, and how long it may wait for an answer.
@@ -189,6 +193,18 @@ impl TrellisRun {
             taken_up = false;
             held_by = Some(done.queue);
             next = done.next;
+            if let Some(ms) = done.sleep_ms {
+                // Any worker may go on after the timer; the one that parked the run first.
+                taken_up = true;
+                if let temporalio_sdk::TimerResult::Cancelled =
+                    ctx.timer(Duration::from_millis(ms)).await
+                {
+                    settle(ctx, &input, None).await?;
+                    end.status = RunStatus::Cancelled;
+                    return Ok(end);
+                }
+                continue;
+            }
             if next.is_some() {
                 continue;
             }

@@ -63,10 +63,8 @@ impl TemporalServer {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// The summaries of the activities the workflow `id` scheduled, in order, from its history as
-    /// Temporal's CLI shows it.
-    pub fn activity_summaries(&self, id: &str) -> Vec<String> {
-        use base64::Engine as _;
+    /// The events of the workflow `id`'s history, as Temporal's CLI shows them (JSON).
+    pub fn history(&self, id: &str) -> Vec<serde_json::Value> {
         let binary = Self::binary().expect("found before");
         let output = Command::new(&binary)
             .args(["workflow", "show", "--workflow-id", id, "--output", "json"])
@@ -83,6 +81,13 @@ impl TemporalServer {
         history["events"]
             .as_array()
             .expect("the history's events")
+            .clone()
+    }
+
+    /// The summaries of the activities the workflow `id` scheduled, in order.
+    pub fn activity_summaries(&self, id: &str) -> Vec<String> {
+        use base64::Engine as _;
+        self.history(id)
             .iter()
             .filter(|e| e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED")
             .map(|e| {
@@ -91,6 +96,21 @@ impl TemporalServer {
                     .decode(data)
                     .unwrap_or_default();
                 serde_json::from_slice::<String>(&json).unwrap_or_default()
+            })
+            .collect()
+    }
+
+    /// How long each timer the workflow `id` started was set for, in seconds.
+    pub fn timers(&self, id: &str) -> Vec<f64> {
+        self.history(id)
+            .iter()
+            .filter(|e| e["eventType"] == "EVENT_TYPE_TIMER_STARTED")
+            .filter_map(|e| {
+                e["timerStartedEventAttributes"]["startToFireTimeout"]
+                    .as_str()?
+                    .trim_end_matches('s')
+                    .parse()
+                    .ok()
             })
             .collect()
     }
