@@ -19,7 +19,7 @@ use trellis_test::workflows::command_chain;
 /// Runs submitted at once per measurement, and their stages.
 const RUNS: usize = 12;
 const STAGES: usize = 5;
-/// Runs a worker executes at once.
+/// Stages a worker executes at once.
 const SLOTS: usize = 2;
 /// Stages of the chain the overhead is measured on.
 const OVERHEAD_STAGES: usize = 50;

@@ -332,7 +332,7 @@ fn the_same_workflows_give_the_same_stages_outcomes_and_context_on_both_backends
             remote.summary
         );
         if *name == "gate-timeout" {
-            // The gate's timeout ran on Temporal's timer, between two segments.
+            // The gate's timeout ran on Temporal's timer: the worker took the run up twice.
             assert_eq!(
                 remote.summary["workers"].as_array().unwrap().len(),
                 2,
@@ -462,6 +462,15 @@ fn a_gate_answered_while_its_worker_is_down_completes_on_another_worker() {
     assert!(
         shown.contains(&format!("on Temporal: {}", server.address())),
         "{shown}"
+    );
+    // An answer that is none of the gate's options is refused before it is sent.
+    project.write("wrong.json", r#"{"approve": "Maybe"}"#);
+    let wrong = project.resume(&run_id, &["--answers", "wrong.json"]);
+    assert_eq!(wrong.code(), Some(2), "{}", wrong.stderr());
+    assert!(
+        wrong.stderr().contains("is not one of its options"),
+        "{}",
+        wrong.stderr()
     );
     // The worker that holds the run goes away; another comes up; the answer arrives.
     let first = workers[0].identity();

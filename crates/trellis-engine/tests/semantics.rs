@@ -370,6 +370,72 @@ async fn cancelling_stops_the_running_stage_and_resume_runs_it_again() {
     );
 }
 
+/// Paces the main track: records every stage it is asked about and parks before `park_at`.
+#[derive(Default)]
+struct Pacing {
+    asked: parking_lot::Mutex<Vec<String>>,
+    park_at: Option<&'static str>,
+}
+
+#[async_trait]
+impl trellis_engine::services::Pacer for Pacing {
+    async fn next_stage(&self, node: &str) -> trellis_engine::services::Pace {
+        self.asked.lock().push(node.to_owned());
+        if self.park_at == Some(node) {
+            trellis_engine::services::Pace::Park
+        } else {
+            trellis_engine::services::Pace::Go
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_pacer_is_asked_before_each_main_track_stage_and_a_parked_run_goes_on_where_it_stopped() {
+    let source = graph(
+        "a [shape=parallelogram, script=\"ok\"]\n fan [shape=component]\n \
+         b1 [shape=parallelogram, script=\"ok\"]\n b2 [shape=parallelogram, script=\"ok\"]\n \
+         join [shape=tripleoctagon]\n c [shape=parallelogram, script=\"set done=yes\"]\n \
+         start -> a -> fan\n fan -> b1 -> join\n fan -> b2 -> join\n join -> c -> exit",
+    );
+    let mut h = harness(&source, Arc::new(Scripted::default()));
+    let parking = Arc::new(Pacing {
+        park_at: Some("c"),
+        ..Pacing::default()
+    });
+    h.engine.services.pacer = Some(parking.clone());
+    let result = h.run().await;
+    // Parked before `c`: the run has not ended, nothing of `c` ran, and the record says where to
+    // go on; no end event, no end status.
+    assert_eq!(result.status, RunStatus::Running, "{:?}", result.error);
+    assert_eq!(result.checkpoint.next_node(), Some("c"));
+    assert_eq!(nodes(&result), ["start", "a", "b1", "b2", "fan", "join"]);
+    assert_eq!(
+        h.store.last_checkpoint().unwrap().status,
+        RunStatus::Running
+    );
+    let names = h.event_names();
+    assert_eq!(names.last().map(String::as_str), Some("CheckpointSaved"));
+    // The main track's stages are asked about, not the start, the exit or the branches'.
+    assert_eq!(*parking.asked.lock(), ["a", "fan", "join", "c"]);
+
+    let mut resumed = harness(&source, Arc::new(Scripted::default()));
+    let going = Arc::new(Pacing::default());
+    resumed.engine.services.pacer = Some(going.clone());
+    resumed.store.save_checkpoint(&result.checkpoint).unwrap();
+    let mut result = resumed
+        .engine
+        .run(result.checkpoint, &CancellationToken::new())
+        .await;
+    result.checkpoint.stages = resumed.store.last_checkpoint().unwrap().stages;
+    assert_eq!(result.status, RunStatus::Succeeded, "{:?}", result.error);
+    assert_eq!(result.checkpoint.track.context["done"], "yes");
+    assert_eq!(*going.asked.lock(), ["c"]);
+    assert_eq!(
+        resumed.event_names().last().map(String::as_str),
+        Some("WorkflowRunCompleted")
+    );
+}
+
 #[tokio::test]
 async fn events_take_their_time_from_the_clock() {
     let h = harness(

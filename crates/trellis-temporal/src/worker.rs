@@ -28,7 +28,7 @@ use trellis_handlers::interviewer::{Answers, AutoApprove};
 use trellis_run::{Finished, Resumable, RunError, Sandbox, Stop, Wiring};
 use trellis_store::RunDir;
 
-use crate::workflow::{HANDOVER_TIMEOUT, Segment, SegmentEnd, Settle, TrellisRun, WaitingGate};
+use crate::workflow::{HANDOVER_TIMEOUT, NextStage, Settle, StageEnd, TrellisRun, WaitingGate};
 use crate::{Target, connect};
 
 /// How long a held run's engine waits for its next stage's activity before it parks the run.
@@ -113,9 +113,9 @@ impl Stages {
     pub async fn advance(
         self: Arc<Self>,
         ctx: ActivityContext,
-        segment: Segment,
-    ) -> Result<SegmentEnd, ActivityError> {
-        match Box::pin(self.execute(&ctx, segment)).await {
+        work: NextStage,
+    ) -> Result<StageEnd, ActivityError> {
+        match Box::pin(self.execute(&ctx, work)).await {
             Ok(end) => Ok(end),
             Err(error) => Err(ApplicationFailure::non_retryable(error.to_string()).into()),
         }
@@ -155,54 +155,57 @@ impl Stages {
     async fn execute(
         &self,
         ctx: &ActivityContext,
-        segment: Segment,
-    ) -> Result<SegmentEnd, StageError> {
+        work: NextStage,
+    ) -> Result<StageEnd, StageError> {
         let runs_dir = self
-            .confined(&segment.run_id, &segment.runs_dir)
+            .confined(&work.run_id, &work.runs_dir)
             .await
             .map_err(|reason| RunError::Sandbox { reason })?;
         let _slot = self.slot(ctx).await;
-        let held = self.held.lock().remove(&segment.run_id);
+        let held = self.held.lock().remove(&work.run_id);
         let (mut live, mut opened) = match held {
             Some(live) => (live, false),
-            None => match self.open(&segment, &runs_dir).await? {
+            None => match self.open(&work, &runs_dir).await? {
                 Ok(live) => (live, true),
                 Err(status) => return Ok(self.end(status, None)),
             },
         };
         loop {
             let ready = match live.waiting.take() {
-                Some(ready) => ready,
+                Some(ready) => Ok(ready),
                 None => match self.report(ctx, &mut live).await {
-                    Report::Ready(ready) => ready,
-                    // The engine parked the run before this activity came: open it again, once.
-                    Report::Ended(ended)
-                        if matches!(&*ended, Ok(f) if f.status == RunStatus::Running)
-                            && !opened =>
-                    {
-                        opened = true;
-                        live = match self.open(&segment, &runs_dir).await? {
-                            Ok(live) => live,
-                            Err(status) => return Ok(self.end(status, None)),
-                        };
-                        continue;
-                    }
-                    Report::Ended(ended) => return self.ended(*ended, &live),
+                    Report::Ready(ready) => Ok(ready),
+                    Report::Ended(ended) => Err(ended),
                 },
             };
-            // An engine that parked meanwhile reports its end next.
-            if ready.go.send(()).is_err() {
-                continue;
-            }
-            return match self.report(ctx, &mut live).await {
-                Report::Ready(next) => {
-                    let mut end = self.end(RunStatus::Running, None);
-                    end.next = Some(next.node.clone());
-                    live.waiting = Some(next);
-                    self.held.lock().insert(segment.run_id.clone(), live);
-                    Ok(end)
+            let ended = match ready {
+                Ok(ready) => {
+                    // An engine that parked meanwhile reports its end next.
+                    if ready.go.send(()).is_err() {
+                        continue;
+                    }
+                    match self.report(ctx, &mut live).await {
+                        Report::Ready(next) => {
+                            let mut end = self.end(RunStatus::Running, None);
+                            end.next = Some(next.node.clone());
+                            live.waiting = Some(next);
+                            self.held.lock().insert(work.run_id.clone(), live);
+                            return Ok(end);
+                        }
+                        Report::Ended(ended) => ended,
+                    }
                 }
-                Report::Ended(ended) => self.ended(*ended, &live),
+                Err(ended) => ended,
+            };
+            // The engine parked for want of this activity (before it came, or as it came): the
+            // stage is still to run. The run is opened again, once.
+            if opened || !parked_idle(&ended, &live) {
+                return self.ended(*ended, &live);
+            }
+            opened = true;
+            live = match self.open(&work, &runs_dir).await? {
+                Ok(live) => live,
+                Err(status) => return Ok(self.end(status, None)),
             };
         }
     }
@@ -246,10 +249,10 @@ impl Stages {
     /// its status.
     async fn open(
         &self,
-        segment: &Segment,
+        work: &NextStage,
         runs_dir: &Path,
     ) -> Result<Result<Live, RunStatus>, RunError> {
-        let resumable = Resumable::open(&segment.run_id, runs_dir).await?;
+        let resumable = Resumable::open(&work.run_id, runs_dir).await?;
         if let Some(status) = resumable.finished() {
             return Ok(Err(status));
         }
@@ -258,11 +261,11 @@ impl Stages {
         let loaded = resumable.load().await?;
         let asked = Arc::new(Mutex::new(None));
         let unanswered: Box<dyn Interviewer> = Box::new(OnTemporal {
-            timed_out: segment.timed_out.iter().cloned().collect(),
-            auto_approve: segment.auto_approve,
+            timed_out: work.timed_out.iter().cloned().collect(),
+            auto_approve: work.auto_approve,
             asked: asked.clone(),
         });
-        let interviewer: Arc<dyn Interviewer> = match &segment.answers {
+        let interviewer: Arc<dyn Interviewer> = match &work.answers {
             Some(answers) => Arc::new(Answers::new(
                 answers.clone().into_iter().collect::<HashMap<_, _>>(),
                 unanswered,
@@ -290,7 +293,7 @@ impl Stages {
         );
         let generation = GENERATIONS.fetch_add(1, Ordering::Relaxed);
         let stop = Stop::new();
-        let (engine_stop, held, run_id) = (stop.clone(), self.held.clone(), segment.run_id.clone());
+        let (engine_stop, held, run_id) = (stop.clone(), self.held.clone(), work.run_id.clone());
         self.engines.lock().spawn(async move {
             let ended = Box::pin(run.execute(&engine_stop))
                 .await
@@ -328,7 +331,7 @@ impl Stages {
         &self,
         ended: Result<Finished, StageError>,
         live: &Live,
-    ) -> Result<SegmentEnd, StageError> {
+    ) -> Result<StageEnd, StageError> {
         let finished = ended?;
         let mut end = self.end(
             finished.status,
@@ -366,8 +369,8 @@ impl Stages {
         Ok(runs_dir)
     }
 
-    fn end(&self, status: RunStatus, error: Option<String>) -> SegmentEnd {
-        SegmentEnd {
+    fn end(&self, status: RunStatus, error: Option<String>) -> StageEnd {
+        StageEnd {
             status,
             error,
             queue: self.queue.clone(),
@@ -377,6 +380,12 @@ impl Stages {
             sleep_ms: None,
         }
     }
+}
+
+/// Whether an engine ended by parking between two stages for want of its next stage's activity
+/// (not at a wait whose time the workflow keeps).
+fn parked_idle(ended: &Result<Finished, StageError>, live: &Live) -> bool {
+    matches!(ended, Ok(f) if f.status == RunStatus::Running) && live.kept.lock().is_none()
 }
 
 /// A held run's engine between two stages: it says it is ready for the next one and waits for
@@ -415,10 +424,10 @@ impl Pacer for Paced {
     }
 }
 
-/// Who answers a gate on a worker when the segment's answers do not: nobody, now — the segment
-/// stops and the run waits for a signal, with the gate's timeout as a Temporal timer (the gate it
-/// asked is kept for the segment's end) — unless that timer already ran out (the gate takes its
-/// default) or the run was started with `--auto-approve` (the first option).
+/// Who answers a gate on a worker when the answers given do not: nobody, now — the run stops and
+/// waits for a signal, with the gate's timeout as a Temporal timer (the gate it asked is kept for
+/// the stage's end) — unless that timer already ran out (the gate takes its default) or the run
+/// was started with `--auto-approve` (the first option).
 struct OnTemporal {
     timed_out: std::collections::BTreeSet<String>,
     auto_approve: bool,

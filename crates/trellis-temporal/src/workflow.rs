@@ -64,7 +64,7 @@ pub struct RunEnd {
 /// A run's next stage, sent to a worker: the one that holds the run runs it with the run's live
 /// engine; any other opens the run from its checkpoint first.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Segment {
+pub struct NextStage {
     pub run_id: String,
     pub runs_dir: String,
     /// The answers to human gates given up front and those that arrived while it waited (by the
@@ -78,7 +78,7 @@ pub struct Segment {
     pub timed_out: Vec<String>,
 }
 
-/// A status to record for a run no segment is running (cancelled while it waited).
+/// A status to record for a run no stage is running (cancelled while it waited).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Settle {
     pub run_id: String,
@@ -88,7 +88,7 @@ pub struct Settle {
 
 /// How the run stands after a stage, and where its working state now is.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SegmentEnd {
+pub struct StageEnd {
     pub status: RunStatus,
     pub error: Option<String>,
     /// The task queue only the worker that ran the stage polls: the run's next stage goes there.
@@ -143,7 +143,7 @@ impl TrellisRun {
             handovers: 0,
         };
         loop {
-            let segment = Segment {
+            let work = NextStage {
                 run_id: input.run_id.clone(),
                 runs_dir: input.runs_dir.clone(),
                 answers: answers.clone(),
@@ -153,7 +153,7 @@ impl TrellisRun {
             let done = ctx
                 .execute_activity(
                     Stages::advance,
-                    segment,
+                    work,
                     stage_options(held_by.as_deref(), next.as_deref()),
                 )
                 .await;
@@ -349,8 +349,8 @@ fn settle_options(held_by: Option<&str>) -> ActivityOptions {
         .build()
 }
 
-/// Whether a segment failed because its worker went away: its heartbeats stopped, or it never
-/// picked the segment up.
+/// Whether a stage failed because its worker went away: its heartbeats stopped, or it never
+/// picked the stage up.
 fn worker_lost(error: &ActivityExecutionError) -> bool {
     let Some(failure) = error.failure() else {
         return false;

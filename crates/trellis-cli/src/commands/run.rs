@@ -419,6 +419,13 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
         // A run on Temporal is its workers' to continue: this process sends answers and follows.
         let record = Arc::new(trellis_store::RunDir::open(&args.run, &runs_dir)?);
         if let Some(target) = record.meta()?.temporal {
+            // Answers that name none of their gate's options are refused before they are sent.
+            if args.options.answers.is_some() {
+                let loaded = Resumable::open(&args.run, &runs_dir).await?.load().await?;
+                if wrong_answers(&args.options, &loaded)? {
+                    return Ok(ExitCode::from(EXIT_USAGE));
+                }
+            }
             return super::temporal::resume(record, &target, &args.options).await;
         }
         let resumable = Resumable::open(&args.run, &runs_dir).await?;
@@ -513,8 +520,8 @@ pub(super) struct Summary<'a> {
     pub error: Option<String>,
     pub sandbox: &'a str,
     pub elapsed: std::time::Duration,
-    /// The Temporal workers that ran it, one per segment finished, and how many times its worker
-    /// was lost (runs on Temporal).
+    /// The Temporal workers that held it in turn, and how many times its worker was lost (runs on
+    /// Temporal).
     pub workers: Option<(Vec<String>, u32)>,
 }
 

@@ -346,7 +346,8 @@ pub fn events(args: &EventsArgs) -> anyhow::Result<ExitCode> {
     let mut ended = false;
     loop {
         // Asked before reading: a run that ends in between wrote everything before it let go. A run
-        // on Temporal has no local owner between its segments; its record says it still runs.
+        // on Temporal has no local owner while it is parked or waits for a timer; its record says it
+        // still runs.
         let running = record.has_live_owner()
             || record.meta().is_ok_and(|meta| {
                 meta.temporal.is_some() && meta.status == trellis_engine::RunStatus::Running

@@ -312,7 +312,7 @@ async fn follow(
 }
 
 /// Whether the gate the run waits at has a timeout (the workflow is asked; it may take a moment to
-/// take in the segment's end).
+/// take in the stage's end).
 async fn gate_times_out(target: &Target, run_id: &str) -> bool {
     for _ in 0..20 {
         if let Ok(Some(gate)) = trellis_temporal::waiting_gate(target, run_id).await {
