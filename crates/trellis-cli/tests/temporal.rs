@@ -708,6 +708,38 @@ fn a_held_run_whose_next_stage_waits_for_a_slot_is_parked_and_goes_on() {
 }
 
 #[test]
+fn a_run_whose_history_grows_long_continues_as_a_new_execution_and_loses_nothing() {
+    let _turn = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Temporal suggests continuing as new once a history has 40 events (about six stages).
+    let Some(server) = TemporalServer::start_with(&["limit.historyCount.suggestContinueAsNew=40"])
+    else {
+        return;
+    };
+    let project = Project::new();
+    project.write(
+        "chain.fabro",
+        &trellis_test::workflows::command_chain(20, "echo $TRELLIS_NODE_ID >> ran.log"),
+    );
+    let _worker = Worker::start(&project, &server, "w1");
+    let run = temporal_run(&project, &server, "chain.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.summary["status"], "succeeded", "{}", run.summary);
+    let ran = std::fs::read_to_string(project.path().join("ran.log")).unwrap();
+    let expected: Vec<String> = (1..=20).map(|s| format!("s{s}")).collect();
+    assert_eq!(ran.lines().collect::<Vec<_>>(), expected);
+    // The figures went on with the run: one worker held it throughout, none was lost.
+    assert_eq!(run.summary["workers"].as_array().map(Vec::len), Some(1));
+    assert_eq!(run.summary["handovers"], 0);
+    // The last execution's history holds only the last stages.
+    let run_id = run.summary["run_id"].as_str().unwrap();
+    let stages = server.activity_summaries(run_id);
+    assert!(!stages.is_empty() && stages.len() < 20, "{stages:?}");
+    assert_eq!(stages.last().map(String::as_str), Some("stage s20"));
+}
+
+#[test]
 fn a_wait_survives_restarting_every_worker() {
     let Some((_turn, server)) = server() else {
         return;

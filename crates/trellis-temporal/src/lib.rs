@@ -106,6 +106,7 @@ pub async fn submit(
         runs_dir: runs_dir.display().to_string(),
         answers: gates.answers,
         auto_approve: gates.auto_approve,
+        carried: None,
     };
     client
         .start_workflow(

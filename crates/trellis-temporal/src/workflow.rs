@@ -16,8 +16,8 @@ use temporalio_common::protos::temporal::api::failure::v1::failure::FailureInfo;
 use temporalio_macros::{workflow, workflow_methods};
 use temporalio_sdk::{
     ActivityCancellationType, ActivityExecutionError, ActivityOptions, ApplicationFailure,
-    SyncWorkflowContext, WorkflowCancellationToken, WorkflowContext, WorkflowContextView,
-    WorkflowResult,
+    ContinueAsNewOptions, SyncWorkflowContext, WorkflowCancellationToken, WorkflowContext,
+    WorkflowContextView, WorkflowResult,
 };
 use trellis_engine::RunStatus;
 
@@ -46,6 +46,20 @@ pub struct RunInput {
     /// Every gate without an answer takes its first option (`--auto-approve`).
     #[serde(default)]
     pub auto_approve: bool,
+    /// Where an earlier execution of the workflow left the run when its history grew long and it
+    /// continued as a new one.
+    #[serde(default)]
+    pub carried: Option<Carried>,
+}
+
+/// What a workflow execution hands to the one it continues as: the worker that holds the run, the
+/// stage it goes on with, and the figures so far.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Carried {
+    pub held_by: Option<String>,
+    pub next: Option<String>,
+    pub workers: Vec<String>,
+    pub handovers: u32,
 }
 
 /// How a run's workflow ended.
@@ -130,18 +144,9 @@ pub struct TrellisRun {
 impl TrellisRun {
     #[run]
     pub async fn run(ctx: &mut WorkflowContext<Self>, input: RunInput) -> WorkflowResult<RunEnd> {
-        let mut held_by: Option<String> = None;
-        let mut next: Option<String> = None;
-        // A worker taking the run up is named in `workers`, even when it held the run before.
-        let mut taken_up = true;
+        let mut run = Holding::new(input.carried.clone());
         let mut answers = input.answers.clone();
         let mut timed_out: Vec<String> = Vec::new();
-        let mut end = RunEnd {
-            status: RunStatus::Running,
-            error: None,
-            workers: Vec::new(),
-            handovers: 0,
-        };
         loop {
             let work = NextStage {
                 run_id: input.run_id.clone(),
@@ -150,36 +155,19 @@ impl TrellisRun {
                 auto_approve: input.auto_approve,
                 timed_out: timed_out.clone(),
             };
-            let done = ctx
-                .execute_activity(
-                    Stages::advance,
-                    work,
-                    stage_options(held_by.as_deref(), next.as_deref()),
-                )
-                .await;
-            let done = match done {
+            let options = stage_options(run.held_by.as_deref(), run.next.as_deref());
+            let done = match ctx.execute_activity(Stages::advance, work, options).await {
                 Ok(done) => done,
                 Err(ActivityExecutionError::Cancelled(_)) => {
                     // A stage that ran recorded the cancellation; a run that waited between
                     // two stages is cancelled by the worker that holds it.
-                    settle(ctx, &input, held_by.as_deref()).await?;
-                    end.status = RunStatus::Cancelled;
-                    return Ok(end);
+                    let held_by = run.held_by.clone();
+                    return cancelled(ctx, &input, held_by.as_deref(), run.end).await;
                 }
                 Err(lost) if worker_lost(&lost) => {
                     // The worker died, or nobody polls its queue any more: any worker resumes the
                     // run from its checkpoint, re-running the stage that was interrupted.
-                    // The stage it was running is the one to run again.
-                    held_by = None;
-                    taken_up = true;
-                    end.handovers += 1;
-                    if end.handovers > MAX_LOST_WORKERS {
-                        return Err(ApplicationFailure::non_retryable(format!(
-                            "run {} lost its worker {} times; giving up",
-                            input.run_id, end.handovers
-                        ))
-                        .into());
-                    }
+                    run.handed_over(&input.run_id)?;
                     continue;
                 }
                 Err(error) => return Err(error.into()),
@@ -187,52 +175,52 @@ impl TrellisRun {
             // The answers and timeouts were the stage's to use (a lost stage's go to the next).
             answers.clone_from(&input.answers);
             timed_out.clear();
-            if taken_up || end.workers.last() != Some(&done.worker) {
-                end.workers.push(done.worker.clone());
-            }
-            taken_up = false;
-            held_by = Some(done.queue);
-            next = done.next;
+            run.ran(&done);
             if let Some(ms) = done.sleep_ms {
                 // Any worker may go on after the timer; the one that parked the run first.
-                taken_up = true;
+                run.taken_up = true;
                 if let temporalio_sdk::TimerResult::Cancelled =
                     ctx.timer(Duration::from_millis(ms)).await
                 {
-                    settle(ctx, &input, None).await?;
-                    end.status = RunStatus::Cancelled;
-                    return Ok(end);
+                    return cancelled(ctx, &input, None, run.end).await;
                 }
                 continue;
             }
-            if next.is_some() {
+            if run.next.is_some() {
+                // Between two stages, a history Temporal finds long goes on in a new execution
+                // (same workflow id: followers, signals and cancellation reach it).
+                if ctx.continue_as_new_suggested() {
+                    let input = RunInput {
+                        carried: Some(run.carried()),
+                        ..input
+                    };
+                    let Err(continued) =
+                        ctx.continue_as_new(input, ContinueAsNewOptions::default());
+                    return Err(continued);
+                }
                 continue;
             }
             match done.status {
                 RunStatus::WaitingForInput => {
-                    taken_up = true;
+                    run.taken_up = true;
                     match wait_at_gate(ctx, done.gate).await {
                         Waited::Answered(given) => answers.get_or_insert_default().extend(given),
                         Waited::TimedOut(gate) => timed_out.push(gate),
-                        Waited::Cancelled => {
-                            // Cancelled while nothing runs: the record says so too.
-                            settle(ctx, &input, None).await?;
-                            end.status = RunStatus::Cancelled;
-                            return Ok(end);
-                        }
+                        // Cancelled while nothing runs: the record says so too.
+                        Waited::Cancelled => return cancelled(ctx, &input, None, run.end).await,
                     }
                 }
                 // The worker was stopped mid-stage (its own shutdown) or let the run go between
                 // two stages: another takes over.
                 RunStatus::Interrupted | RunStatus::Running => {
-                    held_by = None;
-                    taken_up = true;
-                    end.handovers += 1;
+                    run.held_by = None;
+                    run.taken_up = true;
+                    run.end.handovers += 1;
                 }
                 status => {
-                    end.status = status;
-                    end.error = done.error;
-                    return Ok(end);
+                    run.end.status = status;
+                    run.end.error = done.error;
+                    return Ok(run.end);
                 }
             }
         }
@@ -254,6 +242,88 @@ impl TrellisRun {
     pub fn gate(&self, _ctx: &WorkflowContextView) -> Option<WaitingGate> {
         self.gate.clone()
     }
+}
+
+/// Where a run is, as its workflow follows it from stage to stage.
+struct Holding {
+    /// The queue of the worker that holds the run, when one does.
+    held_by: Option<String>,
+    /// The stage the run goes on with, when known.
+    next: Option<String>,
+    /// The next worker to run a stage takes the run up (it is named in `workers` even when it held
+    /// the run before).
+    taken_up: bool,
+    end: RunEnd,
+}
+
+impl Holding {
+    fn new(carried: Option<Carried>) -> Self {
+        let taken_up = carried.is_none();
+        let carried = carried.unwrap_or(Carried {
+            held_by: None,
+            next: None,
+            workers: Vec::new(),
+            handovers: 0,
+        });
+        Self {
+            held_by: carried.held_by,
+            next: carried.next,
+            taken_up,
+            end: RunEnd {
+                status: RunStatus::Running,
+                error: None,
+                workers: carried.workers,
+                handovers: carried.handovers,
+            },
+        }
+    }
+
+    /// A stage ran: its worker holds the run.
+    fn ran(&mut self, done: &StageEnd) {
+        if self.taken_up || self.end.workers.last() != Some(&done.worker) {
+            self.end.workers.push(done.worker.clone());
+        }
+        self.taken_up = false;
+        self.held_by = Some(done.queue.clone());
+        self.next.clone_from(&done.next);
+    }
+
+    /// The worker was lost: any worker takes the run over at the stage it was running — unless
+    /// that happened too often.
+    fn handed_over(&mut self, run_id: &str) -> WorkflowResult<()> {
+        self.held_by = None;
+        self.taken_up = true;
+        self.end.handovers += 1;
+        if self.end.handovers > MAX_LOST_WORKERS {
+            return Err(ApplicationFailure::non_retryable(format!(
+                "run {run_id} lost its worker {} times; giving up",
+                self.end.handovers
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    fn carried(self) -> Carried {
+        Carried {
+            held_by: self.held_by,
+            next: self.next,
+            workers: self.end.workers,
+            handovers: self.end.handovers,
+        }
+    }
+}
+
+/// The end of a run cancelled while no stage ran to record it: the record says so too.
+async fn cancelled(
+    ctx: &mut WorkflowContext<TrellisRun>,
+    input: &RunInput,
+    held_by: Option<&str>,
+    mut end: RunEnd,
+) -> WorkflowResult<RunEnd> {
+    settle(ctx, input, held_by).await?;
+    end.status = RunStatus::Cancelled;
+    Ok(end)
 }
 
 /// How a wait at a gate ended.

