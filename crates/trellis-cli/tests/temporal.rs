@@ -665,11 +665,9 @@ fn thirty_runs_spread_over_three_workers_all_succeed_when_one_worker_is_killed()
             "{worker} ran no stage:\n{ran}"
         );
     }
-    // Only the killed worker's runs (at most its slots) lost a stage.
-    assert!(
-        (1..=4).contains(&interrupted),
-        "{interrupted} stages were interrupted"
-    );
+    // Only the stages the killed worker was running (at most its 4 slots; its runs that waited
+    // between two stages lost none) ran again.
+    assert!(interrupted <= 4, "{interrupted} stages were interrupted");
 }
 
 #[test]
