@@ -152,6 +152,15 @@ impl Harness {
         result
     }
 
+    /// Resumes a run from `checkpoint`, which the record now holds (as it holds what the first run
+    /// wrote), as [`Harness::run`] runs one.
+    async fn resume(&self, checkpoint: trellis_engine::Checkpoint) -> trellis_engine::RunResult {
+        self.store.save_checkpoint(&checkpoint).unwrap();
+        let mut result = self.engine.run(checkpoint, &CancellationToken::new()).await;
+        result.checkpoint.stages = self.store.last_checkpoint().unwrap().stages;
+        result
+    }
+
     fn event_names(&self) -> Vec<String> {
         self.events.names()
     }
@@ -355,13 +364,7 @@ async fn cancelling_stops_the_running_stage_and_resume_runs_it_again() {
         ),
         Arc::new(Scripted::default()),
     );
-    // The resumed run's record holds what the first run wrote.
-    resumed.store.save_checkpoint(&result.checkpoint).unwrap();
-    let mut result = resumed
-        .engine
-        .run(result.checkpoint, &CancellationToken::new())
-        .await;
-    result.checkpoint.stages = resumed.store.last_checkpoint().unwrap().stages;
+    let result = resumed.resume(result.checkpoint).await;
     assert_eq!(result.status, RunStatus::Succeeded, "{:?}", result.error);
     assert_eq!(nodes(&result), ["start", "a", "wait", "exit"]);
     assert_eq!(
@@ -421,12 +424,7 @@ async fn a_pacer_is_asked_before_each_main_track_stage_and_a_parked_run_goes_on_
     let mut resumed = harness(&source, Arc::new(Scripted::default()));
     let going = Arc::new(Pacing::default());
     resumed.engine.services.pacer = Some(going.clone());
-    resumed.store.save_checkpoint(&result.checkpoint).unwrap();
-    let mut result = resumed
-        .engine
-        .run(result.checkpoint, &CancellationToken::new())
-        .await;
-    result.checkpoint.stages = resumed.store.last_checkpoint().unwrap().stages;
+    let result = resumed.resume(result.checkpoint).await;
     assert_eq!(result.status, RunStatus::Succeeded, "{:?}", result.error);
     assert_eq!(result.checkpoint.track.context["done"], "yes");
     assert_eq!(*going.asked.lock(), ["c"]);
