@@ -103,6 +103,8 @@ enum StageError {
     Run(#[from] RunError),
     #[error("the run's engine on this worker stopped without a word")]
     Lost,
+    #[error("the stage was cancelled before it started")]
+    Cancelled,
 }
 
 #[activities]
@@ -161,7 +163,11 @@ impl Stages {
             .confined(&work.run_id, &work.runs_dir)
             .await
             .map_err(|reason| RunError::Sandbox { reason })?;
-        let _slot = self.slot(ctx).await;
+        // Cancelled while it waited for a slot: the run, if this worker holds it, is the settle
+        // activity's to cancel.
+        let Some(_slot) = self.slot(ctx).await else {
+            return Err(StageError::Cancelled);
+        };
         let held = self.held.lock().remove(&work.run_id);
         let (mut live, mut opened) = match held {
             Some(live) => (live, false),
@@ -210,17 +216,19 @@ impl Stages {
         }
     }
 
-    /// A permit to run a stage, heartbeating while the worker's slots are all taken.
-    async fn slot(&self, ctx: &ActivityContext) -> tokio::sync::OwnedSemaphorePermit {
+    /// A permit to run a stage, heartbeating while the worker's slots are all taken; none when
+    /// Temporal cancels the activity meanwhile.
+    async fn slot(&self, ctx: &ActivityContext) -> Option<tokio::sync::OwnedSemaphorePermit> {
         let acquire = self.slots.clone().acquire_owned();
         tokio::pin!(acquire);
         let mut beat = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
-                permit = &mut acquire => return permit.expect("the slots are never closed"),
+                permit = &mut acquire => return permit.ok(),
                 _ = beat.tick() => {
                     let _ = ctx.record_heartbeat(()).await;
                 }
+                () = ctx.cancelled() => return None,
             }
         }
     }
