@@ -85,7 +85,7 @@ pub struct WorkerArgs {
     /// The shared task queue to poll [default: the config file's, else `trellis`].
     #[arg(long, value_name = "QUEUE")]
     task_queue: Option<String>,
-    /// How many runs it executes at once [default: the number of cores].
+    /// How many stages it executes at once [default: the number of cores].
     #[arg(long, value_name = "N")]
     slots: Option<usize>,
     /// The runs directory it serves, the one runs are submitted from, at the same path here
