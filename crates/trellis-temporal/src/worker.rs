@@ -302,7 +302,10 @@ impl Stages {
         let generation = GENERATIONS.fetch_add(1, Ordering::Relaxed);
         let stop = Stop::new();
         let (engine_stop, held, run_id) = (stop.clone(), self.held.clone(), work.run_id.clone());
-        self.engines.lock().spawn(async move {
+        let mut engines = self.engines.lock();
+        // The engines that ended are let go of here, not only when the worker stops.
+        while engines.try_join_next().is_some() {}
+        engines.spawn(async move {
             let ended = Box::pin(run.execute(&engine_stop))
                 .await
                 .map_err(StageError::from);
@@ -324,6 +327,7 @@ impl Stages {
             }
             let _ = reports.send(Report::Ended(Box::new(ended)));
         });
+        drop(engines);
         Ok(Ok(Live {
             generation,
             stop,
