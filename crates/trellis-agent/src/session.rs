@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use trellis_llm::{Message, Part, Request, Response, Role, ToolCall, ToolResult};
+use trellis_llm::{Message, Part, Request, Response, Role, StopReason, ToolCall, ToolResult};
 
 use crate::compaction;
 use crate::loop_detector::{LoopDetector, Repeat};
@@ -76,6 +76,12 @@ pub enum AgentEvent {
     ApprovalAnswered {
         label: String,
         asked: bool,
+    },
+    /// The session answered the model itself before its next turn: an answer cut short at the
+    /// output limit is met with a request to answer again, shorter.
+    Reminded {
+        turn: u32,
+        text: String,
     },
     /// A steering message reached the model's next request.
     Steered {
@@ -162,12 +168,25 @@ pub struct Settings {
     /// The model's context window in tokens, when known; compaction needs it.
     pub context_window: Option<u64>,
     /// The model decodes greedily unless a request names a temperature (the local model): the same
-    /// conversation gets the same answer, so a turn after a loop warning is sampled instead
-    /// (at 0.7).
+    /// conversation gets the same answer, so a turn after a loop warning or a cut answer is sampled
+    /// instead (at 0.7).
     pub greedy: bool,
 }
 
-/// The temperature of a greedy model's turn after a loop warning: asked the same way, it would
+/// Answers cut short at the output limit in a row that are answered with a request to answer
+/// again, shorter; the next is taken as it is.
+const CUT_ANSWERS: u32 = 2;
+
+/// What an answer cut short at the output limit is answered with.
+fn cut_request(limit: Option<u32>) -> String {
+    let limit = limit.map(|l| format!(" ({l} tokens)")).unwrap_or_default();
+    format!(
+        "Your answer was cut off at the output limit{limit} before it ended. Answer again, shorter: write a long file in parts (write_file the beginning, then edit_file \
+         to add the rest)."
+    )
+}
+
+/// The temperature of a greedy model's turn after a loop warning or a cut answer: asked the same way, it would
 /// answer the same way again.
 pub const UNSTICK_TEMPERATURE: f32 = 0.7;
 
@@ -303,6 +322,7 @@ impl Session {
     ) -> Result<Response, Stop<M::Error>> {
         self.request.messages.push(Message::user(text));
         let mut last_text = String::new();
+        let mut cut = 0;
         loop {
             if let Some(max) = self.max_turns
                 && self.turns >= max
@@ -330,19 +350,27 @@ impl Session {
             }
             self.request.messages.push(assistant_message(&response));
             if response.tool_calls.is_empty() {
-                return Ok(response);
+                if response.stop_reason != StopReason::MaxTokens || cut == CUT_ANSWERS {
+                    return Ok(response);
+                }
+                cut += 1;
+                let reminder = cut_request(self.request.max_tokens);
+                observer.on_event(AgentEvent::Reminded {
+                    turn: self.turns,
+                    text: reminder.clone(),
+                });
+                self.request.messages.push(Message::user(reminder));
+                self.unstick(true);
+                continue;
             }
+            cut = 0;
             let warnings = self.loops;
             let parts = self.run_tools(&response.tool_calls, observer).await;
             self.request.messages.push(Message {
                 role: Role::User,
                 parts,
             });
-            // A greedy model just warned is sampled for one turn; otherwise the template holds.
-            self.request.temperature = match self.temperature {
-                (None, true) if self.loops > warnings => Some(UNSTICK_TEMPERATURE),
-                (template, _) => template,
-            };
+            self.unstick(self.loops > warnings);
             if self.loops >= LOOP_WARNINGS {
                 return Err(Stop::Looping {
                     warnings: self.loops,
@@ -350,6 +378,16 @@ impl Session {
                 });
             }
         }
+    }
+
+    /// Sets the next turn's temperature: a greedy model that just got stuck (warned of a loop, or
+    /// cut off at the output limit) is sampled for one turn, since asked the same way it would
+    /// answer the same way; otherwise the template's holds.
+    fn unstick(&mut self, stuck: bool) {
+        self.request.temperature = match self.temperature {
+            (None, true) if stuck => Some(UNSTICK_TEMPERATURE),
+            (template, _) => template,
+        };
     }
 
     /// Sends the request as it stands. An answer that it did not fit the model's context window
@@ -699,6 +737,52 @@ mod tests {
             };
             self.0.lock().push(line);
         }
+    }
+
+    #[tokio::test]
+    async fn an_answer_cut_at_the_output_limit_is_asked_again_twice_then_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
+        let settings = Settings {
+            template: Request {
+                max_tokens: Some(64),
+                ..Request::default()
+            },
+            greedy: true,
+            ..Settings::default()
+        };
+        let mut session = Session::new(toolbox, None, Vec::new(), settings);
+        let cut = |text: &str| Response {
+            stop_reason: StopReason::MaxTokens,
+            ..response(text, &[])
+        };
+        let mut model = Scripted {
+            answers: vec![
+                cut("{\"name\": \"write"),
+                cut("{\"na"),
+                cut("taken as it is"),
+            ],
+            asked: Vec::new(),
+        };
+        let answer = session
+            .send(&mut model, &Log::default(), "go".into())
+            .await
+            .unwrap();
+        assert_eq!(answer.text, "taken as it is");
+        assert_eq!(model.asked.len(), 3);
+        let again = model.asked[1].messages.last().unwrap().text();
+        assert!(
+            again.starts_with("Your answer was cut off at the output limit (64 tokens)"),
+            "{again}"
+        );
+        // A greedy model cut off is sampled for its next turn.
+        let temperatures: Vec<Option<f32>> = model.asked.iter().map(|r| r.temperature).collect();
+        assert_eq!(
+            temperatures,
+            [None, Some(UNSTICK_TEMPERATURE), Some(UNSTICK_TEMPERATURE)]
+        );
+        // The cut answer stays in the history, as the model wrote it.
+        assert_eq!(model.asked[1].messages[1].text(), "{\"name\": \"write");
     }
 
     #[tokio::test]

@@ -636,6 +636,38 @@ fn a_model_that_ignores_three_loop_warnings_is_stopped() {
 }
 
 #[test]
+fn an_answer_cut_off_at_the_output_limit_is_asked_for_again_not_taken() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    lib_rs(&p);
+    p.write("w.fabro", &one_agent(", max_tokens=64"));
+    mock.scenario(&json!([
+        { "type": "reply", "text": "Here is the whole of src/lib.rs, rewritten: pub fn add(a: i32, b: i32) -> i32 {", "finish_reason": "length", "times": 1 },
+        answer("Fixed: add now adds."),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(
+        stage_file(&run, "fix", "response.md").trim(),
+        "Fixed: add now adds."
+    );
+    // What the model was shown after its cut answer: that answer, then the request to answer again.
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 2);
+    let messages = bodies[1]["messages"].as_array().unwrap();
+    let cut = &messages[messages.len() - 2];
+    assert_eq!(cut["role"], "assistant");
+    assert!(cut.to_string().contains("rewritten: pub fn add"), "{cut}");
+    let again = messages.last().unwrap().to_string();
+    assert!(
+        again.contains("Your answer was cut off at the output limit (64 tokens)"),
+        "{again}"
+    );
+    let transcript = stage_file(&run, "fix", "transcript.jsonl");
+    assert!(transcript.contains("\"type\":\"reminder\""), "{transcript}");
+}
+
+#[test]
 fn a_blind_overwrite_is_refused_until_the_file_is_read() {
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);

@@ -347,6 +347,10 @@ impl Observer for StageObserver<'_> {
                     default_after_timeout: false,
                 }
             }
+            AgentEvent::Reminded { turn, text } => {
+                self.note(json!({ "type": "reminder", "turn": turn, "text": text }));
+                return;
+            }
             AgentEvent::Steered { turn, text } => {
                 self.note(json!({ "type": "steer", "turn": turn, "text": text }));
                 EventKind::AgentSteeringReceived { turn, text }

@@ -301,6 +301,7 @@ impl Provider for OpenAiChat {
         let mut model = request.model.clone();
         let offered: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
         let watch_text_calls = self.text_tool_calls && !offered.is_empty();
+        let mut checked = 0;
         while let Some(event) = stream.next().await {
             let event = event?;
             if event.data.trim() == "[DONE]" {
@@ -331,6 +332,16 @@ impl Provider for OpenAiChat {
             if let Some(piece) = delta.content.filter(|p| !p.is_empty()) {
                 text.push_str(&piece);
                 stream.started = true;
+                // A local model repeating itself would go on to the output limit, minutes away.
+                if self.llama_server && text.len() >= checked + REPETITION_CHECK_BYTES {
+                    checked = text.len();
+                    if repeating(&text) {
+                        on_event(StreamEvent::TextDelta(piece));
+                        finish = Some("length".to_owned());
+                        usage = cut_usage(request, &text, counted.as_ref());
+                        break;
+                    }
+                }
                 let complete_call = watch_text_calls
                     && piece.contains(['`', '>'])
                     && text_tool_calls::has_complete_call(&text, &offered);
@@ -340,11 +351,7 @@ impl Provider for OpenAiChat {
                 if complete_call {
                     finish = Some("tool_calls".to_owned());
                     if usage == Usage::default() {
-                        usage = estimated_usage(request, &text);
-                        if let Some(counted) = &counted {
-                            usage.input_tokens = counted.total;
-                            usage.cached_tokens = counted.cache;
-                        }
+                        usage = cut_usage(request, &text, counted.as_ref());
                     }
                     break;
                 }
@@ -416,6 +423,34 @@ impl Provider for OpenAiChat {
             stop_reason,
         })
     }
+}
+
+/// How much an answer grows between two looks for repetition.
+const REPETITION_CHECK_BYTES: usize = 256;
+/// The end of an answer that, found this many times before it, shows the model repeating itself.
+const REPEATED_TAIL_CHARS: usize = 100;
+const REPEATS: usize = 3;
+
+/// Whether the answer's last 100 characters occur three more times before them: a model stuck
+/// repeating itself (a greedy small model going round one sentence), which would not stop before
+/// the output limit. The answer is cut there, as if it had reached the limit.
+fn repeating(text: &str) -> bool {
+    let Some((start, _)) = text.char_indices().rev().nth(REPEATED_TAIL_CHARS - 1) else {
+        return false;
+    };
+    let (before, tail) = text.split_at(start);
+    before.matches(tail).take(REPEATS).count() == REPEATS
+}
+
+/// Usage for an answer cut short before the server reported its figures: llama-server's count of
+/// the prompt where it sent one, else estimated.
+fn cut_usage(request: &Request, text: &str, counted: Option<&PromptProgress>) -> Usage {
+    let mut usage = estimated_usage(request, text);
+    if let Some(counted) = counted {
+        usage.input_tokens = counted.total;
+        usage.cached_tokens = counted.cache;
+    }
+    usage
 }
 
 /// Usage estimated at four characters a token, for an answer cut short before the server reported
@@ -528,5 +563,22 @@ mod tests {
         ] {
             assert!(other.get("cache_prompt").is_none(), "{other}");
         }
+    }
+
+    #[test]
+    fn an_answer_that_repeats_its_end_three_times_is_repeating() {
+        use std::fmt::Write as _;
+        let sentence = "Python script fizzbuzz.py that prints the numbers 1 to 15, one per line, but Fizz for multiples of 3.";
+        let start = "```json\n{\"name\":\"write_file\",\"arguments\":{\"content\":\"print(1)}}";
+        assert!(!repeating(&format!("{start}{}", sentence.repeat(3))));
+        assert!(repeating(&format!("{start}{}", sentence.repeat(4))));
+        // Short periods too, and text shorter than the tail never.
+        assert!(repeating(&"ab".repeat(200)));
+        assert!(!repeating("ab"));
+        let mut code = String::new();
+        for i in 0..60 {
+            let _ = writeln!(code, "    assert f({i}) == {}", i * 2);
+        }
+        assert!(!repeating(&code));
     }
 }
