@@ -10,6 +10,12 @@
 //!   that does write or run something, so the first rule lets it through), the model is told it is
 //!   going round in circles; the window then starts afresh, so one cycle is reported once.
 //!
+//! - **A failed edit is not tried on the same content again.** An `edit_file` call identical to one
+//!   that failed, on a file whose content has not changed since (other calls in between or not),
+//!   would fail the same way: it is not run, and is answered with an error result that says so. A
+//!   small model tends to alternate a guessed edit with running the tests, which the first rule lets
+//!   through (the tests may change things) and the second names only after ten calls.
+//!
 //! Each refusal and each cycle is an `Agent.LoopDetected` event and a warning; a session stops after
 //! [`crate::session::LOOP_WARNINGS`] of them.
 
@@ -34,6 +40,8 @@ pub struct LoopDetector {
     last_change: Option<String>,
     /// Calls checked so far.
     calls: usize,
+    /// Edits that failed, with a fingerprint of their file's content then: the number of the call.
+    failed_edits: HashMap<(String, u64), usize>,
 }
 
 /// A repeated call that is not run: its tool, how many calls back it came last, and how often it
@@ -43,6 +51,8 @@ pub struct Repeat {
     pub tool: String,
     pub period: usize,
     pub times: u32,
+    /// An edit that failed on the file's same content before (`times` is then 2).
+    pub failed_edit: bool,
 }
 
 /// One call as the detector compares it.
@@ -74,7 +84,27 @@ impl LoopDetector {
             tool: tool.to_owned(),
             period,
             times: *times,
+            failed_edit: false,
         })
+    }
+
+    /// Before an edit runs, with `content` a fingerprint of its file's content now: the repeat it
+    /// is when the same edit failed on the same content. When it is none, [`Self::check`] follows.
+    pub fn check_edit(&mut self, tool: &str, arguments: &Value, content: u64) -> Option<Repeat> {
+        let last = *self.failed_edits.get(&(key(tool, arguments), content))?;
+        self.calls += 1;
+        Some(Repeat {
+            tool: tool.to_owned(),
+            period: self.calls - last,
+            times: 2,
+            failed_edit: true,
+        })
+    }
+
+    /// After an edit failed on the content `content` fingerprints.
+    pub fn edit_failed(&mut self, tool: &str, arguments: &Value, content: u64) {
+        self.failed_edits
+            .insert((key(tool, arguments), content), self.calls);
     }
 
     /// After a call ran: the cycle it completes, if any.
@@ -114,6 +144,14 @@ impl Loop {
 impl Repeat {
     /// The error result the model gets instead of the call's.
     pub fn refusal(&self) -> String {
+        if self.failed_edit {
+            return format!(
+                "Not run: this same `{}` call failed before, and the file has not changed since, so \
+                 it would fail the same way. Copy old_string exactly from the file's content (read \
+                 it again with read_file), or change the file another way.",
+                self.tool
+            );
+        }
         format!(
             "Not run: this is call number {} of `{}` with these same arguments since anything in the \
              working directory last changed, so it would give the same result as before — see your \
@@ -190,9 +228,32 @@ mod tests {
             Some(Repeat {
                 tool: "read_file".into(),
                 period: 2,
-                times: 3
+                times: 3,
+                failed_edit: false,
             })
         );
+    }
+
+    #[test]
+    fn an_edit_that_failed_is_refused_on_the_same_content_whatever_ran_in_between() {
+        let mut detector = LoopDetector::default();
+        let edit = json!({ "path": "calc.py", "old_string": "x", "new_string": "y" });
+        assert_eq!(detector.check_edit("edit_file", &edit, 7), None);
+        detector.check("edit_file", &edit, true);
+        detector.edit_failed("edit_file", &edit, 7);
+        detector.check("shell", &json!({ "command": "pytest" }), true);
+        let repeat = detector.check_edit("edit_file", &edit, 7).unwrap();
+        assert!(repeat.failed_edit);
+        assert_eq!(repeat.period, 2);
+        assert!(
+            repeat.refusal().contains("failed before"),
+            "{}",
+            repeat.refusal()
+        );
+        // The file changed: the edit may work now; another edit is another call.
+        assert_eq!(detector.check_edit("edit_file", &edit, 8), None);
+        let other = json!({ "path": "calc.py", "old_string": "a - b", "new_string": "a + b" });
+        assert_eq!(detector.check_edit("edit_file", &other, 7), None);
     }
 
     #[test]

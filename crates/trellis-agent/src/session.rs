@@ -455,14 +455,7 @@ impl Session {
                 index + 1
             };
             let group = &calls[index..end];
-            // Repeats are answered without running (`loop_detector`), in the order of the calls.
-            let repeats: Vec<Option<Repeat>> = group
-                .iter()
-                .map(|call| {
-                    let changes = !read_only(call);
-                    self.detector.check(&call.name, &call.arguments, changes)
-                })
-                .collect();
+            let checks = self.repeats(group).await;
             let targets: Vec<String> = group.iter().map(|c| target(&self.toolbox, c)).collect();
             for (call, target) in group.iter().zip(&targets) {
                 observer.on_event(AgentEvent::ToolCallStarted {
@@ -473,8 +466,8 @@ impl Session {
                 });
             }
             let (toolbox, approver) = (&self.toolbox, self.approver.as_deref());
-            let outputs = futures::future::join_all(group.iter().zip(&repeats).map(
-                |(call, repeat)| async move {
+            let outputs = futures::future::join_all(group.iter().zip(&checks).map(
+                |(call, (repeat, _))| async move {
                     let started = Instant::now();
                     let verdict = match approver {
                         Some(approver) if repeat.is_none() => {
@@ -483,24 +476,29 @@ impl Session {
                         }
                         _ => Ok(()),
                     };
-                    let output = match (repeat, verdict) {
-                        (Some(repeat), _) => ToolOutput::error(repeat.refusal()),
-                        (None, Err(denied)) => ToolOutput::error(denied),
+                    let (output, ran) = match (repeat, verdict) {
+                        (Some(repeat), _) => (ToolOutput::error(repeat.refusal()), false),
+                        (None, Err(denied)) => (ToolOutput::error(denied), false),
                         (None, Ok(())) => {
                             let output = toolbox.run(call).await;
                             if let Some(approver) = approver {
                                 approver.ran(call, &output).await;
                             }
-                            output
+                            (output, true)
                         }
                     };
-                    (output, started.elapsed())
+                    (output, ran, started.elapsed())
                 },
             ))
             .await;
-            for (((call, target), (output, elapsed)), repeat) in
-                group.iter().zip(targets).zip(outputs).zip(repeats)
+            for (((call, target), (output, ran, elapsed)), (repeat, content)) in
+                group.iter().zip(targets).zip(outputs).zip(checks)
             {
+                // An edit that ran and failed fails the same way on the same content.
+                if let (Some(content), true) = (content, ran && output.is_error) {
+                    self.detector
+                        .edit_failed(&call.name, &call.arguments, content);
+                }
                 let shown = match self.toolbox.find(call) {
                     Some(tool) => tool.limit().apply(&output.content),
                     None => crate::tools::EXTERNAL_LIMIT.apply(&output.content),
@@ -544,6 +542,26 @@ impl Session {
             parts.push(Part::Text { text });
         }
         parts
+    }
+
+    /// For each of a group of calls, in order: the repeat it is, answered without running
+    /// (`loop_detector`), and for an edit, its file's content fingerprint before it runs.
+    async fn repeats(&mut self, group: &[ToolCall]) -> Vec<(Option<Repeat>, Option<u64>)> {
+        let mut edited = Vec::with_capacity(group.len());
+        for call in group {
+            edited.push(self.toolbox.edit_fingerprint(call).await);
+        }
+        group
+            .iter()
+            .zip(edited)
+            .map(|(call, content)| {
+                let changes = !self.toolbox.find(call).is_some_and(Tool::read_only);
+                let repeat = content
+                    .and_then(|c| self.detector.check_edit(&call.name, &call.arguments, c))
+                    .or_else(|| self.detector.check(&call.name, &call.arguments, changes));
+                (repeat, content)
+            })
+            .collect()
     }
 
     fn track(&mut self, output: &ToolOutput) {

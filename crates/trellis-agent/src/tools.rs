@@ -430,6 +430,28 @@ impl Toolbox {
         }
     }
 
+    /// For an `edit_file` call, a fingerprint of its file's content as it is now (none for other
+    /// calls, or a file that cannot be read): the loop detector's key for edits that failed.
+    pub async fn edit_fingerprint(&self, call: &ToolCall) -> Option<u64> {
+        if self.find(call) != Some(Tool::EditFile) {
+            return None;
+        }
+        let path = call.arguments.get("path").and_then(Value::as_str)?;
+        let path = self.work_dir.resolve(path).ok()?;
+        blocking(move || {
+            use std::hash::{Hash as _, Hasher as _};
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "the path was resolved inside the working directory"
+            )]
+            let content = std::fs::read(&path).ok()?;
+            let mut hasher = std::hash::DefaultHasher::new();
+            content.hash(&mut hasher);
+            Some(hasher.finish())
+        })
+        .await
+    }
+
     /// The offered tool `call` names.
     pub fn find(&self, call: &ToolCall) -> Option<Tool> {
         Tool::from_name(&call.name).filter(|t| self.tools.contains(t))

@@ -668,6 +668,52 @@ fn an_answer_cut_off_at_the_output_limit_is_asked_for_again_not_taken() {
 }
 
 #[test]
+fn an_edit_that_failed_is_not_tried_again_on_the_same_content() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    lib_rs(&p);
+    p.write("w.fabro", &one_agent(""));
+    let guessed = json!({ "path": "src/lib.rs", "old_string": "a * b", "new_string": "a + b" });
+    mock.scenario(&json!([
+        call("edit_file", guessed.clone()),
+        call("shell", json!({ "command": "cat src/lib.rs" })),
+        call("edit_file", guessed.clone()),
+        call(
+            "edit_file",
+            json!({ "path": "src/lib.rs", "old_string": "a - b", "new_string": "a + b" })
+        ),
+        // The content changed: the first edit may run again (and fails again, on the new content).
+        call("edit_file", guessed),
+        answer("Fixed."),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert!(p.read("src/lib.rs").contains("a + b"));
+    // What the model was shown for each edit.
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 6);
+    let result = |i: usize| Llmock::tool_results(&bodies[i]).last().unwrap()["content"].to_string();
+    assert!(
+        result(1).contains("old_string was not found"),
+        "{}",
+        result(1)
+    );
+    assert!(
+        result(3).contains("Not run: this same `edit_file` call failed before"),
+        "{}",
+        result(3)
+    );
+    assert!(result(4).contains("replaced 1"), "{}", result(4));
+    assert!(
+        result(5).contains("old_string was not found"),
+        "{}",
+        result(5)
+    );
+    let detected = run.events_named("Agent.LoopDetected");
+    assert_eq!(detected.len(), 1, "the refusal is a loop warning");
+}
+
+#[test]
 fn a_blind_overwrite_is_refused_until_the_file_is_read() {
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
