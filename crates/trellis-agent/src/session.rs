@@ -181,13 +181,14 @@ const CUT_ANSWERS: u32 = 2;
 fn cut_request(limit: Option<u32>) -> String {
     let limit = limit.map(|l| format!(" ({l} tokens)")).unwrap_or_default();
     format!(
-        "Your answer was cut off at the output limit{limit} before it ended. Answer again, shorter: write a long file in parts (write_file the beginning, then edit_file \
-         to add the rest)."
+        "Your answer was cut off at the output limit{limit} before it ended. Answer again, \
+         shorter: write a long file in parts (write_file the beginning, then edit_file to add the \
+         rest)."
     )
 }
 
-/// The temperature of a greedy model's turn after a loop warning or a cut answer: asked the same way, it would
-/// answer the same way again.
+/// The temperature of a greedy model's turn after a loop warning or a cut answer: asked the same
+/// way, it would answer the same way again.
 pub const UNSTICK_TEMPERATURE: f32 = 0.7;
 
 pub struct Session {
