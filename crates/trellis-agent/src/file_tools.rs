@@ -163,6 +163,17 @@ fn edit_file(work_dir: &WorkDir, args: &EditArgs) -> Result<ToolOutput, String> 
     ))
 }
 
+/// A fingerprint of a file's content, read as the file tools read it (none when they would not):
+/// what the loop detector compares failed edits by.
+pub fn fingerprint(work_dir: &WorkDir, path: &str) -> Option<u64> {
+    use std::hash::{Hash as _, Hasher as _};
+    let resolved = work_dir.resolve(path).ok()?;
+    let content = read_whole(&resolved, path).ok()?;
+    let mut hasher = std::hash::DefaultHasher::new();
+    content.hash(&mut hasher);
+    Some(hasher.finish())
+}
+
 /// The whole of a regular file ([`work_dir::open_file`]).
 fn read_whole(path: &Path, shown: &str) -> Result<Vec<u8>, String> {
     let mut bytes = Vec::new();
@@ -528,6 +539,21 @@ mod tests {
         }
         let out = call(&work, Tool::Grep, &json!({"pattern": "x", "path": "pipe"})).unwrap();
         assert!(out.content.starts_with("no matches"), "{}", out.content);
+        // Nor is it read for the loop detector's fingerprint.
+        assert_eq!(fingerprint(&work, "pipe"), None);
+    }
+
+    #[test]
+    fn a_fingerprint_follows_the_content_and_stays_inside() {
+        let (d, work) = setup();
+        std::fs::write(d.path().join("a.py"), "x = 1\n").unwrap();
+        let first = fingerprint(&work, "a.py").unwrap();
+        assert_eq!(fingerprint(&work, "a.py"), Some(first));
+        std::fs::write(d.path().join("a.py"), "x = 2\n").unwrap();
+        assert_ne!(fingerprint(&work, "a.py"), Some(first));
+        assert_eq!(fingerprint(&work, "../outside.py"), None);
+        assert_eq!(fingerprint(&work, "/etc/passwd"), None);
+        assert_eq!(fingerprint(&work, "missing.py"), None);
     }
 
     #[test]

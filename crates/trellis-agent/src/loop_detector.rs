@@ -88,6 +88,13 @@ impl LoopDetector {
         })
     }
 
+    /// Whether an edit identical to this one failed before (on some content): only then is the
+    /// file's content worth a look ([`Self::check_edit`]).
+    pub fn failed_before(&self, tool: &str, arguments: &Value) -> bool {
+        let key = key(tool, arguments);
+        self.failed_edits.keys().any(|(failed, _)| *failed == key)
+    }
+
     /// Before an edit runs, with `content` a fingerprint of its file's content now: the repeat it
     /// is when the same edit failed on the same content. When it is none, [`Self::check`] follows.
     pub fn check_edit(&mut self, tool: &str, arguments: &Value, content: u64) -> Option<Repeat> {
@@ -238,9 +245,11 @@ mod tests {
     fn an_edit_that_failed_is_refused_on_the_same_content_whatever_ran_in_between() {
         let mut detector = LoopDetector::default();
         let edit = json!({ "path": "calc.py", "old_string": "x", "new_string": "y" });
+        assert!(!detector.failed_before("edit_file", &edit));
         assert_eq!(detector.check_edit("edit_file", &edit, 7), None);
         detector.check("edit_file", &edit, true);
         detector.edit_failed("edit_file", &edit, 7);
+        assert!(detector.failed_before("edit_file", &edit));
         detector.check("shell", &json!({ "command": "pytest" }), true);
         let repeat = detector.check_edit("edit_file", &edit, 7).unwrap();
         assert!(repeat.failed_edit);

@@ -14,7 +14,7 @@ use trellis_llm::{Message, Part, Request, Response, Role, StopReason, ToolCall, 
 
 use crate::compaction;
 use crate::loop_detector::{LoopDetector, Repeat};
-use crate::tools::{Tool, ToolOutput, Toolbox};
+use crate::tools::{ToolOutput, Toolbox};
 
 /// How the session reaches its model: one call, made and reported by the caller.
 #[async_trait]
@@ -449,14 +449,9 @@ impl Session {
         let mut warning = None;
         let mut index = 0;
         while index < calls.len() {
-            let read_only = |c: &ToolCall| self.toolbox.find(c).is_some_and(Tool::read_only);
-            let end = if read_only(&calls[index]) {
-                index + calls[index..].iter().take_while(|c| read_only(c)).count()
-            } else {
-                index + 1
-            };
+            let end = self.group_end(calls, index);
             let group = &calls[index..end];
-            let checks = self.repeats(group).await;
+            let repeats = self.repeats(group).await;
             let targets: Vec<String> = group.iter().map(|c| target(&self.toolbox, c)).collect();
             for (call, target) in group.iter().zip(&targets) {
                 observer.on_event(AgentEvent::ToolCallStarted {
@@ -467,8 +462,8 @@ impl Session {
                 });
             }
             let (toolbox, approver) = (&self.toolbox, self.approver.as_deref());
-            let outputs = futures::future::join_all(group.iter().zip(&checks).map(
-                |(call, (repeat, _))| async move {
+            let outputs = futures::future::join_all(group.iter().zip(&repeats).map(
+                |(call, repeat)| async move {
                     let started = Instant::now();
                     let verdict = match approver {
                         Some(approver) if repeat.is_none() => {
@@ -492,11 +487,15 @@ impl Session {
                 },
             ))
             .await;
-            for (((call, target), (output, ran, elapsed)), (repeat, content)) in
-                group.iter().zip(targets).zip(outputs).zip(checks)
+            for (((call, target), (output, ran, elapsed)), repeat) in
+                group.iter().zip(targets).zip(outputs).zip(repeats)
             {
-                // An edit that ran and failed fails the same way on the same content.
-                if let (Some(content), true) = (content, ran && output.is_error) {
+                // An edit that ran and failed (and so changed nothing) fails the same way on the
+                // same content.
+                if ran
+                    && output.is_error
+                    && let Some(content) = self.toolbox.edit_fingerprint(call).await
+                {
                     self.detector
                         .edit_failed(&call.name, &call.arguments, content);
                 }
@@ -545,24 +544,38 @@ impl Session {
         parts
     }
 
-    /// For each of a group of calls, in order: the repeat it is, answered without running
-    /// (`loop_detector`), and for an edit, its file's content fingerprint before it runs.
-    async fn repeats(&mut self, group: &[ToolCall]) -> Vec<(Option<Repeat>, Option<u64>)> {
-        let mut edited = Vec::with_capacity(group.len());
-        for call in group {
-            edited.push(self.toolbox.edit_fingerprint(call).await);
+    /// Where the group of calls starting at `index` ends: consecutive calls that only read run
+    /// together, any other call alone.
+    fn group_end(&self, calls: &[ToolCall], index: usize) -> usize {
+        if self.toolbox.read_only(&calls[index]) {
+            index
+                + calls[index..]
+                    .iter()
+                    .take_while(|c| self.toolbox.read_only(c))
+                    .count()
+        } else {
+            index + 1
         }
-        group
-            .iter()
-            .zip(edited)
-            .map(|(call, content)| {
-                let changes = !self.toolbox.find(call).is_some_and(Tool::read_only);
-                let repeat = content
+    }
+
+    /// For each of a group of calls, in order, the repeat it is: answered without running
+    /// (`loop_detector`). An edit's file is looked at only when the same edit failed before.
+    async fn repeats(&mut self, group: &[ToolCall]) -> Vec<Option<Repeat>> {
+        let mut repeats = Vec::with_capacity(group.len());
+        for call in group {
+            let content = if self.detector.failed_before(&call.name, &call.arguments) {
+                self.toolbox.edit_fingerprint(call).await
+            } else {
+                None
+            };
+            let changes = !self.toolbox.read_only(call);
+            repeats.push(
+                content
                     .and_then(|c| self.detector.check_edit(&call.name, &call.arguments, c))
-                    .or_else(|| self.detector.check(&call.name, &call.arguments, changes));
-                (repeat, content)
-            })
-            .collect()
+                    .or_else(|| self.detector.check(&call.name, &call.arguments, changes)),
+            );
+        }
+        repeats
     }
 
     fn track(&mut self, output: &ToolOutput) {

@@ -431,25 +431,24 @@ impl Toolbox {
     }
 
     /// For an `edit_file` call, a fingerprint of its file's content as it is now (none for other
-    /// calls, or a file that cannot be read): the loop detector's key for edits that failed.
+    /// calls, or a file the file tools would not read): the loop detector's key for edits that
+    /// failed.
     pub async fn edit_fingerprint(&self, call: &ToolCall) -> Option<u64> {
         if self.find(call) != Some(Tool::EditFile) {
             return None;
         }
-        let path = call.arguments.get("path").and_then(Value::as_str)?;
-        let path = self.work_dir.resolve(path).ok()?;
-        blocking(move || {
-            use std::hash::{Hash as _, Hasher as _};
-            #[allow(
-                clippy::disallowed_methods,
-                reason = "the path was resolved inside the working directory"
-            )]
-            let content = std::fs::read(&path).ok()?;
-            let mut hasher = std::hash::DefaultHasher::new();
-            content.hash(&mut hasher);
-            Some(hasher.finish())
-        })
-        .await
+        let path = call
+            .arguments
+            .get("path")
+            .and_then(Value::as_str)?
+            .to_owned();
+        let work_dir = self.work_dir.clone();
+        blocking(move || file_tools::fingerprint(&work_dir, &path)).await
+    }
+
+    /// Whether `call` names an offered tool that only reads.
+    pub fn read_only(&self, call: &ToolCall) -> bool {
+        self.find(call).is_some_and(Tool::read_only)
     }
 
     /// The offered tool `call` names.
