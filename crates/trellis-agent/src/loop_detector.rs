@@ -1,4 +1,4 @@
-//! Loop detection, by two rules.
+//! Loop detection, by three rules.
 //!
 //! - **Repeats are not run.** A call identical to an earlier one (the same tool, the same arguments)
 //!   with nothing in between that may have changed anything — no call of a tool that writes or runs
