@@ -26,6 +26,8 @@ const READ_DEFAULT_LINES: usize = 2_000;
 const READ_LINE_CHARS: usize = 2_000;
 /// `grep` stops collecting past this much output (what the model sees is cut shorter still).
 const GREP_COLLECT_CHARS: usize = 200_000;
+/// Lines shown before and after an edit's first replacement.
+const EDIT_CONTEXT_LINES: usize = 3;
 /// `glob` lists at most this many paths.
 const GLOB_MAX: usize = 5_000;
 
@@ -156,11 +158,27 @@ fn edit_file(work_dir: &WorkDir, args: &EditArgs) -> Result<ToolOutput, String> 
         text.replacen(&args.old_string, &args.new_string, 1)
     };
     write_whole(&path, &args.path, edited.as_bytes())?;
-    Ok(touched(
-        format!("replaced {count} occurrence(s) in {}", args.path),
-        work_dir,
-        &path,
-    ))
+    // Where the first replacement now stands, with the lines around it: what the file holds there
+    // now, so the next edit starts from it (a model otherwise edits what it remembers).
+    let first = text.find(&args.old_string).unwrap_or(0);
+    let start = text[..first].matches('\n').count();
+    let replaced = args
+        .new_string
+        .strip_suffix('\n')
+        .unwrap_or(&args.new_string);
+    let end = start + replaced.matches('\n').count();
+    let lines: Vec<&str> = edited.lines().collect();
+    let mut out = format!("replaced {count} occurrence(s) in {}", args.path);
+    let from = start.saturating_sub(EDIT_CONTEXT_LINES);
+    let to = (end + EDIT_CONTEXT_LINES).min(lines.len().saturating_sub(1));
+    if from <= to && from < lines.len() {
+        let _ = writeln!(out, "; lines {}-{} now read:", from + 1, to + 1);
+        for (index, line) in lines.iter().enumerate().take(to + 1).skip(from) {
+            let shown: String = line.chars().take(READ_LINE_CHARS).collect();
+            let _ = writeln!(out, "{:>6}\t{shown}", index + 1);
+        }
+    }
+    Ok(touched(out, work_dir, &path))
 }
 
 /// A fingerprint of a file's content, read as the file tools read it (none when they would not):
@@ -172,6 +190,53 @@ pub fn fingerprint(work_dir: &WorkDir, path: &str) -> Option<u64> {
     let mut hasher = std::hash::DefaultHasher::new();
     content.hash(&mut hasher);
     Some(hasher.finish())
+}
+
+/// The files of the working directory a task names, with their text: each word of `text` that looks
+/// like a path (it has a `.` or a `/`, quotes, backticks and punctuation around it taken off) and
+/// names a UTF-8 text file of at most `each` bytes, at most `count` files and `total` bytes in all,
+/// in the order the task names them.
+pub fn named_files(
+    work_dir: &WorkDir,
+    text: &str,
+    (count, each, total): (usize, u64, usize),
+) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = Vec::new();
+    let mut used = 0;
+    for word in text.split_whitespace() {
+        if files.len() == count || work_dir.stopped() {
+            break;
+        }
+        let word = word
+            .trim_start_matches(|c: char| "`'\"([{<*".contains(c))
+            .trim_end_matches(|c: char| "`'\"()[]{}<>*,;:!?.".contains(c));
+        let word = word.strip_prefix("./").unwrap_or(word);
+        if !(word.contains('.') || word.contains('/')) || files.iter().any(|(p, _)| p == word) {
+            continue;
+        }
+        let Ok(path) = work_dir.resolve(word) else {
+            continue;
+        };
+        let Ok(file) = work_dir::open_file(&path, word, false) else {
+            continue;
+        };
+        if file.metadata().map_or(true, |m| m.len() > each) {
+            continue;
+        }
+        let mut bytes = Vec::new();
+        if file.take(each).read_to_end(&mut bytes).is_err() || bytes.contains(&0) {
+            continue;
+        }
+        let Ok(content) = String::from_utf8(bytes) else {
+            continue;
+        };
+        if used + content.len() > total {
+            continue;
+        }
+        used += content.len();
+        files.push((work_dir.relative(&path), content));
+    }
+    files
 }
 
 /// The whole of a regular file ([`work_dir::open_file`]).
@@ -449,6 +514,39 @@ mod tests {
     }
 
     #[test]
+    fn an_edit_shows_the_lines_around_it_as_they_now_are() {
+        let (d, work) = setup();
+        let text: String = (1..=20).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(d.path().join("f.txt"), text).unwrap();
+        let out = call(
+            &work,
+            Tool::EditFile,
+            &json!({"path": "f.txt", "old_string": "line 10\n", "new_string": "ten\nand a half\n"}),
+        )
+        .unwrap();
+        assert_eq!(
+            out.content,
+            "replaced 1 occurrence(s) in f.txt; lines 7-14 now read:\n     7\tline 7\n     8\tline 8\n     9\tline 9\n    10\tten\n    11\tand a half\n    12\tline 11\n    13\tline 12\n    14\tline 13\n"
+        );
+        // At the ends of the file; and a file edited down to nothing.
+        let out = call(
+            &work,
+            Tool::EditFile,
+            &json!({"path": "f.txt", "old_string": "line 1\n", "new_string": ""}),
+        )
+        .unwrap();
+        assert!(out.content.ends_with("lines 1-4 now read:\n     1\tline 2\n     2\tline 3\n     3\tline 4\n     4\tline 5\n"), "{}", out.content);
+        std::fs::write(d.path().join("g.txt"), "only").unwrap();
+        let out = call(
+            &work,
+            Tool::EditFile,
+            &json!({"path": "g.txt", "old_string": "only", "new_string": ""}),
+        )
+        .unwrap();
+        assert_eq!(out.content, "replaced 1 occurrence(s) in g.txt");
+    }
+
+    #[test]
     fn write_creates_folders_and_reports_the_path() {
         let (d, work) = setup();
         let out = call(
@@ -574,5 +672,32 @@ mod tests {
             std::fs::read_to_string(outside.path().join("secret.txt")).unwrap(),
             "the secret\n"
         );
+    }
+
+    #[test]
+    fn the_files_a_task_names_are_found_small_text_inside_only() {
+        let (d, work) = setup();
+        std::fs::write(
+            d.path().join("calc.py"),
+            "def add(a, b):\n    return a - b\n",
+        )
+        .unwrap();
+        std::fs::write(d.path().join("big.txt"), "x".repeat(9000)).unwrap();
+        std::fs::write(d.path().join("blob.bin"), b"a\0b").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", d.path().join("pw.txt")).unwrap();
+        let task = "Fix `calc.py` (see ./src/lib.rs, \"calc.py\", big.txt, blob.bin, pw.txt, \
+                    ../outside.py, /etc/hostname, target/junk.rs and missing.py). Run tests.";
+        let found = named_files(&work, task, (4, 8192, 16384));
+        let paths: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
+        // The ignored `target/junk.rs` is still a file the task names, inside the directory.
+        assert_eq!(paths, ["calc.py", "src/lib.rs", "target/junk.rs"]);
+        assert_eq!(found[0].1, "def add(a, b):\n    return a - b\n");
+        // The count and the total are limits too.
+        assert_eq!(named_files(&work, task, (1, 8192, 16384)).len(), 1);
+        let paths: Vec<String> = named_files(&work, task, (4, 8192, 60))
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        assert_eq!(paths, ["calc.py", "target/junk.rs"]);
     }
 }

@@ -2,9 +2,10 @@
 //!
 //! - **Repeats are not run.** A call identical to an earlier one (the same tool, the same arguments)
 //!   with nothing in between that may have changed anything — no call of a tool that writes or runs
-//!   commands (`write_file`, `edit_file`, `shell`) other than that same call itself — would give the
-//!   same result. The first repeat runs (the model may have lost the result); from the second repeat on
-//!   the call is not run, and is answered with an error result that says why. Interleaved repeats
+//!   commands (`write_file`, `edit_file`, `shell`, or an external tool) other than that same call
+//!   itself — would give the same result (a call of a tool there is not changes nothing). The
+//!   first repeat runs (the model may have lost the result); from the second repeat on the call is
+//!   not run, and is answered with an error result that says why. Interleaved repeats
 //!   (A, B, A, B, A) count as much as consecutive ones (A, A, A): the third A is refused.
 //! - **Cycles are named.** When the last 10 calls that ran repeat with a period of 1, 2 or 3 (a cycle
 //!   that does write or run something, so the first rule lets it through), the model is told it is

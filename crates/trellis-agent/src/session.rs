@@ -14,7 +14,7 @@ use trellis_llm::{Message, Part, Request, Response, Role, StopReason, ToolCall, 
 
 use crate::compaction;
 use crate::loop_detector::{LoopDetector, Repeat};
-use crate::tools::{ToolOutput, Toolbox};
+use crate::tools::{Tool, ToolOutput, Toolbox};
 
 /// How the session reaches its model: one call, made and reported by the caller.
 #[async_trait]
@@ -78,7 +78,8 @@ pub enum AgentEvent {
         asked: bool,
     },
     /// The session answered the model itself before its next turn: an answer cut short at the
-    /// output limit is met with a request to answer again, shorter.
+    /// output limit is met with a request to answer again, shorter; a coached model's answer with
+    /// code that changed nothing, with a request to write it.
     Reminded {
         turn: u32,
         text: String,
@@ -171,6 +172,12 @@ pub struct Settings {
     /// conversation gets the same answer, so a turn after a loop warning or a cut answer is sampled
     /// instead (at 0.7).
     pub greedy: bool,
+    /// The model is small (the local model), and is coached: a turn's calls after one that writes
+    /// or runs something are not run (they were written blind to its result), a command that
+    /// succeeds after a file was written says to answer if the task is done ([`DONE_HINT`]), and a
+    /// final answer that called no tool, or holds code when no file was written, is met once with
+    /// a request to act ([`NOTHING_DONE`]).
+    pub coach: bool,
 }
 
 /// Answers cut short at the output limit in a row that are answered with a request to answer
@@ -186,6 +193,24 @@ fn cut_request(limit: Option<u32>) -> String {
          rest)."
     )
 }
+
+/// What a coached model's final answer is met with when no tool ran since the user's message, or
+/// it holds code and no file was written: small models answer with a file's new content, or say
+/// they wrote a file, instead of calling a tool.
+pub const NOTHING_DONE: &str = "Nothing has been written to a file yet: code in an answer is not \
+saved anywhere. To save a file, call write_file with its path and its whole new content, like \
+{\"name\": \"write_file\", \"arguments\": {\"path\": \"...\", \"content\": \"...\"}}, then run the \
+check with shell. If the task needs no file and no command, repeat your answer.";
+
+/// What a coached model's call is answered with when an earlier call of the same answer wrote or
+/// ran something.
+pub const ONE_CHANGE_AT_A_TIME: &str = "Not run: it came after a call that changes things, in \
+the same answer, so it was written before that call's result was known. Look at that result \
+first; call this again if it is still needed.";
+
+/// Added to a coached model's result of a command that succeeded after a file was written.
+pub const DONE_HINT: &str = "The command succeeded. If that shows the task is done, answer now \
+with a short summary, without calling a tool.";
 
 /// The temperature of a greedy model's turn after a loop warning or a cut answer: asked the same
 /// way, it would answer the same way again.
@@ -205,6 +230,12 @@ pub struct Session {
     max_turns: Option<u32>,
     /// Loops detected since the last [`Session::limit_turns`].
     loops: u32,
+    /// Whether the model is coached ([`Settings::coach`]).
+    coach: bool,
+    /// Since the user's last message: whether a call ran, and a file was written.
+    since_user: (bool, bool),
+    /// Whether a file was written since a command last succeeded.
+    written_since_success: bool,
     /// The template's temperature, and whether the model decodes greedily without one.
     temperature: (Option<f32>, bool),
     /// The input tokens the provider counted in the last request, and how many messages it held:
@@ -242,6 +273,9 @@ impl Session {
             turns: 0,
             max_turns: None,
             loops: 0,
+            coach: settings.coach,
+            since_user: (false, false),
+            written_since_success: false,
             temperature: (settings.template.temperature, settings.greedy),
             measured: None,
             inbox: None,
@@ -324,6 +358,8 @@ impl Session {
         self.request.messages.push(Message::user(text));
         let mut last_text = String::new();
         let mut cut = 0;
+        let mut reminded = false;
+        self.since_user = (false, false);
         loop {
             if let Some(max) = self.max_turns
                 && self.turns >= max
@@ -351,11 +387,20 @@ impl Session {
             }
             self.request.messages.push(assistant_message(&response));
             if response.tool_calls.is_empty() {
-                if response.stop_reason != StopReason::MaxTokens || cut == CUT_ANSWERS {
+                let reminder = if response.stop_reason == StopReason::MaxTokens && cut < CUT_ANSWERS
+                {
+                    cut += 1;
+                    cut_request(self.request.max_tokens)
+                } else if self.coach
+                    && !reminded
+                    && !self.since_user.1
+                    && (!self.since_user.0 || response.text.contains("```"))
+                {
+                    reminded = true;
+                    NOTHING_DONE.to_owned()
+                } else {
                     return Ok(response);
-                }
-                cut += 1;
-                let reminder = cut_request(self.request.max_tokens);
+                };
                 observer.on_event(AgentEvent::Reminded {
                     turn: self.turns,
                     text: reminder.clone(),
@@ -448,10 +493,17 @@ impl Session {
         let mut parts = Vec::new();
         let mut warning = None;
         let mut index = 0;
+        // A coached model's calls after one that changed things are not run.
+        let mut blind = false;
         while index < calls.len() {
             let end = self.group_end(calls, index);
             let group = &calls[index..end];
-            let repeats = self.repeats(group).await;
+            let unseen = blind;
+            let repeats = if unseen {
+                vec![None; group.len()]
+            } else {
+                self.repeats(group).await
+            };
             let targets: Vec<String> = group.iter().map(|c| target(&self.toolbox, c)).collect();
             for (call, target) in group.iter().zip(&targets) {
                 observer.on_event(AgentEvent::ToolCallStarted {
@@ -466,6 +518,7 @@ impl Session {
                 |(call, repeat)| async move {
                     let started = Instant::now();
                     let verdict = match approver {
+                        _ if unseen => Err(ONE_CHANGE_AT_A_TIME.to_owned()),
                         Some(approver) if repeat.is_none() => {
                             let category = crate::tools::Category::of(&call.name);
                             approver.approve(call, category, observer).await
@@ -499,11 +552,22 @@ impl Session {
                     self.detector
                         .edit_failed(&call.name, &call.arguments, content);
                 }
-                let shown = match self.toolbox.find(call) {
+                let mut shown = match self.toolbox.find(call) {
                     Some(tool) => tool.limit().apply(&output.content),
                     None => crate::tools::EXTERNAL_LIMIT.apply(&output.content),
                 };
                 self.track(&output);
+                self.since_user.0 |= ran;
+                blind |= self.coach && ran && self.toolbox.may_change(call);
+                if ran
+                    && self.toolbox.find(call) == Some(Tool::Shell)
+                    && crate::shell::succeeded(&output)
+                {
+                    if self.coach && self.written_since_success {
+                        shown = format!("{shown}\n{DONE_HINT}");
+                    }
+                    self.written_since_success = false;
+                }
                 observer.on_event(AgentEvent::ToolCallCompleted {
                     call_id: call.id.clone(),
                     tool: call.name.clone(),
@@ -523,6 +587,7 @@ impl Session {
                 // A refused repeat (its refusal is the warning), or a cycle this call completes.
                 let looped = match repeat {
                     Some(repeat) => Some((repeat.period, vec![repeat.tool])),
+                    None if unseen => None,
                     None => self
                         .detector
                         .record(&call.name, &call.arguments)
@@ -568,7 +633,7 @@ impl Session {
             } else {
                 None
             };
-            let changes = !self.toolbox.read_only(call);
+            let changes = self.toolbox.may_change(call);
             repeats.push(
                 content
                     .and_then(|c| self.detector.check_edit(&call.name, &call.arguments, c))
@@ -583,6 +648,8 @@ impl Session {
             return;
         }
         if let Some(path) = &output.touched {
+            self.since_user.1 = true;
+            self.written_since_success = true;
             if !self.files.contains(path) {
                 self.files.push(path.clone());
             }
@@ -815,6 +882,140 @@ mod tests {
         );
         // The cut answer stays in the history, as the model wrote it.
         assert_eq!(model.asked[1].messages[1].text(), "{\"name\": \"write");
+    }
+
+    /// The tool results a request's last message holds, in order.
+    fn last_results(request: &Request) -> Vec<(String, bool)> {
+        request
+            .messages
+            .last()
+            .unwrap()
+            .parts
+            .iter()
+            .filter_map(|part| match part {
+                Part::ToolResult(result) => Some((result.content.clone(), result.is_error)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn coached(dir: &std::path::Path) -> Session {
+        let toolbox = Toolbox::new(WorkDir::new(dir).unwrap(), None, &[]);
+        let settings = Settings {
+            coach: true,
+            ..Settings::default()
+        };
+        Session::new(toolbox, None, Vec::new(), settings)
+    }
+
+    #[tokio::test]
+    async fn a_coached_model_runs_one_change_per_answer_and_is_told_when_a_check_passes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut session = coached(dir.path());
+        let write = |content: &str| ("write_file", json!({ "path": "a.py", "content": content }));
+        let mut model = Scripted {
+            answers: vec![
+                // A write, then calls written before its result was known.
+                response(
+                    "",
+                    &[
+                        write("print(1)\n"),
+                        write("print(2)\n"),
+                        ("shell", json!({ "command": "echo hi" })),
+                    ],
+                ),
+                response("", &[("shell", json!({ "command": "python3 a.py" }))]),
+                response("", &[("shell", json!({ "command": "true" }))]),
+                response("Done.", &[]),
+            ],
+            asked: Vec::new(),
+        };
+        let answer = session
+            .send(&mut model, &Log::default(), "go".into())
+            .await
+            .unwrap();
+        assert_eq!(answer.text, "Done.");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.py")).unwrap(),
+            "print(1)\n"
+        );
+        let first = last_results(&model.asked[1]);
+        assert!(first[0].0.starts_with("wrote "), "{first:?}");
+        for (text, is_error) in &first[1..] {
+            assert_eq!((text.as_str(), *is_error), (ONE_CHANGE_AT_A_TIME, true));
+        }
+        // The command after the write succeeds: the model is told it may answer; a second success
+        // with nothing written since is not remarked on.
+        let run = &last_results(&model.asked[2])[0].0;
+        assert!(run.ends_with(&format!("[exit 0]\n{DONE_HINT}")), "{run}");
+        let again = &last_results(&model.asked[3])[0].0;
+        assert!(again.ends_with("[exit 0]"), "{again}");
+    }
+
+    #[tokio::test]
+    async fn a_coached_model_that_answers_without_doing_anything_is_asked_once_to_act() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut session = coached(dir.path());
+        let mut model = Scripted {
+            answers: vec![
+                response("I wrote SUMMARY.md.", &[]),
+                response("Here it is:\n```\nprint(1)\n```", &[]),
+            ],
+            asked: Vec::new(),
+        };
+        let answer = session
+            .send(&mut model, &Log::default(), "go".into())
+            .await
+            .unwrap();
+        // Once per message from the user: the second answer is taken.
+        assert_eq!(model.asked.len(), 2);
+        assert_eq!(answer.text, "Here it is:\n```\nprint(1)\n```");
+        assert_eq!(model.asked[1].messages.last().unwrap().text(), NOTHING_DONE);
+
+        // Code in an answer after only reading is met the same way; prose is taken.
+        std::fs::write(dir.path().join("a.py"), "x = 1\n").unwrap();
+        let mut model = Scripted {
+            answers: vec![
+                response("", &[("read_file", json!({ "path": "a.py" }))]),
+                response("```python\nx = 2\n```", &[]),
+                response(
+                    "",
+                    &[(
+                        "write_file",
+                        json!({ "path": "a.py", "content": "x = 2\n" }),
+                    )],
+                ),
+                response("Done: x is 2 now.", &[]),
+                response("", &[("read_file", json!({ "path": "a.py" }))]),
+                response("It says x = 2.", &[]),
+            ],
+            asked: Vec::new(),
+        };
+        session
+            .send(&mut model, &Log::default(), "change x".into())
+            .await
+            .unwrap();
+        assert_eq!(model.asked[2].messages.last().unwrap().text(), NOTHING_DONE);
+        assert_eq!(model.asked.len(), 4);
+        let answer = session
+            .send(&mut model, &Log::default(), "what is x?".into())
+            .await
+            .unwrap();
+        assert_eq!(answer.text, "It says x = 2.");
+        assert_eq!(model.asked.len(), 6);
+
+        // An uncoached model's answers are taken as they come.
+        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
+        let mut plain = Session::new(toolbox, None, Vec::new(), Settings::default());
+        let mut model = Scripted {
+            answers: vec![response("I wrote SUMMARY.md.", &[])],
+            asked: Vec::new(),
+        };
+        let answer = plain
+            .send(&mut model, &Log::default(), "go".into())
+            .await
+            .unwrap();
+        assert_eq!(answer.text, "I wrote SUMMARY.md.");
     }
 
     #[tokio::test]

@@ -119,6 +119,14 @@ async fn capture(pipe: Option<impl AsyncRead + Unpin>) -> Vec<u8> {
     kept
 }
 
+/// Whether a `shell` call's output is that of a command that exited with status 0.
+pub fn succeeded(output: &ToolOutput) -> bool {
+    output.note.as_deref() == Some(SUCCESS_NOTE)
+}
+
+/// The note of a command that exited with status 0 (`exit N` in general).
+const SUCCESS_NOTE: &str = "exit 0";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,7 @@
 //! malformed call, an unknown tool, invalid arguments, a refused path or a tool's own error all come
 //! back as an error result the model reads.
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -100,6 +101,9 @@ impl ToolOutput {
 /// The longest a `shell` call may run, and how long it runs unless the model says otherwise.
 const SHELL_DEFAULT_TIMEOUT: Duration = Duration::from_mins(2);
 const SHELL_MAX_TIMEOUT: Duration = Duration::from_mins(10);
+/// The files a task names that are shown with it: at most this many, each at most this many bytes,
+/// and this many bytes in all.
+const NAMED_FILES_LIMITS: (usize, u64, usize) = (4, 8 * 1024, 16 * 1024);
 
 impl Tool {
     pub const ALL: [Tool; 7] = [
@@ -400,6 +404,35 @@ impl Toolbox {
         blocking(move || file_tools::overview(&work_dir, limit)).await
     }
 
+    /// The small text files of the working directory that `task` names, as they are now, to put
+    /// after the task (a step fewer, and a small model copies from what it was shown rather than
+    /// guessing): counted as seen, as if read. None when it names none, or `read_file` is not
+    /// offered.
+    pub async fn named_files(&self, task: &str) -> Option<String> {
+        if !self.tools.contains(&Tool::ReadFile) {
+            return None;
+        }
+        let (work_dir, task) = (self.work_dir.clone(), task.to_owned());
+        let files =
+            blocking(move || file_tools::named_files(&work_dir, &task, NAMED_FILES_LIMITS)).await;
+        if files.is_empty() {
+            return None;
+        }
+        let mut known = self.known.lock();
+        let mut out = String::from("The files the task names, as they are now:");
+        for (path, content) in files {
+            let fence = fence_for(&content);
+            let end = if content.ends_with('\n') || content.is_empty() {
+                ""
+            } else {
+                "\n"
+            };
+            let _ = write!(out, "\n\n`{path}`:\n{fence}\n{content}{end}{fence}");
+            known.insert(path);
+        }
+        Some(out)
+    }
+
     /// Counts as seen the files a conversation being continued read, wrote or edited without error
     /// (a thread's earlier stages), as if this toolbox had done it.
     pub fn remember(&self, history: &[trellis_llm::Message]) {
@@ -451,6 +484,19 @@ impl Toolbox {
         self.find(call).is_some_and(Tool::read_only)
     }
 
+    /// Whether `call` may change anything when it runs: it names an offered tool that writes or
+    /// runs commands, or an external one. A call of a tool there is not is answered with an error
+    /// without running, and changes nothing.
+    pub fn may_change(&self, call: &ToolCall) -> bool {
+        match self.find(call) {
+            Some(tool) => !tool.read_only(),
+            None => self
+                .external
+                .as_ref()
+                .is_some_and(|external| external.definitions().iter().any(|d| d.name == call.name)),
+        }
+    }
+
     /// The offered tool `call` names.
     pub fn find(&self, call: &ToolCall) -> Option<Tool> {
         Tool::from_name(&call.name).filter(|t| self.tools.contains(t))
@@ -469,12 +515,18 @@ impl Toolbox {
             {
                 return output;
             }
-            let offered: Vec<String> = self.definitions().into_iter().map(|t| t.name).collect();
-            return ToolOutput::error(format!(
-                "unknown tool `{}`; the tools you can call are: {}",
-                call.name,
-                offered.join(", ")
-            ));
+            // Each with what it does: a model that made up a tool for its step (`add_function`)
+            // finds the one that does it.
+            let mut message = format!("unknown tool `{}`; the tools you can call are:", call.name);
+            for tool in self.definitions() {
+                let _ = write!(
+                    message,
+                    "\n- {}: {}",
+                    tool.name,
+                    first_sentence(&tool.description)
+                );
+            }
+            return ToolOutput::error(message);
         };
         if !call.arguments.is_object() {
             return ToolOutput::error(format!(
@@ -531,6 +583,23 @@ impl Toolbox {
         })
         .await
     }
+}
+
+/// The first sentence of a tool's description, at most 120 characters.
+fn first_sentence(description: &str) -> String {
+    let end = description.find(". ").map_or(description.len(), |i| i + 1);
+    let sentence = description[..end].trim();
+    if sentence.chars().count() > 120 {
+        sentence.chars().take(119).chain(['…']).collect()
+    } else {
+        sentence.to_owned()
+    }
+}
+
+/// A code fence longer than any run of backticks in `content`, so the content cannot close it.
+fn fence_for(content: &str) -> String {
+    let longest = content.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    "`".repeat(longest.max(2) + 1)
 }
 
 /// Why `write_file` may not write the file its `arguments` name: it exists and is not among the

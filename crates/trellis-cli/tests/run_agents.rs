@@ -149,7 +149,7 @@ fn an_agent_reads_edits_runs_a_command_and_answers() {
     );
     assert_eq!(
         results[1]["content"],
-        "replaced 1 occurrence(s) in src/lib.rs"
+        "replaced 1 occurrence(s) in src/lib.rs; lines 1-3 now read:\n     1\tpub fn add(a: i32, b: i32) -> i32 {\n     2\t    a + b\n     3\t}\n"
     );
     assert_eq!(results[2]["is_error"], true);
     assert!(
@@ -171,7 +171,10 @@ fn an_agent_reads_edits_runs_a_command_and_answers() {
         stage_file(&run, "fix", "response.md"),
         "Fixed: add now adds."
     );
-    assert!(stage_file(&run, "fix", "prompt.md").ends_with("Fix add in src/lib.rs"));
+    assert!(
+        stage_file(&run, "fix", "prompt.md")
+            .ends_with("Fix add in src/lib.rs\n\nThe files the task names, as they are now:\n\n`src/lib.rs`:\n```\npub fn add(a: i32, b: i32) -> i32 {\n    a - b\n}\n```")
+    );
     let transcript: Vec<Value> = stage_file(&run, "fix", "transcript.jsonl")
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -718,7 +721,11 @@ fn a_blind_overwrite_is_refused_until_the_file_is_read() {
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
     lib_rs(&p);
-    p.write("w.fabro", &one_agent(""));
+    // The prompt does not name the file, so the model has not been shown it.
+    p.write(
+        "w.fabro",
+        &workflow("fix [prompt=\"Fix add\", model=\"sonnet\"]\n start -> fix -> exit"),
+    );
     let fixed = "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n";
     mock.scenario(&json!([
         call(
@@ -745,6 +752,51 @@ fn a_blind_overwrite_is_refused_until_the_file_is_read() {
     assert_eq!(Llmock::tool_results(&bodies[1])[0]["is_error"], true);
     let last = result_texts(&bodies[3]).pop().unwrap();
     assert!(last.starts_with("wrote "), "{last}");
+}
+
+#[test]
+fn the_files_the_prompt_names_are_shown_with_it_and_count_as_read() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    lib_rs(&p);
+    p.write("notes.txt", "unrelated\n");
+    p.write("w.fabro", &one_agent(""));
+    let fixed = "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n";
+    mock.scenario(&json!([
+        call(
+            "write_file",
+            json!({ "path": "src/lib.rs", "content": fixed })
+        ),
+        answer("Fixed."),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(p.read("src/lib.rs"), fixed);
+    let bodies = mock.bodies();
+    let shown = "Fix add in src/lib.rs\n\nThe files the task names, as they are now:\n\n`src/lib.rs`:\n```\n\
+                 pub fn add(a: i32, b: i32) -> i32 {\n    a - b\n}\n```";
+    let first = bodies[0].to_string();
+    let opening = &bodies[0]["messages"][0]["content"];
+    let user = opening.as_str().map_or_else(
+        || {
+            opening
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|b| b["text"].as_str().unwrap_or_default())
+                .collect()
+        },
+        str::to_owned,
+    );
+    assert!(user.ends_with(shown), "{user}");
+    assert!(!first.contains("unrelated"), "{first}");
+    // Written at once: the model was shown the file.
+    assert!(
+        result_texts(&bodies[1])[0].starts_with("wrote "),
+        "{:?}",
+        result_texts(&bodies[1])
+    );
+    assert!(stage_file(&run, "fix", "prompt.md").ends_with(shown));
 }
 
 /// A reviewer agent routed to `approve` or `fix` by the first source that has a directive.

@@ -448,7 +448,6 @@ impl AgentHandler {
             Ok(extras) => extras,
             Err(outcome) => return *outcome,
         };
-        write_stage_file(stage, "prompt.md", &opening.prompt).await;
         let base = SessionBase::new(
             stage,
             llm,
@@ -457,6 +456,10 @@ impl AgentHandler {
             listing,
         )
         .await;
+        if let Some(files) = base.toolbox.named_files(&opening.prompt).await {
+            opening.prompt = format!("{}\n\n{files}", opening.prompt);
+        }
+        write_stage_file(stage, "prompt.md", &opening.prompt).await;
         let depth = subagent_depth(llm, &call);
         let (subagents, arrivals) = SubAgents::new(depth);
         let mut tools = external.clone();
@@ -1008,6 +1011,8 @@ impl SessionBase {
             context_window: client.context_window(&call.resolved).map(u64::from),
             // The local model decodes greedily unless told a temperature.
             greedy: call.resolved.provider == "local",
+            // …and is small: coached.
+            coach: call.resolved.provider == "local",
         };
         Self {
             toolbox,
