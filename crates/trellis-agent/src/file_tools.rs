@@ -132,6 +132,11 @@ fn edit_file(work_dir: &WorkDir, args: &EditArgs) -> Result<ToolOutput, String> 
     if args.old_string.is_empty() {
         return Err("old_string is empty; give the exact text to replace".to_owned());
     }
+    if args.old_string == args.new_string {
+        return Err(
+            "old_string and new_string are the same, so there is nothing to change".to_owned(),
+        );
+    }
     let text = String::from_utf8(read_whole(&path, &args.path)?)
         .map_err(|_| format!("`{}` is not UTF-8 text", args.path))?;
     let count = text.matches(&args.old_string).count();
@@ -193,7 +198,8 @@ pub fn fingerprint(work_dir: &WorkDir, path: &str) -> Option<u64> {
 }
 
 /// The files of the working directory a task names, with their text: each word of `text` that looks
-/// like a path (it has a `.` or a `/`, quotes, backticks and punctuation around it taken off) and
+/// like a path (it has a `.` or a `/`, quotes, backticks and punctuation around it and a `:line` or
+/// `:line:column` after it taken off) and
 /// names a UTF-8 text file of at most `each` bytes, at most `count` files and `total` bytes in all,
 /// in the order the task names them.
 pub fn named_files(
@@ -211,12 +217,23 @@ pub fn named_files(
             .trim_start_matches(|c: char| "`'\"([{<*".contains(c))
             .trim_end_matches(|c: char| "`'\"()[]{}<>*,;:!?.".contains(c));
         let word = word.strip_prefix("./").unwrap_or(word);
-        if !(word.contains('.') || word.contains('/')) || files.iter().any(|(p, _)| p == word) {
+        // A place in a file, as compilers and test runners print it: `src/lib.rs:12:9`.
+        let word = (0..2).fold(word, |word, _| match word.rsplit_once(':') {
+            Some((path, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => {
+                path
+            }
+            _ => word,
+        });
+        if !(word.contains('.') || word.contains('/')) {
             continue;
         }
         let Ok(path) = work_dir.resolve(word) else {
             continue;
         };
+        let relative = work_dir.relative(&path);
+        if files.iter().any(|(p, _)| *p == relative) {
+            continue;
+        }
         let Ok(file) = work_dir::open_file(&path, word, false) else {
             continue;
         };
@@ -234,7 +251,7 @@ pub fn named_files(
             continue;
         }
         used += content.len();
-        files.push((work_dir.relative(&path), content));
+        files.push((relative, content));
     }
     files
 }
@@ -495,6 +512,13 @@ mod tests {
         )
         .unwrap_err();
         assert!(missing.contains("not found"), "{missing}");
+        let same = call(
+            &work,
+            Tool::EditFile,
+            &json!({"path": "src/lib.rs", "old_string": "a - b", "new_string": "a - b"}),
+        )
+        .unwrap_err();
+        assert!(same.contains("nothing to change"), "{same}");
         let twice = call(
             &work,
             Tool::EditFile,
@@ -516,7 +540,10 @@ mod tests {
     #[test]
     fn an_edit_shows_the_lines_around_it_as_they_now_are() {
         let (d, work) = setup();
-        let text: String = (1..=20).map(|i| format!("line {i}\n")).collect();
+        let text = (1..=20).fold(String::new(), |mut text, i| {
+            let _ = writeln!(text, "line {i}");
+            text
+        });
         std::fs::write(d.path().join("f.txt"), text).unwrap();
         let out = call(
             &work,
@@ -685,8 +712,10 @@ mod tests {
         std::fs::write(d.path().join("big.txt"), "x".repeat(9000)).unwrap();
         std::fs::write(d.path().join("blob.bin"), b"a\0b").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", d.path().join("pw.txt")).unwrap();
-        let task = "Fix `calc.py` (see ./src/lib.rs, \"calc.py\", big.txt, blob.bin, pw.txt, \
+        let task = "Fix `calc.py` (see ./src/lib.rs:2:5, \"calc.py\", big.txt, blob.bin, pw.txt, \
                     ../outside.py, /etc/hostname, target/junk.rs and missing.py). Run tests.";
+        let task = format!("{task} Also {}/calc.py.", d.path().display());
+        let task = task.as_str();
         let found = named_files(&work, task, (4, 8192, 16384));
         let paths: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
         // The ignored `target/junk.rs` is still a file the task names, inside the directory.

@@ -198,9 +198,9 @@ fn cut_request(limit: Option<u32>) -> String {
 /// it holds code and no file was written: small models answer with a file's new content, or say
 /// they wrote a file, instead of calling a tool.
 pub const NOTHING_DONE: &str = "Nothing has been written to a file yet: code in an answer is not \
-saved anywhere. To save a file, call write_file with its path and its whole new content, like \
-{\"name\": \"write_file\", \"arguments\": {\"path\": \"...\", \"content\": \"...\"}}, then run the \
-check with shell. If the task needs no file and no command, repeat your answer.";
+saved anywhere. To save a file, put the file's path alone on the line just before its code block \
+(the whole file), or call write_file with its path and its whole new content; then run the check \
+with shell. If the task needs no file and no command, repeat your answer.";
 
 /// What a coached model's call is answered with when an earlier call of the same answer wrote or
 /// ran something.
@@ -358,7 +358,7 @@ impl Session {
         self.request.messages.push(Message::user(text));
         let mut last_text = String::new();
         let mut cut = 0;
-        let mut reminded = false;
+        let mut nudged = false;
         self.since_user = (false, false);
         loop {
             if let Some(max) = self.max_turns
@@ -392,11 +392,11 @@ impl Session {
                     cut += 1;
                     cut_request(self.request.max_tokens)
                 } else if self.coach
-                    && !reminded
+                    && !nudged
                     && !self.since_user.1
                     && (!self.since_user.0 || response.text.contains("```"))
                 {
-                    reminded = true;
+                    nudged = true;
                     NOTHING_DONE.to_owned()
                 } else {
                     return Ok(response);
@@ -543,31 +543,8 @@ impl Session {
             for (((call, target), (output, ran, elapsed)), repeat) in
                 group.iter().zip(targets).zip(outputs).zip(repeats)
             {
-                // An edit that ran and failed (and so changed nothing) fails the same way on the
-                // same content.
-                if ran
-                    && output.is_error
-                    && let Some(content) = self.toolbox.edit_fingerprint(call).await
-                {
-                    self.detector
-                        .edit_failed(&call.name, &call.arguments, content);
-                }
-                let mut shown = match self.toolbox.find(call) {
-                    Some(tool) => tool.limit().apply(&output.content),
-                    None => crate::tools::EXTERNAL_LIMIT.apply(&output.content),
-                };
-                self.track(&output);
-                self.since_user.0 |= ran;
+                let shown = self.settle(call, &output, ran).await;
                 blind |= self.coach && ran && self.toolbox.may_change(call);
-                if ran
-                    && self.toolbox.find(call) == Some(Tool::Shell)
-                    && crate::shell::succeeded(&output)
-                {
-                    if self.coach && self.written_since_success {
-                        shown = format!("{shown}\n{DONE_HINT}");
-                    }
-                    self.written_since_success = false;
-                }
                 observer.on_event(AgentEvent::ToolCallCompleted {
                     call_id: call.id.clone(),
                     tool: call.name.clone(),
@@ -607,6 +584,35 @@ impl Session {
             parts.push(Part::Text { text });
         }
         parts
+    }
+
+    /// After a call: what it leaves behind (files touched, a failed edit for the loop detector) and
+    /// what the model is shown of its output (cut to the tool's limit; for a coached model, a
+    /// command that succeeded after a file was written with [`DONE_HINT`]).
+    async fn settle(&mut self, call: &ToolCall, output: &ToolOutput, ran: bool) -> String {
+        // An edit that ran and failed (and so changed nothing) fails the same way on the same
+        // content.
+        if ran
+            && output.is_error
+            && let Some(content) = self.toolbox.edit_fingerprint(call).await
+        {
+            self.detector
+                .edit_failed(&call.name, &call.arguments, content);
+        }
+        let tool = self.toolbox.find(call);
+        let mut shown = match tool {
+            Some(tool) => tool.limit().apply(&output.content),
+            None => crate::tools::EXTERNAL_LIMIT.apply(&output.content),
+        };
+        self.track(output);
+        self.since_user.0 |= ran;
+        if ran && tool == Some(Tool::Shell) && crate::shell::succeeded(output) {
+            if self.coach && self.written_since_success {
+                shown = format!("{shown}\n{DONE_HINT}");
+            }
+            self.written_since_success = false;
+        }
+        shown
     }
 
     /// Where the group of calls starting at `index` ends: consecutive calls that only read run
@@ -936,7 +942,9 @@ mod tests {
             .unwrap();
         assert_eq!(answer.text, "Done.");
         assert_eq!(
-            std::fs::read_to_string(dir.path().join("a.py")).unwrap(),
+            tokio::fs::read_to_string(dir.path().join("a.py"))
+                .await
+                .unwrap(),
             "print(1)\n"
         );
         let first = last_results(&model.asked[1]);
@@ -973,7 +981,9 @@ mod tests {
         assert_eq!(model.asked[1].messages.last().unwrap().text(), NOTHING_DONE);
 
         // Code in an answer after only reading is met the same way; prose is taken.
-        std::fs::write(dir.path().join("a.py"), "x = 1\n").unwrap();
+        tokio::fs::write(dir.path().join("a.py"), "x = 1\n")
+            .await
+            .unwrap();
         let mut model = Scripted {
             answers: vec![
                 response("", &[("read_file", json!({ "path": "a.py" }))]),

@@ -587,7 +587,11 @@ impl Toolbox {
 
 /// The first sentence of a tool's description, at most 120 characters.
 fn first_sentence(description: &str) -> String {
-    let end = description.find(". ").map_or(description.len(), |i| i + 1);
+    // A full stop, then a capital: "e.g. **/*.rs" does not end one.
+    let end = description
+        .match_indices(". ")
+        .find(|(i, _)| description[i + 2..].starts_with(char::is_uppercase))
+        .map_or(description.len(), |(i, _)| i + 1);
     let sentence = description[..end].trim();
     if sentence.chars().count() > 120 {
         sentence.chars().take(119).chain(['…']).collect()

@@ -64,8 +64,10 @@ fn text_calls_hint(overview: &str) -> String {
     format!(
         "To call a tool, answer with one JSON block holding one call and nothing else, for \
          example:\n```json\n{example}\n```\nThe tool's result comes back in the next message. \
-         Begin by reading the files the task is about, and put what you write at the paths the task \
-         names."
+         To write a whole file, you may instead answer with its path alone on a line, then its \
+         whole new content in a fenced block, for example:\npath/to/file.py\n```python\n\
+         print(\"hello\")\n```\nBegin by reading the files the task is about, and put what you \
+         write at the paths the task names."
     )
 }
 

@@ -3,12 +3,14 @@
 //! instead of the API's structured field. What counts as a call: an object naming an offered tool, or
 //! one shaped like a call (a `name` and an `arguments` object) naming a tool that is not offered — the
 //! session answers that with the list of tools it has, rather than taking the block for an answer.
+//! A file's path alone on a line, then a fenced block, is that file's whole new content: a
+//! `write_file` call (the "whole file" format small coding models know), when that tool is offered.
 
 use serde_json::Value;
 
 use crate::message::ToolCall;
 
-/// The tool calls in `text`, in order.
+/// The tool calls in `text`, in order (files written whole after the calls written as JSON).
 pub fn parse(text: &str, offered: &[&str]) -> Vec<ToolCall> {
     let mut calls = Vec::new();
     for body in tagged(text, "<tool_call>", "</tool_call>")
@@ -21,7 +23,51 @@ pub fn parse(text: &str, offered: &[&str]) -> Vec<ToolCall> {
             }
         }
     }
+    for (path, content) in whole_files(text, offered) {
+        calls.push(ToolCall {
+            id: format!("{TEXT_CALL_PREFIX}{}", calls.len()),
+            name: WRITE_FILE.to_owned(),
+            arguments: serde_json::json!({ "path": path, "content": content }),
+        });
+    }
     calls
+}
+
+/// The tool a file written whole is a call of.
+const WRITE_FILE: &str = "write_file";
+
+/// The files written whole in `text`: a line that is only a path (in backticks or bold, with a colon
+/// after it, or bare), then a fenced block that is not a call. None unless `write_file` is offered.
+fn whole_files<'a>(text: &'a str, offered: &[&str]) -> Vec<(&'a str, &'a str)> {
+    if !offered.contains(&WRITE_FILE) {
+        return Vec::new();
+    }
+    blocks(text)
+        .into_iter()
+        .filter_map(|block| {
+            let path = as_path(block.before?)?;
+            let is_call = values(block.body)
+                .iter()
+                .any(|v| to_call(v, offered, 0).is_some());
+            (!is_call).then_some((path, block.body))
+        })
+        .collect()
+}
+
+/// A line that is a file's path and nothing else, without its decoration.
+fn as_path(line: &str) -> Option<&str> {
+    let path = line
+        .trim()
+        .trim_end_matches(':')
+        .trim_matches(|c| c == '`' || c == '*')
+        .trim_end_matches(':');
+    let looks_like_one = !path.is_empty()
+        && (path.contains('.') || path.contains('/'))
+        && !path.contains(char::is_whitespace)
+        && !path.contains("://")
+        && !path.starts_with(['-', '#', '.', '/'])
+        && !path.ends_with(['.', '/']);
+    looks_like_one.then_some(path)
 }
 
 /// The JSON values a block holds: one, or several in a row (a model that writes two calls in one
@@ -49,7 +95,7 @@ pub fn has_complete_call(text: &str, offered: &[&str]) -> bool {
         values(body)
             .iter()
             .any(|v| to_call(v, offered, 0).is_some())
-    })
+    }) || !whole_files(text, offered).is_empty()
 }
 
 fn closed_tagged<'a>(text: &'a str, open: &str, close: &str) -> Vec<&'a str> {
@@ -100,23 +146,45 @@ fn tagged<'a>(text: &'a str, open: &str, close: &str) -> Vec<&'a str> {
     out
 }
 
+/// The bodies of the closed fenced blocks that may hold calls (no language, or JSON).
 fn fenced(text: &str) -> Vec<&str> {
+    blocks(text)
+        .into_iter()
+        .filter(|b| b.lang.is_empty() || b.lang.eq_ignore_ascii_case("json"))
+        .map(|b| b.body)
+        .collect()
+}
+
+/// A closed fenced block.
+struct Block<'a> {
+    /// The line before its opening fence, when the fence starts a line and one comes before.
+    before: Option<&'a str>,
+    lang: &'a str,
+    body: &'a str,
+}
+
+fn blocks(text: &str) -> Vec<Block<'_>> {
     let mut out = Vec::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("```") {
-        let after = &rest[start + 3..];
+    let mut from = 0;
+    while let Some(start) = text[from..].find("```").map(|i| from + i) {
+        let after = &text[start + 3..];
         let Some(line_end) = after.find('\n') else {
             break;
         };
         let lang = after[..line_end].trim();
-        let body_start = &after[line_end + 1..];
-        let Some(end) = body_start.find("```") else {
+        let body_at = start + 3 + line_end + 1;
+        let Some(end) = text[body_at..].find("```") else {
             break;
         };
-        if lang.is_empty() || lang.eq_ignore_ascii_case("json") {
-            out.push(&body_start[..end]);
-        }
-        rest = &body_start[end + 3..];
+        let before = text[..start]
+            .strip_suffix('\n')
+            .and_then(|above| above.lines().next_back());
+        out.push(Block {
+            before,
+            lang,
+            body: &text[body_at..body_at + end],
+        });
+        from = body_at + end + 3;
     }
     out
 }
@@ -184,5 +252,42 @@ mod tests {
         );
         assert!(parse("```json\n{\"outcome\": \"succeeded\"}\n```", &["shell"]).is_empty());
         assert!(parse("no calls here", &["shell"]).is_empty());
+    }
+
+    #[test]
+    fn a_path_line_then_a_block_writes_that_file_whole() {
+        let offered = ["read_file", "write_file"];
+        let text = "Here is the fix.\n\n`src/lib.rs`:\n```rust\npub fn f() {}\n```\nDone.";
+        let calls = parse(text, &offered);
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].name, "write_file");
+        assert_eq!(
+            calls[0].arguments,
+            serde_json::json!({ "path": "src/lib.rs", "content": "pub fn f() {}\n" })
+        );
+        assert!(has_complete_call(text, &offered));
+        assert!(!has_complete_call(
+            "`src/lib.rs`:\n```rust\npub fn f() {}\n",
+            &offered
+        ));
+        for path in ["config.json", "**notes/a.txt**", "a.py:"] {
+            let calls = parse(&format!("{path}\n```\nx = 1\n```"), &offered);
+            assert_eq!(calls.len(), 1, "{path}");
+        }
+        // Not a path alone on its line, no line at all, a call, or no write_file offered.
+        for text in [
+            "Here's the corrected code:\n```rust\nfn f() {}\n```",
+            "```python\nx = 1\n```",
+            "Run it:\n```sh\npython3 a.py\n```",
+            "see https://example.com/a.py\n```\nx\n```",
+            "a.py ```\nx = 1\n```",
+        ] {
+            assert!(parse(text, &offered).is_empty(), "{text}");
+        }
+        let call =
+            "a.json\n```json\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"a\"}}\n```";
+        let calls = parse(call, &offered);
+        assert_eq!((calls.len(), calls[0].name.as_str()), (1, "read_file"));
+        assert!(parse("a.py\n```\nx = 1\n```", &["read_file"]).is_empty());
     }
 }
