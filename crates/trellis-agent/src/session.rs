@@ -78,8 +78,8 @@ pub enum AgentEvent {
         asked: bool,
     },
     /// The session answered the model itself before its next turn: an answer cut short at the
-    /// output limit is met with a request to answer again, shorter; a coached model's answer with
-    /// code that changed nothing, with a request to write it.
+    /// output limit is met with a request to answer again, shorter; a coached model's answer that
+    /// did nothing ([`NOTHING_DONE`]), with a reminder of how to save a file.
     Reminded {
         turn: u32,
         text: String,
