@@ -79,7 +79,7 @@ pub enum AgentEvent {
     },
     /// The session answered the model itself before its next turn: an answer cut short at the
     /// output limit is met with a request to answer again, shorter; a coached model's answer that
-    /// did nothing ([`NOTHING_DONE`]), with a reminder of how to save a file.
+    /// did nothing (`NOTHING_DONE`), with a reminder of how to save a file.
     Reminded {
         turn: u32,
         text: String,
@@ -174,9 +174,9 @@ pub struct Settings {
     pub greedy: bool,
     /// The model is small (the local model), and is coached: a turn's calls after one that writes
     /// or runs something are not run (they were written blind to its result), a command that
-    /// succeeds after a file was written says to answer if the task is done ([`DONE_HINT`]), and a
+    /// succeeds after a file was written says to answer if the task is done (`DONE_HINT`), and a
     /// final answer that called no tool, or holds code when no file was written, is met once with
-    /// a request to act ([`NOTHING_DONE`]).
+    /// a request to act (`NOTHING_DONE`).
     pub coach: bool,
 }
 
