@@ -198,10 +198,9 @@ pub fn fingerprint(work_dir: &WorkDir, path: &str) -> Option<u64> {
 }
 
 /// The files of the working directory a task names, with their text: each word of `text` that looks
-/// like a path (it has a `.` or a `/`, quotes, backticks and punctuation around it and a `:line` or
-/// `:line:column` after it taken off) and
-/// names a UTF-8 text file of at most `each` bytes, at most `count` files and `total` bytes in all,
-/// in the order the task names them.
+/// like a path (it has a `.` or a `/`, once quotes, backticks and punctuation around it and a `:line`
+/// or `:line:column` after it are taken off) and names a UTF-8 text file of at most `each` bytes; at
+/// most `count` files and `total` bytes in all, in the order the task names them.
 pub fn named_files(
     work_dir: &WorkDir,
     text: &str,

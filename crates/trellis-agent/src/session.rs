@@ -216,6 +216,17 @@ with a short summary, without calling a tool.";
 /// way, it would answer the same way again.
 pub const UNSTICK_TEMPERATURE: f32 = 0.7;
 
+/// What a session did lately: what coaching a small model looks at.
+#[derive(Debug, Default)]
+struct Lately {
+    /// A call ran since the user's last message.
+    ran_since_user: bool,
+    /// A file was written since the user's last message.
+    wrote_since_user: bool,
+    /// A file was written since a command last succeeded.
+    wrote_since_success: bool,
+}
+
 pub struct Session {
     /// The next turn's request: the system prompt, the history so far, the tools and the settings.
     /// Turns add to its messages in place.
@@ -232,10 +243,8 @@ pub struct Session {
     loops: u32,
     /// Whether the model is coached ([`Settings::coach`]).
     coach: bool,
-    /// Since the user's last message: whether a call ran, and a file was written.
-    since_user: (bool, bool),
-    /// Whether a file was written since a command last succeeded.
-    written_since_success: bool,
+    /// What the session did lately, for coaching.
+    lately: Lately,
     /// The template's temperature, and whether the model decodes greedily without one.
     temperature: (Option<f32>, bool),
     /// The input tokens the provider counted in the last request, and how many messages it held:
@@ -274,8 +283,7 @@ impl Session {
             max_turns: None,
             loops: 0,
             coach: settings.coach,
-            since_user: (false, false),
-            written_since_success: false,
+            lately: Lately::default(),
             temperature: (settings.template.temperature, settings.greedy),
             measured: None,
             inbox: None,
@@ -359,7 +367,8 @@ impl Session {
         let mut last_text = String::new();
         let mut cut = 0;
         let mut nudged = false;
-        self.since_user = (false, false);
+        self.lately.ran_since_user = false;
+        self.lately.wrote_since_user = false;
         loop {
             if let Some(max) = self.max_turns
                 && self.turns >= max
@@ -393,8 +402,8 @@ impl Session {
                     cut_request(self.request.max_tokens)
                 } else if self.coach
                     && !nudged
-                    && !self.since_user.1
-                    && (!self.since_user.0 || response.text.contains("```"))
+                    && !self.lately.wrote_since_user
+                    && (!self.lately.ran_since_user || response.text.contains("```"))
                 {
                     nudged = true;
                     NOTHING_DONE.to_owned()
@@ -605,12 +614,12 @@ impl Session {
             None => crate::tools::EXTERNAL_LIMIT.apply(&output.content),
         };
         self.track(output);
-        self.since_user.0 |= ran;
+        self.lately.ran_since_user |= ran;
         if ran && tool == Some(Tool::Shell) && crate::shell::succeeded(output) {
-            if self.coach && self.written_since_success {
+            if self.coach && self.lately.wrote_since_success {
                 shown = format!("{shown}\n{DONE_HINT}");
             }
-            self.written_since_success = false;
+            self.lately.wrote_since_success = false;
         }
         shown
     }
@@ -654,8 +663,8 @@ impl Session {
             return;
         }
         if let Some(path) = &output.touched {
-            self.since_user.1 = true;
-            self.written_since_success = true;
+            self.lately.wrote_since_user = true;
+            self.lately.wrote_since_success = true;
             if !self.files.contains(path) {
                 self.files.push(path.clone());
             }

@@ -77,10 +77,9 @@ pub async fn run(shell: &ShellCommand<'_>) -> ToolOutput {
     }
     match status {
         Ok(Ok(status)) => {
-            let note = status.code().map_or_else(
-                || "killed by a signal".to_owned(),
-                |code| format!("exit {code}"),
-            );
+            let note = status
+                .code()
+                .map_or_else(|| "killed by a signal".to_owned(), exit_note);
             let _ = write!(content, "[{note}]");
             ToolOutput {
                 note: Some(note),
@@ -119,13 +118,15 @@ async fn capture(pipe: Option<impl AsyncRead + Unpin>) -> Vec<u8> {
     kept
 }
 
-/// Whether a `shell` call's output is that of a command that exited with status 0.
-pub fn succeeded(output: &ToolOutput) -> bool {
-    output.note.as_deref() == Some(SUCCESS_NOTE)
+/// The note of a command that exited with status `code`.
+fn exit_note(code: i32) -> String {
+    format!("exit {code}")
 }
 
-/// The note of a command that exited with status 0 (`exit N` in general).
-const SUCCESS_NOTE: &str = "exit 0";
+/// Whether a `shell` call's output is that of a command that exited with status 0.
+pub fn succeeded(output: &ToolOutput) -> bool {
+    output.note.as_deref() == Some(exit_note(0).as_str())
+}
 
 #[cfg(test)]
 mod tests {

@@ -989,13 +989,16 @@ impl SessionBase {
         } else {
             None
         };
+        // The local model is small, calls tools by writing them, decodes greedily unless told a
+        // temperature, and is coached.
+        let local = call.resolved.provider == "local";
         let overview = toolbox.overview(OVERVIEW_ENTRIES).await;
         let mut system = if overview.is_empty() {
             format!("{AGENT_SYSTEM}\n\nThe working directory is empty.")
         } else {
             format!("{AGENT_SYSTEM}\n\nThe working directory holds:\n{overview}")
         };
-        if call.resolved.provider == "local" {
+        if local {
             system = format!("{system}\n\n{}", text_calls_hint(&overview));
         }
         if let Some(memory) = memory {
@@ -1011,10 +1014,8 @@ impl SessionBase {
                 ..Request::default()
             },
             context_window: client.context_window(&call.resolved).map(u64::from),
-            // The local model decodes greedily unless told a temperature.
-            greedy: call.resolved.provider == "local",
-            // …and is small: coached.
-            coach: call.resolved.provider == "local",
+            greedy: local,
+            coach: local,
         };
         Self {
             toolbox,
