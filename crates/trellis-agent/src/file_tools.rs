@@ -110,6 +110,12 @@ fn write_file(work_dir: &WorkDir, args: &WriteArgs) -> Result<ToolOutput, String
         std::fs::create_dir_all(parent)
             .map_err(|e| format!("cannot create the folders of `{}`: {e}", args.path))?;
     }
+    if holds(&path, &args.path, &args.content) {
+        return Ok(ToolOutput::ok(format!(
+            "{} already holds exactly this content: nothing changed",
+            args.path
+        )));
+    }
     write_whole(&path, &args.path, args.content.as_bytes())?;
     Ok(touched(
         format!("wrote {} bytes to {}", args.content.len(), args.path),
@@ -142,10 +148,30 @@ fn edit_file(work_dir: &WorkDir, args: &EditArgs) -> Result<ToolOutput, String> 
     let count = text.matches(&args.old_string).count();
     match count {
         0 => {
-            // What is there, so the next try can copy from it (a small model guesses otherwise).
+            // What is there, so the next try can copy from it (a small model guesses otherwise),
+            // and the line it most likely meant.
+            let nearest = nearest_line(&text, &args.old_string)
+                .map(|(n, line)| {
+                    format!(
+                        "\nThe line most like old_string's first line is line {n}, which reads \
+                         exactly:\n{line}"
+                    )
+                })
+                .unwrap_or_default();
+            // An earlier stage or turn may have made this very change.
+            let made = text
+                .find(&args.new_string)
+                .filter(|_| !args.new_string.trim().is_empty())
+                .map(|at| {
+                    format!(
+                        " new_string is in it already (line {}): the change looks made.",
+                        text[..at].matches('\n').count() + 1
+                    )
+                })
+                .unwrap_or_default();
             return Err(format!(
                 "old_string was not found in `{}`; it must match the file exactly, whitespace \
-                 included. The file holds now:\n{text}",
+                 included.{made} The file holds now:\n{text}{nearest}",
                 args.path
             ));
         }
@@ -186,6 +212,46 @@ fn edit_file(work_dir: &WorkDir, args: &EditArgs) -> Result<ToolOutput, String> 
     Ok(touched(out, work_dir, &path))
 }
 
+/// The line of `text` (its number from 1, and the line) that shares the most words — runs of
+/// letters, digits and `_` — with the first non-blank line of `wanted`, when it shares at least
+/// half of them: what an edit whose `old_string` is not in the file most likely meant (a small
+/// model drops quotes or changes spacing).
+fn nearest_line<'a>(text: &'a str, wanted: &str) -> Option<(usize, &'a str)> {
+    fn words(line: &str) -> Vec<&str> {
+        line.split(|c: char| !c.is_alphanumeric() && c != '_')
+            .filter(|w| !w.is_empty())
+            .collect()
+    }
+    let wanted = words(wanted.lines().find(|l| !l.trim().is_empty())?);
+    if wanted.is_empty() {
+        return None;
+    }
+    let (shared, n, line) = text
+        .lines()
+        .enumerate()
+        .map(|(i, line)| {
+            let have = words(line);
+            let shared = wanted.iter().filter(|w| have.contains(w)).count();
+            (shared, i + 1, line)
+        })
+        // The most shared words; of equals, the first line.
+        .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))?;
+    (shared * 2 >= wanted.len() && shared > 0).then_some((n, line))
+}
+
+/// Whether a `write_file` of `content` to `path` would change nothing: the file holds it already.
+pub fn writes_nothing_new(work_dir: &WorkDir, path: &str, content: &str) -> bool {
+    work_dir
+        .resolve(path)
+        .is_ok_and(|resolved| holds(&resolved, path, content))
+}
+
+fn holds(path: &Path, shown: &str, content: &str) -> bool {
+    path.symlink_metadata()
+        .is_ok_and(|m| m.is_file() && m.len() == content.len() as u64)
+        && read_whole(path, shown).is_ok_and(|bytes| bytes == content.as_bytes())
+}
+
 /// A fingerprint of a file's content, read as the file tools read it (none when they would not):
 /// what the loop detector compares failed edits by.
 pub fn fingerprint(work_dir: &WorkDir, path: &str) -> Option<u64> {
@@ -199,8 +265,9 @@ pub fn fingerprint(work_dir: &WorkDir, path: &str) -> Option<u64> {
 
 /// The files of the working directory a task names, with their text: each word of `text` that looks
 /// like a path (it has a `.` or a `/`, once quotes, backticks and punctuation around it and a `:line`
-/// or `:line:column` after it are taken off) and names a UTF-8 text file of at most `each` bytes; at
-/// most `count` files and `total` bytes in all, in the order the task names them.
+/// or `:line:column` after it are taken off) and names a UTF-8 text file of at most `each` bytes —
+/// then the files those files name (a test's output the task points to names the failing source
+/// file, `src/lib.rs:12:9`); at most `count` files and `total` bytes in all, in the order named.
 pub fn named_files(
     work_dir: &WorkDir,
     text: &str,
@@ -208,51 +275,55 @@ pub fn named_files(
 ) -> Vec<(String, String)> {
     let mut files: Vec<(String, String)> = Vec::new();
     let mut used = 0;
-    for word in text.split_whitespace() {
-        if files.len() == count || work_dir.stopped() {
-            break;
-        }
-        let word = word
-            .trim_start_matches(|c: char| "`'\"([{<*".contains(c))
-            .trim_end_matches(|c: char| "`'\"()[]{}<>*,;:!?.".contains(c));
-        let word = word.strip_prefix("./").unwrap_or(word);
-        // A place in a file, as compilers and test runners print it: `src/lib.rs:12:9`.
-        let word = (0..2).fold(word, |word, _| match word.rsplit_once(':') {
-            Some((path, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => {
-                path
+    let mut scanned = 0;
+    let mut next = text.to_owned();
+    loop {
+        for word in next.split_whitespace() {
+            if files.len() == count || work_dir.stopped() {
+                return files;
             }
-            _ => word,
-        });
-        if !(word.contains('.') || word.contains('/')) {
-            continue;
+            let Some((relative, content)) = named_file(work_dir, word, each) else {
+                continue;
+            };
+            if files.iter().any(|(p, _)| *p == relative) || used + content.len() > total {
+                continue;
+            }
+            used += content.len();
+            files.push((relative, content));
         }
-        let Ok(path) = work_dir.resolve(word) else {
-            continue;
+        let Some((_, content)) = files.get(scanned) else {
+            return files;
         };
-        let relative = work_dir.relative(&path);
-        if files.iter().any(|(p, _)| *p == relative) {
-            continue;
-        }
-        let Ok(file) = work_dir::open_file(&path, word, false) else {
-            continue;
-        };
-        if file.metadata().map_or(true, |m| m.len() > each) {
-            continue;
-        }
-        let mut bytes = Vec::new();
-        if file.take(each).read_to_end(&mut bytes).is_err() || bytes.contains(&0) {
-            continue;
-        }
-        let Ok(content) = String::from_utf8(bytes) else {
-            continue;
-        };
-        if used + content.len() > total {
-            continue;
-        }
-        used += content.len();
-        files.push((relative, content));
+        next.clone_from(content);
+        scanned += 1;
     }
-    files
+}
+
+/// The file `word` names (its path relative to the working directory, and its text), when it is a
+/// UTF-8 text file of at most `each` bytes ([`named_files`]).
+fn named_file(work_dir: &WorkDir, word: &str, each: u64) -> Option<(String, String)> {
+    let word = word
+        .trim_start_matches(|c: char| "`'\"([{<*".contains(c))
+        .trim_end_matches(|c: char| "`'\"()[]{}<>*,;:!?.".contains(c));
+    let word = word.strip_prefix("./").unwrap_or(word);
+    // A place in a file, as compilers and test runners print it: `src/lib.rs:12:9`.
+    let word = (0..2).fold(word, |word, _| match word.rsplit_once(':') {
+        Some((path, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => path,
+        _ => word,
+    });
+    if !(word.contains('.') || word.contains('/')) {
+        return None;
+    }
+    let path = work_dir.resolve(word).ok()?;
+    let file = work_dir::open_file(&path, word, false).ok()?;
+    if file.metadata().map_or(true, |m| m.len() > each) {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    if file.take(each).read_to_end(&mut bytes).is_err() || bytes.contains(&0) {
+        return None;
+    }
+    Some((work_dir.relative(&path), String::from_utf8(bytes).ok()?))
 }
 
 /// The whole of a regular file ([`work_dir::open_file`]).
@@ -460,6 +531,21 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn a_missing_old_string_is_met_with_the_line_most_like_it() {
+        let config = "{\n  \"port\": 8080,\n  \"debug\": true\n}\n";
+        assert_eq!(
+            nearest_line(config, "debug: true"),
+            Some((3, "  \"debug\": true"))
+        );
+        assert_eq!(
+            nearest_line(config, "\n  port = 8080\nmore"),
+            Some((2, "  \"port\": 8080,"))
+        );
+        assert_eq!(nearest_line(config, "verbose: yes"), None);
+        assert_eq!(nearest_line(config, "{}"), None);
+    }
+
     fn setup() -> (tempfile::TempDir, WorkDir) {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("src")).unwrap();
@@ -511,6 +597,17 @@ mod tests {
         )
         .unwrap_err();
         assert!(missing.contains("not found"), "{missing}");
+        assert!(!missing.contains("looks made"), "{missing}");
+        let made = call(
+            &work,
+            Tool::EditFile,
+            &json!({"path": "src/lib.rs", "old_string": "a + b", "new_string": "a - b"}),
+        )
+        .unwrap_err();
+        assert!(
+            made.contains("new_string is in it already (line 2): the change looks made."),
+            "{made}"
+        );
         let same = call(
             &work,
             Tool::EditFile,
@@ -727,5 +824,18 @@ mod tests {
             .map(|(p, _)| p)
             .collect();
         assert_eq!(paths, ["calc.py", "target/junk.rs"]);
+    }
+
+    #[test]
+    fn the_files_named_in_a_named_file_come_after_it() {
+        let (d, work) = setup();
+        std::fs::write(
+            d.path().join("test-output.txt"),
+            "thread 'tests::adds' panicked at src/lib.rs:2:5:\nassertion failed\n",
+        )
+        .unwrap();
+        let found = named_files(&work, "The output is in test-output.txt.", (4, 8192, 16384));
+        let paths: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(paths, ["test-output.txt", "src/lib.rs"]);
     }
 }

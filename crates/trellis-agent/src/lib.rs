@@ -19,7 +19,7 @@ mod truncate;
 mod work_dir;
 
 pub use session::{
-    AgentEvent, Approver, Inbox, Model, Observer, STEERING_PREFIX, Session, Settings, Stop,
+    AgentEvent, Approver, FINISH, Inbox, Model, Observer, STEERING_PREFIX, Session, Settings, Stop,
 };
 pub use tools::{
     Category, EXTERNAL_LIMIT, ExternalTools, Tool, ToolOutput, Toolbox, combined, filtered,

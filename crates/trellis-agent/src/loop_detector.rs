@@ -137,12 +137,12 @@ impl LoopDetector {
 }
 
 impl Loop {
-    /// The warning the model is sent.
-    pub fn warning(&self) -> String {
+    /// The warning the model is sent; `finishing` says how it ends the task.
+    pub fn warning(&self, finishing: &str) -> String {
         format!(
             "Loop detected: your last {WINDOW} tool calls repeat the same {} call(s) ({}) with the same arguments. \
              Repeating them will not give a different result. Step back, reconsider your approach, and try \
-             something different — or, if the task is done, answer without calling a tool.",
+             something different — or, if the task is done, {finishing}.",
             self.period,
             self.tools.join(", ")
         )
@@ -150,8 +150,9 @@ impl Loop {
 }
 
 impl Repeat {
-    /// The error result the model gets instead of the call's.
-    pub fn refusal(&self) -> String {
+    /// The error result the model gets instead of the call's; `finishing` says how it ends the
+    /// task.
+    pub fn refusal(&self, finishing: &str) -> String {
         if self.failed_edit {
             return format!(
                 "Not run: this same `{}` call failed before, and the file has not changed since, so \
@@ -163,8 +164,8 @@ impl Repeat {
         format!(
             "Not run: this is call number {} of `{}` with these same arguments since anything in the \
              working directory last changed, so it would give the same result as before — see your \
-             earlier call. Use that result and do something different; if the task is done, answer \
-             without calling a tool.",
+             earlier call. Use that result and do something different; if the task is done, \
+             {finishing}.",
             self.times, self.tool
         )
     }
@@ -256,9 +257,9 @@ mod tests {
         assert!(repeat.failed_edit);
         assert_eq!(repeat.period, 2);
         assert!(
-            repeat.refusal().contains("failed before"),
+            repeat.refusal("answer").contains("failed before"),
             "{}",
-            repeat.refusal()
+            repeat.refusal("answer")
         );
         // The file changed: the edit may work now; another edit is another call.
         assert_eq!(detector.check_edit("edit_file", &edit, 8), None);

@@ -1,7 +1,7 @@
 //! The agent loop. A [`Session`] holds one live conversation: the system prompt, the history, the
 //! tools. [`Session::send`] adds a user message and runs turns — ask the model, run every tool call it
-//! makes, send the results back — until the model answers without calling a tool, the turn limit is
-//! reached, or the model call fails. Tool calls of one turn that only read run concurrently. After each
+//! makes, send the results back — until the model answers without calling a tool (or, when every
+//! answer must call one, calls `finish`), the turn limit is reached, or the model call fails. Tool calls of one turn that only read run concurrently. After each
 //! assistant turn the session checks its size and compacts itself (see [`crate::compaction`]). What
 //! happens is reported to an [`Observer`] as [`AgentEvent`]s; the model is reached through the [`Model`]
 //! seam, so the caller decides how calls are made, reported and retried.
@@ -10,7 +10,9 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use trellis_llm::{Message, Part, Request, Response, Role, StopReason, ToolCall, ToolResult};
+use trellis_llm::{
+    Message, Part, Request, Response, Role, StopReason, ToolCall, ToolDef, ToolResult,
+};
 
 use crate::compaction;
 use crate::loop_detector::{LoopDetector, Repeat};
@@ -79,7 +81,8 @@ pub enum AgentEvent {
     },
     /// The session answered the model itself before its next turn: an answer cut short at the
     /// output limit is met with a request to answer again, shorter; a coached model's answer that
-    /// did nothing (`NOTHING_DONE`), with a reminder of how to save a file.
+    /// did nothing (`NOTHING_DONE`), with a reminder of how to save a file; its `finish` before it
+    /// did anything (`NOT_FINISHED`) or checked its change (`UNCHECKED`), with what to do first.
     Reminded {
         turn: u32,
         text: String,
@@ -174,9 +177,11 @@ pub struct Settings {
     pub greedy: bool,
     /// The model is small (the local model), and is coached: a turn's calls after one that writes
     /// or runs something are not run (they were written blind to its result), a command that
-    /// succeeds after a file was written says to answer if the task is done (`DONE_HINT`), and a
+    /// succeeds after a file was written says to finish if the task is done (`DONE_HINT`), and a
     /// final answer that called no tool, or holds code when no file was written, is met once with
-    /// a request to act (`NOTHING_DONE`).
+    /// a request to act (`NOTHING_DONE`). When it must call a tool every turn, `finish` is refused
+    /// once when nothing has run since the user's message (`NOT_FINISHED`) and once after each
+    /// change no command has succeeded since (`UNCHECKED`).
     pub coach: bool,
 }
 
@@ -184,13 +189,18 @@ pub struct Settings {
 /// again, shorter; the next is taken as it is.
 const CUT_ANSWERS: u32 = 2;
 
-/// What an answer cut short at the output limit is answered with.
-fn cut_request(limit: Option<u32>) -> String {
+/// What an answer cut short at the output limit is answered with: answer again, shorter — a long
+/// file written in parts when `edit_file` can add the rest.
+fn cut_request(limit: Option<u32>, in_parts: bool) -> String {
     let limit = limit.map(|l| format!(" ({l} tokens)")).unwrap_or_default();
+    let parts = if in_parts {
+        ": write a long file in parts (write_file the beginning, then edit_file to add the rest)"
+    } else {
+        ""
+    };
     format!(
         "Your answer was cut off at the output limit{limit} before it ended. Answer again, \
-         shorter: write a long file in parts (write_file the beginning, then edit_file to add the \
-         rest)."
+         shorter{parts}."
     )
 }
 
@@ -208,9 +218,43 @@ pub const ONE_CHANGE_AT_A_TIME: &str = "Not run: it came after a call that chang
 the same answer, so it was written before that call's result was known. Look at that result \
 first; call this again if it is still needed.";
 
-/// Added to a coached model's result of a command that succeeded after a file was written.
-pub const DONE_HINT: &str = "The command succeeded. If that shows the task is done, answer now \
-with a short summary, without calling a tool.";
+/// Added to a coached model's result of a command that succeeded after a file was written; how
+/// the model ends the task ([`Session::finishing`]) goes at the end.
+pub const DONE_HINT: &str = "The command succeeded. If that shows the task is done, ";
+
+/// The tool a model that must call a tool every turn ([`Request::require_tool`]) ends the session
+/// with: its summary is the session's answer.
+pub const FINISH: &str = "finish";
+
+/// The `finish` tool as the model sees it.
+fn finish_definition() -> ToolDef {
+    ToolDef {
+        name: FINISH.to_owned(),
+        description: "End the task once it is done and checked. Give a one-sentence summary of \
+                      what you did."
+            .to_owned(),
+        parameters: json!({
+            "type": "object",
+            "properties": { "summary": { "type": "string" } },
+            "required": ["summary"],
+        }),
+    }
+}
+
+/// What a coached model's `finish` is answered with when no tool ran since the user's message.
+pub const NOT_FINISHED: &str = "Not finished: nothing has been done yet. Do the task with the \
+tools first: write_file to save a file (its whole new content), shell to run a command or the \
+check. If the task needs no file and no command, call finish again.";
+
+/// What `finish` is answered with when the same answer calls other tools too.
+const FINISH_ALONE: &str = "Not finished: call finish alone, once the results of your other \
+calls show the task is done.";
+
+/// What a coached model's `finish` is answered with, once, when a file was written since a command
+/// last succeeded: a small model takes having written a file for having done the task.
+pub const UNCHECKED: &str = "Not finished: nothing has checked your last change yet. Run the \
+command that shows the task works with shell (the tests, or the program or script the task \
+names); call finish once it succeeds.";
 
 /// The temperature of a greedy model's turn after a loop warning or a cut answer: asked the same
 /// way, it would answer the same way again.
@@ -223,8 +267,20 @@ struct Lately {
     ran_since_user: bool,
     /// A file was written since the user's last message.
     wrote_since_user: bool,
-    /// A file was written since a command last succeeded.
-    wrote_since_success: bool,
+    /// Whether a file was written since a command last succeeded.
+    check: Check,
+}
+
+/// Whether the session's changes were checked: a file written since a command last succeeded (or
+/// the file was read back) is a check due, asked for once when the model would finish without it
+/// ([`UNCHECKED`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// Nothing was written since a command last succeeded.
+    #[default]
+    Done,
+    Due,
+    Asked,
 }
 
 pub struct Session {
@@ -265,11 +321,15 @@ impl Session {
         settings: Settings,
     ) -> Self {
         toolbox.remember(&history);
+        let mut tools = toolbox.definitions();
+        if settings.template.require_tool {
+            tools.push(finish_definition());
+        }
         Self {
             request: Request {
                 system,
                 messages: history,
-                tools: toolbox.definitions(),
+                tools,
                 // Each turn's request is the last one and what came since: worth caching.
                 cache_prompt: true,
                 ..settings.template
@@ -395,11 +455,30 @@ impl Session {
                 });
             }
             self.request.messages.push(assistant_message(&response));
+            let refused = match self.finish(&response, &mut nudged) {
+                Some(Ok(finished)) => return Ok(finished),
+                Some(Err(refused)) => Some(refused),
+                None => None,
+            };
+            if let Some(Part::ToolResult(result)) = &refused
+                && response.tool_calls.len() == 1
+            {
+                observer.on_event(AgentEvent::Reminded {
+                    turn: self.turns,
+                    text: result.content.clone(),
+                });
+                self.request.messages.push(Message {
+                    role: Role::User,
+                    parts: refused.into_iter().collect(),
+                });
+                self.unstick(true);
+                continue;
+            }
             if response.tool_calls.is_empty() {
                 let reminder = if response.stop_reason == StopReason::MaxTokens && cut < CUT_ANSWERS
                 {
                     cut += 1;
-                    cut_request(self.request.max_tokens)
+                    cut_request(self.request.max_tokens, self.toolbox.offers(Tool::EditFile))
                 } else if self.coach
                     && !nudged
                     && !self.lately.wrote_since_user
@@ -420,7 +499,14 @@ impl Session {
             }
             cut = 0;
             let warnings = self.loops;
-            let parts = self.run_tools(&response.tool_calls, observer).await;
+            let calls: Vec<ToolCall> = response
+                .tool_calls
+                .iter()
+                .filter(|c| refused.is_none() || c.name != FINISH)
+                .cloned()
+                .collect();
+            let mut parts = self.run_tools(&calls, observer).await;
+            parts.extend(refused);
             self.request.messages.push(Message {
                 role: Role::User,
                 parts,
@@ -432,6 +518,60 @@ impl Session {
                     last_text,
                 });
             }
+        }
+    }
+
+    /// A `finish` call in `response`, answered. Alone, it ends the session with its summary as
+    /// the answer (`Ok`) — unless the model is coached, ran nothing since the user's message and
+    /// was not told so yet ([`NOT_FINISHED`]); beside other calls it is refused ([`FINISH_ALONE`]).
+    /// A refusal is the call's result part (`Err`), for the caller to send back.
+    fn finish(&mut self, response: &Response, nudged: &mut bool) -> Option<Result<Response, Part>> {
+        if !self.request.require_tool {
+            return None;
+        }
+        let call = response.tool_calls.iter().find(|c| c.name == FINISH)?;
+        let refusal = if response.tool_calls.len() > 1 {
+            Some(FINISH_ALONE)
+        } else if self.coach && !*nudged && !self.lately.ran_since_user {
+            *nudged = true;
+            Some(NOT_FINISHED)
+        } else if self.coach && self.lately.check == Check::Due {
+            self.lately.check = Check::Asked;
+            Some(UNCHECKED)
+        } else {
+            None
+        };
+        let result = |content: &str, is_error| {
+            Part::ToolResult(ToolResult {
+                call_id: call.id.clone(),
+                name: FINISH.to_owned(),
+                content: content.to_owned(),
+                is_error,
+            })
+        };
+        if let Some(refusal) = refusal {
+            return Some(Err(result(refusal, true)));
+        }
+        // The call is answered, so a thread that goes on continues a well-formed history.
+        self.request.messages.push(Message {
+            role: Role::User,
+            parts: vec![result("Finished.", false)],
+        });
+        let summary = call.arguments["summary"].as_str().unwrap_or_default();
+        Some(Ok(Response {
+            text: summary.to_owned(),
+            tool_calls: Vec::new(),
+            stop_reason: StopReason::EndTurn,
+            ..response.clone()
+        }))
+    }
+
+    /// How the model ends the task, as the session's messages to it say it.
+    fn finishing(&self) -> &'static str {
+        if self.request.require_tool {
+            "call finish now with a short summary"
+        } else {
+            "answer now with a short summary, without calling a tool"
         }
     }
 
@@ -523,6 +663,7 @@ impl Session {
                 });
             }
             let (toolbox, approver) = (&self.toolbox, self.approver.as_deref());
+            let finishing = self.finishing();
             let outputs = futures::future::join_all(group.iter().zip(&repeats).map(
                 |(call, repeat)| async move {
                     let started = Instant::now();
@@ -535,7 +676,7 @@ impl Session {
                         _ => Ok(()),
                     };
                     let (output, ran) = match (repeat, verdict) {
-                        (Some(repeat), _) => (ToolOutput::error(repeat.refusal()), false),
+                        (Some(repeat), _) => (ToolOutput::error(repeat.refusal(finishing)), false),
                         (None, Err(denied)) => (ToolOutput::error(denied), false),
                         (None, Ok(())) => {
                             let output = toolbox.run(call).await;
@@ -578,7 +719,7 @@ impl Session {
                         .detector
                         .record(&call.name, &call.arguments)
                         .map(|found| {
-                            warning = Some(found.warning());
+                            warning = Some(found.warning(self.finishing()));
                             (found.period, found.tools)
                         }),
                 };
@@ -616,10 +757,23 @@ impl Session {
         self.track(output);
         self.lately.ran_since_user |= ran;
         if ran && tool == Some(Tool::Shell) && crate::shell::succeeded(output) {
-            if self.coach && self.lately.wrote_since_success {
-                shown = format!("{shown}\n{DONE_HINT}");
+            if self.coach && self.lately.check != Check::Done {
+                shown = format!("{shown}\n{DONE_HINT}{}.", self.finishing());
             }
-            self.lately.wrote_since_success = false;
+            self.lately.check = Check::Done;
+        }
+        // Reading back the file last written checks that write (a task may be just that).
+        if ran
+            && !output.is_error
+            && tool == Some(Tool::ReadFile)
+            && let Ok(read) = self
+                .toolbox
+                .work_dir()
+                .resolve(&target(&self.toolbox, call))
+            && self.last_touched.as_deref()
+                == Some(self.toolbox.work_dir().relative(&read).as_str())
+        {
+            self.lately.check = Check::Done;
         }
         shown
     }
@@ -648,7 +802,10 @@ impl Session {
             } else {
                 None
             };
-            let changes = self.toolbox.may_change(call);
+            // Writing a file what it holds already changes nothing, so it does not start the count
+            // of repeats afresh.
+            let changes =
+                self.toolbox.may_change(call) && !self.toolbox.writes_nothing_new(call).await;
             repeats.push(
                 content
                     .and_then(|c| self.detector.check_edit(&call.name, &call.arguments, c))
@@ -664,7 +821,7 @@ impl Session {
         }
         if let Some(path) = &output.touched {
             self.lately.wrote_since_user = true;
-            self.lately.wrote_since_success = true;
+            self.lately.check = Check::Due;
             if !self.files.contains(path) {
                 self.files.push(path.clone());
             }
@@ -722,6 +879,7 @@ impl Session {
             temperature: self.request.temperature,
             response_schema: None,
             cache_prompt: false,
+            require_tool: false,
         };
         match model.ask(&request).await {
             Ok(response) if !response.text.trim().is_empty() => {
@@ -964,7 +1122,7 @@ mod tests {
         // The command after the write succeeds: the model is told it may answer; a second success
         // with nothing written since is not remarked on.
         let run = &last_results(&model.asked[2])[0].0;
-        assert!(run.ends_with(&format!("[exit 0]\n{DONE_HINT}")), "{run}");
+        assert!(run.contains(&format!("[exit 0]\n{DONE_HINT}")), "{run}");
         let again = &last_results(&model.asked[3])[0].0;
         assert!(again.ends_with("[exit 0]"), "{again}");
     }
@@ -1035,6 +1193,86 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(answer.text, "I wrote SUMMARY.md.");
+    }
+
+    #[tokio::test]
+    async fn a_model_that_must_call_a_tool_finishes_with_finish_once_it_has_done_something() {
+        let dir = tempfile::tempdir().unwrap();
+        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
+        let settings = Settings {
+            template: Request {
+                require_tool: true,
+                ..Request::default()
+            },
+            coach: true,
+            ..Settings::default()
+        };
+        let mut session = Session::new(toolbox, None, Vec::new(), settings);
+        let finish = |summary: &str| (FINISH, json!({ "summary": summary }));
+        let mut model = Scripted {
+            answers: vec![
+                // Too soon: nothing ran yet.
+                response("", &[finish("I wrote a.py.")]),
+                response(
+                    "",
+                    &[(
+                        "write_file",
+                        json!({ "path": "a.py", "content": "x = 1\n" }),
+                    )],
+                ),
+                // Not alone: the write runs, finish is refused.
+                response(
+                    "",
+                    &[
+                        (
+                            "write_file",
+                            json!({ "path": "b.py", "content": "y = 1\n" }),
+                        ),
+                        finish("done"),
+                    ],
+                ),
+                // Unchecked: files were written since a command last succeeded.
+                response("", &[finish("Wrote a.py and b.py.")]),
+                response("", &[("shell", json!({ "command": "cat a.py b.py" }))]),
+                response("", &[finish("Wrote a.py and b.py.")]),
+            ],
+            asked: Vec::new(),
+        };
+        let answer = session
+            .send(&mut model, &Log::default(), "write a.py".into())
+            .await
+            .unwrap();
+        assert_eq!(answer.text, "Wrote a.py and b.py.");
+        assert!(answer.tool_calls.is_empty());
+        assert_eq!(model.asked.len(), 6);
+        let asked = &model.asked[0];
+        assert!(asked.require_tool);
+        assert!(
+            asked.tools.iter().any(|t| t.name == FINISH),
+            "finish is offered"
+        );
+        assert_eq!(
+            last_results(&model.asked[1]),
+            [(NOT_FINISHED.to_owned(), true)]
+        );
+        let results = last_results(&model.asked[3]);
+        assert_eq!(results.len(), 2, "{results:?}");
+        assert!(!results[0].1, "the write ran: {results:?}");
+        assert_eq!(results[1], (FINISH_ALONE.to_owned(), true));
+        assert!(dir.path().join("b.py").exists());
+        assert_eq!(
+            last_results(&model.asked[4]),
+            [(UNCHECKED.to_owned(), true)]
+        );
+        let checked = &last_results(&model.asked[5])[0].0;
+        assert!(
+            checked
+                .ends_with("If that shows the task is done, call finish now with a short summary."),
+            "{checked}"
+        );
+        // The finish call is answered in the history a thread continues.
+        let last = session.history().last().unwrap();
+        assert!(matches!(&last.parts[0], Part::ToolResult(r) if r.name == FINISH && !r.is_error));
     }
 
     #[tokio::test]

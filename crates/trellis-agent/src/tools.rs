@@ -385,6 +385,11 @@ impl Toolbox {
         }
     }
 
+    /// Whether `tool` is one of the agent's.
+    pub fn offers(&self, tool: Tool) -> bool {
+        self.tools.contains(&tool)
+    }
+
     pub fn work_dir(&self) -> &WorkDir {
         &self.work_dir
     }
@@ -477,6 +482,22 @@ impl Toolbox {
             .to_owned();
         let work_dir = self.work_dir.clone();
         blocking(move || file_tools::fingerprint(&work_dir, &path)).await
+    }
+
+    /// Whether `call` is a `write_file` of what its file holds already: it changes nothing.
+    pub async fn writes_nothing_new(&self, call: &ToolCall) -> bool {
+        if self.find(call) != Some(Tool::WriteFile) {
+            return false;
+        }
+        let (Some(path), Some(content)) = (
+            call.arguments.get("path").and_then(Value::as_str),
+            call.arguments.get("content").and_then(Value::as_str),
+        ) else {
+            return false;
+        };
+        let (work_dir, path, content) =
+            (self.work_dir.clone(), path.to_owned(), content.to_owned());
+        blocking(move || file_tools::writes_nothing_new(&work_dir, &path, &content)).await
     }
 
     /// Whether `call` names an offered tool that only reads.
@@ -619,7 +640,7 @@ fn unseen_file(
     (exists && !known.contains(&work_dir.relative(&path))).then(|| {
         format!(
             "Cannot write to `{given}`: the file exists, and you have not read it. Read it with \
-             read_file first (or change part of it with edit_file), then write it."
+             read_file first, then write it."
         )
     })
 }
@@ -719,6 +740,24 @@ mod tests {
         // A file the session wrote itself may be written again; an unseen one still may not.
         assert!(!write(&toolbox, "new/fresh.txt").await.is_error);
         assert!(write(&toolbox, "blind.txt").await.is_error);
+
+        // Writing what a file holds already changes nothing, and says so.
+        let same = call(
+            "write_file",
+            json!({ "path": "read.txt", "content": "new\n" }),
+        );
+        assert!(toolbox.writes_nothing_new(&same).await);
+        let again = toolbox.run(&same).await;
+        assert!(!again.is_error && again.touched.is_none(), "{again:?}");
+        assert_eq!(
+            again.content,
+            "read.txt already holds exactly this content: nothing changed"
+        );
+        let other = call(
+            "write_file",
+            json!({ "path": "read.txt", "content": "newer\n" }),
+        );
+        assert!(!toolbox.writes_nothing_new(&other).await);
     }
 
     #[tokio::test]

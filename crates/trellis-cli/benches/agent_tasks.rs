@@ -64,9 +64,15 @@ fn main() {
         })
         .collect();
     tasks.sort();
-    let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a temp dir");
+    // Outside this repository, as a user's project would be: a task's crate inside it would be
+    // taken for a member of Trellis's own workspace.
+    let work = tempfile::Builder::new()
+        .prefix("trellis-agent-tasks-")
+        .tempdir()
+        .expect("a temp dir");
     // `TRELLIS_AGENT_KEEP=1` keeps the working directories, run records and trajectories to read.
     let work_path = if std::env::var("TRELLIS_AGENT_KEEP").as_deref() == Ok("1") {
+        println!("working directories kept in {}", work.path().display());
         work.keep()
     } else {
         work.path().to_path_buf()

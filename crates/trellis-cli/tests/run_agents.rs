@@ -519,8 +519,8 @@ fn result_texts(body: &Value) -> Vec<String> {
 
 #[test]
 fn a_cycle_that_writes_is_named_to_the_model() {
-    // Writing and running alternately, ten times: each call changes something, so none is refused
-    // as a repeat, but the cycle is named.
+    // Writing and running alternately, ten times: each call changes something (the command undoes
+    // the write), so none is refused as a repeat, but the cycle is named.
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
     p.write("w.fabro", &one_agent(""));
@@ -528,7 +528,7 @@ fn a_cycle_that_writes_is_named_to_the_model() {
         .flat_map(|_| {
             [
                 call("write_file", json!({ "path": "a.txt", "content": "x" })),
-                call("shell", json!({ "command": "cat a.txt" })),
+                call("shell", json!({ "command": "echo y > a.txt" })),
             ]
         })
         .collect();
@@ -1352,5 +1352,126 @@ fn a_fan_out_of_more_agents_than_the_blocking_pool_has_threads_finishes() {
             results.contains("[exit 0]"),
             "the barrier was passed: {results}"
         );
+    }
+}
+
+/// A reply of the local model: a call written as the JSON object its grammar holds it to.
+fn local_call(thought: &str, name: &str, arguments: &Value) -> Value {
+    let text = json!({ "thought": thought, "name": name, "arguments": arguments }).to_string();
+    json!({ "type": "reply", "text": text, "times": 1 })
+}
+
+/// The text of the last message of an OpenAI-style request (the local model's results come back as
+/// text, since it wrote its calls as text).
+fn last_text(body: &Value) -> String {
+    body["messages"].as_array().unwrap().last().unwrap()["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn the_local_model_is_held_to_one_call_a_turn_and_finishes_once_its_change_is_checked() {
+    let Some(mock) = Llmock::start() else { return };
+    let stand_in = tempfile::tempdir().unwrap();
+    let server = mock.as_llama_server(stand_in.path());
+    let model = stand_in.path().join("model.gguf");
+    std::fs::write(&model, "not a model: llmock answers").unwrap();
+    let p = Project::new()
+        .with_env("TRELLIS_LLAMA_SERVER", &server.display().to_string())
+        .with_env("TRELLIS_LOCAL_MODEL", &model.display().to_string());
+    p.write("calc.py", "def add(a, b):\n    return a - b\n");
+    p.write(
+        "w.fabro",
+        &workflow("fix [prompt=\"Fix add in calc.py\", provider=\"local\"]\n start -> fix -> exit"),
+    );
+    let fixed = "def add(a, b):\n    return a + b\n";
+    let finish =
+        |summary: &str| local_call("It is done.", "finish", &json!({ "summary": summary }));
+    mock.scenario(&json!([
+        finish("Fixed already."),
+        local_call(
+            "First I read it.",
+            "read_file",
+            &json!({ "path": "calc.py" })
+        ),
+        local_call(
+            "It subtracts; it must add.",
+            "write_file",
+            &json!({ "path": "calc.py", "content": fixed })
+        ),
+        finish("Fixed add."),
+        local_call(
+            "Check it.",
+            "shell",
+            &json!({ "command": "python3 -c 'import calc; assert calc.add(2, 3) == 5'" })
+        ),
+        finish("Fixed add in calc.py."),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.summary, run.stderr());
+    assert_eq!(p.read("calc.py"), fixed);
+    assert_eq!(
+        stage_file(&run, "fix", "response.md").trim(),
+        "Fixed add in calc.py."
+    );
+
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 6, "{bodies:#?}");
+    // Every answer is held by a grammar to one call of the agent's tools or `finish`: a thought
+    // first, then the tool's name and arguments under its own schema.
+    let tools: Vec<&str> = bodies[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools[..2], ["read_file", "write_file"]);
+    assert_eq!(tools.last(), Some(&"finish"));
+    let calls = bodies[0]["response_format"]["json_schema"]["schema"]["oneOf"]
+        .as_array()
+        .expect("the answer's schema: one call of the tools");
+    assert_eq!(calls.len(), tools.len());
+    for (call, tool) in calls.iter().zip(&tools) {
+        let keys: Vec<&String> = call["properties"].as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["thought", "name", "arguments"]);
+        assert_eq!(call["properties"]["name"]["const"], *tool);
+    }
+    assert_eq!(
+        calls[1]["properties"]["arguments"]["required"],
+        json!(["path", "content"])
+    );
+    let system = bodies[0]["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("call finish with a one-sentence summary"),
+        "{system}"
+    );
+    assert!(
+        system.contains("calc.py"),
+        "the directory's files: {system}"
+    );
+    // `finish` before anything was done, and after a write nothing checked, is refused once each;
+    // the check that passes says to call finish.
+    assert!(last_text(&bodies[1]).contains("Not finished: nothing has been done yet"));
+    assert!(
+        last_text(&bodies[4]).contains("Not finished: nothing has checked your last change yet"),
+        "{}",
+        last_text(&bodies[4])
+    );
+    let checked = last_text(&bodies[5]);
+    assert!(
+        checked.contains("[exit 0]")
+            && checked
+                .ends_with("If that shows the task is done, call finish now with a short summary."),
+        "{checked}"
+    );
+    // Each request is the last one and what came since, for llama-server's prompt cache.
+    for pair in bodies.windows(2) {
+        let (before, after) = (
+            pair[0]["messages"].as_array().unwrap(),
+            pair[1]["messages"].as_array().unwrap(),
+        );
+        assert_eq!(before[..], after[..before.len()]);
+        assert_eq!(pair[1]["cache_prompt"], true);
     }
 }

@@ -43,31 +43,44 @@ use crate::routing_directive;
 use crate::skills;
 use crate::steering;
 
-/// What every agent is told before the project memory.
+/// What every agent is told before the project memory, ending with how to finish.
 const AGENT_SYSTEM: &str = "You are a coding agent working in a project's directory. Do the task yourself \
 with the tools; do not tell the user what to do. Paths are relative to the working directory, and nothing \
 outside it can be changed (files the prompt points to in the run's record can be read). Read a file before \
 you change it, and change only what the task needs. After a change, run the check that shows it works (the \
-tests, or the program itself). When the task is done, answer with a short summary of what you did, without \
-calling a tool.";
+tests, or the program itself).";
 
-/// Added for the local model, which calls tools by writing them as JSON: how, with an example call on a
-/// file the working directory really holds (a small model copies an example's path as it is).
-fn text_calls_hint(overview: &str) -> String {
+/// How an agent that may answer without a tool finishes.
+const ANSWER_TO_FINISH: &str =
+    "When the task is done, answer with a short summary of what you did, without calling a tool.";
+
+/// How the local model calls tools and finishes: its every answer is held to one call (a grammar on
+/// the answer), written as one JSON object — shown with an example on a file the working directory
+/// really holds, since a small model copies an example's path as it is. (An example listing the
+/// directory instead solved fewer tasks.)
+fn local_calls_hint(overview: &str) -> String {
     let example = match overview
         .lines()
         .find(|line| !line.ends_with('/') && !line.starts_with("[…"))
     {
-        Some(file) => serde_json::json!({ "name": "read_file", "arguments": { "path": file } }),
-        None => serde_json::json!({ "name": "list_dir", "arguments": { "path": "." } }),
+        Some(file) => serde_json::json!({
+            "thought": "First I read the file, to see what to change.",
+            "name": "read_file",
+            "arguments": { "path": file },
+        }),
+        None => serde_json::json!({
+            "thought": "First I look at what the directory holds.",
+            "name": "list_dir",
+            "arguments": { "path": "." },
+        }),
     };
     format!(
-        "To call a tool, answer with one JSON block holding one call and nothing else, for \
-         example:\n```json\n{example}\n```\nThe tool's result comes back in the next message. \
-         To write a whole file, you may instead answer with its path alone on a line, then its \
-         whole new content in a fenced block, for example:\npath/to/file.py\n```python\n\
-         print(\"hello\")\n```\nBegin by reading the files the task is about, and put what you \
-         write at the paths the task names."
+        "Answer every time with one JSON object and nothing else: a short thought (what you do \
+         next, and why), then the name and arguments of one tool to call. For example:\n{example}\n\
+         The tool's result comes back in the next message. To change a file, write_file its whole \
+         new content or edit_file one exact part of it; put what you write at the paths the task \
+         names. When the task is done and checked, call {finish} with a one-sentence summary.",
+        finish = trellis_agent::FINISH,
     )
 }
 
@@ -966,6 +979,9 @@ impl SessionBase {
         (work_dir, sandbox): (WorkDir, &Arc<Sandbox>),
         skills: Option<String>,
     ) -> Self {
+        // The local model is small, must call a tool every turn (a grammar holds its answer to one
+        // call), decodes greedily unless told a temperature, and is coached.
+        let local = call.resolved.provider == "local";
         let mut toolbox = Toolbox::new(
             work_dir,
             llm.allowed_tools.as_deref(),
@@ -989,17 +1005,19 @@ impl SessionBase {
         } else {
             None
         };
-        // The local model is small, calls tools by writing them, decodes greedily unless told a
-        // temperature, and is coached.
-        let local = call.resolved.provider == "local";
         let overview = toolbox.overview(OVERVIEW_ENTRIES).await;
-        let mut system = if overview.is_empty() {
-            format!("{AGENT_SYSTEM}\n\nThe working directory is empty.")
+        let mut system = if local {
+            AGENT_SYSTEM.to_owned()
         } else {
-            format!("{AGENT_SYSTEM}\n\nThe working directory holds:\n{overview}")
+            format!("{AGENT_SYSTEM} {ANSWER_TO_FINISH}")
         };
+        if overview.is_empty() {
+            system.push_str("\n\nThe working directory is empty.");
+        } else {
+            system = format!("{system}\n\nThe working directory holds:\n{overview}");
+        }
         if local {
-            system = format!("{system}\n\n{}", text_calls_hint(&overview));
+            system = format!("{system}\n\n{}", local_calls_hint(&overview));
         }
         if let Some(memory) = memory {
             system = format!("{system}\n\n{memory}");
@@ -1011,6 +1029,7 @@ impl SessionBase {
             template: Request {
                 max_tokens: llm.max_tokens.or(Some(DEFAULT_TURN_TOKENS)),
                 reasoning_effort: Some(effort(llm.effort())),
+                require_tool: local,
                 ..Request::default()
             },
             context_window: client.context_window(&call.resolved).map(u64::from),

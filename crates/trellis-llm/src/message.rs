@@ -120,6 +120,12 @@ pub struct Request {
     /// by themselves.
     #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub cache_prompt: bool,
+    /// The answer must call one of the tools (OpenAI's `tool_choice: "required"`, Anthropic's
+    /// `any`, Gemini's `ANY`). On llama-server the answer is held by a grammar to one call written
+    /// as JSON — a short `thought`, then the tool's `name` and `arguments` matching its schema — so
+    /// a small model cannot write a malformed call or answer with prose.
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub require_tool: bool,
 }
 
 /// A JSON Schema an answer must match, and its name (letters, digits, `_`).

@@ -5,6 +5,8 @@
 //! session answers that with the list of tools it has, rather than taking the block for an answer.
 //! A file's path alone on a line, then a fenced block, is that file's whole new content: a
 //! `write_file` call (the "whole file" format small coding models know), when that tool is offered.
+//! An answer that is a call object alone, unfenced, is a call too (what llama-server's grammar
+//! holds an answer to when a call is required).
 
 use serde_json::Value;
 
@@ -16,6 +18,7 @@ pub fn parse(text: &str, offered: &[&str]) -> Vec<ToolCall> {
     for body in tagged(text, "<tool_call>", "</tool_call>")
         .into_iter()
         .chain(fenced(text))
+        .chain(bare(text))
     {
         for value in values(body) {
             if let Some(call) = to_call(&value, offered, calls.len()) {
@@ -31,6 +34,13 @@ pub fn parse(text: &str, offered: &[&str]) -> Vec<ToolCall> {
         });
     }
     calls
+}
+
+/// The whole answer, when it is one JSON object and nothing else: a call written under a grammar
+/// that holds the answer to one (llama-server, when a call is required).
+fn bare(text: &str) -> Option<&str> {
+    let text = text.trim();
+    (text.starts_with('{') && text.ends_with('}')).then_some(text)
 }
 
 /// The tool a file written whole is a call of.
@@ -232,6 +242,19 @@ mod tests {
             "<tool_call>{\"name\": \"read_file\"}</tool_call>",
             &offered
         ));
+    }
+
+    #[test]
+    fn an_answer_that_is_a_call_object_alone_is_a_call() {
+        let calls = parse(
+            "{\n  \"thought\": \"Read it first.\",\n  \"name\": \"read_file\",\n  \"arguments\": {\"path\": \"a.py\"}\n}",
+            &["read_file"],
+        );
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].name, "read_file");
+        assert_eq!(calls[0].arguments, serde_json::json!({ "path": "a.py" }));
+        assert!(is_text_call(&calls[0].id));
+        assert!(parse("{\"name\": \"orders-api\", \"port\": 80}", &["read_file"]).is_empty());
     }
 
     #[test]

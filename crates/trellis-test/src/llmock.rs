@@ -3,7 +3,8 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -118,6 +119,24 @@ impl Llmock {
         self.request("GET", path, "")
     }
 
+    /// A stand-in for llama-server, for Trellis to start as its local model server
+    /// (`TRELLIS_LLAMA_SERVER`): a script in `dir` that takes llama-server's arguments and forwards
+    /// the port Trellis gives it to this llmock, so the local model's requests are answered by the
+    /// scenario and logged here, sent exactly as llama-server would get them.
+    pub fn as_llama_server(&self, dir: &Path) -> PathBuf {
+        let script = dir.join("llama-server");
+        let text = format!(
+            "#!/bin/sh\n# llama-server's arguments; only --port matters.\nport=\n\
+             while [ $# -gt 0 ]; do [ \"$1\" = --port ] && port=$2; shift; done\n\
+             exec python3 -c '{FORWARDER}' \"$port\" {}\n",
+            self.port
+        );
+        std::fs::write(&script, text).expect("the stand-in is written");
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+            .expect("the stand-in is executable");
+        script
+    }
+
     /// A minimal HTTP/1.1 exchange; the admin API needs nothing more.
     fn request(&self, method: &str, path: &str, body: &str) -> Option<String> {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
@@ -145,6 +164,31 @@ impl Llmock {
         Some(body.to_owned())
     }
 }
+
+/// Python forwarding every connection to port `argv[1]` on to port `argv[2]` (no single quotes: it
+/// goes inside them in a shell script).
+const FORWARDER: &str = r#"
+import socket, sys, threading
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("127.0.0.1", int(sys.argv[1])))
+server.listen(16)
+def pipe(source, sink):
+    try:
+        while True:
+            data = source.recv(65536)
+            if not data:
+                break
+            sink.sendall(data)
+        sink.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+while True:
+    client, _ = server.accept()
+    upstream = socket.create_connection(("127.0.0.1", int(sys.argv[2])))
+    for source, sink in ((client, upstream), (upstream, client)):
+        threading.Thread(target=pipe, args=(source, sink), daemon=True).start()
+"#;
 
 fn dechunk(mut body: &str) -> String {
     let mut out = String::new();

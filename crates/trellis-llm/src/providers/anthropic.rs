@@ -86,6 +86,8 @@ impl Anthropic {
                 "input_schema": format.schema,
             }));
             body["tool_choice"] = json!({ "type": "tool", "name": format.name });
+        } else if request.require_tool && !tools.is_empty() {
+            body["tool_choice"] = json!({ "type": "any" });
         }
         if !tools.is_empty() {
             body["tools"] = Value::Array(tools);

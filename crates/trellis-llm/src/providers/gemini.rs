@@ -59,6 +59,9 @@ impl Gemini {
                 .map(|t| json!({ "name": t.name, "description": t.description, "parameters": t.parameters }))
                 .collect();
             body["tools"] = json!([{ "functionDeclarations": declarations }]);
+            if request.require_tool {
+                body["toolConfig"] = json!({ "functionCallingConfig": { "mode": "ANY" } });
+            }
         }
         let mut config = serde_json::Map::new();
         if let Some(max) = request.max_tokens {

@@ -54,6 +54,32 @@ impl OpenAiChat {
         }
     }
 
+    /// The request's tools, and when a call is required, how: a grammar on llama-server, else
+    /// `tool_choice`.
+    fn offer_tools(&self, request: &Request, body: &mut Value) {
+        if request.tools.is_empty() {
+            return;
+        }
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| json!({ "type": "function", "function": { "name": t.name, "description": t.description, "parameters": t.parameters } }))
+            .collect();
+        if !request.require_tool {
+            return;
+        }
+        if self.llama_server && request.response_schema.is_none() {
+            // Its own tool-call grammar depends on the chat template and does not hold every model
+            // to a call; a schema on the answer does.
+            body["response_format"] = json!({
+                "type": "json_schema",
+                "json_schema": { "name": "tool_call", "schema": call_schema(&request.tools) },
+            });
+        } else {
+            body["tool_choice"] = json!("required");
+        }
+    }
+
     fn body(&self, request: &Request) -> Value {
         let mut messages = Vec::new();
         if let Some(system) = &request.system {
@@ -129,13 +155,7 @@ impl OpenAiChat {
                 body["cache_prompt"] = json!(true);
             }
         }
-        if !request.tools.is_empty() {
-            body["tools"] = request
-                .tools
-                .iter()
-                .map(|t| json!({ "type": "function", "function": { "name": t.name, "description": t.description, "parameters": t.parameters } }))
-                .collect();
-        }
+        self.offer_tools(request, &mut body);
         if let Some(max) = request.max_tokens {
             let field = if self.max_completion_tokens {
                 "max_completion_tokens"
@@ -425,6 +445,31 @@ impl Provider for OpenAiChat {
     }
 }
 
+/// The longest `thought` a call written under [`call_schema`] may open with.
+const THOUGHT_CHARS: u32 = 400;
+
+/// One call of one of `tools`, written as a JSON object: a short thought first (a small model picks
+/// a better call after saying what it is about to do), then the tool's name and its arguments under
+/// the tool's own schema.
+fn call_schema(tools: &[crate::message::ToolDef]) -> Value {
+    let calls: Vec<Value> = tools
+        .iter()
+        .map(|tool| {
+            json!({
+                "type": "object",
+                "properties": {
+                    "thought": { "type": "string", "maxLength": THOUGHT_CHARS },
+                    "name": { "const": tool.name },
+                    "arguments": tool.parameters,
+                },
+                "required": ["thought", "name", "arguments"],
+                "additionalProperties": false,
+            })
+        })
+        .collect();
+    json!({ "oneOf": calls })
+}
+
 /// How much an answer grows between two looks for repetition.
 const REPETITION_CHECK_BYTES: usize = 256;
 /// The end of an answer that, found this many times before it, shows the model repeating itself.
@@ -538,6 +583,39 @@ mod tests {
         let compatible = OpenAiChat::compatible(transport()).body(&request);
         assert_eq!(compatible["max_tokens"], 50);
         assert!(compatible.get("max_completion_tokens").is_none());
+    }
+
+    #[test]
+    fn a_required_call_is_a_grammar_on_llama_server_and_tool_choice_elsewhere() {
+        let request = Request {
+            model: "m".into(),
+            messages: vec![Message::user("hi")],
+            tools: vec![crate::message::ToolDef {
+                name: "read_file".into(),
+                description: "Read a file.".into(),
+                parameters: json!({ "type": "object", "properties": { "path": { "type": "string" } } }),
+            }],
+            require_tool: true,
+            ..Request::default()
+        };
+        let transport = || Transport::new("x", "http://127.0.0.1:9/v1", None);
+        let local = OpenAiChat::llama_server(transport()).body(&request);
+        assert!(local.get("tool_choice").is_none(), "{local}");
+        let call = &local["response_format"]["json_schema"]["schema"]["oneOf"][0];
+        let keys: Vec<&String> = call["properties"].as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            ["thought", "name", "arguments"],
+            "the thought comes first"
+        );
+        assert_eq!(call["properties"]["name"]["const"], "read_file");
+        assert_eq!(
+            call["properties"]["arguments"]["properties"]["path"]["type"],
+            "string"
+        );
+        let other = OpenAiChat::compatible(transport()).body(&request);
+        assert_eq!(other["tool_choice"], "required");
+        assert!(other.get("response_format").is_none(), "{other}");
     }
 
     #[test]

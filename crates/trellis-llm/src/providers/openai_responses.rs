@@ -63,6 +63,9 @@ impl OpenAiResponses {
                 .iter()
                 .map(|t| json!({ "type": "function", "name": t.name, "description": t.description, "parameters": t.parameters }))
                 .collect();
+            if request.require_tool {
+                body["tool_choice"] = json!("required");
+            }
         }
         if let Some(max) = request.max_tokens {
             body["max_output_tokens"] = json!(max);
