@@ -158,10 +158,11 @@ fn edit_file(work_dir: &WorkDir, args: &EditArgs) -> Result<ToolOutput, String> 
                     )
                 })
                 .unwrap_or_default();
-            // An earlier stage or turn may have made this very change.
+            // An earlier stage or turn may have made this very change (said only of a new_string
+            // long enough not to be found by chance).
             let made = text
                 .find(&args.new_string)
-                .filter(|_| !args.new_string.trim().is_empty())
+                .filter(|_| args.new_string.trim().chars().count() >= MADE_CHARS)
                 .map(|at| {
                     format!(
                         " new_string is in it already (line {}): the change looks made.",
@@ -211,6 +212,9 @@ fn edit_file(work_dir: &WorkDir, args: &EditArgs) -> Result<ToolOutput, String> 
     }
     Ok(touched(out, work_dir, &path))
 }
+
+/// The shortest `new_string` a failed edit says is in the file already.
+const MADE_CHARS: usize = 5;
 
 /// The line of `text` (its number from 1, and the line) that shares the most words — runs of
 /// letters, digits and `_` — with the first non-blank line of `wanted`, when it shares at least
@@ -608,6 +612,13 @@ mod tests {
             made.contains("new_string is in it already (line 2): the change looks made."),
             "{made}"
         );
+        let short = call(
+            &work,
+            Tool::EditFile,
+            &json!({"path": "src/lib.rs", "old_string": "c", "new_string": "b"}),
+        )
+        .unwrap_err();
+        assert!(!short.contains("looks made"), "{short}");
         let same = call(
             &work,
             Tool::EditFile,

@@ -1276,6 +1276,58 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_file_read_back_after_it_was_written_is_a_check_of_that_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
+        let settings = Settings {
+            template: Request {
+                require_tool: true,
+                ..Request::default()
+            },
+            coach: true,
+            ..Settings::default()
+        };
+        let mut session = Session::new(toolbox, None, Vec::new(), settings);
+        let write = |path: &str| ("write_file", json!({ "path": path, "content": "hi\n" }));
+        let read = |path: &str| ("read_file", json!({ "path": path }));
+        let finish = (FINISH, json!({ "summary": "Wrote it." }));
+        // The file just written, read back (by another spelling of its path): finish is taken.
+        let mut model = Scripted {
+            answers: vec![
+                response("", &[write("a.txt")]),
+                response("", &[read("./a.txt")]),
+                response("", std::slice::from_ref(&finish)),
+            ],
+            asked: Vec::new(),
+        };
+        let answer = session
+            .send(&mut model, &Log::default(), "write a.txt".into())
+            .await
+            .unwrap();
+        assert_eq!(answer.text, "Wrote it.");
+        assert_eq!(model.asked.len(), 3);
+        // Another file read back checks nothing: finish is refused once.
+        let mut model = Scripted {
+            answers: vec![
+                response("", &[write("b.txt")]),
+                response("", &[read("a.txt")]),
+                response("", std::slice::from_ref(&finish)),
+                response("", std::slice::from_ref(&finish)),
+            ],
+            asked: Vec::new(),
+        };
+        session
+            .send(&mut model, &Log::default(), "write b.txt".into())
+            .await
+            .unwrap();
+        assert_eq!(model.asked.len(), 4);
+        assert_eq!(
+            last_results(&model.asked[3]),
+            [(UNCHECKED.to_owned(), true)]
+        );
+    }
+
+    #[tokio::test]
     async fn reads_of_one_turn_run_together_and_writes_alone() {
         let dir = tempfile::tempdir().unwrap();
         tokio::fs::write(dir.path().join("a.txt"), "a")
