@@ -1081,6 +1081,20 @@ mod tests {
         Session::new(toolbox, None, Vec::new(), settings)
     }
 
+    /// A coached session that must call a tool every turn, ending with `finish`.
+    fn coached_to_finish(dir: &std::path::Path) -> Session {
+        let toolbox = Toolbox::new(WorkDir::new(dir).unwrap(), None, &[]);
+        let settings = Settings {
+            template: Request {
+                require_tool: true,
+                ..Request::default()
+            },
+            coach: true,
+            ..Settings::default()
+        };
+        Session::new(toolbox, None, Vec::new(), settings)
+    }
+
     #[tokio::test]
     async fn a_coached_model_runs_one_change_per_answer_and_is_told_when_a_check_passes() {
         let dir = tempfile::tempdir().unwrap();
@@ -1198,16 +1212,7 @@ mod tests {
     #[tokio::test]
     async fn a_model_that_must_call_a_tool_finishes_with_finish_once_it_has_done_something() {
         let dir = tempfile::tempdir().unwrap();
-        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
-        let settings = Settings {
-            template: Request {
-                require_tool: true,
-                ..Request::default()
-            },
-            coach: true,
-            ..Settings::default()
-        };
-        let mut session = Session::new(toolbox, None, Vec::new(), settings);
+        let mut session = coached_to_finish(dir.path());
         let finish = |summary: &str| (FINISH, json!({ "summary": summary }));
         let mut model = Scripted {
             answers: vec![
@@ -1278,16 +1283,7 @@ mod tests {
     #[tokio::test]
     async fn a_file_read_back_after_it_was_written_is_a_check_of_that_write() {
         let dir = tempfile::tempdir().unwrap();
-        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
-        let settings = Settings {
-            template: Request {
-                require_tool: true,
-                ..Request::default()
-            },
-            coach: true,
-            ..Settings::default()
-        };
-        let mut session = Session::new(toolbox, None, Vec::new(), settings);
+        let mut session = coached_to_finish(dir.path());
         let write = |path: &str| ("write_file", json!({ "path": path, "content": "hi\n" }));
         let read = |path: &str| ("read_file", json!({ "path": path }));
         let finish = (FINISH, json!({ "summary": "Wrote it." }));

@@ -414,7 +414,7 @@ impl Toolbox {
     /// guessing): counted as seen, as if read. None when it names none, or `read_file` is not
     /// offered.
     pub async fn named_files(&self, task: &str) -> Option<String> {
-        if !self.tools.contains(&Tool::ReadFile) {
+        if !self.offers(Tool::ReadFile) {
             return None;
         }
         let (work_dir, task) = (self.work_dir.clone(), task.to_owned());
