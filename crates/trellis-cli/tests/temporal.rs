@@ -643,15 +643,22 @@ fn thirty_runs_spread_over_three_workers_all_succeed_when_one_worker_is_killed()
         assert_eq!(status(id), "succeeded", "run {id}");
         let events = stage_events(&runs.join(id));
         for node in &chain {
-            let count = |name: &str| {
-                events
-                    .iter()
-                    .filter(|(e, n)| e == name && n == node)
-                    .count()
-            };
-            // A finished stage never runs again; an interrupted one runs again exactly once.
-            assert_eq!(count("StageCompleted"), 1, "run {id}, {node}: {events:?}");
-            match count("StageStarted") {
+            let of_node: Vec<&str> = events
+                .iter()
+                .filter(|(_, n)| n == node)
+                .map(|(e, _)| e.as_str())
+                .collect();
+            // A stage is finished once its checkpoint is saved, as for a local kill: a worker killed
+            // between a stage's end and that save (the journal's sync) leaves it to run again. A
+            // finished stage never runs again; an interrupted one runs again exactly once.
+            let finished = of_node.iter().filter(|e| **e == "CheckpointSaved").count();
+            assert_eq!(finished, 1, "run {id}, {node}: {events:?}");
+            assert_eq!(
+                of_node.last(),
+                Some(&"CheckpointSaved"),
+                "run {id}, {node} ran after its checkpoint: {events:?}"
+            );
+            match of_node.iter().filter(|e| **e == "StageStarted").count() {
                 1 => {}
                 2 => interrupted += 1,
                 n => panic!("run {id}: {node} started {n} times"),
