@@ -267,6 +267,101 @@ pub fn fingerprint(work_dir: &WorkDir, path: &str) -> Option<u64> {
     Some(hasher.finish())
 }
 
+/// What an `edit_file` call may name as the `old_string` of one file ([`edit_targets`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Anchors {
+    /// Each line of the file, with the whitespace around it taken off, whose text occurs exactly
+    /// once in the file: an edit naming one applies.
+    Lines(Vec<String>),
+    /// Any text: the file is too large to list its lines.
+    Any,
+}
+
+/// The files of the working directory an `edit_file` call may name, and for each what it may name
+/// as its `old_string` ([`Anchors`]): every UTF-8 text file (the walk honours `.gitignore`), in
+/// path order; a file larger than `max_bytes` takes any text, and so do the files after the first
+/// `max_lines` lines listed. None when there are more than `max_files` files: the list would be
+/// too long to hold calls to.
+pub fn edit_targets(
+    work_dir: &WorkDir,
+    (max_files, max_bytes, max_lines): (usize, u64, usize),
+) -> Option<Vec<(String, Anchors)>> {
+    let mut paths = Vec::new();
+    for entry in ignore::WalkBuilder::new(work_dir.root())
+        .require_git(false)
+        .build()
+    {
+        if work_dir.stopped() {
+            return None;
+        }
+        let Ok(entry) = entry else { continue };
+        if entry.file_type().is_some_and(|t| t.is_file()) {
+            if paths.len() == max_files {
+                return None;
+            }
+            paths.push(work_dir.relative(entry.path()));
+        }
+    }
+    paths.sort();
+    let mut listed = 0;
+    let targets = paths
+        .into_iter()
+        .filter_map(|path| {
+            let anchors = edit_anchors(work_dir, &path, max_bytes, max_lines - listed)?;
+            if let Anchors::Lines(lines) = &anchors {
+                if lines.is_empty() {
+                    return None;
+                }
+                listed += lines.len();
+            }
+            Some((path, anchors))
+        })
+        .collect();
+    Some(targets)
+}
+
+/// What an edit of the file at `path` may name ([`Anchors`]): its lines, when it is at most
+/// `max_bytes` long and has at most `max_lines` of them; none for a file the file tools would not
+/// read or that is not UTF-8 text.
+fn edit_anchors(
+    work_dir: &WorkDir,
+    path: &str,
+    max_bytes: u64,
+    max_lines: usize,
+) -> Option<Anchors> {
+    let resolved = work_dir.resolve(path).ok()?;
+    let file = work_dir::open_file(&resolved, path, false).ok()?;
+    let mut bytes = Vec::new();
+    file.take(max_bytes + 1).read_to_end(&mut bytes).ok()?;
+    let too_large = bytes.len() as u64 > max_bytes;
+    if too_large {
+        bytes.truncate(usize::try_from(max_bytes).unwrap_or(usize::MAX));
+    }
+    if bytes.contains(&0) {
+        return None;
+    }
+    // A file cut short may end inside a character.
+    let content = match String::from_utf8(bytes) {
+        Ok(content) => content,
+        Err(e) if too_large && e.utf8_error().error_len().is_none() => return Some(Anchors::Any),
+        Err(_) => return None,
+    };
+    if too_large {
+        return Some(Anchors::Any);
+    }
+    let mut lines: Vec<String> = Vec::new();
+    for line in content.lines().map(str::trim) {
+        if line.is_empty() || content.match_indices(line).nth(1).is_some() {
+            continue;
+        }
+        if lines.len() == max_lines {
+            return Some(Anchors::Any);
+        }
+        lines.push(line.to_owned());
+    }
+    Some(Anchors::Lines(lines))
+}
+
 /// The files of the working directory a task names, with their text: each word of `text` that looks
 /// like a path (it has a `.` or a `/`, once quotes, backticks and punctuation around it and a `:line`
 /// or `:line:column` after it are taken off) and names a UTF-8 text file of at most `each` bytes —
@@ -306,18 +401,7 @@ pub fn named_files(
 /// The file `word` names (its path relative to the working directory, and its text), when it is a
 /// UTF-8 text file of at most `each` bytes ([`named_files`]).
 fn named_file(work_dir: &WorkDir, word: &str, each: u64) -> Option<(String, String)> {
-    let word = word
-        .trim_start_matches(|c: char| "`'\"([{<*".contains(c))
-        .trim_end_matches(|c: char| "`'\"()[]{}<>*,;:!?.".contains(c));
-    let word = word.strip_prefix("./").unwrap_or(word);
-    // A place in a file, as compilers and test runners print it: `src/lib.rs:12:9`.
-    let word = (0..2).fold(word, |word, _| match word.rsplit_once(':') {
-        Some((path, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => path,
-        _ => word,
-    });
-    if !(word.contains('.') || word.contains('/')) {
-        return None;
-    }
+    let word = path_word(word)?;
     let path = work_dir.resolve(word).ok()?;
     let file = work_dir::open_file(&path, word, false).ok()?;
     if file.metadata().map_or(true, |m| m.len() > each) {
@@ -328,6 +412,59 @@ fn named_file(work_dir: &WorkDir, word: &str, each: u64) -> Option<(String, Stri
         return None;
     }
     Some((work_dir.relative(&path), String::from_utf8(bytes).ok()?))
+}
+
+/// The path a word of a text names, when it looks like one: it has a `.` or a `/` once quotes,
+/// backticks and punctuation around it, a leading `./` and a `:line` or `:line:column` after it are
+/// taken off.
+fn path_word(word: &str) -> Option<&str> {
+    let word = word
+        .trim_start_matches(|c: char| "`'\"([{<*".contains(c))
+        .trim_end_matches(|c: char| "`'\"()[]{}<>*,;:!?.".contains(c));
+    let word = word.strip_prefix("./").unwrap_or(word);
+    // A place in a file, as compilers and test runners print it: `src/lib.rs:12:9`.
+    let word = (0..2).fold(word, |word, _| match word.rsplit_once(':') {
+        Some((path, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => path,
+        _ => word,
+    });
+    (word.contains('.') || word.contains('/')).then_some(word)
+}
+
+/// The extensions of the files a task may ask for by name ([`missing_files`]): a word such as
+/// `e.g.` or `v1.2` is not taken for a file (nor a capitalised `.js`: `Node.js` is a name).
+const FILE_EXTENSIONS: &[&str] = &[
+    "c", "cfg", "conf", "cpp", "cs", "css", "csv", "go", "h", "hpp", "html", "ini", "java", "js",
+    "json", "jsx", "kt", "lua", "md", "php", "pl", "py", "rb", "rs", "rst", "sh", "sql", "swift",
+    "toml", "ts", "tsx", "txt", "xml", "yaml", "yml",
+];
+
+/// The files `text` names that are not in the working directory: each word that looks like a
+/// relative path ([`path_word`], no glob) to a file with a usual extension, which nothing is at. In
+/// the order named, each once.
+pub fn missing_files(work_dir: &WorkDir, text: &str) -> Vec<String> {
+    let mut missing: Vec<String> = Vec::new();
+    for word in text.split_whitespace().filter_map(path_word) {
+        let Some((stem, extension)) = word.rsplit_once('.') else {
+            continue;
+        };
+        let name = stem.rsplit('/').next().unwrap_or(stem);
+        if name.is_empty()
+            || word.starts_with('/')
+            || word.contains(['*', '?'])
+            || !FILE_EXTENSIONS.contains(&extension)
+            || (extension == "js" && name.starts_with(char::is_uppercase))
+            || missing.iter().any(|m| m == word)
+        {
+            continue;
+        }
+        let absent = work_dir
+            .resolve(word)
+            .is_ok_and(|path| path.symlink_metadata().is_err());
+        if absent {
+            missing.push(word.to_owned());
+        }
+    }
+    missing
 }
 
 /// The whole of a regular file ([`work_dir::open_file`]).
@@ -848,5 +985,48 @@ mod tests {
         let found = named_files(&work, "The output is in test-output.txt.", (4, 8192, 16384));
         let paths: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(paths, ["test-output.txt", "src/lib.rs"]);
+    }
+
+    #[test]
+    fn an_edit_may_name_the_lines_of_a_file_that_occur_once_trimmed() {
+        let (d, work) = setup();
+        std::fs::write(
+            d.path().join("config.json"),
+            "{\n  \"port\": 8080,\n  \"debug\": true,\n  \"db\": {\n    \"debug\": true\n  }\n}\n",
+        )
+        .unwrap();
+        std::fs::write(d.path().join("logo.png"), b"\x89PNG\0\0").unwrap();
+        std::fs::write(d.path().join("big.txt"), "x\n".repeat(600)).unwrap();
+        // `"debug": true` is in config.json twice, and so are its braces: an edit naming them would
+        // not apply. Ignored and binary files are not listed; a large one takes any text.
+        let lines = |l: &[&str]| Anchors::Lines(l.iter().map(|&l| l.to_owned()).collect());
+        assert_eq!(
+            edit_targets(&work, (10, 1024, 100)).unwrap(),
+            [
+                ("big.txt".to_owned(), Anchors::Any),
+                (
+                    "config.json".to_owned(),
+                    lines(&["\"port\": 8080,", "\"debug\": true,", "\"db\": {"])
+                ),
+                (
+                    "src/lib.rs".to_owned(),
+                    lines(&["pub fn add(a: i32, b: i32) -> i32 {", "a - b", "}"])
+                ),
+            ]
+        );
+        // Past the lines listed, a file takes any text; past the files, nothing is listed.
+        let few = edit_targets(&work, (10, 1024, 4)).unwrap();
+        assert!(matches!(&few[1].1, Anchors::Lines(l) if l.len() == 3));
+        assert_eq!(few[2], ("src/lib.rs".to_owned(), Anchors::Any));
+        assert_eq!(edit_targets(&work, (3, 1024, 100)), None);
+    }
+
+    #[test]
+    fn the_files_a_task_names_that_are_missing_are_those_with_a_usual_extension() {
+        let (_d, work) = setup();
+        let task = "Write backup.sh (e.g. with cp) that copies notes/*.txt into `out/list.txt`, \
+                    as src/lib.rs does; see Node.js, version 1.2 and /etc/passwd.txt, and .txt \
+                    files; then run ./backup.sh.";
+        assert_eq!(missing_files(&work, task), ["backup.sh", "out/list.txt"]);
     }
 }

@@ -256,6 +256,16 @@ pub const UNCHECKED: &str = "Not finished: nothing has checked your last change 
 command that shows the task works with shell (the tests, or the program or script the task \
 names); call finish once it succeeds.";
 
+/// What a coached model's `finish` is answered with, once, when a file its task names, which did
+/// not exist when the task came, still does not: a small model takes having run a command for having
+/// done the task.
+fn missing_file(path: &str) -> String {
+    format!(
+        "Not finished: the task names `{path}`, and there is no such file yet. Create it with \
+         write_file, then check it; if the task does not need it, call finish again."
+    )
+}
+
 /// The temperature of a greedy model's turn after a loop warning or a cut answer: asked the same
 /// way, it would answer the same way again.
 pub const UNSTICK_TEMPERATURE: f32 = 0.7;
@@ -269,6 +279,9 @@ struct Lately {
     wrote_since_user: bool,
     /// Whether a file was written since a command last succeeded.
     check: Check,
+    /// The files the user's last message names that did not exist when it came, until `finish`
+    /// was refused once for one still missing ([`missing_file`]).
+    wanted: Vec<String>,
 }
 
 /// Whether the session's changes were checked: a file written since a command last succeeded (or
@@ -416,6 +429,15 @@ impl Session {
         &self.toolbox
     }
 
+    /// Takes `task` (the words of the user's next message, without the files it shows) for what
+    /// the model is to do: a coached model's `finish` is refused once while a file it names that
+    /// does not exist now still does not ([`missing_file`]).
+    pub async fn expect_named_files(&mut self, task: &str) {
+        if self.coach && self.request.require_tool {
+            self.lately.wanted = self.toolbox.missing_files(task).await;
+        }
+    }
+
     /// Sends `text` as the user and runs turns until the model answers without calling a tool.
     pub async fn send<M: Model>(
         &mut self,
@@ -423,12 +445,12 @@ impl Session {
         observer: &dyn Observer,
         text: String,
     ) -> Result<Response, Stop<M::Error>> {
-        self.request.messages.push(Message::user(text));
         let mut last_text = String::new();
         let mut cut = 0;
         let mut nudged = false;
         self.lately.ran_since_user = false;
         self.lately.wrote_since_user = false;
+        self.request.messages.push(Message::user(text));
         loop {
             if let Some(max) = self.max_turns
                 && self.turns >= max
@@ -455,7 +477,7 @@ impl Session {
                 });
             }
             self.request.messages.push(assistant_message(&response));
-            let refused = match self.finish(&response, &mut nudged) {
+            let refused = match self.finish(&response, &mut nudged).await {
                 Some(Ok(finished)) => return Ok(finished),
                 Some(Err(refused)) => Some(refused),
                 None => None,
@@ -523,21 +545,29 @@ impl Session {
 
     /// A `finish` call in `response`, answered. Alone, it ends the session with its summary as
     /// the answer (`Ok`) — unless the model is coached, ran nothing since the user's message and
-    /// was not told so yet ([`NOT_FINISHED`]); beside other calls it is refused ([`FINISH_ALONE`]).
-    /// A refusal is the call's result part (`Err`), for the caller to send back.
-    fn finish(&mut self, response: &Response, nudged: &mut bool) -> Option<Result<Response, Part>> {
+    /// was not told so yet ([`NOT_FINISHED`]), a file the task names is still missing
+    /// ([`missing_file`], once) or its last change is unchecked ([`UNCHECKED`], once); beside other
+    /// calls it is refused ([`FINISH_ALONE`]). A refusal is the call's result part (`Err`), for the
+    /// caller to send back.
+    async fn finish(
+        &mut self,
+        response: &Response,
+        nudged: &mut bool,
+    ) -> Option<Result<Response, Part>> {
         if !self.request.require_tool {
             return None;
         }
         let call = response.tool_calls.iter().find(|c| c.name == FINISH)?;
         let refusal = if response.tool_calls.len() > 1 {
-            Some(FINISH_ALONE)
+            Some(FINISH_ALONE.to_owned())
         } else if self.coach && !*nudged && !self.lately.ran_since_user {
             *nudged = true;
-            Some(NOT_FINISHED)
+            Some(NOT_FINISHED.to_owned())
+        } else if let Some(missing) = self.still_missing().await {
+            Some(missing_file(&missing))
         } else if self.coach && self.lately.check == Check::Due {
             self.lately.check = Check::Asked;
-            Some(UNCHECKED)
+            Some(UNCHECKED.to_owned())
         } else {
             None
         };
@@ -550,7 +580,7 @@ impl Session {
             })
         };
         if let Some(refusal) = refusal {
-            return Some(Err(result(refusal, true)));
+            return Some(Err(result(&refusal, true)));
         }
         // The call is answered, so a thread that goes on continues a well-formed history.
         self.request.messages.push(Message {
@@ -564,6 +594,21 @@ impl Session {
             stop_reason: StopReason::EndTurn,
             ..response.clone()
         }))
+    }
+
+    /// The first of the files the task names that is still missing, asked for once: the files
+    /// wanted are forgotten once one is.
+    async fn still_missing(&mut self) -> Option<String> {
+        let wanted = std::mem::take(&mut self.lately.wanted);
+        if wanted.is_empty() {
+            return None;
+        }
+        let missing = self.toolbox.missing_files(&wanted.join(" ")).await;
+        if missing.is_empty() {
+            // Not asked yet: a file created and removed again is asked for later.
+            self.lately.wanted = wanted;
+        }
+        missing.into_iter().next()
     }
 
     /// How the model ends the task, as the session's messages to it say it.
@@ -585,13 +630,17 @@ impl Session {
         };
     }
 
-    /// Sends the request as it stands. An answer that it did not fit the model's context window
+    /// Sends the request as it stands (a required call narrowed to what can work now:
+    /// [`Toolbox::narrowed`]). An answer that it did not fit the model's context window
     /// compacts the history and sends it again, for as long as compaction can make it smaller.
     async fn ask<M: Model>(
         &mut self,
         model: &mut M,
         observer: &dyn Observer,
     ) -> Result<Response, Stop<M::Error>> {
+        if self.request.require_tool {
+            self.request.narrowed = self.toolbox.narrowed().await;
+        }
         let mut preserved = compaction::PRESERVED_TURNS;
         loop {
             match model.ask(&self.request).await {
@@ -762,14 +811,20 @@ impl Session {
             }
             self.lately.check = Check::Done;
         }
-        // Reading back the file last written checks that write (a task may be just that).
+        // Reading back the file last written (whole, or the lines of it `grep` finds) checks that
+        // write (a task may be just that).
+        let read = match tool {
+            Some(Tool::ReadFile) => target(&self.toolbox, call),
+            Some(Tool::Grep) => call.arguments["path"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            _ => String::new(),
+        };
         if ran
             && !output.is_error
-            && tool == Some(Tool::ReadFile)
-            && let Ok(read) = self
-                .toolbox
-                .work_dir()
-                .resolve(&target(&self.toolbox, call))
+            && !read.is_empty()
+            && let Ok(read) = self.toolbox.work_dir().resolve(&read)
             && self.last_touched.as_deref()
                 == Some(self.toolbox.work_dir().relative(&read).as_str())
         {
@@ -878,8 +933,7 @@ impl Session {
             reasoning_effort: self.request.reasoning_effort,
             temperature: self.request.temperature,
             response_schema: None,
-            cache_prompt: false,
-            require_tool: false,
+            ..Request::default()
         };
         match model.ask(&request).await {
             Ok(response) if !response.text.trim().is_empty() => {
@@ -1302,6 +1356,21 @@ mod tests {
             .unwrap();
         assert_eq!(answer.text, "Wrote it.");
         assert_eq!(model.asked.len(), 3);
+        // Lines of it found with grep are a read-back too.
+        let grep = ("grep", json!({ "pattern": "hi", "path": "c.txt" }));
+        let mut model = Scripted {
+            answers: vec![
+                response("", &[write("c.txt")]),
+                response("", &[grep]),
+                response("", std::slice::from_ref(&finish)),
+            ],
+            asked: Vec::new(),
+        };
+        session
+            .send(&mut model, &Log::default(), "write c.txt".into())
+            .await
+            .unwrap();
+        assert_eq!(model.asked.len(), 3);
         // Another file read back checks nothing: finish is refused once.
         let mut model = Scripted {
             answers: vec![
@@ -1320,6 +1389,52 @@ mod tests {
         assert_eq!(
             last_results(&model.asked[3]),
             [(UNCHECKED.to_owned(), true)]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_file_the_task_names_is_asked_for_once_and_an_edit_may_name_a_line_that_occurs_once()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        tokio::fs::write(dir.path().join("notes.txt"), "a\nb = 1\na\n")
+            .await
+            .unwrap();
+        let mut session = coached_to_finish(dir.path());
+        let finish = (FINISH, json!({ "summary": "Done." }));
+        let mut model = Scripted {
+            answers: vec![
+                response("", &[("shell", json!({ "command": "true" }))]),
+                // backup.sh, which the task names, is not there.
+                response("", std::slice::from_ref(&finish)),
+                response("", &[("read_file", json!({ "path": "notes.txt" }))]),
+                // Asked once: the model may finish without it.
+                response("", std::slice::from_ref(&finish)),
+            ],
+            asked: Vec::new(),
+        };
+        let task = "Write backup.sh to copy notes.txt, then run it.";
+        session.expect_named_files(task).await;
+        // Only the task's own words count: the files shown after it may name files of their own.
+        let shown = format!("{task}\n\n`notes.txt` holds: see setup.py.");
+        let answer = session
+            .send(&mut model, &Log::default(), shown)
+            .await
+            .unwrap();
+        assert_eq!(answer.text, "Done.");
+        assert_eq!(model.asked.len(), 4);
+        assert_eq!(
+            last_results(&model.asked[2]),
+            [(missing_file("backup.sh"), true)]
+        );
+        // An edit of notes.txt may name only its line that occurs once.
+        assert_eq!(
+            model.asked[0].narrowed["edit_file"]["oneOf"][0]["properties"],
+            json!({
+                "path": { "const": "notes.txt" },
+                "old_string": { "enum": ["b = 1"] },
+                "new_string": { "type": "string" },
+                "replace_all": { "type": "boolean" },
+            })
         );
     }
 

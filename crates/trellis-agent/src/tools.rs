@@ -104,6 +104,9 @@ const SHELL_MAX_TIMEOUT: Duration = Duration::from_mins(10);
 /// The files a task names that are shown with it: at most this many, each at most this many bytes,
 /// and this many bytes in all.
 const NAMED_FILES_LIMITS: (usize, u64, usize) = (4, 8 * 1024, 16 * 1024);
+/// How many files [`Toolbox::narrowed`] lists at most, the largest whose lines it lists as the
+/// `old_string`s an edit may name, and how many lines in all.
+const EDIT_TARGET_LIMITS: (usize, u64, usize) = (200, 32 * 1024, 2_000);
 
 impl Tool {
     pub const ALL: [Tool; 7] = [
@@ -466,6 +469,56 @@ impl Toolbox {
                 _ => {}
             }
         }
+    }
+
+    /// The files `text` names that are not in the working directory
+    /// ([`file_tools::missing_files`]).
+    pub async fn missing_files(&self, text: &str) -> Vec<String> {
+        let (work_dir, text) = (self.work_dir.clone(), text.to_owned());
+        blocking(move || file_tools::missing_files(&work_dir, &text)).await
+    }
+
+    /// Argument schemas narrower than the tools' own for the next call, by tool name
+    /// ([`trellis_llm::Request::narrowed`]): `edit_file` may name only a text file of the working
+    /// directory, and as its `old_string` only a line of it that occurs once in it (so the edit
+    /// applies; [`file_tools::edit_targets`]). A working directory of more files than that holds
+    /// is not narrowed; one with no text file has no edit to make (`false`).
+    pub async fn narrowed(&self) -> std::collections::BTreeMap<String, Value> {
+        if !self.offers(Tool::EditFile) {
+            return std::collections::BTreeMap::new();
+        }
+        let work_dir = self.work_dir.clone();
+        let Some(targets) =
+            blocking(move || file_tools::edit_targets(&work_dir, EDIT_TARGET_LIMITS)).await
+        else {
+            return std::collections::BTreeMap::new();
+        };
+        let edits: Vec<Value> = targets
+            .into_iter()
+            .map(|(path, anchors)| {
+                let old_string = match anchors {
+                    file_tools::Anchors::Lines(lines) => json!({ "enum": lines }),
+                    file_tools::Anchors::Any => json!({ "type": "string" }),
+                };
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "path": { "const": path },
+                        "old_string": old_string,
+                        "new_string": { "type": "string" },
+                        "replace_all": { "type": "boolean" },
+                    },
+                    "required": ["path", "old_string", "new_string"],
+                    "additionalProperties": false,
+                })
+            })
+            .collect();
+        let edit = if edits.is_empty() {
+            Value::Bool(false)
+        } else {
+            json!({ "oneOf": edits })
+        };
+        [(Tool::EditFile.name().to_owned(), edit)].into()
     }
 
     /// For an `edit_file` call, a fingerprint of its file's content as it is now (none for other

@@ -299,3 +299,50 @@ fn the_local_model_routes_clear_cut_reports_to_the_right_branch() {
     }
     assert!(right >= 8, "{right} of 10 right; wrong: {wrong:?}");
 }
+
+/// The example `fix-failing-tests.fabro`, unchanged, on a one-file Rust crate whose test fails: on
+/// the local model (its nodes' hosted models fall back to it without keys) the agents fix the code,
+/// the tests pass, the review approves and the run succeeds — with the test as it was.
+#[test]
+fn fix_failing_tests_completes_on_the_local_model() {
+    let Some(_files) = trellis_test::local_model_files() else {
+        return;
+    };
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let p = local_project();
+    let example = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/fix-failing-tests.fabro"),
+    )
+    .unwrap();
+    p.write("fix-failing-tests.fabro", &example);
+    p.write(
+        "Cargo.toml",
+        "[package]\nname = \"shapes\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
+    );
+    let tests = "#[cfg(test)]\nmod tests {\n    use super::*;\n\n    #[test]\n    fn area_of_a_rectangle() {\n        assert_eq!(area(3, 4), 12);\n    }\n}\n";
+    p.write(
+        "src/lib.rs",
+        &format!("/// The area of a rectangle.\npub fn area(width: u32, height: u32) -> u32 {{\n    width + height\n}}\n\n{tests}"),
+    );
+    let run = p.run("fix-failing-tests.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.summary, run.stderr());
+    let fixed = p.read("src/lib.rs");
+    assert!(fixed.contains("width * height"), "{fixed}");
+    assert!(
+        fixed.contains("assert_eq!(area(3, 4), 12);"),
+        "the test stays: {fixed}"
+    );
+    let cargo = std::process::Command::new("cargo")
+        .args(["test", "--offline", "--quiet"])
+        .current_dir(p.path())
+        .output()
+        .unwrap();
+    assert!(
+        cargo.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cargo.stdout)
+    );
+}

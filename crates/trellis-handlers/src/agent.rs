@@ -55,25 +55,10 @@ const ANSWER_TO_FINISH: &str =
     "When the task is done, answer with a short summary of what you did, without calling a tool.";
 
 /// How the local model calls tools and finishes: its every answer is held to one call (a grammar on
-/// the answer), written as one JSON object — shown with an example on a file the working directory
-/// really holds, since a small model copies an example's path as it is. (An example listing the
-/// directory instead solved fewer tasks.)
-fn local_calls_hint(overview: &str) -> String {
-    let example = match overview
-        .lines()
-        .find(|line| !line.ends_with('/') && !line.starts_with("[…"))
-    {
-        Some(file) => serde_json::json!({
-            "thought": "First I read the file, to see what to change.",
-            "name": "read_file",
-            "arguments": { "path": file },
-        }),
-        None => serde_json::json!({
-            "thought": "First I look at what the directory holds.",
-            "name": "list_dir",
-            "arguments": { "path": "." },
-        }),
-    };
+/// the answer), written as one JSON object — shown with an example, a first look at what the task
+/// names ([`first_look`]), since a small model copies an example's path as it is.
+fn local_calls_hint(overview: &str, task: &str) -> String {
+    let example = first_look(overview, task);
     format!(
         "Answer every time with one JSON object and nothing else: a short thought (what you do \
          next, and why), then the name and arguments of one tool to call. For example:\n{example}\n\
@@ -82,6 +67,51 @@ fn local_calls_hint(overview: &str) -> String {
          names. When the task is done and checked, call {finish} with a one-sentence summary.",
         finish = trellis_agent::FINISH,
     )
+}
+
+/// The example call [`local_calls_hint`] shows: reading the first file of the working directory's
+/// `overview` that the task names, or listing the first folder of it that it names; else reading
+/// the overview's first file (an example listing the directory solved fewer tasks), else listing
+/// the directory.
+fn first_look(overview: &str, task: &str) -> serde_json::Value {
+    let named = task.split_whitespace().find_map(|word| {
+        // A place in a file (`src/lib.rs:3`) names the file.
+        let word = word.split(':').next().unwrap_or_default();
+        let word = word
+            .trim_matches(|c: char| !(c.is_alphanumeric() || "._-/".contains(c)))
+            .trim_start_matches("./")
+            .trim_end_matches(['.', '/']);
+        overview
+            .lines()
+            .find_map(|line| match line.strip_suffix('/') {
+                Some(folder) if folder == word => Some((folder, false)),
+                None if line == word => Some((line, true)),
+                _ => None,
+            })
+    });
+    let named = named.or_else(|| {
+        overview
+            .lines()
+            .find(|line| !line.ends_with('/') && !line.starts_with("[…"))
+            .map(|file| (file, true))
+    });
+    match named {
+        Some((file, true)) => serde_json::json!({
+            "thought": "First I read the file, to see what to change.",
+            "name": "read_file",
+            "arguments": { "path": file },
+        }),
+        Some((folder, false)) => serde_json::json!({
+            "thought": "First I look at what the folder holds.",
+            "name": "list_dir",
+            "arguments": { "path": folder },
+        }),
+        None => serde_json::json!({
+            "thought": "First I look at what the directory holds.",
+            "name": "list_dir",
+            "arguments": { "path": "." },
+        }),
+    }
 }
 
 /// Files of the working directory listed in the system prompt.
@@ -468,9 +498,10 @@ impl AgentHandler {
             llm,
             (client, &call),
             (work_dir, &self.sandbox),
-            listing,
+            (&opening.prompt, listing),
         )
         .await;
+        let asked = opening.prompt.clone();
         if let Some(files) = base.toolbox.named_files(&opening.prompt).await {
             opening.prompt = format!("{}\n\n{files}", opening.prompt);
         }
@@ -482,6 +513,7 @@ impl AgentHandler {
             tools.push(Arc::new(subagents.clone()));
         }
         let mut session = base.session(tools, opening.messages, llm.max_turns);
+        session.expect_named_files(&asked).await;
         let (observer, writer) = StageObserver::new(stage);
         let inbox = StageInbox::open(stage).await;
         if let Some(inbox) = &inbox {
@@ -977,7 +1009,7 @@ impl SessionBase {
         llm: &LlmConfig,
         (client, call): (&Client, &ModelCall<'_>),
         (work_dir, sandbox): (WorkDir, &Arc<Sandbox>),
-        skills: Option<String>,
+        (task, skills): (&str, Option<String>),
     ) -> Self {
         // The local model is small, must call a tool every turn (a grammar holds its answer to one
         // call), decodes greedily unless told a temperature, and is coached.
@@ -1017,7 +1049,7 @@ impl SessionBase {
             system = format!("{system}\n\nThe working directory holds:\n{overview}");
         }
         if local {
-            system = format!("{system}\n\n{}", local_calls_hint(&overview));
+            system = format!("{system}\n\n{}", local_calls_hint(&overview, task));
         }
         if let Some(memory) = memory {
             system = format!("{system}\n\n{memory}");
@@ -1258,5 +1290,29 @@ async fn read_routing(
                 },
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_look;
+
+    #[test]
+    fn the_example_call_looks_first_at_what_the_task_names() {
+        let overview = "README.md\nnotes/\nnotes/a.txt\nsrc/\nsrc/lib.rs";
+        let look = |task: &str| {
+            let call = first_look(overview, task);
+            format!("{} {}", call["name"], call["arguments"]["path"])
+        };
+        assert_eq!(
+            look("Fix `src/lib.rs:3` so the tests pass."),
+            r#""read_file" "src/lib.rs""#
+        );
+        assert_eq!(
+            look("Copy every file of the notes folder into backup/."),
+            r#""list_dir" "notes""#
+        );
+        assert_eq!(look("Write hello.py."), r#""read_file" "README.md""#);
+        assert_eq!(first_look("", "Write hello.py.")["arguments"]["path"], ".");
     }
 }

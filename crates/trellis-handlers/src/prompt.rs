@@ -331,7 +331,7 @@ impl PromptHandler {
             response_schema: None,
             // A thread's next prompt continues this conversation.
             cache_prompt: thread_key.is_some(),
-            require_tool: false,
+            ..Request::default()
         };
         let answer = ask_for_schema(&mut call, &mut request, llm).await;
         let answer = match answer {

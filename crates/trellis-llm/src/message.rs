@@ -1,6 +1,8 @@
 //! The provider-neutral conversation: what a caller sends ([`Request`]) and gets back ([`Response`]).
 //! Every provider adapter translates these to and from its own wire format.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -126,6 +128,13 @@ pub struct Request {
     /// a small model cannot write a malformed call or answer with prose.
     #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub require_tool: bool,
+    /// For this turn, by tool name, a schema narrower than the tool's own that a required call's
+    /// arguments must match where a grammar holds the call (llama-server): the arguments the
+    /// session knows can work (an edit's `old_string` one of the lines of a file it has seen).
+    /// `false` (the schema nothing matches) leaves the tool out of the grammar. The tools offered,
+    /// and so the prompt the model reads, stay as they are.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
+    pub narrowed: BTreeMap<String, Value>,
 }
 
 /// A JSON Schema an answer must match, and its name (letters, digits, `_`).

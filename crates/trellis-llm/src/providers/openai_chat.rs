@@ -73,7 +73,7 @@ impl OpenAiChat {
             // to a call; a schema on the answer does.
             body["response_format"] = json!({
                 "type": "json_schema",
-                "json_schema": { "name": "tool_call", "schema": call_schema(&request.tools) },
+                "json_schema": { "name": "tool_call", "schema": call_schema(&request.tools, &request.narrowed) },
             });
         } else {
             body["tool_choice"] = json!("required");
@@ -450,17 +450,25 @@ const THOUGHT_CHARS: u32 = 400;
 
 /// One call of one of `tools`, written as a JSON object: a short thought first (a small model picks
 /// a better call after saying what it is about to do), then the tool's name and its arguments under
-/// the tool's own schema.
-fn call_schema(tools: &[crate::message::ToolDef]) -> Value {
+/// the tool's own schema, or the narrower one given for this turn ([`Request::narrowed`]; a tool
+/// narrowed to `false` is left out).
+fn call_schema(
+    tools: &[crate::message::ToolDef],
+    narrowed: &std::collections::BTreeMap<String, Value>,
+) -> Value {
     let calls: Vec<Value> = tools
         .iter()
-        .map(|tool| {
+        .filter_map(|tool| {
+            let arguments = narrowed.get(&tool.name).unwrap_or(&tool.parameters);
+            (*arguments != Value::Bool(false)).then_some((tool, arguments))
+        })
+        .map(|(tool, arguments)| {
             json!({
                 "type": "object",
                 "properties": {
                     "thought": { "type": "string", "maxLength": THOUGHT_CHARS },
                     "name": { "const": tool.name },
-                    "arguments": tool.parameters,
+                    "arguments": arguments,
                 },
                 "required": ["thought", "name", "arguments"],
                 "additionalProperties": false,
@@ -613,6 +621,30 @@ mod tests {
             call["properties"]["arguments"]["properties"]["path"]["type"],
             "string"
         );
+        // A tool narrowed for the turn is held to the narrower schema; one narrowed to `false` is
+        // left out of the grammar, not of the tools offered.
+        let edit = crate::message::ToolDef {
+            name: "edit_file".into(),
+            description: "Edit a file.".into(),
+            parameters: json!({ "type": "object" }),
+        };
+        let narrow = json!({ "type": "object", "properties": { "path": { "const": "a.py" } } });
+        for (schema, calls) in [(narrow.clone(), 2), (json!(false), 1)] {
+            let narrowed = Request {
+                tools: vec![request.tools[0].clone(), edit.clone()],
+                narrowed: [("edit_file".to_owned(), schema.clone())].into(),
+                ..request.clone()
+            };
+            let body = OpenAiChat::llama_server(transport()).body(&narrowed);
+            let offered = body["response_format"]["json_schema"]["schema"]["oneOf"]
+                .as_array()
+                .unwrap();
+            assert_eq!(offered.len(), calls, "{body}");
+            assert_eq!(body["tools"].as_array().unwrap().len(), 2);
+            if calls == 2 {
+                assert_eq!(offered[1]["properties"]["arguments"], narrow);
+            }
+        }
         let other = OpenAiChat::compatible(transport()).body(&request);
         assert_eq!(other["tool_choice"], "required");
         assert!(other.get("response_format").is_none(), "{other}");
