@@ -1370,6 +1370,32 @@ fn last_text(body: &Value) -> String {
         .to_owned()
 }
 
+/// An edit may name only a file there is and, as the text to replace, a line of it that occurs once
+/// (its content as it is when the request goes out); the tool offered is unchanged.
+fn edits_are_held_to_lines_of_calc_py(bodies: &[Value]) {
+    let edit = |body: &Value| {
+        body["response_format"]["json_schema"]["schema"]["oneOf"][2]["properties"]["arguments"]
+            ["oneOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|file| file["properties"]["path"]["const"] == "calc.py")
+            .map(|file| file["properties"]["old_string"]["enum"].clone())
+    };
+    assert_eq!(
+        edit(&bodies[0]),
+        Some(json!(["def add(a, b):", "return a - b"]))
+    );
+    assert_eq!(
+        edit(&bodies[3]),
+        Some(json!(["def add(a, b):", "return a + b"]))
+    );
+    assert_eq!(
+        bodies[0]["tools"][2]["function"]["parameters"]["properties"]["old_string"]["type"],
+        "string"
+    );
+}
+
 #[test]
 fn the_local_model_is_held_to_one_call_a_turn_and_finishes_once_its_change_is_checked() {
     let Some(mock) = Llmock::start() else { return };
@@ -1441,29 +1467,7 @@ fn the_local_model_is_held_to_one_call_a_turn_and_finishes_once_its_change_is_ch
         calls[1]["properties"]["arguments"]["required"],
         json!(["path", "content"])
     );
-    // An edit may name only a file there is and, as the text to replace, a line of it that occurs
-    // once (its content as it is when the request goes out); the tool offered is unchanged.
-    let edit = |body: &Value| {
-        body["response_format"]["json_schema"]["schema"]["oneOf"][2]["properties"]["arguments"]
-            ["oneOf"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|file| file["properties"]["path"]["const"] == "calc.py")
-            .map(|file| file["properties"]["old_string"]["enum"].clone())
-    };
-    assert_eq!(
-        edit(&bodies[0]),
-        Some(json!(["def add(a, b):", "return a - b"]))
-    );
-    assert_eq!(
-        edit(&bodies[3]),
-        Some(json!(["def add(a, b):", "return a + b"]))
-    );
-    assert_eq!(
-        bodies[0]["tools"][2]["function"]["parameters"]["properties"]["old_string"]["type"],
-        "string"
-    );
+    edits_are_held_to_lines_of_calc_py(&bodies);
     let system = bodies[0]["messages"][0]["content"].as_str().unwrap();
     assert!(
         system.contains("call finish with a one-sentence summary"),

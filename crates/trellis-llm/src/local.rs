@@ -164,6 +164,10 @@ impl LocalProvider {
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(["--ctx-size", &context.to_string(), "--parallel", "1"])
             .args(["--threads", &threads.to_string()])
+            // On a CPU, llama.cpp's flash attention makes each new token dearer as the context
+            // grows: with it off, the 20th turn of a session took 20.5 s where it took 33 s
+            // (`cargo bench -p trellis-llm --bench turn_latency`).
+            .args(["--flash-attn", "off"])
             .args(["--alias", self.model_id(), "--jinja", "--no-webui"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
