@@ -471,8 +471,9 @@ impl Toolbox {
         }
     }
 
-    /// The files `text` names that are not in the working directory
-    /// ([`file_tools::missing_files`]).
+    /// The files `text` names that are not in the working directory: each word that looks like a
+    /// relative path (no glob) to a file with a usual extension (`.py`, `.sh`, `.md`, …), which
+    /// nothing is at, in the order named.
     pub async fn missing_files(&self, text: &str) -> Vec<String> {
         let (work_dir, text) = (self.work_dir.clone(), text.to_owned());
         blocking(move || file_tools::missing_files(&work_dir, &text)).await
@@ -480,9 +481,10 @@ impl Toolbox {
 
     /// Argument schemas narrower than the tools' own for the next call, by tool name
     /// ([`trellis_llm::Request::narrowed`]): `edit_file` may name only a text file of the working
-    /// directory, and as its `old_string` only a line of it that occurs once in it (so the edit
-    /// applies; [`file_tools::edit_targets`]). A working directory of more files than that holds
-    /// is not narrowed; one with no text file has no edit to make (`false`).
+    /// directory (`.gitignore` honoured), and as its `old_string` only a line of it (whitespace
+    /// around it aside) that occurs once in it, so the edit applies; a file over 32 KB, or past the
+    /// first 2,000 lines listed, takes any text. A working directory of more than 200 files is not
+    /// narrowed; one with no text file has no edit to make (`false`).
     pub async fn narrowed(&self) -> std::collections::BTreeMap<String, Value> {
         if !self.offers(Tool::EditFile) {
             return std::collections::BTreeMap::new();
