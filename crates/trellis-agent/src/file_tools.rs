@@ -279,9 +279,10 @@ pub enum Anchors {
 
 /// The files of the working directory an `edit_file` call may name, and for each what it may name
 /// as its `old_string` ([`Anchors`]): every UTF-8 text file (the walk honours `.gitignore`), in
-/// path order; a file larger than `max_bytes` takes any text, and so do the files after the first
-/// `max_lines` lines listed. None when there are more than `max_files` files: the list would be
-/// too long to hold calls to.
+/// path order; a file larger than `max_bytes` takes any text, and so do the files after
+/// `max_lines` lines were looked for in their files (each a search of its file, so a hostile
+/// directory costs at most that many). None when there are more than `max_files` files: the list
+/// would be too long to hold calls to.
 pub fn edit_targets(
     work_dir: &WorkDir,
     (max_files, max_bytes, max_lines): (usize, u64, usize),
@@ -303,31 +304,29 @@ pub fn edit_targets(
         }
     }
     paths.sort();
-    let mut listed = 0;
+    let mut searches = max_lines;
     let targets = paths
         .into_iter()
         .filter_map(|path| {
-            let anchors = edit_anchors(work_dir, &path, max_bytes, max_lines - listed)?;
-            if let Anchors::Lines(lines) = &anchors {
-                if lines.is_empty() {
-                    return None;
-                }
-                listed += lines.len();
+            let anchors = edit_anchors(work_dir, &path, max_bytes, &mut searches)?;
+            match &anchors {
+                Anchors::Lines(lines) if lines.is_empty() => None,
+                _ => Some((path, anchors)),
             }
-            Some((path, anchors))
         })
         .collect();
     Some(targets)
 }
 
 /// What an edit of the file at `path` may name ([`Anchors`]): its lines, when it is at most
-/// `max_bytes` long and has at most `max_lines` of them; none for a file the file tools would not
-/// read or that is not UTF-8 text.
+/// `max_bytes` long and the `searches` left (one per line not repeated as a whole line, for the
+/// line's text anywhere else in the file) cover them; none for a file the file tools would not read
+/// or that is not UTF-8 text.
 fn edit_anchors(
     work_dir: &WorkDir,
     path: &str,
     max_bytes: u64,
-    max_lines: usize,
+    searches: &mut usize,
 ) -> Option<Anchors> {
     let resolved = work_dir.resolve(path).ok()?;
     let file = work_dir::open_file(&resolved, path, false).ok()?;
@@ -349,15 +348,23 @@ fn edit_anchors(
     if too_large {
         return Some(Anchors::Any);
     }
+    let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for line in content.lines().map(str::trim) {
+        *counts.entry(line).or_default() += 1;
+    }
     let mut lines: Vec<String> = Vec::new();
     for line in content.lines().map(str::trim) {
-        if line.is_empty() || content.match_indices(line).nth(1).is_some() {
+        if line.is_empty() || counts[line] > 1 {
             continue;
         }
-        if lines.len() == max_lines {
+        if *searches == 0 {
             return Some(Anchors::Any);
         }
-        lines.push(line.to_owned());
+        *searches -= 1;
+        // Unique as a line, it may still be part of another.
+        if content.match_indices(line).nth(1).is_none() {
+            lines.push(line.to_owned());
+        }
     }
     Some(Anchors::Lines(lines))
 }
@@ -1014,8 +1021,9 @@ mod tests {
                 ),
             ]
         );
-        // Past the lines listed, a file takes any text; past the files, nothing is listed.
-        let few = edit_targets(&work, (10, 1024, 4)).unwrap();
+        // Past the searches allowed (config.json takes five: its lines not repeated whole), a file
+        // takes any text; past the files allowed, nothing is listed.
+        let few = edit_targets(&work, (10, 1024, 6)).unwrap();
         assert!(matches!(&few[1].1, Anchors::Lines(l) if l.len() == 3));
         assert_eq!(few[2], ("src/lib.rs".to_owned(), Anchors::Any));
         assert_eq!(edit_targets(&work, (3, 1024, 100)), None);

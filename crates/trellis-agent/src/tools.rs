@@ -105,7 +105,7 @@ const SHELL_MAX_TIMEOUT: Duration = Duration::from_mins(10);
 /// and this many bytes in all.
 const NAMED_FILES_LIMITS: (usize, u64, usize) = (4, 8 * 1024, 16 * 1024);
 /// How many files [`Toolbox::narrowed`] lists at most, the largest whose lines it lists as the
-/// `old_string`s an edit may name, and how many lines in all.
+/// `old_string`s an edit may name, and how many lines it looks for in their files in all.
 const EDIT_TARGET_LIMITS: (usize, u64, usize) = (200, 32 * 1024, 2_000);
 
 impl Tool {
@@ -483,7 +483,7 @@ impl Toolbox {
     /// ([`trellis_llm::Request::narrowed`]): `edit_file` may name only a text file of the working
     /// directory (`.gitignore` honoured), and as its `old_string` only a line of it (whitespace
     /// around it aside) that occurs once in it, so the edit applies; a file over 32 KB, or past the
-    /// first 2,000 lines listed, takes any text. A working directory of more than 200 files is not
+    /// first 2,000 lines looked for, takes any text. A working directory of more than 200 files is not
     /// narrowed; one with no text file has no edit to make (`false`).
     pub async fn narrowed(&self) -> std::collections::BTreeMap<String, Value> {
         if !self.offers(Tool::EditFile) {

@@ -39,6 +39,15 @@ fn local_project() -> Project {
     )
 }
 
+/// When the local model is installed: this test's turn with it, and a project whose runs find it.
+fn local_turn() -> Option<(std::sync::MutexGuard<'static, ()>, Project)> {
+    trellis_test::local_model_files()?;
+    let turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    Some((turn, local_project()))
+}
+
 /// A prompt stage's record: succeeded on the local model with usage, its files written, and for the
 /// review a routing directive that the run followed.
 fn check_model_stage(run: &run_support::Run, record: &Value, records: &[Value]) {
@@ -90,13 +99,9 @@ fn check_model_stage(run: &run_support::Run, record: &Value, records: &[Value]) 
 
 #[test]
 fn plan_review_runs_on_the_local_model_with_a_routing_directive_and_an_output_schema() {
-    let Some(_files) = trellis_test::local_model_files() else {
+    let Some((_turn, p)) = local_turn() else {
         return;
     };
-    let _turn = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let p = local_project();
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
     p.write(
         "plan-review.fabro",
@@ -215,13 +220,9 @@ fn a_killed_run_leaves_no_model_server_behind() {
 
 #[test]
 fn an_agent_on_the_local_model_writes_a_file_and_reads_it_back() {
-    let Some(_files) = trellis_test::local_model_files() else {
+    let Some((_turn, p)) = local_turn() else {
         return;
     };
-    let _turn = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let p = local_project();
     p.write(
         "a.fabro",
         "digraph A {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n \
@@ -271,13 +272,9 @@ fn an_agent_on_the_local_model_writes_a_file_and_reads_it_back() {
 /// branch (`cargo bench -p trellis-cli --bench routing_accuracy` prints the rate over thirty).
 #[test]
 fn the_local_model_routes_clear_cut_reports_to_the_right_branch() {
-    let Some(_files) = trellis_test::local_model_files() else {
+    let Some((_turn, p)) = local_turn() else {
         return;
     };
-    let _turn = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let p = local_project();
     p.write("triage.yml", trellis_test::workflows::TRIAGE_ROUTER);
     let mut right = 0;
     let mut wrong = Vec::new();
@@ -305,13 +302,9 @@ fn the_local_model_routes_clear_cut_reports_to_the_right_branch() {
 /// the tests pass, the review approves and the run succeeds — with the test as it was.
 #[test]
 fn fix_failing_tests_completes_on_the_local_model() {
-    let Some(_files) = trellis_test::local_model_files() else {
+    let Some((_turn, p)) = local_turn() else {
         return;
     };
-    let _turn = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let p = local_project();
     let example = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../examples/fix-failing-tests.fabro"),
