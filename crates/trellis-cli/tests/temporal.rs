@@ -649,14 +649,20 @@ fn thirty_runs_spread_over_three_workers_all_succeed_when_one_worker_is_killed()
                 .map(|(e, _)| e.as_str())
                 .collect();
             // A stage is finished once its checkpoint is saved, as for a local kill: a worker killed
-            // between a stage's end and that save (the journal's sync) leaves it to run again. A
-            // finished stage never runs again; an interrupted one runs again exactly once.
-            let finished = of_node.iter().filter(|e| **e == "CheckpointSaved").count();
-            assert_eq!(finished, 1, "run {id}, {node}: {events:?}");
-            assert_eq!(
-                of_node.last(),
-                Some(&"CheckpointSaved"),
-                "run {id}, {node} ran after its checkpoint: {events:?}"
+            // between a stage's end and that save (the journal's sync) leaves it to run again, and
+            // one killed just after it may take the `CheckpointSaved` event with it (the event
+            // follows the save). So: a stage whose checkpoint was seen saved never started again,
+            // and its last start completed.
+            if let Some(saved) = of_node.iter().position(|e| *e == "CheckpointSaved") {
+                assert!(
+                    !of_node[saved..].contains(&"StageStarted"),
+                    "run {id}, {node} ran after its checkpoint: {events:?}"
+                );
+            }
+            let last = |name: &str| of_node.iter().rposition(|e| *e == name);
+            assert!(
+                last("StageCompleted") > last("StageStarted"),
+                "run {id}, {node} did not complete: {events:?}"
             );
             match of_node.iter().filter(|e| **e == "StageStarted").count() {
                 1 => {}
