@@ -421,19 +421,25 @@ fn named_file(work_dir: &WorkDir, word: &str, each: u64) -> Option<(String, Stri
     Some((work_dir.relative(&path), String::from_utf8(bytes).ok()?))
 }
 
-/// The path a word of a text names, when it looks like one: it has a `.` or a `/` once quotes,
-/// backticks and punctuation around it, a leading `./` and a `:line` or `:line:column` after it are
-/// taken off.
-fn path_word(word: &str) -> Option<&str> {
+/// A word of a text as the path it may name: quotes, backticks and punctuation around it, a
+/// leading `./` and a `:line` or `:line:column` after it taken off (`` `./src/lib.rs:12:9`, `` is
+/// `src/lib.rs`).
+pub fn bare_path(word: &str) -> &str {
     let word = word
         .trim_start_matches(|c: char| "`'\"([{<*".contains(c))
         .trim_end_matches(|c: char| "`'\"()[]{}<>*,;:!?.".contains(c));
     let word = word.strip_prefix("./").unwrap_or(word);
     // A place in a file, as compilers and test runners print it: `src/lib.rs:12:9`.
-    let word = (0..2).fold(word, |word, _| match word.rsplit_once(':') {
+    (0..2).fold(word, |word, _| match word.rsplit_once(':') {
         Some((path, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => path,
         _ => word,
-    });
+    })
+}
+
+/// The path a word of a text names, when it looks like one: it has a `.` or a `/` once bare
+/// ([`bare_path`]).
+fn path_word(word: &str) -> Option<&str> {
+    let word = bare_path(word);
     (word.contains('.') || word.contains('/')).then_some(word)
 }
 

@@ -18,6 +18,7 @@ mod tools;
 mod truncate;
 mod work_dir;
 
+pub use file_tools::bare_path;
 pub use session::{
     AgentEvent, Approver, FINISH, Inbox, Model, Observer, STEERING_PREFIX, Session, Settings, Stop,
 };

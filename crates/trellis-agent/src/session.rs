@@ -445,12 +445,12 @@ impl Session {
         observer: &dyn Observer,
         text: String,
     ) -> Result<Response, Stop<M::Error>> {
+        self.request.messages.push(Message::user(text));
         let mut last_text = String::new();
         let mut cut = 0;
         let mut nudged = false;
         self.lately.ran_since_user = false;
         self.lately.wrote_since_user = false;
-        self.request.messages.push(Message::user(text));
         loop {
             if let Some(max) = self.max_turns
                 && self.turns >= max
@@ -1340,56 +1340,65 @@ mod tests {
         let mut session = coached_to_finish(dir.path());
         let write = |path: &str| ("write_file", json!({ "path": path, "content": "hi\n" }));
         let read = |path: &str| ("read_file", json!({ "path": path }));
-        let finish = (FINISH, json!({ "summary": "Wrote it." }));
+        let finish = || response("", &[(FINISH, json!({ "summary": "Wrote it." }))]);
         // The file just written, read back (by another spelling of its path): finish is taken.
-        let mut model = Scripted {
-            answers: vec![
+        let (answer, asked) = scripted(
+            &mut session,
+            "write a.txt",
+            vec![
                 response("", &[write("a.txt")]),
                 response("", &[read("./a.txt")]),
-                response("", std::slice::from_ref(&finish)),
+                finish(),
             ],
+        )
+        .await;
+        assert_eq!(answer.text, "Wrote it.");
+        assert_eq!(asked.len(), 3);
+        // Lines of it found with grep are a read-back too.
+        let grep = ("grep", json!({ "pattern": "hi", "path": "c.txt" }));
+        let (_, asked) = scripted(
+            &mut session,
+            "write c.txt",
+            vec![
+                response("", &[write("c.txt")]),
+                response("", &[grep]),
+                finish(),
+            ],
+        )
+        .await;
+        assert_eq!(asked.len(), 3);
+        // Another file read back checks nothing: finish is refused once.
+        let (_, asked) = scripted(
+            &mut session,
+            "write b.txt",
+            vec![
+                response("", &[write("b.txt")]),
+                response("", &[read("a.txt")]),
+                finish(),
+                finish(),
+            ],
+        )
+        .await;
+        assert_eq!(asked.len(), 4);
+        assert_eq!(last_results(&asked[3]), [(UNCHECKED.to_owned(), true)]);
+    }
+
+    /// Sends `task` to `session` with a model answering `answers` in turn: the session's answer,
+    /// and the requests the model was sent.
+    async fn scripted(
+        session: &mut Session,
+        task: &str,
+        answers: Vec<Response>,
+    ) -> (Response, Vec<Request>) {
+        let mut model = Scripted {
+            answers,
             asked: Vec::new(),
         };
         let answer = session
-            .send(&mut model, &Log::default(), "write a.txt".into())
+            .send(&mut model, &Log::default(), task.into())
             .await
             .unwrap();
-        assert_eq!(answer.text, "Wrote it.");
-        assert_eq!(model.asked.len(), 3);
-        // Lines of it found with grep are a read-back too.
-        let grep = ("grep", json!({ "pattern": "hi", "path": "c.txt" }));
-        let mut model = Scripted {
-            answers: vec![
-                response("", &[write("c.txt")]),
-                response("", &[grep]),
-                response("", std::slice::from_ref(&finish)),
-            ],
-            asked: Vec::new(),
-        };
-        session
-            .send(&mut model, &Log::default(), "write c.txt".into())
-            .await
-            .unwrap();
-        assert_eq!(model.asked.len(), 3);
-        // Another file read back checks nothing: finish is refused once.
-        let mut model = Scripted {
-            answers: vec![
-                response("", &[write("b.txt")]),
-                response("", &[read("a.txt")]),
-                response("", std::slice::from_ref(&finish)),
-                response("", std::slice::from_ref(&finish)),
-            ],
-            asked: Vec::new(),
-        };
-        session
-            .send(&mut model, &Log::default(), "write b.txt".into())
-            .await
-            .unwrap();
-        assert_eq!(model.asked.len(), 4);
-        assert_eq!(
-            last_results(&model.asked[3]),
-            [(UNCHECKED.to_owned(), true)]
-        );
+        (answer, model.asked)
     }
 
     #[tokio::test]

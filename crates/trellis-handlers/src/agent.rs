@@ -75,12 +75,7 @@ fn local_calls_hint(overview: &str, task: &str) -> String {
 /// the directory.
 fn first_look(overview: &str, task: &str) -> serde_json::Value {
     let named = task.split_whitespace().find_map(|word| {
-        // A place in a file (`src/lib.rs:3`) names the file.
-        let word = word.split(':').next().unwrap_or_default();
-        let word = word
-            .trim_matches(|c: char| !(c.is_alphanumeric() || "._-/".contains(c)))
-            .trim_start_matches("./")
-            .trim_end_matches(['.', '/']);
+        let word = trellis_agent::bare_path(word).trim_end_matches('/');
         overview
             .lines()
             .find_map(|line| match line.strip_suffix('/') {
