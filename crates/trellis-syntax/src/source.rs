@@ -86,7 +86,10 @@ impl SourceFile {
             });
         }
         // Read at most one byte past the limit: the file may grow after it was measured.
-        let mut bytes = Vec::new();
+        // Sized to the file as measured (one allocation, no doubling's slack), plus the byte that
+        // tells a grown file.
+        let mut bytes =
+            Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).saturating_add(1));
         std::io::Read::read_to_end(
             &mut std::io::Read::take(std::fs::File::open(path).map_err(io)?, MAX_SOURCE_BYTES + 1),
             &mut bytes,

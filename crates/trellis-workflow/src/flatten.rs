@@ -3,8 +3,6 @@
 //! edges sharing their attributes, auto-creates nodes that edges mention, and turns subgraph `label`s and
 //! `class` lists into classes on the nodes inside (`"Loop A"` → `loop-a`). Values stay untyped here.
 
-use std::collections::HashMap;
-
 use trellis_syntax::Span;
 use trellis_syntax::ast::{Attr, DefaultsTarget, Document, Ident, SourceFormat, Stmt};
 
@@ -21,8 +19,9 @@ pub(crate) struct FlatNode {
 }
 
 pub(crate) struct FlatEdge {
-    pub from: Ident,
-    pub to: Ident,
+    /// The nodes it joins, as indexes into [`FlatGraph::nodes`] (which lowering keeps).
+    pub from: usize,
+    pub to: usize,
     pub attrs: AttrMap,
     pub span: Span,
 }
@@ -66,7 +65,7 @@ pub fn split_classes(text: &str) -> impl Iterator<Item = String> + '_ {
 
 struct Flattener {
     graph: FlatGraph,
-    index: HashMap<String, usize>,
+    index: rustc_hash::FxHashMap<String, usize>,
 }
 
 /// Flattens the document, consuming it: each statement's attributes move into the flat graph, and
@@ -81,7 +80,7 @@ pub(crate) fn flatten(document: Document) -> FlatGraph {
             nodes: Vec::new(),
             edges: Vec::new(),
         },
-        index: HashMap::new(),
+        index: rustc_hash::FxHashMap::default(),
     };
     flattener.walk(document.body, &mut Scope::default(), true);
     flattener.graph
@@ -118,7 +117,7 @@ impl Flattener {
         for stmt in stmts {
             match stmt {
                 Stmt::Attr(attr) if top_level => {
-                    self.graph.graph_attrs.insert(attr.key.name.clone(), attr);
+                    self.graph.graph_attrs.insert_keyed(attr, |a| &a.key.name);
                 }
                 Stmt::Defaults {
                     target: DefaultsTarget::Graph,
@@ -126,7 +125,7 @@ impl Flattener {
                     ..
                 } if top_level => {
                     for attr in attrs {
-                        self.graph.graph_attrs.insert(attr.key.name.clone(), attr);
+                        self.graph.graph_attrs.insert_keyed(attr, |a| &a.key.name);
                     }
                 }
                 // Subgraph attributes other than label/class are layout hints.
@@ -141,7 +140,7 @@ impl Flattener {
                     ..
                 } => {
                     for attr in attrs {
-                        scope.node_defaults.insert(attr.key.name.clone(), attr);
+                        scope.node_defaults.insert_keyed(attr, |a| &a.key.name);
                     }
                 }
                 Stmt::Defaults {
@@ -150,7 +149,7 @@ impl Flattener {
                     ..
                 } => {
                     for attr in attrs {
-                        scope.edge_defaults.insert(attr.key.name.clone(), attr);
+                        scope.edge_defaults.insert_keyed(attr, |a| &a.key.name);
                     }
                 }
                 Stmt::Node { id, attrs } => {
@@ -165,27 +164,26 @@ impl Flattener {
                         if attr.key.name == "class" {
                             node.classes.extend(split_classes(&attr.value.text));
                         }
-                        node.explicit.insert(attr.key.name.clone(), ());
-                        node.attrs.insert(attr.key.name.clone(), attr);
+                        node.explicit.insert_str(&attr.key.name, ());
+                        node.attrs.insert_keyed(attr, |a| &a.key.name);
                     }
                 }
                 Stmt::Edge { chain, attrs, span } => {
-                    for id in &chain {
-                        self.mention(id, scope);
-                    }
+                    let ends: Vec<usize> = chain.iter().map(|id| self.mention(id, scope)).collect();
                     let mut edge_attrs = scope.edge_defaults.clone();
                     for attr in attrs {
-                        edge_attrs.insert(attr.key.name.clone(), attr);
+                        edge_attrs.insert_keyed(attr, |a| &a.key.name);
                     }
-                    for pair in chain.windows(2) {
+                    self.graph.edges.reserve(ends.len() - 1);
+                    for (pair, ids) in ends.windows(2).zip(chain.windows(2)) {
                         self.graph.edges.push(FlatEdge {
-                            from: pair[0].clone(),
-                            to: pair[1].clone(),
+                            from: pair[0],
+                            to: pair[1],
                             attrs: edge_attrs.clone(),
                             span: if chain.len() == 2 {
                                 span
                             } else {
-                                pair[0].span.to(pair[1].span)
+                                ids[0].span.to(ids[1].span)
                             },
                         });
                     }
@@ -198,7 +196,9 @@ impl Flattener {
     /// Finds or creates a node; a new node takes the current defaults, and every mention inside a
     /// subgraph adds its classes.
     fn mention(&mut self, id: &Ident, scope: &Scope) -> usize {
-        let index = *self.index.entry(id.name.clone()).or_insert_with(|| {
+        let index = if let Some(&index) = self.index.get(id.name.as_str()) {
+            index
+        } else {
             self.graph.nodes.push(FlatNode {
                 id: id.clone(),
                 attrs: scope.node_defaults.clone(),
@@ -210,8 +210,10 @@ impl Flattener {
                     .unwrap_or_default(),
                 declared: false,
             });
-            self.graph.nodes.len() - 1
-        });
+            let index = self.graph.nodes.len() - 1;
+            self.index.insert(id.name.clone(), index);
+            index
+        };
         let node = &mut self.graph.nodes[index];
         for class in &scope.classes {
             if !node.classes.contains(class) {

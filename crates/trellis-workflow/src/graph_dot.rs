@@ -68,11 +68,16 @@ pub fn to_dot(workflow: &Workflow) -> String {
     }
     for node in &workflow.nodes {
         let mut attributes = node.attributes.clone();
+        attributes.insert("type", node.kind.type_name().to_owned());
+        attributes.insert("shape", node.shape.clone());
+        if !node.classes.is_empty() {
+            attributes.insert("class", node.classes.join(","));
+        }
         if let Some(llm) = node.kind.llm() {
-            attributes.insert("prompt".into(), llm.prompt.clone());
+            attributes.insert("prompt", llm.prompt.clone());
         }
         if !attributes.contains_key("label") {
-            attributes.insert("label".into(), node.label.clone());
+            attributes.insert("label", node.label.clone());
         }
         let _ = writeln!(
             out,
@@ -148,10 +153,7 @@ pub fn picture(workflow: &Workflow) -> String {
         "    edge [fontname=\"Helvetica\", fontsize=9, color=\"#71717a\", fontcolor=\"#52525b\"]\n",
     );
     for node in &workflow.nodes {
-        let shape = node
-            .attributes
-            .get("shape")
-            .map(String::as_str)
+        let shape = Some(node.shape.as_str())
             .filter(|s| PICTURE_SHAPES.contains(s))
             .unwrap_or("box");
         let label = if node.label.trim().is_empty() {

@@ -84,6 +84,11 @@ fn text_map(attrs: &AttrMap) -> SmallMap<String> {
     attrs.map_values(|a| a.value.text.clone())
 }
 
+/// The attributes' texts, moved out of them.
+fn into_texts(attrs: AttrMap) -> SmallMap<String> {
+    attrs.into_map_values(|a| a.value.text)
+}
+
 fn span_map(attrs: &AttrMap) -> SmallMap<trellis_syntax::Span> {
     attrs.map_values(|a| a.value.span)
 }
@@ -106,17 +111,18 @@ impl Lowerer<'_> {
         let format = flat.format;
         let mut workflow = Workflow::new(name, format, flat.header_span);
         workflow.nodes.reserve_exact(flat.nodes.len());
-        workflow.edges.reserve_exact(flat.edges.len());
         workflow.graph = self.graph_config(&flat.graph_attrs);
         for node in flat.nodes {
-            let (node, resolved) = self.node(&node, &workflow.graph, format);
+            let (node, resolved) = self.node(node, &workflow.graph, format);
             let index = workflow.push_node(node);
             if !resolved {
                 workflow.unresolved.push(index);
             }
         }
+        // Reserved once the flat nodes are gone, so the two never take room at once.
+        workflow.edges.reserve_exact(flat.edges.len());
         for (index, edge) in flat.edges.into_iter().enumerate() {
-            let edge = self.edge(&edge, index, &workflow);
+            let edge = self.edge(edge, index);
             workflow.edges.push(edge);
         }
         workflow.index_edges();
@@ -177,7 +183,7 @@ impl Lowerer<'_> {
             });
         let mut attributes = text_map(attrs);
         if let Some(goal) = &goal_override {
-            attributes.insert("goal".into(), goal.clone());
+            attributes.insert("goal", goal.clone());
         }
         GraphConfig {
             goal: goal_override.or_else(|| r.string("goal")),
@@ -205,9 +211,14 @@ impl Lowerer<'_> {
     }
 
     /// The lowered node, and whether its handler was resolved.
-    fn node(&mut self, flat: &FlatNode, graph: &GraphConfig, format: SourceFormat) -> (Node, bool) {
+    fn node(
+        &mut self,
+        mut flat: FlatNode,
+        graph: &GraphConfig,
+        format: SourceFormat,
+    ) -> (Node, bool) {
         let id = flat.id.name.clone();
-        let resolved = known_handler::resolve(flat, self.out);
+        let resolved = known_handler::resolve(&flat, self.out);
         let (handler, shape) = resolved.clone().unwrap_or((
             HandlerKind::Conditional,
             HandlerKind::Conditional.spec().shape.to_owned(),
@@ -217,7 +228,8 @@ impl Lowerer<'_> {
             let explicit = resolved.is_some() && flat.explicit.contains_key(&attr.key.name);
             unknown_attribute::check_node(attr, handler, explicit, format, self.out);
         }
-        let mut attributes = text_map(&flat.attrs);
+        // The spans of what the node sets (the stylesheet's values, added below, are not its own).
+        let attr_spans = span_map(&flat.attrs);
         let mut r = self.reader(&flat.attrs);
         let common = CommonConfig {
             timeout: r.duration("timeout"),
@@ -236,19 +248,15 @@ impl Lowerer<'_> {
         let kind = match handler {
             HandlerKind::Start => NodeKind::Start,
             HandlerKind::Exit => NodeKind::Exit,
-            HandlerKind::Agent => {
-                NodeKind::Agent(Box::new(self.llm(flat, graph, &shape, &mut attributes)))
-            }
-            HandlerKind::Prompt => {
-                NodeKind::Prompt(Box::new(self.llm(flat, graph, &shape, &mut attributes)))
-            }
+            HandlerKind::Agent => NodeKind::Agent(Box::new(self.llm(&mut flat, graph, &shape))),
+            HandlerKind::Prompt => NodeKind::Prompt(Box::new(self.llm(&mut flat, graph, &shape))),
             HandlerKind::FanIn => NodeKind::FanIn(FanInConfig {
                 llm: flat
                     .attrs
                     .contains_key("prompt")
-                    .then(|| Box::new(self.llm(flat, graph, &shape, &mut attributes))),
+                    .then(|| Box::new(self.llm(&mut flat, graph, &shape))),
             }),
-            HandlerKind::Command => NodeKind::Command(command(&mut r, &id, flat, graph)),
+            HandlerKind::Command => NodeKind::Command(command(&mut r, &id, &flat, graph)),
             HandlerKind::Human => NodeKind::Human(HumanConfig {
                 default_choice: r.string("human.default_choice"),
             }),
@@ -281,22 +289,17 @@ impl Lowerer<'_> {
             }
             HandlerKind::Conditional => NodeKind::Conditional,
         };
-        attributes.insert("type".into(), handler.type_name().to_owned());
-        attributes.insert("shape".into(), shape.clone());
-        if !flat.classes.is_empty() {
-            attributes.insert("class".into(), flat.classes.join(","));
-        }
         let node = Node {
             id,
             label,
             shape,
-            classes: flat.classes.clone(),
+            classes: flat.classes,
             kind,
             common,
             declared: flat.declared,
             span: flat.id.span,
-            attr_spans: span_map(&flat.attrs),
-            attributes,
+            attr_spans,
+            attributes: into_texts(flat.attrs),
             fan_in: None,
             retry_targets: Vec::new(),
         };
@@ -336,34 +339,27 @@ impl Lowerer<'_> {
         sections.join("\n\n")
     }
 
-    fn llm(
-        &mut self,
-        flat: &FlatNode,
-        graph: &GraphConfig,
-        shape: &str,
-        attributes: &mut SmallMap<String>,
-    ) -> LlmConfig {
+    /// A model node's settings; the stylesheet's values for it join its attributes.
+    fn llm(&mut self, flat: &mut FlatNode, graph: &GraphConfig, shape: &str) -> LlmConfig {
         let id = flat.id.name.as_str();
         // Stylesheet values become attribute values (spans inside the sheet) unless the node sets its own.
-        let mut attrs = flat.attrs.clone();
         if let Some((sheet, sheet_value)) = &self.sheet {
             for property in stylesheet_property::PROPERTIES {
-                if attrs.contains_key(*property) {
+                if flat.attrs.contains_key(*property) {
                     continue;
                 }
                 if let Some(found) = style::lookup(sheet, property, id, shape, &flat.classes) {
                     let value = style::as_value(sheet_value, found);
-                    attributes.insert((*property).to_owned(), value.text.clone());
-                    attrs.insert(
-                        (*property).to_owned(),
-                        trellis_syntax::ast::Attr {
-                            key: flat.id.clone(),
-                            value,
-                        },
-                    );
+                    let key = trellis_syntax::ast::Ident {
+                        name: (*property).to_owned(),
+                        span: value.span,
+                    };
+                    flat.attrs
+                        .insert(*property, trellis_syntax::ast::Attr { key, value });
                 }
             }
         }
+        let attrs = &flat.attrs;
         // A node without a prompt is asked its label, as Fabro and Attractor do (`llm-prompt` warns).
         let (prompt_file, prompt) = match attrs.get("prompt").or_else(|| attrs.get("label")) {
             Some(attr) => match file_reference::load("prompt", &attr.value, self.files, self.out) {
@@ -388,7 +384,7 @@ impl Lowerer<'_> {
             },
             None => (None, String::new()),
         };
-        let prompt = self.with_rules_and_context(&attrs, prompt);
+        let prompt = self.with_rules_and_context(attrs, prompt);
         let output_schema = attrs
             .get("output_schema")
             .and_then(|attr| self.output_schema(&attr.value));
@@ -401,7 +397,7 @@ impl Lowerer<'_> {
         let fidelity = attrs
             .get("fidelity")
             .and_then(|a| fidelity_value::parse("fidelity", &a.value, self.out));
-        let mut r = self.reader(&attrs);
+        let mut r = self.reader(attrs);
         LlmConfig {
             prompt,
             prompt_file,
@@ -501,7 +497,7 @@ impl Lowerer<'_> {
         }
     }
 
-    fn edge(&mut self, flat: &FlatEdge, index: usize, workflow: &Workflow) -> Edge {
+    fn edge(&mut self, flat: FlatEdge, index: usize) -> Edge {
         for attr in flat.attrs.values() {
             unknown_attribute::check_edge(attr, self.out);
         }
@@ -515,12 +511,9 @@ impl Lowerer<'_> {
             .and_then(|a| fidelity_value::parse("fidelity", &a.value, self.out));
         let mut r = self.reader(&flat.attrs);
         Edge {
-            from: workflow
-                .node_index(&flat.from.name)
-                .expect("edge endpoints are nodes"),
-            to: workflow
-                .node_index(&flat.to.name)
-                .expect("edge endpoints are nodes"),
+            // Nodes are lowered in their flat order: a flat index is the node's index.
+            from: flat.from,
+            to: flat.to,
             label: r.string("label"),
             condition: condition.map(Box::new),
             when: r.string("when").filter(|w| !w.trim().is_empty()),
@@ -533,7 +526,7 @@ impl Lowerer<'_> {
             index,
             span: flat.span,
             attr_spans: span_map(&flat.attrs),
-            attributes: text_map(&flat.attrs),
+            attributes: into_texts(flat.attrs),
         }
     }
 }

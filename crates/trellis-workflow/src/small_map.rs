@@ -8,14 +8,25 @@ use std::borrow::{Borrow, Cow};
 
 use crate::rules::unknown_attribute::KNOWN_NAMES;
 
+/// Up to this many entries, a lookup scans them.
+const LINEAR: usize = 8;
+
 /// A key: a known attribute name from the static tables, or a string of its own.
 type Name = Cow<'static, str>;
 
-/// `key` as a [`Name`]: the known name when it is one (its string freed), else itself.
-fn name(key: String) -> Name {
-    match KNOWN_NAMES.binary_search(&key.as_str()) {
-        Ok(at) => Cow::Borrowed(KNOWN_NAMES[at]),
-        Err(_) => Cow::Owned(key),
+/// `key` as a [`Name`]: the known name when it is one (nothing copied), else its own string.
+fn name(key: impl AsRef<str> + Into<Name>) -> Name {
+    match KNOWN_NAMES.get(key.as_ref()) {
+        Some(&known) => Cow::Borrowed(known),
+        None => key.into(),
+    }
+}
+
+/// `key` as a [`Name`], copied only when it is not a known name.
+fn copied_name(key: &str) -> Name {
+    match KNOWN_NAMES.get(key) {
+        Some(&known) => Cow::Borrowed(known),
+        None => Cow::Owned(key.to_owned()),
     }
 }
 
@@ -42,35 +53,72 @@ impl<V> SmallMap<V> {
             .binary_search_by(|(name, _)| name.as_ref().cmp(key))
     }
 
+    /// Where `key` is: most maps hold a handful of entries, where comparing lengths first (`==`)
+    /// beats a binary search's ordering of whole names.
+    fn find(&self, key: &str) -> Option<usize> {
+        if self.entries.len() <= LINEAR {
+            self.entries.iter().position(|(name, _)| name == key)
+        } else {
+            self.position(key).ok()
+        }
+    }
+
     /// Sets `key`, returning the value it replaced.
-    pub fn insert(&mut self, key: String, value: V) -> Option<V> {
-        match self.position(&key) {
+    pub fn insert(&mut self, key: impl AsRef<str> + Into<Name>, value: V) -> Option<V> {
+        match self.position(key.as_ref()) {
             Ok(at) => Some(std::mem::replace(&mut self.entries[at].1, value)),
             Err(at) => {
-                // One at a time: a handful of entries, never a doubling's slack.
-                self.entries.reserve_exact(1);
-                self.entries.insert(at, (name(key), value));
+                self.add(at, name(key), value);
+                None
+            }
+        }
+    }
+
+    fn add(&mut self, at: usize, name: Name, value: V) {
+        // One at a time: a handful of entries, never a doubling's slack.
+        self.entries.reserve_exact(1);
+        self.entries.insert(at, (name, value));
+    }
+
+    /// Sets `key` (copied only when it is not a known name), returning the value it replaced.
+    pub fn insert_str(&mut self, key: &str, value: V) -> Option<V> {
+        match self.position(key) {
+            Ok(at) => Some(std::mem::replace(&mut self.entries[at].1, value)),
+            Err(at) => {
+                self.add(at, copied_name(key), value);
+                None
+            }
+        }
+    }
+
+    /// Sets the entry of the key `value` carries (`key` reads it), returning the value it replaced:
+    /// a known name is not copied.
+    pub fn insert_keyed(&mut self, value: V, key: impl Fn(&V) -> &str) -> Option<V> {
+        match self.position(key(&value)) {
+            Ok(at) => Some(std::mem::replace(&mut self.entries[at].1, value)),
+            Err(at) => {
+                self.add(at, copied_name(key(&value)), value);
                 None
             }
         }
     }
 
     pub fn get<Q: Borrow<str> + ?Sized>(&self, key: &Q) -> Option<&V> {
-        let at = self.position(key.borrow()).ok()?;
+        let at = self.find(key.borrow())?;
         Some(&self.entries[at].1)
     }
 
     pub fn get_mut<Q: Borrow<str> + ?Sized>(&mut self, key: &Q) -> Option<&mut V> {
-        let at = self.position(key.borrow()).ok()?;
+        let at = self.find(key.borrow())?;
         Some(&mut self.entries[at].1)
     }
 
     pub fn contains_key<Q: Borrow<str> + ?Sized>(&self, key: &Q) -> bool {
-        self.position(key.borrow()).is_ok()
+        self.find(key.borrow()).is_some()
     }
 
     pub fn remove<Q: Borrow<str> + ?Sized>(&mut self, key: &Q) -> Option<V> {
-        let at = self.position(key.borrow()).ok()?;
+        let at = self.find(key.borrow())?;
         Some(self.entries.remove(at).1)
     }
 
@@ -100,6 +148,15 @@ impl<V> SmallMap<V> {
                 .map(|(k, v)| (k.clone(), f(v)))
                 .collect(),
         }
+    }
+
+    /// The same keys, with each value mapped and moved.
+    pub fn into_map_values<W>(self, mut f: impl FnMut(V) -> W) -> SmallMap<W> {
+        // A vector of its own, sized to fit (collecting in place would keep the larger entries'
+        // allocation).
+        let mut entries = Vec::with_capacity(self.entries.len());
+        entries.extend(self.entries.into_iter().map(|(k, v)| (k, f(v))));
+        SmallMap { entries }
     }
 
     pub fn len(&self) -> usize {
@@ -157,9 +214,9 @@ mod tests {
     #[test]
     fn behaves_as_a_sorted_map() {
         let mut map = SmallMap::new();
-        assert_eq!(map.insert("b".into(), 1), None);
-        assert_eq!(map.insert("a".into(), 2), None);
-        assert_eq!(map.insert("b".into(), 3), Some(1));
+        assert_eq!(map.insert("b", 1), None);
+        assert_eq!(map.insert("a", 2), None);
+        assert_eq!(map.insert("b", 3), Some(1));
         assert_eq!(map.keys().collect::<Vec<_>>(), ["a", "b"]);
         assert_eq!(map.get("b"), Some(&3));
         assert!(map.contains_key("a"));
@@ -178,5 +235,38 @@ mod tests {
             matches!(known.entries[0].0, Cow::Borrowed("shape")),
             "a known name is not copied"
         );
+    }
+
+    #[test]
+    fn large_maps_are_searched_and_keys_are_shared_when_known() {
+        // Past `LINEAR` entries a lookup is a binary search; both ways find the same entries.
+        let mut map = SmallMap::new();
+        for i in (0..20).rev() {
+            map.insert_str(&format!("k{i:02}"), i);
+        }
+        assert_eq!(map.len(), 20);
+        assert!((0..20).all(|i| map.get(&format!("k{i:02}")) == Some(&i)));
+        assert_eq!(map.get("k20"), None);
+        assert_eq!(map.remove("k05"), Some(5));
+        assert!(!map.contains_key("k05"));
+
+        let mut attrs: SmallMap<(String, u8)> = SmallMap::new();
+        assert_eq!(
+            attrs.insert_keyed(("timeout".to_owned(), 1), |v| &v.0),
+            None
+        );
+        assert_eq!(
+            attrs.insert_keyed(("timeout".to_owned(), 2), |v| &v.0),
+            Some(("timeout".to_owned(), 1))
+        );
+        attrs.insert_keyed(("no_such_attribute".to_owned(), 3), |v| &v.0);
+        assert!(matches!(attrs.entries[1].0, Cow::Borrowed("timeout")));
+        assert!(matches!(attrs.entries[0].0, Cow::Owned(_)));
+        let texts = attrs.into_map_values(|(_, n)| n);
+        assert_eq!(
+            texts.iter().collect::<Vec<_>>(),
+            [("no_such_attribute", &3), ("timeout", &2)]
+        );
+        assert!(matches!(texts.entries[1].0, Cow::Borrowed("timeout")));
     }
 }

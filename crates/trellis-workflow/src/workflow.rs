@@ -15,6 +15,12 @@ use crate::small_map::SmallMap;
 /// Index of a node in [`Workflow::nodes`].
 pub type NodeIndex = usize;
 
+/// The hash a node's id is found by.
+fn id_hash(id: &str) -> u64 {
+    use std::hash::BuildHasher as _;
+    rustc_hash::FxBuildHasher.hash_one(id)
+}
+
 /// A compiled workflow.
 #[derive(Debug, Clone)]
 pub struct Workflow {
@@ -25,7 +31,8 @@ pub struct Workflow {
     pub edges: Vec<Edge>,
     /// The entry node (the start node in DOT; `start:` or the first node in YAML), when there is one.
     pub start: Option<NodeIndex>,
-    by_id: HashMap<String, NodeIndex>,
+    /// Indexes into `nodes`, hashed by the node's id: the ids are not copied.
+    by_id: hashbrown::HashTable<NodeIndex>,
     /// Edge indices by source and by target node, built once edges are final.
     out_edges: EdgeLists,
     in_edges: EdgeLists,
@@ -205,7 +212,8 @@ pub struct Node {
     pub span: Span,
     /// Value spans by attribute name, for diagnostics.
     pub attr_spans: SmallMap<Span>,
-    /// Resolved attributes (explicit, defaults, stylesheet) as text, for display only.
+    /// Resolved attributes (explicit, defaults, stylesheet) as text, for display only; the node's
+    /// `type`, `shape` and classes are its fields.
     pub attributes: SmallMap<String>,
     /// For a fan-out node: the fan-in node its branches meet at, resolved once at compile time.
     pub fan_in: Option<NodeIndex>,
@@ -262,7 +270,7 @@ impl Workflow {
             nodes: Vec::new(),
             edges: Vec::new(),
             start: None,
-            by_id: HashMap::new(),
+            by_id: hashbrown::HashTable::new(),
             out_edges: EdgeLists::default(),
             in_edges: EdgeLists::default(),
             header_span,
@@ -272,13 +280,27 @@ impl Workflow {
 
     pub(crate) fn push_node(&mut self, node: Node) -> NodeIndex {
         let index = self.nodes.len();
-        self.by_id.insert(node.id.clone(), index);
+        let hash = id_hash(&node.id);
         self.nodes.push(node);
+        let nodes = &self.nodes;
+        // A later node of the same id takes its place, as a map's insert does.
+        match self.by_id.entry(
+            hash,
+            |&i| nodes[i].id == nodes[index].id,
+            |&i| id_hash(&nodes[i].id),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(mut entry) => *entry.get_mut() = index,
+            hashbrown::hash_table::Entry::Vacant(entry) => {
+                entry.insert(index);
+            }
+        }
         index
     }
 
     pub fn node_index(&self, id: &str) -> Option<NodeIndex> {
-        self.by_id.get(id).copied()
+        self.by_id
+            .find(id_hash(id), |&i| self.nodes[i].id == id)
+            .copied()
     }
 
     pub fn node(&self, id: &str) -> Option<&Node> {

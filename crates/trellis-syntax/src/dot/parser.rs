@@ -21,7 +21,7 @@ use crate::ast::{
     Attr, DefaultsTarget, Document, Ident, SourceFormat, Stmt, Value, ValueKind, is_node_id,
 };
 use crate::diagnostic::{Diagnostic, MAX_DIAGNOSTICS};
-use crate::dot::lexer::{Token, TokenKind, lex};
+use crate::dot::lexer::{Quoted, Token, TokenKind, lex};
 use crate::span::Span;
 
 /// Parses DOT source. Never fails: problems are reported in `diagnostics`.
@@ -99,12 +99,26 @@ impl Parser<'_, '_> {
         &self.tokens[(self.pos + ahead).min(self.tokens.len() - 1)]
     }
 
-    fn bump(&mut self) -> Token {
-        let token = self.tokens[self.pos].clone();
-        if token.kind != TokenKind::Eof {
+    /// Moves past the current token (never past the end), returning it.
+    fn bump(&mut self) -> &Token {
+        let at = self.pos;
+        if self.tokens[at].kind != TokenKind::Eof {
             self.pos += 1;
         }
-        token
+        &self.tokens[at]
+    }
+
+    /// Moves the quoted string out of the current token, if it is one, leaving a bare word in its
+    /// place: a token behind the parser is read again for its span only.
+    fn take_quoted(&mut self) -> Option<Box<Quoted>> {
+        let kind = &mut self.tokens[self.pos].kind;
+        if !matches!(kind, TokenKind::Str(_)) {
+            return None;
+        }
+        match std::mem::replace(kind, TokenKind::Word(ValueKind::Quoted)) {
+            TokenKind::Str(quoted) => Some(quoted),
+            _ => None,
+        }
     }
 
     fn slice(&self, span: Span) -> &str {
@@ -446,11 +460,12 @@ impl Parser<'_, '_> {
     }
 
     fn parse_node_id(&mut self) -> Option<Ident> {
-        let token = self.peek().clone();
-        let (name, quoted) = match &token.kind {
-            TokenKind::Word(_) => (self.slice(token.span).to_owned(), false),
+        let span = self.peek().span;
+        let (name, quoted) = match &self.peek().kind {
+            TokenKind::Word(_) => (self.slice(span).to_owned(), false),
             TokenKind::Str(quoted) => (quoted.text.clone(), true),
             TokenKind::LBrace => {
+                let token = self.peek().clone();
                 self.error(
                     "edges to subgraphs are not supported",
                     token.span,
@@ -460,6 +475,7 @@ impl Parser<'_, '_> {
                 return None;
             }
             _ => {
+                let token = self.peek().clone();
                 let found = self.describe(&token);
                 self.error(
                     format!("expected a node id, found {found}"),
@@ -478,17 +494,14 @@ impl Parser<'_, '_> {
             };
             self.error(
                 format!("invalid node id `{name}`"),
-                token.span,
+                span,
                 "not a valid node id",
             )
             .help = Some(format!(
                 "{what} must start with a letter or `_` and contain only letters, digits and `_` (for example `run_tests`); put display text in `label`"
             ));
         }
-        Some(Ident {
-            name,
-            span: token.span,
-        })
+        Some(Ident { name, span })
     }
 
     fn parse_edge_chain(&mut self, first: Ident) -> Option<Stmt> {
@@ -497,7 +510,7 @@ impl Parser<'_, '_> {
             self.peek().kind,
             TokenKind::Arrow | TokenKind::UndirectedEdge
         ) {
-            let arrow = self.bump();
+            let arrow = self.bump().clone();
             if arrow.kind == TokenKind::UndirectedEdge {
                 self.error(
                     "undirected edges (`--`) are not supported",
@@ -565,17 +578,18 @@ impl Parser<'_, '_> {
 
     /// `key = value`.
     fn parse_attr(&mut self) -> Option<Attr> {
-        let token = self.peek().clone();
-        let key = match &token.kind {
+        let span = self.peek().span;
+        let key = match &self.peek().kind {
             TokenKind::Word(_) => Ident {
-                name: self.slice(token.span).to_owned(),
-                span: token.span,
+                name: self.slice(span).to_owned(),
+                span,
             },
             TokenKind::Str(quoted) => Ident {
                 name: quoted.text.clone(),
-                span: token.span,
+                span,
             },
             _ => {
+                let token = self.peek().clone();
                 let found = self.describe(&token);
                 self.error(
                     format!("expected an attribute name, found {found}"),
@@ -598,27 +612,28 @@ impl Parser<'_, '_> {
             return None;
         }
         self.bump();
-        let token = self.peek().clone();
-        let value = match token.kind {
-            TokenKind::Word(kind) => Value::plain(self.slice(token.span), kind, token.span),
-            TokenKind::Str(quoted) => Value {
+        let span = self.peek().span;
+        let value = if let Some(quoted) = self.take_quoted() {
+            Value {
                 text: quoted.text,
                 kind: ValueKind::Quoted,
-                span: token.span,
+                span,
                 offset_map: quoted.offset_map,
-            },
-            _ => {
-                let found = self.describe(&token);
-                self.error(
-                    format!("expected a value for `{}`, found {found}", key.name),
-                    token.span,
-                    "expected a value",
-                )
-                .help = Some(
-                    "values are quoted strings, numbers, booleans, durations or bare words".into(),
-                );
-                return None;
             }
+        } else if let TokenKind::Word(kind) = self.peek().kind {
+            Value::plain(self.slice(span), kind, span)
+        } else {
+            let token = self.peek().clone();
+            let found = self.describe(&token);
+            self.error(
+                format!("expected a value for `{}`, found {found}", key.name),
+                token.span,
+                "expected a value",
+            )
+            .help = Some(
+                "values are quoted strings, numbers, booleans, durations or bare words".into(),
+            );
+            return None;
         };
         self.bump();
         Some(Attr { key, value })

@@ -171,7 +171,10 @@ pub(crate) fn expand_attributes(
         expand_map(&mut node.attrs, vars, &|| format!("node `{id}`"), out);
     }
     for edge in &mut graph.edges {
-        let (from, to) = (&edge.from.name, &edge.to.name);
+        let (from, to) = (
+            &graph.nodes[edge.from].id.name,
+            &graph.nodes[edge.to].id.name,
+        );
         expand_map(
             &mut edge.attrs,
             vars,

@@ -167,19 +167,17 @@ fn node_attributes() -> Vec<&'static str> {
     names
 }
 
-/// Every attribute name this rule knows (graph, edge, node and layout), sorted, once each.
-pub(crate) static KNOWN_NAMES: std::sync::LazyLock<Vec<&'static str>> =
+/// Every attribute name this rule knows (graph, edge, node and layout), by itself: one hash of a
+/// name finds the static copy of it.
+pub(crate) static KNOWN_NAMES: std::sync::LazyLock<rustc_hash::FxHashSet<&'static str>> =
     std::sync::LazyLock::new(|| {
-        let mut names: Vec<&'static str> = GRAPH
+        GRAPH
             .iter()
             .chain(EDGE)
             .chain(LAYOUT)
             .copied()
             .chain(node_attributes())
-            .collect();
-        names.sort_unstable();
-        names.dedup();
-        names
+            .collect()
     });
 
 /// A YAML node's fields: the node attributes, under the names SWEny files give three of them.
@@ -214,19 +212,20 @@ pub(crate) fn check_node(
     out: &mut Vec<Diagnostic>,
 ) {
     let name = attr.key.name.as_str();
-    if LAYOUT.contains(&name) || COMMON_ATTRIBUTES.contains(&name) {
+    let Some(taking) = kinds_taking(name) else {
+        out.push(if format == SourceFormat::Yaml {
+            unknown_yaml_field(attr)
+        } else {
+            unknown("node", attr, &node_attributes())
+        });
         return;
-    }
-    let applies: Vec<&str> = KINDS
-        .iter()
-        .filter(|k| k.attributes.contains(&name))
-        .map(|k| k.type_name)
-        .collect();
-    if applies.is_empty() && format == SourceFormat::Yaml {
-        out.push(unknown_yaml_field(attr));
-    } else if applies.is_empty() {
-        out.push(unknown("node", attr, &node_attributes()));
-    } else if explicit && !applies.contains(&kind.type_name()) {
+    };
+    if explicit && taking & kind_bit(kind) == 0 {
+        let applies: Vec<&str> = KINDS
+            .iter()
+            .filter(|k| taking & kind_bit(k.kind) != 0)
+            .map(|k| k.type_name)
+            .collect();
         out.push(
             RULE.diagnostic(
                 format!(
@@ -239,4 +238,41 @@ pub(crate) fn check_node(
             .with_help(format!("`{name}` applies to {} nodes", applies.join(", "))),
         );
     }
+}
+
+/// `kind`'s bit in the sets [`kinds_taking`] returns.
+fn kind_bit(kind: HandlerKind) -> u32 {
+    KINDS
+        .iter()
+        .position(|k| k.kind == kind)
+        .map_or(0, |at| 1 << at)
+}
+
+/// The kinds of node an attribute applies to, as a set of [`kind_bit`]s (every kind for the
+/// attributes all nodes take and Graphviz's layout ones); `None` when it is no node attribute.
+fn kinds_taking(name: &str) -> Option<u32> {
+    /// Each node attribute name with its kinds, sorted by name: a binary search per attribute read.
+    static TABLE: std::sync::LazyLock<Vec<(&'static str, u32)>> = std::sync::LazyLock::new(|| {
+        let mut table: Vec<(&'static str, u32)> = COMMON_ATTRIBUTES
+            .iter()
+            .chain(LAYOUT)
+            .map(|&name| (name, u32::MAX))
+            .collect();
+        for spec in KINDS {
+            for &name in spec.attributes {
+                table.push((name, kind_bit(spec.kind)));
+            }
+        }
+        table.sort_unstable_by_key(|&(name, _)| name);
+        table.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                kept.1 |= later.1;
+            }
+            same
+        });
+        table
+    });
+    let at = TABLE.binary_search_by_key(&name, |&(name, _)| name).ok()?;
+    Some(TABLE[at].1)
 }
