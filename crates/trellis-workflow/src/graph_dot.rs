@@ -69,7 +69,7 @@ pub fn to_dot(workflow: &Workflow) -> String {
     for node in &workflow.nodes {
         let mut attributes = node.attributes.clone();
         attributes.insert("type", node.kind.type_name().to_owned());
-        attributes.insert("shape", node.shape.clone());
+        attributes.insert("shape", node.shape.to_string());
         if !node.classes.is_empty() {
             attributes.insert("class", node.classes.join(","));
         }
@@ -153,7 +153,7 @@ pub fn picture(workflow: &Workflow) -> String {
         "    edge [fontname=\"Helvetica\", fontsize=9, color=\"#71717a\", fontcolor=\"#52525b\"]\n",
     );
     for node in &workflow.nodes {
-        let shape = Some(node.shape.as_str())
+        let shape = Some(node.shape.as_ref())
             .filter(|s| PICTURE_SHAPES.contains(s))
             .unwrap_or("box");
         let label = if node.label.trim().is_empty() {

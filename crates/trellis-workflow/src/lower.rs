@@ -221,7 +221,7 @@ impl Lowerer<'_> {
         let resolved = known_handler::resolve(&flat, self.out);
         let (handler, shape) = resolved.clone().unwrap_or((
             HandlerKind::Conditional,
-            HandlerKind::Conditional.spec().shape.to_owned(),
+            std::borrow::Cow::Borrowed(HandlerKind::Conditional.spec().shape),
         ));
         // Applicability is judged only for nodes whose handler is known.
         for attr in flat.attrs.values() {

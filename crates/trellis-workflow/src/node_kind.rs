@@ -128,6 +128,9 @@ const AGENT_ATTRIBUTES: &[&str] = &[
 /// pre-condition and tool filter, and the loop's settings).
 const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(AGENT_ATTRIBUTES.len() - 12).0;
 
+/// A node's shape: the name in [`KINDS`] when it is one of theirs (shared, not copied).
+pub type Shape = std::borrow::Cow<'static, str>;
+
 /// The one table of node kinds: lowering resolves `type` and `shape` through it, the
 /// `unknown-attribute` rule judges attributes by it, and the engine registers handlers by its kinds.
 #[rustfmt::skip]

@@ -201,8 +201,8 @@ pub struct CommonConfig {
 pub struct Node {
     pub id: String,
     pub label: String,
-    /// The resolved shape (explicit, or `box`).
-    pub shape: String,
+    /// The resolved shape (explicit, or the kind's); a kind's shape is shared, not copied.
+    pub shape: crate::node_kind::Shape,
     pub classes: Vec<String>,
     pub kind: NodeKind,
     pub common: CommonConfig,

@@ -198,6 +198,13 @@ impl Lexer<'_, '_> {
         let mut offset_map = Vec::new();
         self.pos += 1;
         loop {
+            // Plain text up to the next quote or backslash, copied in one piece.
+            let run = self.bytes[self.pos..]
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\')
+                .unwrap_or(self.bytes.len() - self.pos);
+            text.push_str(&self.text[self.pos..self.pos + run]);
+            self.pos += run;
             let Some(&b) = self.bytes.get(self.pos) else {
                 self.diagnostics.push(
                     Diagnostic::error(
@@ -240,14 +247,8 @@ impl Lexer<'_, '_> {
                     }
                     offset_map.push((text.len() as u32, self.pos as u32));
                 }
-                _ => {
-                    let ch_len = self.text[self.pos..]
-                        .chars()
-                        .next()
-                        .map_or(1, char::len_utf8);
-                    text.push_str(&self.text[self.pos..self.pos + ch_len]);
-                    self.pos += ch_len;
-                }
+                // The run above stopped at a quote or a backslash.
+                _ => {}
             }
         }
         self.push(TokenKind::Str(Box::new(Quoted { text, offset_map })), start);
@@ -325,6 +326,16 @@ mod tests {
             panic!("expected a string")
         };
         assert_eq!(quoted.text, "a\"b\\c\nd\te\\d and more");
+        assert!(diagnostics.is_empty());
+
+        // Text between escapes is copied in runs: characters of any width, an unknown escape last.
+        let tokens = lex("\"é ü\\\"日本\\q\"", &mut diagnostics);
+        let TokenKind::Str(quoted) = &tokens[0].kind else {
+            panic!("expected a string")
+        };
+        assert_eq!(quoted.text, "é ü\"日本\\q");
+        // After the escaped quote (text offset 6), the text continues at source offset 8.
+        assert_eq!(quoted.offset_map, [(6, 8)]);
         assert!(diagnostics.is_empty());
     }
 

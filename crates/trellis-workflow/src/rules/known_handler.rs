@@ -8,10 +8,12 @@
 //! review [shape=ellipse, prompt="..."]   // error: `ellipse` is not a workflow shape
 //! ```
 
+use std::borrow::Cow;
+
 use trellis_syntax::{Diagnostic, Severity};
 
 use crate::flatten::FlatNode;
-use crate::node_kind::{HandlerKind, KINDS};
+use crate::node_kind::{HandlerKind, KINDS, Shape};
 use crate::rules::{Rule, closest};
 
 pub const RULE: Rule = Rule {
@@ -20,14 +22,23 @@ pub const RULE: Rule = Rule {
     summary: "node shapes and types map to known handlers",
 };
 
+/// `text` as a [`Shape`], shared with the table of kinds when it names one of their shapes.
+fn shape_name(text: &str) -> Shape {
+    KINDS
+        .iter()
+        .find(|k| k.shape == text)
+        .map_or_else(|| Cow::Owned(text.to_owned()), |k| Cow::Borrowed(k.shape))
+}
+
 /// The node's kind and resolved shape, or `None` (reported) when unknown.
-pub(crate) fn resolve(node: &FlatNode, out: &mut Vec<Diagnostic>) -> Option<(HandlerKind, String)> {
+pub(crate) fn resolve(node: &FlatNode, out: &mut Vec<Diagnostic>) -> Option<(HandlerKind, Shape)> {
     let shape_attr = node.attrs.get("shape");
     if let Some(type_attr) = node.attrs.get("type") {
         let name = type_attr.value.text.trim();
         if let Some(kind) = HandlerKind::from_type(name) {
-            let shape =
-                shape_attr.map_or_else(|| kind.spec().shape.to_owned(), |a| a.value.text.clone());
+            let shape = shape_attr.map_or(Cow::Borrowed(kind.spec().shape), |a| {
+                shape_name(&a.value.text)
+            });
             return Some((kind, shape));
         }
         let names = KINDS.iter().map(|k| k.type_name);
@@ -51,11 +62,11 @@ pub(crate) fn resolve(node: &FlatNode, out: &mut Vec<Diagnostic>) -> Option<(Han
             "exit" | "Exit" | "end" | "End" => HandlerKind::Exit,
             _ => HandlerKind::Agent,
         };
-        return Some((kind, kind.spec().shape.to_owned()));
+        return Some((kind, Cow::Borrowed(kind.spec().shape)));
     };
     let shape = shape_attr.value.text.trim();
     if let Some(kind) = HandlerKind::from_shape(shape) {
-        return Some((kind, shape.to_owned()));
+        return Some((kind, Cow::Borrowed(kind.spec().shape)));
     }
     let shapes = KINDS.iter().map(|k| k.shape);
     let near = closest(shape, shapes.clone())
