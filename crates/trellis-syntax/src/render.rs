@@ -127,6 +127,9 @@ pub fn render_terminal(
     diagnostics: &[Diagnostic],
     color: bool,
 ) -> io::Result<()> {
+    if diagnostics.is_empty() {
+        return Ok(());
+    }
     // One line index for the file, however many diagnostics there are.
     let simple = SimpleFile::new(file.name(), file.text());
     if !color {

@@ -48,22 +48,28 @@ pub struct SourceFile {
     name: String,
     path: Option<PathBuf>,
     text: String,
-    line_starts: Vec<u32>,
+    /// Where each line starts, found when a position is first asked for (a file without
+    /// diagnostics never is).
+    line_starts: std::sync::OnceLock<Vec<u32>>,
 }
 
 impl SourceFile {
     /// An in-memory source, named for diagnostics (tests, generated workflows).
     pub fn new(name: impl Into<String>, text: impl Into<String>) -> Self {
-        let text = text.into();
-        let line_starts = std::iter::once(0)
-            .chain(text.match_indices('\n').map(|(i, _)| i as u32 + 1))
-            .collect();
         Self {
             name: name.into(),
             path: None,
-            text,
-            line_starts,
+            text: text.into(),
+            line_starts: std::sync::OnceLock::new(),
         }
+    }
+
+    fn line_starts(&self) -> &[u32] {
+        self.line_starts.get_or_init(|| {
+            std::iter::once(0)
+                .chain(self.text.match_indices('\n').map(|(i, _)| i as u32 + 1))
+                .collect()
+        })
     }
 
     /// Reads a file from disk.
@@ -142,8 +148,8 @@ impl SourceFile {
 
     /// The 1-based line and column (in characters) of a byte offset.
     pub fn line_col(&self, offset: u32) -> (usize, usize) {
-        let line = self.line_starts.partition_point(|&start| start <= offset) - 1;
-        let start = self.line_starts[line] as usize;
+        let line = self.line_starts().partition_point(|&start| start <= offset) - 1;
+        let start = self.line_starts()[line] as usize;
         let end = (offset as usize).min(self.text.len());
         let column = self
             .text
@@ -154,10 +160,10 @@ impl SourceFile {
 
     /// The text of the line holding a byte offset, without its line break.
     pub fn line_text(&self, offset: u32) -> &str {
-        let line = self.line_starts.partition_point(|&start| start <= offset) - 1;
-        let start = self.line_starts[line] as usize;
+        let line = self.line_starts().partition_point(|&start| start <= offset) - 1;
+        let start = self.line_starts()[line] as usize;
         let end = self
-            .line_starts
+            .line_starts()
             .get(line + 1)
             .map_or(self.text.len(), |&next| next as usize);
         self.text
@@ -168,8 +174,8 @@ impl SourceFile {
 
     /// How far a byte offset is from the start of its line, in bytes.
     pub fn line_offset(&self, offset: u32) -> usize {
-        let line = self.line_starts.partition_point(|&start| start <= offset) - 1;
-        (offset - self.line_starts[line]) as usize
+        let line = self.line_starts().partition_point(|&start| start <= offset) - 1;
+        (offset - self.line_starts()[line]) as usize
     }
 
     /// Whether the file is YAML (by extension), as opposed to DOT.

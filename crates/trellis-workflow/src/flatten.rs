@@ -65,25 +65,43 @@ pub fn split_classes(text: &str) -> impl Iterator<Item = String> + '_ {
 
 struct Flattener {
     graph: FlatGraph,
-    index: rustc_hash::FxHashMap<String, usize>,
+    /// The nodes by id: indexes into `graph.nodes`, hashed by the id they hold (not copied).
+    index: hashbrown::HashTable<usize>,
 }
 
 /// Flattens the document, consuming it: each statement's attributes move into the flat graph, and
 /// a statement is freed once flattened.
 pub(crate) fn flatten(document: Document) -> FlatGraph {
+    let (nodes, edges) = statement_counts(&document.body);
     let mut flattener = Flattener {
         graph: FlatGraph {
             name: document.name,
             format: document.format,
             header_span: document.header_span,
             graph_attrs: AttrMap::new(),
-            nodes: Vec::new(),
-            edges: Vec::new(),
+            nodes: Vec::with_capacity(nodes),
+            edges: Vec::with_capacity(edges),
         },
-        index: rustc_hash::FxHashMap::default(),
+        index: hashbrown::HashTable::with_capacity(nodes),
     };
     flattener.walk(document.body, &mut Scope::default(), true);
     flattener.graph
+}
+
+/// How many node statements and edges `stmts` holds, in subgraphs too: about as many nodes as the
+/// graph will have, and as many edges.
+fn statement_counts(stmts: &[Stmt]) -> (usize, usize) {
+    stmts
+        .iter()
+        .fold((0, 0), |(nodes, edges), stmt| match stmt {
+            Stmt::Node { .. } => (nodes + 1, edges),
+            Stmt::Edge { chain, .. } => (nodes, edges + chain.len().saturating_sub(1)),
+            Stmt::Subgraph { body, .. } => {
+                let (n, e) = statement_counts(body);
+                (nodes + n, edges + e)
+            }
+            _ => (nodes, edges),
+        })
 }
 
 /// The classes a subgraph gives every node mentioned inside it: its `label` (as a class name) and its
@@ -153,11 +171,14 @@ impl Flattener {
                     }
                 }
                 Stmt::Node { id, attrs } => {
-                    let node = self.mention(&id, scope);
+                    let span = id.span;
+                    let node = self.mention(id, scope, attrs.len());
                     let node = &mut self.graph.nodes[node];
+                    node.explicit.reserve(attrs.len());
+                    node.attrs.reserve(attrs.len());
                     // Diagnostics about a node point at its first declaration, not an earlier edge.
                     if !node.declared {
-                        node.id.span = id.span;
+                        node.id.span = span;
                     }
                     node.declared = true;
                     for attr in attrs {
@@ -169,23 +190,35 @@ impl Flattener {
                     }
                 }
                 Stmt::Edge { chain, attrs, span } => {
-                    let ends: Vec<usize> = chain.iter().map(|id| self.mention(id, scope)).collect();
                     let mut edge_attrs = scope.edge_defaults.clone();
+                    edge_attrs.reserve(attrs.len());
                     for attr in attrs {
                         edge_attrs.insert_keyed(attr, |a| &a.key.name);
                     }
-                    self.graph.edges.reserve(ends.len() - 1);
-                    for (pair, ids) in ends.windows(2).zip(chain.windows(2)) {
+                    let edges = chain.len() - 1;
+                    self.graph.edges.reserve(edges);
+                    // Each node in the chain's order, then the edge that reaches it; the last edge
+                    // takes the attributes, the others copies.
+                    let mut ids = chain.into_iter();
+                    let Some(first) = ids.next() else { continue };
+                    let mut previous = first.span;
+                    let mut from = self.mention(first, scope, 0);
+                    for (i, id) in ids.enumerate() {
+                        let hop = previous.to(id.span);
+                        previous = id.span;
+                        let to = self.mention(id, scope, 0);
+                        let attrs = if i + 1 == edges {
+                            std::mem::take(&mut edge_attrs)
+                        } else {
+                            edge_attrs.clone()
+                        };
                         self.graph.edges.push(FlatEdge {
-                            from: pair[0],
-                            to: pair[1],
-                            attrs: edge_attrs.clone(),
-                            span: if chain.len() == 2 {
-                                span
-                            } else {
-                                ids[0].span.to(ids[1].span)
-                            },
+                            from,
+                            to,
+                            attrs,
+                            span: if edges == 1 { span } else { hop },
                         });
+                        from = to;
                     }
                 }
                 Stmt::Subgraph { body, .. } => self.walk(body, &mut scope.clone(), false),
@@ -193,15 +226,18 @@ impl Flattener {
         }
     }
 
-    /// Finds or creates a node; a new node takes the current defaults, and every mention inside a
-    /// subgraph adds its classes.
-    fn mention(&mut self, id: &Ident, scope: &Scope) -> usize {
-        let index = if let Some(&index) = self.index.get(id.name.as_str()) {
+    /// Finds or creates a node; a new node takes the current defaults (with room for `own` more
+    /// attributes, the statement's that declares it), and every mention inside a subgraph adds its
+    /// classes.
+    fn mention(&mut self, id: Ident, scope: &Scope, own: usize) -> usize {
+        let hash = crate::workflow::id_hash(&id.name);
+        let nodes = &self.graph.nodes;
+        let index = if let Some(&index) = self.index.find(hash, |&i| nodes[i].id.name == id.name) {
             index
         } else {
             self.graph.nodes.push(FlatNode {
-                id: id.clone(),
-                attrs: scope.node_defaults.clone(),
+                id,
+                attrs: scope.node_defaults.clone_with_room(own),
                 explicit: crate::small_map::SmallMap::new(),
                 classes: scope
                     .node_defaults
@@ -211,7 +247,10 @@ impl Flattener {
                 declared: false,
             });
             let index = self.graph.nodes.len() - 1;
-            self.index.insert(id.name.clone(), index);
+            let nodes = &self.graph.nodes;
+            self.index.insert_unique(hash, index, |&i| {
+                crate::workflow::id_hash(&nodes[i].id.name)
+            });
             index
         };
         let node = &mut self.graph.nodes[index];

@@ -47,14 +47,9 @@ pub(crate) struct Lowerer<'a> {
 }
 
 /// A command node's settings.
-fn command(
-    r: &mut AttrReader<'_>,
-    id: &str,
-    flat: &FlatNode,
-    graph: &GraphConfig,
-) -> CommandConfig {
-    let script =
-        command_script::require(id, r.string("script"), flat.id.span, r.out).unwrap_or_default();
+fn command(r: &mut AttrReader<'_>, flat: &FlatNode, graph: &GraphConfig) -> CommandConfig {
+    let script = command_script::require(&flat.id.name, r.string("script"), flat.id.span, r.out)
+        .unwrap_or_default();
     CommandConfig {
         script,
         language: r
@@ -110,7 +105,7 @@ impl Lowerer<'_> {
             .map_or_else(|| "Workflow".to_owned(), |n| n.name.clone());
         let format = flat.format;
         let mut workflow = Workflow::new(name, format, flat.header_span);
-        workflow.nodes.reserve_exact(flat.nodes.len());
+        workflow.reserve_nodes(flat.nodes.len());
         workflow.graph = self.graph_config(&flat.graph_attrs);
         for node in flat.nodes {
             let (node, resolved) = self.node(node, &workflow.graph, format);
@@ -217,7 +212,6 @@ impl Lowerer<'_> {
         graph: &GraphConfig,
         format: SourceFormat,
     ) -> (Node, bool) {
-        let id = flat.id.name.clone();
         let resolved = known_handler::resolve(&flat, self.out);
         let (handler, shape) = resolved.clone().unwrap_or((
             HandlerKind::Conditional,
@@ -244,7 +238,7 @@ impl Lowerer<'_> {
             auto_status: r.bool("auto_status").unwrap_or(false),
             fail_soft: r.bool("fail_soft").unwrap_or(false),
         };
-        let label = r.string("label").unwrap_or_else(|| id.clone());
+        let label = r.string("label").unwrap_or_else(|| flat.id.name.clone());
         let kind = match handler {
             HandlerKind::Start => NodeKind::Start,
             HandlerKind::Exit => NodeKind::Exit,
@@ -256,7 +250,7 @@ impl Lowerer<'_> {
                     .contains_key("prompt")
                     .then(|| Box::new(self.llm(&mut flat, graph, &shape))),
             }),
-            HandlerKind::Command => NodeKind::Command(command(&mut r, &id, &flat, graph)),
+            HandlerKind::Command => NodeKind::Command(command(&mut r, &flat, graph)),
             HandlerKind::Human => NodeKind::Human(HumanConfig {
                 default_choice: r.string("human.default_choice"),
             }),
@@ -273,7 +267,7 @@ impl Lowerer<'_> {
                 let duration = if r.value("duration").is_some() {
                     r.duration("duration")
                 } else {
-                    wait_duration::report_missing(&id, flat.id.span, r.out);
+                    wait_duration::report_missing(&flat.id.name, flat.id.span, r.out);
                     None
                 };
                 NodeKind::Wait(WaitConfig {
@@ -283,14 +277,14 @@ impl Lowerer<'_> {
             HandlerKind::SubWorkflow => {
                 let value = flat.attrs.get("workflow").map(|a| &a.value);
                 let workflow =
-                    sub_workflow::require(&id, value, self.files, flat.id.span, self.out)
+                    sub_workflow::require(&flat.id.name, value, self.files, flat.id.span, self.out)
                         .unwrap_or_default();
                 NodeKind::SubWorkflow(SubWorkflowConfig { workflow })
             }
             HandlerKind::Conditional => NodeKind::Conditional,
         };
         let node = Node {
-            id,
+            id: flat.id.name,
             label,
             shape,
             classes: flat.classes,
@@ -373,7 +367,7 @@ impl Lowerer<'_> {
                         vars,
                         template_variable::Forms::Prompt,
                         attr.value.span,
-                        &format!("node `{id}`"),
+                        &|| format!("node `{id}`"),
                         self.out,
                     );
                     (file, expanded)

@@ -53,11 +53,15 @@ impl<V> SmallMap<V> {
             .binary_search_by(|(name, _)| name.as_ref().cmp(key))
     }
 
-    /// Where `key` is: most maps hold a handful of entries, where comparing lengths first (`==`)
-    /// beats a binary search's ordering of whole names.
+    /// Where `key` is: most maps hold a handful of entries, where comparing lengths and first
+    /// bytes beats a binary search's ordering of whole names.
     fn find(&self, key: &str) -> Option<usize> {
         if self.entries.len() <= LINEAR {
-            self.entries.iter().position(|(name, _)| name == key)
+            // Length and first byte before the whole name: most names differ in one of them.
+            let (len, first) = (key.len(), key.as_bytes().first());
+            self.entries.iter().position(|(name, _)| {
+                name.len() == len && name.as_bytes().first() == first && name.as_ref() == key
+            })
         } else {
             self.position(key).ok()
         }
@@ -157,6 +161,22 @@ impl<V> SmallMap<V> {
         let mut entries = Vec::with_capacity(self.entries.len());
         entries.extend(self.entries.into_iter().map(|(k, v)| (k, f(v))));
         SmallMap { entries }
+    }
+
+    /// A copy with room for `additional` more entries.
+    #[must_use]
+    pub fn clone_with_room(&self, additional: usize) -> Self
+    where
+        V: Clone,
+    {
+        let mut entries = Vec::with_capacity(self.entries.len() + additional);
+        entries.extend_from_slice(&self.entries);
+        Self { entries }
+    }
+
+    /// Room for `additional` more entries, exactly (entries are otherwise added one at a time).
+    pub fn reserve(&mut self, additional: usize) {
+        self.entries.reserve_exact(additional);
     }
 
     pub fn len(&self) -> usize {

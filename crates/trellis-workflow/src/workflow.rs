@@ -16,7 +16,7 @@ use crate::small_map::SmallMap;
 pub type NodeIndex = usize;
 
 /// The hash a node's id is found by.
-fn id_hash(id: &str) -> u64 {
+pub(crate) fn id_hash(id: &str) -> u64 {
     use std::hash::BuildHasher as _;
     rustc_hash::FxBuildHasher.hash_one(id)
 }
@@ -276,6 +276,13 @@ impl Workflow {
             header_span,
             unresolved: Vec::new(),
         }
+    }
+
+    /// Room for `additional` more nodes, in the list and in the index by id.
+    pub(crate) fn reserve_nodes(&mut self, additional: usize) {
+        self.nodes.reserve_exact(additional);
+        let nodes = &self.nodes;
+        self.by_id.reserve(additional, |&i| id_hash(&nodes[i].id));
     }
 
     pub(crate) fn push_node(&mut self, node: Node) -> NodeIndex {

@@ -261,6 +261,9 @@ pub fn classify_word(word: &str) -> ValueKind {
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     if word == "true" || word == "false" {
         ValueKind::Boolean
+    } else if !unsigned.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
+        // Numbers and durations start with a digit (or a fraction's point): most words are names.
+        ValueKind::Bare
     } else if digits(unsigned) {
         ValueKind::Integer
     } else if let Some((int, frac)) = unsigned.split_once('.')

@@ -505,7 +505,9 @@ impl Parser<'_, '_> {
     }
 
     fn parse_edge_chain(&mut self, first: Ident) -> Option<Stmt> {
-        let mut chain = vec![first];
+        // Most chains are one edge: room for its two ends.
+        let mut chain = Vec::with_capacity(2);
+        chain.push(first);
         while matches!(
             self.peek().kind,
             TokenKind::Arrow | TokenKind::UndirectedEdge

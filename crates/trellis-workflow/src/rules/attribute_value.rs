@@ -31,8 +31,10 @@ pub(crate) struct AttrReader<'a> {
     pub out: &'a mut Vec<Diagnostic>,
 }
 
-impl AttrReader<'_> {
-    pub fn value(&self, key: &str) -> Option<&Value> {
+impl<'a> AttrReader<'a> {
+    /// The value of `key` (borrowed from the map, not from the reader, so reading it and reporting
+    /// on it go together without a copy).
+    pub fn value(&self, key: &str) -> Option<&'a Value> {
         self.attrs.get(key).map(|a| &a.value)
     }
 
@@ -52,16 +54,16 @@ impl AttrReader<'_> {
     }
 
     pub fn bool(&mut self, key: &str) -> Option<bool> {
-        let value = self.value(key)?.clone();
+        let value = self.value(key)?;
         let parsed = value.as_bool();
         if parsed.is_none() {
-            self.report(key, &value, "`true` or `false`", None);
+            self.report(key, value, "`true` or `false`", None);
         }
         parsed
     }
 
     pub fn int(&mut self, key: &str, min: i64) -> Option<i64> {
-        let value = self.value(key)?.clone();
+        let value = self.value(key)?;
         match value.as_i64() {
             Some(n) if n >= min => Some(n),
             _ => {
@@ -70,7 +72,7 @@ impl AttrReader<'_> {
                     0 => "a whole number (0 or more)".to_owned(),
                     _ => format!("a whole number ({min} or more)"),
                 };
-                self.report(key, &value, &expected, None);
+                self.report(key, value, &expected, None);
                 None
             }
         }
@@ -84,24 +86,24 @@ impl AttrReader<'_> {
     /// A duration with a unit; a plain `0` is accepted as zero (used to disable timeouts), and another
     /// bare number as seconds with a warning (`duration-unit`).
     pub fn duration(&mut self, key: &str) -> Option<Duration> {
-        let value = self.value(key)?.clone();
+        let value = self.value(key)?;
         if value.text.trim() == "0" {
             return Some(Duration::ZERO);
         }
-        if let Some(seconds) = duration_unit::seconds(key, &value, self.out) {
+        if let Some(seconds) = duration_unit::seconds(key, value, self.out) {
             return Some(seconds);
         }
         let parsed = value.as_duration();
         if parsed.is_none() {
             let help = "durations are a whole number with a unit: 250ms, 30s, 15m, 2h, 1d";
-            self.report(key, &value, "a duration", Some(help.to_owned()));
+            self.report(key, value, "a duration", Some(help.to_owned()));
         }
         parsed
     }
 
     /// One of a fixed set of words.
     pub fn word<T: FromStr>(&mut self, key: &str, words: &[&str]) -> Option<T> {
-        let value = self.value(key)?.clone();
+        let value = self.value(key)?;
         let parsed = value.text.parse().ok();
         if parsed.is_none() {
             let mut diagnostic = RULE
@@ -124,11 +126,11 @@ impl AttrReader<'_> {
 
     /// A value parsed by `T::from_str` whose error explains itself.
     pub fn parsed<T: FromStr<Err = String>>(&mut self, key: &str, expected: &str) -> Option<T> {
-        let value = self.value(key)?.clone();
+        let value = self.value(key)?;
         match value.text.parse() {
             Ok(parsed) => Some(parsed),
             Err(reason) => {
-                self.report(key, &value, expected, Some(reason));
+                self.report(key, value, expected, Some(reason));
                 None
             }
         }

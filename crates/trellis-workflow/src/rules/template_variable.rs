@@ -48,8 +48,9 @@ pub(crate) enum Forms {
     Prompt,
 }
 
-/// Where a template is, for messages: `node `plan``, `the graph`, `edge `a -> b``.
-pub(crate) type Place<'a> = &'a str;
+/// Where a template is, for messages: `node `plan``, `the graph`, `edge `a -> b`` (made only when
+/// a message needs it).
+pub(crate) type Place<'a> = &'a dyn Fn() -> String;
 
 /// Attributes the prompt pass expands (their text may be a `@file` reference).
 const PROMPT_ATTRIBUTES: &[&str] = &["prompt"];
@@ -108,13 +109,9 @@ pub(crate) fn expand_structure(
                         changed = true;
                     } else {
                         let vars = Vars { goal: None, inputs };
-                        out.push(undefined(
-                            name,
-                            name,
-                            vars,
-                            span,
-                            "the workflow's structure",
-                        ));
+                        out.push(undefined(name, name, vars, span, &|| {
+                            "the workflow's structure".to_owned()
+                        }));
                     }
                 }
                 i += consumed;
@@ -146,7 +143,7 @@ pub(crate) fn expand_attributes(
             no_goal,
             Forms::Attribute,
             attr.value.span,
-            "the graph's goal",
+            &|| "the graph's goal".to_owned(),
             out,
         );
     }
@@ -187,19 +184,14 @@ pub(crate) fn expand_attributes(
 
 /// Expands the templates of one statement's attributes; `place` names it, for messages (made only
 /// when an attribute holds a template: most hold none).
-fn expand_map(
-    attrs: &mut AttrMap,
-    vars: Vars<'_>,
-    place: &dyn Fn() -> String,
-    out: &mut Vec<Diagnostic>,
-) {
+fn expand_map(attrs: &mut AttrMap, vars: Vars<'_>, place: Place<'_>, out: &mut Vec<Diagnostic>) {
     for (key, attr) in attrs.iter_mut() {
         if PROMPT_ATTRIBUTES.contains(&key) || key == "goal" {
             continue;
         }
         let text = &attr.value.text;
         if memchr_brace(text) && (text.contains("{{") || text.contains("{%")) {
-            attr.value.text = expand(text, vars, Forms::Attribute, attr.value.span, &place(), out);
+            attr.value.text = expand(text, vars, Forms::Attribute, attr.value.span, place, out);
         }
     }
 }
@@ -341,6 +333,7 @@ fn quoted(expression: &str) -> Option<&str> {
 }
 
 fn undefined(name: &str, input: &str, vars: Vars<'_>, span: Span, place: Place<'_>) -> Diagnostic {
+    let place = place();
     if name == "goal" {
         return RULE
             .diagnostic(
@@ -379,7 +372,14 @@ mod tests {
             goal,
             inputs: &inputs,
         };
-        let expanded = expand(text, vars, forms, Span::default(), "node `n`", &mut out);
+        let expanded = expand(
+            text,
+            vars,
+            forms,
+            Span::default(),
+            &|| "node `n`".to_owned(),
+            &mut out,
+        );
         (expanded, out.len())
     }
 
@@ -469,7 +469,7 @@ mod tests {
             vars,
             Forms::Prompt,
             Span::default(),
-            "node `test`",
+            &|| "node `test`".to_owned(),
             &mut out,
         );
         assert_eq!(
