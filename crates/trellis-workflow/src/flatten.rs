@@ -296,7 +296,12 @@ mod tests {
         assert_eq!(graph.nodes[0].classes, ["loop-a"]);
         assert_eq!(graph.nodes[3].classes, Vec::<String>::new());
         assert_eq!(graph.edges.len(), 3);
+        // A chain's attributes reach each of its edges (copied to the first, moved to the last).
+        assert_eq!(graph.edges[1].attrs["weight"].value.text, "2");
         assert_eq!(graph.edges[2].attrs["weight"].value.text, "2");
+        assert_eq!((graph.edges[1].from, graph.edges[1].to), (0, 1));
+        assert_eq!((graph.edges[2].from, graph.edges[2].to), (1, 3));
+        assert!(graph.edges[0].attrs.is_empty());
         assert!(!graph.nodes[2].declared);
     }
 }

@@ -532,6 +532,7 @@ impl Parser<'_, '_> {
         let mut attrs = Vec::new();
         while self.peek().kind == TokenKind::LBracket {
             let open = self.bump().span;
+            attrs.reserve_exact(self.assignments_ahead());
             loop {
                 match self.peek().kind {
                     TokenKind::RBracket => {
@@ -558,9 +559,28 @@ impl Parser<'_, '_> {
                 }
             }
         }
-        // Most lists hold one or two attributes; a growing vector keeps room for four.
+        // Sized by counting ahead; a list with errors may hold fewer.
         attrs.shrink_to_fit();
         attrs
+    }
+
+    /// How many `=` the attribute list being read holds before its end: about as many attributes
+    /// as it will give (counted on the token list, so the attributes' vector is allocated once).
+    fn assignments_ahead(&self) -> usize {
+        self.tokens[self.pos..]
+            .iter()
+            .take_while(|t| {
+                !matches!(
+                    t.kind,
+                    TokenKind::RBracket
+                        | TokenKind::LBracket
+                        | TokenKind::LBrace
+                        | TokenKind::RBrace
+                        | TokenKind::Eof
+                )
+            })
+            .filter(|t| t.kind == TokenKind::Equals)
+            .count()
     }
 
     fn skip_in_attr_list(&mut self) {
