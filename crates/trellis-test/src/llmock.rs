@@ -24,25 +24,36 @@ impl Llmock {
             missing_peer("llmock");
             return None;
         };
-        let port = crate::http::free_port();
-        let child = Command::new(binary)
-            .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--log-level", "warning", "--tool-mode", "off"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("llmock starts");
-        let mock = Self { child, port };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while mock.get("/health").is_none() {
-            assert!(
-                Instant::now() < deadline,
-                "llmock did not start within 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
+        // A port found free may be taken by another test's server before this one binds it: then
+        // this one exits while the other answers on the port. Only a server that holds the port
+        // itself is ours; else another port.
+        for _ in 0..5 {
+            let port = crate::http::free_port();
+            let child = Command::new(&binary)
+                .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()])
+                .args(["--log-level", "warning", "--tool-mode", "off"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("llmock starts");
+            let mut mock = Self { child, port };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                if matches!(mock.child.try_wait(), Ok(Some(_))) {
+                    break;
+                }
+                if mock.get("/health").is_some() && listens(mock.child.id(), port) {
+                    return Some(mock);
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "llmock did not start within 30 s"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
         }
-        Some(mock)
+        panic!("llmock could not hold a port in 5 tries");
     }
 
     fn binary() -> Option<PathBuf> {
@@ -203,6 +214,37 @@ fn dechunk(mut body: &str) -> String {
         body = rest[size..].trim_start_matches("\r\n");
     }
     out
+}
+
+/// Whether process `pid` holds the socket listening on loopback `port` (from `/proc`).
+fn listens(pid: u32, port: u16) -> bool {
+    let wanted = format!(":{port:04X}");
+    let inodes: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    // local address, state (0A: listening), inode
+                    (fields.len() > 9 && fields[1].ends_with(&wanted) && fields[3] == "0A")
+                        .then(|| format!("socket:[{}]", fields[9]))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .any(|target| {
+            inodes
+                .iter()
+                .any(|inode| target.as_os_str() == inode.as_str())
+        })
 }
 
 impl Drop for Llmock {
