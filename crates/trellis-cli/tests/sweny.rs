@@ -275,8 +275,9 @@ fn inputs_are_checked_with_every_problem_reported_at_once() {
     assert!(mock.requests().is_empty());
 }
 
-/// A triage workflow shaped as SWEny's own (its nodes name the same skills, its edges are judged in
-/// plain words): every skill id is SWEny's built-in one.
+/// A triage workflow shaped as SWEny's own (its nodes name the same skills, check their tool calls
+/// and output with `verify` and output patterns, and its edges are judged in plain words): every
+/// skill id is SWEny's built-in one.
 const ALERT_TRIAGE: &str = r"id: alert-triage
 name: Alert triage
 entry: prepare
@@ -293,6 +294,11 @@ nodes:
     name: Find the cause
     instruction: Decide whether each finding is new or a duplicate.
     skills: [github, linear]
+    verify:
+      # A finding is new only once the trackers were searched.
+      any_tool_called:
+        - linear_search_issues
+        - github_search_issues
     output:
       type: object
       properties:
@@ -303,6 +309,15 @@ nodes:
     name: File issues
     instruction: File an issue for each new finding.
     skills: [linear, github]
+    verify:
+      any_tool_called: [linear_create_issue, github_create_issue, linear_add_comment]
+    output:
+      type: object
+      properties:
+        issueIdentifier: { type: string, pattern: '^[A-Z][A-Z0-9]*-\d+$' }
+        issueUrl: { type: string, pattern: '^https?://' }
+        issues: { type: array, minItems: 1 }
+      required: [issueIdentifier, issues]
   skip:
     name: Skip
     instruction: Comment on the duplicates.
@@ -574,6 +589,99 @@ edges:
     let run = p2.run("flow.yml", &["--input", "repo=acme/api"]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     assert_eq!(run.stage_status("report"), "succeeded");
+}
+
+/// An agent that must have searched before it answers: the node's `verify` names the tool as SWEny
+/// names a skill's tools (`<server>_<tool>`), and checks the node's own output.
+const VERIFIED: &str = r"id: verified
+name: Verified
+entry: investigate
+nodes:
+  investigate:
+    name: Investigate
+    instruction: Look for the notes, then name the issue.
+    verify:
+      any_tool_called: [files_read_text_file]
+      no_tool_called: [shell]
+      output_matches: [{ path: issue, matches: '^[A-Z]+-[0-9]+$' }]
+    output:
+      type: object
+      properties: { issue: { type: string } }
+      required: [issue]
+edges: []
+";
+
+#[test]
+fn verify_fails_a_node_whose_agent_skipped_the_tool_or_gave_a_bad_output() {
+    let server = trellis_test::cache_dir().join("mcp/node_modules/.bin/mcp-server-filesystem");
+    if !server.exists() {
+        trellis_test::missing_peer(
+            "@modelcontextprotocol/server-filesystem (scripts/test-peers.sh)",
+        );
+        return;
+    }
+    let Some(mock) = Llmock::start() else { return };
+    let project = || {
+        let p = Project::new()
+            .with_env("ANTHROPIC_API_KEY", "sk-ant-test-sweny-0000")
+            .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"));
+        let root = p.path().canonicalize().unwrap();
+        p.write(
+            ".mcp.json",
+            &json!({ "mcpServers": { "files": { "command": server, "args": [root] } } })
+                .to_string(),
+        );
+        p.write("notes.md", "The login page times out: OFF-7.\n");
+        p.write("verified.yml", VERIFIED);
+        p
+    };
+    let read = json!({ "type": "reply", "tool_calls": [
+        { "name": "mcp__files__read_text_file", "arguments": { "path": "notes.md" } },
+    ], "times": 1 });
+
+    // It read the notes (the server's real answer reached the model) and named the issue.
+    let p = project();
+    mock.scenario(
+        &json!([read, { "type": "reply", "text": "{\"issue\": \"OFF-7\"}", "times": 1 }]),
+    );
+    let run = p.run("verified.yml", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert!(
+        mock.bodies()[1]
+            .to_string()
+            .contains("The login page times out: OFF-7."),
+        "the model was shown the file"
+    );
+
+    // It answered without reading, and in the wrong shape: the node fails, saying both.
+    let p = project();
+    mock.scenario(&json!([{ "type": "reply", "text": "{\"issue\": \"off-7\"}", "times": 1 }]));
+    let run = p.run("verified.yml", &[]);
+    assert_ne!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.stage_status("investigate"), "failed");
+    let reason = run.events_named("StageFailed")[0].to_string();
+    assert!(
+        reason.contains(
+            "verify failed:\\nany_tool_called: none of files_read_text_file answered without an error (no tool was called)\\noutput_matches `issue`: wanted matches /^[A-Z]+-[0-9]+$/, got \\\"off-7\\\""
+        ),
+        "{reason}"
+    );
+
+    // A read of a file that is not there answers with an error: it does not count either.
+    let p = project();
+    mock.scenario(&json!([
+        { "type": "reply", "tool_calls": [
+            { "name": "mcp__files__read_text_file", "arguments": { "path": "missing.md" } },
+        ], "times": 1 },
+        { "type": "reply", "text": "{\"issue\": \"OFF-7\"}", "times": 1 },
+    ]));
+    let run = p.run("verified.yml", &[]);
+    assert_eq!(run.stage_status("investigate"), "failed");
+    let reason = run.events_named("StageFailed")[0].to_string();
+    assert!(
+        reason.contains("(called: mcp__files__read_text_file)"),
+        "{reason}"
+    );
 }
 
 #[test]

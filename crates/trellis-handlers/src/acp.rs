@@ -53,6 +53,7 @@ use trellis_workflow::node_kind::{AgentCli, LlmConfig, Permissions};
 use crate::agent::{Answer, Conversation, StageObserver, converse};
 use crate::cli_agent::snapshot;
 use crate::mcp::{Endpoint, ServerConfig};
+use trellis_workflow::requires::ToolCall;
 
 /// How long an agent told to cancel has before its process group is killed.
 const CANCEL_GRACE: Duration = Duration::from_secs(2);
@@ -802,6 +803,10 @@ struct AcpConversation<'c, 's> {
 
 #[async_trait]
 impl Conversation for AcpConversation<'_, '_> {
+    fn calls(&self) -> Vec<ToolCall> {
+        self.shared.observer.calls()
+    }
+
     async fn send(&mut self, message: String) -> Result<Answer, Box<Outcome>> {
         self.turns += 1;
         let stage = self.shared.stage;

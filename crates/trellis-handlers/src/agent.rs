@@ -16,7 +16,6 @@
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -30,6 +29,7 @@ use trellis_process::group::STAGE_DIR_VAR;
 use trellis_process::sandbox::Sandbox;
 use trellis_process::secrets;
 use trellis_workflow::node_kind::{Backend, LlmConfig, OutputSchema};
+use trellis_workflow::requires::ToolCall;
 
 use crate::cli_agent;
 use crate::model_call::ModelCall;
@@ -221,7 +221,8 @@ pub(crate) struct StageObserver<'a> {
     emitter: &'a dyn Emitter,
     node_id: &'a str,
     transcript: std::sync::mpsc::Sender<Value>,
-    tool_calls: AtomicU32,
+    /// The tool calls answered, in order (what a node's `verify` judges).
+    calls: parking_lot::Mutex<Vec<ToolCall>>,
     /// The sub-agent observed (its transcript entries say so), if not the stage's own agent.
     agent: Option<String>,
 }
@@ -240,7 +241,7 @@ impl<'a> StageObserver<'a> {
             emitter: stage.emitter,
             node_id: &stage.node.id,
             transcript,
-            tool_calls: AtomicU32::new(0),
+            calls: parking_lot::Mutex::default(),
             agent: None,
         };
         (observer, writer)
@@ -256,7 +257,7 @@ impl<'a> StageObserver<'a> {
             emitter,
             node_id: self.node_id,
             transcript: self.transcript.clone(),
-            tool_calls: AtomicU32::new(0),
+            calls: parking_lot::Mutex::default(),
             agent: Some(agent.to_owned()),
         }
     }
@@ -269,8 +270,14 @@ impl<'a> StageObserver<'a> {
         let _ = self.transcript.send(entry);
     }
 
+    /// How many tool calls were answered.
     pub(crate) fn tool_calls(&self) -> u32 {
-        self.tool_calls.load(Ordering::Relaxed)
+        u32::try_from(self.calls.lock().len()).unwrap_or(u32::MAX)
+    }
+
+    /// The tool calls answered so far.
+    pub(crate) fn calls(&self) -> Vec<ToolCall> {
+        self.calls.lock().clone()
     }
 }
 
@@ -352,7 +359,10 @@ impl Observer for StageObserver<'_> {
                 shown_chars,
                 note,
             } => {
-                self.tool_calls.fetch_add(1, Ordering::Relaxed);
+                self.calls.lock().push(ToolCall {
+                    tool: tool.clone(),
+                    succeeded: !is_error,
+                });
                 // The built-in shell redacts its output already; a CLI's tools do not.
                 let output = secrets::redact(&output).into_owned();
                 self.note(json!({
@@ -462,6 +472,8 @@ pub(crate) trait Conversation: Send + Sync {
     fn root(&self) -> &Path;
     /// The file the agent wrote last, relative to the working directory.
     fn last_touched(&self) -> Option<String>;
+    /// The tool calls the agent made so far (answered).
+    fn calls(&self) -> Vec<ToolCall>;
 }
 
 /// An agent's final answer to a message.
@@ -954,6 +966,10 @@ struct ApiConversation<'s, 'c> {
 
 #[async_trait]
 impl Conversation for ApiConversation<'_, '_> {
+    fn calls(&self) -> Vec<ToolCall> {
+        self.observer.calls()
+    }
+
     async fn send(&mut self, message: String) -> Result<Answer, Box<Outcome>> {
         self.observer
             .note(json!({ "type": "user", "text": message }));
@@ -1128,7 +1144,7 @@ pub(crate) async fn converse(
                 structured.apply(&mut outcome, &stage.node.id);
                 outcome.details.repairs = Some(repairs);
                 outcome.details.stop_reason = response.stop_reason;
-                return outcome;
+                return verified(stage, llm, outcome, &response.text, &conversation.calls());
             }
             Reading::Fatal(reason) => return Outcome::failed(FailureClass::Configuration, reason),
             Reading::Invalid { problem, missing } => (problem, missing),
@@ -1160,6 +1176,38 @@ pub(crate) async fn converse(
         };
         repairs += 1;
         message = output_schema::repair_message(schema, &problem);
+    }
+}
+
+/// `outcome`, failed when the node's `verify` (SWEny's post-condition) does not hold for the agent's
+/// tool `calls` and its output (the structured output, else the response `text`); what the answer
+/// put in the context stays.
+fn verified(
+    stage: &Stage<'_>,
+    llm: &LlmConfig,
+    outcome: Outcome,
+    text: &str,
+    calls: &[ToolCall],
+) -> Outcome {
+    let Some(verify) = &llm.verify else {
+        return outcome;
+    };
+    let output = outcome
+        .context_updates
+        .get(&trellis_engine::keys::output_of(&stage.node.id))
+        .cloned()
+        .unwrap_or_else(|| Value::String(text.to_owned()));
+    match verify.check(calls, &output, skills::is_call) {
+        Ok(()) => outcome,
+        Err(reasons) => Outcome {
+            context_updates: outcome.context_updates,
+            details: outcome.details,
+            files_touched: outcome.files_touched,
+            ..Outcome::failed(
+                FailureClass::StageFailed,
+                format!("verify failed:\n{reasons}"),
+            )
+        },
     }
 }
 

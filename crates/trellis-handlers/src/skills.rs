@@ -79,6 +79,10 @@ struct BuiltIn {
     server: Option<DefaultServer>,
     /// What to configure when there is no default server.
     hint: &'static str,
+    /// SWEny's names for tools of the skill (as `verify` lists them) whose tools on the skill's MCP
+    /// server are named otherwise: (SWEny's name, the server's names). A SWEny name
+    /// `<skill>_<tool>` needs no entry for the server's `<tool>`.
+    aliases: &'static [(&'static str, &'static [&'static str])],
 }
 
 /// A default server: the command, and its variables from the user's (`(its name, ours)`).
@@ -98,6 +102,10 @@ const BUILT_INS: &[BuiltIn] = &[
             env: &[("GITHUB_PERSONAL_ACCESS_TOKEN", "GITHUB_TOKEN")],
         }),
         hint: "",
+        aliases: &[
+            ("github_create_pr", &["create_pull_request"]),
+            ("github_add_comment", &["add_issue_comment"]),
+        ],
     },
     BuiltIn {
         id: "sentry",
@@ -109,6 +117,7 @@ const BUILT_INS: &[BuiltIn] = &[
             env: &[("SENTRY_ACCESS_TOKEN", "SENTRY_AUTH_TOKEN")],
         }),
         hint: "",
+        aliases: &[],
     },
     BuiltIn {
         id: "linear",
@@ -116,6 +125,12 @@ const BUILT_INS: &[BuiltIn] = &[
         needs: &[&["LINEAR_API_KEY"]],
         server: None,
         hint: "Linear's own server is https://mcp.linear.app/mcp (type = \"http\", your key in an Authorization header)",
+        aliases: &[
+            ("linear_create_issue", &["save_issue"]),
+            ("linear_update_issue", &["save_issue"]),
+            ("linear_add_comment", &["save_comment", "create_comment"]),
+            ("linear_search_issues", &["list_issues"]),
+        ],
     },
     BuiltIn {
         id: "datadog",
@@ -123,6 +138,7 @@ const BUILT_INS: &[BuiltIn] = &[
         needs: &[&["DD_API_KEY", "DD_APP_KEY"]],
         server: None,
         hint: "there is no maintained stdio server for Datadog: configure one you trust",
+        aliases: &[],
     },
     BuiltIn {
         id: "betterstack",
@@ -135,6 +151,7 @@ const BUILT_INS: &[BuiltIn] = &[
         ]],
         server: None,
         hint: "there is no maintained stdio server for Better Stack: configure one you trust",
+        aliases: &[],
     },
     BuiltIn {
         id: "supabase",
@@ -142,6 +159,7 @@ const BUILT_INS: &[BuiltIn] = &[
         needs: &[&["SUPABASE_URL", "SUPABASE_SERVICE_ROLE_KEY"]],
         server: None,
         hint: "Supabase's server (`npx -y @supabase/mcp-server-supabase`) takes a personal access token: configure it",
+        aliases: &[],
     },
     BuiltIn {
         id: "slack",
@@ -149,6 +167,7 @@ const BUILT_INS: &[BuiltIn] = &[
         needs: &[&["SLACK_WEBHOOK_URL"], &["SLACK_BOT_TOKEN"]],
         server: None,
         hint: "there is no maintained stdio server for Slack: configure one you trust",
+        aliases: &[],
     },
     BuiltIn {
         id: "notification",
@@ -161,8 +180,36 @@ const BUILT_INS: &[BuiltIn] = &[
         ],
         server: None,
         hint: "Trellis sends no notifications itself: configure a server that does",
+        aliases: &[],
     },
 ];
+
+/// Whether a call of the tool `called` (its name as the model saw it) is a call of `listed`, a name
+/// in a node's `verify` (SWEny's post-condition): the same name; or, for an MCP server's tool
+/// (`mcp__<server>__<tool>`), the tool's own name, `<server>_<tool>` (SWEny's names for its skills'
+/// tools), or a name the built-in skill of the server's name gives that tool. A prefixed name is met
+/// only by its own server's tools: `linear_create_issue` never by GitHub's `create_issue`.
+pub fn is_call(listed: &str, called: &str) -> bool {
+    if listed == called {
+        return true;
+    }
+    let Some((server, tool)) = called
+        .strip_prefix("mcp__")
+        .and_then(|rest| rest.split_once("__"))
+    else {
+        return false;
+    };
+    listed == tool
+        || listed
+            .strip_prefix(server)
+            .and_then(|rest| rest.strip_prefix('_'))
+            == Some(tool)
+        || BUILT_INS
+            .iter()
+            .filter(|b| b.id == server)
+            .flat_map(|b| b.aliases)
+            .any(|(name, tools)| *name == listed && tools.contains(&tool))
+}
 
 /// What the skills a node names come to.
 #[derive(Debug, Default)]
@@ -871,5 +918,35 @@ mod tests {
         .unwrap();
         let skills = Skills::discover(&directories(root.path(), None), false);
         assert!(skills.is_empty());
+    }
+
+    #[test]
+    fn a_verify_name_is_met_by_its_own_servers_tools() {
+        // The same name, a server tool's own name, and SWEny's `<skill>_<tool>`.
+        assert!(is_call("read_file", "read_file"));
+        assert!(is_call("git_status", "mcp__git__git_status"));
+        assert!(is_call(
+            "github_search_issues",
+            "mcp__github__search_issues"
+        ));
+        assert!(is_call("linear_list_teams", "mcp__linear__list_teams"));
+        // The built-in skills' other names for their servers' tools.
+        assert!(is_call(
+            "github_create_pr",
+            "mcp__github__create_pull_request"
+        ));
+        assert!(is_call(
+            "github_add_comment",
+            "mcp__github__add_issue_comment"
+        ));
+        assert!(is_call("linear_create_issue", "mcp__linear__save_issue"));
+        assert!(is_call("linear_search_issues", "mcp__linear__list_issues"));
+        // Never another server's tool, another tool, or a part of a name.
+        assert!(!is_call("linear_create_issue", "mcp__github__create_issue"));
+        assert!(!is_call("github_search_issues", "mcp__linear__list_issues"));
+        assert!(!is_call("github_create_pr", "mcp__github__create_issue"));
+        assert!(!is_call("github_search_issues", "search_issues"));
+        assert!(!is_call("git", "mcp__git__git_status"));
+        assert!(!is_call("status", "mcp__git__git_status"));
     }
 }

@@ -27,7 +27,7 @@
 //! node with neither `type` nor `shape` is an agent. Trellis's own fields (`type`, `script`, `prompt`,
 //! `shape`, ...) work as in DOT. `inputs` and `workflow_type` are checked here (every problem reported);
 //! marketplace metadata is accepted; a node's `skills` list becomes its `skills` attribute, its
-//! `requires` and `tools` their attributes (as JSON text), and the workflow's inline `skills` map a
+//! `requires`, `verify` and `tools` their attributes (as JSON text), and the workflow's inline `skills` map a
 //! graph attribute (JSON text); SWEny fields not implemented yet (`eval`, `retry`) are accepted with
 //! one `ignored-field` warning each. Any other top-level scalar is a
 //! graph attribute (`goal`, `model`, `router_model`). Nodes with no outgoing edges are terminal.
@@ -400,7 +400,7 @@ impl YamlLowering<'_> {
             Node::Map { span, .. } | Node::Seq { span, .. }
                 if matches!(
                     key.name.as_str(),
-                    "output_schema" | "requires" | "tools" | "skills"
+                    "output_schema" | "requires" | "verify" | "tools" | "skills"
                 ) =>
             {
                 Value::plain(value.to_json().to_string(), ValueKind::Quoted, *span)

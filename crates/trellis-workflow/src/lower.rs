@@ -385,6 +385,9 @@ impl Lowerer<'_> {
         let requires = attrs
             .get("requires")
             .and_then(|attr| self.json_value(&attr.value, crate::requires::Requires::parse));
+        let verify = attrs
+            .get("verify")
+            .and_then(|attr| self.json_value(&attr.value, crate::requires::Verify::parse));
         let tool_filter = attrs
             .get("tools")
             .and_then(|attr| self.json_value(&attr.value, crate::requires::ToolFilter::parse));
@@ -428,6 +431,7 @@ impl Lowerer<'_> {
             skills: r.string("skills").map(|s| name_list(&s)),
             max_subagent_depth: r.count("max_subagent_depth", 0),
             requires,
+            verify,
             tool_filter,
         }
     }

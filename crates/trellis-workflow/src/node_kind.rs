@@ -119,14 +119,38 @@ const AGENT_ATTRIBUTES: &[&str] = &[
     "skills",
     "max_subagent_depth",
     "requires",
+    "verify",
     "tools",
     "acp_command",
 ];
 
-/// Attributes of the nodes that call a model: the agent's, less the agent's own twelve (the
-/// backend, the sandbox, the permissions, the MCP servers, the skills, the sub-agents, SWEny's
-/// pre-condition and tool filter, and the loop's settings).
-const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(AGENT_ATTRIBUTES.len() - 12).0;
+/// Attributes of the nodes that call a model: the agent's, less the agent's own (from `backend` on:
+/// the backend and its ACP command, the sandbox, the permissions, the MCP servers, the skills, the
+/// sub-agents, SWEny's pre-condition, post-condition and tool filter, and the loop's settings).
+const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(agent_own_from()).0;
+
+/// Where the agent's own attributes start in [`AGENT_ATTRIBUTES`]: at `backend`.
+const fn agent_own_from() -> usize {
+    let mut i = 0;
+    while !eq(AGENT_ATTRIBUTES[i].as_bytes(), b"backend") {
+        i += 1;
+    }
+    i
+}
+
+const fn eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
 
 /// A node's shape: the name in [`KINDS`] when it is one of theirs (shared, not copied).
 pub type Shape = std::borrow::Cow<'static, str>;
@@ -273,6 +297,8 @@ pub struct LlmConfig {
     pub max_subagent_depth: Option<u32>,
     /// Agent nodes: SWEny's pre-condition, checked before the node runs (`requires`, JSON).
     pub requires: Option<crate::requires::Requires>,
+    /// Agent nodes: SWEny's post-condition, checked when the agent has answered (`verify`, JSON).
+    pub verify: Option<crate::requires::Verify>,
     /// Agent nodes: SWEny's filter of the tools skills and MCP servers give (`tools`, JSON).
     pub tool_filter: Option<crate::requires::ToolFilter>,
 }

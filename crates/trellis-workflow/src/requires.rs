@@ -1,6 +1,6 @@
-//! SWEny's node pre-conditions (`requires`) and skill-tool filters (`tools`), read from their JSON
-//! attribute values at lowering (every problem a diagnostic) and checked when the node is about to
-//! run.
+//! SWEny's node pre-conditions (`requires`), post-conditions (`verify`) and skill-tool filters
+//! (`tools`), read from their JSON attribute values at lowering (every problem a diagnostic) and
+//! checked when the node is about to run (`requires`) or when its agent has answered (`verify`).
 //!
 //! `requires: {output_required: [PATH...], output_matches: [{path, equals | in | matches}],
 //! on_fail: fail | skip}` is checked against the workflow's input and the results so far, keyed by
@@ -10,17 +10,52 @@
 //! null; `output_matches` compares what it reaches (`equals` and `in` by JSON equality, `matches` a
 //! regular expression — Rust's `regex`, which runs in linear time, so a pattern cannot stall a run).
 //!
+//! `verify: {any_tool_called: [NAME...], all_tools_called: [NAME...], no_tool_called: [NAME...],
+//! output_required: [PATH...], output_matches: [...]}` is checked when the node's agent has answered:
+//! one of the `any_tool_called` tools (every one of `all_tools_called`) must have been called and
+//! answered without an error, none of `no_tool_called` called at all, and the paths are looked up
+//! in the node's own output (its structured output, else its response text). Every check must pass;
+//! the node fails with every reason otherwise.
+//!
 //! `tools: {allow: [NAME...], deny: [NAME...]}` narrows the tools an agent's skills and MCP servers
 //! give it (the built-in tools are narrowed by `allowed_tools`/`disallowed_tools`).
 
 use serde_json::Value;
 
+/// Checks of what paths reach: SWEny's `output_required` and `output_matches`, which `requires`
+/// and `verify` share.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct OutputChecks {
+    pub required: Vec<ValuePath>,
+    pub matches: Vec<ValueMatch>,
+}
+
 /// A node's pre-condition.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Requires {
-    pub required: Vec<ValuePath>,
-    pub matches: Vec<ValueMatch>,
+    pub checks: OutputChecks,
     pub on_fail: OnFail,
+}
+
+/// A node's post-condition (`verify`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Verify {
+    /// One of these tools called without an error.
+    pub any_tool_called: Vec<String>,
+    /// Each of these tools called without an error.
+    pub all_tools_called: Vec<String>,
+    /// None of these tools called.
+    pub no_tool_called: Vec<String>,
+    /// Checks of the node's own output.
+    pub output: OutputChecks,
+}
+
+/// A tool call as `verify` judges it: the tool's name as the model saw it, and whether it answered
+/// without an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCall {
+    pub tool: String,
+    pub succeeded: bool,
 }
 
 /// What a node whose pre-condition fails does: fail, or be skipped (the run goes on).
@@ -184,59 +219,43 @@ impl Test {
     }
 }
 
-impl Requires {
-    /// Reads a `requires` value (JSON text).
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| format!("`requires` is not valid JSON: {e}"))?;
-        let Value::Object(fields) = value else {
-            return Err("`requires` must be an object".into());
-        };
-        let mut requires = Requires {
-            required: Vec::new(),
-            matches: Vec::new(),
-            on_fail: OnFail::Fail,
-        };
-        for (key, value) in fields {
-            match key.as_str() {
-                "output_required" => {
-                    for path in strings(&value, "output_required")? {
-                        requires.required.push(ValuePath::parse(&path)?);
-                    }
-                }
-                "output_matches" => {
-                    let Value::Array(items) = value else {
-                        return Err("`output_matches` must be a list".into());
-                    };
-                    for item in items {
-                        requires.matches.push(value_match(item)?);
-                    }
-                }
-                "on_fail" => {
-                    requires.on_fail = match value.as_str() {
-                        Some("fail") => OnFail::Fail,
-                        Some("skip") => OnFail::Skip,
-                        _ => {
-                            return Err(format!("`on_fail` must be `fail` or `skip`, got {value}"));
-                        }
-                    };
-                }
-                other => {
-                    return Err(format!(
-                        "unknown key `{other}` in `requires` (output_required, output_matches, on_fail)"
-                    ));
-                }
-            }
-        }
-        if requires.required.is_empty() && requires.matches.is_empty() {
-            return Err("`requires` declares no check (output_required or output_matches)".into());
-        }
-        Ok(requires)
+impl OutputChecks {
+    fn is_empty(&self) -> bool {
+        self.required.is_empty() && self.matches.is_empty()
     }
 
-    /// Checks the pre-condition against `root` (the input and results by node id): `Err` with every
-    /// failure, one per line.
+    /// Reads `key` when it is `output_required` or `output_matches` (`Ok(false)` for another key).
+    fn read(&mut self, key: &str, value: Value) -> Result<bool, String> {
+        match key {
+            "output_required" => {
+                for path in strings(&value, "output_required")? {
+                    self.required.push(ValuePath::parse(&path)?);
+                }
+            }
+            "output_matches" => {
+                let Value::Array(items) = value else {
+                    return Err("`output_matches` must be a list".into());
+                };
+                for item in items {
+                    self.matches.push(value_match(item)?);
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Checks what the paths reach in `root`: `Err` with every failure, one per line.
     pub fn check(&self, root: &Value) -> Result<(), String> {
+        let failures = self.failures(root);
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failures.join("\n"))
+        }
+    }
+
+    fn failures(&self, root: &Value) -> Vec<String> {
         let mut failures = Vec::new();
         for path in &self.required {
             let reason = match path.resolve(root) {
@@ -278,6 +297,136 @@ impl Requires {
                 failures.push(format!("output_matches `{}`: {reason}", path.text));
             }
         }
+        failures
+    }
+}
+
+/// The fields of a JSON object value named `what`.
+fn object(text: &str, what: &str) -> Result<serde_json::Map<String, Value>, String> {
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| format!("`{what}` is not valid JSON: {e}"))?;
+    match value {
+        Value::Object(fields) => Ok(fields),
+        _ => Err(format!("`{what}` must be an object")),
+    }
+}
+
+impl Requires {
+    /// Reads a `requires` value (JSON text).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut requires = Requires {
+            checks: OutputChecks::default(),
+            on_fail: OnFail::Fail,
+        };
+        for (key, value) in object(text, "requires")? {
+            if key == "on_fail" {
+                requires.on_fail = match value.as_str() {
+                    Some("fail") => OnFail::Fail,
+                    Some("skip") => OnFail::Skip,
+                    _ => {
+                        return Err(format!("`on_fail` must be `fail` or `skip`, got {value}"));
+                    }
+                };
+            } else if !requires.checks.read(&key, value)? {
+                return Err(format!(
+                    "unknown key `{key}` in `requires` (output_required, output_matches, on_fail)"
+                ));
+            }
+        }
+        if requires.checks.is_empty() {
+            return Err("`requires` declares no check (output_required or output_matches)".into());
+        }
+        Ok(requires)
+    }
+
+    /// Checks the pre-condition against `root` (the input and results by node id): `Err` with every
+    /// failure, one per line.
+    pub fn check(&self, root: &Value) -> Result<(), String> {
+        self.checks.check(root)
+    }
+}
+
+impl Verify {
+    /// Reads a `verify` value (JSON text).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut verify = Verify::default();
+        for (key, value) in object(text, "verify")? {
+            match key.as_str() {
+                "any_tool_called" => verify.any_tool_called = strings(&value, &key)?,
+                "all_tools_called" => verify.all_tools_called = strings(&value, &key)?,
+                "no_tool_called" => verify.no_tool_called = strings(&value, &key)?,
+                _ if verify.output.read(&key, value)? => {}
+                other => {
+                    return Err(format!(
+                        "unknown key `{other}` in `verify` (any_tool_called, all_tools_called, \
+                         no_tool_called, output_required, output_matches)"
+                    ));
+                }
+            }
+        }
+        if verify.any_tool_called.is_empty()
+            && verify.all_tools_called.is_empty()
+            && verify.no_tool_called.is_empty()
+            && verify.output.is_empty()
+        {
+            return Err("`verify` declares no check".into());
+        }
+        Ok(verify)
+    }
+
+    /// Checks the post-condition against the agent's tool `calls` and the node's `output`;
+    /// `is_call(listed, called)` says whether a call of the tool `called` (as the model saw its name)
+    /// is a call of `listed` (a name in a list here). `Err` with every failure, one per line.
+    pub fn check(
+        &self,
+        calls: &[ToolCall],
+        output: &Value,
+        is_call: impl Fn(&str, &str) -> bool,
+    ) -> Result<(), String> {
+        let succeeded = |listed: &str| {
+            calls
+                .iter()
+                .any(|call| call.succeeded && is_call(listed, &call.tool))
+        };
+        let called = || {
+            if calls.is_empty() {
+                "no tool was called".to_owned()
+            } else {
+                let names: Vec<&str> = calls.iter().map(|c| c.tool.as_str()).collect();
+                format!("called: {}", names.join(", "))
+            }
+        };
+        let mut failures = Vec::new();
+        if !self.any_tool_called.is_empty() && !self.any_tool_called.iter().any(|t| succeeded(t)) {
+            failures.push(format!(
+                "any_tool_called: none of {} answered without an error ({})",
+                self.any_tool_called.join(", "),
+                called()
+            ));
+        }
+        let missing: Vec<&str> = self
+            .all_tools_called
+            .iter()
+            .filter(|t| !succeeded(t))
+            .map(String::as_str)
+            .collect();
+        if !missing.is_empty() {
+            failures.push(format!(
+                "all_tools_called: no call of {} answered without an error ({})",
+                missing.join(", "),
+                called()
+            ));
+        }
+        let forbidden: Vec<&str> = self
+            .no_tool_called
+            .iter()
+            .filter(|t| calls.iter().any(|call| is_call(t, &call.tool)))
+            .map(String::as_str)
+            .collect();
+        if !forbidden.is_empty() {
+            failures.push(format!("no_tool_called: {} called", forbidden.join(", ")));
+        }
+        failures.extend(self.output.failures(output));
         if failures.is_empty() {
             Ok(())
         } else {
@@ -453,5 +602,58 @@ mod tests {
         let deny = ToolFilter::parse(r#"{"deny": ["delete_issue"]}"#).unwrap();
         assert!(deny.keeps("mcp__linear__create_issue"));
         assert!(!deny.keeps("mcp__linear__delete_issue"));
+    }
+
+    #[test]
+    fn verify_judges_the_calls_and_the_nodes_own_output() {
+        let verify = Verify::parse(
+            r#"{"any_tool_called": ["search_a", "search_b"], "all_tools_called": ["write"],
+                "no_tool_called": ["delete"], "output_required": ["id"],
+                "output_matches": [{"path": "id", "matches": "^[A-Z]+-[0-9]+$"}]}"#,
+        )
+        .unwrap();
+        let same = |listed: &str, called: &str| listed == called;
+        let call = |tool: &str, succeeded| ToolCall {
+            tool: tool.to_owned(),
+            succeeded,
+        };
+        let good = [call("search_b", true), call("write", true)];
+        assert_eq!(verify.check(&good, &json!({"id": "OFF-12"}), same), Ok(()));
+        // A call that answered with an error does not count; a forbidden call counts however it
+        // ended; the output is looked up in the node's own output.
+        let bad = [
+            call("search_a", false),
+            call("write", false),
+            call("delete", false),
+        ];
+        assert_eq!(
+            verify
+                .check(&bad, &json!({"id": "off-12"}), same)
+                .unwrap_err(),
+            "any_tool_called: none of search_a, search_b answered without an error (called: search_a, write, delete)\n\
+             all_tools_called: no call of write answered without an error (called: search_a, write, delete)\n\
+             no_tool_called: delete called\n\
+             output_matches `id`: wanted matches /^[A-Z]+-[0-9]+$/, got \"off-12\""
+        );
+        assert_eq!(
+            Verify::parse(r#"{"any_tool_called": ["x"]}"#)
+                .unwrap()
+                .check(&[], &json!("text"), same)
+                .unwrap_err(),
+            "any_tool_called: none of x answered without an error (no tool was called)"
+        );
+        for (text, problem) in [
+            ("{}", "declares no check"),
+            (r#"{"any_tool_called": []}"#, "non-empty list"),
+            (r#"{"any_tool_called": "x"}"#, "non-empty list"),
+            (
+                r#"{"on_fail": "skip"}"#,
+                "unknown key `on_fail` in `verify`",
+            ),
+            ("[1]", "`verify` must be an object"),
+        ] {
+            let error = Verify::parse(text).unwrap_err();
+            assert!(error.contains(problem), "{text}: {error}");
+        }
     }
 }

@@ -38,6 +38,7 @@ use crate::prompt::{Opening, Threads, project_memory, write_stage_file};
 use process::{Ran, Spawn};
 use stream::Stream;
 use touched::Snapshot;
+use trellis_workflow::requires::ToolCall;
 
 /// How much of standard error a failure quotes.
 const STDERR_TAIL_CHARS: usize = 2000;
@@ -209,6 +210,10 @@ struct CliConversation<'s, 'o> {
 
 #[async_trait]
 impl Conversation for CliConversation<'_, '_> {
+    fn calls(&self) -> Vec<ToolCall> {
+        self.observer.calls()
+    }
+
     async fn send(&mut self, message: String) -> Result<Answer, Box<Outcome>> {
         let cli = self.cli;
         if self.sent > 0 && self.session_id.is_none() {
