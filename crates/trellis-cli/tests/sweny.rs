@@ -276,8 +276,8 @@ fn inputs_are_checked_with_every_problem_reported_at_once() {
 }
 
 /// A triage workflow shaped as SWEny's own (its nodes name the same skills, check their tool calls
-/// and output with `verify` and output patterns, and its edges are judged in plain words): every
-/// skill id is SWEny's built-in one.
+/// and output with `verify` (older files) and `eval` (newer ones) and output patterns, and its edges
+/// are judged in plain words): every skill id is SWEny's built-in one.
 const ALERT_TRIAGE: &str = r"id: alert-triage
 name: Alert triage
 entry: prepare
@@ -309,8 +309,14 @@ nodes:
     name: File issues
     instruction: File an issue for each new finding.
     skills: [linear, github]
-    verify:
-      any_tool_called: [linear_create_issue, github_create_issue, linear_add_comment]
+    eval:
+      - name: filed
+        kind: function
+        rule: { any_tool_called: [linear_create_issue, github_create_issue, linear_add_comment] }
+      - name: actionable
+        kind: judge
+        rubric: Each issue filed says how to reproduce the failure.
+    retry: { max: 1, instruction: { auto: true } }
     output:
       type: object
       properties:
@@ -410,13 +416,7 @@ fn a_sweny_triage_workflow_simulates_with_a_message_per_missing_configuration() 
 
 #[test]
 fn custom_instruction_and_mcp_skills_reach_the_model() {
-    let server = trellis_test::cache_dir().join("mcp/node_modules/.bin/mcp-server-filesystem");
-    if !server.exists() {
-        trellis_test::missing_peer(
-            "@modelcontextprotocol/server-filesystem (scripts/test-peers.sh)",
-        );
-        return;
-    }
+    let Some(server) = files_server() else { return };
     let Some(mock) = Llmock::start() else { return };
     let p = Project::new()
         .with_env("ANTHROPIC_API_KEY", "sk-ant-test-sweny-0000")
@@ -500,13 +500,7 @@ fn custom_instruction_and_mcp_skills_reach_the_model() {
 
 #[test]
 fn requires_skips_or_fails_a_node_before_its_model_is_asked_and_tools_narrow_its_servers() {
-    let server = trellis_test::cache_dir().join("mcp/node_modules/.bin/mcp-server-filesystem");
-    if !server.exists() {
-        trellis_test::missing_peer(
-            "@modelcontextprotocol/server-filesystem (scripts/test-peers.sh)",
-        );
-        return;
-    }
+    let Some(server) = files_server() else { return };
     let Some(mock) = Llmock::start() else { return };
     let p = Project::new()
         .with_env("ANTHROPIC_API_KEY", "sk-ant-test-sweny-0000")
@@ -591,6 +585,34 @@ edges:
     assert_eq!(run.stage_status("report"), "succeeded");
 }
 
+/// The filesystem MCP server from npm (`scripts/test-peers.sh`), if installed.
+fn files_server() -> Option<std::path::PathBuf> {
+    let server = trellis_test::cache_dir().join("mcp/node_modules/.bin/mcp-server-filesystem");
+    if server.exists() {
+        Some(server)
+    } else {
+        trellis_test::missing_peer(
+            "@modelcontextprotocol/server-filesystem (scripts/test-peers.sh)",
+        );
+        None
+    }
+}
+
+/// A project on `mock` with a notes file, the filesystem server as `files`, and `workflow`.
+fn notes_project(mock: &Llmock, server: &Path, name: &str, workflow: &str) -> Project {
+    let p = Project::new()
+        .with_env("ANTHROPIC_API_KEY", "sk-ant-test-sweny-0000")
+        .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"));
+    let root = p.path().canonicalize().unwrap();
+    p.write(
+        ".mcp.json",
+        &json!({ "mcpServers": { "files": { "command": server, "args": [root] } } }).to_string(),
+    );
+    p.write("notes.md", "The login page times out: OFF-7.\n");
+    p.write(name, workflow);
+    p
+}
+
 /// An agent that must have searched before it answers: the node's `verify` names the tool as SWEny
 /// names a skill's tools (`<server>_<tool>`), and checks the node's own output.
 const VERIFIED: &str = r"id: verified
@@ -613,28 +635,9 @@ edges: []
 
 #[test]
 fn verify_fails_a_node_whose_agent_skipped_the_tool_or_gave_a_bad_output() {
-    let server = trellis_test::cache_dir().join("mcp/node_modules/.bin/mcp-server-filesystem");
-    if !server.exists() {
-        trellis_test::missing_peer(
-            "@modelcontextprotocol/server-filesystem (scripts/test-peers.sh)",
-        );
-        return;
-    }
+    let Some(server) = files_server() else { return };
     let Some(mock) = Llmock::start() else { return };
-    let project = || {
-        let p = Project::new()
-            .with_env("ANTHROPIC_API_KEY", "sk-ant-test-sweny-0000")
-            .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"));
-        let root = p.path().canonicalize().unwrap();
-        p.write(
-            ".mcp.json",
-            &json!({ "mcpServers": { "files": { "command": server, "args": [root] } } })
-                .to_string(),
-        );
-        p.write("notes.md", "The login page times out: OFF-7.\n");
-        p.write("verified.yml", VERIFIED);
-        p
-    };
+    let project = || notes_project(&mock, &server, "verified.yml", VERIFIED);
     let read = json!({ "type": "reply", "tool_calls": [
         { "name": "mcp__files__read_text_file", "arguments": { "path": "notes.md" } },
     ], "times": 1 });
@@ -681,6 +684,136 @@ fn verify_fails_a_node_whose_agent_skipped_the_tool_or_gave_a_bad_output() {
     assert!(
         reason.contains("(called: mcp__files__read_text_file)"),
         "{reason}"
+    );
+}
+
+/// SWEny's `eval`: a function, a value and a judge evaluator, a retry that sends the agent back
+/// with what failed, and a later node reading a verdict.
+const EVALUATED: &str = r"id: evaluated
+name: Evaluated
+entry: investigate
+nodes:
+  investigate:
+    name: Investigate
+    instruction: Look for the notes, then name the issue.
+    eval:
+      - name: searched
+        kind: function
+        rule: { any_tool_called: [files_read_text_file] }
+      - name: well_formed
+        kind: value
+        rule: { output_matches: [{ path: issue, matches: '^[A-Z]+-[0-9]+$' }] }
+      - name: grounded
+        kind: judge
+        rubric: The issue named is one the notes mention.
+    judge_model: claude-haiku-4-5
+    retry: { max: 1, instruction: { reflect: Which step did you skip? } }
+    output:
+      type: object
+      properties: { issue: { type: string } }
+      required: [issue]
+  report:
+    name: Report
+    instruction: Report the issue.
+    requires:
+      output_matches: [{ path: investigate.evals.grounded.pass, equals: true }]
+edges:
+  - { from: investigate, to: report }
+";
+
+#[test]
+fn eval_checks_an_answer_sends_the_agent_back_and_a_judge_rules_on_its_rubric() {
+    let Some(server) = files_server() else { return };
+    let Some(mock) = Llmock::start() else { return };
+    let project = || notes_project(&mock, &server, "evaluated.yml", EVALUATED);
+    let read = json!({ "type": "reply", "tool_calls": [
+        { "name": "mcp__files__read_text_file", "arguments": { "path": "notes.md" } },
+    ], "times": 1 });
+    let reply = |text: &str| json!({ "type": "reply", "text": text, "times": 1 });
+    let verdict = |word: &str| {
+        reply(&json!({ "reasoning": "The notes name OFF-7.", "verdict": word }).to_string())
+    };
+
+    // The first answer skipped the notes and is lower case: sent back, told what failed; the
+    // second passes, and `report` reads the judge's verdict.
+    let p = project();
+    mock.scenario(&json!([
+        reply("{\"issue\": \"off-7\"}"),
+        verdict("yes"),
+        read,
+        reply("{\"issue\": \"OFF-7\"}"),
+        verdict("Yes"),
+        reply("Reported."),
+    ]));
+    let run = p.run("evaluated.yml", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 6);
+    // The judge was shown the rubric and the answer, on its own model.
+    let judge = bodies[1].to_string();
+    assert_eq!(bodies[1]["model"], "claude-haiku-4-5");
+    assert!(
+        judge.contains("The issue named is one the notes mention."),
+        "{judge}"
+    );
+    assert!(judge.contains(r#"\"issue\": \"off-7\""#), "{judge}");
+    // The agent was sent back with every failure and the author's question.
+    let sent_back = bodies[2]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .to_string();
+    for part in [
+        "did not pass this step's checks (attempt 1 of 2)",
+        "eval failed (policy: all_pass):",
+        "  - searched (function): any_tool_called: none of files_read_text_file answered without an error (no tool was called)",
+        "  - well_formed (value): output_matches `issue`: wanted matches /^[A-Z]+-[0-9]+$/, got \\\"off-7\\\"",
+        "Which step did you skip?",
+    ] {
+        assert!(sent_back.contains(part), "{part}: {sent_back}");
+    }
+    assert!(
+        !sent_back.contains("grounded"),
+        "the judge passed: {sent_back}"
+    );
+    assert!(
+        bodies[3]
+            .to_string()
+            .contains("The login page times out: OFF-7.")
+    );
+    let evals = run_support::read_json(
+        &run_support::stage_dir(&run.record(), "investigate").join("evals.json"),
+    );
+    assert_eq!(evals["grounded"]["pass"], true);
+    assert_eq!(evals["searched"]["pass"], true);
+    assert_eq!(run.stage_status("report"), "succeeded");
+
+    // A judge that says no, twice: the node fails, saying why.
+    let p = project();
+    mock.scenario(&json!([
+        read,
+        reply("{\"issue\": \"OFF-7\"}"),
+        verdict("no"),
+        reply("{\"issue\": \"OFF-7\"}"),
+        verdict("no"),
+    ]));
+    let run = p.run("evaluated.yml", &[]);
+    assert_ne!(run.code(), Some(0));
+    assert_eq!(run.stage_status("investigate"), "failed");
+    let reason = run.events_named("StageFailed")[0].to_string();
+    assert!(
+        reason.contains(
+            "eval failed (policy: all_pass):\\n  - grounded (judge): the judge said `no`, not `yes`: The notes name OFF-7."
+        ),
+        "{reason}"
+    );
+    assert!(
+        run.warnings()
+            .iter()
+            .any(|w| w.starts_with("investigate: checks failed; sent back (1 of 1)")),
+        "{:?}",
+        run.warnings()
     );
 }
 

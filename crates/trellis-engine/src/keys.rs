@@ -29,6 +29,7 @@ pub const FAN_IN_BEST_OUTCOME: &str = "parallel.fan_in.best_outcome";
 pub const INPUT: &str = "input";
 pub const RESPONSE_PREFIX: &str = "response.";
 pub const OUTPUT_PREFIX: &str = "output.";
+pub const EVALS_PREFIX: &str = "evals.";
 
 /// Where a node's response text is kept.
 pub fn response_of(node_id: &str) -> String {
@@ -50,6 +51,11 @@ pub fn read_as_zero(key: &str) -> bool {
 /// Where a node's structured output (the JSON its output schema accepted) is kept.
 pub fn output_of(node_id: &str) -> String {
     format!("{OUTPUT_PREFIX}{node_id}")
+}
+
+/// Where a node's evaluators' verdicts are kept (SWEny's `eval`), by evaluator name.
+pub fn evals_of(node_id: &str) -> String {
+    format!("{EVALS_PREFIX}{node_id}")
 }
 
 /// Whether `key` is one of the engine-managed keys of the context document: the `internal.*` keys, the

@@ -63,7 +63,12 @@ const TERMINAL_OUTPUT: usize = 256 * 1024;
 const TERMINAL_TIMEOUT: Duration = Duration::from_mins(30);
 
 /// Runs a `backend="acp"` agent stage.
-pub(crate) async fn run(stage: &Stage<'_>, llm: &LlmConfig, sandbox: &Arc<Sandbox>) -> Outcome {
+pub(crate) async fn run(
+    stage: &Stage<'_>,
+    llm: &LlmConfig,
+    sandbox: &Arc<Sandbox>,
+    judge: Option<&trellis_llm::Client>,
+) -> Outcome {
     let command = match &llm.acp_command {
         Some(command) => command.clone(),
         None => match AgentCli::for_node(llm) {
@@ -116,7 +121,14 @@ pub(crate) async fn run(stage: &Stage<'_>, llm: &LlmConfig, sandbox: &Arc<Sandbo
         started: Mutex::new(HashMap::new()),
     };
     let servers = mcp_servers(stage, llm).await;
-    let (outcome, stderr) = talk(&mut process, &shared, &server, servers, (llm, prompt)).await;
+    let (outcome, stderr) = talk(
+        &mut process,
+        &shared,
+        &server,
+        servers,
+        (llm, judge, prompt),
+    )
+    .await;
     let mut outcome = match outcome {
         Ok(outcome) => outcome,
         Err(error) => Outcome::failed(
@@ -606,7 +618,7 @@ async fn talk(
     shared: &Shared<'_>,
     served: &Served,
     servers: Vec<McpServer>,
-    (llm, prompt): (&LlmConfig, String),
+    (llm, judge, prompt): (&LlmConfig, Option<&trellis_llm::Client>, String),
 ) -> (
     Result<Outcome, agent_client_protocol::Error>,
     Option<String>,
@@ -735,7 +747,7 @@ async fn talk(
                 root: served.work_dir.root().to_path_buf(),
                 turns: 0,
             };
-            Ok(converse(shared.stage, llm, &mut conversation, prompt).await)
+            Ok(converse(shared.stage, llm, judge, &mut conversation, prompt).await)
         })
         .await;
     let stderr = if result.is_err() {

@@ -31,6 +31,7 @@ use trellis_process::secrets;
 use trellis_workflow::node_kind::{Backend, LlmConfig, OutputSchema};
 use trellis_workflow::requires::ToolCall;
 
+use crate::checks;
 use crate::cli_agent;
 use crate::model_call::ModelCall;
 use crate::output_schema::{self, SchemaError, Structured};
@@ -151,8 +152,16 @@ impl Handler for AgentHandler {
         }
         match llm.backend {
             Backend::Api => {}
-            Backend::Cli => return cli_agent::run(stage, llm).await.into(),
-            Backend::Acp => return crate::acp::run(stage, llm, &self.sandbox).await.into(),
+            Backend::Cli => {
+                return cli_agent::run(stage, llm, self.client.as_deref())
+                    .await
+                    .into();
+            }
+            Backend::Acp => {
+                return crate::acp::run(stage, llm, &self.sandbox, self.client.as_deref())
+                    .await
+                    .into();
+            }
         }
         let Some(client) = &self.client else {
             return no_model(stage).into();
@@ -165,7 +174,7 @@ impl Handler for AgentHandler {
 /// do not meet: failed, or skipped with a warning saying why (`on_fail: skip`). Not checked in a
 /// simulated run, whose results are samples.
 async fn unmet_requirement(stage: &Stage<'_>, llm: &LlmConfig) -> Option<Outcome> {
-    let requires = llm.requires.as_ref()?;
+    let requires = llm.checks.requires.as_ref()?;
     if stage.settings.models_simulated() {
         return None;
     }
@@ -545,7 +554,13 @@ impl AgentHandler {
             usage: parking_lot::Mutex::default(),
         };
         let mut outcome = {
-            let talk = std::pin::pin!(converse(stage, llm, &mut conversation, opening.prompt));
+            let talk = std::pin::pin!(converse(
+                stage,
+                llm,
+                Some(client),
+                &mut conversation,
+                opening.prompt,
+            ));
             let others =
                 std::pin::pin!(subagents::drive(arrivals, |spawned| children.run(spawned)));
             match futures::future::select(talk, others).await {
@@ -1113,12 +1128,14 @@ impl SessionBase {
 pub(crate) async fn converse(
     stage: &Stage<'_>,
     llm: &LlmConfig,
+    judge: Option<&Client>,
     conversation: &mut dyn Conversation,
     prompt: String,
 ) -> Outcome {
     let started = stage_start(stage).await;
     let repairs_allowed = llm.output_schema.as_ref().map_or(0, |_| llm.output_retries);
     let mut repairs = 0;
+    let mut retries = 0;
     let mut log = String::new();
     let mut message = prompt;
     loop {
@@ -1144,7 +1161,41 @@ pub(crate) async fn converse(
                 structured.apply(&mut outcome, &stage.node.id);
                 outcome.details.repairs = Some(repairs);
                 outcome.details.stop_reason = response.stop_reason;
-                return verified(stage, llm, outcome, &response.text, &conversation.calls());
+                let calls = conversation.calls();
+                let Some(failures) =
+                    checks::failures(stage, llm, judge, &mut outcome, &response.text, &calls).await
+                else {
+                    return outcome;
+                };
+                let _ = write!(
+                    log,
+                    "## Response {}\n\n{}\n\n## Checks that failed\n\n{failures}\n\n",
+                    repairs + retries + 1,
+                    response.text
+                );
+                let Some(retry) = llm.checks.retry.as_ref().filter(|r| retries < r.max) else {
+                    if retries > 0 {
+                        write_stage_file(stage, "repairs.md", &log).await;
+                    }
+                    return Outcome {
+                        context_updates: outcome.context_updates,
+                        details: outcome.details,
+                        ..Outcome::failed(FailureClass::StageFailed, failures)
+                    };
+                };
+                retries += 1;
+                stage.emitter.emit(
+                    Some(&stage.node.id),
+                    EventKind::ModelWarning {
+                        message: format!(
+                            "checks failed; sent back ({retries} of {}): {}",
+                            retry.max,
+                            failures.replace('\n', " ")
+                        ),
+                    },
+                );
+                message = checks::retry_message(&retry.guidance, &failures, retries, retry.max);
+                continue;
             }
             Reading::Fatal(reason) => return Outcome::failed(FailureClass::Configuration, reason),
             Reading::Invalid { problem, missing } => (problem, missing),
@@ -1176,38 +1227,6 @@ pub(crate) async fn converse(
         };
         repairs += 1;
         message = output_schema::repair_message(schema, &problem);
-    }
-}
-
-/// `outcome`, failed when the node's `verify` (SWEny's post-condition) does not hold for the agent's
-/// tool `calls` and its output (the structured output, else the response `text`); what the answer
-/// put in the context stays.
-fn verified(
-    stage: &Stage<'_>,
-    llm: &LlmConfig,
-    outcome: Outcome,
-    text: &str,
-    calls: &[ToolCall],
-) -> Outcome {
-    let Some(verify) = &llm.verify else {
-        return outcome;
-    };
-    let output = outcome
-        .context_updates
-        .get(&trellis_engine::keys::output_of(&stage.node.id))
-        .cloned()
-        .unwrap_or_else(|| Value::String(text.to_owned()));
-    match verify.check(calls, &output, skills::is_call) {
-        Ok(()) => outcome,
-        Err(reasons) => Outcome {
-            context_updates: outcome.context_updates,
-            details: outcome.details,
-            files_touched: outcome.files_touched,
-            ..Outcome::failed(
-                FailureClass::StageFailed,
-                format!("verify failed:\n{reasons}"),
-            )
-        },
     }
 }
 

@@ -6,6 +6,7 @@
 mod acp;
 pub mod agent;
 pub mod artifacts;
+mod checks;
 pub mod cli_agent;
 pub mod command;
 pub mod fan_in;

@@ -45,7 +45,14 @@ pub(crate) fn results_by_node(
             .get(&keys::output_of(&node.id))
             .or_else(|| context.get(&keys::response_of(&node.id)));
         if let Some(result) = result {
-            shown.insert(node.id.clone(), resolve(result));
+            let mut result = resolve(result);
+            // Its evaluators' verdicts, as `<node>.evals` (unless its output has a field so named).
+            if let (Value::Object(fields), Some(evals)) =
+                (&mut result, context.get(&keys::evals_of(&node.id)))
+            {
+                fields.entry("evals").or_insert_with(|| evals.clone());
+            }
+            shown.insert(node.id.clone(), result);
         }
     }
     Value::Object(shown)

@@ -27,9 +27,10 @@
 //! node with neither `type` nor `shape` is an agent. Trellis's own fields (`type`, `script`, `prompt`,
 //! `shape`, ...) work as in DOT. `inputs` and `workflow_type` are checked here (every problem reported);
 //! marketplace metadata is accepted; a node's `skills` list becomes its `skills` attribute, its
-//! `requires`, `verify` and `tools` their attributes (as JSON text), and the workflow's inline `skills` map a
-//! graph attribute (JSON text); SWEny fields not implemented yet (`eval`, `retry`) are accepted with
-//! one `ignored-field` warning each. Any other top-level scalar is a
+//! `requires`, `verify`, `eval`, `retry` and `tools` their attributes (as JSON text), its `on_fail:
+//! continue` `fail_soft`, and the workflow's inline `skills` map a graph attribute (JSON text);
+//! `judge_budget`, not implemented, is accepted with an `ignored-field` warning. Any other
+//! top-level scalar is a
 //! graph attribute (`goal`, `model`, `router_model`). Nodes with no outgoing edges are terminal.
 
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
@@ -314,9 +315,7 @@ const METADATA: &[&str] = &[
 /// SWEny fields Trellis accepts but does not implement yet, and what is therefore left out.
 fn ignored_field(field: &str) -> Option<&'static str> {
     Some(match field {
-        "eval" | "eval_policy" | "judge_model" | "judge_budget" => "evaluators are not run",
-        "retry" => "SWEny node retries are not taken (Trellis's `max_retries` is)",
-        "on_fail" => "`on_fail` is not applied (`fail_soft` is)",
+        "judge_budget" => "judge calls are neither counted nor capped",
         _ => return None,
     })
 }
@@ -400,7 +399,7 @@ impl YamlLowering<'_> {
             Node::Map { span, .. } | Node::Seq { span, .. }
                 if matches!(
                     key.name.as_str(),
-                    "output_schema" | "requires" | "verify" | "tools" | "skills"
+                    "output_schema" | "requires" | "verify" | "eval" | "retry" | "tools" | "skills"
                 ) =>
             {
                 Value::plain(value.to_json().to_string(), ValueKind::Quoted, *span)
@@ -541,6 +540,7 @@ impl YamlLowering<'_> {
                 "disallowed_tools" | "allowed_tools" | "skills" => {
                     attrs.extend(self.list(key, value));
                 }
+                "on_fail" => attrs.extend(self.on_fail(key, value)),
                 _ if ignored_field(field).is_some() => self.ignore(key, Some(node)),
                 _ => attrs.extend(self.attr(key, value)),
             }
@@ -667,6 +667,27 @@ impl YamlLowering<'_> {
             ValueKind::Quoted,
             *span,
         ))
+    }
+
+    /// A node's `on_fail`: `halt` (a failed node stops the run, the default) or `continue` (routing
+    /// goes on from it: Trellis's `fail_soft`).
+    fn on_fail(&mut self, key: &Node, value: &Node) -> Option<Attr> {
+        let (text, span) = self.scalar(value, "on_fail")?;
+        match text.as_str() {
+            "halt" => None,
+            "continue" => Some(made("fail_soft", key.span(), "true", ValueKind::Bare, span)),
+            other => {
+                self.diagnostics.push(
+                    Diagnostic::error(
+                        "attribute-value",
+                        format!("`on_fail` must be `halt` or `continue`, found `{other}`"),
+                        span,
+                    )
+                    .with_secondary(key.span(), "for this field"),
+                );
+                None
+            }
+        }
     }
 
     /// Notes a field that is accepted but not implemented (reported once per field).

@@ -184,6 +184,7 @@ impl Lowerer<'_> {
             goal: goal_override.or_else(|| r.string("goal")),
             model: model_override.or_else(|| r.string("model")),
             router_model: r.string("router_model"),
+            judge_model: r.string("judge_model"),
             label: r.string("label"),
             model_stylesheet: r.string("model_stylesheet"),
             default_max_retries,
@@ -382,15 +383,8 @@ impl Lowerer<'_> {
         let output_schema = attrs
             .get("output_schema")
             .and_then(|attr| self.output_schema(&attr.value));
-        let requires = attrs
-            .get("requires")
-            .and_then(|attr| self.json_value(&attr.value, crate::requires::Requires::parse));
-        let verify = attrs
-            .get("verify")
-            .and_then(|attr| self.json_value(&attr.value, crate::requires::Verify::parse));
-        let tool_filter = attrs
-            .get("tools")
-            .and_then(|attr| self.json_value(&attr.value, crate::requires::ToolFilter::parse));
+        let checks = self.checks(attrs, graph);
+        let tool_filter = self.json_attr(attrs, "tools", crate::requires::ToolFilter::parse);
         let fidelity = attrs
             .get("fidelity")
             .and_then(|a| fidelity_value::parse("fidelity", &a.value, self.out));
@@ -430,10 +424,42 @@ impl Lowerer<'_> {
             mcp: r.string("mcp").map(|s| name_list(&s)),
             skills: r.string("skills").map(|s| name_list(&s)),
             max_subagent_depth: r.count("max_subagent_depth", 0),
-            requires,
-            verify,
+            checks,
             tool_filter,
         }
+    }
+
+    /// SWEny's checks of an agent node (`requires`, `verify`, `eval`, `eval_policy`, `judge_model`,
+    /// `retry`).
+    fn checks(&mut self, attrs: &AttrMap, graph: &GraphConfig) -> crate::requires::Checks {
+        use crate::requires::{AllPass, Evaluator, Requires, Retry, Verify};
+        let requires = self.json_attr(attrs, "requires", Requires::parse);
+        let verify = self.json_attr(attrs, "verify", Verify::parse);
+        let evals = self.json_attr(attrs, "eval", Evaluator::parse_list);
+        let retry = self.json_attr(attrs, "retry", Retry::parse);
+        let mut r = self.reader(attrs);
+        let _: Option<AllPass> = r.word("eval_policy", &["all_pass"]);
+        crate::requires::Checks {
+            requires,
+            verify,
+            evals: evals.unwrap_or_default(),
+            judge_model: r
+                .string("judge_model")
+                .or_else(|| graph.judge_model.clone()),
+            retry,
+        }
+    }
+
+    /// The JSON-valued attribute `key`, read by `parse`; its problem is an `attribute-value` error.
+    fn json_attr<T>(
+        &mut self,
+        attrs: &AttrMap,
+        key: &str,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        attrs
+            .get(key)
+            .and_then(|attr| self.json_value(&attr.value, parse))
     }
 
     /// A JSON-valued attribute read by `parse`; its problem is an `attribute-value` error.

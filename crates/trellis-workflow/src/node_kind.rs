@@ -120,13 +120,18 @@ const AGENT_ATTRIBUTES: &[&str] = &[
     "max_subagent_depth",
     "requires",
     "verify",
+    "eval",
+    "eval_policy",
+    "judge_model",
+    "retry",
     "tools",
     "acp_command",
 ];
 
 /// Attributes of the nodes that call a model: the agent's, less the agent's own (from `backend` on:
 /// the backend and its ACP command, the sandbox, the permissions, the MCP servers, the skills, the
-/// sub-agents, SWEny's pre-condition, post-condition and tool filter, and the loop's settings).
+/// sub-agents, SWEny's pre-condition, post-conditions, retries and tool filter, and the loop's
+/// settings).
 const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(agent_own_from()).0;
 
 /// Where the agent's own attributes start in [`AGENT_ATTRIBUTES`]: at `backend`.
@@ -295,10 +300,8 @@ pub struct LlmConfig {
     /// Agent nodes: how deep sub-agents may nest (`max_subagent_depth`; 0 offers no sub-agent
     /// tools). The handler decides the default.
     pub max_subagent_depth: Option<u32>,
-    /// Agent nodes: SWEny's pre-condition, checked before the node runs (`requires`, JSON).
-    pub requires: Option<crate::requires::Requires>,
-    /// Agent nodes: SWEny's post-condition, checked when the agent has answered (`verify`, JSON).
-    pub verify: Option<crate::requires::Verify>,
+    /// Agent nodes: SWEny's checks — the pre-condition, the post-conditions and their retries.
+    pub checks: crate::requires::Checks,
     /// Agent nodes: SWEny's filter of the tools skills and MCP servers give (`tools`, JSON).
     pub tool_filter: Option<crate::requires::ToolFilter>,
 }

@@ -17,6 +17,14 @@
 //! in the node's own output (its structured output, else its response text). Every check must pass;
 //! the node fails with every reason otherwise.
 //!
+//! `eval: [{name, kind: value | function | judge, rule | rubric, pass_when, model}]` is `verify`'s
+//! successor in SWEny: named evaluators, run when the agent has answered, every one of which must
+//! pass (`eval_policy: all_pass`, the one policy). A `value` or `function` evaluator's `rule` holds
+//! `verify`'s checks; a `judge` asks a model whether the node's output and tool calls meet its
+//! `rubric`, passing when its one-word verdict is `pass_when` (`yes`). `retry: {max, instruction}`
+//! sends the agent back up to `max` times when a check fails, told what failed (and `instruction`'s
+//! text, or `{reflect: ...}`'s question to think over first).
+//!
 //! `tools: {allow: [NAME...], deny: [NAME...]}` narrows the tools an agent's skills and MCP servers
 //! give it (the built-in tools are narrowed by `allowed_tools`/`disallowed_tools`).
 
@@ -28,6 +36,29 @@ use serde_json::Value;
 pub struct OutputChecks {
     pub required: Vec<ValuePath>,
     pub matches: Vec<ValueMatch>,
+}
+
+/// SWEny's checks of an agent node.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Checks {
+    /// Its pre-condition (`requires`), checked before the node runs.
+    pub requires: Option<Requires>,
+    /// Its post-condition (`verify`), checked when its agent has answered.
+    pub verify: Option<Verify>,
+    /// Its evaluators (`eval`), run when its agent has answered.
+    pub evals: Vec<Evaluator>,
+    /// The model of its `judge` evaluators (`judge_model`, over the graph's); the node's own model
+    /// when neither says.
+    pub judge_model: Option<String>,
+    /// How often its agent is sent back when a post-condition fails (`retry`).
+    pub retry: Option<Retry>,
+}
+
+impl Checks {
+    /// Whether anything is checked when the agent has answered.
+    pub fn after_answer(&self) -> bool {
+        self.verify.is_some() || !self.evals.is_empty()
+    }
 }
 
 /// A node's pre-condition.
@@ -49,6 +80,222 @@ pub struct Verify {
     /// Checks of the node's own output.
     pub output: OutputChecks,
 }
+
+/// One of a node's evaluators (`eval`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluator {
+    pub name: String,
+    pub check: EvalCheck,
+}
+
+/// What an evaluator checks.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EvalCheck {
+    /// `kind: value` (the node's output) or `kind: function` (its tool calls): a rule as `verify`'s.
+    Rule { function: bool, rule: Verify },
+    /// `kind: judge`: a model's verdict on the rubric.
+    Judge {
+        rubric: String,
+        /// The verdict that passes (`pass_when`, `yes` by default), lower case.
+        pass_when: String,
+        /// The judge's model (`model`), over the node's `judge_model`.
+        model: Option<String>,
+    },
+}
+
+impl Evaluator {
+    /// The evaluator's kind as SWEny names it.
+    pub fn kind(&self) -> &'static str {
+        match self.check {
+            EvalCheck::Rule {
+                function: false, ..
+            } => "value",
+            EvalCheck::Rule { function: true, .. } => "function",
+            EvalCheck::Judge { .. } => "judge",
+        }
+    }
+
+    /// Reads an `eval` value (JSON text): the list of evaluators.
+    pub fn parse_list(text: &str) -> Result<Vec<Self>, String> {
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| format!("`eval` is not valid JSON: {e}"))?;
+        let items = value
+            .as_array()
+            .filter(|items| !items.is_empty())
+            .ok_or("`eval` must be a non-empty list of evaluators")?;
+        let mut evaluators: Vec<Self> = Vec::with_capacity(items.len());
+        for item in items {
+            let evaluator = Self::parse(item)?;
+            if evaluators.iter().any(|e| e.name == evaluator.name) {
+                return Err(format!("two evaluators are named `{}`", evaluator.name));
+            }
+            evaluators.push(evaluator);
+        }
+        Ok(evaluators)
+    }
+
+    fn parse(item: &Value) -> Result<Self, String> {
+        let Value::Object(fields) = item else {
+            return Err(format!("each `eval` entry must be an object, found {item}"));
+        };
+        let text = |key: &str| -> Result<Option<String>, String> {
+            match fields.get(key) {
+                None => Ok(None),
+                Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.clone())),
+                Some(other) => Err(format!("`{key}` must be non-empty text, found {other}")),
+            }
+        };
+        let name = text("name")?.ok_or("an `eval` entry needs a `name`")?;
+        let kind = text("kind")?
+            .ok_or_else(|| format!("evaluator `{name}` needs a `kind` (value, function, judge)"))?;
+        for key in fields.keys() {
+            if !["name", "kind", "rule", "rubric", "pass_when", "model"].contains(&key.as_str()) {
+                return Err(format!(
+                    "unknown key `{key}` in evaluator `{name}` (name, kind, rule, rubric, pass_when, model)"
+                ));
+            }
+        }
+        let judge_only = ["rubric", "pass_when", "model"]
+            .into_iter()
+            .filter(|key| fields.contains_key(*key))
+            .collect::<Vec<_>>();
+        let check = match kind.as_str() {
+            "value" | "function" => {
+                if !judge_only.is_empty() {
+                    return Err(format!(
+                        "evaluator `{name}` ({kind}) takes a `rule`, not {}",
+                        judge_only.join(", ")
+                    ));
+                }
+                let rule = fields
+                    .get("rule")
+                    .ok_or_else(|| format!("evaluator `{name}` ({kind}) needs a `rule`"))?;
+                EvalCheck::Rule {
+                    function: kind == "function",
+                    rule: Verify::parse(&rule.to_string()).map_err(|e| {
+                        format!("evaluator `{name}`: {}", e.replace("`verify`", "`rule`"))
+                    })?,
+                }
+            }
+            "judge" => {
+                if fields.contains_key("rule") {
+                    return Err(format!(
+                        "evaluator `{name}` (judge) takes a `rubric`, not a `rule`"
+                    ));
+                }
+                let pass_when = text("pass_when")?.unwrap_or_else(|| "yes".to_owned());
+                if pass_when.contains(char::is_whitespace) {
+                    return Err(format!(
+                        "evaluator `{name}`: `pass_when` must be one word, got `{pass_when}`"
+                    ));
+                }
+                EvalCheck::Judge {
+                    rubric: text("rubric")?
+                        .ok_or_else(|| format!("evaluator `{name}` (judge) needs a `rubric`"))?,
+                    pass_when: pass_when.to_lowercase(),
+                    model: text("model")?,
+                }
+            }
+            other => {
+                return Err(format!(
+                    "evaluator `{name}` has kind `{other}` (value, function or judge)"
+                ));
+            }
+        };
+        Ok(Self { name, check })
+    }
+}
+
+/// A node's retries when its checks fail (`retry`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retry {
+    /// How many times the agent is sent back (1 – 10).
+    pub max: u32,
+    pub guidance: RetryGuidance,
+}
+
+/// What the agent is told besides what failed, when it is sent back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryGuidance {
+    /// Nothing more (no `instruction`, or `{auto: true}`).
+    Failures,
+    /// The author's text (`instruction: TEXT`).
+    Text(String),
+    /// A question to think over before it answers again (`instruction: {reflect: TEXT}`).
+    Reflect(String),
+}
+
+impl Retry {
+    /// The most retries a node may ask for: each one is a whole new answer.
+    pub const MAX: u32 = 10;
+
+    /// Reads a `retry` value (JSON text).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let fields = object(text, "retry")?;
+        let mut max = None;
+        let mut guidance = RetryGuidance::Failures;
+        for (key, value) in fields {
+            match key.as_str() {
+                "max" => {
+                    max = value
+                        .as_u64()
+                        .and_then(|n| u32::try_from(n).ok())
+                        .filter(|n| (1..=Self::MAX).contains(n));
+                    if max.is_none() {
+                        return Err(format!(
+                            "`max` must be a whole number from 1 to {}, got {value}",
+                            Self::MAX
+                        ));
+                    }
+                }
+                "instruction" => {
+                    guidance = match value {
+                        Value::String(text) if !text.trim().is_empty() => RetryGuidance::Text(text),
+                        Value::Object(fields) if fields.len() == 1 => {
+                            match fields.into_iter().next() {
+                                Some((key, Value::Bool(true))) if key == "auto" => {
+                                    RetryGuidance::Failures
+                                }
+                                Some((key, Value::String(text)))
+                                    if key == "reflect" && !text.trim().is_empty() =>
+                                {
+                                    RetryGuidance::Reflect(text)
+                                }
+                                _ => return Err(RETRY_INSTRUCTION.into()),
+                            }
+                        }
+                        _ => return Err(RETRY_INSTRUCTION.into()),
+                    };
+                }
+                other => {
+                    return Err(format!(
+                        "unknown key `{other}` in `retry` (max, instruction)"
+                    ));
+                }
+            }
+        }
+        Ok(Self {
+            max: max.ok_or("`retry` needs `max`")?,
+            guidance,
+        })
+    }
+}
+
+/// How a node's evaluators' verdicts combine (`eval_policy`): every one must pass, SWEny's one
+/// implemented policy (it reserves `any_pass` and `weighted`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllPass;
+
+impl std::str::FromStr for AllPass {
+    type Err = ();
+
+    fn from_str(text: &str) -> Result<Self, ()> {
+        (text == "all_pass").then_some(AllPass).ok_or(())
+    }
+}
+
+const RETRY_INSTRUCTION: &str =
+    "`instruction` of `retry` must be text, `{auto: true}` or `{reflect: TEXT}`";
 
 /// A tool call as `verify` judges it: the tool's name as the model saw it, and whether it answered
 /// without an error.

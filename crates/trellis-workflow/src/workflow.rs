@@ -152,6 +152,8 @@ pub struct GraphConfig {
     pub model: Option<String>,
     /// The model that judges `when` edges; the workflow's model when unset.
     pub router_model: Option<String>,
+    /// The model of the `judge` evaluators of nodes that name none (SWEny's workflow `judge_model`).
+    pub judge_model: Option<String>,
     pub label: Option<String>,
     pub model_stylesheet: Option<String>,
     /// Retries for retryable failures when a node sets none (`default_max_retry`/`default_max_retries`).

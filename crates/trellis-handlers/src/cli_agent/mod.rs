@@ -97,7 +97,11 @@ fn format(cli: AgentCli) -> Format {
 }
 
 /// Runs a `backend="cli"` agent stage.
-pub(crate) async fn run(stage: &Stage<'_>, llm: &LlmConfig) -> Outcome {
+pub(crate) async fn run(
+    stage: &Stage<'_>,
+    llm: &LlmConfig,
+    judge: Option<&trellis_llm::Client>,
+) -> Outcome {
     let cli = match AgentCli::for_node(llm) {
         Ok(cli) => cli,
         Err(problem) => {
@@ -126,7 +130,7 @@ pub(crate) async fn run(stage: &Stage<'_>, llm: &LlmConfig) -> Outcome {
         turns: 0,
         last_written: None,
     };
-    let mut outcome = converse(stage, llm, &mut conversation, prompt).await;
+    let mut outcome = converse(stage, llm, judge, &mut conversation, prompt).await;
     let CliConversation {
         session_id,
         model,

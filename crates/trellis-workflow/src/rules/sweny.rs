@@ -73,7 +73,7 @@ pub const WORKFLOW_TYPE: Rule = Rule {
 pub const IGNORED_FIELD: Rule = Rule {
     code: "ignored-field",
     severity: Severity::Warning,
-    summary: "SWEny fields Trellis does not implement yet (eval, retry, on_fail) are named",
+    summary: "SWEny fields Trellis does not implement yet (judge_budget) are named",
 };
 
 /// Whether routing can choose between several edges out of a node of this kind without a condition:

@@ -44,6 +44,7 @@ pub const GRAPH: &[&str] = &[
     "skills",
     "model",
     "router_model",
+    "judge_model",
     "inputs",
     "workflow_type",
 ];
