@@ -352,24 +352,21 @@ impl HttpServer {
             );
             return None;
         }
-        let port = trellis_test::http::free_port();
-        let child = std::process::Command::new(program)
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let server = Self { child, port };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "server-everything did not listen"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        Some(server)
+        let (child, port) = trellis_test::http::start_on_free_port(
+            "server-everything",
+            std::time::Duration::from_secs(30),
+            |port| {
+                std::process::Command::new(&program)
+                    .arg("streamableHttp")
+                    .env("PORT", port.to_string())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            },
+            |port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        );
+        Some(Self { child, port })
     }
 }
 

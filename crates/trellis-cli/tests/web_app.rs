@@ -19,7 +19,7 @@ use std::time::Duration;
 use fantoccini::{Client, ClientBuilder, Locator};
 use run_support::Project;
 use serde_json::json;
-use serve_support::{Serve, free_port, project_with};
+use serve_support::{Serve, project_with};
 
 const REVIEW: &str = r#"digraph review {
     goal = "Ship the greeting"
@@ -49,37 +49,20 @@ impl Driver {
             trellis_test::missing_peer("chromium and chromium-driver (Debian packages)");
             return None;
         }
-        // A free port can be taken by another test's server before chromedriver binds it; then
-        // chromedriver exits, and it starts again on another.
-        for _ in 0..5 {
-            let port = free_port();
-            let mut child = Command::new(CHROMEDRIVER)
-                .arg(format!("--port={port}"))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("chromedriver starts");
-            if Self::listens(&mut child, port) {
-                return Some(Self { child, port });
-            }
-        }
-        panic!("chromedriver did not start on any of five ports");
-    }
-
-    /// Waits until chromedriver answers on `port`: true, or false if it exited first.
-    fn listens(child: &mut Child, port: u16) -> bool {
-        let started = std::time::Instant::now();
-        while started.elapsed() < Duration::from_secs(20) {
-            if child.try_wait().ok().flatten().is_some() {
-                return false;
-            }
-            // Ready, and ours: another test's chromedriver may be the one answering.
-            if Self::ready(port) {
-                return child.try_wait().ok().flatten().is_none();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("chromedriver did not start within 20 s");
+        let (child, port) = trellis_test::http::start_on_free_port(
+            "chromedriver",
+            Duration::from_secs(20),
+            |port| {
+                Command::new(CHROMEDRIVER)
+                    .arg(format!("--port={port}"))
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("chromedriver starts")
+            },
+            Self::ready,
+        );
+        Some(Self { child, port })
     }
 
     /// Whether chromedriver's `/status` on `port` says it is ready (what answers there may be

@@ -14,6 +14,82 @@ pub fn free_port() -> u16 {
     trellis_process::port::free_port().expect("a free port")
 }
 
+/// Starts a server on a free loopback port and returns it once it is ours and ready: `start(port)`
+/// spawns it, `ready(port)` says whether it serves. A port found free may be taken by another
+/// test's server before this one binds it — then this one exits or stays without the port while
+/// the other answers — so the server counts as started only when its own process holds a
+/// listening socket on the port; else it is stopped and started on another port (five in all).
+/// Panics naming `what` when it is not ready within `patience` on a port it holds.
+pub fn start_on_free_port(
+    what: &str,
+    patience: Duration,
+    mut start: impl FnMut(u16) -> std::process::Child,
+    ready: impl Fn(u16) -> bool,
+) -> (std::process::Child, u16) {
+    for _ in 0..5 {
+        let port = free_port();
+        let mut child = start(port);
+        let deadline = std::time::Instant::now() + patience;
+        loop {
+            if matches!(child.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            if ready(port) && listens(child.id(), port) {
+                return (child, port);
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                if listens_anyone(port) {
+                    // Another test's server answered: try another port.
+                    break;
+                }
+                panic!("{what} did not start within {patience:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("{what} could not hold a port in five tries");
+}
+
+/// The inodes of the sockets listening on loopback `port` (from `/proc/net/tcp` and `tcp6`).
+fn listening_sockets(port: u16) -> Vec<String> {
+    let wanted = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    // local address, state (0A: listening), inode
+                    (fields.len() > 9 && fields[1].ends_with(&wanted) && fields[3] == "0A")
+                        .then(|| format!("socket:[{}]", fields[9]))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+fn listens_anyone(port: u16) -> bool {
+    !listening_sockets(port).is_empty()
+}
+
+/// Whether the process `pid` holds a socket listening on `port`.
+fn listens(pid: u32, port: u16) -> bool {
+    let sockets = listening_sockets(port);
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .any(|target| sockets.iter().any(|s| target.as_os_str() == s.as_str()))
+}
+
 /// Waits until something accepts connections on loopback `port`; panics naming `what` after 20 s.
 pub fn wait_for_port(port: u16, what: &str) {
     let started = std::time::Instant::now();

@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -24,36 +24,22 @@ impl Llmock {
             missing_peer("llmock");
             return None;
         };
-        // A port found free may be taken by another test's server before this one binds it: then
-        // this one exits while the other answers on the port. Only a server that holds the port
-        // itself is ours; else another port.
-        for _ in 0..5 {
-            let port = crate::http::free_port();
-            let child = Command::new(&binary)
-                .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()])
-                .args(["--log-level", "warning", "--tool-mode", "off"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("llmock starts");
-            let mut mock = Self { child, port };
-            let deadline = Instant::now() + Duration::from_secs(30);
-            loop {
-                if matches!(mock.child.try_wait(), Ok(Some(_))) {
-                    break;
-                }
-                if mock.get("/health").is_some() && listens(mock.child.id(), port) {
-                    return Some(mock);
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "llmock did not start within 30 s"
-                );
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-        panic!("llmock could not hold a port in 5 tries");
+        let (child, port) = crate::http::start_on_free_port(
+            "llmock",
+            Duration::from_secs(30),
+            |port| {
+                Command::new(&binary)
+                    .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()])
+                    .args(["--log-level", "warning", "--tool-mode", "off"])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("llmock starts")
+            },
+            |port| health(port).is_some(),
+        );
+        Some(Self { child, port })
     }
 
     fn binary() -> Option<PathBuf> {
@@ -148,32 +134,41 @@ impl Llmock {
         script
     }
 
-    /// A minimal HTTP/1.1 exchange; the admin API needs nothing more.
     fn request(&self, method: &str, path: &str, body: &str) -> Option<String> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .ok()?;
-        write!(
-            stream,
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).ok()?;
-        let (head, body) = response.split_once("\r\n\r\n")?;
-        if !head.starts_with("HTTP/1.1 2") {
-            return None;
-        }
-        if head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked")
-        {
-            return Some(dechunk(body));
-        }
-        Some(body.to_owned())
+        request(self.port, method, path, body)
     }
+}
+
+/// llmock's `/health` on `port`, if it answers.
+fn health(port: u16) -> Option<String> {
+    request(port, "GET", "/health", "")
+}
+
+/// A minimal HTTP/1.1 exchange; the admin API needs nothing more.
+fn request(port: u16, method: &str, path: &str, body: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    if !head.starts_with("HTTP/1.1 2") {
+        return None;
+    }
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return Some(dechunk(body));
+    }
+    Some(body.to_owned())
 }
 
 /// Python forwarding every connection to port `argv[1]` on to port `argv[2]` (no single quotes: it
@@ -214,37 +209,6 @@ fn dechunk(mut body: &str) -> String {
         body = rest[size..].trim_start_matches("\r\n");
     }
     out
-}
-
-/// Whether process `pid` holds the socket listening on loopback `port` (from `/proc`).
-fn listens(pid: u32, port: u16) -> bool {
-    let wanted = format!(":{port:04X}");
-    let inodes: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
-        .iter()
-        .filter_map(|table| std::fs::read_to_string(table).ok())
-        .flat_map(|table| {
-            table
-                .lines()
-                .skip(1)
-                .filter_map(|line| {
-                    let fields: Vec<&str> = line.split_whitespace().collect();
-                    // local address, state (0A: listening), inode
-                    (fields.len() > 9 && fields[1].ends_with(&wanted) && fields[3] == "0A")
-                        .then(|| format!("socket:[{}]", fields[9]))
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-        .any(|target| {
-            inodes
-                .iter()
-                .any(|inode| target.as_os_str() == inode.as_str())
-        })
 }
 
 impl Drop for Llmock {

@@ -2,9 +2,9 @@
 //! `scripts/test-peers.sh`) on a free loopback port with a database file of its own, stopped when
 //! dropped.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::peers::{cache_dir, missing_peer};
 
@@ -29,36 +29,39 @@ impl TemporalServer {
             return None;
         };
         let dir = tempfile::tempdir().expect("a directory for the database");
-        let port = crate::http::free_port();
-        let ui_port = crate::http::free_port();
-        let child = Command::new(binary)
-            .args(["server", "start-dev", "--headless", "--ip", "127.0.0.1"])
-            .args([
-                "--port",
-                &port.to_string(),
-                "--ui-port",
-                &ui_port.to_string(),
-            ])
-            .args(["--log-level", "error"])
-            .args(
-                dynamic_config
-                    .iter()
-                    .flat_map(|value| ["--dynamic-config-value", value]),
-            )
-            .arg("--db-filename")
-            .arg(dir.path().join("temporal.db"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the Temporal dev server starts");
-        let server = Self {
+        let (child, port) = crate::http::start_on_free_port(
+            "the Temporal dev server",
+            Duration::from_mins(1),
+            |port| {
+                Command::new(&binary)
+                    .args(["server", "start-dev", "--headless", "--ip", "127.0.0.1"])
+                    .args([
+                        "--port",
+                        &port.to_string(),
+                        "--ui-port",
+                        &crate::http::free_port().to_string(),
+                    ])
+                    .args(["--log-level", "error"])
+                    .args(
+                        dynamic_config
+                            .iter()
+                            .flat_map(|value| ["--dynamic-config-value", value]),
+                    )
+                    .arg("--db-filename")
+                    .arg(dir.path().join(format!("temporal-{port}.db")))
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("the Temporal dev server starts")
+            },
+            |port| Self::ready(&binary, port),
+        );
+        Some(Self {
             child,
             port,
             _dir: dir,
-        };
-        server.wait_ready();
-        Some(server)
+        })
     }
 
     fn binary() -> Option<PathBuf> {
@@ -127,32 +130,21 @@ impl TemporalServer {
     }
 
     /// Waits until the server answers and its `default` namespace exists.
-    fn wait_ready(&self) {
-        let binary = Self::binary().expect("found before");
-        let deadline = Instant::now() + Duration::from_mins(1);
-        loop {
-            let ready = Command::new(&binary)
-                .args([
-                    "operator",
-                    "namespace",
-                    "describe",
-                    "--namespace",
-                    "default",
-                ])
-                .args(["--address", &self.address()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if ready {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the Temporal dev server did not start within 60 s"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+    /// Whether the dev server on `port` answers for its `default` namespace.
+    fn ready(binary: &Path, port: u16) -> bool {
+        Command::new(binary)
+            .args([
+                "operator",
+                "namespace",
+                "describe",
+                "--namespace",
+                "default",
+            ])
+            .args(["--address", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
     }
 }
 
