@@ -140,7 +140,9 @@ fn edit_file(work_dir: &WorkDir, args: &EditArgs) -> Result<ToolOutput, String> 
     }
     if args.old_string == args.new_string {
         return Err(
-            "old_string and new_string are the same, so there is nothing to change".to_owned(),
+            "old_string and new_string are the same, so there is nothing to change: new_string \
+             is the text as it should read after the change"
+                .to_owned(),
         );
     }
     let text = String::from_utf8(read_whole(&path, &args.path)?)
@@ -210,7 +212,121 @@ fn edit_file(work_dir: &WorkDir, args: &EditArgs) -> Result<ToolOutput, String> 
             let _ = writeln!(out, "{:>6}\t{shown}", index + 1);
         }
     }
+    out.push_str(&still_named(
+        work_dir,
+        &removed_names(&args.old_string, &args.new_string),
+    ));
     Ok(touched(out, work_dir, &path))
+}
+
+/// The most names an edit's result looks for after it took them out (more: a rewrite, not a
+/// rename), the files it looks in, their largest size, and the places it lists.
+const RENAMED_NAMES: usize = 3;
+const RENAMED_FILES: usize = 200;
+const RENAMED_FILE_BYTES: u64 = 256 * 1024;
+const RENAMED_PLACES: usize = 6;
+
+/// The names `old` holds and `new` does not: what an edit took out — a renamed function, an option
+/// replaced by another. A name is a run of letters, digits and `_` of three characters or more, not
+/// starting with a digit nor a common keyword or literal, that reads as code rather than prose: it
+/// holds `_` or an inner capital, or in `old` a `(` follows it or `.` or `--` comes before it.
+/// None when there are more than [`RENAMED_NAMES`].
+fn removed_names(old: &str, new: &str) -> Vec<String> {
+    const COMMON: &[&str] = &[
+        "true", "false", "null", "nil", "none", "self", "this", "return", "import", "from", "def",
+        "class", "function", "const", "let", "var", "pass", "else", "elif", "then", "and", "not",
+        "for", "while", "print", "echo", "the",
+    ];
+    fn names(text: &str) -> impl Iterator<Item = &str> {
+        text.split(|c: char| !c.is_alphanumeric() && c != '_')
+            .filter(|w| w.chars().count() >= 3 && !w.starts_with(|c: char| c.is_ascii_digit()))
+            .filter(|w| !COMMON.contains(&w.to_ascii_lowercase().as_str()))
+    }
+    let code_like = |name: &str| {
+        name.contains('_')
+            || name.chars().skip(1).any(char::is_uppercase)
+            || old.match_indices(name).any(|(at, _)| {
+                old[at + name.len()..].starts_with('(')
+                    || old[..at].ends_with('.')
+                    || old[..at].ends_with("--")
+            })
+    };
+    let kept: std::collections::HashSet<&str> = names(new).collect();
+    let mut removed: Vec<String> = Vec::new();
+    for name in names(old) {
+        if !kept.contains(name) && code_like(name) && !removed.iter().any(|r| r == name) {
+            removed.push(name.to_owned());
+        }
+    }
+    if removed.len() > RENAMED_NAMES {
+        removed.clear();
+    }
+    removed
+}
+
+/// Where the working directory's text files still name any of `names` as a whole word, as a note
+/// for an edit's result (empty when nowhere): a rename that missed an import or a caller shows at
+/// once. At most [`RENAMED_FILES`] files of at most [`RENAMED_FILE_BYTES`] are read (the walk
+/// honours `.gitignore`), and [`RENAMED_PLACES`] places listed.
+fn still_named(work_dir: &WorkDir, names: &[String]) -> String {
+    if names.is_empty() {
+        return String::new();
+    }
+    let mut places: Vec<String> = Vec::new();
+    let mut more = 0;
+    let files = ignore::WalkBuilder::new(work_dir.root())
+        .require_git(false)
+        .build()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+        .filter(|e| e.metadata().is_ok_and(|m| m.len() <= RENAMED_FILE_BYTES))
+        .take(RENAMED_FILES);
+    for entry in files {
+        if work_dir.stopped() {
+            return String::new();
+        }
+        let shown = work_dir.relative(entry.path());
+        let Ok(text) = read_whole(entry.path(), &shown).map(String::from_utf8) else {
+            continue;
+        };
+        let Ok(text) = text else { continue };
+        for (n, line) in text.lines().enumerate() {
+            if names.iter().any(|name| names_word(line, name)) {
+                if places.len() == RENAMED_PLACES {
+                    more += 1;
+                } else {
+                    let line: String = line.trim().chars().take(120).collect();
+                    places.push(format!("{shown}:{}: {line}", n + 1));
+                }
+            }
+        }
+    }
+    if places.is_empty() {
+        return String::new();
+    }
+    let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    let mut note = format!(
+        "\nThis edit took out {}, which these lines still name (change them too if they should \
+         follow):\n{}\n",
+        quoted.join(" and "),
+        places.join("\n")
+    );
+    if more > 0 {
+        let _ = writeln!(note, "(and {more} more lines)");
+    }
+    note
+}
+
+/// Whether `line` holds `name` as a whole word.
+fn names_word(line: &str, name: &str) -> bool {
+    let word_char = |c: char| c.is_alphanumeric() || c == '_';
+    line.match_indices(name).any(|(at, _)| {
+        !line[..at].chars().next_back().is_some_and(word_char)
+            && !line[at + name.len()..]
+                .chars()
+                .next()
+                .is_some_and(word_char)
+    })
 }
 
 /// The shortest `new_string` a failed edit says is in the file already.
@@ -739,6 +855,55 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out.content, "     3\t}\n");
+    }
+
+    #[test]
+    fn an_edit_that_takes_a_name_out_says_where_it_is_still_named() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("util.py"),
+            "def get_total(prices):\n    return sum(prices)\n\n\ndef average(prices):\n    return get_total(prices) / len(prices)\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("main.py"),
+            "from util import get_total, average\nprint(get_total([3]), average([3]))\nget_totals = 1\n",
+        )
+        .unwrap();
+        let work_dir = WorkDir::new(dir.path()).unwrap();
+        let edit = |old: &str, new: &str| {
+            let args = EditArgs {
+                path: "util.py".into(),
+                old_string: old.into(),
+                new_string: new.into(),
+                replace_all: false,
+            };
+            edit_file(&work_dir, &args).unwrap().content
+        };
+        let out = edit("def get_total(prices):", "def compute_total(prices):");
+        assert!(
+            out.ends_with(
+                "This edit took out `get_total`, which these lines still name (change them too if they should follow):\n\
+                 main.py:1: from util import get_total, average\n\
+                 main.py:2: print(get_total([3]), average([3]))\n\
+                 util.py:6: return get_total(prices) / len(prices)\n"
+            ),
+            "{out}"
+        );
+        // A literal changed, prose, or a name gone everywhere: nothing to say.
+        let out = edit("return sum(prices)", "return sum(prices) or False");
+        assert!(!out.contains("took out"), "{out}");
+        let out = edit("or False", "or None  # a total of prices");
+        assert!(!out.contains("took out"), "{out}");
+        let out = edit("# a total of prices", "# the sum");
+        assert!(!out.contains("took out"), "{out}");
+        let out = edit("def compute_total(prices):", "def compute_sum(prices):");
+        assert!(!out.contains("took out"), "{out}");
+        // A call taken out is named where it is still used, and not once it is gone everywhere.
+        let out = edit("return get_total(prices)", "return compute_sum(prices)");
+        assert!(out.contains("took out `get_total`"), "{out}");
+        let out = edit("/ len(prices)", "/ prices.count()");
+        assert!(!out.contains("took out"), "{out}");
     }
 
     #[test]

@@ -786,7 +786,9 @@ fn eval_checks_an_answer_sends_the_agent_back_and_a_judge_rules_on_its_rubric() 
         &run_support::stage_dir(&run.record(), "investigate").join("evals.json"),
     );
     assert_eq!(evals["grounded"]["pass"], true);
+    assert_eq!(evals["grounded"]["model"]["model"], "claude-haiku-4-5");
     assert_eq!(evals["searched"]["pass"], true);
+    assert!(evals["searched"].get("model").is_none());
     assert_eq!(run.stage_status("report"), "succeeded");
 
     // A judge that says no, twice: the node fails, saying why.

@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 
 use serde_json::{Map, Value, json};
-use trellis_engine::{Outcome, Stage};
+use trellis_engine::{ModelDetails, Outcome, Stage};
 use trellis_llm::{Client, Message, Request, ResponseSchema};
 use trellis_workflow::node_kind::LlmConfig;
 use trellis_workflow::requires::{EvalCheck, Evaluator, RetryGuidance, ToolCall};
@@ -49,7 +49,8 @@ pub(crate) async fn failures(
         let mut verdicts = Map::new();
         let mut failed = String::new();
         for evaluator in &checks.evals {
-            let (pass, reasoning) = evaluate(stage, llm, judge, evaluator, &data, calls).await;
+            let (pass, reasoning, model) =
+                evaluate(stage, llm, judge, evaluator, &data, calls).await;
             if !pass {
                 let _ = write!(
                     failed,
@@ -59,10 +60,13 @@ pub(crate) async fn failures(
                     reasoning.replace('\n', "; ")
                 );
             }
-            verdicts.insert(
-                evaluator.name.clone(),
-                json!({ "kind": evaluator.kind(), "pass": pass, "reasoning": reasoning }),
-            );
+            let mut verdict =
+                json!({ "kind": evaluator.kind(), "pass": pass, "reasoning": reasoning });
+            if let Some(model) = model {
+                // What the judge's model was and cost.
+                verdict["model"] = json!(model);
+            }
+            verdicts.insert(evaluator.name.clone(), verdict);
         }
         let verdicts = Value::Object(verdicts);
         write_stage_file(
@@ -112,7 +116,7 @@ pub(crate) fn retry_message(
     message
 }
 
-/// One evaluator's verdict and why.
+/// One evaluator's verdict, why, and the judge's model and usage (for a judge that was asked).
 async fn evaluate(
     stage: &Stage<'_>,
     llm: &LlmConfig,
@@ -120,11 +124,11 @@ async fn evaluate(
     evaluator: &Evaluator,
     data: &Value,
     calls: &[ToolCall],
-) -> (bool, String) {
+) -> (bool, String, Option<ModelDetails>) {
     match &evaluator.check {
         EvalCheck::Rule { rule, .. } => match rule.check(calls, data, skills::is_call) {
-            Ok(()) => (true, String::new()),
-            Err(reasons) => (false, reasons),
+            Ok(()) => (true, String::new(), None),
+            Err(reasons) => (false, reasons, None),
         },
         EvalCheck::Judge {
             rubric,
@@ -136,6 +140,7 @@ async fn evaluate(
                     false,
                     "no model is configured to judge with (set a provider's API key, or a local model)"
                         .to_owned(),
+                    None,
                 );
             };
             let model = model.as_deref().or(llm.checks.judge_model.as_deref());
@@ -151,6 +156,7 @@ async fn evaluate(
                                 "the judge's model cannot be used: {}",
                                 outcome.failure_reason().unwrap_or_default()
                             ),
+                            None,
                         );
                     }
                 };
@@ -190,13 +196,14 @@ async fn evaluate(
                     } else {
                         format!("the judge said `{verdict}`, not `{pass_when}`: {reasoning}")
                     };
-                    return (pass, reasoning);
+                    return (pass, reasoning, Some(call.details()));
                 }
             }
             write_stage_file(stage, &format!("judge.{file}.response.md"), &answers).await;
             (
                 false,
                 "judge parse failure: no verdict in two answers".to_owned(),
+                Some(call.details()),
             )
         }
     }
