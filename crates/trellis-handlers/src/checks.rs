@@ -161,7 +161,7 @@ async fn evaluate(
                     }
                 };
             let prompt = judge_prompt(rubric, pass_when, data, calls);
-            let file = file_name(&evaluator.name);
+            let file = crate::mcp::plain_name(&evaluator.name);
             write_stage_file(stage, &format!("judge.{file}.prompt.md"), &prompt).await;
             let request = Request {
                 messages: vec![Message::user(prompt)],
@@ -268,19 +268,6 @@ fn read_verdict(text: &str) -> Option<(String, String)> {
     word(text).map(|verdict| (verdict, String::new()))
 }
 
-/// An evaluator's name as part of a file name.
-fn file_name(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,6 +301,9 @@ mod tests {
         assert!(text.contains(
             "think this over and say briefly what you will do differently: Which tool did you skip?"
         ));
-        assert_eq!(file_name("tests present/ok"), "tests_present_ok");
+        assert_eq!(
+            crate::mcp::plain_name("tests present/ok"),
+            "tests_present_ok"
+        );
     }
 }

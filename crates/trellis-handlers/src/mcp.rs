@@ -299,21 +299,23 @@ pub fn http(url: Option<String>, headers: BTreeMap<String, String>) -> Result<En
     Ok(Endpoint::Http { url, headers })
 }
 
-/// A tool's name as the model sees it: `mcp__{server}__{tool}`, anything but letters, digits, `_`
-/// and `-` made `_`.
+/// A tool's name as the model sees it: `mcp__{server}__{tool}`, each part [`plain_name`].
 pub fn exposed_name(server: &str, tool: &str) -> String {
-    let clean = |s: &str| -> String {
-        s.chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect()
-    };
-    format!("mcp__{}__{}", clean(server), clean(tool))
+    format!("mcp__{}__{}", plain_name(server), plain_name(tool))
+}
+
+/// `name` with anything but ASCII letters, digits, `_` and `-` made `_`: fit for a tool's or a
+/// file's name.
+pub fn plain_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// A running server.
