@@ -747,7 +747,9 @@ async fn talk(
                 root: served.work_dir.root().to_path_buf(),
                 turns: 0,
             };
-            Ok(converse(shared.stage, llm, judge, &mut conversation, prompt).await)
+            // An ACP agent reports no usage, so the stage has none to add the judges' to.
+            let judges = crate::checks::Judges::new(judge);
+            Ok(converse(shared.stage, llm, &judges, &mut conversation, prompt).await)
         })
         .await;
     let stderr = if result.is_err() {

@@ -553,11 +553,12 @@ impl AgentHandler {
             observer: &observer,
             usage: parking_lot::Mutex::default(),
         };
+        let judges = checks::Judges::new(Some(client));
         let mut outcome = {
             let talk = std::pin::pin!(converse(
                 stage,
                 llm,
-                Some(client),
+                &judges,
                 &mut conversation,
                 opening.prompt,
             ));
@@ -580,6 +581,7 @@ impl AgentHandler {
         let _ = writer.await;
         outcome.files_touched = session.files_touched().to_vec();
         call.usage.add(children_usage);
+        call.usage.add(judges.usage());
         call.describe(&mut outcome);
         if let Some(key) = opening.thread_key {
             self.threads.save(key, session.into_history());
@@ -1128,7 +1130,7 @@ impl SessionBase {
 pub(crate) async fn converse(
     stage: &Stage<'_>,
     llm: &LlmConfig,
-    judge: Option<&Client>,
+    judges: &checks::Judges<'_>,
     conversation: &mut dyn Conversation,
     prompt: String,
 ) -> Outcome {
@@ -1163,7 +1165,8 @@ pub(crate) async fn converse(
                 outcome.details.stop_reason = response.stop_reason;
                 let calls = conversation.calls();
                 let Some(failures) =
-                    checks::failures(stage, llm, judge, &mut outcome, &response.text, &calls).await
+                    checks::failures(stage, llm, judges, &mut outcome, &response.text, &calls)
+                        .await
                 else {
                     return outcome;
                 };

@@ -2,14 +2,15 @@
 //! `verify` and its `eval` evaluators (`value` and `function` rules, and `judge`s: a model's verdict
 //! on a rubric). Every evaluator's verdict is kept in the stage's `evals.json` and in the context
 //! (`evals.<node>`, by evaluator name, which a later node sees as `<node>.evals`); judges' prompts
-//! and answers beside it (`judge.<name>.prompt.md`, `.response.md`). With `retry`, an answer that
-//! fails is sent back to the agent, in the same conversation, with what failed.
+//! and answers beside it (`judge.<name>.prompt.md`, `.response.md`), their tokens in the stage's
+//! usage. With `retry`, an answer that fails is sent back to the agent, in the same conversation,
+//! with what failed.
 
 use std::fmt::Write as _;
 
 use serde_json::{Map, Value, json};
 use trellis_engine::{ModelDetails, Outcome, Stage};
-use trellis_llm::{Client, Message, Request, ResponseSchema};
+use trellis_llm::{Client, Message, Request, ResponseSchema, Usage};
 use trellis_workflow::node_kind::LlmConfig;
 use trellis_workflow::requires::{EvalCheck, Evaluator, RetryGuidance, ToolCall};
 
@@ -18,6 +19,26 @@ use crate::prompt::write_stage_file;
 use crate::routing_directive::json_objects;
 use crate::skills;
 
+/// The model client judges ask, and the tokens they used (which the stage's usage includes).
+pub(crate) struct Judges<'a> {
+    client: Option<&'a Client>,
+    usage: parking_lot::Mutex<Usage>,
+}
+
+impl<'a> Judges<'a> {
+    pub(crate) fn new(client: Option<&'a Client>) -> Self {
+        Self {
+            client,
+            usage: parking_lot::Mutex::default(),
+        }
+    }
+
+    /// What the judges asked so far used.
+    pub(crate) fn usage(&self) -> Usage {
+        *self.usage.lock()
+    }
+}
+
 /// What the node's post-conditions say of an answer: `None` when they hold, else every failure (one
 /// line each, under `verify failed:` and `eval failed (policy: all_pass):`). `outcome` is the
 /// answer's (its structured output is the data checked, else the response `text`); it gets the
@@ -25,7 +46,7 @@ use crate::skills;
 pub(crate) async fn failures(
     stage: &Stage<'_>,
     llm: &LlmConfig,
-    judge: Option<&Client>,
+    judges: &Judges<'_>,
     outcome: &mut Outcome,
     text: &str,
     calls: &[ToolCall],
@@ -50,7 +71,7 @@ pub(crate) async fn failures(
         let mut failed = String::new();
         for evaluator in &checks.evals {
             let (pass, reasoning, model) =
-                evaluate(stage, llm, judge, evaluator, &data, calls).await;
+                evaluate(stage, llm, judges, evaluator, &data, calls).await;
             if !pass {
                 let _ = write!(
                     failed,
@@ -120,7 +141,7 @@ pub(crate) fn retry_message(
 async fn evaluate(
     stage: &Stage<'_>,
     llm: &LlmConfig,
-    judge: Option<&Client>,
+    judges: &Judges<'_>,
     evaluator: &Evaluator,
     data: &Value,
     calls: &[ToolCall],
@@ -135,7 +156,7 @@ async fn evaluate(
             pass_when,
             model,
         } => {
-            let Some(client) = judge else {
+            let Some(client) = judges.client else {
                 return (
                     false,
                     "no model is configured to judge with (set a provider's API key, or a local model)"
@@ -196,10 +217,12 @@ async fn evaluate(
                     } else {
                         format!("the judge said `{verdict}`, not `{pass_when}`: {reasoning}")
                     };
+                    judges.usage.lock().add(call.usage);
                     return (pass, reasoning, Some(call.details()));
                 }
             }
             write_stage_file(stage, &format!("judge.{file}.response.md"), &answers).await;
+            judges.usage.lock().add(call.usage);
             (
                 false,
                 "judge parse failure: no verdict in two answers".to_owned(),

@@ -130,11 +130,12 @@ pub(crate) async fn run(
         turns: 0,
         last_written: None,
     };
-    let mut outcome = converse(stage, llm, judge, &mut conversation, prompt).await;
+    let judges = crate::checks::Judges::new(judge);
+    let mut outcome = converse(stage, llm, &judges, &mut conversation, prompt).await;
     let CliConversation {
         session_id,
         model,
-        usage,
+        mut usage,
         cost_usd,
         turns,
         ..
@@ -155,6 +156,8 @@ pub(crate) async fn run(
         );
     }
     outcome.files_touched = blocking(move || before.touched(&after, &root, &exclude)).await;
+    // The node's judges (`eval`) count as the stage's.
+    usage.add(judges.usage());
     outcome.details.model = Some(ModelDetails {
         model: model_name(model, llm, cli),
         provider: cli.provider().to_owned(),
