@@ -286,10 +286,9 @@ fn still_named(work_dir: &WorkDir, names: &[String]) -> String {
             return String::new();
         }
         let shown = work_dir.relative(entry.path());
-        let Ok(text) = read_whole(entry.path(), &shown).map(String::from_utf8) else {
+        let Ok(Ok(text)) = read_whole(entry.path(), &shown).map(String::from_utf8) else {
             continue;
         };
-        let Ok(text) = text else { continue };
         for (n, line) in text.lines().enumerate() {
             if names.iter().any(|name| names_word(line, name)) {
                 if places.len() == RENAMED_PLACES {

@@ -613,6 +613,13 @@ fn notes_project(mock: &Llmock, server: &Path, name: &str, workflow: &str) -> Pr
     p
 }
 
+/// The model's scripted call reading `notes.md` through the `files` server.
+fn read_notes() -> Value {
+    json!({ "type": "reply", "tool_calls": [
+        { "name": "mcp__files__read_text_file", "arguments": { "path": "notes.md" } },
+    ], "times": 1 })
+}
+
 /// An agent that must have searched before it answers: the node's `verify` names the tool as SWEny
 /// names a skill's tools (`<server>_<tool>`), and checks the node's own output.
 const VERIFIED: &str = r"id: verified
@@ -638,9 +645,7 @@ fn verify_fails_a_node_whose_agent_skipped_the_tool_or_gave_a_bad_output() {
     let Some(server) = files_server() else { return };
     let Some(mock) = Llmock::start() else { return };
     let project = || notes_project(&mock, &server, "verified.yml", VERIFIED);
-    let read = json!({ "type": "reply", "tool_calls": [
-        { "name": "mcp__files__read_text_file", "arguments": { "path": "notes.md" } },
-    ], "times": 1 });
+    let read = read_notes();
 
     // It read the notes (the server's real answer reached the model) and named the issue.
     let p = project();
@@ -726,9 +731,7 @@ fn eval_checks_an_answer_sends_the_agent_back_and_a_judge_rules_on_its_rubric() 
     let Some(server) = files_server() else { return };
     let Some(mock) = Llmock::start() else { return };
     let project = || notes_project(&mock, &server, "evaluated.yml", EVALUATED);
-    let read = json!({ "type": "reply", "tool_calls": [
-        { "name": "mcp__files__read_text_file", "arguments": { "path": "notes.md" } },
-    ], "times": 1 });
+    let read = read_notes();
     let reply = |text: &str| json!({ "type": "reply", "text": text, "times": 1 });
     let verdict = |word: &str| {
         reply(&json!({ "reasoning": "The notes name OFF-7.", "verdict": word }).to_string())

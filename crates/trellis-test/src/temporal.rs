@@ -130,21 +130,23 @@ impl TemporalServer {
     }
 
     /// Waits until the server answers and its `default` namespace exists.
-    /// Whether the dev server on `port` answers for its `default` namespace.
+    /// Whether the dev server on `port` answers for its `default` namespace (the CLI is asked only
+    /// once something listens there).
     fn ready(binary: &Path, port: u16) -> bool {
-        Command::new(binary)
-            .args([
-                "operator",
-                "namespace",
-                "describe",
-                "--namespace",
-                "default",
-            ])
-            .args(["--address", &format!("127.0.0.1:{port}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            && Command::new(binary)
+                .args([
+                    "operator",
+                    "namespace",
+                    "describe",
+                    "--namespace",
+                    "default",
+                ])
+                .args(["--address", &format!("127.0.0.1:{port}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
     }
 }
 

@@ -162,9 +162,8 @@ impl Lowerer<'_> {
             })
             .into_iter()
             .collect();
-        let inline_skills = attrs
-            .get("skills")
-            .and_then(|attr| self.json_value(&attr.value, crate::workflow::InlineSkill::parse_all))
+        let inline_skills = self
+            .json_attr(attrs, "skills", crate::workflow::InlineSkill::parse_all)
             .unwrap_or_default();
         let mut r = self.reader(attrs);
         let default_max_retries = r

@@ -132,30 +132,13 @@ const AGENT_ATTRIBUTES: &[&str] = &[
 /// the backend and its ACP command, the sandbox, the permissions, the MCP servers, the skills, the
 /// sub-agents, SWEny's pre-condition, post-conditions, retries and tool filter, and the loop's
 /// settings).
-const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES.split_at(agent_own_from()).0;
+const LLM_ATTRIBUTES: &[&str] = AGENT_ATTRIBUTES
+    .split_at(AGENT_ATTRIBUTES.len() - AGENT_OWN)
+    .0;
 
-/// Where the agent's own attributes start in [`AGENT_ATTRIBUTES`]: at `backend`.
-const fn agent_own_from() -> usize {
-    let mut i = 0;
-    while !eq(AGENT_ATTRIBUTES[i].as_bytes(), b"backend") {
-        i += 1;
-    }
-    i
-}
-
-const fn eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < a.len() {
-        if a[i] != b[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
-}
+/// How many of [`AGENT_ATTRIBUTES`], at its end, are the agent's own (from `backend`; a test holds
+/// the count to the list).
+const AGENT_OWN: usize = 18;
 
 /// A node's shape: the name in [`KINDS`] when it is one of theirs (shared, not copied).
 pub type Shape = std::borrow::Cow<'static, str>;
@@ -731,6 +714,16 @@ impl fmt::Display for JoinPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_agents_own_attributes_start_at_backend() {
+        assert_eq!(
+            AGENT_ATTRIBUTES[AGENT_ATTRIBUTES.len() - AGENT_OWN],
+            "backend"
+        );
+        assert!(!LLM_ATTRIBUTES.contains(&"acp_command"));
+        assert!(LLM_ATTRIBUTES.contains(&"fail_soft"));
+    }
 
     #[test]
     fn join_policies_parse() {

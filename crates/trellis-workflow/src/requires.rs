@@ -172,9 +172,9 @@ impl Evaluator {
                     .ok_or_else(|| format!("evaluator `{name}` ({kind}) needs a `rule`"))?;
                 EvalCheck::Rule {
                     function: kind == "function",
-                    rule: Verify::parse(&rule.to_string()).map_err(|e| {
-                        format!("evaluator `{name}`: {}", e.replace("`verify`", "`rule`"))
-                    })?,
+                    rule: object_value(rule.clone(), "rule")
+                        .and_then(|fields| Verify::read(fields, "rule"))
+                        .map_err(|e| format!("evaluator `{name}`: {e}"))?,
                 }
             }
             "judge" => {
@@ -548,10 +548,15 @@ impl OutputChecks {
     }
 }
 
-/// The fields of a JSON object value named `what`.
+/// The fields of the JSON object `text` holds, a value named `what`.
 fn object(text: &str, what: &str) -> Result<serde_json::Map<String, Value>, String> {
     let value: Value =
         serde_json::from_str(text).map_err(|e| format!("`{what}` is not valid JSON: {e}"))?;
+    object_value(value, what)
+}
+
+/// The fields of `value`, a JSON object named `what`.
+fn object_value(value: Value, what: &str) -> Result<serde_json::Map<String, Value>, String> {
     match value {
         Value::Object(fields) => Ok(fields),
         _ => Err(format!("`{what}` must be an object")),
@@ -596,8 +601,13 @@ impl Requires {
 impl Verify {
     /// Reads a `verify` value (JSON text).
     pub fn parse(text: &str) -> Result<Self, String> {
+        Self::read(object(text, "verify")?, "verify")
+    }
+
+    /// Reads the `fields` of a `verify` value or an evaluator's rule (`what`, for messages).
+    fn read(fields: serde_json::Map<String, Value>, what: &str) -> Result<Self, String> {
         let mut verify = Verify::default();
-        for (key, value) in object(text, "verify")? {
+        for (key, value) in fields {
             match key.as_str() {
                 "any_tool_called" => verify.any_tool_called = strings(&value, &key)?,
                 "all_tools_called" => verify.all_tools_called = strings(&value, &key)?,
@@ -605,7 +615,7 @@ impl Verify {
                 _ if verify.output.read(&key, value)? => {}
                 other => {
                     return Err(format!(
-                        "unknown key `{other}` in `verify` (any_tool_called, all_tools_called, \
+                        "unknown key `{other}` in `{what}` (any_tool_called, all_tools_called, \
                          no_tool_called, output_required, output_matches)"
                     ));
                 }
@@ -616,7 +626,7 @@ impl Verify {
             && verify.no_tool_called.is_empty()
             && verify.output.is_empty()
         {
-            return Err("`verify` declares no check".into());
+            return Err(format!("`{what}` declares no check"));
         }
         Ok(verify)
     }
