@@ -7,7 +7,7 @@
 //! uses that to resynchronise after an error.
 
 use crate::ast::ValueKind;
-use crate::diagnostic::{Diagnostic, MAX_DIAGNOSTICS};
+use crate::diagnostic::Diagnostic;
 use crate::span::Span;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -46,51 +46,81 @@ pub struct Token {
     pub newline_before: bool,
 }
 
-/// Splits `text` into tokens (comments included), reporting lexical errors into `diagnostics`.
+/// The tokens of `text`, comments included, up to and including the end of file; lexical errors
+/// go to `diagnostics`.
+#[cfg(test)]
 pub fn lex(text: &str, diagnostics: &mut Vec<Diagnostic>) -> Vec<Token> {
-    Lexer {
-        text,
-        bytes: text.as_bytes(),
-        pos: 0,
-        // Workflows run to 8 - 30 bytes a token: room for one every 6 bytes, so the list is not
-        // copied as it grows (room never written to costs no memory).
-        tokens: Vec::with_capacity(text.len() / 6 + 1),
-        diagnostics,
-        newline: true,
+    let mut lexer = Lexer::new(text, crate::diagnostic::MAX_DIAGNOSTICS);
+    let mut tokens = Vec::new();
+    loop {
+        let token = lexer.next_token();
+        let end = token.kind == TokenKind::Eof;
+        tokens.push(token);
+        if end {
+            break;
+        }
     }
-    .run()
-}
-
-struct Lexer<'a, 'd> {
-    text: &'a str,
-    bytes: &'a [u8],
-    pos: usize,
-    tokens: Vec<Token>,
-    diagnostics: &'d mut Vec<Diagnostic>,
-    newline: bool,
+    diagnostics.append(&mut lexer.diagnostics);
+    tokens
 }
 
 fn is_word_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')
 }
 
-impl Lexer<'_, '_> {
-    fn run(mut self) -> Vec<Token> {
+/// Reads tokens from source text one at a time, as the parser asks for them: a workflow's tokens
+/// are never all held at once (a 10,000-node file has over 100,000).
+pub struct Lexer<'a> {
+    text: &'a str,
+    bytes: &'a [u8],
+    pos: usize,
+    newline: bool,
+    /// The lexical errors so far, in source order.
+    pub diagnostics: Vec<Diagnostic>,
+    /// How many `unexpected character` errors may still be reported (past it they are counted).
+    room: usize,
+    /// An unterminated string or comment ran to the end of the file.
+    pub unterminated: bool,
+    /// The spans of the characters that start no token (reported or not), in source order.
+    pub rejected: Vec<Span>,
+}
+
+impl<'a> Lexer<'a> {
+    /// A lexer at the start of `text` that reports at most `room` unexpected characters.
+    pub fn new(text: &'a str, room: usize) -> Self {
+        Self {
+            text,
+            bytes: text.as_bytes(),
+            pos: 0,
+            newline: true,
+            diagnostics: Vec::new(),
+            room,
+            unterminated: false,
+            rejected: Vec::new(),
+        }
+    }
+
+    /// The next token, comments included; at the end of the text, [`TokenKind::Eof`] (every time).
+    pub fn next_token(&mut self) -> Token {
         while let Some(&b) = self.bytes.get(self.pos) {
             let start = self.pos;
-            match b {
+            let kind = match b {
                 b'\n' => {
                     self.newline = true;
                     self.pos += 1;
+                    continue;
                 }
-                b' ' | b'\t' | b'\r' => self.pos += 1,
+                b' ' | b'\t' | b'\r' => {
+                    self.pos += 1;
+                    continue;
+                }
                 b'/' if self.peek(1) == Some(b'/') => {
                     self.pos = self.text[start..]
                         .find('\n')
                         .map_or(self.bytes.len(), |i| start + i);
-                    self.push(TokenKind::Comment, start);
+                    TokenKind::Comment
                 }
-                b'/' if self.peek(1) == Some(b'*') => self.block_comment(start),
+                b'/' if self.peek(1) == Some(b'*') => return self.block_comment(start),
                 b'"' => self.string(start),
                 b'{' => self.single(TokenKind::LBrace),
                 b'}' => self.single(TokenKind::RBrace),
@@ -101,11 +131,11 @@ impl Lexer<'_, '_> {
                 b',' => self.single(TokenKind::Comma),
                 b'-' if self.peek(1) == Some(b'>') => {
                     self.pos += 2;
-                    self.push(TokenKind::Arrow, start);
+                    TokenKind::Arrow
                 }
                 b'-' if self.peek(1) == Some(b'-') => {
                     self.pos += 2;
-                    self.push(TokenKind::UndirectedEdge, start);
+                    TokenKind::UndirectedEdge
                 }
                 b if is_word_byte(b) => self.word(start),
                 b'+' if self
@@ -113,14 +143,15 @@ impl Lexer<'_, '_> {
                     .is_some_and(|n| n.is_ascii_digit() || n == b'.') =>
                 {
                     self.pos += 1;
-                    self.word(start);
+                    self.word(start)
                 }
                 _ => {
                     let ch = self.text[start..].chars().next().unwrap_or('\u{fffd}');
                     self.pos += ch.len_utf8();
                     let span = Span::from_range(start..self.pos);
                     // Past the cap, garbage is counted by the parser's note, not reported.
-                    if self.diagnostics.len() < MAX_DIAGNOSTICS {
+                    if self.room > 0 {
+                        self.room -= 1;
                         self.diagnostics.push(
                             Diagnostic::error(
                                 "syntax",
@@ -130,46 +161,59 @@ impl Lexer<'_, '_> {
                             .with_label("not part of the workflow language"),
                         );
                     }
-                    self.push(TokenKind::Unknown, start);
+                    self.rejected.push(span);
+                    TokenKind::Unknown
                 }
-            }
+            };
+            return self.token(kind, start);
         }
         let end = self.bytes.len();
-        self.tokens.push(Token {
+        Token {
             kind: TokenKind::Eof,
             span: Span::from_range(end..end),
             newline_before: true,
-        });
-        self.tokens
+        }
+    }
+
+    /// How many unexpected characters were found but not reported.
+    pub fn unreported(&self) -> usize {
+        self.rejected.len()
+            - self
+                .diagnostics
+                .iter()
+                .filter(|d| d.message.starts_with("unexpected character"))
+                .count()
     }
 
     fn peek(&self, ahead: usize) -> Option<u8> {
         self.bytes.get(self.pos + ahead).copied()
     }
 
-    fn push(&mut self, kind: TokenKind, start: usize) {
-        let newline_before = std::mem::take(&mut self.newline);
-        self.tokens.push(Token {
+    /// The token of `kind` from `start` to here.
+    fn token(&mut self, kind: TokenKind, start: usize) -> Token {
+        Token {
             kind,
             span: Span::from_range(start..self.pos),
-            newline_before,
-        });
+            newline_before: std::mem::take(&mut self.newline),
+        }
     }
 
-    fn single(&mut self, kind: TokenKind) {
+    fn single(&mut self, kind: TokenKind) -> TokenKind {
         self.pos += 1;
-        self.push(kind, self.pos - 1);
+        kind
     }
 
-    fn block_comment(&mut self, start: usize) {
+    fn block_comment(&mut self, start: usize) -> Token {
         if let Some(i) = self.text[start + 2..].find("*/") {
             let body = &self.text[start..start + 2 + i];
             self.pos = start + 2 + i + 2;
             let newline = body.contains('\n');
-            self.push(TokenKind::Comment, start);
+            let token = self.token(TokenKind::Comment, start);
             self.newline |= newline;
+            token
         } else {
             self.pos = self.bytes.len();
+            self.unterminated = true;
             self.diagnostics.push(
                 Diagnostic::error(
                     "syntax",
@@ -179,11 +223,11 @@ impl Lexer<'_, '_> {
                 .with_label("this comment is never closed")
                 .with_help("close it with `*/`"),
             );
-            self.push(TokenKind::Comment, start);
+            self.token(TokenKind::Comment, start)
         }
     }
 
-    fn word(&mut self, start: usize) {
+    fn word(&mut self, start: usize) -> TokenKind {
         while let Some(&b) = self.bytes.get(self.pos) {
             // A word stops before `->` or `--`, so `a->b` is three tokens.
             if !is_word_byte(b) || (b == b'-' && matches!(self.peek(1), Some(b'>' | b'-'))) {
@@ -191,11 +235,10 @@ impl Lexer<'_, '_> {
             }
             self.pos += 1;
         }
-        let kind = classify_word(&self.text[start..self.pos]);
-        self.push(TokenKind::Word(kind), start);
+        TokenKind::Word(classify_word(&self.text[start..self.pos]))
     }
 
-    fn string(&mut self, start: usize) {
+    fn string(&mut self, start: usize) -> TokenKind {
         let mut text = String::new();
         let mut offset_map = Vec::new();
         self.pos += 1;
@@ -208,6 +251,7 @@ impl Lexer<'_, '_> {
             text.push_str(&self.text[self.pos..self.pos + run]);
             self.pos += run;
             let Some(&b) = self.bytes.get(self.pos) else {
+                self.unterminated = true;
                 self.diagnostics.push(
                     Diagnostic::error(
                         "syntax",
@@ -253,7 +297,7 @@ impl Lexer<'_, '_> {
                 _ => {}
             }
         }
-        self.push(TokenKind::Str(Box::new(Quoted { text, offset_map })), start);
+        TokenKind::Str(Box::new(Quoted { text, offset_map }))
     }
 }
 

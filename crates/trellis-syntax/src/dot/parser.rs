@@ -21,62 +21,80 @@ use crate::ast::{
     Attr, DefaultsTarget, Document, Ident, SourceFormat, Stmt, Value, ValueKind, is_node_id,
 };
 use crate::diagnostic::{Diagnostic, MAX_DIAGNOSTICS};
-use crate::dot::lexer::{Quoted, Token, TokenKind, lex};
+use std::collections::VecDeque;
+
+use crate::dot::lexer::{Lexer, Quoted, Token, TokenKind};
 use crate::span::Span;
 
 /// Parses DOT source. Never fails: problems are reported in `diagnostics`.
 pub fn parse_dot(text: &str, diagnostics: &mut Vec<Diagnostic>) -> Document {
-    let lexer_errors = diagnostics.len();
-    let tokens: Vec<Token> = lex(text, diagnostics)
-        .into_iter()
-        .filter(|t| t.kind != TokenKind::Comment)
-        .collect();
-    // An unterminated string or comment runs to the end of the file: "unclosed" errors there are echoes.
-    let eof_explained = diagnostics[lexer_errors..]
-        .iter()
-        .any(|d| d.message.starts_with("unterminated"));
-    // Characters the lexer rejected past the diagnostics cap were not reported.
-    let rejected = tokens
-        .iter()
-        .filter(|t| t.kind == TokenKind::Unknown)
-        .count();
-    let reported = diagnostics[lexer_errors..]
-        .iter()
-        .filter(|d| d.message.starts_with("unexpected character"))
-        .count();
+    let before = diagnostics.len();
+    let mut lexer = Lexer::new(text, MAX_DIAGNOSTICS.saturating_sub(before));
+    let first = next_significant(&mut lexer);
     let mut parser = Parser {
         text,
-        tokens,
+        lexer,
+        ahead: VecDeque::from([first]),
+        previous: None,
         pos: 0,
         diagnostics,
-        eof_explained,
         echo: None,
         errors: 0,
         depth: 0,
-        unreported: rejected - reported,
+        unreported: 0,
     };
     let document = parser.parse_file();
-    if parser.unreported > 0 {
+    // The lexer's errors go first, as if the whole file had been lexed before it was parsed: it
+    // is, to its end, for the errors past what the parser read.
+    while parser.pull().kind != TokenKind::Eof {}
+    let Parser {
+        lexer,
+        diagnostics,
+        mut unreported,
+        ..
+    } = parser;
+    unreported += lexer.unreported();
+    let parsed = diagnostics.split_off(before);
+    diagnostics.extend(lexer.diagnostics);
+    for diagnostic in parsed {
+        if diagnostics.len() < MAX_DIAGNOSTICS {
+            diagnostics.push(diagnostic);
+        } else {
+            unreported += 1;
+        }
+    }
+    if unreported > 0 {
         let end = Span::from_range(text.len()..text.len());
-        parser.diagnostics.push(Diagnostic::new(
+        diagnostics.push(Diagnostic::new(
             "syntax",
             crate::Severity::Note,
-            format!(
-                "{} more syntax errors are not shown; fix these first",
-                parser.unreported
-            ),
+            format!("{unreported} more syntax errors are not shown; fix these first"),
             end,
         ));
     }
     document
 }
 
+/// The lexer's next token that is not a comment.
+fn next_significant(lexer: &mut Lexer<'_>) -> Token {
+    loop {
+        let token = lexer.next_token();
+        if token.kind != TokenKind::Comment {
+            return token;
+        }
+    }
+}
+
 struct Parser<'a, 'd> {
     text: &'a str,
-    tokens: Vec<Token>,
+    lexer: Lexer<'a>,
+    /// The current token and those read ahead of it (never empty; `Eof` last at the end).
+    ahead: VecDeque<Token>,
+    /// The token before the current one, once there is one.
+    previous: Option<Token>,
+    /// How many tokens the parser has moved past.
     pos: usize,
     diagnostics: &'d mut Vec<Diagnostic>,
-    eof_explained: bool,
     /// Holds a dropped echo diagnostic, so `error` can still hand out a `&mut Diagnostic`.
     echo: Option<Diagnostic>,
     /// Errors reported so far, echoes included: tells `parse_stmts` a statement went wrong.
@@ -92,26 +110,50 @@ const MAX_NESTING: usize = 64;
 
 impl Parser<'_, '_> {
     fn peek(&self) -> &Token {
-        &self.tokens[self.pos]
+        &self.ahead[0]
     }
 
-    fn peek_at(&self, ahead: usize) -> &Token {
-        &self.tokens[(self.pos + ahead).min(self.tokens.len() - 1)]
+    /// Reads one more token ahead (the end of file repeats); returns it.
+    fn pull(&mut self) -> &Token {
+        let last = self.ahead.back().expect("never empty");
+        let token = if last.kind == TokenKind::Eof {
+            last.clone()
+        } else {
+            next_significant(&mut self.lexer)
+        };
+        self.ahead.push_back(token);
+        self.ahead.back().expect("just pushed")
+    }
+
+    fn peek_at(&mut self, ahead: usize) -> &Token {
+        while self.ahead.len() <= ahead {
+            self.pull();
+        }
+        &self.ahead[ahead]
     }
 
     /// Moves past the current token (never past the end), returning it.
     fn bump(&mut self) -> &Token {
-        let at = self.pos;
-        if self.tokens[at].kind != TokenKind::Eof {
-            self.pos += 1;
+        if self.peek().kind == TokenKind::Eof {
+            return self.peek();
         }
-        &self.tokens[at]
+        if self.ahead.len() == 1 {
+            self.pull();
+        }
+        self.pos += 1;
+        self.previous = self.ahead.pop_front();
+        self.previous.as_ref().expect("just moved past")
+    }
+
+    /// The span of the token before the current one (the current one's at the start).
+    fn previous_span(&self) -> Span {
+        self.previous.as_ref().unwrap_or(self.peek()).span
     }
 
     /// Moves the quoted string out of the current token, if it is one, leaving a bare word in its
     /// place: a token behind the parser is read again for its span only.
     fn take_quoted(&mut self) -> Option<Box<Quoted>> {
-        let kind = &mut self.tokens[self.pos].kind;
+        let kind = &mut self.ahead[0].kind;
         if !matches!(kind, TokenKind::Str(_)) {
             return None;
         }
@@ -139,24 +181,19 @@ impl Parser<'_, '_> {
         // Errors at a character the lexer already rejected, a second error at the same place, and
         // "unclosed" errors at an end of file that an unterminated string explains are echoes: they are
         // built but dropped.
-        let rejected = self
-            .tokens
-            .binary_search_by_key(&span.start, |t| t.span.start)
-            .is_ok_and(|i| {
-                self.tokens[i].kind == TokenKind::Unknown && self.tokens[i].span == span
-            });
+        // (The parser never reports past the tokens it has read, so the lexer has been there.)
+        let rejected = self.lexer.rejected.binary_search(&span).is_ok();
+        let last = (self.diagnostics.last()).or_else(|| self.lexer.diagnostics.last());
         let echo = rejected
-            || (self.eof_explained && span.start as usize >= self.text.len())
-            || self
-                .diagnostics
-                .last()
-                .is_some_and(|d| d.primary.span == span);
+            || (self.lexer.unterminated && span.start as usize >= self.text.len())
+            || last.is_some_and(|d| d.primary.span == span);
         let diagnostic = Diagnostic::error("syntax", message, span).with_label(label);
         self.errors += 1;
-        if !echo && self.diagnostics.len() >= MAX_DIAGNOSTICS {
+        let full = self.diagnostics.len() + self.lexer.diagnostics.len() >= MAX_DIAGNOSTICS;
+        if !echo && full {
             self.unreported += 1;
         }
-        if echo || self.diagnostics.len() >= MAX_DIAGNOSTICS {
+        if echo || full {
             return self.echo.insert(diagnostic);
         }
         self.diagnostics.push(diagnostic);
@@ -361,7 +398,7 @@ impl Parser<'_, '_> {
             if self.is_keyword(&token, keyword) && next == TokenKind::LBracket {
                 self.bump();
                 let attrs = self.parse_attr_lists();
-                let span = token.span.to(self.tokens[self.pos - 1].span);
+                let span = token.span.to(self.previous_span());
                 return Some(Stmt::Defaults {
                     target,
                     attrs,
@@ -442,7 +479,7 @@ impl Parser<'_, '_> {
         let body = self.parse_stmts();
         self.depth -= 1;
         self.expect_close_brace(open);
-        let span = start.to(self.tokens[self.pos.saturating_sub(1)].span);
+        let span = start.to(self.previous_span());
         Some(Stmt::Subgraph { name, body, span })
     }
 
@@ -523,7 +560,7 @@ impl Parser<'_, '_> {
             chain.push(self.parse_node_id()?);
         }
         let attrs = self.parse_attr_lists();
-        let span = chain[0].span.to(self.tokens[self.pos - 1].span);
+        let span = chain[0].span.to(self.previous_span());
         Some(Stmt::Edge { chain, attrs, span })
     }
 
@@ -566,19 +603,25 @@ impl Parser<'_, '_> {
 
     /// How many `=` the attribute list being read holds before its end: about as many attributes
     /// as it will give (counted on the token list, so the attributes' vector is allocated once).
-    fn assignments_ahead(&self) -> usize {
-        self.tokens[self.pos..]
+    fn assignments_ahead(&mut self) -> usize {
+        let ends = |t: &Token| {
+            matches!(
+                t.kind,
+                TokenKind::RBracket
+                    | TokenKind::LBracket
+                    | TokenKind::LBrace
+                    | TokenKind::RBrace
+                    | TokenKind::Eof
+            )
+        };
+        // Reads the list ahead, up to its end: one list's tokens at most are held.
+        let mut read = self.ahead.iter().position(ends).is_some();
+        while !read {
+            read = ends(self.pull());
+        }
+        self.ahead
             .iter()
-            .take_while(|t| {
-                !matches!(
-                    t.kind,
-                    TokenKind::RBracket
-                        | TokenKind::LBracket
-                        | TokenKind::LBrace
-                        | TokenKind::RBrace
-                        | TokenKind::Eof
-                )
-            })
+            .take_while(|t| !ends(t))
             .filter(|t| t.kind == TokenKind::Equals)
             .count()
     }
