@@ -4,15 +4,15 @@
 //! its timeout runs out, or the session is dropped because the stage was cancelled — the whole group is
 //! killed (and, in the sandbox, everything in it), so nothing it started in the background lingers.
 
+use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::tools::ToolOutput;
-use trellis_process::group::{self as process_group, ProcessGroup, drain};
+use trellis_process::group::{self as process_group, drain};
 use trellis_process::sandbox::{Policy, Sandbox};
 use trellis_process::secrets;
 
@@ -32,28 +32,26 @@ pub struct ShellCommand<'a> {
 }
 
 pub async fn run(shell: &ShellCommand<'_>) -> ToolOutput {
-    let mut command = shell.sandbox.command(
+    let mut env: Vec<(&OsStr, &OsStr)> = secrets::child_env(shell.pass_env).collect();
+    let more = (shell.sandbox.env()).chain(shell.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    env.extend(more.map(|(k, v)| (OsStr::new(k), OsStr::new(v))));
+    let started = Instant::now();
+    let spawned = shell.sandbox.start(
         "sh".as_ref(),
         &["-c".as_ref(), shell.command.as_ref()],
         shell.dir,
         shell.policy,
+        &env,
     );
-    command
-        .env_clear()
-        .envs(secrets::child_env(shell.pass_env))
-        .envs(shell.sandbox.env())
-        .envs(shell.env.iter().map(|(k, v)| (k, v)))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let started = Instant::now();
-    let mut child = match command.spawn() {
+    let mut child = match spawned {
         Ok(child) => child,
         Err(e) => return ToolOutput::error(format!("cannot start `sh`: {e}")),
     };
     // The stage's marker finds what the command started outside its group.
-    let group = ProcessGroup::of(&mut child, process_group::marker_in(shell.env));
-    let stdout = tokio::spawn(capture(child.stdout.take()));
-    let stderr = tokio::spawn(capture(child.stderr.take()));
+    let group = child.group(process_group::marker_in(shell.env));
+    let (stdout, stderr) = child.outputs().unzip();
+    let stdout = tokio::spawn(capture(stdout));
+    let stderr = tokio::spawn(capture(stderr));
     let status = tokio::time::timeout(shell.timeout, child.wait()).await;
     // The command is over (or out of time): stop whatever it left behind, which also closes the pipes.
     let marker = group.close();

@@ -84,7 +84,7 @@ fn main() {
     per_stage.push((10_000, bench.time_run(&ten_thousand, &bench.work)));
     let engine_1000 = per_stage[1].1;
     println!(
-        "chain of 1,000 `true` stages: trellis {engine_1000:.2?}, the same commands under the reaper {shell:.2?}: {} per stage over the loop  [≤ 0.5 ms]",
+        "chain of 1,000 `true` stages: trellis {engine_1000:.2?}, the same commands under reapers the spawner forks {shell:.2?}: {} per stage over the loop  [≤ 0.5 ms]",
         ms(engine_1000.saturating_sub(shell) / 1_000)
     );
     let chain = bench.chain(1_000);
@@ -350,14 +350,32 @@ fn shell_loop(stages: usize) -> Duration {
     time(command)
 }
 
-/// `sh -c true`, `stages` times, each under Trellis's reaper (`trellis-reap`) as an unconfined
-/// command stage runs it.
+/// `sh -c true`, `stages` times, each under a reaper of its own that Trellis's spawner forks, with
+/// the environment and pipes an unconfined command stage gets.
 fn reaper_loop(stages: usize) -> Duration {
-    let started = Instant::now();
-    for _ in 0..stages {
-        under_reaper("true", std::process::Stdio::inherit());
-    }
-    started.elapsed()
+    use trellis_process::{reaper::Launcher, spawner};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let launcher = Launcher::beside(Path::new(env!("CARGO_BIN_EXE_trellis")));
+    let env: Vec<_> = std::env::vars_os().collect();
+    let env: Vec<_> = env
+        .iter()
+        .map(|(k, v)| (k.as_os_str(), v.as_os_str()))
+        .collect();
+    let dir = std::env::current_dir().expect("a working directory");
+    let args = ["-c".as_ref(), "true".as_ref()];
+    runtime.block_on(async {
+        let started = Instant::now();
+        for _ in 0..stages {
+            let mut command = spawner::spawn(&launcher, &[], "sh".as_ref(), &args, &dir, &env)
+                .expect("the spawner")
+                .expect("starts");
+            assert!(command.wait().await.expect("waits").success());
+        }
+        started.elapsed()
+    })
 }
 
 /// `sh -c script` under the reaper, its standard output to `stdout`, its standard input a pipe held

@@ -114,13 +114,14 @@ fn a_sandboxed_command_cannot_read_trellis_environment_write_outside_or_outlive_
 
 #[test]
 fn an_unconfined_command_reading_trellis_environment_shows_no_secret() {
-    // Unconfined, the command's parent is the reaper (whose environment holds no secret); Trellis is
-    // the reaper's parent, and what its environment holds is redacted from what is recorded.
+    // Unconfined, the command's parent is its reaper, forked by the spawner (whose environment is
+    // empty); Trellis is the spawner's parent, and what its environment holds is redacted from what
+    // is recorded. The command climbs to it.
     let p = probe_project("none");
     p.write(
         "w.fabro",
         &workflow(
-            "probe [shape=parallelogram, script=\"T=$(cut -d' ' -f4 /proc/$PPID/stat); base64 -w0 < /proc/$T/environ; echo; tr '\\\\0' '\\\\n' < /proc/$T/environ\"]\n start -> probe -> exit",
+            "probe [shape=parallelogram, script=\"wc -c < /proc/$PPID/environ; T=$PPID; for i in 1 2 3; do [ $(cat /proc/$T/comm) = trellis ] && break; T=$(cut -d' ' -f4 /proc/$T/stat); done; cat /proc/$T/comm; base64 -w0 < /proc/$T/environ; echo; tr '\\\\0' '\\\\n' < /proc/$T/environ\"]\n start -> probe -> exit",
         ),
     );
     let run = p.run("w.fabro", &[]);
@@ -129,6 +130,10 @@ fn an_unconfined_command_reading_trellis_environment_shows_no_secret() {
     let out =
         std::fs::read_to_string(stage_dir(&run.record(), "probe").join("stdout.log")).unwrap();
     assert!(!out.contains("NEVER"), "{out}");
+    assert!(
+        out.starts_with("0\ntrellis\n"),
+        "the reaper's environment is empty: {out}"
+    );
     assert!(out.contains("[redacted PROBE_SECRET_TOKEN]"), "{out}");
     let events = std::fs::read_to_string(run.record().join("events.jsonl")).unwrap();
     assert!(!events.contains("NEVER"));
@@ -150,6 +155,70 @@ fn nothing_an_unconfined_command_starts_outlives_its_stage() {
     std::thread::sleep(std::time::Duration::from_millis(500));
     for needle in ["sleep 7761", "sleep 7762", "sleep 7763"] {
         assert_eq!(running(needle), 0, "`{needle}` outlived its stage");
+    }
+}
+
+#[test]
+fn nothing_an_unconfined_command_starts_outlives_trellis_killed_mid_stage() {
+    // Two branches at once, so the spawner holds two reapers when Trellis dies.
+    let p = probe_project("none");
+    p.write(
+        "w.fabro",
+        &workflow(
+            "fan [shape=component]\n join [shape=tripleoctagon]\n \
+             a [shape=parallelogram, script=\"setsid sleep 7791 & (setsid env -i sleep 7792 &); sleep 7793\"]\n \
+             b [shape=parallelogram, script=\"sleep 7794\"]\n \
+             start -> fan\n fan -> a\n fan -> b\n a -> join\n b -> join\n join -> exit",
+        ),
+    );
+    let trellis = Killed(p.spawn_run("w.fabro"));
+    let wait = std::time::Duration::from_secs(20);
+    let sleeps = ["sleep 7791", "sleep 7792", "sleep 7793", "sleep 7794"];
+    run_support::wait_for("the branches' commands", wait, || {
+        sleeps.iter().all(|needle| running(needle) > 0)
+    });
+    let spawners = run_support::children_of(trellis.0.id());
+    assert_eq!(spawners.len(), 1, "one spawner: {spawners:?}");
+    assert_eq!(
+        run_support::children_of(spawners[0]).len(),
+        2,
+        "a reaper per branch"
+    );
+    drop(trellis); // SIGKILL: Trellis cleans nothing up itself.
+    run_support::wait_for("everything to end", wait, || {
+        running("sleep 779") == 0 && !run_support::alive(spawners[0])
+    });
+}
+
+#[test]
+fn a_command_too_large_for_the_spawner_starts_the_reaper_program_instead() {
+    // 100 KB of script (an argument may hold up to 128 KB) and 60 KB of environment: more than
+    // one message to the spawner takes.
+    let p = probe_project("none").with_env("PROBE_LARGE", &"y".repeat(60 * 1024));
+    let padding = "x".repeat(100 * 1024);
+    p.write(
+        "w.fabro",
+        &workflow(&format!(
+            "big [shape=parallelogram, script=\"cat /proc/$PPID/cmdline | tr '\\\\0' ' '; echo; : {padding}\"]\n start -> big -> exit"
+        )),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let out = std::fs::read_to_string(stage_dir(&run.record(), "big").join("stdout.log")).unwrap();
+    assert!(
+        out.contains("trellis-reap -- "),
+        "{}",
+        &out[..out.len().min(200)]
+    );
+}
+
+/// A child killed (`SIGKILL`) and waited for when dropped, also when a test fails first.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 

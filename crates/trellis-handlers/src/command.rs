@@ -13,7 +13,6 @@
 
 use std::ffi::OsStr;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -21,7 +20,8 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use trellis_engine::event::EventKind;
 use trellis_engine::text;
 use trellis_engine::{Attempt, FailureClass, Handler, Outcome, Stage, keys};
-use trellis_process::group::{self as process_group, ProcessGroup, drain};
+use trellis_process::child::Started;
+use trellis_process::group::{self as process_group, drain};
 use trellis_process::sandbox::{Policy, Sandbox};
 use trellis_process::secrets;
 use trellis_process::task::blocking;
@@ -170,9 +170,8 @@ pub(crate) fn is_executable(path: &Path) -> bool {
 type Reader = tokio::task::JoinHandle<()>;
 
 /// Starts one reader per pipe, teeing into `stdout.log` and `stderr.log`.
-fn spawn_readers(child: &mut tokio::process::Child, dir: &Path) -> Option<(Reader, Reader)> {
-    let stdout = child.stdout.take()?;
-    let stderr = child.stderr.take()?;
+fn spawn_readers(child: &mut Started, dir: &Path) -> Option<(Reader, Reader)> {
+    let (stdout, stderr) = child.outputs()?;
     Some((
         tokio::spawn(tee(stdout, dir.join("stdout.log"))),
         tokio::spawn(tee(stderr, dir.join("stderr.log"))),
@@ -271,10 +270,10 @@ impl Launch {
         }
     }
 
-    /// `sh -c SCRIPT` (or `python3 -c`) — or, for a simple command, its program (`direct`) with the
-    /// shell's `PWD` — in the work directory, in the run's sandbox, in a process group of its own,
-    /// with pipes for the output.
-    fn command(&self, direct: Option<&SimpleCommand>) -> tokio::process::Command {
+    /// Starts `sh -c SCRIPT` (or `python3 -c`) — or, for a simple command, its program (`direct`)
+    /// with the shell's `PWD` — in the work directory, in the run's sandbox, in a process group of
+    /// its own, with pipes for the output.
+    fn spawn(&self, direct: Option<&SimpleCommand>) -> std::io::Result<Started> {
         let interpreter;
         let (program, args): (&OsStr, Vec<&OsStr>) = if let Some(simple) = direct {
             (
@@ -288,32 +287,29 @@ impl Launch {
                 vec![OsStr::new("-c"), OsStr::new(&self.script)],
             )
         };
-        let mut command = self
-            .sandbox
-            .command(program, &args, &self.work_dir, &self.policy);
-        command
-            .env_clear()
-            .envs(self.inherited.iter().copied())
-            .envs(self.sandbox.env())
-            .envs(self.identity.iter().map(|(name, value)| (name, value)))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        let mut env: Vec<(&OsStr, &OsStr)> = self.inherited.clone();
+        env.extend(
+            self.sandbox
+                .env()
+                .map(|(k, v)| (OsStr::new(k), OsStr::new(v))),
+        );
+        env.extend(
+            self.identity
+                .iter()
+                .map(|(k, v)| (OsStr::new(k), v.as_os_str())),
+        );
         if direct.is_some() {
             // What the shell would have exported: the directory it runs in.
-            command.env("PWD", &self.work_dir);
+            env.push((OsStr::new("PWD"), self.work_dir.as_os_str()));
         }
-        command
+        self.sandbox
+            .start(program, &args, &self.work_dir, &self.policy, &env)
     }
 
     /// Starts the script (on the blocking pool): its program directly when it is a simple command
     /// the kernel will start, else through its interpreter. Returns the start on the file system's
     /// clock and the child.
-    fn start(
-        &self,
-    ) -> (
-        std::time::SystemTime,
-        std::io::Result<tokio::process::Child>,
-    ) {
+    fn start(&self) -> (std::time::SystemTime, std::io::Result<Started>) {
         let started = start_time(&self.stage_dir);
         // In the sandbox (or under the reaper) the kernel's refusal to start a program would come too
         // late to fall back on the shell, so there a program starts directly only when the kernel
@@ -325,13 +321,13 @@ impl Launch {
                 self.sandbox.starts_directly() || simple_command::kernel_starts(&simple.program)
             });
         if let Some(simple) = direct
-            && let Ok(child) = self.command(Some(&simple)).spawn()
+            && let Ok(child) = self.spawn(Some(&simple))
         {
             return (started, Ok(child));
         }
         // Not simple, or a program the kernel would not start (a script without `#!`, which the
         // shell runs itself).
-        (started, self.command(None).spawn())
+        (started, self.spawn(None))
     }
 }
 
@@ -381,7 +377,7 @@ impl CommandHandler {
                 );
             }
         };
-        let group = ProcessGroup::of(&mut child, Some(process_group::stage_marker(stage.dir)));
+        let group = child.group(Some(process_group::stage_marker(stage.dir)));
         let Some((out_reader, err_reader)) = spawn_readers(&mut child, stage.dir) else {
             return Outcome::failed(
                 FailureClass::CouldNotStart,

@@ -45,9 +45,9 @@ const PIPE_DRAIN: Duration = Duration::from_secs(2);
 pub struct ProcessGroup {
     pgid: Option<Pid>,
     marker: Option<String>,
-    /// The reaper's standard input ([`crate::reaper`]), when the child runs under it: closing it
-    /// tells the reaper to end everything.
-    reaper: Option<tokio::process::ChildStdin>,
+    /// The reaper's standard input or stop pipe ([`crate::reaper`], [`crate::spawner`]), when the
+    /// child runs under it: closing it tells the reaper to end everything.
+    reaper: Option<std::os::fd::OwnedFd>,
 }
 
 /// How long a reaper told to stop has before its group is killed regardless.
@@ -58,13 +58,24 @@ impl ProcessGroup {
     /// exited), holding the reaper's input if it has one; `marker` (`NAME=value`) is an environment
     /// entry only this command's processes carry.
     pub fn of(child: &mut tokio::process::Child, marker: Option<String>) -> Self {
+        let reaper = child
+            .stdin
+            .take()
+            .and_then(|input| input.into_owned_fd().ok());
+        Self::new(child.id(), marker, reaper)
+    }
+
+    /// The group led by `pid` (none if it already exited), with the reaper's stop handle if the child
+    /// runs under one.
+    pub fn new(
+        pid: Option<u32>,
+        marker: Option<String>,
+        reaper: Option<std::os::fd::OwnedFd>,
+    ) -> Self {
         Self {
-            pgid: child
-                .id()
-                .and_then(|id| i32::try_from(id).ok())
-                .map(Pid::from_raw),
+            pgid: pid.and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw),
             marker,
-            reaper: child.stdin.take(),
+            reaper,
         }
     }
 

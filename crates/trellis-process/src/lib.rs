@@ -7,7 +7,8 @@
 //! - [`secrets`]: the environment a child gets (without the user's secrets) and the redaction of
 //!   secret values from what children print.
 //! - [`sandbox`]: the confinement a child runs in (bubblewrap, or none when the user says so).
-//! - [`reaper`]: what ends everything an unconfined child started, however it left.
+//! - [`reaper`]: what ends everything an unconfined child started, however it left; [`spawner`]:
+//!   one reaper process that forks the reaper of each command; [`child`]: a child started either way.
 //! - [`port`]: a free loopback port for a server a run starts.
 //! - [`task`]: blocking work on the blocking pool, and [`backoff`]: how long to wait before a retry.
 //!
@@ -15,9 +16,11 @@
 //! `trellis-handlers` and `trellis-run` build on it, and it depends on no other Trellis crate. The engine uses it for [`task`] and [`backoff`] alone.
 
 pub mod backoff;
+pub mod child;
 pub mod group;
 pub mod port;
 pub mod reaper;
 pub mod sandbox;
 pub mod secrets;
+pub mod spawner;
 pub mod task;

@@ -20,7 +20,7 @@
 )]
 
 use std::ffi::OsString;
-use std::io::Read as _;
+use std::io::Read;
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::{ExitStatus, Stdio};
 use std::sync::mpsc;
@@ -96,7 +96,7 @@ const ALWAYS_WRITABLE: &[&str] = &[
 
 /// The Landlock confinement the reaper applies to itself, and so to the command, before starting it.
 #[derive(Debug, Default)]
-struct Confinement {
+pub(crate) struct Confinement {
     writable: Vec<OsString>,
     network_off: bool,
 }
@@ -208,20 +208,45 @@ enum Event {
     Cancelled,
 }
 
-/// Runs `args` (a program and its arguments) as the reaper; returns the exit code to leave with, after
-/// re-raising the command's own signal when it was killed by one.
+/// Runs `args` (a program and its arguments) as the reaper — or, with [`crate::spawner::SPAWNER_ARG`]
+/// alone, as the spawner; returns the exit code to leave with (the command's own, or 128 + the signal
+/// that killed it).
 pub fn main(args: &[OsString]) -> i32 {
-    let (confinement, command) = match parse(args) {
-        Ok(parsed) => parsed,
+    if let [only] = args
+        && only == crate::spawner::SPAWNER_ARG
+    {
+        return crate::spawner::serve();
+    }
+    match command_of(args) {
+        Ok((confinement, command)) => supervise(confinement, command, std::io::stdin()),
         Err(problem) => {
             eprintln!("trellis {REAPER_ARG}: {problem}");
-            return 2;
+            2
         }
-    };
-    let Some((program, rest)) = command.split_first() else {
-        eprintln!("trellis {REAPER_ARG}: no program to run");
-        return 2;
-    };
+    }
+}
+
+/// Parses the reaper's arguments (its options, `--`, the program and its arguments) into the
+/// command to start and its confinement.
+pub(crate) fn command_of(
+    args: &[OsString],
+) -> Result<(Option<Confinement>, std::process::Command), String> {
+    let (confinement, command) = parse(args)?;
+    let (program, rest) = command.split_first().ok_or("no program to run")?;
+    let mut command = std::process::Command::new(program);
+    command.args(rest);
+    Ok((confinement, command))
+}
+
+/// Starts `command` as the reaper: a child subreaper, confined first when asked; ends everything
+/// under it when the command exits or when `stop` ends (Trellis closed its end: the stage is over,
+/// or Trellis is gone). Returns the exit code to leave with.
+pub(crate) fn supervise(
+    confinement: Option<Confinement>,
+    mut command: std::process::Command,
+    stop: impl Read + Send + 'static,
+) -> i32 {
+    let program = command.get_program().to_string_lossy().into_owned();
     let _ = nix::sys::prctl::set_child_subreaper(true);
     if let Some(confinement) = confinement
         && let Err(problem) = confinement.apply()
@@ -230,14 +255,10 @@ pub fn main(args: &[OsString]) -> i32 {
         eprintln!("trellis {REAPER_ARG}: cannot apply the Landlock sandbox: {problem}");
         return 126;
     }
-    let mut child = match std::process::Command::new(program)
-        .args(rest)
-        .stdin(Stdio::null())
-        .spawn()
-    {
+    let mut child = match command.stdin(Stdio::null()).spawn() {
         Ok(child) => child,
         Err(error) => {
-            eprintln!("{}: {error}", program.to_string_lossy());
+            eprintln!("{program}: {error}");
             return if error.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {
@@ -250,8 +271,9 @@ pub fn main(args: &[OsString]) -> i32 {
     let watcher = events.clone();
     std::thread::spawn(move || {
         // Trellis holds the other end: end of input means the stage is over (or Trellis is gone).
+        let mut stop = stop;
         let mut sink = [0u8; 64];
-        while matches!(std::io::stdin().read(&mut sink), Ok(n) if n > 0) {}
+        while matches!(stop.read(&mut sink), Ok(n) if n > 0) {}
         let _ = watcher.send(Event::Cancelled);
     });
     std::thread::spawn(move || {

@@ -198,6 +198,37 @@ impl Sandbox {
         command
     }
 
+    /// Starts `program args` in `work_dir` under this sandbox with the node's `policy`, with exactly
+    /// the environment `env` (later entries win) and its output piped: as [`Sandbox::command`] does,
+    /// or — under the reaper — through the spawner ([`crate::spawner`]), which saves starting the
+    /// reaper's program. Inside the Tokio runtime only (the pipes register with it).
+    pub fn start(
+        &self,
+        program: &OsStr,
+        args: &[&OsStr],
+        work_dir: &Path,
+        policy: &Policy,
+        env: &[(&OsStr, &OsStr)],
+    ) -> std::io::Result<crate::child::Started> {
+        if self.uses_reaper()
+            && let Some(launcher) = &self.reaper
+        {
+            let options = self.reaper_options(work_dir, policy);
+            if let Some(spawned) =
+                crate::spawner::spawn(launcher, &options, program, args, work_dir, env)
+            {
+                return spawned.map(crate::child::Started::Spawned);
+            }
+        }
+        let mut command = self.command(program, args, work_dir, policy);
+        command
+            .env_clear()
+            .envs(env.iter().copied())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        command.spawn().map(crate::child::Started::Child)
+    }
+
     fn uses_reaper(&self) -> bool {
         !matches!(self.kind, Kind::Bubblewrap { .. }) && self.reaper.is_some()
     }
@@ -279,15 +310,7 @@ impl Sandbox {
                 return (program.to_owned(), direct.collect());
             };
             let mut out: Vec<OsString> = reaper.leading_args().iter().map(OsString::from).collect();
-            if self.kind == Kind::Landlock {
-                out.push(crate::reaper::LANDLOCK_ARG.into());
-                for path in self.writable_paths(work_dir, policy) {
-                    out.extend([OsString::from(crate::reaper::WRITE_ARG), path.into()]);
-                }
-                if policy.network_off {
-                    out.push(crate::reaper::NETWORK_OFF_ARG.into());
-                }
-            }
+            out.extend(self.reaper_options(work_dir, policy));
             out.push("--".into());
             out.push(program.to_owned());
             out.extend(direct);
@@ -337,6 +360,22 @@ impl Sandbox {
 }
 
 impl Sandbox {
+    /// The reaper's options for a child in `work_dir` with `policy`: the Landlock confinement, if
+    /// that is the sandbox.
+    fn reaper_options(&self, work_dir: &Path, policy: &Policy) -> Vec<OsString> {
+        let mut out = Vec::new();
+        if self.kind == Kind::Landlock {
+            out.push(crate::reaper::LANDLOCK_ARG.into());
+            for path in self.writable_paths(work_dir, policy) {
+                out.extend([OsString::from(crate::reaper::WRITE_ARG), path.into()]);
+            }
+            if policy.network_off {
+                out.push(crate::reaper::NETWORK_OFF_ARG.into());
+            }
+        }
+        out
+    }
+
     /// Every path a child may write: the working directory, the configured ones, the node's.
     fn writable_paths<'a>(
         &'a self,

@@ -1,0 +1,444 @@
+//! The spawner: one reaper process that starts the reapers of unconfined commands by copying itself,
+//! instead of Trellis starting the reaper's program once per command.
+//!
+//! An unconfined command runs under a reaper of its own ([`crate::reaper`]). Starting `trellis-reap`
+//! for each costs a program start — 1.2 ms on the project's machine, more than the engine's own cost
+//! per stage. So the first time a Trellis process needs a reaper it starts one in spawner mode
+//! (`trellis-reap --spawner`), and asks it over a socket pair for each command. The spawner forks — a
+//! small single-threaded process, quick to copy — and the copy becomes that command's reaper, just as
+//! if `trellis-reap` had been started: in a process group of its own, a child subreaper, confined by
+//! Landlock when asked, ending everything the command left when it exits or when the stage is over.
+//!
+//! With each request go four descriptors: the write ends of the command's standard output and error;
+//! the read end of a *stop* pipe, whose write end Trellis holds (closing it — at the end of the
+//! stage, or by dying — tells the reaper to end everything, as closing `trellis-reap`'s standard
+//! input does); and the write end of a *status* pipe, where the reaper writes the command's exit code
+//! before it exits. The spawner answers with the reaper's process id, which is its process group.
+//! Its own environment is empty (a command's comes with its request), it keeps no descriptor of a
+//! command once it has forked, it cannot be read by other processes (not dumpable), and it exits
+//! when Trellis closes its end of the socket or dies. When it cannot be had — or dies — commands
+//! start `trellis-reap` as before.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the spawner is a small synchronous program of its own; Trellis asks it on the blocking pool"
+)]
+
+use std::ffi::{OsStr, OsString};
+use std::io::{IoSlice, IoSliceMut, Write as _};
+use std::os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
+use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+use std::path::Path;
+use std::process::ExitStatus;
+use std::sync::Mutex;
+
+use nix::sys::socket::{
+    AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, recvmsg,
+    sendmsg, socketpair,
+};
+
+/// The argument that makes the reaper the spawner: `trellis-reap --spawner`.
+pub const SPAWNER_ARG: &str = "--spawner";
+
+/// The largest request the spawner reads (a command's arguments and environment), within what a
+/// socket pair takes in one message by default; larger ones start `trellis-reap` instead.
+const MAX_REQUEST: usize = 128 * 1024;
+
+/// The descriptors that go with a request, in order.
+const FDS: usize = 4;
+
+/// A running spawner and Trellis's end of its socket.
+struct Spawner {
+    socket: OwnedFd,
+    process: std::process::Child,
+}
+
+impl Drop for Spawner {
+    fn drop(&mut self) {
+        // Closing the socket (after this) ends it; the reapers it started go on until their stages end.
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+/// The spawner of this process.
+enum State {
+    NotStarted,
+    Running(Spawner),
+    /// It could not be started: not tried again.
+    Unavailable,
+}
+
+static SPAWNER: Mutex<State> = Mutex::new(State::NotStarted);
+
+/// A command started by the spawner, under a reaper of its own.
+#[derive(Debug)]
+pub struct Spawned {
+    /// The reaper's process id: the command's process group.
+    pub pid: u32,
+    /// The command's standard output and error, until taken.
+    pub stdout: Option<tokio::net::unix::pipe::Receiver>,
+    pub stderr: Option<tokio::net::unix::pipe::Receiver>,
+    /// Closing it tells the reaper to end everything (see [`crate::group::ProcessGroup`]).
+    pub stop: Option<OwnedFd>,
+    status: tokio::net::unix::pipe::Receiver,
+}
+
+impl Spawned {
+    /// Waits for the command to end: its exit code as its reaper reports it (128 + the signal that
+    /// killed it), or killed by `SIGKILL` when the reaper ended without saying.
+    pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        use tokio::io::AsyncReadExt as _;
+        let mut code = [0u8; 4];
+        match self.status.read_exact(&mut code).await {
+            Ok(_) => Ok(ExitStatus::from_raw((i32::from_le_bytes(code) & 0xff) << 8)),
+            Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Ok(ExitStatus::from_raw(libc::SIGKILL))
+            }
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// Starts `program args` in `work_dir` with exactly the environment `env` (later entries win), under
+/// a reaper the spawner of `launcher` forks, confined as the reaper's `options` say (`--landlock`
+/// ...). Must be called inside the Tokio runtime (the pipes register with it). `None` when the
+/// spawner cannot be had or the request cannot go to it: the caller starts the reaper's program
+/// instead.
+pub fn spawn(
+    launcher: &crate::reaper::Launcher,
+    options: &[OsString],
+    program: &OsStr,
+    args: &[&OsStr],
+    work_dir: &Path,
+    env: &[(&OsStr, &OsStr)],
+) -> Option<std::io::Result<Spawned>> {
+    let request = encode(options, program, args, work_dir, env)?;
+    let mut state = SPAWNER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if matches!(*state, State::NotStarted) {
+        *state = start(launcher).map_or(State::Unavailable, State::Running);
+    }
+    let State::Running(spawner) = &*state else {
+        return None;
+    };
+    match ask(spawner, &request) {
+        Asked::NotSent { spawner_gone } => {
+            if spawner_gone {
+                // A new spawner for the next command.
+                *state = State::NotStarted;
+            }
+            None
+        }
+        Asked::Lost(error) => {
+            // The request went, but no answer came: the command may have started, so it is not
+            // started again; a new spawner for the next one.
+            *state = State::NotStarted;
+            Some(Err(error))
+        }
+        Asked::Answered(answer) => Some(answer),
+    }
+}
+
+/// How a request to the spawner went.
+enum Asked {
+    /// It never reached the spawner: the caller may start the command another way.
+    NotSent { spawner_gone: bool },
+    /// It reached the spawner, which did not answer.
+    Lost(std::io::Error),
+    /// The command started under its reaper, or the spawner could not fork it.
+    Answered(std::io::Result<Spawned>),
+}
+
+/// Starts the spawner of `launcher` with an empty environment, its socket as its standard input.
+fn start(launcher: &crate::reaper::Launcher) -> std::io::Result<Spawner> {
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )?;
+    let process = std::process::Command::new(launcher.program())
+        .args(launcher.leading_args())
+        .arg(SPAWNER_ARG)
+        .env_clear()
+        .stdin(std::process::Stdio::from(theirs))
+        .stdout(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()?;
+    Ok(Spawner {
+        socket: ours,
+        process,
+    })
+}
+
+/// A request: NUL-separated fields — the working directory, the number of environment entries, the
+/// entries (`NAME=value`), then the reaper's arguments (options, `--`, program, arguments). `None`
+/// when a field holds a NUL (no program could be given it) or the request is too large.
+fn encode(
+    options: &[OsString],
+    program: &OsStr,
+    args: &[&OsStr],
+    work_dir: &Path,
+    env: &[(&OsStr, &OsStr)],
+) -> Option<Vec<u8>> {
+    let count = env.len().to_string();
+    let mut fields: Vec<Vec<u8>> = vec![work_dir.as_os_str().as_bytes().to_vec(), count.into()];
+    for (name, value) in env {
+        let mut entry = name.as_bytes().to_vec();
+        entry.push(b'=');
+        entry.extend_from_slice(value.as_bytes());
+        fields.push(entry);
+    }
+    fields.extend(options.iter().map(|o| o.as_bytes().to_vec()));
+    fields.push(b"--".to_vec());
+    fields.push(program.as_bytes().to_vec());
+    fields.extend(args.iter().map(|a| a.as_bytes().to_vec()));
+    if fields.iter().any(|f| f.contains(&0)) {
+        return None;
+    }
+    let request = fields.join(&0u8);
+    (request.len() <= MAX_REQUEST).then_some(request)
+}
+
+/// A pipe whose ends are closed on exec.
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
+}
+
+/// Sends one request with its descriptors and reads the reaper's process id.
+fn ask(spawner: &Spawner, request: &[u8]) -> Asked {
+    let Ok(((stdout, stdout_w), (stderr, stderr_w), (stop_r, stop), (status, status_w))) =
+        (|| Ok::<_, std::io::Error>((pipe()?, pipe()?, pipe()?, pipe()?)))()
+    else {
+        return Asked::NotSent {
+            spawner_gone: false,
+        };
+    };
+    let fds = [
+        stdout_w.as_raw_fd(),
+        stderr_w.as_raw_fd(),
+        stop_r.as_raw_fd(),
+        status_w.as_raw_fd(),
+    ];
+    let socket = spawner.socket.as_raw_fd();
+    if let Err(errno) = sendmsg::<()>(
+        socket,
+        &[IoSlice::new(request)],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    ) {
+        return Asked::NotSent {
+            // Too large for the socket says nothing about the spawner.
+            spawner_gone: errno != nix::errno::Errno::EMSGSIZE,
+        };
+    }
+    // Only the reaper keeps these now.
+    drop((stdout_w, stderr_w, stop_r, status_w));
+    let mut answer = [0u8; 4];
+    match nix::sys::socket::recv(socket, &mut answer, MsgFlags::empty()) {
+        Ok(read) if read == answer.len() => {}
+        Ok(_) => return Asked::Lost(std::io::Error::other("the spawner ended")),
+        Err(errno) => return Asked::Lost(errno.into()),
+    }
+    let pid = i32::from_le_bytes(answer);
+    let Ok(pid) = u32::try_from(pid) else {
+        // The spawner could not fork: its error, for this command only.
+        return Asked::Answered(Err(std::io::Error::from_raw_os_error(-pid)));
+    };
+    let receiver = tokio::net::unix::pipe::Receiver::from_owned_fd;
+    // Dropping the stop pipe on an error here ends the command at once.
+    Asked::Answered((|| {
+        Ok(Spawned {
+            pid,
+            stdout: Some(receiver(stdout)?),
+            stderr: Some(receiver(stderr)?),
+            stop: Some(stop),
+            status: receiver(status)?,
+        })
+    })())
+}
+
+/// Runs as the spawner, its socket on standard input: forks a reaper per request until Trellis
+/// closes the socket. Returns the exit code.
+pub(crate) fn serve() -> i32 {
+    // Nothing of what passes through here is for other processes to read.
+    let _ = nix::sys::prctl::set_dumpable(false);
+    let socket: RawFd = 0;
+    let mut buffer = vec![0u8; MAX_REQUEST];
+    loop {
+        // Reapers that have finished, cleared away before waiting for the next request.
+        while let Ok(status) =
+            nix::sys::wait::waitpid(None, Some(nix::sys::wait::WaitPidFlag::WNOHANG))
+            && status != nix::sys::wait::WaitStatus::StillAlive
+        {}
+        let mut space = nix::cmsg_space!([RawFd; FDS]);
+        let (length, fds) = {
+            let mut io = [IoSliceMut::new(&mut buffer)];
+            let Ok(message) = recvmsg::<()>(
+                socket,
+                &mut io,
+                Some(&mut space),
+                MsgFlags::MSG_CMSG_CLOEXEC,
+            ) else {
+                return 1;
+            };
+            let mut fds: Vec<OwnedFd> = Vec::with_capacity(FDS);
+            if let Ok(messages) = message.cmsgs() {
+                for received in messages {
+                    if let ControlMessageOwned::ScmRights(raw) = received {
+                        fds.extend(raw.into_iter().map(own));
+                    }
+                }
+            }
+            (message.bytes, fds)
+        };
+        if length == 0 {
+            // Trellis closed the socket (or is gone).
+            return 0;
+        }
+        let answer = match <[OwnedFd; FDS]>::try_from(fds) {
+            Ok(fds) => fork_reaper(&buffer[..length], fds),
+            Err(_) => -libc::EINVAL,
+        };
+        if nix::sys::socket::send(0, &answer.to_le_bytes(), MsgFlags::MSG_NOSIGNAL).is_err() {
+            return 1;
+        }
+    }
+}
+
+/// A descriptor the kernel has just given this process with a message.
+#[allow(
+    unsafe_code,
+    reason = "nix gives received descriptors as raw numbers; std's safe receiving API is unstable"
+)]
+fn own(fd: RawFd) -> OwnedFd {
+    // SAFETY: the kernel installed `fd` in this process for this message, and nothing else owns it.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// Forks the reaper of one request; returns its process id, or minus the error number.
+#[allow(
+    unsafe_code,
+    reason = "forking without starting a program is what saves the reaper's start; no safe API forks"
+)]
+fn fork_reaper(request: &[u8], fds: [OwnedFd; FDS]) -> i32 {
+    // SAFETY: the spawner has one thread (it starts none), so no lock or allocator state can be
+    // left held in the child; the child runs the reaper as `trellis-reap` would and exits.
+    match unsafe { nix::unistd::fork() } {
+        Ok(nix::unistd::ForkResult::Child) => std::process::exit(reap(request, fds)),
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            // Also set by the child: the group exists before Trellis is told of it.
+            let _ = nix::unistd::setpgid(child, child);
+            child.as_raw()
+        }
+        Err(errno) => -(errno as i32),
+    }
+}
+
+/// The forked reaper: takes its place (process group, standard streams, environment) and runs the
+/// request's command under [`crate::reaper::supervise`]; writes the exit code to the status pipe.
+fn reap(request: &[u8], fds: [OwnedFd; FDS]) -> i32 {
+    let _ = nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0));
+    let [stdout, stderr, stop, status] = fds;
+    // The socket (standard input) is the spawner's, not the command's.
+    if let Ok(null) = std::fs::File::open("/dev/null") {
+        let _ = nix::unistd::dup2_stdin(null.as_fd());
+    }
+    let _ = nix::unistd::dup2_stdout(stdout.as_fd());
+    let _ = nix::unistd::dup2_stderr(stderr.as_fd());
+    drop((stdout, stderr));
+    let mut status = std::fs::File::from(status);
+    let code = match decode(request) {
+        Ok((work_dir, env, reaper_args)) => match crate::reaper::command_of(&reaper_args) {
+            Ok((confinement, mut command)) => {
+                command.env_clear().envs(env).current_dir(work_dir);
+                crate::reaper::supervise(confinement, command, std::fs::File::from(stop))
+            }
+            Err(problem) => {
+                eprintln!("trellis {SPAWNER_ARG}: {problem}");
+                2
+            }
+        },
+        Err(problem) => {
+            eprintln!("trellis {SPAWNER_ARG}: {problem}");
+            2
+        }
+    };
+    let _ = status.write_all(&code.to_le_bytes());
+    code
+}
+
+/// A request read back: the working directory, the environment, the reaper's arguments.
+type Decoded = (OsString, Vec<(OsString, OsString)>, Vec<OsString>);
+
+/// The fields of [`encode`].
+fn decode(request: &[u8]) -> Result<Decoded, String> {
+    let mut fields = request
+        .split(|b| *b == 0)
+        .map(|f| OsString::from_vec(f.to_vec()));
+    let work_dir = fields.next().ok_or("an empty request")?;
+    let count: usize = fields
+        .next()
+        .and_then(|c| c.to_str()?.parse().ok())
+        .ok_or("no environment count")?;
+    let mut env = Vec::with_capacity(count);
+    for _ in 0..count {
+        let entry = fields.next().ok_or("fewer environment entries than said")?;
+        let bytes = entry.into_vec();
+        let split = bytes.iter().position(|b| *b == b'=').unwrap_or(bytes.len());
+        let (name, value) = bytes.split_at(split);
+        env.push((
+            OsString::from_vec(name.to_vec()),
+            OsString::from_vec(value.get(1..).unwrap_or_default().to_vec()),
+        ));
+    }
+    Ok((work_dir, env, fields.collect()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_read_back_as_they_were_written() {
+        let request = encode(
+            &["--landlock".into(), "--write".into(), "/w".into()],
+            OsStr::new("sh"),
+            &[OsStr::new("-c"), OsStr::new("echo a=b")],
+            Path::new("/w"),
+            &[
+                (OsStr::new("A"), OsStr::new("1=2")),
+                (OsStr::new("EMPTY"), OsStr::new("")),
+            ],
+        )
+        .unwrap();
+        let (work_dir, env, args) = decode(&request).unwrap();
+        assert_eq!(work_dir, "/w");
+        assert_eq!(
+            env,
+            [
+                ("A".into(), "1=2".into()),
+                ("EMPTY".into(), OsString::new())
+            ]
+        );
+        assert_eq!(
+            args,
+            ["--landlock", "--write", "/w", "--", "sh", "-c", "echo a=b"]
+        );
+        // A NUL cannot reach a program: such a request goes the other way.
+        assert!(
+            encode(
+                &[],
+                OsStr::new("sh"),
+                &[OsStr::new("a\0b")],
+                Path::new("/"),
+                &[]
+            )
+            .is_none()
+        );
+    }
+}
