@@ -7,7 +7,9 @@
 //! starts whose parent dies is re-parented to the reaper instead of to `init`, however it left. When the
 //! command exits — or the stage ends early, which the reaper learns when Trellis closes its standard
 //! input (also when Trellis itself dies) — the reaper kills every process left under it, waits for
-//! them, and exits as the command did.
+//! them, and exits as the command did. Command stages and the agent's shell tool get a copy of the
+//! reaper that the spawner forks instead ([`crate::spawner`]), told by a stop pipe rather than its
+//! standard input; it does the same.
 //!
 //! Where bubblewrap is not available, the reaper is also where the Landlock sandbox is applied
 //! (`--landlock --write PATH... [--network-off]`): it restricts itself before it starts the command,
