@@ -85,7 +85,7 @@ pub fn child_env(pass: &[String]) -> impl Iterator<Item = (&'static OsStr, &'sta
 /// What to look for in output: every form of every secret value of this process's environment (and
 /// those [`register`]ed since), with the name it is redacted as, longest first (so a form containing
 /// another is replaced whole).
-static SECRETS: LazyLock<std::sync::RwLock<Vec<(String, String)>>> = LazyLock::new(|| {
+static SECRETS: LazyLock<parking_lot::RwLock<Vec<(String, String)>>> = LazyLock::new(|| {
     let mut forms: Vec<(String, String)> = ENVIRONMENT
         .iter()
         .filter(|(_, _, secret)| *secret)
@@ -93,7 +93,7 @@ static SECRETS: LazyLock<std::sync::RwLock<Vec<(String, String)>>> = LazyLock::n
         .flat_map(|(name, value)| forms_of(name, value))
         .collect();
     order(&mut forms);
-    std::sync::RwLock::new(forms)
+    parking_lot::RwLock::new(forms)
 });
 
 /// The forms of a secret `value` (and of a URL's password in it) to redact as `name`.
@@ -128,17 +128,13 @@ pub fn register(name: &str, value: &str) {
     if added.is_empty() {
         return;
     }
-    let mut forms = SECRETS
-        .write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut forms = SECRETS.write();
     forms.extend(added);
     order(&mut forms);
 }
 
-fn known() -> std::sync::RwLockReadGuard<'static, Vec<(String, String)>> {
-    SECRETS
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+fn known() -> parking_lot::RwLockReadGuard<'static, Vec<(String, String)>> {
+    SECRETS.read()
 }
 
 /// `value` as written and in the encodings a leak would use: base64 (standard and URL-safe, at each

@@ -21,7 +21,7 @@
 
 #![allow(
     clippy::disallowed_methods,
-    reason = "the spawner is a small synchronous program of its own; Trellis asks it on the blocking pool"
+    reason = "the spawner is a small synchronous program of its own; Trellis asks it where it would otherwise start a process"
 )]
 
 use std::ffi::{OsStr, OsString};
@@ -31,12 +31,12 @@ use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::path::Path;
 use std::process::ExitStatus;
-use std::sync::Mutex;
 
 use nix::sys::socket::{
     AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, recvmsg,
     sendmsg, socketpair,
 };
+use parking_lot::Mutex;
 
 /// The argument that makes the reaper the spawner: `trellis-reap --spawner`.
 pub const SPAWNER_ARG: &str = "--spawner";
@@ -115,9 +115,7 @@ pub fn spawn(
     env: &[(&OsStr, &OsStr)],
 ) -> Option<std::io::Result<Spawned>> {
     let request = encode(options, program, args, work_dir, env)?;
-    let mut state = SPAWNER
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut state = SPAWNER.lock();
     if matches!(*state, State::NotStarted) {
         *state = start(launcher).map_or(State::Unavailable, State::Running);
     }
