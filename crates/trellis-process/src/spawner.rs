@@ -276,13 +276,15 @@ pub(crate) fn serve() -> i32 {
         let mut space = nix::cmsg_space!([RawFd; FDS]);
         let (length, fds) = {
             let mut io = [IoSliceMut::new(&mut buffer)];
-            let Ok(message) = recvmsg::<()>(
+            let message = match recvmsg::<()>(
                 socket,
                 &mut io,
                 Some(&mut space),
                 MsgFlags::MSG_CMSG_CLOEXEC,
-            ) else {
-                return 1;
+            ) {
+                Ok(message) => message,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => return 1,
             };
             let mut fds: Vec<OwnedFd> = Vec::with_capacity(FDS);
             if let Ok(messages) = message.cmsgs() {
