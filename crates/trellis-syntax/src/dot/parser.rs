@@ -46,7 +46,7 @@ pub fn parse_dot(text: &str, diagnostics: &mut Vec<Diagnostic>) -> Document {
     let document = parser.parse_file();
     // The lexer's errors go first, as if the whole file had been lexed before it was parsed: it
     // is, to its end, for the errors past what the parser read.
-    while parser.pull().kind != TokenKind::Eof {}
+    while parser.lexer.next_token().kind != TokenKind::Eof {}
     let Parser {
         lexer,
         diagnostics,
