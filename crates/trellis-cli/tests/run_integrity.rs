@@ -107,8 +107,8 @@ fn a_resume_stops_what_a_killed_sub_workflow_left_running() {
     // (as it would a reaper that failed), and only the resume is left to stop it.
     let trellis = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
     nix::sys::signal::kill(trellis, nix::sys::signal::Signal::SIGSTOP).unwrap();
-    for spawner in run_support::children_of(child.id()) {
-        for reaper in run_support::children_of(spawner) {
+    for spawner in trellis_process::reaper::children_of(child.id()) {
+        for reaper in trellis_process::reaper::children_of(spawner) {
             let reaper = nix::unistd::Pid::from_raw(i32::try_from(reaper).unwrap());
             let _ = nix::sys::signal::kill(reaper, nix::sys::signal::Signal::SIGKILL);
         }

@@ -177,10 +177,10 @@ fn nothing_an_unconfined_command_starts_outlives_trellis_killed_mid_stage() {
     run_support::wait_for("the branches' commands", wait, || {
         sleeps.iter().all(|needle| running(needle) > 0)
     });
-    let spawners = run_support::children_of(trellis.0.id());
+    let spawners = trellis_process::reaper::children_of(trellis.0.id());
     assert_eq!(spawners.len(), 1, "one spawner: {spawners:?}");
     assert_eq!(
-        run_support::children_of(spawners[0]).len(),
+        trellis_process::reaper::children_of(spawners[0]).len(),
         2,
         "a reaper per branch"
     );

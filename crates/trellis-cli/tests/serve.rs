@@ -80,13 +80,7 @@ fn processes_with(marker: &str) -> usize {
             if !String::from_utf8_lossy(&line).contains(marker) {
                 return None;
             }
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            let parent = stat
-                .rsplit_once(") ")?
-                .1
-                .split_whitespace()
-                .nth(1)?
-                .to_owned();
+            let parent = trellis_process::reaper::parent_of(pid.parse().ok()?)?.to_string();
             Some((pid, parent))
         })
         .collect();

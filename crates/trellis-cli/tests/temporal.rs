@@ -130,14 +130,7 @@ fn runs_descendant(pid: u32, needle: &str) -> bool {
         let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        let Some(after) = stat.rsplit_once(") ") else {
-            continue;
-        };
-        let parent = after.1.split(' ').nth(1).and_then(|p| p.parse().ok());
-        if let Some(parent) = parent {
+        if let Some(parent) = trellis_process::reaper::parent_of(child) {
             parents.insert(child, parent);
         }
         let command = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();

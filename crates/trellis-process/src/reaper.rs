@@ -328,25 +328,32 @@ fn reap_all() {
     }
 }
 
-/// The reaper's children, from `/proc` (the parent of each process is the fourth field of its `stat`).
+/// The reaper's children.
 fn children() -> Vec<Pid> {
-    let own = std::process::id();
+    children_of(std::process::id())
+        .into_iter()
+        .filter_map(|pid| Some(Pid::from_raw(i32::try_from(pid).ok()?)))
+        .collect()
+}
+
+/// The processes whose parent is `pid`, from `/proc`.
+pub fn children_of(pid: u32) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     entries
         .filter_map(Result::ok)
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-                // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
-                stat.rsplit_once(") ")
-                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
-                    == Some(own)
-            })
-        })
-        .filter_map(|pid| Some(Pid::from_raw(i32::try_from(pid).ok()?)))
+        .filter(|&child| parent_of(child) == Some(pid))
         .collect()
+}
+
+/// The parent of process `pid`, from `/proc`: the fourth field of its `stat` (`pid (comm) state
+/// ppid ...`, where the name may hold spaces and parentheses).
+pub fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(") ")?;
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 #[cfg(test)]

@@ -169,21 +169,6 @@ pub fn assert_process_group_gone(stage_dir: &Path) {
     );
 }
 
-/// The processes whose parent is `pid`.
-pub fn children_of(pid: u32) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|child| {
-            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
-                stat.rsplit_once(") ")
-                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
-                    == Some(pid)
-            })
-        })
-        .collect()
-}
-
 /// Whether `pid` is running (not ended, nor ended and not yet waited for).
 pub fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
