@@ -191,6 +191,29 @@ fn nothing_an_unconfined_command_starts_outlives_trellis_killed_mid_stage() {
 }
 
 #[test]
+fn a_finished_command_leaves_no_zombie_while_the_spawner_waits() {
+    // After `done`, nothing asks the spawner for minutes in a long wait (or in a server between
+    // runs); the reaper that ran `done` is cleared away all the same.
+    let p = probe_project("none");
+    p.write(
+        "w.fabro",
+        &workflow(
+            "done [shape=parallelogram, script=\"true\"]\n \
+             pause [shape=insulator, duration=\"6s\"]\n start -> done -> pause -> exit",
+        ),
+    );
+    let trellis = Killed(p.spawn_run("w.fabro"));
+    p.wait_for_event("StageStarted", "pause");
+    let spawners = trellis_process::reaper::children_of(trellis.0.id());
+    assert_eq!(spawners.len(), 1, "one spawner: {spawners:?}");
+    run_support::wait_for(
+        "the finished reaper to be cleared away",
+        std::time::Duration::from_secs(3),
+        || trellis_process::reaper::children_of(spawners[0]).is_empty(),
+    );
+}
+
+#[test]
 fn a_command_too_large_for_the_spawner_starts_the_reaper_program_instead() {
     // 100 KB of script (an argument may hold up to 128 KB) and 60 KB of environment: more than
     // one message to the spawner takes.

@@ -32,6 +32,7 @@ use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::path::Path;
 use std::process::ExitStatus;
 
+use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{
     AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, recvmsg,
     sendmsg, socketpair,
@@ -47,6 +48,9 @@ const MAX_REQUEST: usize = 128 * 1024;
 
 /// The descriptors that go with a request, in order.
 const FDS: usize = 4;
+
+/// How often, at most, an idle spawner clears away the reapers that have finished.
+const REAP_EVERY_MS: u16 = 1000;
 
 /// A running spawner and Trellis's end of its socket.
 struct Spawner {
@@ -268,11 +272,22 @@ pub(crate) fn serve() -> i32 {
     let socket: RawFd = 0;
     let mut buffer = vec![0u8; MAX_REQUEST];
     loop {
-        // Reapers that have finished, cleared away before waiting for the next request.
-        while let Ok(status) =
-            nix::sys::wait::waitpid(None, Some(nix::sys::wait::WaitPidFlag::WNOHANG))
-            && status != nix::sys::wait::WaitStatus::StillAlive
-        {}
+        // Reapers that have finished are cleared away at least once a second while no request
+        // comes (a server may wait long between commands), so none stays a zombie for longer.
+        loop {
+            while let Ok(status) =
+                nix::sys::wait::waitpid(None, Some(nix::sys::wait::WaitPidFlag::WNOHANG))
+                && status != nix::sys::wait::WaitStatus::StillAlive
+            {}
+            let stdin = std::io::stdin();
+            let mut ready = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
+            match nix::poll::poll(&mut ready, PollTimeout::from(REAP_EVERY_MS)) {
+                Ok(0) | Err(nix::errno::Errno::EINTR) => {}
+                // A request, or the socket closed (which the read below sees).
+                Ok(_) => break,
+                Err(_) => return 1,
+            }
+        }
         let mut space = nix::cmsg_space!([RawFd; FDS]);
         let (length, fds) = {
             let mut io = [IoSliceMut::new(&mut buffer)];
