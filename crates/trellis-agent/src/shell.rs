@@ -4,7 +4,7 @@
 //! its timeout runs out, or the session is dropped because the stage was cancelled — the whole group is
 //! killed (and, in the sandbox, everything in it), so nothing it started in the background lingers.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -15,6 +15,7 @@ use crate::tools::ToolOutput;
 use trellis_process::group::{self as process_group, drain};
 use trellis_process::sandbox::{Policy, Sandbox};
 use trellis_process::secrets;
+use trellis_process::task::blocking;
 
 /// Output kept in memory per stream; more is dropped (the model sees far less anyway).
 const MAX_CAPTURED: usize = 4 * 1024 * 1024;
@@ -32,17 +33,26 @@ pub struct ShellCommand<'a> {
 }
 
 pub async fn run(shell: &ShellCommand<'_>) -> ToolOutput {
-    let mut env: Vec<(&OsStr, &OsStr)> = secrets::child_env(shell.pass_env).collect();
+    let mut env: Vec<(OsString, OsString)> = secrets::child_env(shell.pass_env)
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
     let more = (shell.sandbox.env()).chain(shell.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    env.extend(more.map(|(k, v)| (OsStr::new(k), OsStr::new(v))));
+    env.extend(more.map(|(k, v)| (k.into(), v.into())));
     let started = Instant::now();
-    let spawned = shell.sandbox.start(
-        "sh".as_ref(),
-        &["-c".as_ref(), shell.command.as_ref()],
-        shell.dir,
-        shell.policy,
-        &env,
-    );
+    // Starting waits for the process (or for the spawner's answer): off the runtime's threads.
+    let (sandbox, policy) = (shell.sandbox.clone(), shell.policy.clone());
+    let (dir, command) = (shell.dir.to_path_buf(), shell.command.to_owned());
+    let spawned = blocking(move || {
+        let env: Vec<(&OsStr, &OsStr)> = env.iter().map(|(k, v)| (&**k, &**v)).collect();
+        sandbox.start(
+            "sh".as_ref(),
+            &["-c".as_ref(), command.as_ref()],
+            &dir,
+            &policy,
+            &env,
+        )
+    })
+    .await;
     let mut child = match spawned {
         Ok(child) => child,
         Err(e) => return ToolOutput::error(format!("cannot start `sh`: {e}")),
