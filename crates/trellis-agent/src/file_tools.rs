@@ -685,12 +685,57 @@ fn grep(work_dir: &WorkDir, args: &GrepArgs) -> Result<ToolOutput, String> {
         }
     }
     if hits == 0 {
-        return Ok(ToolOutput::ok(format!("no matches for `{}`", args.pattern)));
+        let mut answer = format!("no matches for `{}`", args.pattern);
+        let files = files_named_by(work_dir, &args.pattern);
+        if !files.is_empty() {
+            // A small model greps for `notes/*.txt` to see whether there are such files, and
+            // takes "no matches" for "none".
+            let _ = write!(
+                answer,
+                " in the files' text. `{}` names files, which grep does not look for; these \
+                 exist: {}",
+                args.pattern,
+                files.join(", ")
+            );
+        }
+        return Ok(ToolOutput::ok(answer));
     }
     Ok(ToolOutput {
         seen: found,
         ..ToolOutput::ok(out)
     })
+}
+
+/// The files of the working directory (at most ten) that `pattern` names when read as a path or a
+/// glob (`notes/*.txt`, `src/main.rs`), not as a regular expression; none for a pattern without a
+/// `/`, `*` or `.`, which is text.
+fn files_named_by(work_dir: &WorkDir, pattern: &str) -> Vec<String> {
+    const SHOWN: usize = 10;
+    if !pattern.contains(['/', '*', '.']) {
+        return Vec::new();
+    }
+    let Ok(matcher) = globset::GlobBuilder::new(pattern.trim_start_matches("./"))
+        .literal_separator(true)
+        .build()
+        .map(|glob| glob.compile_matcher())
+    else {
+        return Vec::new();
+    };
+    let root = work_dir.root();
+    ignore::WalkBuilder::new(root)
+        .require_git(false)
+        .build()
+        .take_while(|_| !work_dir.stopped())
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+        .filter(|e| {
+            e.path()
+                .strip_prefix(root)
+                .is_ok_and(|rel| matcher.is_match(rel))
+        })
+        .take(SHOWN)
+        .map(|e| work_dir.relative(e.path()))
+        .collect()
 }
 
 #[derive(Deserialize)]
@@ -1045,6 +1090,28 @@ mod tests {
         assert!(none.content.starts_with("no matches"), "{}", none.content);
         let bad = call(&work, Tool::Grep, &json!({"pattern": "("})).unwrap_err();
         assert!(bad.contains("invalid regular expression"), "{bad}");
+    }
+
+    #[test]
+    fn a_grep_for_file_names_finding_no_text_says_which_files_they_name() {
+        let (_d, work) = setup();
+        // As a small model looks for files: the pattern is a glob, and the text holds no such line.
+        let out = call(
+            &work,
+            Tool::Grep,
+            &json!({"pattern": "src/*.rs", "path": "src", "glob": "*.rs"}),
+        )
+        .unwrap();
+        assert_eq!(
+            out.content,
+            "no matches for `src/*.rs` in the files' text. `src/*.rs` names files, which grep \
+             does not look for; these exist: src/lib.rs"
+        );
+        // Ignored files are not named; text is not taken for a file name.
+        let ignored = call(&work, Tool::Grep, &json!({"pattern": "target/*"})).unwrap();
+        assert_eq!(ignored.content, "no matches for `target/*`");
+        let text = call(&work, Tool::Grep, &json!({"pattern": "fn sub"})).unwrap();
+        assert_eq!(text.content, "no matches for `fn sub`");
     }
 
     #[test]

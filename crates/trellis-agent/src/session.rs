@@ -266,6 +266,17 @@ fn missing_file(path: &str) -> String {
     )
 }
 
+/// What a coached model's `finish` is answered with, once, when a number its task names (a port, a
+/// limit) is in none of the files the task names, as when it came: a small model asked for two
+/// changes makes one.
+fn missing_value(value: &str) -> String {
+    format!(
+        "Not finished: the task names {value}, and no file it names holds {value} yet. Make that \
+         part of the task too, then check it; if the task needs no {value} in a file, call finish \
+         again."
+    )
+}
+
 /// The temperature of a greedy model's turn after a loop warning or a cut answer: asked the same
 /// way, it would answer the same way again.
 pub const UNSTICK_TEMPERATURE: f32 = 0.7;
@@ -282,6 +293,11 @@ struct Lately {
     /// The files the user's last message names that did not exist when it came, until `finish`
     /// was refused once for one still missing ([`missing_file`]).
     wanted: Vec<String>,
+    /// The numbers the user's last message names that none of the files it names held when it
+    /// came, until `finish` was refused once for one still missing ([`missing_value`]).
+    values: Vec<String>,
+    /// The words of the user's last message, as [`Session::expect_named_files`] took them.
+    task: String,
 }
 
 /// Whether the session's changes were checked: a file written since a command last succeeded (or
@@ -435,6 +451,8 @@ impl Session {
     pub async fn expect_named_files(&mut self, task: &str) {
         if self.coach && self.request.require_tool {
             self.lately.wanted = self.toolbox.missing_files(task).await;
+            self.lately.values = self.toolbox.missing_values(task).await;
+            task.clone_into(&mut self.lately.task);
         }
     }
 
@@ -565,6 +583,8 @@ impl Session {
             Some(NOT_FINISHED.to_owned())
         } else if let Some(missing) = self.still_missing().await {
             Some(missing_file(&missing))
+        } else if let Some(value) = self.value_still_missing().await {
+            Some(missing_value(&value))
         } else if self.coach && self.lately.check == Check::Due {
             self.lately.check = Check::Asked;
             Some(UNCHECKED.to_owned())
@@ -609,6 +629,17 @@ impl Session {
             self.lately.wanted = wanted;
         }
         missing.into_iter().next()
+    }
+
+    /// The first of the numbers the task names that the files it names still do not hold, asked
+    /// for once: the numbers wanted are forgotten then.
+    async fn value_still_missing(&mut self) -> Option<String> {
+        let wanted = std::mem::take(&mut self.lately.values);
+        if wanted.is_empty() {
+            return None;
+        }
+        let missing = self.toolbox.missing_values(&self.lately.task).await;
+        wanted.into_iter().find(|value| missing.contains(value))
     }
 
     /// How the model ends the task, as the session's messages to it say it.
@@ -1399,6 +1430,58 @@ mod tests {
             .await
             .unwrap();
         (answer, model.asked)
+    }
+
+    #[tokio::test]
+    async fn a_number_the_task_names_is_asked_for_once_while_no_named_file_holds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = "{\n  \"port\": 8080,\n  \"debug\": true\n}\n";
+        tokio::fs::write(dir.path().join("config.json"), config)
+            .await
+            .unwrap();
+        let mut session = coached_to_finish(dir.path());
+        let finish = (FINISH, json!({ "summary": "Done." }));
+        let edit = |old: &str, new: &str| {
+            response(
+                "",
+                &[(
+                    "edit_file",
+                    json!({ "path": "config.json", "old_string": old, "new_string": new }),
+                )],
+            )
+        };
+        let check = response("", &[("shell", json!({ "command": "cat config.json" }))]);
+        let mut model = Scripted {
+            answers: vec![
+                // One change of the two, checked.
+                edit("\"debug\": true", "\"debug\": false"),
+                check.clone(),
+                // 9090 is in no file the task names.
+                response("", std::slice::from_ref(&finish)),
+                edit("\"port\": 8080,", "\"port\": 9090,"),
+                check,
+                response("", std::slice::from_ref(&finish)),
+            ],
+            asked: Vec::new(),
+        };
+        let task = "In config.json, set the port to 9090 and turn debug off.";
+        session.expect_named_files(task).await;
+        let answer = session
+            .send(&mut model, &Log::default(), task.into())
+            .await
+            .unwrap();
+        assert_eq!(answer.text, "Done.");
+        assert_eq!(model.asked.len(), 6);
+        assert_eq!(
+            last_results(&model.asked[3]),
+            [(missing_value("9090"), true)]
+        );
+        assert!(
+            tokio::fs::read_to_string(dir.path().join("config.json"))
+                .await
+                .unwrap()
+                .contains("9090")
+        );
     }
 
     #[tokio::test]

@@ -441,6 +441,26 @@ impl Toolbox {
         Some(out)
     }
 
+    /// The numbers of three digits or more that `task` names (a port, a limit, a year) and that
+    /// none of the files it names holds: what the task wants written into them. Empty when it names
+    /// no file that exists, or no such number.
+    pub async fn missing_values(&self, task: &str) -> Vec<String> {
+        let values = values_named(task);
+        if values.is_empty() {
+            return Vec::new();
+        }
+        let (work_dir, task) = (self.work_dir.clone(), task.to_owned());
+        let files =
+            blocking(move || file_tools::named_files(&work_dir, &task, NAMED_FILES_LIMITS)).await;
+        if files.is_empty() {
+            return Vec::new();
+        }
+        values
+            .into_iter()
+            .filter(|value| !files.iter().any(|(_, content)| holds(content, value)))
+            .collect()
+    }
+
     /// Counts as seen the files a conversation being continued read, wrote or edited without error
     /// (a thread's earlier stages), as if this toolbox had done it.
     pub fn remember(&self, history: &[trellis_llm::Message]) {
@@ -715,6 +735,50 @@ fn clip_for_message(text: &str) -> String {
     .apply(text)
 }
 
+/// The numbers of three digits or more in `text`, standing alone (not part of a word, a name or a
+/// decimal), each once, in order.
+fn values_named(text: &str) -> Vec<String> {
+    let mut values: Vec<String> = Vec::new();
+    for (start, run) in digit_runs(text) {
+        let before = text[..start].chars().next_back();
+        let after = text[start + run.len()..].chars().next();
+        let part_of_more = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+        let decimal = |c: Option<char>, next: Option<char>| {
+            c == Some('.') && next.is_some_and(|n| n.is_ascii_digit())
+        };
+        let before_dot = text[..start].chars().rev().nth(1);
+        let after_dot = text[start + run.len()..].chars().nth(1);
+        if run.len() >= 3
+            && !part_of_more(before)
+            && !part_of_more(after)
+            && !decimal(before, before_dot)
+            && !decimal(after, after_dot)
+            && !values.iter().any(|v| v == run)
+        {
+            values.push(run.to_owned());
+        }
+    }
+    values
+}
+
+/// Each maximal run of ASCII digits in `text`, with where it starts.
+fn digit_runs(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    let mut rest = 0;
+    std::iter::from_fn(move || {
+        let start = rest + text[rest..].find(|c: char| c.is_ascii_digit())?;
+        let end = text[start..]
+            .find(|c: char| !c.is_ascii_digit())
+            .map_or(text.len(), |n| start + n);
+        rest = end;
+        Some((start, &text[start..end]))
+    })
+}
+
+/// Whether `content` holds `value` as a number of its own (`9090`, not `19090`).
+fn holds(content: &str, value: &str) -> bool {
+    digit_runs(content).any(|(_, run)| run == value)
+}
+
 #[cfg(test)]
 #[allow(
     clippy::disallowed_methods,
@@ -724,6 +788,37 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn the_numbers_a_task_names_are_those_standing_alone() {
+        assert_eq!(
+            values_named("In config.json, set the port to 9090 (was 8080), timeout 300."),
+            ["9090", "8080", "300"]
+        );
+        // Short numbers, parts of names and words, decimals and repeats are not values.
+        assert!(values_named("print 1 to 15 with sha256, v100, x_200, 3.1415 or 2.500").is_empty());
+        assert_eq!(values_named("9090 and 9090."), ["9090"]);
+        assert!(holds("\"port\": 9090,", "9090"));
+        assert!(!holds("\"port\": 19090,", "9090"));
+    }
+
+    #[tokio::test]
+    async fn a_number_the_task_names_is_missing_until_a_named_file_holds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.json"), "{\"port\": 8080}\n").unwrap();
+        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
+        let task = "In config.json, set the port to 9090.";
+        assert_eq!(toolbox.missing_values(task).await, ["9090"]);
+        std::fs::write(dir.path().join("config.json"), "{\"port\": 9090}\n").unwrap();
+        assert!(toolbox.missing_values(task).await.is_empty());
+        // A task that names no file that exists wants nothing of this kind.
+        assert!(
+            toolbox
+                .missing_values("Listen on port 9090.")
+                .await
+                .is_empty()
+        );
+    }
 
     fn call(name: &str, arguments: Value) -> ToolCall {
         ToolCall {
