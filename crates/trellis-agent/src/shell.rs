@@ -4,7 +4,7 @@
 //! its timeout runs out, or the session is dropped because the stage was cancelled — the whole group is
 //! killed (and, in the sandbox, everything in it), so nothing it started in the background lingers.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -33,23 +33,23 @@ pub struct ShellCommand<'a> {
 }
 
 pub async fn run(shell: &ShellCommand<'_>) -> ToolOutput {
-    let mut env: Vec<(OsString, OsString)> = secrets::child_env(shell.pass_env)
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-    let more = (shell.sandbox.env()).chain(shell.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    env.extend(more.map(|(k, v)| (k.into(), v.into())));
     let started = Instant::now();
     // Starting waits for the process (or for the spawner's answer): off the runtime's threads.
     let (sandbox, policy) = (shell.sandbox.clone(), shell.policy.clone());
     let (dir, command) = (shell.dir.to_path_buf(), shell.command.to_owned());
+    let (pass_env, env) = (shell.pass_env.to_vec(), shell.env.to_vec());
     let spawned = blocking(move || {
-        let env: Vec<(&OsStr, &OsStr)> = env.iter().map(|(k, v)| (&**k, &**v)).collect();
+        let extra: Vec<(&OsStr, &OsStr)> = env
+            .iter()
+            .map(|(k, v)| (OsStr::new(k), OsStr::new(v)))
+            .collect();
         sandbox.start(
             "sh".as_ref(),
             &["-c".as_ref(), command.as_ref()],
             &dir,
             &policy,
-            &env,
+            &pass_env,
+            &extra,
         )
     })
     .await;

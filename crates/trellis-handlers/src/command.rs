@@ -229,8 +229,9 @@ struct Launch {
     work_dir: std::path::PathBuf,
     /// The stage's directory: its time is the start on the file system's clock ([`start_time`]).
     stage_dir: std::path::PathBuf,
-    /// The child's environment: this process's without the secrets the node does not pass, ...
-    inherited: Vec<(&'static OsStr, &'static OsStr)>,
+    /// The secret variables the node passes on; the child gets this process's environment without
+    /// the others ([`Sandbox::start`]) ...
+    pass_env: Vec<String>,
     /// ... then the run's identity, set after it (so it replaces any inherited one).
     identity: Vec<(&'static str, std::ffi::OsString)>,
     sandbox: Arc<Sandbox>,
@@ -255,7 +256,7 @@ impl Launch {
             language: config.language,
             work_dir: stage.settings.work_dir.clone(),
             stage_dir: stage.dir.to_path_buf(),
-            inherited: secrets::child_env(&config.pass_env).collect(),
+            pass_env: config.pass_env.clone(),
             identity,
             sandbox: sandbox.clone(),
             policy: sandbox_policy(&config.sandbox),
@@ -287,23 +288,23 @@ impl Launch {
                 vec![OsStr::new("-c"), OsStr::new(&self.script)],
             )
         };
-        let mut env: Vec<(&OsStr, &OsStr)> = self.inherited.clone();
-        env.extend(
-            self.sandbox
-                .env()
-                .map(|(k, v)| (OsStr::new(k), OsStr::new(v))),
-        );
-        env.extend(
-            self.identity
-                .iter()
-                .map(|(k, v)| (OsStr::new(k), v.as_os_str())),
-        );
+        let mut extra: Vec<(&OsStr, &OsStr)> = self
+            .identity
+            .iter()
+            .map(|(k, v)| (OsStr::new(k), v.as_os_str()))
+            .collect();
         if direct.is_some() {
             // What the shell would have exported: the directory it runs in.
-            env.push((OsStr::new("PWD"), self.work_dir.as_os_str()));
+            extra.push((OsStr::new("PWD"), self.work_dir.as_os_str()));
         }
-        self.sandbox
-            .start(program, &args, &self.work_dir, &self.policy, &env)
+        self.sandbox.start(
+            program,
+            &args,
+            &self.work_dir,
+            &self.policy,
+            &self.pass_env,
+            &extra,
+        )
     }
 
     /// Starts the script (on the blocking pool): its program directly when it is a simple command

@@ -198,18 +198,26 @@ impl Sandbox {
         command
     }
 
-    /// Starts `program args` in `work_dir` under this sandbox with the node's `policy`, with exactly
-    /// the environment `env` (later entries win) and its output piped: as [`Sandbox::command`] does,
-    /// or — under the reaper — through the spawner ([`crate::spawner`]), which saves starting the
-    /// reaper's program. Inside the Tokio runtime only (the pipes register with it).
+    /// Starts `program args` in `work_dir` under this sandbox with the node's `policy` and its output
+    /// piped: as [`Sandbox::command`] does, or — under the reaper — through the spawner
+    /// ([`crate::spawner`]), which saves starting the reaper's program. Its environment is this
+    /// process's without the secrets the node does not pass on (`pass_env`,
+    /// [`crate::secrets::child_env`]), then the sandbox's own variables ([`Sandbox::env`]), then
+    /// `extra`: later entries win. Inside the Tokio runtime only (the pipes register with it).
     pub fn start(
         &self,
         program: &OsStr,
         args: &[&OsStr],
         work_dir: &Path,
         policy: &Policy,
-        env: &[(&OsStr, &OsStr)],
+        pass_env: &[String],
+        extra: &[(&OsStr, &OsStr)],
     ) -> std::io::Result<crate::child::Started> {
+        let inherited: Vec<_> = crate::secrets::child_env(pass_env).collect();
+        let mut env: Vec<(&OsStr, &OsStr)> = inherited;
+        env.extend(self.env().map(|(k, v)| (OsStr::new(k), OsStr::new(v))));
+        env.extend(extra.iter().copied());
+        let env = env.as_slice();
         if self.uses_reaper()
             && let Some(launcher) = &self.reaper
         {
