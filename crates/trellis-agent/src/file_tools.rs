@@ -721,21 +721,30 @@ fn files_named_by(work_dir: &WorkDir, pattern: &str) -> Vec<String> {
     else {
         return Vec::new();
     };
-    let root = work_dir.root();
+    files_matching(work_dir, work_dir.root(), &matcher)
+        .take(SHOWN)
+        .map(|e| work_dir.relative(e.path()))
+        .collect()
+}
+
+/// The files under `root` (`.gitignore` honoured) whose path from `root` `matcher` matches, until
+/// the stage stops.
+fn files_matching<'a>(
+    work_dir: &'a WorkDir,
+    root: &'a Path,
+    matcher: &'a globset::GlobMatcher,
+) -> impl Iterator<Item = ignore::DirEntry> + 'a {
     ignore::WalkBuilder::new(root)
         .require_git(false)
         .build()
         .take_while(|_| !work_dir.stopped())
         .filter_map(Result::ok)
         .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
-        .filter(|e| {
+        .filter(move |e| {
             e.path()
                 .strip_prefix(root)
                 .is_ok_and(|rel| matcher.is_match(rel))
         })
-        .take(SHOWN)
-        .map(|e| work_dir.relative(e.path()))
-        .collect()
 }
 
 #[derive(Deserialize)]
@@ -749,17 +758,7 @@ fn glob(work_dir: &WorkDir, args: &GlobArgs) -> Result<ToolOutput, String> {
     let matcher = globset::Glob::new(&args.pattern)
         .map_err(|e| format!("invalid glob `{}`: {e}", args.pattern))?
         .compile_matcher();
-    let mut found: Vec<(SystemTime, String)> = ignore::WalkBuilder::new(&root)
-        .require_git(false)
-        .build()
-        .take_while(|_| !work_dir.stopped())
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
-        .filter(|e| {
-            e.path()
-                .strip_prefix(&root)
-                .is_ok_and(|rel| matcher.is_match(rel))
-        })
+    let mut found: Vec<(SystemTime, String)> = files_matching(work_dir, &root, &matcher)
         .take(GLOB_MAX)
         .map(|e| {
             let modified = e
