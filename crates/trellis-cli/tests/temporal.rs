@@ -233,6 +233,15 @@ const WORKFLOWS: &[(&str, &str, &[&str])] = &[
         &[],
     ),
     (
+        "fan-out-first",
+        "digraph G { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         fan [shape=component, join_policy=\"first_success\", max_parallel=1]\n merge [shape=tripleoctagon]\n \
+         a [shape=parallelogram, script=\"echo a\"]\n b [shape=parallelogram, script=\"echo b > b-ran\"]\n \
+         c [shape=parallelogram, script=\"echo c > c-ran\"]\n \
+         start -> fan\n fan -> a -> merge\n fan -> b -> merge\n fan -> c -> merge\n merge -> exit }",
+        &[],
+    ),
+    (
         "sub-workflow",
         "digraph S { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
          sub [shape=house, workflow=\"child.fabro\"]\n after [shape=parallelogram, script=\"test -f child-ran\"]\n \
@@ -333,6 +342,27 @@ fn the_same_workflows_give_the_same_stages_outcomes_and_context_on_both_backends
                 remote.summary
             );
         }
+        if name.starts_with("fan-out") {
+            // Each branch was an activity of its own, all started together, then the join.
+            let run_id = remote.summary["run_id"].as_str().unwrap();
+            let branches: Vec<String> = ["a", "b", "c"]
+                .iter()
+                .map(|b| format!("branch {b} of fan"))
+                .collect();
+            let summaries = server.activity_summaries(run_id);
+            assert_eq!(
+                summaries.iter().filter(|s| branches.contains(s)).count(),
+                3,
+                "{summaries:?}"
+            );
+            let join = summaries.iter().position(|s| s == "join of fan");
+            let last_branch = summaries.iter().rposition(|s| branches.contains(s));
+            assert!(join > last_branch, "{summaries:?}");
+            assert!(
+                branches_scheduled_together(&server.history(run_id)),
+                "{summaries:?}"
+            );
+        }
         if *name == "wait" {
             // The wait's time was a Temporal timer.
             let run_id = remote.summary["run_id"].as_str().unwrap();
@@ -341,6 +371,23 @@ fn the_same_workflows_give_the_same_stages_outcomes_and_context_on_both_backends
         let meta = run_support::read_json(&remote.record().join("run.json"));
         assert_eq!(meta["temporal"]["task_queue"], "trellis", "{meta}");
     }
+}
+
+/// Whether every branch activity in `history` was scheduled before any activity ended: they ran
+/// at once, not one after another.
+fn branches_scheduled_together(history: &[Value]) -> bool {
+    let scheduled_at = |e: &Value| {
+        e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
+            && e["activityTaskScheduledEventAttributes"]["activityType"]["name"] == "Stages::branch"
+    };
+    let first_branch = history.iter().position(scheduled_at);
+    let last_branch = history.iter().rposition(scheduled_at);
+    let (Some(first), Some(last)) = (first_branch, last_branch) else {
+        return false;
+    };
+    !history[first..last]
+        .iter()
+        .any(|e| e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_COMPLETED")
 }
 
 /// The stage of `node` in the run's events: how many times it started and finished.
@@ -426,6 +473,52 @@ fn a_killed_worker_loses_only_the_stage_it_was_running_and_another_worker_finish
             "stage three"
         ]
     );
+    assert_eq!(checkpoint_of(&record)["status"], "succeeded");
+}
+
+#[test]
+fn a_worker_killed_during_a_fan_out_loses_only_the_branch_it_was_running() {
+    let Some((_turn, server)) = server() else {
+        return;
+    };
+    let project = Project::new();
+    project.write(
+        "fan.fabro",
+        "digraph F { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         fan [shape=component]\n merge [shape=tripleoctagon]\n \
+         quick [shape=parallelogram, script=\"echo quick >> done.log\"]\n \
+         slow [shape=parallelogram, script=\"echo slow-started >> done.log; sleep 4; echo slow >> done.log\"]\n \
+         after [shape=parallelogram, script=\"echo after >> done.log\"]\n \
+         start -> fan\n fan -> quick -> merge\n fan -> slow -> merge\n merge -> after -> exit }",
+    );
+    let mut first = Worker::start(&project, &server, "w1");
+    let follower = follow(&project, "fan.fabro", &server);
+    let log = project.path().join("done.log");
+    wait_for("both branches to start", Duration::from_secs(30), || {
+        std::fs::read_to_string(&log)
+            .is_ok_and(|l| l.contains("slow-started") && l.contains("quick"))
+    });
+    let _second = Worker::start(&project, &server, "w2");
+    assert!(runs_descendant(first.pid(), "sleep 4"));
+    first.kill();
+    let (summary, _) = ended(follower, "succeeded");
+    let record = PathBuf::from(summary["run_dir"].as_str().unwrap());
+    // The branch that had finished kept its result; the one that was running ran again, whole.
+    let done = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(done.matches("quick").count(), 1, "{done}");
+    assert_eq!(done.matches("slow-started").count(), 2, "{done}");
+    assert_eq!(done.lines().filter(|l| *l == "slow").count(), 1, "{done}");
+    assert_eq!(done.lines().filter(|l| *l == "after").count(), 1, "{done}");
+    assert_eq!(starts_and_ends(&record, "quick"), (1, 1));
+    assert_eq!(starts_and_ends(&record, "slow"), (2, 1));
+    assert_eq!(summary["handovers"], 1, "{summary}");
+    // Each branch was an activity; the survivor's fan-out asked only for the unfinished one.
+    let run_id = summary["run_id"].as_str().unwrap();
+    let summaries = server.activity_summaries(run_id);
+    let count = |name: &str| summaries.iter().filter(|s| *s == name).count();
+    assert_eq!(count("branch quick of fan"), 1, "{summaries:?}");
+    assert_eq!(count("branch slow of fan"), 2, "{summaries:?}");
+    assert_eq!(count("join of fan"), 1, "{summaries:?}");
     assert_eq!(checkpoint_of(&record)["status"], "succeeded");
 }
 

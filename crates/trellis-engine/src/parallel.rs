@@ -90,6 +90,22 @@ impl Engine {
             path: path.to_vec(),
             progress: Box::new(progress.clone()),
         });
+        // On the main track, a pacer runs each branch still to run as a unit of its own; the
+        // fan-out is over for it when this lease drops, with the branches below.
+        let pacer = self.pacer(path, index);
+        let _fan_out = pacer.map(|pacer| {
+            let to_run: Vec<String> = branch_ids
+                .iter()
+                .filter(|id| {
+                    progress
+                        .branches
+                        .get(**id)
+                        .is_none_or(|branch| branch.result.is_none())
+                })
+                .map(|&id| id.to_owned())
+                .collect();
+            pacer.fan_out(&node.id, &to_run)
+        });
         let semaphore = Semaphore::new(config.max_parallel.max(1) as usize);
         let mut running: FuturesUnordered<_> = branch_ids
             .iter()
@@ -104,7 +120,17 @@ impl Engine {
                     .unwrap_or_else(|| fresh_branch(id, track, context.snapshot()));
                 async move {
                     let _permit = semaphore.acquire().await;
-                    (position, self.run_branch(branch_path, state, fan_in).await)
+                    let lease = match pacer {
+                        Some(pacer) if state.result.is_none() => {
+                            Some(pacer.next_branch(&node.id, id).await)
+                        }
+                        _ => None,
+                    };
+                    let result = self.run_branch(branch_path, state, fan_in).await;
+                    if let (Some(lease), Ok(result)) = (lease, &result) {
+                        lease.end(result.status);
+                    }
+                    (position, result)
                 }
             })
             .collect();

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
+use trellis_workflow::StageStatus;
 
 use crate::checkpoint::Checkpoint;
 use crate::event::Event;
@@ -160,17 +161,63 @@ pub enum Pace {
 
 /// Something outside the engine that paces the main track (a distributed backend that runs each
 /// stage as a unit of its own): asked before each stage other than the start and the exit, once
-/// the previous stage's checkpoint is saved. Branches and sub-workflows are not paced: they run
-/// within their fan-out's or parent's stage.
+/// the previous stage's checkpoint is saved. The branches of a fan-out on the main track are paced
+/// too, each as a unit of its own; what runs inside a branch or a sub-workflow is not.
 #[async_trait]
 pub trait Pacer: Send + Sync {
     async fn next_stage(&self, node: &str) -> Pace;
+
+    /// A fan-out on the main track, `node`'s stage, is about to run `branches` (those a resumed
+    /// fan-out has not finished), each asked for with [`Pacer::next_branch`] when its turn under
+    /// `max_parallel` comes. The fan-out is over when the lease is dropped: a branch not asked for
+    /// by then does not run in it.
+    fn fan_out(&self, _node: &str, _branches: &[String]) -> Lease {
+        Lease::none()
+    }
+
+    /// Asked before the branch `branch` of the fan-out at `node` runs: it runs when this returns,
+    /// and the lease says how it ended (dropped without a word: it was cancelled or the run
+    /// stopped).
+    async fn next_branch(&self, _node: &str, _branch: &str) -> Lease {
+        Lease::none()
+    }
 
     /// A wait on the main track offers its time: `true` when the pacer keeps it (a durable timer
     /// of its own). The wait's stage then parks the run, and runs again — ending at once — when the
     /// pacer goes on at `until`.
     fn keeps_time(&self, _node: &str, _until: std::time::SystemTime) -> bool {
         false
+    }
+}
+
+/// What a pacer hears when a unit it paced ends: the branch's status, or nothing when the unit
+/// was dropped before it finished.
+pub struct Lease(Option<Box<dyn FnOnce(Option<StageStatus>) + Send>>);
+
+impl Lease {
+    /// A lease nobody listens to.
+    pub fn none() -> Self {
+        Self(None)
+    }
+
+    /// A lease that calls `ended` once: with the status it is ended with, or `None` when dropped.
+    pub fn new(ended: impl FnOnce(Option<StageStatus>) + Send + 'static) -> Self {
+        Self(Some(Box::new(ended)))
+    }
+
+    /// The unit ended with `status`.
+    pub fn end(mut self, status: StageStatus) {
+        if let Some(ended) = self.0.take() {
+            ended(Some(status));
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(ended) = self.0.take() {
+            ended(None);
+        }
     }
 }
 

@@ -373,11 +373,15 @@ async fn cancelling_stops_the_running_stage_and_resume_runs_it_again() {
     );
 }
 
-/// Paces the main track: records every stage it is asked about and parks before `park_at`.
+/// Paces the main track: records every stage it is asked about and parks before `park_at`; and
+/// every fan-out, branch and how each ended.
 #[derive(Default)]
 struct Pacing {
     asked: parking_lot::Mutex<Vec<String>>,
     park_at: Option<&'static str>,
+    /// `fan b1,b2` when a fan-out starts, `b1` when a branch is asked for, `b1: succeeded` (or
+    /// `b1: dropped`) when it ends, `fan: over` when the fan-out is.
+    paced: Arc<parking_lot::Mutex<Vec<String>>>,
 }
 
 #[async_trait]
@@ -390,6 +394,42 @@ impl trellis_engine::services::Pacer for Pacing {
             trellis_engine::services::Pace::Go
         }
     }
+
+    fn fan_out(&self, node: &str, branches: &[String]) -> trellis_engine::services::Lease {
+        self.paced
+            .lock()
+            .push(format!("{node} {}", branches.join(",")));
+        let (paced, node) = (self.paced.clone(), node.to_owned());
+        trellis_engine::services::Lease::new(move |_| paced.lock().push(format!("{node}: over")))
+    }
+
+    async fn next_branch(&self, _node: &str, branch: &str) -> trellis_engine::services::Lease {
+        self.paced.lock().push(branch.to_owned());
+        let (paced, branch) = (self.paced.clone(), branch.to_owned());
+        trellis_engine::services::Lease::new(move |status| {
+            let status = status.map_or("dropped", |s| s.as_str());
+            paced.lock().push(format!("{branch}: {status}"));
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_pacer_is_asked_for_each_branch_of_a_main_track_fan_out_and_hears_how_it_ended() {
+    // One branch at a time, and the first success ends the fan-out: `b2` is never asked for.
+    let source = graph(
+        "fan [shape=component, join_policy=\"first_success\", max_parallel=1]\n \
+         b1 [shape=parallelogram, script=\"ok\"]\n b2 [shape=parallelogram, script=\"ok\"]\n \
+         join [shape=tripleoctagon]\n start -> fan\n fan -> b1 -> join\n fan -> b2 -> join\n join -> exit",
+    );
+    let mut h = harness(&source, Arc::new(Scripted::default()));
+    let pacing = Arc::new(Pacing::default());
+    h.engine.services.pacer = Some(pacing.clone());
+    let result = h.run().await;
+    assert_eq!(result.status, RunStatus::Succeeded, "{:?}", result.error);
+    assert_eq!(
+        *pacing.paced.lock(),
+        ["fan b1,b2", "b1", "b1: succeeded", "fan: over"]
+    );
 }
 
 #[tokio::test]
@@ -418,8 +458,22 @@ async fn a_pacer_is_asked_before_each_main_track_stage_and_a_parked_run_goes_on_
     );
     let names = h.event_names();
     assert_eq!(names.last().map(String::as_str), Some("CheckpointSaved"));
-    // The main track's stages are asked about, not the start, the exit or the branches'.
+    // The main track's stages are asked about, not the start, the exit or the branches'; each
+    // branch is asked for on its own.
     assert_eq!(*parking.asked.lock(), ["a", "fan", "join", "c"]);
+    let mut paced = parking.paced.lock().clone();
+    paced[1..5].sort();
+    assert_eq!(
+        paced,
+        [
+            "fan b1,b2",
+            "b1",
+            "b1: succeeded",
+            "b2",
+            "b2: succeeded",
+            "fan: over"
+        ]
+    );
 
     let mut resumed = harness(&source, Arc::new(Scripted::default()));
     let going = Arc::new(Pacing::default());

@@ -3,7 +3,7 @@
 //! ([`submit`]); `trellis worker` polls for it ([`worker::run_worker`]).
 //!
 //! The model: a run is a Temporal workflow whose id is the run's id ([`workflow::TrellisRun`]), and
-//! each stage of its main track is an activity. The run's engine — the same step function, routing,
+//! each stage of its main track is an activity, as is each branch of a fan-out there. The run's engine — the same step function, routing,
 //! retries and goal gates as a local run — lives on the worker that holds the run and waits before
 //! each stage for that stage's activity (its [`trellis_engine::services::Pacer`]). Temporal's
 //! history records every stage, answer and timer (gate timeouts, waits); the run record (stage

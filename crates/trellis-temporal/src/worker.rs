@@ -1,14 +1,16 @@
-//! A Trellis worker: it polls the shared task queue for runs' workflows and their first stages, and
-//! a queue of its own for the later stages of the runs it holds.
+//! A Trellis worker: it polls the shared task queue for runs' workflows and their first stages, a
+//! queue of its own for the later stages of the runs it holds, and one for their fan-outs' branches.
 //!
-//! Each stage of a run's main track is one activity. The run's engine lives on the worker that
-//! holds the run, in a task of its own, from the run's first stage on: before each stage it waits
-//! (its [`Pacer`]) for that stage's activity, runs the stage while the activity heartbeats, and
-//! waits again. An activity for a run the worker does not hold (the first, or one taken over from
-//! a lost worker) opens the run record as `trellis resume` does. Temporal cancelling a stage's
-//! activity cancels the run (its commands' process trees with it); the worker stopping interrupts
-//! it for another worker to take over; an engine whose next stage's activity does not come parks
-//! the run between the two stages, for whichever worker that activity reaches.
+//! Each stage of a run's main track is one activity, and so is each branch of a fan-out there. The
+//! run's engine lives on the worker that holds the run, in a task of its own, from the run's first
+//! stage on: before each stage it waits (its [`Pacer`]) for that stage's activity, runs the stage
+//! while the activity heartbeats, and waits again; a fan-out's branch waits (`Branches`) for the
+//! activity of its own, which takes a slot for it and heartbeats until it ends. An activity for a
+//! run the worker does not hold (the first, or one taken over from a lost worker) opens the run
+//! record as `trellis resume` does. Temporal cancelling a stage's activity cancels the run (its
+//! commands' process trees with it); the worker stopping interrupts it for another worker to take
+//! over; an engine whose next stage's activity does not come parks the run between the two stages,
+//! for whichever worker that activity reaches.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -23,18 +25,25 @@ use temporalio_sdk::runtime::worker_tuner::{FixedSizeSlotSupplier, TunerHolder};
 use temporalio_sdk::{ApplicationFailure, Runtime, Worker, WorkerOptions};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use trellis_engine::RunStatus;
-use trellis_engine::services::{Answer, Interviewer, Pace, Pacer, Question};
+use trellis_engine::services::{Answer, Interviewer, Lease, Pace, Pacer, Question};
 use trellis_handlers::interviewer::{Answers, AutoApprove};
 use trellis_run::{Finished, Resumable, RunError, Sandbox, Stop, Wiring};
 use trellis_store::RunDir;
+use trellis_workflow::StageStatus;
 
-use crate::workflow::{HANDOVER_TIMEOUT, NextStage, Settle, StageEnd, TrellisRun, WaitingGate};
+use crate::workflow::{
+    BranchEnd, BranchWork, FanOut, HANDOVER_TIMEOUT, NextStage, Settle, StageEnd, TrellisRun,
+    WaitingGate, branch_queue,
+};
 use crate::{Target, connect};
 
 /// How long a held run's engine waits for its next stage's activity before it parks the run.
 /// Shorter than [`HANDOVER_TIMEOUT`], after which the activity goes to any worker: by then the
 /// engine here has let the run go.
 const IDLE: Duration = Duration::from_secs(HANDOVER_TIMEOUT.as_secs() / 2);
+
+/// How many branch activities a worker takes at once: they mostly wait for their turn.
+const BRANCHES_AT_ONCE: usize = 1024;
 
 /// Numbers the engines a worker starts.
 static GENERATIONS: AtomicU64 = AtomicU64::new(0);
@@ -81,6 +90,8 @@ struct Live {
     asked: Arc<Mutex<Option<WaitingGate>>>,
     /// The wait the run parked at for the workflow's timer, when it did: its node and end.
     kept: Arc<Mutex<Option<(String, SystemTime)>>>,
+    /// Where the branches of its fan-out meet their activities.
+    branches: Arc<Branches>,
 }
 
 /// The engine waits before `node`; `go` lets it run the stage.
@@ -92,6 +103,8 @@ struct Ready {
 /// What a live engine tells the activities of its run.
 enum Report {
     Ready(Ready),
+    /// A fan-out's stage started these branches: each is to come as an activity of its own.
+    FanOut(FanOut),
     /// The engine stopped: the run ended, waits for an answer, was stopped or parked.
     Ended(Box<Result<Finished, StageError>>),
 }
@@ -121,6 +134,30 @@ impl Stages {
             Ok(end) => Ok(end),
             Err(error) => Err(ApplicationFailure::non_retryable(error.to_string()).into()),
         }
+    }
+
+    /// Runs a branch of a fan-out of a run this worker holds, when the run's engine comes to it, and
+    /// says how it ended.
+    #[activity]
+    pub async fn branch(
+        self: Arc<Self>,
+        ctx: ActivityContext,
+        work: BranchWork,
+    ) -> Result<BranchEnd, ActivityError> {
+        self.confined(&work.run_id, &work.runs_dir)
+            .await
+            .map_err(ApplicationFailure::non_retryable)?;
+        let held = self
+            .held
+            .lock()
+            .get(&work.run_id)
+            .map(|live| (live.stop.clone(), live.branches.clone()));
+        // The run's engine is not here (it ended or was stopped): the branch has nothing to run.
+        let Some((run, branches)) = held else {
+            return Ok(BranchEnd { status: None });
+        };
+        let status = self.run_branch(&ctx, &run, &branches, &work).await;
+        Ok(BranchEnd { status })
     }
 
     /// Records the status of a run no stage is running: a run this worker holds is cancelled
@@ -176,32 +213,41 @@ impl Stages {
                 Err(status) => return Ok(self.end(status, None)),
             },
         };
+        // After a fan-out's branches, the engine here finishes its stage (the join) and comes to
+        // the next one, which is another activity's.
+        let mut started = work.finishing.is_some() && !opened;
         loop {
-            let ready = match live.waiting.take() {
-                Some(ready) => Ok(ready),
-                None => match self.report(ctx, &mut live).await {
-                    Report::Ready(ready) => Ok(ready),
-                    Report::Ended(ended) => Err(ended),
-                },
+            let report = match live.waiting.take() {
+                Some(ready) => Report::Ready(ready),
+                None => self.report(ctx, &mut live).await,
             };
-            let ended = match ready {
-                Ok(ready) => {
+            let report = match report {
+                Report::Ready(ready) if !started => {
                     // An engine that parked meanwhile reports its end next.
                     if ready.go.send(()).is_err() {
                         continue;
                     }
-                    match self.report(ctx, &mut live).await {
-                        Report::Ready(next) => {
-                            let mut end = self.end(RunStatus::Running, None);
-                            end.next = Some(next.node.clone());
-                            live.waiting = Some(next);
-                            self.held.lock().insert(work.run_id.clone(), live);
-                            return Ok(end);
-                        }
-                        Report::Ended(ended) => ended,
-                    }
+                    started = true;
+                    self.report(ctx, &mut live).await
                 }
-                Err(ended) => ended,
+                report => report,
+            };
+            let ended = match report {
+                Report::Ready(next) => {
+                    let mut end = self.end(RunStatus::Running, None);
+                    end.next = Some(next.node.clone());
+                    live.waiting = Some(next);
+                    self.held.lock().insert(work.run_id.clone(), live);
+                    return Ok(end);
+                }
+                // The branches are the workflow's to start, as activities of their own.
+                Report::FanOut(fan_out) => {
+                    let mut end = self.end(RunStatus::Running, None);
+                    end.fan_out = Some(fan_out);
+                    self.held.lock().insert(work.run_id.clone(), live);
+                    return Ok(end);
+                }
+                Report::Ended(ended) => ended,
             };
             // The engine parked for want of this activity (before it came, or as it came): the
             // stage is still to run. The run is opened again, once.
@@ -213,6 +259,47 @@ impl Stages {
                 Ok(live) => live,
                 Err(status) => return Ok(self.end(status, None)),
             };
+        }
+    }
+
+    /// Meets the branch `work` names when the run's engine comes to it, takes a slot for it, lets
+    /// it run and waits for its end, heartbeating throughout: Temporal cancelling the activity
+    /// cancels the run, and the worker stopping interrupts it. `None` when the branch did not run
+    /// to its end in the fan-out.
+    async fn run_branch(
+        &self,
+        ctx: &ActivityContext,
+        run: &Stop,
+        branches: &Branches,
+        work: &BranchWork,
+    ) -> Option<StageStatus> {
+        let asked = branches.arrive(&work.node, &work.branch)?;
+        let go = self.beating(ctx, run, asked).await.ok()?;
+        let _slot = self.slot(ctx).await?;
+        let (done, ended) = oneshot::channel();
+        go.send(done).ok()?;
+        self.beating(ctx, run, ended).await.ok().flatten()
+    }
+
+    /// Waits for `until`, heartbeating every second: Temporal cancelling the activity cancels the
+    /// run (and goes on waiting for what that ends), and the worker stopping interrupts it.
+    async fn beating<T>(&self, ctx: &ActivityContext, run: &Stop, until: T) -> T::Output
+    where
+        T: Future,
+    {
+        tokio::pin!(until);
+        let mut beat = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                out = &mut until => return out,
+                _ = beat.tick() => {
+                    // A heartbeat that cannot be sent is retried at the next tick; Temporal
+                    // decides when too many were missed.
+                    let _ = ctx.record_heartbeat(()).await;
+                }
+                () = ctx.cancelled(), if !run.token().is_cancelled() => run.cancel(),
+                () = self.stop.token().cancelled(), if !run.token().is_cancelled() => run.interrupt(),
+            }
         }
     }
 
@@ -236,21 +323,9 @@ impl Stages {
     /// The live engine's next report, heartbeating meanwhile: Temporal cancelling the activity
     /// cancels the run, and the worker stopping interrupts it.
     async fn report(&self, ctx: &ActivityContext, live: &mut Live) -> Report {
-        let mut beat = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            tokio::select! {
-                report = live.reports.recv() => {
-                    return report.unwrap_or_else(|| Report::Ended(Box::new(Err(StageError::Lost))));
-                }
-                _ = beat.tick() => {
-                    // A heartbeat that cannot be sent is retried at the next tick; Temporal
-                    // decides when too many were missed.
-                    let _ = ctx.record_heartbeat(()).await;
-                }
-                () = ctx.cancelled(), if !live.stop.token().is_cancelled() => live.stop.cancel(),
-                () = self.stop.token().cancelled(), if !live.stop.token().is_cancelled() => live.stop.interrupt(),
-            }
-        }
+        self.beating(ctx, &live.stop, live.reports.recv())
+            .await
+            .unwrap_or_else(|| Report::Ended(Box::new(Err(StageError::Lost))))
     }
 
     /// Opens the run from its checkpoint and starts its engine; a run that has ended already is
@@ -282,6 +357,8 @@ impl Stages {
         };
         let (reports, receiver) = mpsc::unbounded_channel();
         let kept = Arc::new(Mutex::new(None));
+        let branches = Arc::new(Branches::default());
+        let stop = Stop::new();
         let wiring = Wiring {
             interviewer,
             subscribers: Vec::new(),
@@ -290,7 +367,9 @@ impl Stages {
             pacer: Some(Arc::new(Paced {
                 reports: reports.clone(),
                 worker: self.stop.token().clone(),
+                run: stop.clone(),
                 kept: kept.clone(),
+                branches: branches.clone(),
             })),
         };
         let run = resumable.into_run(loaded, wiring).await?;
@@ -300,7 +379,6 @@ impl Stages {
             run.workflow_name()
         );
         let generation = GENERATIONS.fetch_add(1, Ordering::Relaxed);
-        let stop = Stop::new();
         let (engine_stop, held, run_id) = (stop.clone(), self.held.clone(), work.run_id.clone());
         let mut engines = self.engines.lock();
         // The engines that ended are let go of here, not only when the worker stops.
@@ -317,11 +395,15 @@ impl Stages {
                     finished.checkpoint.stage_count
                 );
             }
-            // A run that parked while it waited here is no longer held.
+            // A run that parked while it waited here is no longer held. One that ended is until
+            // an activity hears it: the end may come while its branches' activities run, and the
+            // fan-out's join hears it after them.
+            let parked = matches!(&ended, Ok(finished) if finished.status == RunStatus::Running);
             let mut held = held.lock();
-            if held
-                .get(&run_id)
-                .is_some_and(|l| l.generation == generation)
+            if parked
+                && held
+                    .get(&run_id)
+                    .is_some_and(|l| l.generation == generation)
             {
                 held.remove(&run_id);
             }
@@ -335,6 +417,7 @@ impl Stages {
             waiting: None,
             asked,
             kept,
+            branches,
         }))
     }
 
@@ -390,6 +473,7 @@ impl Stages {
             gate: None,
             next: None,
             sleep_ms: None,
+            fan_out: None,
         }
     }
 }
@@ -406,8 +490,11 @@ fn parked_idle(ended: &Result<Finished, StageError>, live: &Live) -> bool {
 struct Paced {
     reports: mpsc::UnboundedSender<Report>,
     worker: trellis_engine::CancellationToken,
+    /// The run's: a branch waiting for its activity when the worker stops interrupts it.
+    run: Stop,
     /// The wait whose time the workflow is to keep: its node and end.
     kept: Arc<Mutex<Option<(String, SystemTime)>>>,
+    branches: Arc<Branches>,
 }
 
 #[async_trait::async_trait]
@@ -433,6 +520,117 @@ impl Pacer for Paced {
     fn keeps_time(&self, node: &str, until: SystemTime) -> bool {
         *self.kept.lock() = Some((node.to_owned(), until));
         true
+    }
+
+    fn fan_out(&self, node: &str, branches: &[String]) -> Lease {
+        if branches.is_empty() {
+            return Lease::none();
+        }
+        self.branches.open(node);
+        let _ = self.reports.send(Report::FanOut(FanOut {
+            node: node.to_owned(),
+            branches: branches.to_vec(),
+        }));
+        let (meeting, node) = (self.branches.clone(), node.to_owned());
+        Lease::new(move |_| meeting.close(&node))
+    }
+
+    async fn next_branch(&self, node: &str, branch: &str) -> Lease {
+        let go = self.branches.ask(node, branch);
+        tokio::select! {
+            done = go => match done {
+                Ok(done) => Lease::new(move |status| {
+                    let _ = done.send(status);
+                }),
+                // The fan-out is over for the branch's activity (it cannot be before the branch
+                // ends): the branch runs unpaced.
+                Err(_) => Lease::none(),
+            },
+            () = self.worker.cancelled() => {
+                // Stopping the run drops this wait with the rest of its walk.
+                self.run.interrupt();
+                std::future::pending().await
+            }
+        }
+    }
+}
+
+/// Where the branches of a held run's fan-outs meet their activities: the engine asks for a
+/// branch when its turn comes, the branch's activity arrives when Temporal starts it, whichever is
+/// first waits for the other; then the activity lets the branch run, and hears how it ended.
+#[derive(Default)]
+struct Branches {
+    meetings: Mutex<BranchMeetings>,
+}
+
+#[derive(Default)]
+struct BranchMeetings {
+    /// The fan-outs whose branches may still be asked for.
+    open: std::collections::HashSet<String>,
+    /// By fan-out and branch: who came first.
+    waiting: HashMap<(String, String), Meeting>,
+}
+
+/// Sends the activity's end of a branch to the engine when the branch may run.
+type Go = oneshot::Sender<oneshot::Sender<Option<StageStatus>>>;
+
+enum Meeting {
+    /// The engine asked for the branch: the activity lets it run with this.
+    Asked(Go),
+    /// The activity arrived: it hears through this when the engine asks for the branch.
+    Arrived(oneshot::Sender<Go>),
+}
+
+impl Branches {
+    fn open(&self, node: &str) {
+        self.meetings.lock().open.insert(node.to_owned());
+    }
+
+    /// The fan-out is over: the activities of branches it did not ask for hear so.
+    fn close(&self, node: &str) {
+        let mut meetings = self.meetings.lock();
+        meetings.open.remove(node);
+        meetings.waiting.retain(|(fan_out, _), _| fan_out != node);
+    }
+
+    /// The engine asks for a branch: it may run once the answer comes.
+    fn ask(
+        &self,
+        node: &str,
+        branch: &str,
+    ) -> oneshot::Receiver<oneshot::Sender<Option<StageStatus>>> {
+        let (go, permit) = oneshot::channel();
+        let key = (node.to_owned(), branch.to_owned());
+        let mut meetings = self.meetings.lock();
+        match meetings.waiting.remove(&key) {
+            Some(Meeting::Arrived(arrived)) => {
+                let _ = arrived.send(go);
+            }
+            _ => {
+                meetings.waiting.insert(key, Meeting::Asked(go));
+            }
+        }
+        permit
+    }
+
+    /// A branch's activity arrives: it hears when the engine asks for the branch — at once when it
+    /// did already — and nothing when the fan-out is not (or no longer) running it.
+    fn arrive(&self, node: &str, branch: &str) -> Option<oneshot::Receiver<Go>> {
+        let (arrived, asked) = oneshot::channel();
+        let key = (node.to_owned(), branch.to_owned());
+        let mut meetings = self.meetings.lock();
+        if !meetings.open.contains(node) {
+            return None;
+        }
+        match meetings.waiting.remove(&key) {
+            Some(Meeting::Asked(go)) => {
+                let _ = arrived.send(go);
+            }
+            _ => {
+                meetings.waiting.insert(key, Meeting::Arrived(arrived));
+            }
+        }
+        Some(asked)
     }
 }
 
@@ -511,18 +709,39 @@ pub async fn run_worker(
         .client_identity_override(identity.clone())
         .graceful_shutdown_period(Duration::from_secs(5))
         .build();
+    // A branch's activity waits on the worker for its turn (the fan-out's `max_parallel`, then a
+    // slot), so any number of them may be taken at once.
+    let branches = WorkerOptions::new(branch_queue(&stages.queue))
+        .register_activities(stages.clone())
+        .tuner(
+            TunerHolder::builder()
+                .workflow_task_slot_supplier(FixedSizeSlotSupplier::new(1))
+                .activity_task_slot_supplier(FixedSizeSlotSupplier::new(BRANCHES_AT_ONCE))
+                .local_activity_task_slot_supplier(FixedSizeSlotSupplier::new(1))
+                .nexus_task_slot_supplier(FixedSizeSlotSupplier::new(1))
+                .build(),
+        )
+        .client_identity_override(identity.clone())
+        .graceful_shutdown_period(Duration::from_secs(5))
+        .build();
     let mut shared = Worker::new(&runtime, client.clone(), shared)?;
-    let mut own = Worker::new(&runtime, client, own)?;
-    let (stop_shared, stop_own) = (shared.shutdown_handle(), own.shutdown_handle());
+    let mut own = Worker::new(&runtime, client.clone(), own)?;
+    let mut branches = Worker::new(&runtime, client, branches)?;
+    let stops = [
+        shared.shutdown_handle(),
+        own.shutdown_handle(),
+        branches.shutdown_handle(),
+    ];
     started(&identity);
-    let workers = async { tokio::try_join!(shared.run(), own.run()) };
+    let workers = async { tokio::try_join!(shared.run(), own.run(), branches.run()) };
     tokio::pin!(workers);
     tokio::select! {
         ran = &mut workers => { ran?; }
         () = shutdown => {
             stages.stop.interrupt();
-            stop_shared();
-            stop_own();
+            for stop in stops {
+                stop();
+            }
             workers.await?;
         }
     }

@@ -1,7 +1,7 @@
 //! The Temporal workflow of one Trellis run, and the messages between it and the workers.
 //!
 //! The workflow holds no routing rules of its own: each of its activities is one stage of the run's
-//! main track, run by the engine (its own step function and routing) on the worker that holds the
+//! main track (or one branch of a fan-out there, run concurrently with its siblings), run by the engine (its own step function and routing) on the worker that holds the
 //! run, which says how the run stands after it: at which stage it goes on, or how it stopped.
 //! Everything the workflow decides — which queue the next stage goes to, whether the worker was
 //! lost, waiting for an answer — depends only on those recorded results, signals and timers, so
@@ -20,6 +20,7 @@ use temporalio_sdk::{
     WorkflowContextView, WorkflowResult,
 };
 use trellis_engine::RunStatus;
+use trellis_workflow::StageStatus;
 
 use crate::worker::Stages;
 
@@ -90,6 +91,35 @@ pub struct NextStage {
     /// Gates whose timeout ran out on Temporal's timer: they take their default.
     #[serde(default)]
     pub timed_out: Vec<String>,
+    /// The fan-out whose branches ran as activities of their own: this activity finishes its
+    /// stage (the join) on the worker that holds the run, and does not start the next one.
+    #[serde(default)]
+    pub finishing: Option<String>,
+}
+
+/// A branch of a fan-out on a run's main track, sent to the worker that holds the run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BranchWork {
+    pub run_id: String,
+    pub runs_dir: String,
+    /// The fan-out node.
+    pub node: String,
+    /// The branch: the id of its first node.
+    pub branch: String,
+}
+
+/// How a branch's activity ended: with the branch's status, or none when the branch did not run
+/// to its end in the fan-out (the join policy was met without it, or the run stopped).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BranchEnd {
+    pub status: Option<StageStatus>,
+}
+
+/// The branches a fan-out on the main track is about to run, each an activity of its own.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FanOut {
+    pub node: String,
+    pub branches: Vec<String>,
 }
 
 /// A status to record for a run no stage is running (cancelled while it waited).
@@ -120,6 +150,10 @@ pub struct StageEnd {
     /// workflow as a durable timer (the run is parked, no worker holds it meanwhile).
     #[serde(default)]
     pub sleep_ms: Option<u64>,
+    /// The fan-out the stage started, when it is one: its branches are the workflow's to start,
+    /// then its join.
+    #[serde(default)]
+    pub fan_out: Option<FanOut>,
 }
 
 /// A gate a run stopped at, and how long it may wait for an answer.
@@ -147,6 +181,7 @@ impl TrellisRun {
         let mut run = Holding::new(input.carried.clone());
         let mut answers = input.answers.clone();
         let mut timed_out: Vec<String> = Vec::new();
+        let mut finishing: Option<String> = None;
         loop {
             let work = NextStage {
                 run_id: input.run_id.clone(),
@@ -154,8 +189,13 @@ impl TrellisRun {
                 answers: answers.clone(),
                 auto_approve: input.auto_approve,
                 timed_out: timed_out.clone(),
+                finishing: finishing.take(),
             };
-            let options = stage_options(run.held_by.as_deref(), run.next.as_deref());
+            let options = stage_options(
+                run.held_by.as_deref(),
+                work.finishing.as_deref(),
+                run.next.as_deref(),
+            );
             let done = match ctx.execute_activity(Stages::advance, work, options).await {
                 Ok(done) => done,
                 Err(ActivityExecutionError::Cancelled(_)) => {
@@ -176,6 +216,20 @@ impl TrellisRun {
             answers.clone_from(&input.answers);
             timed_out.clear();
             run.ran(&done);
+            if let Some(fan_out) = &done.fan_out {
+                // The branches run concurrently, each an activity on the worker that holds the
+                // run; then the fan-out's stage ends there (its join).
+                let held_by = run.held_by.clone().unwrap_or_default();
+                match run_branches(ctx, &input, &held_by, fan_out).await {
+                    Branched::Ran => finishing = Some(fan_out.node.clone()),
+                    Branched::Lost => run.handed_over(&input.run_id)?,
+                    Branched::Cancelled => {
+                        return cancelled(ctx, &input, Some(&held_by), run.end).await;
+                    }
+                    Branched::Failed(error) => return Err((*error).into()),
+                }
+                continue;
+            }
             if let Some(ms) = done.sleep_ms {
                 // Any worker may go on after the timer; the one that parked the run first.
                 run.taken_up = true;
@@ -363,21 +417,87 @@ async fn wait_at_gate(ctx: &mut WorkflowContext<TrellisRun>, gate: Option<Waitin
 /// on how long it may wait there), else on the shared queue. Temporal never retries a stage: a lost
 /// worker is the workflow's to handle, and a failed stage is the engine's (its own retries). The
 /// activity's summary names the stage when it is known (Temporal's UI shows it).
-fn stage_options(held_by: Option<&str>, next: Option<&str>) -> ActivityOptions {
+fn stage_options(
+    held_by: Option<&str>,
+    finishing: Option<&str>,
+    next: Option<&str>,
+) -> ActivityOptions {
+    let summary = match (finishing, next) {
+        (Some(fan_out), _) => format!("join of {fan_out}"),
+        (None, Some(node)) => format!("stage {node}"),
+        (None, None) => "open the run at its checkpoint and run its next stage".to_owned(),
+    };
+    unit_options(held_by.map(str::to_owned), summary)
+}
+
+/// The options of a unit of a run's work: a stage, a branch or a join. See [`stage_options`].
+fn unit_options(queue: Option<String>, summary: String) -> ActivityOptions {
     ActivityOptions::with_start_to_close_timeout(Duration::from_hours(30 * 24))
         .heartbeat_timeout(HEARTBEAT_TIMEOUT)
-        .maybe_task_queue(held_by.map(str::to_owned))
-        .maybe_schedule_to_start_timeout(held_by.map(|_| HANDOVER_TIMEOUT))
+        .maybe_schedule_to_start_timeout(queue.as_ref().map(|_| HANDOVER_TIMEOUT))
+        .maybe_task_queue(queue)
         .cancellation_type(ActivityCancellationType::WaitCancellationCompleted)
         .retry_policy(RetryPolicy {
             maximum_attempts: 1,
             ..RetryPolicy::default()
         })
-        .summary(next.map_or_else(
-            || "open the run at its checkpoint and run its next stage".to_owned(),
-            |node| format!("stage {node}"),
-        ))
+        .summary(summary)
         .build()
+}
+
+/// The queue a worker takes the branches of the runs it holds from, given the queue of its own:
+/// apart from its stages, since a branch's activity waits there for its turn under the fan-out's
+/// `max_parallel` and the worker's slots, and must not keep a stage from starting meanwhile.
+pub fn branch_queue(queue: &str) -> String {
+    format!("{queue}/branches")
+}
+
+/// How a fan-out's branches ended.
+enum Branched {
+    /// Each ran (or was left out by the fan-out); the join is next.
+    Ran,
+    /// The worker that holds the run was lost.
+    Lost,
+    Cancelled,
+    Failed(Box<ActivityExecutionError>),
+}
+
+/// Runs `fan_out`'s branches at once, each an activity on the worker that holds the run (queue
+/// `held_by`), and waits for them all.
+async fn run_branches(
+    ctx: &mut WorkflowContext<TrellisRun>,
+    input: &RunInput,
+    held_by: &str,
+    fan_out: &FanOut,
+) -> Branched {
+    let branches = fan_out.branches.iter().map(|branch| {
+        let work = BranchWork {
+            run_id: input.run_id.clone(),
+            runs_dir: input.runs_dir.clone(),
+            node: fan_out.node.clone(),
+            branch: branch.clone(),
+        };
+        let options = unit_options(
+            Some(branch_queue(held_by)),
+            format!("branch {branch} of {}", fan_out.node),
+        );
+        ctx.execute_activity(Stages::branch, work, options)
+    });
+    let ended = temporalio_sdk::workflows::join_all(branches).await;
+    let mut outcome = Branched::Ran;
+    for end in ended {
+        match end {
+            Ok(_) => {}
+            Err(ActivityExecutionError::Cancelled(_)) => return Branched::Cancelled,
+            Err(lost) if worker_lost(&lost) => outcome = Branched::Lost,
+            Err(error) => {
+                if matches!(outcome, Branched::Ran) {
+                    outcome = Branched::Failed(Box::new(error));
+                }
+            }
+        }
+    }
+    outcome
 }
 
 /// Records `input`'s run as cancelled: through the worker that holds it when there is one (its
