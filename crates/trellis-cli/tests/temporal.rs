@@ -355,13 +355,22 @@ fn the_same_workflows_give_the_same_stages_outcomes_and_context_on_both_backends
                 3,
                 "{summaries:?}"
             );
-            let join = summaries.iter().position(|s| s == "join of fan");
+            let join = summaries.iter().position(|s| s == "end of fan");
             let last_branch = summaries.iter().rposition(|s| branches.contains(s));
             assert!(join > last_branch, "{summaries:?}");
             assert!(
                 branches_scheduled_together(&server.history(run_id)),
                 "{summaries:?}"
             );
+        }
+        if *name == "sub-workflow" {
+            // The child run was a child workflow whose activities were its stages; then the
+            // sub-workflow's stage ended in the run.
+            let run_id = remote.summary["run_id"].as_str().unwrap();
+            let child = server.activity_summaries(&format!("{run_id}/sub/1"));
+            assert_eq!(child, ["the first stage of sub"], "{child:?}");
+            let summaries = server.activity_summaries(run_id);
+            assert!(summaries.iter().any(|s| s == "end of sub"), "{summaries:?}");
         }
         if *name == "wait" {
             // The wait's time was a Temporal timer.
@@ -518,8 +527,85 @@ fn a_worker_killed_during_a_fan_out_loses_only_the_branch_it_was_running() {
     let count = |name: &str| summaries.iter().filter(|s| *s == name).count();
     assert_eq!(count("branch quick of fan"), 1, "{summaries:?}");
     assert_eq!(count("branch slow of fan"), 2, "{summaries:?}");
-    assert_eq!(count("join of fan"), 1, "{summaries:?}");
+    assert_eq!(count("end of fan"), 1, "{summaries:?}");
     assert_eq!(checkpoint_of(&record)["status"], "succeeded");
+}
+
+#[test]
+fn a_sub_workflow_is_a_child_workflow_and_survives_its_worker_being_killed() {
+    let Some((_turn, server)) = server() else {
+        return;
+    };
+    let project = Project::new();
+    project.write(
+        "child.fabro",
+        "digraph C { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         one [shape=parallelogram, script=\"echo one >> child.log\"]\n \
+         fan [shape=component]\n merge [shape=tripleoctagon]\n \
+         a [shape=parallelogram, script=\"echo a >> child.log\"]\n \
+         b [shape=parallelogram, script=\"echo b-started >> child.log; sleep 4; echo b >> child.log\"]\n \
+         two [shape=parallelogram, script=\"echo two >> child.log\"]\n \
+         start -> one -> fan\n fan -> a -> merge\n fan -> b -> merge\n merge -> two -> exit }",
+    );
+    project.write(
+        "parent.fabro",
+        "digraph P { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         before [shape=parallelogram, script=\"echo before >> done.log\"]\n \
+         sub [shape=house, workflow=\"child.fabro\"]\n \
+         after [shape=parallelogram, script=\"echo after >> done.log\"]\n \
+         start -> before -> sub -> after -> exit }",
+    );
+    let mut first = Worker::start(&project, &server, "w1");
+    let follower = follow(&project, "parent.fabro", &server);
+    let child_log = project.path().join("child.log");
+    wait_for(
+        "the child's branch b to start",
+        Duration::from_secs(30),
+        || std::fs::read_to_string(&child_log).is_ok_and(|l| l.contains("b-started")),
+    );
+    let _second = Worker::start(&project, &server, "w2");
+    assert!(runs_descendant(first.pid(), "sleep 4"));
+    first.kill();
+    let (summary, _) = ended(follower, "succeeded");
+    let record = PathBuf::from(summary["run_dir"].as_str().unwrap());
+    // The parent's finished stage kept; the sub-workflow's stage ran again, its child run from
+    // its start (as `trellis resume` runs it), and the run went on.
+    let done = std::fs::read_to_string(project.path().join("done.log")).unwrap();
+    assert_eq!(done, "before\nafter\n");
+    let child = std::fs::read_to_string(&child_log).unwrap();
+    assert_eq!(child.lines().filter(|l| *l == "b").count(), 1, "{child}");
+    assert_eq!(child.lines().filter(|l| *l == "two").count(), 1, "{child}");
+    assert_eq!(starts_and_ends(&record, "sub"), (2, 1));
+    assert_eq!(summary["handovers"], 1, "{summary}");
+    // The first child workflow was lost with its worker; the second ran the child's stages and
+    // its fan-out's branches as its activities, on the survivor.
+    let run_id = summary["run_id"].as_str().unwrap();
+    let lost = server.activity_summaries(&format!("{run_id}/sub/1"));
+    assert!(
+        lost.iter().any(|s| s == "branch b of fan in sub"),
+        "{lost:?}"
+    );
+    let second = server.activity_summaries(&format!("{run_id}/sub/2"));
+    for unit in [
+        "the first stage of sub",
+        "branch a of fan in sub",
+        "branch b of fan in sub",
+        "end of fan in sub",
+        "stage two of sub",
+    ] {
+        assert!(second.iter().any(|s| s == unit), "{unit}: {second:?}");
+    }
+    let parent = server.activity_summaries(run_id);
+    assert_eq!(
+        parent.iter().filter(|s| *s == "end of sub").count(),
+        1,
+        "{parent:?}"
+    );
+    assert_eq!(
+        parent.iter().filter(|s| *s == "stage after").count(),
+        1,
+        "{parent:?}"
+    );
 }
 
 #[test]
@@ -574,6 +660,59 @@ fn a_gate_answered_while_its_worker_is_down_completes_on_another_worker() {
     assert_eq!(ran.len(), 2, "{}", resumed.summary);
     assert_eq!(ran[0], first);
     assert_eq!(ran[1], workers[1].identity());
+}
+
+#[test]
+fn cancelling_a_run_on_temporal_stops_the_commands_of_its_branches_and_child_runs() {
+    let Some((_turn, server)) = server() else {
+        return;
+    };
+    let project = Project::new();
+    project.write(
+        "child.fabro",
+        "digraph C { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         inner [shape=parallelogram, script=\"touch inner-started; sleep 61\"]\n start -> inner -> exit }",
+    );
+    project.write(
+        "both.fabro",
+        "digraph B { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         fan [shape=component]\n merge [shape=tripleoctagon]\n \
+         branch [shape=parallelogram, script=\"touch branch-started; sleep 62\"]\n \
+         sub [shape=house, workflow=\"child.fabro\"]\n \
+         start -> fan\n fan -> branch -> merge\n fan -> sub -> merge\n merge -> exit }",
+    );
+    // A sub-workflow on the main track: its child run is a child workflow.
+    project.write(
+        "main.fabro",
+        "digraph M { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         sub [shape=house, workflow=\"child.fabro\"]\n start -> sub -> exit }",
+    );
+    let worker = Worker::start(&project, &server, "w1");
+    for (file, markers) in [
+        ("both.fabro", &["branch-started", "inner-started"][..]),
+        ("main.fabro", &["inner-started"][..]),
+    ] {
+        for marker in markers {
+            let _ = std::fs::remove_file(project.path().join(marker));
+        }
+        let id = submit(&project, file, &server);
+        wait_for("the commands to start", Duration::from_secs(30), || {
+            markers.iter().all(|m| project.path().join(m).exists())
+        });
+        let cancel = project.command(&["cancel", &id]).output().unwrap();
+        assert!(
+            cancel.status.success(),
+            "{}",
+            String::from_utf8_lossy(&cancel.stderr)
+        );
+        let record = project.path().join("runs").join(&id);
+        wait_for("the run to be cancelled", Duration::from_secs(30), || {
+            run_support::read_json(&record.join("run.json"))["status"] == "cancelled"
+        });
+        wait_for("the commands to stop", Duration::from_secs(10), || {
+            !runs_descendant(worker.pid(), "sleep 6")
+        });
+    }
 }
 
 #[test]

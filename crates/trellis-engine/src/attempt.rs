@@ -63,8 +63,9 @@ pub(crate) enum Work<'w> {
         track: &'w mut Track,
         config: &'w ParallelConfig,
     },
-    /// A sub-workflow: the child workflow file.
-    Child(&'w Path),
+    /// A sub-workflow: the child workflow file, and the run's pacer when the node is on the paced
+    /// main track.
+    Child(&'w Path, Option<&'w dyn crate::services::Pacer>),
 }
 
 impl Engine {
@@ -97,7 +98,7 @@ impl Engine {
             (_, NodeKind::Human(_)) => None,
             // A fan-out or a child workflow is many stages: the graph's `stall_timeout` applies to
             // each of them, and only the node's own `timeout` to the whole.
-            (Work::FanOut { .. } | Work::Child(_), _) => node.common.timeout,
+            (Work::FanOut { .. } | Work::Child(..), _) => node.common.timeout,
             _ => node.common.timeout.or(self.workflow.graph.stall_timeout),
         }
     }
@@ -140,13 +141,14 @@ impl Engine {
                     self.run_parallel(path, track, place.index, place.visit, config, place.context);
                 within(limit, async { fan_out.await.map(Attempt::from) }).await
             }
-            Work::Child(path) => {
+            Work::Child(path, pacer) => {
                 let child = Box::pin(self.run_child(
                     place.dir,
                     path,
                     place.context,
                     &node.id,
                     place.cancel,
+                    *pacer,
                 ));
                 within(limit, async { child.await.map(Attempt::from) }).await
             }
@@ -183,7 +185,7 @@ impl Engine {
                     dir: dir_name(&dir),
                     handler: node.kind.handler_kind(),
                     workflow: match &work {
-                        Work::Child(path) => Some(path.display().to_string()),
+                        Work::Child(path, _) => Some(path.display().to_string()),
                         _ => None,
                     },
                 },

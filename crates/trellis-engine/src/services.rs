@@ -5,6 +5,7 @@
 
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -173,6 +174,14 @@ pub trait Pacer: Send + Sync {
     /// by then does not run in it.
     fn fan_out(&self, _node: &str, _branches: &[String]) -> Lease {
         Lease::none()
+    }
+
+    /// A sub-workflow on the main track, `node`'s stage, starts its child run: a pacer that runs
+    /// the child's stages as units of their own returns the pacer of the child's main track —
+    /// asked before each of its stages and branches, it must not park them: a child run starts
+    /// over when its stage does — and a lease held while the child runs.
+    fn sub_workflow(&self, _node: &str) -> Option<(Arc<dyn Pacer>, Lease)> {
+        None
     }
 
     /// Asked before the branch `branch` of the fan-out at `node` runs: it runs when this returns,

@@ -121,12 +121,12 @@ impl Engine {
         }
     }
 
-    /// The pacer asked before the node at `index`: only the top-level run's main track is paced,
-    /// and not at its start or exit.
+    /// The pacer asked before the node at `index`: only a run's main track is paced (a
+    /// sub-workflow's child run has a pacer only when its parent's gave it one), and not at its
+    /// start or exit.
     pub(crate) fn pacer(&self, path: &[String], index: NodeIndex) -> Option<&dyn Pacer> {
         let pacer = self.services.pacer.as_deref()?;
         let main_track = path.is_empty()
-            && self.depth == 0
             && !matches!(
                 self.workflow.nodes[index].kind,
                 NodeKind::Start | NodeKind::Exit
@@ -243,9 +243,10 @@ impl Engine {
                     config,
                 },
             ),
-            NodeKind::SubWorkflow(config) => {
-                (track.last_outcome.as_ref(), Work::Child(&config.workflow))
-            }
+            NodeKind::SubWorkflow(config) => (
+                track.last_outcome.as_ref(),
+                Work::Child(&config.workflow, self.pacer(path, index)),
+            ),
             _ => (
                 track.last_outcome.as_ref(),
                 Work::Handler(self.handler_of(node)?, self.pacer(path, index)),

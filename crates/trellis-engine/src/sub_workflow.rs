@@ -1,6 +1,7 @@
 //! Sub-workflow nodes (`house`): run a child workflow file as one stage. The child starts from a copy of
 //! the parent's context ("context in"); the keys it changes come back as the stage's context updates
-//! ("changes out"). Its record lives in the stage directory's `child/`, and its events join the parent's
+//! ("changes out"). A pacer of the parent's main track may pace the child's
+//! ([`Pacer::sub_workflow`]). Its record lives in the stage directory's `child/`, and its events join the parent's
 //! stream under the run id `<parent>/<node>`.
 
 use std::path::Path;
@@ -16,6 +17,7 @@ use crate::engine::{Engine, EngineError, blocking};
 use crate::handler::Services;
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
+use crate::services::Pacer;
 
 /// How deep sub-workflows may nest (a workflow that includes itself stops here, once: the error ends
 /// the whole run rather than failing each level's stage in turn).
@@ -32,6 +34,7 @@ impl Engine {
         context: &RunContext,
         node_id: &str,
         cancel: &CancellationToken,
+        pacer: Option<&dyn Pacer>,
     ) -> Result<Outcome, EngineError> {
         if self.depth >= MAX_DEPTH {
             return Err(EngineError::NestingTooDeep {
@@ -69,8 +72,11 @@ impl Engine {
                 format!("the child workflow is not valid{detail}"),
             ));
         };
+        // The child's main track is paced only by the pacer this stage's gives it, while it runs.
+        let (pacer, _paced) = pacer.and_then(|pacer| pacer.sub_workflow(node_id)).unzip();
         let services = Services {
             store: self.services.store.child(dir)?,
+            pacer,
             ..self.services.clone()
         };
         let child_id = format!("{}/{node_id}", self.run_id);

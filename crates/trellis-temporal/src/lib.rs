@@ -3,17 +3,18 @@
 //! ([`submit`]); `trellis worker` polls for it ([`worker::run_worker`]).
 //!
 //! The model: a run is a Temporal workflow whose id is the run's id ([`workflow::TrellisRun`]), and
-//! each stage of its main track is an activity, as is each branch of a fan-out there. The run's engine — the same step function, routing,
-//! retries and goal gates as a local run — lives on the worker that holds the run and waits before
-//! each stage for that stage's activity (its [`trellis_engine::services::Pacer`]). Temporal's
-//! history records every stage, answer and timer (gate timeouts, waits); the run record (stage
-//! files, checkpoint, events) lives in a runs directory every worker and the submitter reach at the
-//! same path. A stage heartbeats every second: a worker that dies is noticed within
-//! [`workflow::HEARTBEAT_TIMEOUT`], and another worker resumes the run from its checkpoint,
-//! re-running only the interrupted stage, exactly as `trellis resume` does. The stages of a run go to
-//! the queue of the worker that holds it; when nobody polls that queue within
-//! [`workflow::HANDOVER_TIMEOUT`], any worker takes the run over. The engine crate knows nothing of
-//! Temporal.
+//! each stage of its main track is an activity, as is each branch of a fan-out there; a
+//! sub-workflow there is a child workflow ([`workflow::TrellisSubRun`]) whose activities are the
+//! stages of its child run. The run's engine — the same step function, routing, retries and goal
+//! gates as a local run — lives on the worker that holds the run and waits before each stage for
+//! that stage's activity (its [`trellis_engine::services::Pacer`]). Temporal's history records
+//! every stage, answer and timer (gate timeouts, waits); the run record (stage files, checkpoint,
+//! events) lives in a runs directory every worker and the submitter reach at the same path. A stage
+//! heartbeats every second: a worker that dies is noticed within [`workflow::HEARTBEAT_TIMEOUT`],
+//! and another worker resumes the run from its checkpoint, re-running only the interrupted stage,
+//! exactly as `trellis resume` does. The stages of a run go to the queue of the worker that holds
+//! it; when nobody polls that queue within [`workflow::HANDOVER_TIMEOUT`], any worker takes the run
+//! over. The engine crate knows nothing of Temporal.
 
 pub mod worker;
 pub mod workflow;

@@ -32,8 +32,8 @@ use trellis_store::RunDir;
 use trellis_workflow::StageStatus;
 
 use crate::workflow::{
-    BranchEnd, BranchWork, FanOut, HANDOVER_TIMEOUT, NextStage, Settle, StageEnd, TrellisRun,
-    WaitingGate, branch_queue,
+    BranchEnd, BranchWork, FanOut, HANDOVER_TIMEOUT, NextStage, Settle, StageEnd, SubStage,
+    SubStageEnd, TrellisRun, TrellisSubRun, WaitingGate, branch_queue,
 };
 use crate::{Target, connect};
 
@@ -83,14 +83,28 @@ struct Live {
     /// Tells which engine this is (a run parked and opened again gets a new one).
     generation: u64,
     stop: Stop,
-    reports: mpsc::UnboundedReceiver<Report>,
-    /// The engine waits before this stage for its activity.
-    waiting: Option<Ready>,
+    /// Its main track.
+    lane: Lane,
     /// The gate the run stopped at, when it did.
     asked: Arc<Mutex<Option<WaitingGate>>>,
     /// The wait the run parked at for the workflow's timer, when it did: its node and end.
-    kept: Arc<Mutex<Option<(String, SystemTime)>>>,
-    /// Where the branches of its fan-out meet their activities.
+    kept: Kept,
+    /// The main tracks of the child runs of its sub-workflows, by the sub-workflow's node, while
+    /// they run (and no activity of theirs holds them).
+    children: Children,
+}
+
+type Children = Arc<Mutex<HashMap<String, Lane>>>;
+
+/// The wait a run parked at for its workflow's timer, when it did: its node and end.
+type Kept = Arc<Mutex<Option<(String, SystemTime)>>>;
+
+/// A main track paced by activities: the run's, or a sub-workflow's child run's.
+struct Lane {
+    reports: mpsc::UnboundedReceiver<Report>,
+    /// The engine waits before this stage for its activity.
+    waiting: Option<Ready>,
+    /// Where the branches of its fan-outs meet their activities.
     branches: Arc<Branches>,
 }
 
@@ -105,8 +119,13 @@ enum Report {
     Ready(Ready),
     /// A fan-out's stage started these branches: each is to come as an activity of its own.
     FanOut(FanOut),
+    /// A sub-workflow's stage (its node) started its child run, whose stages are to come as
+    /// activities of a child workflow.
+    SubWorkflow(String),
     /// The engine stopped: the run ended, waits for an answer, was stopped or parked.
     Ended(Box<Result<Finished, StageError>>),
+    /// The lane's track is over: a child run ended, or the engine that paced it is gone.
+    Over,
 }
 
 /// Why a stage's activity failed.
@@ -136,6 +155,19 @@ impl Stages {
         }
     }
 
+    /// Runs the next stage of a sub-workflow's child run this worker holds, and says what follows.
+    #[activity]
+    pub async fn child_stage(
+        self: Arc<Self>,
+        ctx: ActivityContext,
+        work: SubStage,
+    ) -> Result<SubStageEnd, ActivityError> {
+        match self.sub_stage(&ctx, work).await {
+            Ok(end) => Ok(end),
+            Err(error) => Err(ApplicationFailure::non_retryable(error.to_string()).into()),
+        }
+    }
+
     /// Runs a branch of a fan-out of a run this worker holds, when the run's engine comes to it, and
     /// says how it ended.
     #[activity]
@@ -147,11 +179,13 @@ impl Stages {
         self.confined(&work.run_id, &work.runs_dir)
             .await
             .map_err(ApplicationFailure::non_retryable)?;
-        let held = self
-            .held
-            .lock()
-            .get(&work.run_id)
-            .map(|live| (live.stop.clone(), live.branches.clone()));
+        let held = self.held.lock().get(&work.run_id).and_then(|live| {
+            let branches = match &work.sub_workflow {
+                None => Some(live.lane.branches.clone()),
+                Some(node) => live.children.lock().get(node).map(|l| l.branches.clone()),
+            };
+            Some((live.stop.clone(), branches?))
+        });
         // The run's engine is not here (it ended or was stopped): the branch has nothing to run.
         let Some((run, branches)) = held else {
             return Ok(BranchEnd { status: None });
@@ -175,7 +209,7 @@ impl Stages {
         let held = self.held.lock().remove(&settle.run_id);
         if let Some(mut live) = held {
             live.stop.cancel();
-            while let Some(report) = live.reports.recv().await {
+            while let Some(report) = live.lane.reports.recv().await {
                 if let Report::Ended(_) = report {
                     break;
                 }
@@ -213,41 +247,32 @@ impl Stages {
                 Err(status) => return Ok(self.end(status, None)),
             },
         };
-        // After a fan-out's branches, the engine here finishes its stage (the join) and comes to
-        // the next one, which is another activity's.
+        // After a fan-out's branches or a sub-workflow's child run, the engine here finishes its
+        // stage and comes to the next one, which is another activity's.
         let mut started = work.finishing.is_some() && !opened;
         loop {
-            let report = match live.waiting.take() {
-                Some(ready) => Report::Ready(ready),
-                None => self.report(ctx, &mut live).await,
-            };
-            let report = match report {
-                Report::Ready(ready) if !started => {
-                    // An engine that parked meanwhile reports its end next.
-                    if ready.go.send(()).is_err() {
-                        continue;
-                    }
-                    started = true;
-                    self.report(ctx, &mut live).await
-                }
-                report => report,
-            };
-            let ended = match report {
-                Report::Ready(next) => {
-                    let mut end = self.end(RunStatus::Running, None);
-                    end.next = Some(next.node.clone());
-                    live.waiting = Some(next);
-                    self.held.lock().insert(work.run_id.clone(), live);
-                    return Ok(end);
-                }
-                // The branches are the workflow's to start, as activities of their own.
-                Report::FanOut(fan_out) => {
-                    let mut end = self.end(RunStatus::Running, None);
-                    end.fan_out = Some(fan_out);
-                    self.held.lock().insert(work.run_id.clone(), live);
-                    return Ok(end);
-                }
+            let ended = match self
+                .drive(ctx, &live.stop, &mut live.lane, &mut started)
+                .await
+            {
                 Report::Ended(ended) => ended,
+                Report::Over => Box::new(Err(StageError::Lost)),
+                report => {
+                    let mut end = self.end(RunStatus::Running, None);
+                    match report {
+                        Report::Ready(next) => {
+                            end.next = Some(next.node.clone());
+                            live.lane.waiting = Some(next);
+                        }
+                        // The branches or the child run's stages are the workflow's to start, as
+                        // activities of their own.
+                        Report::FanOut(fan_out) => end.fan_out = Some(fan_out),
+                        Report::SubWorkflow(node) => end.sub_workflow = Some(node),
+                        Report::Ended(_) | Report::Over => unreachable!("matched above"),
+                    }
+                    self.held.lock().insert(work.run_id.clone(), live);
+                    return Ok(end);
+                }
             };
             // The engine parked for want of this activity (before it came, or as it came): the
             // stage is still to run. The run is opened again, once.
@@ -322,10 +347,74 @@ impl Stages {
 
     /// The live engine's next report, heartbeating meanwhile: Temporal cancelling the activity
     /// cancels the run, and the worker stopping interrupts it.
-    async fn report(&self, ctx: &ActivityContext, live: &mut Live) -> Report {
-        self.beating(ctx, &live.stop, live.reports.recv())
+    async fn report(&self, ctx: &ActivityContext, run: &Stop, lane: &mut Lane) -> Report {
+        self.beating(ctx, run, lane.reports.recv())
             .await
-            .unwrap_or_else(|| Report::Ended(Box::new(Err(StageError::Lost))))
+            .unwrap_or(Report::Over)
+    }
+
+    /// Lets the lane's engine run the stage it waits before — unless `started`: the activity's unit
+    /// runs already — and returns what it reports next.
+    async fn drive(
+        &self,
+        ctx: &ActivityContext,
+        run: &Stop,
+        lane: &mut Lane,
+        started: &mut bool,
+    ) -> Report {
+        loop {
+            let report = match lane.waiting.take() {
+                Some(ready) => Report::Ready(ready),
+                None => self.report(ctx, run, lane).await,
+            };
+            match report {
+                Report::Ready(ready) if !*started => {
+                    // An engine that parked meanwhile reports its end next.
+                    if ready.go.send(()).is_err() {
+                        continue;
+                    }
+                    *started = true;
+                    return self.report(ctx, run, lane).await;
+                }
+                report => return report,
+            }
+        }
+    }
+
+    /// Runs the next stage of a sub-workflow's child run on the worker that holds the run, and
+    /// says what follows it.
+    async fn sub_stage(
+        &self,
+        ctx: &ActivityContext,
+        work: SubStage,
+    ) -> Result<SubStageEnd, StageError> {
+        self.confined(&work.run_id, &work.runs_dir)
+            .await
+            .map_err(|reason| RunError::Sandbox { reason })?;
+        let Some(_slot) = self.slot(ctx).await else {
+            return Err(StageError::Cancelled);
+        };
+        let held = self.held.lock().get(&work.run_id).and_then(|live| {
+            let lane = live.children.lock().remove(&work.node)?;
+            Some((live.stop.clone(), live.children.clone(), lane))
+        });
+        // The child run is not running here (its engine stopped): nothing of it is left to run.
+        let Some((run, children, mut lane)) = held else {
+            return Ok(SubStageEnd::default());
+        };
+        let mut started = work.finishing.is_some();
+        let mut end = SubStageEnd::default();
+        match self.drive(ctx, &run, &mut lane, &mut started).await {
+            Report::Ready(next) => {
+                end.next = Some(next.node.clone());
+                lane.waiting = Some(next);
+            }
+            Report::FanOut(fan_out) => end.fan_out = Some(fan_out),
+            // A child run's own sub-workflows run unpaced; its end is the only other report.
+            Report::SubWorkflow(_) | Report::Ended(_) | Report::Over => return Ok(end),
+        }
+        children.lock().insert(work.node, lane);
+        Ok(end)
     }
 
     /// Opens the run from its checkpoint and starts its engine; a run that has ended already is
@@ -358,6 +447,7 @@ impl Stages {
         let (reports, receiver) = mpsc::unbounded_channel();
         let kept = Arc::new(Mutex::new(None));
         let branches = Arc::new(Branches::default());
+        let children = Children::default();
         let stop = Stop::new();
         let wiring = Wiring {
             interviewer,
@@ -368,8 +458,9 @@ impl Stages {
                 reports: reports.clone(),
                 worker: self.stop.token().clone(),
                 run: stop.clone(),
-                kept: kept.clone(),
+                kept: Some(kept.clone()),
                 branches: branches.clone(),
+                children: Some(children.clone()),
             })),
         };
         let run = resumable.into_run(loaded, wiring).await?;
@@ -413,11 +504,14 @@ impl Stages {
         Ok(Ok(Live {
             generation,
             stop,
-            reports: receiver,
-            waiting: None,
+            lane: Lane {
+                reports: receiver,
+                waiting: None,
+                branches,
+            },
             asked,
             kept,
-            branches,
+            children,
         }))
     }
 
@@ -474,6 +568,7 @@ impl Stages {
             next: None,
             sleep_ms: None,
             fan_out: None,
+            sub_workflow: None,
         }
     }
 }
@@ -490,11 +585,30 @@ fn parked_idle(ended: &Result<Finished, StageError>, live: &Live) -> bool {
 struct Paced {
     reports: mpsc::UnboundedSender<Report>,
     worker: trellis_engine::CancellationToken,
-    /// The run's: a branch waiting for its activity when the worker stops interrupts it.
+    /// The run's: a child's stage or a branch waiting for its activity when the worker stops
+    /// interrupts it.
     run: Stop,
-    /// The wait whose time the workflow is to keep: its node and end.
-    kept: Arc<Mutex<Option<(String, SystemTime)>>>,
+    /// The wait whose time the workflow is to keep: its node and end. `None` paces a child run:
+    /// it never parks (it would start over), and its waits count down in its engine.
+    kept: Option<Kept>,
     branches: Arc<Branches>,
+    /// Where the run's sub-workflows' child runs are paced; `None` in a child run, whose own
+    /// sub-workflows run unpaced within their stage.
+    children: Option<Children>,
+}
+
+impl Paced {
+    /// Waits for `until`; the worker stopping meanwhile interrupts the run, whose stopping drops
+    /// this wait with the rest of the engine's walk.
+    async fn unless_stopped<T>(&self, until: impl Future<Output = T>) -> T {
+        tokio::select! {
+            out = until => out,
+            () = self.worker.cancelled() => {
+                self.run.interrupt();
+                std::future::pending().await
+            }
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -508,6 +622,13 @@ impl Pacer for Paced {
         if self.reports.send(Report::Ready(ready)).is_err() {
             return Pace::Park;
         }
+        if self.kept.is_none() {
+            // A child run's stage waits for its activity however long it takes.
+            return match self.unless_stopped(permit).await {
+                Ok(()) => Pace::Go,
+                Err(_) => Pace::Park,
+            };
+        }
         tokio::select! {
             permitted = tokio::time::timeout(IDLE, permit) => match permitted {
                 Ok(Ok(())) => Pace::Go,
@@ -518,8 +639,39 @@ impl Pacer for Paced {
     }
 
     fn keeps_time(&self, node: &str, until: SystemTime) -> bool {
-        *self.kept.lock() = Some((node.to_owned(), until));
+        let Some(kept) = &self.kept else {
+            return false;
+        };
+        *kept.lock() = Some((node.to_owned(), until));
         true
+    }
+
+    fn sub_workflow(&self, node: &str) -> Option<(Arc<dyn Pacer>, Lease)> {
+        let children = self.children.as_ref()?;
+        let (reports, receiver) = mpsc::unbounded_channel();
+        let branches = Arc::new(Branches::default());
+        children.lock().insert(
+            node.to_owned(),
+            Lane {
+                reports: receiver,
+                waiting: None,
+                branches: branches.clone(),
+            },
+        );
+        let _ = self.reports.send(Report::SubWorkflow(node.to_owned()));
+        let over = reports.clone();
+        let child = Paced {
+            reports,
+            worker: self.worker.clone(),
+            run: self.run.clone(),
+            kept: None,
+            branches,
+            children: None,
+        };
+        let lease = Lease::new(move |_| {
+            let _ = over.send(Report::Over);
+        });
+        Some((Arc::new(child), lease))
     }
 
     fn fan_out(&self, node: &str, branches: &[String]) -> Lease {
@@ -536,21 +688,13 @@ impl Pacer for Paced {
     }
 
     async fn next_branch(&self, node: &str, branch: &str) -> Lease {
-        let go = self.branches.ask(node, branch);
-        tokio::select! {
-            done = go => match done {
-                Ok(done) => Lease::new(move |status| {
-                    let _ = done.send(status);
-                }),
-                // The fan-out is over for the branch's activity (it cannot be before the branch
-                // ends): the branch runs unpaced.
-                Err(_) => Lease::none(),
-            },
-            () = self.worker.cancelled() => {
-                // Stopping the run drops this wait with the rest of its walk.
-                self.run.interrupt();
-                std::future::pending().await
-            }
+        match self.unless_stopped(self.branches.ask(node, branch)).await {
+            Ok(done) => Lease::new(move |status| {
+                let _ = done.send(status);
+            }),
+            // The branch's activity let go of it without a word (it was cancelled while it waited
+            // for a slot): the branch runs unpaced, and the run's cancellation follows.
+            Err(_) => Lease::none(),
         }
     }
 }
@@ -698,6 +842,7 @@ pub async fn run_worker(
     };
     let shared = WorkerOptions::new(config.target.task_queue.clone())
         .register_workflow::<TrellisRun>()?
+        .register_workflow::<TrellisSubRun>()?
         .register_activities(stages.clone())
         .tuner(tuner())
         .client_identity_override(identity.clone())

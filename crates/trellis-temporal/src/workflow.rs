@@ -12,12 +12,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use temporalio_common::protos::temporal::api::common::v1::RetryPolicy;
+use temporalio_common::protos::temporal::api::failure::v1::Failure;
 use temporalio_common::protos::temporal::api::failure::v1::failure::FailureInfo;
 use temporalio_macros::{workflow, workflow_methods};
 use temporalio_sdk::{
     ActivityCancellationType, ActivityExecutionError, ActivityOptions, ApplicationFailure,
-    ContinueAsNewOptions, SyncWorkflowContext, WorkflowCancellationToken, WorkflowContext,
-    WorkflowContextView, WorkflowResult,
+    ChildWorkflowOptions, ContinueAsNewOptions, SyncWorkflowContext, WorkflowCancellationToken,
+    WorkflowContext, WorkflowContextView, WorkflowResult, WorkflowTermination,
 };
 use trellis_engine::RunStatus;
 use trellis_workflow::StageStatus;
@@ -91,10 +92,52 @@ pub struct NextStage {
     /// Gates whose timeout ran out on Temporal's timer: they take their default.
     #[serde(default)]
     pub timed_out: Vec<String>,
-    /// The fan-out whose branches ran as activities of their own: this activity finishes its
-    /// stage (the join) on the worker that holds the run, and does not start the next one.
+    /// The fan-out whose branches ran as activities of their own, or the sub-workflow whose child
+    /// run's stages did: this activity finishes its stage on the worker that holds the run, and
+    /// does not start the next one.
     #[serde(default)]
     pub finishing: Option<String>,
+}
+
+/// The next stage of a sub-workflow's child run, sent to the worker that holds the run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubStage {
+    pub run_id: String,
+    pub runs_dir: String,
+    /// The sub-workflow's node in the run.
+    pub node: String,
+    /// The child run's fan-out whose branches ran: this activity finishes its stage.
+    #[serde(default)]
+    pub finishing: Option<String>,
+}
+
+/// What follows a stage of a child run: its next stage, a fan-out's branches, or — neither — the
+/// child run's end.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SubStageEnd {
+    pub next: Option<String>,
+    pub fan_out: Option<FanOut>,
+}
+
+/// What a sub-workflow's child workflow is started with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubInput {
+    pub run_id: String,
+    pub runs_dir: String,
+    /// The sub-workflow's node in the run.
+    pub node: String,
+    /// The queue of the worker that holds the run: the child run's engine is there.
+    pub queue: String,
+}
+
+/// How a sub-workflow's child workflow ended.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub enum SubEnd {
+    /// The child run ended; its sub-workflow's stage goes on in the parent.
+    Over,
+    /// The worker that holds the run was lost.
+    Lost,
+    Cancelled,
 }
 
 /// A branch of a fan-out on a run's main track, sent to the worker that holds the run.
@@ -106,6 +149,9 @@ pub struct BranchWork {
     pub node: String,
     /// The branch: the id of its first node.
     pub branch: String,
+    /// The sub-workflow whose child run the fan-out is in, when it is in one.
+    #[serde(default)]
+    pub sub_workflow: Option<String>,
 }
 
 /// How a branch's activity ended: with the branch's status, or none when the branch did not run
@@ -154,6 +200,10 @@ pub struct StageEnd {
     /// then its join.
     #[serde(default)]
     pub fan_out: Option<FanOut>,
+    /// The sub-workflow the stage started its child run at, when it is one: the child run's stages
+    /// are a child workflow's, then the stage ends.
+    #[serde(default)]
+    pub sub_workflow: Option<String>,
 }
 
 /// A gate a run stopped at, and how long it may wait for an answer.
@@ -182,6 +232,8 @@ impl TrellisRun {
         let mut answers = input.answers.clone();
         let mut timed_out: Vec<String> = Vec::new();
         let mut finishing: Option<String> = None;
+        // The child workflows this execution started, which number them.
+        let mut children = 0u32;
         loop {
             let work = NextStage {
                 run_id: input.run_id.clone(),
@@ -216,17 +268,19 @@ impl TrellisRun {
             answers.clone_from(&input.answers);
             timed_out.clear();
             run.ran(&done);
-            if let Some(fan_out) = &done.fan_out {
+            if done.fan_out.is_some() || done.sub_workflow.is_some() {
                 // The branches run concurrently, each an activity on the worker that holds the
-                // run; then the fan-out's stage ends there (its join).
+                // run, or the child run's stages as a child workflow's activities there; then the
+                // stage ends there (the fan-out's join).
                 let held_by = run.held_by.clone().unwrap_or_default();
-                match run_branches(ctx, &input, &held_by, fan_out).await {
-                    Branched::Ran => finishing = Some(fan_out.node.clone()),
+                let (node, ran) = run_units(ctx, &input, &held_by, &done, &mut children).await;
+                match ran {
+                    Branched::Ran => finishing = Some(node),
                     Branched::Lost => run.handed_over(&input.run_id)?,
                     Branched::Cancelled => {
                         return cancelled(ctx, &input, Some(&held_by), run.end).await;
                     }
-                    Branched::Failed(error) => return Err((*error).into()),
+                    Branched::Failed(error) => return Err(*error),
                 }
                 continue;
             }
@@ -423,7 +477,7 @@ fn stage_options(
     next: Option<&str>,
 ) -> ActivityOptions {
     let summary = match (finishing, next) {
-        (Some(fan_out), _) => format!("join of {fan_out}"),
+        (Some(node), _) => format!("end of {node}"),
         (None, Some(node)) => format!("stage {node}"),
         (None, None) => "open the run at its checkpoint and run its next stage".to_owned(),
     };
@@ -452,34 +506,86 @@ pub fn branch_queue(queue: &str) -> String {
     format!("{queue}/branches")
 }
 
-/// How a fan-out's branches ended.
+/// How a fan-out's branches or a sub-workflow's child run ended.
 enum Branched {
-    /// Each ran (or was left out by the fan-out); the join is next.
+    /// Each branch ran (or was left out by the fan-out), or the child run ended: the stage's end
+    /// is next.
     Ran,
     /// The worker that holds the run was lost.
     Lost,
     Cancelled,
-    Failed(Box<ActivityExecutionError>),
+    Failed(Box<WorkflowTermination>),
 }
 
-/// Runs `fan_out`'s branches at once, each an activity on the worker that holds the run (queue
-/// `held_by`), and waits for them all.
-async fn run_branches(
+/// Where a run's units run: the run, and the queue of the worker that holds it; inside a
+/// sub-workflow's child run, that sub-workflow.
+struct Place<'a> {
+    run_id: &'a str,
+    runs_dir: &'a str,
+    held_by: &'a str,
+    sub_workflow: Option<&'a str>,
+}
+
+impl<'a> Place<'a> {
+    fn new(
+        run_id: &'a str,
+        runs_dir: &'a str,
+        held_by: &'a str,
+        sub_workflow: Option<&'a str>,
+    ) -> Self {
+        Self {
+            run_id,
+            runs_dir,
+            held_by,
+            sub_workflow,
+        }
+    }
+}
+
+/// Runs what the stage `done` started as units of their own on the worker that holds the run
+/// (queue `held_by`): a fan-out's branches, or a sub-workflow's child run (the `children`th child
+/// workflow this execution starts). Returns the stage's node and how they ended.
+async fn run_units(
     ctx: &mut WorkflowContext<TrellisRun>,
     input: &RunInput,
     held_by: &str,
+    done: &StageEnd,
+    children: &mut u32,
+) -> (String, Branched) {
+    if let Some(fan_out) = &done.fan_out {
+        let place = Place::new(&input.run_id, &input.runs_dir, held_by, None);
+        return (
+            fan_out.node.clone(),
+            run_branches(ctx, &place, fan_out).await,
+        );
+    }
+    let node = done.sub_workflow.clone().unwrap_or_default();
+    *children += 1;
+    let ran = run_sub_workflow(ctx, input, held_by, &node, *children).await;
+    (node, ran)
+}
+
+/// Runs `fan_out`'s branches at once, each an activity on the worker that holds the run, and
+/// waits for them all.
+async fn run_branches<W>(
+    ctx: &mut WorkflowContext<W>,
+    place: &Place<'_>,
     fan_out: &FanOut,
 ) -> Branched {
     let branches = fan_out.branches.iter().map(|branch| {
         let work = BranchWork {
-            run_id: input.run_id.clone(),
-            runs_dir: input.runs_dir.clone(),
+            run_id: place.run_id.to_owned(),
+            runs_dir: place.runs_dir.to_owned(),
             node: fan_out.node.clone(),
             branch: branch.clone(),
+            sub_workflow: place.sub_workflow.map(str::to_owned),
         };
+        let within = place
+            .sub_workflow
+            .map_or_else(String::new, |node| format!(" in {node}"));
         let options = unit_options(
-            Some(branch_queue(held_by)),
-            format!("branch {branch} of {}", fan_out.node),
+            Some(branch_queue(place.held_by)),
+            format!("branch {branch} of {}{within}", fan_out.node),
         );
         ctx.execute_activity(Stages::branch, work, options)
     });
@@ -492,12 +598,111 @@ async fn run_branches(
             Err(lost) if worker_lost(&lost) => outcome = Branched::Lost,
             Err(error) => {
                 if matches!(outcome, Branched::Ran) {
-                    outcome = Branched::Failed(Box::new(error));
+                    outcome = Branched::Failed(Box::new(error.into()));
                 }
             }
         }
     }
     outcome
+}
+
+/// Runs the child run of the sub-workflow at `node` as a child workflow (the `number`th this
+/// execution started), whose activities are its stages on the worker that holds the run.
+async fn run_sub_workflow(
+    ctx: &mut WorkflowContext<TrellisRun>,
+    input: &RunInput,
+    held_by: &str,
+    node: &str,
+    number: u32,
+) -> Branched {
+    let child = SubInput {
+        run_id: input.run_id.clone(),
+        runs_dir: input.runs_dir.clone(),
+        node: node.to_owned(),
+        queue: held_by.to_owned(),
+    };
+    let options = ChildWorkflowOptions::builder()
+        .workflow_id(format!("{}/{node}/{number}", input.run_id))
+        .static_summary(format!("sub-workflow {node}"))
+        .build();
+    let started = match ctx
+        .start_child_workflow(TrellisSubRun::run, child, options)
+        .await
+    {
+        Ok(started) => started,
+        Err(error) => return Branched::Failed(Box::new(error.into())),
+    };
+    match started.result().await {
+        Ok(SubEnd::Over) => Branched::Ran,
+        Ok(SubEnd::Lost) => Branched::Lost,
+        Ok(SubEnd::Cancelled) => Branched::Cancelled,
+        Err(error) if error.failure().is_some_and(cancelled_failure) => Branched::Cancelled,
+        Err(error) => Branched::Failed(Box::new(error.into())),
+    }
+}
+
+/// Whether a failure says something was cancelled.
+fn cancelled_failure(failure: &Failure) -> bool {
+    std::iter::successors(Some(failure), |f| f.cause.as_deref())
+        .any(|f| matches!(f.failure_info, Some(FailureInfo::CanceledFailureInfo(_))))
+}
+
+/// The child run of a sub-workflow on a Trellis run's main track, whose stages (and its fan-outs'
+/// branches) are its activities, on the worker that holds the run. Its id is
+/// `RUN/NODE/N`.
+#[workflow]
+#[derive(Default)]
+pub struct TrellisSubRun;
+
+#[workflow_methods]
+impl TrellisSubRun {
+    #[run]
+    pub async fn run(ctx: &mut WorkflowContext<Self>, input: SubInput) -> WorkflowResult<SubEnd> {
+        let place = Place::new(
+            &input.run_id,
+            &input.runs_dir,
+            &input.queue,
+            Some(&input.node),
+        );
+        let mut next: Option<String> = None;
+        let mut finishing: Option<String> = None;
+        loop {
+            let summary = match (&finishing, &next) {
+                (Some(fan_out), _) => format!("end of {fan_out} in {}", input.node),
+                (None, Some(stage)) => format!("stage {stage} of {}", input.node),
+                (None, None) => format!("the first stage of {}", input.node),
+            };
+            let work = SubStage {
+                run_id: input.run_id.clone(),
+                runs_dir: input.runs_dir.clone(),
+                node: input.node.clone(),
+                finishing: finishing.take(),
+            };
+            let options = unit_options(Some(input.queue.clone()), summary);
+            let done = match ctx
+                .execute_activity(Stages::child_stage, work, options)
+                .await
+            {
+                Ok(done) => done,
+                Err(ActivityExecutionError::Cancelled(_)) => return Ok(SubEnd::Cancelled),
+                Err(lost) if worker_lost(&lost) => return Ok(SubEnd::Lost),
+                Err(error) => return Err(error.into()),
+            };
+            if let Some(fan_out) = &done.fan_out {
+                match run_branches(ctx, &place, fan_out).await {
+                    Branched::Ran => finishing = Some(fan_out.node.clone()),
+                    Branched::Lost => return Ok(SubEnd::Lost),
+                    Branched::Cancelled => return Ok(SubEnd::Cancelled),
+                    Branched::Failed(error) => return Err(*error),
+                }
+                continue;
+            }
+            match done.next {
+                Some(stage) => next = Some(stage),
+                None => return Ok(SubEnd::Over),
+            }
+        }
+    }
 }
 
 /// Records `input`'s run as cancelled: through the worker that holds it when there is one (its
