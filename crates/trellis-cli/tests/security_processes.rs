@@ -484,3 +484,24 @@ fn the_agent_file_tools_refuse_a_fifo_and_a_device_at_once() {
         results[4]
     );
 }
+
+/// A sandboxed stage may run longer than the runtime's blocking threads idle (ten seconds): the
+/// thread that starts its command ends meanwhile, and `bwrap --die-with-parent` must not take the
+/// command with it (a `sleep 14` was killed at ten seconds and the stage failed).
+#[test]
+fn a_sandboxed_stage_outlives_the_thread_that_started_its_command() {
+    if !bubblewrap() {
+        return;
+    }
+    let p = Project::new();
+    p.write(
+        "long.fabro",
+        &workflow(
+            "long [shape=parallelogram, script=\"sleep 12; echo slept\"]\n start -> long -> exit",
+        ),
+    );
+    let run = p.run("long.fabro", &["--sandbox", "bubblewrap"]);
+    assert_eq!(run.summary["status"], "succeeded", "{}", run.stderr());
+    let status = run_support::read_json(&stage_dir(&run.record(), "long").join("status.json"));
+    assert_eq!(status["status"], "succeeded", "{status}");
+}

@@ -234,7 +234,14 @@ impl Sandbox {
             .envs(env.iter().copied())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
-        command.spawn().map(crate::child::Started::Child)
+        // `bwrap --die-with-parent` dies with the thread that starts it: one that lasts (in this
+        // runtime, which watches the child).
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        crate::task::on_lasting_thread(move || {
+            let _entered = runtime.as_ref().map(tokio::runtime::Handle::enter);
+            command.spawn()
+        })
+        .map(crate::child::Started::Child)
     }
 
     fn uses_reaper(&self) -> bool {
