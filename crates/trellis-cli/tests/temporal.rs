@@ -609,6 +609,51 @@ fn a_sub_workflow_is_a_child_workflow_and_survives_its_worker_being_killed() {
 }
 
 #[test]
+fn a_worker_that_stalls_past_its_heartbeats_lets_the_run_go_on_without_cancelling_it() {
+    let Some((_turn, server)) = server() else {
+        return;
+    };
+    let project = Project::new();
+    project.write(
+        "stall.fabro",
+        "digraph S { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         one [shape=parallelogram, script=\"echo one >> done.log\"]\n \
+         two [shape=parallelogram, script=\"echo two-started >> done.log; sleep 12; echo two >> done.log\"]\n \
+         three [shape=parallelogram, script=\"echo three >> done.log\"]\n \
+         start -> one -> two -> three -> exit }",
+    );
+    let first = Worker::start(&project, &server, "w1");
+    let follower = follow(&project, "stall.fabro", &server);
+    let log = project.path().join("done.log");
+    wait_for("stage two to start", Duration::from_secs(30), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("two-started"))
+    });
+    let _second = Worker::start(&project, &server, "w2");
+    // The worker stalls longer than Temporal waits for a heartbeat: it counts the worker lost. When
+    // the worker goes on, Temporal has let go of its stage: the run is interrupted there, not
+    // cancelled, and goes on from its checkpoint.
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(first.pid()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    std::thread::sleep(Duration::from_secs(7));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let (summary, _) = ended(follower, "succeeded");
+    let record = PathBuf::from(summary["run_dir"].as_str().unwrap());
+    let done = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(done.lines().filter(|l| *l == "two").count(), 1, "{done}");
+    assert_eq!(done.lines().filter(|l| *l == "three").count(), 1, "{done}");
+    let (_, ended_two) = starts_and_ends(&record, "two");
+    assert_eq!(ended_two, 1, "{done}");
+    let events = std::fs::read_to_string(record.join("events.jsonl")).unwrap();
+    assert!(!events.contains("\"StageFailed\""), "{events}");
+    assert!(summary["handovers"].as_u64() >= Some(1), "{summary}");
+    assert_eq!(checkpoint_of(&record)["status"], "succeeded");
+    // The stalled worker's engine heard that Temporal had let go of its stage, not a cancellation.
+    let stalled = std::fs::read_to_string(&first.log).unwrap();
+    assert!(stalled.contains("interrupted after"), "{stalled}");
+    assert!(!stalled.contains("cancelled after"), "{stalled}");
+}
+
+#[test]
 fn a_gate_answered_while_its_worker_is_down_completes_on_another_worker() {
     let Some((_turn, server)) = server() else {
         return;

@@ -242,7 +242,7 @@ impl Stages {
         let held = self.held.lock().remove(&work.run_id);
         let (mut live, mut opened) = match held {
             Some(live) => (live, false),
-            None => match self.open(&work, &runs_dir).await? {
+            None => match self.take_over(ctx, &work, &runs_dir).await? {
                 Ok(live) => (live, true),
                 Err(status) => return Ok(self.end(status, None)),
             },
@@ -280,7 +280,7 @@ impl Stages {
                 return self.ended(*ended, &live);
             }
             opened = true;
-            live = match self.open(&work, &runs_dir).await? {
+            live = match self.take_over(ctx, &work, &runs_dir).await? {
                 Ok(live) => live,
                 Err(status) => return Ok(self.end(status, None)),
             };
@@ -306,8 +306,9 @@ impl Stages {
         self.beating(ctx, run, ended).await.ok().flatten()
     }
 
-    /// Waits for `until`, heartbeating every second: Temporal cancelling the activity cancels the
-    /// run (and goes on waiting for what that ends), and the worker stopping interrupts it.
+    /// Waits for `until`, heartbeating every second: the workflow cancelling the activity cancels
+    /// the run, Temporal letting go of it (it counted the worker lost) or the worker stopping
+    /// interrupts it; either way the wait goes on for what that ends.
     async fn beating<T>(&self, ctx: &ActivityContext, run: &Stop, until: T) -> T::Output
     where
         T: Future,
@@ -322,7 +323,13 @@ impl Stages {
                     // decides when too many were missed.
                     let _ = ctx.record_heartbeat(()).await;
                 }
-                () = ctx.cancelled(), if !run.token().is_cancelled() => run.cancel(),
+                () = ctx.cancelled(), if !run.token().is_cancelled() => {
+                    if cancelled_by_workflow(ctx).await {
+                        run.cancel();
+                    } else {
+                        run.interrupt();
+                    }
+                }
                 () = self.stop.token().cancelled(), if !run.token().is_cancelled() => run.interrupt(),
             }
         }
@@ -415,6 +422,31 @@ impl Stages {
         }
         children.lock().insert(work.node, lane);
         Ok(end)
+    }
+
+    /// Opens the run as [`Stages::open`] does. While another engine on this machine still owns the
+    /// run's record — one whose worker Temporal counted lost and that has not yet seen so (it
+    /// stalled) — waits for it to let go, heartbeating, for a while.
+    async fn take_over(
+        &self,
+        ctx: &ActivityContext,
+        work: &NextStage,
+        runs_dir: &Path,
+    ) -> Result<Result<Live, RunStatus>, RunError> {
+        let pause = Duration::from_millis(250);
+        let mut waited = Duration::ZERO;
+        loop {
+            match self.open(work, runs_dir).await {
+                Err(RunError::Store(trellis_store::StoreError::Busy { .. }))
+                    if waited < OWNER_WAIT && !ctx.is_cancelled() =>
+                {
+                    let _ = ctx.record_heartbeat(()).await;
+                    tokio::time::sleep(pause).await;
+                    waited += pause;
+                }
+                opened => return opened,
+            }
+        }
     }
 
     /// Opens the run from its checkpoint and starts its engine; a run that has ended already is
@@ -571,6 +603,38 @@ impl Stages {
             sub_workflow: None,
         }
     }
+}
+
+/// How long a worker taking a run over waits for a stalled engine on its machine to let go of it.
+const OWNER_WAIT: Duration = Duration::from_secs(15);
+
+/// How long an activity asks Temporal why it was cancelled before it takes it for a loss.
+const ASK_WHY: Duration = Duration::from_secs(3);
+
+/// Whether the activity was cancelled by its workflow — the run is to stop — rather than let go of
+/// by Temporal, which no longer knows it: its heartbeats came too late (the worker stalled or was
+/// cut off), the workflow counted the worker lost, and the run goes on elsewhere from its
+/// checkpoint. Asks the service how the workflow's pending activity stands; when it cannot tell,
+/// the run is interrupted, which loses nothing.
+async fn cancelled_by_workflow(ctx: &ActivityContext) -> bool {
+    use temporalio_common::protos::temporal::api::enums::v1::PendingActivityState;
+    let Some(workflow) = ctx.workflow_handle::<TrellisRun>() else {
+        return false;
+    };
+    let described = tokio::time::timeout(
+        ASK_WHY,
+        workflow.describe(temporalio_client::WorkflowDescribeOptions::default()),
+    )
+    .await;
+    let Ok(Ok(described)) = described else {
+        return false;
+    };
+    let id = &ctx.info().activity_id;
+    described
+        .raw_description
+        .pending_activities
+        .iter()
+        .any(|a| &a.activity_id == id && a.state() == PendingActivityState::CancelRequested)
 }
 
 /// Whether an engine ended by parking between two stages for want of its next stage's activity
