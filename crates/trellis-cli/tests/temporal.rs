@@ -417,20 +417,25 @@ fn starts_and_ends(record: &Path, node: &str) -> (usize, usize) {
     (started, ended)
 }
 
+/// Three stages that write their names to `done.log`; the second writes `two-started` first, then
+/// takes `seconds`.
+fn three_stages(seconds: u32) -> String {
+    format!(
+        "digraph K {{ start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         one [shape=parallelogram, script=\"echo one >> done.log\"]\n \
+         two [shape=parallelogram, script=\"echo two-started >> done.log; sleep {seconds}; echo two >> done.log\"]\n \
+         three [shape=parallelogram, script=\"echo three >> done.log\"]\n \
+         start -> one -> two -> three -> exit }}"
+    )
+}
+
 #[test]
 fn a_killed_worker_loses_only_the_stage_it_was_running_and_another_worker_finishes_the_run() {
     let Some((_turn, server)) = server() else {
         return;
     };
     let project = Project::new();
-    project.write(
-        "slow.fabro",
-        "digraph K { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
-         one [shape=parallelogram, script=\"echo one >> done.log\"]\n \
-         two [shape=parallelogram, script=\"echo two-started >> done.log; sleep 4; echo two >> done.log\"]\n \
-         three [shape=parallelogram, script=\"echo three >> done.log\"]\n \
-         start -> one -> two -> three -> exit }",
-    );
+    project.write("slow.fabro", &three_stages(4));
     let mut workers = [
         Worker::start(&project, &server, "w1"),
         Worker::start(&project, &server, "w2"),
@@ -614,14 +619,7 @@ fn a_worker_that_stalls_past_its_heartbeats_lets_the_run_go_on_without_cancellin
         return;
     };
     let project = Project::new();
-    project.write(
-        "stall.fabro",
-        "digraph S { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
-         one [shape=parallelogram, script=\"echo one >> done.log\"]\n \
-         two [shape=parallelogram, script=\"echo two-started >> done.log; sleep 12; echo two >> done.log\"]\n \
-         three [shape=parallelogram, script=\"echo three >> done.log\"]\n \
-         start -> one -> two -> three -> exit }",
-    );
+    project.write("stall.fabro", &three_stages(12));
     let first = Worker::start(&project, &server, "w1");
     let follower = follow(&project, "stall.fabro", &server);
     let log = project.path().join("done.log");
