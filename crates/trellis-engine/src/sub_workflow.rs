@@ -1,8 +1,8 @@
 //! Sub-workflow nodes (`house`): run a child workflow file as one stage. The child starts from a copy of
 //! the parent's context ("context in"); the keys it changes come back as the stage's context updates
-//! ("changes out"). A pacer of the parent's main track may pace the child's
-//! ([`Pacer::sub_workflow`]). Its record lives in the stage directory's `child/`, and its events join the parent's
-//! stream under the run id `<parent>/<node>`.
+//! ("changes out"). Its record lives in the stage directory's `child/`, and its events join the parent's
+//! stream under the run id `<parent>/<node>`. A pacer of the parent's main track may pace the child's
+//! ([`Pacer::sub_workflow`]).
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,11 +1,12 @@
 //! The Temporal workflow of one Trellis run, and the messages between it and the workers.
 //!
 //! The workflow holds no routing rules of its own: each of its activities is one stage of the run's
-//! main track (or one branch of a fan-out there, run concurrently with its siblings), run by the engine (its own step function and routing) on the worker that holds the
-//! run, which says how the run stands after it: at which stage it goes on, or how it stopped.
-//! Everything the workflow decides — which queue the next stage goes to, whether the worker was
-//! lost, waiting for an answer — depends only on those recorded results, signals and timers, so
-//! the workflow replays.
+//! main track (or one branch of a fan-out there, run concurrently with its siblings), run by the
+//! engine (its own step function and routing) on the worker that holds the run, which says how the
+//! run stands after it: at which stage it goes on, or how it stopped. Everything the workflow
+//! decides — which queue the next stage goes to, whether the worker was lost, waiting for an answer
+//! — depends only on those recorded results, signals and timers, so the workflow replays. A
+//! sub-workflow on the main track is a child workflow, [`TrellisSubRun`], driven the same way.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
