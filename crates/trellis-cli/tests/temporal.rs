@@ -619,7 +619,7 @@ fn a_worker_that_stalls_past_its_heartbeats_lets_the_run_go_on_without_cancellin
         return;
     };
     let project = Project::new();
-    project.write("stall.fabro", &three_stages(12));
+    project.write("stall.fabro", &three_stages(16));
     let first = Worker::start(&project, &server, "w1");
     let follower = follow(&project, "stall.fabro", &server);
     let log = project.path().join("done.log");
@@ -632,7 +632,7 @@ fn a_worker_that_stalls_past_its_heartbeats_lets_the_run_go_on_without_cancellin
     // cancelled, and goes on from its checkpoint.
     let pid = nix::unistd::Pid::from_raw(i32::try_from(first.pid()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
-    std::thread::sleep(Duration::from_secs(7));
+    std::thread::sleep(Duration::from_secs(9));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
     let (summary, _) = ended(follower, "succeeded");
     let record = PathBuf::from(summary["run_dir"].as_str().unwrap());
