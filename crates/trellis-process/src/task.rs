@@ -1,5 +1,6 @@
 //! Blocking work off the async workers: the one way the workspace runs file and process work that
-//! would stall a runtime thread (DESIGN.md §5).
+//! would stall a runtime thread (DESIGN.md §5), and the lasting threads sandboxed processes start
+//! from (a process that dies with its parent thread must not have a pool thread for a parent).
 
 /// Runs `work` on tokio's blocking pool and returns what it returns; a panic in it continues in the
 /// caller, as if the work had run there.
