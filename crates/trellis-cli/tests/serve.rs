@@ -799,6 +799,12 @@ fn a_server_stopped_with_sigterm_interrupts_its_runs_and_ends_its_streams() {
     serve.wait_for_status(&id, "running");
     serve.post(&format!("/api/runs/{id}/cancel"), &json!({}));
     serve.wait_for_status(&id, "cancelled");
+    // Cancelled (here, often while its command was being started), the run leaves nothing running.
+    wait_for(
+        "the resumed command to stop",
+        Duration::from_secs(5),
+        || processes_with(marker) == 0,
+    );
 }
 
 #[test]
