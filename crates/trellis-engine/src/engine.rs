@@ -87,6 +87,8 @@ pub enum EngineError {
     },
     #[error("a hook at {event} sends the run to `{node}`, which this workflow does not have")]
     HookTarget { event: &'static str, node: String },
+    #[error("cannot keep the run's working tree: {reason}")]
+    WorkingTree { reason: String },
     #[error("cannot write the run record: {source}")]
     Store {
         #[from]
@@ -369,9 +371,22 @@ impl Engine {
         self.save().await
     }
 
-    /// Saves what changed since the last save (one journal entry).
+    /// Saves what changed since the last save (one journal entry), the working tree first when the
+    /// pacer keeps it ([`crate::services::Pacer::saving`]).
     pub(crate) async fn save(&self) -> Result<(), EngineError> {
+        self.save_tree().await?;
         Ok(self.recorder.save(self.seq()).await?)
+    }
+
+    /// Has the pacer, if there is one, make the run's working tree durable.
+    async fn save_tree(&self) -> Result<(), EngineError> {
+        match self.services.pacer.as_deref() {
+            Some(pacer) => pacer
+                .saving()
+                .await
+                .map_err(|reason| EngineError::WorkingTree { reason }),
+            None => Ok(()),
+        }
     }
 
     /// Runs from `checkpoint` until the run ends, waits for input, or `cancel` fires. Cancelling stops
@@ -437,6 +452,13 @@ impl Engine {
             Some(Ok(WalkEnd::Parked)) => (RunStatus::Running, None),
             Some(Err(error)) => (RunStatus::Failed, Some(error)),
             None => (RunStatus::Cancelled, None),
+        };
+        // The tree goes with the run's last save; a run that cannot keep it has failed.
+        let (status, error) = match (self.save_tree().await, error) {
+            (Err(failed), None) if status != RunStatus::Cancelled => {
+                (RunStatus::Failed, Some(failed))
+            }
+            (_, error) => (status, error),
         };
         // On success, failure or waiting the walk's track is the truth; a cancelled walk was dropped
         // mid-stage, and the book holds the track as of its last finished stage.

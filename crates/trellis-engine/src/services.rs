@@ -197,6 +197,14 @@ pub trait Pacer: Send + Sync {
     fn keeps_time(&self, _node: &str, _until: std::time::SystemTime) -> bool {
         false
     }
+
+    /// The run's record is about to save a step (or the run's end): a pacer that carries the run's
+    /// working tree to other machines makes the tree durable first, so that wherever the run is
+    /// opened from that step, its tree is as the step left it (or later). An error stops the run
+    /// with it.
+    async fn saving(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// What a pacer hears when a unit it paced ends: the branch's status, or nothing when the unit

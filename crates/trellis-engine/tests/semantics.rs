@@ -413,6 +413,67 @@ impl trellis_engine::services::Pacer for Pacing {
     }
 }
 
+/// Paces the main track and keeps a working tree: logs each stage it is asked about and each save
+/// of the tree; the save numbered `fail_at` (from 1) fails.
+#[derive(Default)]
+struct Keeping {
+    log: parking_lot::Mutex<Vec<String>>,
+    fail_at: Option<usize>,
+}
+
+#[async_trait]
+impl trellis_engine::services::Pacer for Keeping {
+    async fn next_stage(&self, node: &str) -> trellis_engine::services::Pace {
+        self.log.lock().push(node.to_owned());
+        trellis_engine::services::Pace::Go
+    }
+
+    async fn saving(&self) -> Result<(), String> {
+        let mut log = self.log.lock();
+        log.push("save".to_owned());
+        if self.fail_at == Some(log.iter().filter(|l| *l == "save").count()) {
+            return Err("the remote refused the push".to_owned());
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_pacer_that_keeps_the_working_tree_saves_it_before_each_step_and_a_failed_save_fails_the_run()
+ {
+    let source = graph(
+        "a [shape=parallelogram, script=\"ok\"]\n b [shape=parallelogram, script=\"ok\"]\n \
+         start -> a -> b -> exit",
+    );
+    let mut h = harness(&source, Arc::new(Scripted::default()));
+    let keeping = Arc::new(Keeping::default());
+    h.engine.services.pacer = Some(keeping.clone());
+    let result = h.run().await;
+    assert_eq!(result.status, RunStatus::Succeeded, "{:?}", result.error);
+    // The tree is saved after each step (the exit's too), before the record, and with the run's
+    // end.
+    assert_eq!(
+        *keeping.log.lock(),
+        ["save", "a", "save", "b", "save", "save"]
+    );
+
+    // The save after `a` fails: the run fails with the reason and `b` never runs.
+    let mut h = harness(&source, Arc::new(Scripted::default()));
+    let failing = Arc::new(Keeping {
+        fail_at: Some(2),
+        ..Keeping::default()
+    });
+    h.engine.services.pacer = Some(failing.clone());
+    let result = h.run().await;
+    assert_eq!(result.status, RunStatus::Failed);
+    assert_eq!(
+        result.error.as_ref().map(ToString::to_string).as_deref(),
+        Some("cannot keep the run's working tree: the remote refused the push")
+    );
+    assert_eq!(*failing.log.lock(), ["save", "a", "save", "save"]);
+    assert_eq!(nodes(&result), ["start", "a"]);
+}
+
 #[tokio::test]
 async fn a_pacer_is_asked_for_each_branch_of_a_main_track_fan_out_and_hears_how_it_ended() {
     // One branch at a time, and the first success ends the fan-out: `b2` is never asked for.
