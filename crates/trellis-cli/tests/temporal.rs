@@ -84,10 +84,15 @@ impl Worker {
     }
 
     fn with_slots(project: &Project, server: &TemporalServer, name: &str, slots: u32) -> Self {
+        Self::with_args(project, server, name, &["--slots", &slots.to_string()])
+    }
+
+    /// Starts a worker given `args` besides the service's address.
+    fn with_args(project: &Project, server: &TemporalServer, name: &str, args: &[&str]) -> Self {
         let log = project.path().join(format!("{name}.log"));
-        let slots = slots.to_string();
+        let address = server.address();
         let child = project
-            .command(&["worker", "--temporal", &server.address(), "--slots", &slots])
+            .command(&[&["worker", "--temporal", &address], args].concat())
             .env("TRELLIS_TEST_WORKER", name)
             .stderr(std::fs::File::create(&log).unwrap())
             .stdout(Stdio::null())
@@ -488,6 +493,142 @@ fn a_killed_worker_loses_only_the_stage_it_was_running_and_another_worker_finish
         ]
     );
     assert_eq!(checkpoint_of(&record)["status"], "succeeded");
+}
+
+/// `git args` in `dir`, which must succeed; its standard output.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = std::process::Command::new("git")
+        .args(["-c", "user.name=Test", "-c", "user.email=test@localhost"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A run kept on git: each worker works in a checkout of its own, as on machines that share no
+/// working directory; the tree goes to the run's ref on the remote before each step is saved, and
+/// the worker that takes the run over finds there what the finished stages did.
+#[test]
+fn a_run_kept_on_git_is_taken_over_from_its_remote_with_the_work_of_its_finished_stages() {
+    let Some((_turn, server)) = server() else {
+        return;
+    };
+    let project = Project::new();
+    let remote = tempfile::tempdir().unwrap();
+    git(remote.path(), &["init", "-q", "--bare"]);
+    project.write(
+        ".gitignore",
+        "runs/\nw?.log\nws-*/\n.config/\n.no-model-cache/\n",
+    );
+    project.write("input.txt", "from the repository\n");
+    project.write(
+        "flow.fabro",
+        "digraph G { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         one [shape=parallelogram, script=\"cp input.txt copy.txt; echo one >> done.log\"]\n \
+         two [shape=parallelogram, script=\"echo two-started >> done.log; sleep 4; echo two >> done.log\"]\n \
+         three [shape=parallelogram, script=\"test -f copy.txt && echo three >> done.log\"]\n \
+         start -> one -> two -> three -> exit }",
+    );
+    git(project.path(), &["init", "-q"]);
+    git(project.path(), &["add", "-A"]);
+    git(project.path(), &["commit", "-q", "-m", "start"]);
+    let url = remote.path().display().to_string();
+    git(project.path(), &["remote", "add", "origin", &url]);
+    let spaces = [project.path().join("ws-w1"), project.path().join("ws-w2")];
+    let mut workers = [0, 1].map(|i| {
+        let dir = spaces[i].display().to_string();
+        Worker::with_args(
+            &project,
+            &server,
+            &format!("w{}", i + 1),
+            &["--workspaces", &dir],
+        )
+    });
+    let follower = project
+        .command(&[
+            "run",
+            "flow.fabro",
+            "--json",
+            "--temporal",
+            &server.address(),
+            "--workspace",
+            "git",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut running = None;
+    wait_for("stage two to start", Duration::from_secs(30), || {
+        running = workers
+            .iter()
+            .position(|w| runs_descendant(w.pid(), "sleep 4"));
+        running.is_some()
+    });
+    let running = running.unwrap();
+    workers[running].kill();
+    let (summary, _) = ended(follower, "succeeded");
+    let run_id = summary["run_id"].as_str().unwrap();
+    // The run's result is at its ref: stage one's work was there for the worker that took the run
+    // over, and the lost worker's half of stage two went with it.
+    let at_ref = |file: &str| {
+        git(
+            remote.path(),
+            &["show", &format!("refs/trellis/runs/{run_id}:{file}")],
+        )
+    };
+    assert_eq!(at_ref("done.log"), "one\ntwo-started\ntwo\nthree\n");
+    assert_eq!(at_ref("copy.txt"), "from the repository\n");
+    assert_eq!(summary["handovers"], 1, "{summary}");
+    // The submitter's tree was never worked in; the worker that finished the run let its checkout
+    // go (the lost one's stays where it was killed).
+    assert!(!project.path().join("done.log").exists());
+    assert!(!spaces[1 - running].join(run_id).exists());
+    assert!(spaces[running].join(run_id).join("copy.txt").exists());
+}
+
+#[test]
+fn a_run_kept_on_git_needs_a_repository_with_a_remote_and_temporal() {
+    let project = Project::new();
+    project.write(
+        "flow.fabro",
+        "digraph G { start [shape=Mdiamond]\n exit [shape=Msquare]\n start -> exit }",
+    );
+    // Checked before anything is recorded or any service is reached.
+    let refused = |args: &[&str], says: &str| {
+        let output = project
+            .command(&[&["run", "flow.fabro"], args].concat())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success() && stderr.contains(says),
+            "{stderr}"
+        );
+    };
+    let temporal = ["--temporal", "127.0.0.1:9", "--workspace", "git"];
+    refused(&temporal, "is not in a git repository");
+    refused(
+        &["--workspace", "git"],
+        "--workspace git is for runs on Temporal",
+    );
+    git(project.path(), &["init", "-q"]);
+    git(project.path(), &["add", "-A"]);
+    git(project.path(), &["commit", "-q", "-m", "start"]);
+    refused(&temporal, "has no remote `origin`");
+    git(
+        project.path(),
+        &["config", "remote.origin.url", "--upload-pack=touch pwned"],
+    );
+    refused(&temporal, "is not a git remote a worker may use");
+    assert!(!project.path().join("runs").exists());
+    assert!(!project.path().join("pwned").exists());
 }
 
 #[test]

@@ -54,6 +54,9 @@ pub enum RunError {
     Models(#[from] trellis_llm::config::ConfigError),
     #[error("{reason}")]
     Sandbox { reason: String },
+    /// The run's working tree, kept on a git remote, cannot be checked out.
+    #[error("cannot check out the run's working tree: {reason}")]
+    WorkingTree { reason: String },
     /// The run file (or the one recorded with the run) has errors.
     #[error("the run file cannot be used:\n{problems}")]
     RunFile { problems: String },
@@ -294,6 +297,8 @@ impl Run {
                     .to_string()
             }),
             temporal: request.temporal.clone(),
+            // Recorded when its tree is published, as the run is submitted.
+            workspace: None,
         };
         let recorded = trellis_workflow::inline::inline_file_references(file.text(), &workflow);
         let (record, owner) = RunDir::create(
@@ -776,6 +781,16 @@ impl Resumable {
 
     pub fn id(&self) -> &str {
         &self.meta.run_id
+    }
+
+    /// Where the run keeps its working tree for workers that share none, when on a git remote.
+    pub fn workspace(&self) -> Option<&trellis_store::GitWorkspace> {
+        self.meta.workspace.as_ref()
+    }
+
+    /// Runs it in `work_dir` rather than where it was started (a worker's checkout of its tree).
+    pub fn set_work_dir(&mut self, work_dir: PathBuf) {
+        self.meta.settings.work_dir = work_dir;
     }
 
     /// The run's status when it has already finished (nothing to resume).

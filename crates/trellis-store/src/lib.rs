@@ -31,7 +31,7 @@ pub use blobs::FileBlobs;
 pub use event_log::{EventLog, Written};
 pub use owner::Owner;
 pub use run_dir::{
-    EventTail, RunDir, RunMeta, StoreError, TemporalTarget, default_runs_dir, list_runs,
-    new_run_id, resolve_runs_dir, write_atomically,
+    EventTail, GitWorkspace, RunDir, RunMeta, StoreError, TemporalTarget, default_runs_dir,
+    list_runs, new_run_id, resolve_runs_dir, write_atomically,
 };
 pub use stage_output::{Chunk, Position, StageOutput, StageState, Stream, last_line};

@@ -61,6 +61,21 @@ pub struct RunMeta {
     /// it, and it, not a local process, says whether the run is alive.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub temporal: Option<TemporalTarget>,
+    /// Where a run on Temporal keeps its working tree when its workers do not share one
+    /// (`trellis run --temporal --workspace git`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub workspace: Option<GitWorkspace>,
+}
+
+/// A run's working tree kept on a git remote: each worker that runs the run checks it out from the
+/// run's ref there (`refs/trellis/runs/<run id>`, which starts at `commit`) and pushes it back
+/// before each step of the run is saved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GitWorkspace {
+    /// The remote, as the submitting repository's `origin` names it.
+    pub remote: String,
+    /// The commit the run started from.
+    pub commit: String,
 }
 
 /// Where a run on Temporal lives: the service's address, the namespace and the shared task queue.
@@ -624,6 +639,7 @@ mod tests {
             settings: trellis_engine::Settings::default(),
             run_file: None,
             temporal: None,
+            workspace: None,
         };
         RunDir::create(runs, &meta, "digraph {}", "workflow.fabro").unwrap()
     }

@@ -9,7 +9,8 @@
 //! gates as a local run — lives on the worker that holds the run and waits before each stage for
 //! that stage's activity (its [`trellis_engine::services::Pacer`]). Temporal's history records
 //! every stage, answer and timer (gate timeouts, waits); the run record (stage files, checkpoint,
-//! events) lives in a runs directory every worker and the submitter reach at the same path. A stage
+//! events) lives in a runs directory every worker and the submitter reach at the same path; the
+//! working tree too, or on a git remote the workers push it to ([`workspace`]). A stage
 //! heartbeats every second: a worker that dies is noticed within [`workflow::HEARTBEAT_TIMEOUT`],
 //! and another worker resumes the run from its checkpoint, re-running only the interrupted stage,
 //! exactly as `trellis resume` does. The stages of a run go to the queue of the worker that holds
@@ -18,6 +19,7 @@
 
 pub mod worker;
 pub mod workflow;
+pub mod workspace;
 
 use std::collections::BTreeMap;
 use std::path::Path;

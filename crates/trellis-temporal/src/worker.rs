@@ -35,6 +35,7 @@ use crate::workflow::{
     BranchEnd, BranchWork, FanOut, HANDOVER_TIMEOUT, NextStage, Settle, StageEnd, SubStage,
     SubStageEnd, TrellisRun, TrellisSubRun, WaitingGate, branch_queue,
 };
+use crate::workspace::Checkout;
 use crate::{Target, connect};
 
 /// How long a held run's engine waits for its next stage's activity before it parks the run.
@@ -57,6 +58,9 @@ pub struct WorkerConfig {
     pub sandbox: Arc<Sandbox>,
     /// The runs directory it serves: a stage of a run anywhere else is refused.
     pub runs_dir: PathBuf,
+    /// Where it checks out the working trees of runs kept on a git remote
+    /// ([`crate::workspace`]).
+    pub workspaces: PathBuf,
 }
 
 /// The worker's activities: a run's next stage, and recording the status of a run nothing runs.
@@ -70,6 +74,7 @@ pub struct Stages {
     /// holds.
     stop: Stop,
     runs_dir: PathBuf,
+    workspaces: PathBuf,
     /// The runs whose engines wait here for their next stage.
     held: Arc<Mutex<HashMap<String, Live>>>,
     /// One permit per stage running (the worker's `--slots`).
@@ -456,12 +461,13 @@ impl Stages {
         work: &NextStage,
         runs_dir: &Path,
     ) -> Result<Result<Live, RunStatus>, RunError> {
-        let resumable = Resumable::open(&work.run_id, runs_dir).await?;
+        let mut resumable = Resumable::open(&work.run_id, runs_dir).await?;
         if let Some(status) = resumable.finished() {
             return Ok(Err(status));
         }
         // The commands a lost worker on this machine left running are stopped first.
         resumable.reap().await;
+        let tree = self.check_out(&mut resumable).await?;
         let loaded = resumable.load().await?;
         let asked = Arc::new(Mutex::new(None));
         let unanswered: Box<dyn Interviewer> = Box::new(OnTemporal {
@@ -493,6 +499,7 @@ impl Stages {
                 kept: Some(kept.clone()),
                 branches: branches.clone(),
                 children: Some(children.clone()),
+                tree: tree.clone(),
             })),
         };
         let run = resumable.into_run(loaded, wiring).await?;
@@ -517,6 +524,12 @@ impl Stages {
                     finished.status.as_str(),
                     finished.checkpoint.stage_count
                 );
+                // The run's tree is on its remote now; the checkout here is not needed again.
+                if finished.status.is_finished()
+                    && let Some(tree) = tree
+                {
+                    trellis_process::task::blocking(move || tree.remove()).await;
+                }
             }
             // A run that parked while it waited here is no longer held. One that ended is until
             // an activity hears it: the end may come while its branches' activities run, and the
@@ -545,6 +558,25 @@ impl Stages {
             kept,
             children,
         }))
+    }
+
+    /// Checks out the tree of a run kept on git here, as its last saved step left it, for the run to
+    /// work in; `None` for a run whose tree every worker shares.
+    async fn check_out(
+        &self,
+        resumable: &mut Resumable,
+    ) -> Result<Option<Arc<Checkout>>, RunError> {
+        let Some(workspace) = resumable.workspace().cloned() else {
+            return Ok(None);
+        };
+        let (workspaces, run_id) = (self.workspaces.clone(), resumable.id().to_owned());
+        let checkout = trellis_process::task::blocking(move || {
+            Checkout::open(&workspaces, &run_id, &workspace)
+        })
+        .await
+        .map_err(|reason| RunError::WorkingTree { reason })?;
+        resumable.set_work_dir(checkout.tree().to_path_buf());
+        Ok(Some(Arc::new(checkout)))
     }
 
     /// The end of an activity whose run's engine stopped.
@@ -659,6 +691,8 @@ struct Paced {
     /// Where the run's sub-workflows' child runs are paced; `None` in a child run, whose own
     /// sub-workflows run unpaced within their stage.
     children: Option<Children>,
+    /// The run's working tree, when it is kept on a git remote: saved there before each step.
+    tree: Option<Arc<Checkout>>,
 }
 
 impl Paced {
@@ -731,6 +765,7 @@ impl Pacer for Paced {
             kept: None,
             branches,
             children: None,
+            tree: self.tree.clone(),
         };
         let lease = Lease::new(move |_| {
             let _ = over.send(Report::Over);
@@ -749,6 +784,13 @@ impl Pacer for Paced {
         }));
         let (meeting, node) = (self.branches.clone(), node.to_owned());
         Lease::new(move |_| meeting.close(&node))
+    }
+
+    async fn saving(&self) -> Result<(), String> {
+        let Some(tree) = self.tree.clone() else {
+            return Ok(());
+        };
+        trellis_process::task::blocking(move || tree.save()).await
     }
 
     async fn next_branch(&self, node: &str, branch: &str) -> Lease {
@@ -892,6 +934,7 @@ pub async fn run_worker(
         sandbox: config.sandbox,
         stop: Stop::new(),
         runs_dir: config.runs_dir,
+        workspaces: config.workspaces,
         held: Arc::default(),
         slots: Arc::new(Semaphore::new(config.slots.max(1))),
         engines: Arc::default(),

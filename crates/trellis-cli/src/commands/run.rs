@@ -355,6 +355,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     }
     let temporal = args.temporal.target()?;
     let work_dir = work_dir(run_file.as_ref())?;
+    let origin = args.temporal.origin(temporal.as_ref(), &work_dir)?;
     for warning in trellis_run::run_file::project_file_warnings(&work_dir) {
         eprintln!("{warning}");
     }
@@ -383,11 +384,16 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(file) = &request.run_file {
         file.apply_to(&mut request.settings);
     }
-    start(loaded, request, args)
+    start(loaded, request, origin, args)
 }
 
 /// Creates the run and executes it here, or submits it to Temporal's workers.
-fn start(loaded: Loaded, request: NewRun, args: &RunArgs) -> anyhow::Result<ExitCode> {
+fn start(
+    loaded: Loaded,
+    request: NewRun,
+    origin: Option<trellis_temporal::workspace::Origin>,
+    args: &RunArgs,
+) -> anyhow::Result<ExitCode> {
     let sandbox = super::sandbox(args.options.sandbox)?;
     let temporal = request.temporal.clone();
     super::on_runtime(async {
@@ -399,7 +405,14 @@ fn start(loaded: Loaded, request: NewRun, args: &RunArgs) -> anyhow::Result<Exit
             Ok(run) => match &temporal {
                 Some(target) => {
                     let detach = args.temporal.detach();
-                    Box::pin(super::temporal::submit(run, target, &args.options, detach)).await
+                    Box::pin(super::temporal::submit(
+                        run,
+                        target,
+                        origin,
+                        &args.options,
+                        detach,
+                    ))
+                    .await
                 }
                 None => Box::pin(execute(run, &args.options)).await,
             },

@@ -37,6 +37,18 @@ pub struct TemporalArgs {
     /// Run here even when the config file names a Temporal service.
     #[arg(long, conflicts_with = "temporal")]
     local: bool,
+    /// With Temporal, where the run's working tree is kept: `shared` (the same path on every
+    /// worker) or `git` (the repository's `origin`, at the run's own ref: for workers on machines
+    /// that share no working directory) [default: shared].
+    #[arg(long, value_enum, value_name = "WHERE")]
+    workspace: Option<Workspace>,
+}
+
+/// Where a run on Temporal keeps its working tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Workspace {
+    Shared,
+    Git,
 }
 
 impl TemporalArgs {
@@ -62,6 +74,30 @@ impl TemporalArgs {
 
     pub fn detach(&self) -> bool {
         self.detach
+    }
+
+    /// The repository a run kept on git starts from (`--workspace git`), checked before the run is
+    /// recorded; `None` for a working tree every worker shares.
+    pub fn origin(
+        &self,
+        temporal: Option<&Target>,
+        work_dir: &std::path::Path,
+    ) -> anyhow::Result<Option<trellis_temporal::workspace::Origin>> {
+        if self.workspace != Some(Workspace::Git) {
+            return Ok(None);
+        }
+        anyhow::ensure!(
+            temporal.is_some(),
+            "--workspace git is for runs on Temporal: give --temporal ADDR"
+        );
+        let origin = trellis_temporal::workspace::origin(work_dir).map_err(anyhow::Error::msg)?;
+        if origin.uncommitted {
+            eprintln!(
+                "warning: {} has uncommitted changes; the run starts from its last commit, without them",
+                work_dir.display()
+            );
+        }
+        Ok(Some(origin))
     }
 }
 
@@ -96,6 +132,10 @@ pub struct WorkerArgs {
     /// config file's `[sandbox] mode`, else auto].
     #[arg(long, value_name = "MODE", env = "TRELLIS_SANDBOX")]
     sandbox: Option<SandboxChoice>,
+    /// Where it checks out the working trees of runs kept on git (`--workspace git`): a directory
+    /// commands may not write outside their own checkout [default: `~/.trellis/workspaces`].
+    #[arg(long, value_name = "DIR")]
+    workspaces: Option<std::path::PathBuf>,
 }
 
 /// Runs a worker until Ctrl-C or SIGTERM; the runs it is executing then are interrupted at their
@@ -122,12 +162,18 @@ pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&runs_dir)
         .with_context(|| format!("cannot create the runs directory {}", runs_dir.display()))?;
     let serves = runs_dir.display().to_string();
+    let workspaces = args
+        .workspaces
+        .clone()
+        .unwrap_or_else(trellis_temporal::workspace::default_dir);
+    let workspaces = std::path::absolute(&workspaces).unwrap_or(workspaces);
     super::on_server_runtime(async move {
         let config = trellis_temporal::worker::WorkerConfig {
             target: target.clone(),
             slots,
             sandbox,
             runs_dir,
+            workspaces,
         };
         let shutdown = async {
             use tokio::signal::unix::{SignalKind, signal};
@@ -158,6 +204,7 @@ pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
 pub async fn submit(
     run: Run,
     target: &Target,
+    origin: Option<trellis_temporal::workspace::Origin>,
     options: &RunOptions,
     detach: bool,
 ) -> anyhow::Result<ExitCode> {
@@ -171,6 +218,23 @@ pub async fn submit(
         .to_path_buf();
     let gates = options.gates()?;
     run.park().await?;
+    let mut kept_on = None;
+    if let Some(origin) = origin {
+        let (id, kept) = (run_id.clone(), record.clone());
+        let published = trellis_process::task::blocking(move || {
+            let workspace = origin.publish(&id)?;
+            let remote = workspace.remote.clone();
+            record_workspace(&kept, workspace).map(|()| remote)
+        })
+        .await;
+        match published {
+            Ok(remote) => kept_on = Some(remote),
+            Err(reason) => {
+                mark_failed(&record);
+                anyhow::bail!("run {run_id} cannot start: {reason}");
+            }
+        }
+    }
     if let Err(error) = trellis_temporal::submit(target, &run_id, &runs_dir, gates).await {
         // The record says why the run never started, for `trellis runs` and the web app.
         mark_failed(&record);
@@ -195,8 +259,21 @@ pub async fn submit(
             target.namespace,
             target.task_queue
         );
+        if let Some(remote) = kept_on {
+            eprintln!(
+                "  working tree: {} at {remote}",
+                trellis_temporal::workspace::run_ref(&run_id)
+            );
+        }
     }
     follow(&record, target, options).await
+}
+
+/// Records where the run's working tree is kept, for its workers.
+fn record_workspace(record: &RunDir, workspace: trellis_store::GitWorkspace) -> Result<(), String> {
+    let mut meta = record.meta().map_err(|e| e.to_string())?;
+    meta.workspace = Some(workspace);
+    record.write_meta(&meta).map_err(|e| e.to_string())
 }
 
 /// `trellis resume` of a run on Temporal: sends the answers file's answers, if any, then follows

@@ -1,0 +1,271 @@
+//! A run's working tree kept on a git remote (`trellis run --temporal --workspace git`), for workers
+//! that share no file system besides the runs directory.
+//!
+//! Submitting pushes the repository's `HEAD` to the run's own ref on its `origin`,
+//! `refs/trellis/runs/<run id>` ([`Origin::publish`]). A worker that opens the run — for its first stage, or
+//! taking it over from a lost worker — fetches that ref into a repository of its own and makes its
+//! checkout of the run exactly that commit ([`Checkout::open`]); before each step of the run is
+//! saved, it commits the tree and pushes it back to the ref ([`Checkout::save`]). So whichever step
+//! the run is opened from, the tree it finds is the one that step left (or a later one: an
+//! interrupted stage runs again over what it had done, as after a local resume). When the run ends,
+//! the ref holds its result and the worker's checkout is removed.
+//!
+//! The worker's repository lives beside the checkout, not in it: nothing a stage writes (its
+//! sandbox lets it write the checkout) can add hooks or configuration that the worker's own `git`
+//! would run. The workspaces directory must therefore lie outside the paths the sandbox lets
+//! commands write (the home directory's tool caches); the default, `~/.trellis/workspaces`, does.
+//!
+//! Every function here waits for `git` and the file system: callers on the runtime run them on the
+//! blocking pool.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "blocking throughout, and called on the blocking pool (see above)"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use parking_lot::Mutex;
+use trellis_store::GitWorkspace;
+
+/// The ref the run `run_id`'s tree is kept at on the remote.
+pub fn run_ref(run_id: &str) -> String {
+    format!("refs/trellis/runs/{run_id}")
+}
+
+/// The workers' default workspaces directory: `~/.trellis/workspaces`.
+pub fn default_dir() -> PathBuf {
+    std::env::var_os("HOME")
+        .map_or_else(|| PathBuf::from("."), PathBuf::from)
+        .join(".trellis/workspaces")
+}
+
+/// `git` with the settings every call here shares: never a prompt for credentials (a worker has
+/// nobody to answer it), no hooks, no signing, no file-system monitor.
+fn git() -> Command {
+    let mut command = Command::new("git");
+    command
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .args(["-c", "core.hooksPath=/dev/null"])
+        .args(["-c", "core.fsmonitor=false"])
+        .args(["-c", "commit.gpgsign=false"])
+        .stdin(std::process::Stdio::null());
+    command
+}
+
+/// Runs `command`, its standard output on success, else what `git` said.
+fn run(mut command: Command, what: &str) -> Result<String, String> {
+    let output: Output = command
+        .output()
+        .map_err(|e| format!("cannot run `git` to {what}: {e}"))?;
+    if output.status.success() {
+        return Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned());
+    }
+    let said = String::from_utf8_lossy(&output.stderr);
+    let said = said.trim();
+    Err(if said.is_empty() {
+        format!("`git` could not {what} ({})", output.status)
+    } else {
+        format!("`git` could not {what}: {said}")
+    })
+}
+
+/// A remote `git` may fetch from and push to without being told to run a program of the remote's
+/// choosing (an option in its place, the `ext::` transport).
+fn checked_remote(remote: &str) -> Result<&str, String> {
+    if remote.is_empty()
+        || remote.starts_with('-')
+        || remote.to_ascii_lowercase().starts_with("ext::")
+    {
+        return Err(format!("`{remote}` is not a git remote a worker may use"));
+    }
+    Ok(remote)
+}
+
+/// The repository a run on git starts from: its remote and commit.
+#[derive(Debug)]
+pub struct Origin {
+    dir: PathBuf,
+    remote: String,
+    commit: String,
+    /// The repository has uncommitted changes: the run starts from its last commit without them.
+    pub uncommitted: bool,
+}
+
+/// The repository at `work_dir` (its top directory), as a run on git would start from it: it must
+/// have a commit and a remote `origin` the workers can reach.
+pub fn origin(work_dir: &Path) -> Result<Origin, String> {
+    let in_repo = |args: &[&str], what: &str| {
+        let mut command = git();
+        command.arg("-C").arg(work_dir).args(args);
+        run(command, what)
+    };
+    let top = in_repo(&["rev-parse", "--show-toplevel"], "find the repository")
+        .map_err(|_| format!("{} is not in a git repository", work_dir.display()))?;
+    let same = |a: &Path, b: &Path| std::fs::canonicalize(a).ok() == std::fs::canonicalize(b).ok();
+    if !same(Path::new(&top), work_dir) {
+        return Err(format!(
+            "a run whose workspace is on git starts from the repository's top directory ({top}), not {}",
+            work_dir.display()
+        ));
+    }
+    let remote = in_repo(&["remote", "get-url", "origin"], "read the remote")
+        .map_err(|_| format!("the repository at {top} has no remote `origin`"))?;
+    checked_remote(&remote)?;
+    let commit = in_repo(&["rev-parse", "--verify", "HEAD^{commit}"], "read HEAD")
+        .map_err(|_| format!("the repository at {top} has no commit yet"))?;
+    let uncommitted = !in_repo(&["status", "--porcelain"], "read the status")?.is_empty();
+    Ok(Origin {
+        dir: work_dir.to_path_buf(),
+        remote,
+        commit,
+        uncommitted,
+    })
+}
+
+impl Origin {
+    /// Makes its commit the starting tree of run `run_id` (pushed to the run's ref on `origin`),
+    /// and says so for the run's record.
+    pub fn publish(&self, run_id: &str) -> Result<GitWorkspace, String> {
+        let mut push = git();
+        push.arg("-C")
+            .arg(&self.dir)
+            .args(["push", "-q", "origin"])
+            .arg(format!("{}:{}", self.commit, run_ref(run_id)));
+        run(
+            push,
+            &format!("push the run's starting commit to {}", self.remote),
+        )?;
+        Ok(GitWorkspace {
+            remote: self.remote.clone(),
+            commit: self.commit.clone(),
+        })
+    }
+}
+
+/// A worker's checkout of a run's tree, and the repository beside it that carries the tree to and
+/// from the remote.
+pub struct Checkout {
+    run_id: String,
+    remote: String,
+    git_dir: PathBuf,
+    tree: PathBuf,
+    /// The commit last fetched or pushed: a save that finds the tree unchanged pushes nothing. Held
+    /// while saving, so saves of concurrent branches take turns.
+    pushed: Mutex<String>,
+}
+
+impl Checkout {
+    /// Makes `workspaces/<run id>` exactly the commit at the run's ref on its remote (files the
+    /// commit does not have are removed, except those the tree's `.gitignore` ignores).
+    pub fn open(workspaces: &Path, run_id: &str, workspace: &GitWorkspace) -> Result<Self, String> {
+        let remote = checked_remote(&workspace.remote)?.to_owned();
+        let (git_dir, tree) = (
+            workspaces.join(format!("{run_id}.git")),
+            workspaces.join(run_id),
+        );
+        std::fs::create_dir_all(&tree)
+            .map_err(|e| format!("cannot create {}: {e}", tree.display()))?;
+        if !git_dir.join("HEAD").exists() {
+            let mut init = git();
+            init.args(["init", "-q", "--bare"]).arg(&git_dir);
+            run(init, "create the worker's repository")?;
+        }
+        let checkout = Self {
+            run_id: run_id.to_owned(),
+            remote,
+            git_dir,
+            tree,
+            pushed: Mutex::new(String::new()),
+        };
+        let refspec = format!("+{}:refs/trellis/run", run_ref(run_id));
+        checkout.run(
+            &["fetch", "-q", "--no-tags", "--", &checkout.remote, &refspec],
+            &format!("fetch the run's tree from {}", checkout.remote),
+        )?;
+        checkout.run(
+            &["reset", "-q", "--hard", "refs/trellis/run"],
+            "check out the run's tree",
+        )?;
+        checkout.run(&["clean", "-q", "-ffd"], "clean the run's tree")?;
+        *checkout.pushed.lock() = checkout.run(&["rev-parse", "HEAD"], "read the tree's commit")?;
+        Ok(checkout)
+    }
+
+    /// Where the run's stages work.
+    pub fn tree(&self) -> &Path {
+        &self.tree
+    }
+
+    /// Commits the tree as it is and pushes it to the run's ref; pushes nothing when the remote has
+    /// the tree already.
+    pub fn save(&self) -> Result<(), String> {
+        let mut pushed = self.pushed.lock();
+        self.run(&["add", "-A"], "record the run's tree")?;
+        let changed = self
+            .run(&["diff", "--cached", "--quiet"], "compare the run's tree")
+            .is_err();
+        if changed {
+            let message = format!("trellis run {}", self.run_id);
+            self.run(
+                &[
+                    "-c",
+                    "user.name=Trellis",
+                    "-c",
+                    "user.email=trellis@localhost",
+                    "commit",
+                    "-q",
+                    "--no-verify",
+                    "-m",
+                    &message,
+                ],
+                "commit the run's tree",
+            )?;
+        }
+        let commit = self.run(&["rev-parse", "HEAD"], "read the tree's commit")?;
+        if *pushed == commit {
+            return Ok(());
+        }
+        let refspec = format!("+{commit}:{}", run_ref(&self.run_id));
+        self.run(
+            &["push", "-q", "--", &self.remote, &refspec],
+            &format!("push the run's tree to {}", self.remote),
+        )?;
+        *pushed = commit;
+        Ok(())
+    }
+
+    /// Removes the checkout and its repository (the run ended: its tree is on the remote).
+    pub fn remove(&self) {
+        let _ = std::fs::remove_dir_all(&self.tree);
+        let _ = std::fs::remove_dir_all(&self.git_dir);
+    }
+
+    /// `git` on the worker's repository and the checkout.
+    fn run(&self, args: &[&str], what: &str) -> Result<String, String> {
+        let mut command = git();
+        command
+            .arg("--git-dir")
+            .arg(&self.git_dir)
+            .arg("--work-tree")
+            .arg(&self.tree)
+            .args(args);
+        run(command, what)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remotes_that_would_run_a_program_are_refused() {
+        assert!(checked_remote("--upload-pack=touch /tmp/x").is_err());
+        assert!(checked_remote("ext::sh -c touch% /tmp/x").is_err());
+        assert!(checked_remote("EXT::sh").is_err());
+        assert!(checked_remote("").is_err());
+        assert!(checked_remote("https://github.com/acme/api.git").is_ok());
+        assert!(checked_remote("/srv/git/api.git").is_ok());
+    }
+}
