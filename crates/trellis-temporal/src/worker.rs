@@ -467,7 +467,7 @@ impl Stages {
         }
         // The commands a lost worker on this machine left running are stopped first.
         resumable.reap().await;
-        let tree = self.check_out(&mut resumable).await?;
+        let tree = self.check_out(&mut resumable, &work.run_id).await?;
         let loaded = resumable.load().await?;
         let asked = Arc::new(Mutex::new(None));
         let unanswered: Box<dyn Interviewer> = Box::new(OnTemporal {
@@ -565,11 +565,12 @@ impl Stages {
     async fn check_out(
         &self,
         resumable: &mut Resumable,
+        run_id: &str,
     ) -> Result<Option<Arc<Checkout>>, RunError> {
         let Some(workspace) = resumable.workspace().cloned() else {
             return Ok(None);
         };
-        let (workspaces, run_id) = (self.workspaces.clone(), resumable.id().to_owned());
+        let (workspaces, run_id) = (self.workspaces.clone(), run_id.to_owned());
         let checkout = trellis_process::task::blocking(move || {
             Checkout::open(&workspaces, &run_id, &workspace)
         })

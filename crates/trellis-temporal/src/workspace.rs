@@ -42,7 +42,9 @@ pub fn default_dir() -> PathBuf {
 }
 
 /// `git` with the settings every call here shares: never a prompt for credentials (a worker has
-/// nobody to answer it), no hooks, no signing, no file-system monitor.
+/// nobody to answer it), no hooks, no signing, no file-system monitor, and only the transports that
+/// move data (local paths, `file`, `http(s)`, `ssh`, `git`): no remote helper runs a program of the
+/// remote's choosing.
 fn git() -> Command {
     let mut command = Command::new("git");
     command
@@ -50,7 +52,13 @@ fn git() -> Command {
         .args(["-c", "core.hooksPath=/dev/null"])
         .args(["-c", "core.fsmonitor=false"])
         .args(["-c", "commit.gpgsign=false"])
-        .stdin(std::process::Stdio::null());
+        .args(["-c", "protocol.allow=never"]);
+    for transport in ["file", "http", "https", "ssh", "git"] {
+        command
+            .arg("-c")
+            .arg(format!("protocol.{transport}.allow=always"));
+    }
+    command.stdin(std::process::Stdio::null());
     command
 }
 
@@ -160,6 +168,9 @@ impl Checkout {
     /// Makes `workspaces/<run id>` exactly the commit at the run's ref on its remote (files the
     /// commit does not have are removed, except those the tree's `.gitignore` ignores).
     pub fn open(workspaces: &Path, run_id: &str, workspace: &GitWorkspace) -> Result<Self, String> {
+        if run_id.is_empty() || !run_id.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(format!("`{run_id}` is not a run id"));
+        }
         let remote = checked_remote(&workspace.remote)?.to_owned();
         let (git_dir, tree) = (
             workspaces.join(format!("{run_id}.git")),
@@ -258,6 +269,77 @@ impl Checkout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `git args` in `dir` as a user would run it; its output.
+    fn git_in(dir: &Path, args: &[&str]) -> String {
+        let output = Command::new("git")
+            .args(["-c", "user.name=Test", "-c", "user.email=test@localhost"])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "git {args:?}: {output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    #[test]
+    fn a_tree_goes_to_the_runs_ref_and_back_and_what_a_stage_plants_there_runs_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (remote, repo) = (dir.path().join("remote.git"), dir.path().join("repo"));
+        std::fs::create_dir_all(&repo).unwrap();
+        git_in(dir.path(), &["init", "-q", "--bare", "remote.git"]);
+        git_in(&repo, &["init", "-q"]);
+        std::fs::write(repo.join("a.txt"), "a\n").unwrap();
+        git_in(&repo, &["add", "-A"]);
+        git_in(&repo, &["commit", "-q", "-m", "start"]);
+        git_in(
+            &repo,
+            &["remote", "add", "origin", remote.to_str().unwrap()],
+        );
+        let workspace = origin(&repo).unwrap().publish("R1").unwrap();
+        let at_ref = || git_in(&remote, &["rev-parse", "refs/trellis/runs/R1"]);
+        assert_eq!(at_ref().trim(), workspace.commit);
+
+        let first = Checkout::open(&dir.path().join("w1"), "R1", &workspace).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(first.tree().join("a.txt")).unwrap(),
+            "a\n"
+        );
+        assert!(!first.tree().join(".git").exists());
+        // Unchanged, nothing is pushed.
+        first.save().unwrap();
+        assert_eq!(at_ref().trim(), workspace.commit);
+        // A stage's work, and what a hostile one plants for the worker's `git` to run.
+        let pwned = dir.path().join("pwned");
+        std::fs::write(first.tree().join("b.txt"), "b\n").unwrap();
+        std::fs::create_dir_all(first.tree().join(".git/hooks")).unwrap();
+        let run_it = format!("#!/bin/sh\ntouch {}\n", pwned.display());
+        std::fs::write(first.tree().join(".git/hooks/pre-commit"), &run_it).unwrap();
+        std::fs::write(
+            first.tree().join(".git/config"),
+            format!("[core]\n\tfsmonitor = touch {}\n", pwned.display()),
+        )
+        .unwrap();
+        std::fs::write(first.tree().join(".gitattributes"), "* filter=x\n").unwrap();
+        first.save().unwrap();
+        assert_ne!(at_ref().trim(), workspace.commit);
+        assert!(!pwned.exists());
+        let files = git_in(
+            &remote,
+            &["ls-tree", "-r", "--name-only", "refs/trellis/runs/R1"],
+        );
+        assert_eq!(files, ".gitattributes\na.txt\nb.txt\n");
+
+        // Another worker's checkout is the pushed tree; the first's is gone once removed.
+        let second = Checkout::open(&dir.path().join("w2"), "R1", &workspace).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(second.tree().join("b.txt")).unwrap(),
+            "b\n"
+        );
+        first.remove();
+        assert!(!dir.path().join("w1/R1").exists() && !dir.path().join("w1/R1.git").exists());
+        assert!(Checkout::open(&dir.path().join("w3"), "../R1", &workspace).is_err());
+    }
 
     #[test]
     fn remotes_that_would_run_a_program_are_refused() {
