@@ -591,6 +591,11 @@ fn a_run_kept_on_git_is_taken_over_from_its_remote_with_the_work_of_its_finished
     assert!(!project.path().join("done.log").exists());
     assert!(!spaces[1 - running].join(run_id).exists());
     assert!(spaces[running].join(run_id).join("copy.txt").exists());
+    // Started again, it removes the checkout of the run that ended while it was away.
+    let dir = spaces[running].display().to_string();
+    let _again = Worker::with_args(&project, &server, "w3", &["--workspaces", &dir]);
+    assert!(!spaces[running].join(run_id).exists());
+    assert!(!spaces[running].join(format!("{run_id}.git")).exists());
 }
 
 #[test]

@@ -929,6 +929,16 @@ pub async fn run_worker(
         ulid::Ulid::generate().to_string().to_lowercase()
     );
     let client = connect(&config.target, &identity).await?;
+    // Checkouts of runs that ended while this worker was away are not needed again.
+    let (workspaces, runs_dir) = (config.workspaces.clone(), config.runs_dir.clone());
+    trellis_process::task::blocking(move || {
+        crate::workspace::tidy(&workspaces, |run_id| {
+            RunDir::open(run_id, &runs_dir)
+                .and_then(|record| record.meta())
+                .map_or(true, |meta| meta.status.is_finished())
+        });
+    })
+    .await;
     let stages = Stages {
         queue: format!("{}/{identity}", config.target.task_queue),
         identity: identity.clone(),

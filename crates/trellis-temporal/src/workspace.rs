@@ -266,6 +266,23 @@ impl Checkout {
     }
 }
 
+/// Removes the checkouts in `workspaces` of runs that are over (`over` says which, by run id): those a
+/// worker stopped or killed before their runs ended elsewhere left behind.
+pub fn tidy(workspaces: &Path, over: impl Fn(&str) -> bool) {
+    let Ok(entries) = std::fs::read_dir(workspaces) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(run_id) = name.to_str().map(|n| n.trim_end_matches(".git")) else {
+            continue;
+        };
+        if !run_id.is_empty() && run_id.chars().all(|c| c.is_ascii_alphanumeric()) && over(run_id) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
