@@ -634,6 +634,26 @@ fn a_run_kept_on_git_needs_a_repository_with_a_remote_and_temporal() {
     refused(&temporal, "is not a git remote a worker may use");
     assert!(!project.path().join("runs").exists());
     assert!(!project.path().join("pwned").exists());
+    // A worker's checkouts may not lie where every sandboxed command may write.
+    let home = std::env::var("HOME").unwrap();
+    let output = project
+        .command(&[
+            "worker",
+            "--temporal",
+            "127.0.0.1:9",
+            "--sandbox",
+            "bubblewrap",
+            "--workspaces",
+            &format!("{home}/.cache/trellis-test-workspaces"),
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success()
+            && stderr.contains("lies where the sandbox lets every command write"),
+        "{stderr}"
+    );
 }
 
 #[test]

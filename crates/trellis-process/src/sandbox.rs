@@ -297,6 +297,13 @@ impl Sandbox {
         }
     }
 
+    /// Whether a confined child could write `path` wherever it runs: `path` lies under a path the
+    /// sandbox lets every child write (the home directory's tool caches, the configured grants).
+    /// Never for unconfined children, which may write anything.
+    pub fn confined_children_write(&self, path: &Path) -> bool {
+        self.name() != "none" && self.writable.iter().any(|dir| path.starts_with(dir))
+    }
+
     /// One line for the start of a run: which sandbox is in force.
     pub fn describe(&self) -> String {
         match &self.kind {

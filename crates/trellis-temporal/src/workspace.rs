@@ -2,18 +2,19 @@
 //! that share no file system besides the runs directory.
 //!
 //! Submitting pushes the repository's `HEAD` to the run's own ref on its `origin`,
-//! `refs/trellis/runs/<run id>` ([`Origin::publish`]). A worker that opens the run — for its first stage, or
-//! taking it over from a lost worker — fetches that ref into a repository of its own and makes its
-//! checkout of the run exactly that commit ([`Checkout::open`]); before each step of the run is
-//! saved, it commits the tree and pushes it back to the ref ([`Checkout::save`]). So whichever step
-//! the run is opened from, the tree it finds is the one that step left (or a later one: an
-//! interrupted stage runs again over what it had done, as after a local resume). When the run ends,
-//! the ref holds its result and the worker's checkout is removed.
+//! `refs/trellis/runs/<run id>` ([`Origin::publish`]). A worker that opens the run — for its first
+//! stage, or taking it over from a lost worker — fetches that ref into a repository of its own and
+//! makes its checkout of the run exactly that commit ([`Checkout::open`]); before each step of the
+//! run is saved, it commits the tree and pushes it back to the ref ([`Checkout::save`]). So
+//! whichever step the run is opened from, the tree it finds is the one that step left (or a later
+//! one: an interrupted stage runs again over what it had done, as after a local resume). When the
+//! run ends, the ref holds its result and the worker's checkout is removed.
 //!
 //! The worker's repository lives beside the checkout, not in it: nothing a stage writes (its
 //! sandbox lets it write the checkout) can add hooks or configuration that the worker's own `git`
-//! would run. The workspaces directory must therefore lie outside the paths the sandbox lets
-//! commands write (the home directory's tool caches); the default, `~/.trellis/workspaces`, does.
+//! would run. The workspaces directory must therefore lie outside the paths the sandbox lets every
+//! command write (the home directory's tool caches; `trellis worker` refuses one there); the
+//! default, `~/.trellis/workspaces`, does.
 //!
 //! Every function here waits for `git` and the file system: callers on the runtime run them on the
 //! blocking pool.

@@ -167,6 +167,12 @@ pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
         .clone()
         .unwrap_or_else(trellis_temporal::workspace::default_dir);
     let workspaces = std::path::absolute(&workspaces).unwrap_or(workspaces);
+    // The worker's own `git` runs on what lies there: a stage must not be able to write it.
+    anyhow::ensure!(
+        !sandbox.confined_children_write(&workspaces),
+        "--workspaces {} lies where the sandbox lets every command write; choose a directory outside the home directory's tool caches, such as the default ~/.trellis/workspaces",
+        workspaces.display()
+    );
     super::on_server_runtime(async move {
         let config = trellis_temporal::worker::WorkerConfig {
             target: target.clone(),
