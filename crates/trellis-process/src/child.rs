@@ -53,11 +53,11 @@ impl Started {
 }
 
 impl Drop for Started {
-    /// A child still running when dropped — its stage was cancelled while it was being started, before
-    /// anyone held its group — is killed with its whole group. Killing only the process Tokio started
-    /// is not enough: a `bwrap` killed before it let its sandbox's first process go on leaves that
-    /// process waiting for it for ever. (A spawned child's reaper ends everything when its stop pipe
-    /// closes.)
+    /// A child still running when dropped — its stage was cancelled while it was being started,
+    /// before anyone held its group — is killed with its whole group. Killing only the process
+    /// Tokio started is not enough: a `bwrap` killed before it let its sandbox's first process go
+    /// on leaves that process waiting for it for ever. (A spawned child's reaper ends everything
+    /// when its stop pipe closes.)
     fn drop(&mut self) {
         if let Self::Child(child) = self
             && let Some(pid) = child.id()

@@ -560,8 +560,8 @@ impl Stages {
         }))
     }
 
-    /// Checks out the tree of a run kept on git here, as its last saved step left it, for the run to
-    /// work in; `None` for a run whose tree every worker shares.
+    /// Checks out the tree of a run kept on git here, as its last saved step left it, for the run
+    /// to work in; `None` for a run whose tree every worker shares.
     async fn check_out(
         &self,
         resumable: &mut Resumable,

@@ -1,5 +1,5 @@
-//! A run's working tree kept on a git remote (`trellis run --temporal --workspace git`), for workers
-//! that share no file system besides the runs directory.
+//! A run's working tree kept on a git remote (`trellis run --temporal --workspace git`), for
+//! workers that share no file system besides the runs directory.
 //!
 //! Submitting pushes the repository's `HEAD` to the run's own ref on its `origin`,
 //! `refs/trellis/runs/<run id>` ([`Origin::publish`]). A worker that opens the run — for its first
@@ -267,8 +267,8 @@ impl Checkout {
     }
 }
 
-/// Removes the checkouts in `workspaces` of runs that are over (`over` says which, by run id): those a
-/// worker stopped or killed before their runs ended elsewhere left behind.
+/// Removes the checkouts in `workspaces` of runs that are over (`over` says which, by run id):
+/// those a worker stopped or killed before their runs ended elsewhere left behind.
 pub fn tidy(workspaces: &Path, over: impl Fn(&str) -> bool) {
     let Ok(entries) = std::fs::read_dir(workspaces) else {
         return;
