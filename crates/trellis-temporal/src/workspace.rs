@@ -211,7 +211,9 @@ impl Checkout {
     }
 
     /// Commits the tree as it is and pushes it to the run's ref; pushes nothing when the remote has
-    /// the tree already.
+    /// the tree already. The push only moves the ref forward: a worker whose run was taken over
+    /// meanwhile (it stalled, and another worker pushed since) is refused rather than undoing the
+    /// other's work.
     pub fn save(&self) -> Result<(), String> {
         let mut pushed = self.pushed.lock();
         self.run(&["add", "-A"], "record the run's tree")?;
@@ -239,7 +241,7 @@ impl Checkout {
         if *pushed == commit {
             return Ok(());
         }
-        let refspec = format!("+{commit}:{}", run_ref(&self.run_id));
+        let refspec = format!("{commit}:{}", run_ref(&self.run_id));
         self.run(
             &["push", "-q", "--", &self.remote, &refspec],
             &format!("push the run's tree to {}", self.remote),
@@ -357,6 +359,27 @@ mod tests {
         first.remove();
         assert!(!dir.path().join("w1/R1").exists() && !dir.path().join("w1/R1.git").exists());
         assert!(Checkout::open(&dir.path().join("w3"), "../R1", &workspace).is_err());
+
+        // A worker that lost the run (the second pushed since it last did) cannot undo the other's
+        // work: its push is refused and the ref keeps the second's.
+        std::fs::write(second.tree().join("c.txt"), "c\n").unwrap();
+        second.save().unwrap();
+        let kept = at_ref();
+        let stale = Checkout::open(&dir.path().join("w4"), "R1", &workspace).unwrap();
+        std::fs::write(second.tree().join("d.txt"), "d\n").unwrap();
+        second.save().unwrap();
+        std::fs::write(stale.tree().join("e.txt"), "e\n").unwrap();
+        let refused = stale.save().unwrap_err();
+        assert!(refused.contains("push the run's tree"), "{refused}");
+        assert_ne!(at_ref(), kept);
+        let files = git_in(
+            &remote,
+            &["ls-tree", "-r", "--name-only", "refs/trellis/runs/R1"],
+        );
+        assert!(
+            files.contains("d.txt") && !files.contains("e.txt"),
+            "{files}"
+        );
     }
 
     #[test]
