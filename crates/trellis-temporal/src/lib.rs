@@ -203,6 +203,12 @@ pub async fn cancel(target: &Target, run_id: &str) -> Result<(), TemporalError> 
         })
 }
 
+/// Whether `text` can be a run's id (a ULID's letters and digits): ids from the workflow's input and
+/// the record name directories, so nothing else is taken.
+pub(crate) fn is_run_id(text: &str) -> bool {
+    !text.is_empty() && text.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
 /// This process, as Temporal's records name it.
 fn identity() -> String {
     format!("trellis-{}", std::process::id())

@@ -609,7 +609,7 @@ impl Stages {
     /// named by its id: whoever can reach the Temporal service names the run, and only runs in the
     /// directory this worker was given are its to execute.
     async fn confined(&self, run_id: &str, runs_dir: &str) -> Result<PathBuf, String> {
-        if run_id.is_empty() || !run_id.chars().all(|c| c.is_ascii_alphanumeric()) {
+        if !crate::is_run_id(run_id) {
             return Err(format!("`{run_id}` is not a run id"));
         }
         let runs_dir = PathBuf::from(runs_dir);

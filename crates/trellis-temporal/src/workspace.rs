@@ -169,7 +169,7 @@ impl Checkout {
     /// Makes `workspaces/<run id>` exactly the commit at the run's ref on its remote (files the
     /// commit does not have are removed, except those the tree's `.gitignore` ignores).
     pub fn open(workspaces: &Path, run_id: &str, workspace: &GitWorkspace) -> Result<Self, String> {
-        if run_id.is_empty() || !run_id.chars().all(|c| c.is_ascii_alphanumeric()) {
+        if !crate::is_run_id(run_id) {
             return Err(format!("`{run_id}` is not a run id"));
         }
         let remote = checked_remote(&workspace.remote)?.to_owned();
@@ -280,7 +280,7 @@ pub fn tidy(workspaces: &Path, over: impl Fn(&str) -> bool) {
         let Some(run_id) = name.to_str().map(|n| n.trim_end_matches(".git")) else {
             continue;
         };
-        if !run_id.is_empty() && run_id.chars().all(|c| c.is_ascii_alphanumeric()) && over(run_id) {
+        if crate::is_run_id(run_id) && over(run_id) {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
