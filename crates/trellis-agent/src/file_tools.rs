@@ -102,7 +102,7 @@ struct WriteArgs {
 }
 
 fn write_file(work_dir: &WorkDir, args: &WriteArgs) -> Result<ToolOutput, String> {
-    let path = work_dir.resolve(&args.path)?;
+    let path = work_dir.resolve_writable(&args.path)?;
     if path.is_dir() {
         return Err(format!("`{}` is a folder", args.path));
     }
@@ -134,7 +134,7 @@ struct EditArgs {
 }
 
 fn edit_file(work_dir: &WorkDir, args: &EditArgs) -> Result<ToolOutput, String> {
-    let path = work_dir.resolve(&args.path)?;
+    let path = work_dir.resolve_writable(&args.path)?;
     if args.old_string.is_empty() {
         return Err("old_string is empty; give the exact text to replace".to_owned());
     }

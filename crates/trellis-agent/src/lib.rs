@@ -25,4 +25,5 @@ pub use session::{
 pub use tools::{
     Category, EXTERNAL_LIMIT, ExternalTools, Tool, ToolOutput, Toolbox, combined, filtered,
 };
+pub use truncate::{Keep, Limit};
 pub use work_dir::{WorkDir, open_file};

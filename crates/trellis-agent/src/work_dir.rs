@@ -44,7 +44,8 @@ impl WorkDir {
             .is_some_and(tokio_util::sync::CancellationToken::is_cancelled)
     }
 
-    /// Lets `read_file` read inside `dir` too.
+    /// Lets `read_file` read inside `dir` too, and keeps the file tools from writing there even
+    /// where `dir` lies inside the working directory (a run record kept under the project).
     #[must_use]
     pub fn with_readable(mut self, dir: &Path) -> Self {
         if let Ok(dir) = std::fs::canonicalize(dir) {
@@ -61,6 +62,18 @@ impl WorkDir {
     /// far as the path exists; the rest of it cannot be a link yet.
     pub fn resolve(&self, path: &str) -> Result<PathBuf, String> {
         self.resolve_within(path, &[])
+    }
+
+    /// As [`WorkDir::resolve`], for a file to write: never inside a folder that may only be read.
+    pub fn resolve_writable(&self, path: &str) -> Result<PathBuf, String> {
+        let resolved = self.resolve(path)?;
+        match self.readable.iter().find(|d| resolved.starts_with(d)) {
+            Some(dir) => Err(format!(
+                "`{path}` is inside the run's record {}, which can only be read",
+                dir.display()
+            )),
+            None => Ok(resolved),
+        }
     }
 
     /// As [`WorkDir::resolve`], also accepting the folders that may be read.
@@ -238,6 +251,19 @@ mod tests {
         let blob = blob.to_str().unwrap();
         assert!(work.resolve_readable(blob).is_ok());
         assert!(work.resolve(blob).is_err());
+    }
+
+    #[test]
+    fn a_record_inside_the_working_directory_can_be_read_but_not_written() {
+        let (dir, work) = work_dir();
+        let record = dir.path().join("runs/R1");
+        std::fs::create_dir_all(record.join("blobs")).unwrap();
+        let work = work.with_readable(&record);
+        assert!(work.resolve_readable("runs/R1/blobs/b").is_ok());
+        let error = work.resolve_writable("runs/R1/../R1/blobs/b").unwrap_err();
+        assert!(error.contains("can only be read"), "{error}");
+        assert!(work.resolve_writable("runs/R2/x").is_ok());
+        assert!(work.resolve_writable("src/main.rs").is_ok());
     }
 
     #[test]

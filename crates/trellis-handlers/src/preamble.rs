@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde_json::Value;
+use trellis_agent::{Keep, Limit};
 use trellis_engine::services::{BLOB_PREFIX, BlobStore};
 pub use trellis_engine::text::clip;
 use trellis_engine::{StageRecord, keys};
@@ -258,8 +259,9 @@ fn block(out: &mut String, bullet: &str, label: &str, text: &str) {
     }
 }
 
-/// A context value as the preamble shows it: blob references become a file path when the content is
-/// longer than `limit`, and text is clipped to `limit`.
+/// A context value as the preamble shows it: text is clipped to `limit`; a blob longer than `limit`
+/// becomes its file's path followed by its start and end, `limit` characters in all (a command's
+/// first lines say what ran and its last how it ended; a model cannot always open the file).
 fn resolve(source: &PreambleSource<'_>, value: &str, limit: usize) -> String {
     if !value.starts_with(BLOB_PREFIX) {
         return clip(value, limit);
@@ -269,12 +271,24 @@ fn resolve(source: &PreambleSource<'_>, value: &str, limit: usize) -> String {
         .get(value)
         .ok()
         .map(|b| String::from_utf8_lossy(&b).into_owned());
-    match content {
-        Some(text) if text.chars().count() <= limit => text,
-        _ => match source.blobs.path_of(value) {
-            Some(path) => format!("See: {}", path.display()),
-            None => "(stored as a blob)".to_owned(),
-        },
+    let path = source.blobs.path_of(value);
+    match (content, path) {
+        (Some(text), _) if text.chars().count() <= limit => text,
+        (Some(text), path) if limit > 0 => {
+            let ends = Limit {
+                chars: limit,
+                lines: usize::MAX,
+                keep: Keep::HeadAndTail,
+            };
+            let size = text.chars().count();
+            let place = path.map_or_else(String::new, |p| format!("See: {} — ", p.display()));
+            format!(
+                "{place}{size} characters; its start and end:\n{}",
+                ends.apply(&text)
+            )
+        }
+        (_, Some(path)) => format!("See: {}", path.display()),
+        (_, None) => "(stored as a blob)".to_owned(),
     }
 }
 
@@ -409,10 +423,11 @@ mod tests {
     }
 
     #[test]
-    fn large_outputs_point_at_their_blob_file() {
+    fn large_outputs_show_their_start_and_end_and_say_how_much_was_cut() {
         let workflow = workflow();
         let blobs = MemoryBlobs::default();
-        let big = "x".repeat(5_000);
+        let middle = "backtrace frame\n".repeat(300);
+        let big = format!("running 1 test\nleft: 7 right: 12\n{middle}test result: FAILED\n");
         let stdout = blobs.put(big.as_bytes()).unwrap();
         let history = vec![record(
             "test",
@@ -428,7 +443,21 @@ mod tests {
             blobs: &blobs,
         };
         let preamble = build(&source, Fidelity::Compact);
-        assert!(!preamble.contains(&big));
-        assert!(preamble.contains("Stdout: "), "{preamble}");
+        let size = big.chars().count();
+        assert!(
+            preamble.contains(&format!(
+                "Stdout:\n{size} characters; its start and end:\nrunning 1 test\nleft: 7 right: 12\n"
+            )),
+            "{preamble}"
+        );
+        assert!(
+            preamble.contains(&format!("[… {} characters cut …]", size - 1_000)),
+            "{preamble}"
+        );
+        assert!(preamble.contains("test result: FAILED"), "{preamble}");
+        assert!(preamble.len() < 1_500, "{preamble}");
+        // Where a level shows no output, nothing of it is shown.
+        let low = build(&source, Fidelity::SummaryLow);
+        assert!(!low.contains("backtrace"), "{low}");
     }
 }
