@@ -30,14 +30,27 @@ fn cut_chars(text: &str, limit: usize, keep: Keep) -> String {
     if count <= limit {
         return text.to_owned();
     }
-    let cut = count - limit;
-    let marker = format!("\n[… {cut} characters cut …]\n");
     match keep {
-        Keep::Head => format!("{}{marker}", take_chars(text, limit)),
+        Keep::Head => format!(
+            "{}\n[… {} characters cut …]\n",
+            take_chars(text, limit),
+            count - limit
+        ),
         Keep::HeadAndTail => {
-            let head = limit / 2;
-            let tail_start = byte_at(text, count - (limit - head));
-            format!("{}{marker}{}", take_chars(text, head), &text[tail_start..])
+            let half = limit / 2;
+            let mut head = take_chars(text, half);
+            let mut tail = &text[byte_at(text, count - (limit - half))..];
+            // Whole lines where that keeps most of each part: half a line (`…/function.rs` cut to
+            // `tion.rs`) reads to a model as a name of its own.
+            if let Some(end) = head.rfind('\n').filter(|&end| end + 1 >= head.len() / 2) {
+                head = &head[..=end];
+            }
+            if let Some(start) = tail.find('\n').filter(|&start| start < tail.len() / 2) {
+                tail = &tail[start + 1..];
+            }
+            let cut = count - head.chars().count() - tail.chars().count();
+            let before = if head.ends_with('\n') { "" } else { "\n" };
+            format!("{head}{before}[… {cut} characters cut …]\n{tail}")
         }
     }
 }
@@ -96,6 +109,28 @@ mod tests {
         };
         let out = limit.apply("abcdefghijKLMNOPQRSTuvwxyz");
         assert_eq!(out, "abcde\n[… 16 characters cut …]\nvwxyz");
+    }
+
+    #[test]
+    fn head_and_tail_keep_whole_lines_where_most_of_each_part_stays() {
+        let limit = Limit {
+            chars: 20,
+            lines: 100,
+            keep: Keep::HeadAndTail,
+        };
+        // Lines of 4 characters and a newline: the head ends and the tail starts on a line's edge.
+        let text = "ab1\nab2\nab3\nab4\nab5\nab6\nab7\nab8\n";
+        assert_eq!(
+            limit.apply(text),
+            "ab1\nab2\n[… 16 characters cut …]\nab7\nab8\n"
+        );
+        // One long line: cut where the budget says, as before.
+        let long = format!("{}\n", "x".repeat(40));
+        assert!(
+            limit
+                .apply(&long)
+                .starts_with("xxxxxxxxxx\n[… 21 characters cut …]\n")
+        );
     }
 
     #[test]

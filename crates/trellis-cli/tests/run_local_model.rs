@@ -301,8 +301,8 @@ fn the_local_model_routes_clear_cut_reports_to_the_right_branch() {
 /// the local model (its nodes' hosted models fall back to it without keys), with `RUST_BACKTRACE=1`
 /// so the failing test's output is long. What the harness owes the model is checked: the first
 /// diagnosis is shown the failing assertion itself, not only a path to the output (a path it cannot
-/// always open: it read `Cargo.lock` over and over instead, CI 2026-11-28), and the run ends within
-/// its visit limits with a summary. Whether a 1.5B model then fixes the code *and* keeps the test is
+/// always open: it read `Cargo.lock` over and over instead, CI 2026-11-28), the file names in that
+/// output are not taken for the task's, and the run ends within its visit limits with a summary. Whether a 1.5B model then fixes the code *and* keeps the test is
 /// a rate, not a certainty (its prompts hold the project's temporary path, so runs differ): 2 of 3
 /// runs did on 2026-11-28; the agent suite measures it (`cargo-test` task). A run that succeeds must
 /// leave a crate whose tests pass.
@@ -346,6 +346,21 @@ fn fix_failing_tests_on_the_local_model_is_shown_the_failure_and_ends_within_its
         "test result: FAILED",
     ] {
         assert!(prompt.contains(shown), "`{shown}` not shown:\n{prompt}");
+    }
+    // The task names no file and no number: the file names and exit codes the preamble quotes from
+    // the test's output are never taken for the task's (a `finish` met with "the task names
+    // `tion.rs`" once sent the model to rewrite src/lib.rs without its test).
+    for stage in std::fs::read_dir(run.record().join("stages"))
+        .unwrap()
+        .flatten()
+    {
+        if let Ok(transcript) = std::fs::read_to_string(stage.path().join("transcript.jsonl")) {
+            assert!(
+                !transcript.contains("Not finished: the task names"),
+                "{}: {transcript}",
+                stage.path().display()
+            );
+        }
     }
     match run.code() {
         Some(0) => check_fixed_crate(&p),

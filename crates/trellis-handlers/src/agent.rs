@@ -517,7 +517,6 @@ impl AgentHandler {
             (&opening.prompt, listing),
         )
         .await;
-        let asked = opening.prompt.clone();
         if let Some(files) = base.toolbox.named_files(&opening.prompt).await {
             opening.prompt = format!("{}\n\n{files}", opening.prompt);
         }
@@ -529,7 +528,7 @@ impl AgentHandler {
             tools.push(Arc::new(subagents.clone()));
         }
         let mut session = base.session(tools, opening.messages, llm.max_turns);
-        session.expect_named_files(&asked).await;
+        session.expect_named_files(&opening.task).await;
         let (observer, writer) = StageObserver::new(stage);
         let inbox = StageInbox::open(stage).await;
         if let Some(inbox) = &inbox {

@@ -259,6 +259,10 @@ impl Handler for PromptHandler {
 /// The assembled first message of a model stage and the thread it continues.
 pub(crate) struct Opening {
     pub prompt: String,
+    /// What the stage is asked to do: the workflow's goal and the node's own prompt, without the
+    /// rest of the preamble (it quotes earlier stages' output, whose file names and numbers are not
+    /// the task's).
+    pub task: String,
     pub messages: Vec<Message>,
     pub thread_key: Option<String>,
     pub fidelity: Fidelity,
@@ -295,6 +299,10 @@ impl Opening {
         }
         Opening {
             prompt,
+            task: match &stage.workflow.graph.goal {
+                Some(goal) => format!("{goal}\n{}", llm.prompt),
+                None => llm.prompt.clone(),
+            },
             messages,
             thread_key,
             fidelity,
@@ -313,6 +321,7 @@ impl PromptHandler {
             mut messages,
             thread_key,
             fidelity,
+            ..
         } = Opening::new(stage, llm, &self.threads).await;
         write_stage_file(stage, "prompt.md", &prompt).await;
         messages.push(Message::user(prompt));
