@@ -302,10 +302,11 @@ fn the_local_model_routes_clear_cut_reports_to_the_right_branch() {
 /// so the failing test's output is long. What the harness owes the model is checked: the first
 /// diagnosis is shown the failing assertion itself, not only a path to the output (a path it cannot
 /// always open: it read `Cargo.lock` over and over instead, CI 2026-11-28), the file names in that
-/// output are not taken for the task's, and the run ends within its visit limits with a summary. Whether a 1.5B model then fixes the code *and* keeps the test is
-/// a rate, not a certainty (its prompts hold the project's temporary path, so runs differ): 2 of 3
-/// runs did on 2026-11-28; the agent suite measures it (`cargo-test` task). A run that succeeds must
-/// leave a crate whose tests pass.
+/// output are not taken for the task's, and the run ends within its visit limits with a summary.
+/// Whether a 1.5B model then fixes the code *and* keeps the test is a rate, not a certainty (its
+/// prompts hold the project's temporary path, so runs differ): 2 of 3 runs did on 2026-11-28; the
+/// agent suite measures it (`cargo-test` task). A run that succeeds must leave a crate whose tests
+/// pass.
 #[test]
 fn fix_failing_tests_on_the_local_model_is_shown_the_failure_and_ends_within_its_limits() {
     let Some((_turn, p)) = local_turn() else {

@@ -3,7 +3,8 @@
 //! Its detail follows the node's fidelity: `compact` (the default) is a nested bullet list,
 //! `summary:high` a per-stage Markdown report, `summary:medium` and `summary:low` shorter summaries,
 //! `truncate` only the goal and run id, and `full` none at all (the conversation itself carries the
-//! context). Large values are not inlined: the preamble points at the blob's file instead.
+//! context). A large value is not inlined whole: the preamble gives the blob's file and the value's
+//! first and last lines.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
