@@ -1,4 +1,4 @@
-//! Loop detection, by three rules.
+//! Loop detection, by four rules.
 //!
 //! - **Repeats are not run.** A call identical to an earlier one (the same tool, the same arguments)
 //!   with nothing in between that may have changed anything — no call of a tool that writes or runs
@@ -16,6 +16,11 @@
 //!   would fail the same way: it is not run, and is answered with an error result that says so. A
 //!   small model tends to alternate a guessed edit with running the tests, which the first rule lets
 //!   through (the tests may change things) and the second names only after ten calls.
+//! - **An undone change is named.** A `write_file` or `edit_file` that leaves its file holding what
+//!   it held earlier in the session (before or after another write) undid a change: the model is
+//!   told so (the write stands). A small model alternates two edits with the tests in between
+//!   (`12` → `15`, test, `15` → `12`, test), a cycle of four calls that writes every time, which
+//!   the first rule lets through and the second, looking for periods up to three, does not see.
 //!
 //! Each refusal and each cycle is an `Agent.LoopDetected` event and a warning; a session stops after
 //! [`crate::session::LOOP_WARNINGS`] of them.
@@ -43,6 +48,30 @@ pub struct LoopDetector {
     calls: usize,
     /// Edits that failed, with a fingerprint of their file's content then: the number of the call.
     failed_edits: HashMap<(String, u64), usize>,
+    /// Contents written files have had (a file and a fingerprint): the number of the last call
+    /// they were seen at.
+    contents: HashMap<(String, u64), usize>,
+}
+
+/// A write that put a file back to what it held before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Undone {
+    pub path: String,
+    /// How many calls back the file last held this.
+    pub period: usize,
+}
+
+impl Undone {
+    /// The warning the model is sent; `finishing` says how it ends the task.
+    pub fn warning(&self, finishing: &str) -> String {
+        format!(
+            "Loop detected: `{}` now holds what it held {} call(s) ago — this change undid an \
+             earlier one, so running the same checks will give the same results as then. Step back, \
+             reconsider your approach, and try something different — or, if the task is done, \
+             {finishing}.",
+            self.path, self.period
+        )
+    }
 }
 
 /// A repeated call that is not run: its tool, how many calls back it came last, and how often it
@@ -113,6 +142,26 @@ impl LoopDetector {
     pub fn edit_failed(&mut self, tool: &str, arguments: &Value, content: u64) {
         self.failed_edits
             .insert((key(tool, arguments), content), self.calls);
+    }
+
+    /// After a write of `path` ran without error, with fingerprints of the file's content before
+    /// it (none when it did not exist) and after: the undone change it is, when the file holds
+    /// what it held before an earlier call.
+    pub fn wrote(&mut self, path: &str, before: Option<u64>, after: u64) -> Option<Undone> {
+        let calls = self.calls;
+        // The file held `before` until this call.
+        if let Some(before) = before {
+            self.contents
+                .insert((path.to_owned(), before), calls.saturating_sub(1));
+        }
+        let last = self.contents.insert((path.to_owned(), after), calls);
+        match last {
+            Some(last) if before != Some(after) => Some(Undone {
+                path: path.to_owned(),
+                period: calls - last,
+            }),
+            _ => None,
+        }
     }
 
     /// After a call ran: the cycle it completes, if any.
@@ -265,6 +314,45 @@ mod tests {
         assert_eq!(detector.check_edit("edit_file", &edit, 8), None);
         let other = json!({ "path": "calc.py", "old_string": "a - b", "new_string": "a + b" });
         assert_eq!(detector.check_edit("edit_file", &other, 7), None);
+    }
+
+    #[test]
+    fn a_write_that_puts_a_file_back_to_an_earlier_content_is_named_each_time() {
+        let mut detector = LoopDetector::default();
+        let (original, fifteen) = (1, 2);
+        let mut undone = Vec::new();
+        // edit 12 -> 15, test, edit 15 -> 12, test, ... as a small model went round in CI.
+        for i in 0..4 {
+            let (before, after) = if i % 2 == 0 {
+                (original, fifteen)
+            } else {
+                (fifteen, original)
+            };
+            let edit = json!({ "path": "src/lib.rs", "i": i % 2 });
+            detector.check("edit_file", &edit, true);
+            undone.push(detector.wrote("src/lib.rs", Some(before), after));
+            detector.check("shell", &json!({ "command": "cargo test" }), true);
+        }
+        assert_eq!(undone[0], None);
+        assert_eq!(
+            undone[1..],
+            [3, 3, 3].map(|period| Some(Undone {
+                path: "src/lib.rs".into(),
+                period
+            }))
+        );
+        assert!(
+            undone[1]
+                .as_ref()
+                .unwrap()
+                .warning("answer")
+                .contains("undid")
+        );
+        // Moving on to new content, or writing what a file holds, is no undoing; nor is another
+        // file's content.
+        assert_eq!(detector.wrote("src/lib.rs", Some(original), 3), None);
+        assert_eq!(detector.wrote("src/lib.rs", Some(3), 3), None);
+        assert_eq!(detector.wrote("src/main.rs", None, original), None);
     }
 
     #[test]

@@ -734,6 +734,7 @@ impl Session {
                 self.repeats(group).await
             };
             let targets: Vec<String> = group.iter().map(|c| target(&self.toolbox, c)).collect();
+            let before = self.contents_before(group, &repeats, unseen).await;
             for (call, target) in group.iter().zip(&targets) {
                 observer.on_event(AgentEvent::ToolCallStarted {
                     call_id: call.id.clone(),
@@ -770,8 +771,12 @@ impl Session {
                 },
             ))
             .await;
-            for (((call, target), (output, ran, elapsed)), repeat) in
-                group.iter().zip(targets).zip(outputs).zip(repeats)
+            for ((((call, target), (output, ran, elapsed)), repeat), before) in group
+                .iter()
+                .zip(targets)
+                .zip(outputs)
+                .zip(repeats)
+                .zip(before)
             {
                 let shown = self.settle(call, &output, ran).await;
                 blind |= self.coach && ran && self.toolbox.may_change(call);
@@ -791,21 +796,13 @@ impl Session {
                     content: shown,
                     is_error: output.is_error,
                 }));
-                // A refused repeat (its refusal is the warning), or a cycle this call completes.
-                let looped = match repeat {
-                    Some(repeat) => Some((repeat.period, vec![repeat.tool])),
-                    None if unseen => None,
-                    None => self
-                        .detector
-                        .record(&call.name, &call.arguments)
-                        .map(|found| {
-                            warning = Some(found.warning(self.finishing()));
-                            (found.period, found.tools)
-                        }),
-                };
-                if let Some((period, tools)) = looped {
+                let wrote = ran && !output.is_error;
+                if let Some((period, tools, told)) =
+                    self.loop_after(call, repeat, unseen, (wrote, before)).await
+                {
                     observer.on_event(AgentEvent::LoopDetected { period, tools });
                     self.loops += 1;
+                    warning = told.or(warning);
                 }
             }
             index = end;
@@ -876,6 +873,55 @@ impl Session {
         } else {
             index + 1
         }
+    }
+
+    /// What the file each call of a group writes holds before it runs (for calls that will run),
+    /// to tell an undone change ([`Self::undone`]).
+    async fn contents_before(
+        &self,
+        group: &[ToolCall],
+        repeats: &[Option<Repeat>],
+        unseen: bool,
+    ) -> Vec<Option<(String, u64)>> {
+        let mut before = Vec::with_capacity(group.len());
+        for (call, repeat) in group.iter().zip(repeats) {
+            before.push(match repeat {
+                None if !unseen => self.toolbox.written_fingerprint(call).await,
+                _ => None,
+            });
+        }
+        before
+    }
+
+    /// The loop a call completes, with its period, its tools and the warning to send, if any: a
+    /// refused repeat (its refusal is the warning), a cycle of calls, or — for a call that ran
+    /// without error (`wrote`), its file holding `before` then — a change undone
+    /// (`loop_detector`).
+    async fn loop_after(
+        &mut self,
+        call: &ToolCall,
+        repeat: Option<Repeat>,
+        unseen: bool,
+        (wrote, before): (bool, Option<(String, u64)>),
+    ) -> Option<(usize, Vec<String>, Option<String>)> {
+        if let Some(repeat) = repeat {
+            return Some((repeat.period, vec![repeat.tool], None));
+        }
+        if unseen {
+            return None;
+        }
+        if let Some(found) = self.detector.record(&call.name, &call.arguments) {
+            let warning = found.warning(self.finishing());
+            return Some((found.period, found.tools, Some(warning)));
+        }
+        if !wrote {
+            return None;
+        }
+        let (path, after) = self.toolbox.written_fingerprint(call).await?;
+        let before = before.map(|(_, content)| content);
+        let undone = self.detector.wrote(&path, before, after)?;
+        let warning = undone.warning(self.finishing());
+        Some((undone.period, vec![call.name.clone()], Some(warning)))
     }
 
     /// For each of a group of calls, in order, the repeat it is: answered without running
@@ -1682,6 +1728,56 @@ mod tests {
             .await;
         assert!(matches!(stopped, Err(Stop::Model(error)) if error == "too long"));
         assert_eq!(model.0.asked.len(), 1);
+    }
+
+    /// Two edits undoing each other with a check between (`12` → `15`, check, `15` → `12`, ...):
+    /// each undoing is named, and the third ends the session as looping.
+    #[tokio::test]
+    async fn edits_that_undo_each_other_are_named_and_end_the_session_at_the_third() {
+        let dir = tempfile::tempdir().unwrap();
+        tokio::fs::write(dir.path().join("lib.rs"), "assert_eq!(area(3, 4), 12);\n")
+            .await
+            .unwrap();
+        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
+        let mut session = Session::new(toolbox, None, Vec::new(), Settings::default());
+        let edit = |old: &str, new: &str| {
+            response(
+                "",
+                &[(
+                    "edit_file",
+                    json!({ "path": "lib.rs", "old_string": old, "new_string": new }),
+                )],
+            )
+        };
+        let check = || response("", &[("shell", json!({ "command": "true" }))]);
+        let mut model = Scripted {
+            answers: vec![
+                edit("12);", "15);"),
+                check(),
+                edit("15);", "12);"),
+                check(),
+                edit("12);", "15);"),
+                check(),
+                edit("15);", "12);"),
+                check(),
+            ],
+            asked: Vec::new(),
+        };
+        let stop = session
+            .send(&mut model, &Log::default(), "make the test pass".into())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(stop, Stop::Looping { warnings: 3, .. }),
+            "{stop:?}"
+        );
+        // Stopped at the third undoing, the seventh call; the model was told at the first.
+        assert_eq!(model.asked.len(), 7);
+        let told = model.asked[3].messages.last().unwrap().text();
+        assert!(
+            told.contains("`lib.rs` now holds what it held 3 call(s) ago"),
+            "{told}"
+        );
     }
 
     #[tokio::test]

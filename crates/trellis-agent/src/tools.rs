@@ -550,13 +550,28 @@ impl Toolbox {
         if self.find(call) != Some(Tool::EditFile) {
             return None;
         }
+        self.written_fingerprint(call)
+            .await
+            .map(|(_, content)| content)
+    }
+
+    /// For a `write_file` or `edit_file` call: the file it names and a fingerprint of what the
+    /// file holds now (none when it does not exist).
+    pub async fn written_fingerprint(&self, call: &ToolCall) -> Option<(String, u64)> {
+        if !matches!(self.find(call), Some(Tool::EditFile | Tool::WriteFile)) {
+            return None;
+        }
         let path = call
             .arguments
             .get("path")
             .and_then(Value::as_str)?
             .to_owned();
         let work_dir = self.work_dir.clone();
-        blocking(move || file_tools::fingerprint(&work_dir, &path)).await
+        blocking(move || {
+            let content = file_tools::fingerprint(&work_dir, &path)?;
+            Some((path, content))
+        })
+        .await
     }
 
     /// Whether `call` is a `write_file` of what its file holds already: it changes nothing.
