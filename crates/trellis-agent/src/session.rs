@@ -876,7 +876,7 @@ impl Session {
     }
 
     /// What the file each call of a group writes holds before it runs (for calls that will run),
-    /// to tell an undone change ([`Self::undone`]).
+    /// to tell an undone change ([`Self::loop_after`]).
     async fn contents_before(
         &self,
         group: &[ToolCall],
