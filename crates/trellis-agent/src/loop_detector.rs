@@ -22,8 +22,8 @@
 //!   (`12` → `15`, test, `15` → `12`, test), a cycle of four calls that writes every time, which
 //!   the first rule lets through and the second, looking for periods up to three, does not see.
 //!
-//! Each refusal and each cycle is an `Agent.LoopDetected` event and a warning; a session stops after
-//! [`crate::session::LOOP_WARNINGS`] of them.
+//! Each refusal, cycle and undone change is an `Agent.LoopDetected` event and a warning; a session
+//! stops after [`crate::session::LOOP_WARNINGS`] of them.
 
 use std::collections::HashMap;
 
