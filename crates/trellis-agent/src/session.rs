@@ -445,8 +445,8 @@ impl Session {
         &self.toolbox
     }
 
-    /// Takes `task` (the words of the user's next message, without the files it shows) for what
-    /// the model is to do: a coached model's `finish` is refused once while a file it names that
+    /// Takes `task` (what the user's next message asks, without the files it shows or the earlier
+    /// output it quotes) for what the model is to do: a coached model's `finish` is refused once while a file it names that
     /// does not exist now still does not (`Not finished: the task names …`).
     pub async fn expect_named_files(&mut self, task: &str) {
         if self.coach && self.request.require_tool {
