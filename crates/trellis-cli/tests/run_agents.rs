@@ -519,16 +519,16 @@ fn result_texts(body: &Value) -> Vec<String> {
 
 #[test]
 fn a_cycle_that_writes_is_named_to_the_model() {
-    // Writing and running alternately, ten times: each call changes something (the command undoes
-    // the write), so none is refused as a repeat, but the cycle is named.
+    // Two commands alternately, ten times: each may change something (the first writes a file),
+    // so none is refused as a repeat, but the cycle is named.
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
     p.write("w.fabro", &one_agent(""));
     let mut script: Vec<Value> = (0..5)
         .flat_map(|_| {
             [
-                call("write_file", json!({ "path": "a.txt", "content": "x" })),
-                call("shell", json!({ "command": "echo y > a.txt" })),
+                call("shell", json!({ "command": "echo x > a.txt" })),
+                call("shell", json!({ "command": "cat a.txt" })),
             ]
         })
         .collect();
@@ -557,6 +557,49 @@ fn a_cycle_that_writes_is_named_to_the_model() {
     assert!(texts[0].starts_with("Loop detected"), "{}", texts[0]);
     // Before the tenth call nothing was said, and every call ran.
     assert!(!bodies[9].to_string().contains("Loop detected"));
+    assert!(!bodies.iter().any(|b| b.to_string().contains("Not run")));
+}
+
+#[test]
+fn a_write_that_undoes_a_change_is_named_to_the_model_and_the_third_stops_the_stage() {
+    // A file written, changed by a command, written back, ...: every call runs (each changes
+    // something), and from the second write on each puts the file back to what it held.
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write("w.fabro", &one_agent(""));
+    let script: Vec<Value> = (0..5)
+        .flat_map(|_| {
+            [
+                call("write_file", json!({ "path": "a.txt", "content": "x" })),
+                call("shell", json!({ "command": "echo y > a.txt" })),
+            ]
+        })
+        .collect();
+    mock.scenario(&Value::Array(script));
+    let run = p.run("w.fabro", &[]);
+    assert_stopped_for_looping(&run);
+    let detected = run.events_named("Agent.LoopDetected");
+    assert_eq!(detected.len(), 3);
+    assert!(
+        detected
+            .iter()
+            .all(|e| e["tools"] == json!(["write_file"]) && e["period"] == 2)
+    );
+    // Stopped right after the third undoing (the seventh call); the model was told at the first
+    // (the third call), and nothing was refused.
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 7);
+    let told = bodies[3]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .to_string();
+    assert!(
+        told.contains("Loop detected: `a.txt` now holds what it held 2 call(s) ago"),
+        "{told}"
+    );
+    assert!(!bodies[2].to_string().contains("Loop detected"));
     assert!(!bodies.iter().any(|b| b.to_string().contains("Not run")));
 }
 
