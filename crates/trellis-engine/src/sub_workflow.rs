@@ -49,6 +49,7 @@ impl Engine {
             allowed_dirs: self.settings.allowed_dirs.clone(),
             inputs: self.settings.inputs.clone(),
             model: self.settings.model.clone(),
+            attribute_texts: false,
         };
         let child_path = path.to_path_buf();
         let (file, compiled) =

@@ -147,6 +147,7 @@ pub fn recorded_options(meta: &RunMeta) -> CompileOptions {
         base_dir: None,
         inputs: meta.settings.inputs.clone(),
         model: meta.settings.model.clone(),
+        attribute_texts: false,
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::fmt::Write;
 
+use crate::small_map::SmallMap;
 use crate::workflow::Workflow;
 
 /// Quotes a DOT string, escaping `"`, `\` and line breaks.
@@ -55,7 +56,8 @@ fn quote_key(key: &str) -> String {
     }
 }
 
-/// Renders the workflow as normalized DOT.
+/// Renders the workflow as normalized DOT: its attributes as text when it was compiled with
+/// [`crate::CompileOptions::attribute_texts`], else only what its nodes' and edges' fields hold.
 pub fn to_dot(workflow: &Workflow) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "digraph {} {{", quote_key(&workflow.name));
@@ -67,7 +69,7 @@ pub fn to_dot(workflow: &Workflow) -> String {
         );
     }
     for node in &workflow.nodes {
-        let mut attributes = node.attributes.clone();
+        let mut attributes = node.attributes.clone().unwrap_or_default();
         attributes.insert("type", node.kind.type_name().to_owned());
         attributes.insert("shape", node.shape.to_string());
         if !node.classes.is_empty() {
@@ -92,7 +94,10 @@ pub fn to_dot(workflow: &Workflow) -> String {
             "    {} -> {}{}",
             workflow.nodes[edge.from].id,
             workflow.nodes[edge.to].id,
-            attr_list(&edge.attributes, &["label", "condition", "when", "weight"])
+            attr_list(
+                edge.attributes.as_ref().unwrap_or(&SmallMap::new()),
+                &["label", "condition", "when", "weight"]
+            )
         );
     }
     out.push_str("}\n");
@@ -173,7 +178,7 @@ pub fn picture(workflow: &Workflow) -> String {
         let label = edge
             .label
             .clone()
-            .or_else(|| edge.attributes.get("condition").cloned())
+            .or_else(|| edge.condition.as_ref().map(|c| c.source().to_owned()))
             .or_else(|| edge.when.clone())
             .unwrap_or_default();
         let _ = writeln!(
@@ -187,4 +192,42 @@ pub fn picture(workflow: &Workflow) -> String {
     }
     out.push_str("}\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compiled(text: &str, attribute_texts: bool) -> Workflow {
+        let file = trellis_syntax::SourceFile::new("t.fabro", text.to_owned());
+        let options = crate::CompileOptions {
+            attribute_texts,
+            ..crate::CompileOptions::default()
+        };
+        let compiled = crate::compile(&file, trellis_syntax::parse(&file), &options);
+        let workflow = compiled.workflow;
+        workflow.unwrap_or_else(|| panic!("{:?}", compiled.diagnostics))
+    }
+
+    const GATED: &str = "digraph G {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  \
+        check [shape=parallelogram, script=\"true\", timeout=\"5s\"]\n  start -> check\n  \
+        check -> exit [condition=\"outcome=success\"]\n  check -> check [label=\"again\", condition=\"outcome=fail\"]\n}\n";
+
+    #[test]
+    fn the_picture_labels_edges_by_label_or_condition_without_attribute_texts() {
+        let workflow = compiled(GATED, false);
+        assert!(workflow.nodes.iter().all(|n| n.attributes.is_none()));
+        let picture = picture(&workflow);
+        assert!(picture.contains("label=\"outcome=success\""), "{picture}");
+        assert!(picture.contains("label=\"again\""), "{picture}");
+    }
+
+    #[test]
+    fn dot_prints_the_attributes_only_when_kept() {
+        let kept = to_dot(&compiled(GATED, true));
+        assert!(kept.contains("timeout=\"5s\""), "{kept}");
+        assert!(kept.contains("condition=\"outcome=success\""), "{kept}");
+        let bare = to_dot(&compiled(GATED, false));
+        assert!(!bare.contains("timeout"), "{bare}");
+    }
 }

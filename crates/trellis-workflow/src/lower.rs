@@ -41,6 +41,8 @@ pub(crate) struct Lowerer<'a> {
     pub inputs: &'a std::collections::BTreeMap<String, String>,
     /// Replaces the graph's `model` (a run file's model).
     pub model_override: Option<&'a str>,
+    /// Whether nodes and edges keep their attributes as text ([`Node::attributes`]).
+    pub attribute_texts: bool,
     pub out: &'a mut Vec<Diagnostic>,
     /// The parsed model stylesheet and the attribute value it was read from (for spans).
     pub sheet: Option<(Stylesheet, Value)>,
@@ -79,9 +81,9 @@ fn text_map(attrs: &AttrMap) -> SmallMap<String> {
     attrs.map_values(|a| a.value.text.clone())
 }
 
-/// The attributes' texts, moved out of them.
-fn into_texts(attrs: AttrMap) -> SmallMap<String> {
-    attrs.into_map_values(|a| a.value.text)
+/// The attributes' texts, moved out of them, when they are `kept`.
+fn into_texts(attrs: AttrMap, kept: bool) -> Option<SmallMap<String>> {
+    kept.then(|| attrs.into_map_values(|a| a.value.text))
 }
 
 fn span_map(attrs: &AttrMap) -> SmallMap<trellis_syntax::Span> {
@@ -293,7 +295,7 @@ impl Lowerer<'_> {
             declared: flat.declared,
             span: flat.id.span,
             attr_spans,
-            attributes: into_texts(flat.attrs),
+            attributes: into_texts(flat.attrs, self.attribute_texts),
             fan_in: None,
             retry_targets: Vec::new(),
         };
@@ -548,8 +550,7 @@ impl Lowerer<'_> {
             freeform: r.bool("freeform").unwrap_or(false),
             index,
             span: flat.span,
-            attr_spans: span_map(&flat.attrs),
-            attributes: into_texts(flat.attrs),
+            attributes: into_texts(flat.attrs, self.attribute_texts),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The typed workflow IR that compile produces and the engine runs. Nodes carry a [`NodeKind`] with typed
 //! configuration; edges carry compiled [`Condition`]s. Spans stay attached for diagnostics, and each node
-//! and edge keeps its resolved attributes as text only for display (`trellis graph`).
+//! and edge keeps its resolved attributes as text only for display (`trellis graph`), and only when
+//! asked ([`crate::CompileOptions::attribute_texts`]).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -214,9 +215,10 @@ pub struct Node {
     pub span: Span,
     /// Value spans by attribute name, for diagnostics.
     pub attr_spans: SmallMap<Span>,
-    /// Resolved attributes (explicit, defaults, stylesheet) as text, for display only; the node's
-    /// `type`, `shape` and classes are its fields.
-    pub attributes: SmallMap<String>,
+    /// Resolved attributes (explicit, defaults, stylesheet) as text, for display only, when the
+    /// workflow was compiled with [`crate::CompileOptions::attribute_texts`]; the node's `type`,
+    /// `shape` and classes are its fields.
+    pub attributes: Option<SmallMap<String>>,
     /// For a fan-out node: the fan-in node its branches meet at, resolved once at compile time.
     pub fan_in: Option<NodeIndex>,
     /// Where a failure with nowhere to go (or an unmet goal gate) sends the run, in order: the node's
@@ -259,8 +261,8 @@ pub struct Edge {
     /// Position among all edges in declaration order; with `from`/`to` it keys iteration counts.
     pub index: usize,
     pub span: Span,
-    pub attr_spans: SmallMap<Span>,
-    pub attributes: SmallMap<String>,
+    /// The attributes as text, for display only, as [`Node::attributes`].
+    pub attributes: Option<SmallMap<String>>,
 }
 
 impl Workflow {

@@ -31,6 +31,7 @@ fn compile_file(path: &Path, root: &Path) -> (SourceFile, Compiled) {
     let file = SourceFile::new(name, text);
     let options = CompileOptions {
         base_dir: path.parent().map(Path::to_path_buf),
+        attribute_texts: true,
         ..CompileOptions::default()
     };
     let parsed = trellis_syntax::parse(&file);

@@ -223,6 +223,7 @@ fn check(name: &str, text: &str, base_dir: &Path) {
         let parsed = trellis_syntax::parse(&file);
         let options = CompileOptions {
             base_dir: Some(base_dir.to_path_buf()),
+            attribute_texts: true,
             ..CompileOptions::default()
         };
         let compiled = compile(&file, parsed, &options);

@@ -39,6 +39,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let options = CompileOptions {
         goal: args.goal.clone(),
         allowed_dirs: args.allow_dir.clone(),
+        attribute_texts: true,
         ..CompileOptions::default()
     };
     let (file, compiled) = match trellis_workflow::load(&args.file, &options) {
