@@ -205,6 +205,55 @@ fn unreadable_inputs_never_panic() {
     );
 }
 
+/// A file large enough for `validate` to start itself again with huge pages for its heap (see
+/// `commands/huge_pages.rs`) is reported as it is without them (the user's own `hugetlb` setting
+/// keeps it from starting again): same output, same exit code, valid or not.
+#[test]
+fn a_large_workflow_is_reported_the_same_with_huge_pages_as_without() {
+    let dir = tempfile::tempdir().unwrap();
+    let valid = trellis_test::workflows::generated(4_000);
+    assert!(valid.len() > 300_000, "{} bytes", valid.len());
+    write(dir.path(), "large.fabro", &valid);
+    // A timeout that is no duration: an error.
+    let invalid = valid.replacen(
+        "exit [shape=Msquare]",
+        "exit [shape=Msquare, timeout=banana]",
+        1,
+    );
+    write(dir.path(), "broken.fabro", &invalid);
+    for (file, code) in [("large.fabro", 0), ("broken.fabro", 1)] {
+        for format in ["text", "json"] {
+            let args = ["validate", "--format", format, file];
+            let started_again = trellis(&args, dir.path());
+            let own = Command::new(env!("CARGO_BIN_EXE_trellis"))
+                .args(args)
+                .current_dir(dir.path())
+                .env("NO_COLOR", "1")
+                .env("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0")
+                .output()
+                .unwrap();
+            assert_eq!(started_again.status.code(), Some(code), "{file} {format}");
+            assert_eq!(own.status.code(), Some(code), "{file} {format}");
+            assert_eq!(
+                text(&started_again.stdout),
+                text(&own.stdout),
+                "{file} {format}"
+            );
+            assert_eq!(
+                text(&started_again.stderr),
+                text(&own.stderr),
+                "{file} {format}"
+            );
+        }
+    }
+    let out = trellis(&["validate", "broken.fabro"], dir.path());
+    assert!(
+        text(&out.stdout).contains("banana"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
 #[test]
 fn usage_errors_exit_two() {
     let out = trellis(&["validate"], &repo_root());

@@ -1,6 +1,7 @@
 //! One module per subcommand. Shared here: exit codes and colour choice.
 
 pub mod graph;
+mod huge_pages;
 pub mod logs;
 pub mod models;
 mod progress;

@@ -42,6 +42,7 @@ fn verdict(tally: Tally) -> String {
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    super::huge_pages::start_again_for(&args.files);
     let color = args.color.for_stdout();
     let mut stdout = std::io::stdout().lock();
     let (mut any_invalid, mut any_unreadable) = (false, false);
