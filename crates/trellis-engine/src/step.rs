@@ -607,7 +607,7 @@ impl Engine {
 /// What hooks are told about a node's stage.
 fn stage_context(event: HookEvent, node: &trellis_workflow::Node) -> HookContext {
     let mut context = HookContext::new(event).node(&node.id);
-    context.node_label = Some(node.label.clone());
+    context.node_label = Some(node.label().to_owned());
     context.handler_type = Some(node.kind.type_name().to_owned());
     context
 }

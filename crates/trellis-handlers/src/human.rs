@@ -94,7 +94,7 @@ pub fn question_for(stage: &Stage<'_>) -> (Question, Option<String>) {
     let (choices, freeform) = choices_of(stage.workflow, index);
     let question = Question {
         node_id: stage.node.id.clone(),
-        prompt: stage.node.label.clone(),
+        prompt: stage.node.label().to_owned(),
         choices,
         freeform: freeform.is_some(),
         timeout: stage.node.common.timeout,

@@ -68,8 +68,10 @@ pub fn to_dot(workflow: &Workflow) -> String {
             attr_list(&workflow.graph.attributes, &["goal"])
         );
     }
-    for node in &workflow.nodes {
-        let mut attributes = node.attributes.clone().unwrap_or_default();
+    let texts = workflow.attribute_texts.as_ref();
+    let none = SmallMap::new();
+    for (index, node) in workflow.nodes.iter().enumerate() {
+        let mut attributes = texts.map_or_else(SmallMap::new, |t| t.nodes[index].clone());
         attributes.insert("type", node.kind.type_name().to_owned());
         attributes.insert("shape", node.shape.to_string());
         if !node.classes.is_empty() {
@@ -79,7 +81,7 @@ pub fn to_dot(workflow: &Workflow) -> String {
             attributes.insert("prompt", llm.prompt.clone());
         }
         if !attributes.contains_key("label") {
-            attributes.insert("label", node.label.clone());
+            attributes.insert("label", node.label().to_owned());
         }
         let _ = writeln!(
             out,
@@ -95,7 +97,7 @@ pub fn to_dot(workflow: &Workflow) -> String {
             workflow.nodes[edge.from].id,
             workflow.nodes[edge.to].id,
             attr_list(
-                edge.attributes.as_ref().unwrap_or(&SmallMap::new()),
+                texts.map_or(&none, |t| &t.edges[edge.index]),
                 &["label", "condition", "when", "weight"]
             )
         );
@@ -161,10 +163,10 @@ pub fn picture(workflow: &Workflow) -> String {
         let shape = Some(node.shape.as_ref())
             .filter(|s| PICTURE_SHAPES.contains(s))
             .unwrap_or("box");
-        let label = if node.label.trim().is_empty() {
+        let label = if node.label().trim().is_empty() {
             node.id.as_str()
         } else {
-            node.label.as_str()
+            node.label()
         };
         let _ = writeln!(
             out,
@@ -216,7 +218,7 @@ mod tests {
     #[test]
     fn the_picture_labels_edges_by_label_or_condition_without_attribute_texts() {
         let workflow = compiled(GATED, false);
-        assert!(workflow.nodes.iter().all(|n| n.attributes.is_none()));
+        assert!(workflow.attribute_texts.is_none());
         let picture = picture(&workflow);
         assert!(picture.contains("label=\"outcome=success\""), "{picture}");
         assert!(picture.contains("label=\"again\""), "{picture}");

@@ -32,7 +32,7 @@ pub use flatten::class_from_label;
 pub use node_kind::NodeKind;
 pub use outcome::StageStatus;
 pub use trellis_syntax::ast::SourceFormat;
-pub use workflow::{Edge, Node, NodeIndex, Workflow};
+pub use workflow::{AttributeTexts, Edge, Node, NodeIndex, Workflow};
 
 /// Settings that come from outside the file.
 #[derive(Debug, Clone, Default)]
@@ -50,8 +50,8 @@ pub struct CompileOptions {
     /// Replaces the graph's default model (a run file's `[run.model] name`): nodes and stylesheet
     /// rules that name a model keep theirs.
     pub model: Option<String>,
-    /// Keep every node's and edge's resolved attributes as text ([`Node::attributes`]), to print
-    /// the workflow back (`trellis graph`). Off, they are not made: a large workflow compiles in
+    /// Keep every node's and edge's resolved attributes as text ([`Workflow::attribute_texts`]),
+    /// to print the workflow back (`trellis graph`). Off, they are not made: a large workflow compiles in
     /// less time and memory, and nothing else reads them.
     pub attribute_texts: bool,
 }
@@ -138,7 +138,7 @@ pub fn compile(file: &SourceFile, parsed: Parsed, options: &CompileOptions) -> C
             goal_override: options.goal.as_deref(),
             inputs: &options.inputs,
             model_override: options.model.as_deref(),
-            attribute_texts: options.attribute_texts,
+            texts: options.attribute_texts.then(AttributeTexts::default),
             out: &mut diagnostics,
             sheet: None,
         };

@@ -23,7 +23,7 @@ use crate::rules::{
     wait_duration,
 };
 use crate::style;
-use crate::workflow::{CommonConfig, Edge, GraphConfig, Node, Workflow};
+use crate::workflow::{AttributeTexts, CommonConfig, Edge, GraphConfig, Node, Workflow};
 
 /// Default `stall_timeout`.
 const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_mins(30);
@@ -41,8 +41,9 @@ pub(crate) struct Lowerer<'a> {
     pub inputs: &'a std::collections::BTreeMap<String, String>,
     /// Replaces the graph's `model` (a run file's model).
     pub model_override: Option<&'a str>,
-    /// Whether nodes and edges keep their attributes as text ([`Node::attributes`]).
-    pub attribute_texts: bool,
+    /// The nodes' and edges' attributes as text, gathered when they are kept
+    /// ([`Workflow::attribute_texts`]).
+    pub texts: Option<AttributeTexts>,
     pub out: &'a mut Vec<Diagnostic>,
     /// The parsed model stylesheet and the attribute value it was read from (for spans).
     pub sheet: Option<(Stylesheet, Value)>,
@@ -81,9 +82,9 @@ fn text_map(attrs: &AttrMap) -> SmallMap<String> {
     attrs.map_values(|a| a.value.text.clone())
 }
 
-/// The attributes' texts, moved out of them, when they are `kept`.
-fn into_texts(attrs: AttrMap, kept: bool) -> Option<SmallMap<String>> {
-    kept.then(|| attrs.into_map_values(|a| a.value.text))
+/// The attributes' texts, moved out of them.
+fn into_texts(attrs: AttrMap) -> SmallMap<String> {
+    attrs.into_map_values(|a| a.value.text)
 }
 
 fn span_map(attrs: &AttrMap) -> SmallMap<trellis_syntax::Span> {
@@ -122,6 +123,7 @@ impl Lowerer<'_> {
             let edge = self.edge(edge, index);
             workflow.edges.push(edge);
         }
+        workflow.attribute_texts = self.texts.take();
         workflow.index_edges();
         workflow.resolve_control_flow();
         workflow.start = match format {
@@ -240,7 +242,7 @@ impl Lowerer<'_> {
             auto_status: r.bool("auto_status").unwrap_or(false),
             fail_soft: r.bool("fail_soft").unwrap_or(false),
         };
-        let label = r.string("label").unwrap_or_else(|| flat.id.name.clone());
+        let given_label = r.string("label");
         let kind = match handler {
             HandlerKind::Start => NodeKind::Start,
             HandlerKind::Exit => NodeKind::Exit,
@@ -287,7 +289,7 @@ impl Lowerer<'_> {
         };
         let node = Node {
             id: flat.id.name,
-            label,
+            given_label,
             shape,
             classes: flat.classes,
             kind,
@@ -295,10 +297,12 @@ impl Lowerer<'_> {
             declared: flat.declared,
             span: flat.id.span,
             attr_spans,
-            attributes: into_texts(flat.attrs, self.attribute_texts),
             fan_in: None,
             retry_targets: Vec::new(),
         };
+        if let Some(texts) = &mut self.texts {
+            texts.nodes.push(into_texts(flat.attrs));
+        }
         (node, resolved.is_some())
     }
 
@@ -535,7 +539,7 @@ impl Lowerer<'_> {
             .get("fidelity")
             .and_then(|a| fidelity_value::parse("fidelity", &a.value, self.out));
         let mut r = self.reader(&flat.attrs);
-        Edge {
+        let edge = Edge {
             // Nodes are lowered in their flat order: a flat index is the node's index.
             from: flat.from,
             to: flat.to,
@@ -550,8 +554,11 @@ impl Lowerer<'_> {
             freeform: r.bool("freeform").unwrap_or(false),
             index,
             span: flat.span,
-            attributes: into_texts(flat.attrs, self.attribute_texts),
+        };
+        if let Some(texts) = &mut self.texts {
+            texts.edges.push(into_texts(flat.attrs));
         }
+        edge
     }
 }
 

@@ -1,7 +1,7 @@
 //! The typed workflow IR that compile produces and the engine runs. Nodes carry a [`NodeKind`] with typed
 //! configuration; edges carry compiled [`Condition`]s. Spans stay attached for diagnostics, and each node
-//! and edge keeps its resolved attributes as text only for display (`trellis graph`), and only when
-//! asked ([`crate::CompileOptions::attribute_texts`]).
+//! and edge's resolved attributes are kept as text for display (`trellis graph`) only when asked
+//! ([`crate::CompileOptions::attribute_texts`]), beside them ([`Workflow::attribute_texts`]).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -42,6 +42,18 @@ pub struct Workflow {
     /// Nodes whose handler could not be resolved (`known-handler` reported them): lowered as
     /// conditional nodes so the graph stays whole for the other rules, which do not judge their kind.
     pub(crate) unresolved: Vec<NodeIndex>,
+    /// Every node's and edge's resolved attributes as text, for display only, when the workflow was
+    /// compiled with [`crate::CompileOptions::attribute_texts`].
+    pub attribute_texts: Option<AttributeTexts>,
+}
+
+/// Resolved attributes (explicit, defaults, stylesheet) as text, by node and by edge index: what
+/// `trellis graph` prints besides the typed fields. The nodes' `type`, `shape` and classes are
+/// their fields, not texts here.
+#[derive(Debug, Clone, Default)]
+pub struct AttributeTexts {
+    pub nodes: Vec<SmallMap<String>>,
+    pub edges: Vec<SmallMap<String>>,
 }
 
 /// The edges of each node, by index, in declaration order: one list per node, all in one vector
@@ -203,7 +215,8 @@ pub struct CommonConfig {
 #[derive(Debug, Clone)]
 pub struct Node {
     pub id: String,
-    pub label: String,
+    /// The `label` attribute, when given; [`Node::label`] is what shows.
+    pub given_label: Option<String>,
     /// The resolved shape (explicit, or the kind's); a kind's shape is shared, not copied.
     pub shape: crate::node_kind::Shape,
     pub classes: Vec<String>,
@@ -215,10 +228,6 @@ pub struct Node {
     pub span: Span,
     /// Value spans by attribute name, for diagnostics.
     pub attr_spans: SmallMap<Span>,
-    /// Resolved attributes (explicit, defaults, stylesheet) as text, for display only, when the
-    /// workflow was compiled with [`crate::CompileOptions::attribute_texts`]; the node's `type`,
-    /// `shape` and classes are its fields.
-    pub attributes: Option<SmallMap<String>>,
     /// For a fan-out node: the fan-in node its branches meet at, resolved once at compile time.
     pub fan_in: Option<NodeIndex>,
     /// Where a failure with nowhere to go (or an unmet goal gate) sends the run, in order: the node's
@@ -231,6 +240,11 @@ impl Node {
     /// diagnostic about that attribute points.
     pub fn span_of(&self, key: &str) -> Span {
         self.attr_spans.get(key).copied().unwrap_or(self.span)
+    }
+
+    /// What the node is called where it shows: its `label`, else its id.
+    pub fn label(&self) -> &str {
+        self.given_label.as_deref().unwrap_or(&self.id)
     }
 }
 
@@ -261,8 +275,6 @@ pub struct Edge {
     /// Position among all edges in declaration order; with `from`/`to` it keys iteration counts.
     pub index: usize,
     pub span: Span,
-    /// The attributes as text, for display only, as [`Node::attributes`].
-    pub attributes: Option<SmallMap<String>>,
 }
 
 impl Workflow {
@@ -279,6 +291,7 @@ impl Workflow {
             in_edges: EdgeLists::default(),
             header_span,
             unresolved: Vec::new(),
+            attribute_texts: None,
         }
     }
 
