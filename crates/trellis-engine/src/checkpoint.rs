@@ -81,19 +81,25 @@ pub struct StageRecord {
     pub files_touched: Vec<String>,
 }
 
+/// A key of a [`Tracked`] map (a node id, or an edge's `from->to#index`): shared, not copied, by
+/// the map, its record of what changed, the journal entry and the record's own copy of the
+/// checkpoint, which would otherwise each hold a copy of every key — in a long run, the most of
+/// what grows with it.
+pub type Key = std::sync::Arc<str>;
+
 /// A map of counts or statuses that remembers what changed since the last [`Tracked::take_change`],
 /// so a journal entry holds only that. Read it as the map it derefs to; change it through its methods.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(from = "BTreeMap<String, V>")]
+#[serde(from = "BTreeMap<Key, V>")]
 #[serde(bound(deserialize = "V: Deserialize<'de>"))]
 pub struct Tracked<V> {
-    map: BTreeMap<String, V>,
+    map: BTreeMap<Key, V>,
     cleared: bool,
-    changed: BTreeSet<String>,
+    changed: BTreeSet<Key>,
 }
 
-impl<V> From<BTreeMap<String, V>> for Tracked<V> {
-    fn from(map: BTreeMap<String, V>) -> Self {
+impl<V> From<BTreeMap<Key, V>> for Tracked<V> {
+    fn from(map: BTreeMap<Key, V>) -> Self {
         Self {
             map,
             cleared: false,
@@ -115,7 +121,7 @@ impl<V: PartialEq> PartialEq for Tracked<V> {
 }
 
 impl<V> std::ops::Deref for Tracked<V> {
-    type Target = BTreeMap<String, V>;
+    type Target = BTreeMap<Key, V>;
 
     fn deref(&self) -> &Self::Target {
         &self.map
@@ -135,8 +141,13 @@ impl<V> Tracked<V> {
 }
 
 impl<V: Clone> Tracked<V> {
-    pub fn insert(&mut self, key: String, value: V) {
-        self.changed.insert(key.clone());
+    /// Sets `key`; a key the map holds already is kept, not made again.
+    pub fn insert(&mut self, key: &str, value: V) {
+        let key = match self.map.get_key_value(key) {
+            Some((held, _)) => Key::clone(held),
+            None => Key::from(key),
+        };
+        self.changed.insert(Key::clone(&key));
         self.map.insert(key, value);
     }
 
@@ -156,7 +167,10 @@ impl<V: Clone> Tracked<V> {
     pub fn take_change(&mut self) -> MapChange<V> {
         let set = std::mem::take(&mut self.changed)
             .into_iter()
-            .filter_map(|key| Some((key.clone(), self.map.get(&key)?.clone())))
+            .filter_map(|key| {
+                let value = self.map.get(&key)?.clone();
+                Some((key, value))
+            })
             .collect();
         MapChange {
             clear: std::mem::take(&mut self.cleared),
@@ -169,15 +183,15 @@ impl<V: Clone> Tracked<V> {
             self.map.clear();
         }
         for (key, value) in &change.set {
-            self.map.insert(key.clone(), value.clone());
+            self.map.insert(Key::clone(key), value.clone());
         }
     }
 }
 
 impl Tracked<u32> {
     /// Adds one to the count under `key`.
-    pub fn bump(&mut self, key: String) {
-        let count = self.map.get(&key).copied().unwrap_or(0);
+    pub fn bump(&mut self, key: &str) {
+        let count = self.map.get(key).copied().unwrap_or(0);
         self.insert(key, count + 1);
     }
 }
@@ -189,7 +203,7 @@ pub struct MapChange<V> {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub clear: bool,
     #[serde(default = "BTreeMap::new", skip_serializing_if = "BTreeMap::is_empty")]
-    pub set: BTreeMap<String, V>,
+    pub set: BTreeMap<Key, V>,
 }
 
 impl<V> Default for MapChange<V> {

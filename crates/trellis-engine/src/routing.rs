@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use trellis_workflow::label::normalize_label;
 use trellis_workflow::{Edge, NodeIndex, SourceFormat, Workflow};
 
-use crate::checkpoint::edge_key;
+use crate::checkpoint::{Key, edge_key};
 use crate::context::ConditionView;
 use crate::outcome::Outcome;
 
@@ -56,13 +56,18 @@ pub fn select(
     node: NodeIndex,
     outcome: &Outcome,
     view: &ConditionView<'_>,
-    edge_counts: &BTreeMap<String, u32>,
+    edge_counts: &BTreeMap<Key, u32>,
 ) -> Route {
     let remaining: Vec<&Edge> = workflow
         .outgoing(node)
         .filter(|e| {
-            e.max_iterations
-                .is_none_or(|max| edge_counts.get(&key_of(workflow, e)).copied().unwrap_or(0) < max)
+            e.max_iterations.is_none_or(|max| {
+                edge_counts
+                    .get(key_of(workflow, e).as_str())
+                    .copied()
+                    .unwrap_or(0)
+                    < max
+            })
         })
         .collect();
     if remaining.is_empty() {
@@ -185,7 +190,7 @@ mod tests {
             .unwrap_or_else(|| panic!("{:?}", compiled.diagnostics))
     }
 
-    fn route(workflow: &Workflow, outcome: &Outcome, counts: &BTreeMap<String, u32>) -> String {
+    fn route(workflow: &Workflow, outcome: &Outcome, counts: &BTreeMap<Key, u32>) -> String {
         let blobs = MemoryBlobs::default();
         let context = RunContext::default();
         let view = ConditionView {
@@ -249,7 +254,7 @@ mod tests {
         let w = workflow(
             "n -> a [max_iterations=1]\n n -> b [condition=\"outcome=fail\"]\n n -> c [condition=\"outcome=fail\"]",
         );
-        let counts = BTreeMap::from([("n->a#4".to_owned(), 1)]);
+        let counts = BTreeMap::from([(Key::from("n->a#4"), 1)]);
         assert_eq!(route(&w, &outcome, &BTreeMap::new()), "a");
         let exhausted = route(&w, &outcome, &counts);
         assert!(exhausted.starts_with("NoMatch"), "{exhausted}");

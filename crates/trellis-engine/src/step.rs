@@ -154,7 +154,7 @@ impl Engine {
                 steps: self.steps(),
             });
         }
-        let visit = track.visits.get(&node.id).copied().unwrap_or(0) + 1;
+        let visit = track.visits.get(node.id.as_str()).copied().unwrap_or(0) + 1;
         if let Some(limit) = self.visit_limit(index)
             && visit > limit
         {
@@ -193,7 +193,7 @@ impl Engine {
                 });
             }
         };
-        track.visits.insert(node.id.clone(), visit);
+        track.visits.insert(&node.id, visit);
         // A setup problem (no model, an invalid child workflow) is not an outcome to route on: it stops
         // the run with its reason, in a branch as anywhere else.
         if let Some(failure) = outcome
@@ -211,7 +211,7 @@ impl Engine {
             self.stage_end_hooks(node, &outcome).await?;
         }
         if node.common.goal_gate {
-            track.goal_gates.insert(node.id.clone(), outcome.status);
+            track.goal_gates.insert(&node.id, outcome.status);
         }
         let next = match (&node.kind, node.fan_in) {
             (NodeKind::Exit, _) => Next::End,
@@ -343,7 +343,9 @@ impl Engine {
         let index = self
             .workflow
             .node_index(gate)
-            .ok_or_else(|| EngineError::UnknownNode { node: gate.clone() })?;
+            .ok_or_else(|| EngineError::UnknownNode {
+                node: gate.to_string(),
+            })?;
         let target = self.retry_target(index, track);
         self.emit(
             Some(gate),
@@ -355,7 +357,7 @@ impl Engine {
         match target {
             Some(target) => Ok(Some(target)),
             None => Err(EngineError::GoalGateUnmet {
-                node: gate.clone(),
+                node: gate.to_string(),
                 status: *status,
             }),
         }
@@ -372,7 +374,7 @@ impl Engine {
             .find(|&target| {
                 let visits = track
                     .visits
-                    .get(&self.workflow.nodes[target].id)
+                    .get(self.workflow.nodes[target].id.as_str())
                     .copied()
                     .unwrap_or(0);
                 self.visit_limit(target).is_none_or(|limit| visits < limit)
@@ -501,7 +503,7 @@ impl Engine {
         }
         track
             .edge_counts
-            .bump(routing::key_of(&self.workflow, edge));
+            .bump(&routing::key_of(&self.workflow, edge));
         let choice = EdgeChoice {
             to: self.workflow.nodes[edge.to].id.clone(),
             label: edge.label.clone(),

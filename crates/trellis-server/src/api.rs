@@ -578,7 +578,12 @@ async fn get_run(
                 (
                     checkpoint.stages.clone(),
                     Value::Object(context),
-                    (*checkpoint.track.edge_counts).clone(),
+                    checkpoint
+                        .track
+                        .edge_counts
+                        .iter()
+                        .map(|(key, count)| (key.to_string(), *count))
+                        .collect(),
                     checkpoint.failure.clone(),
                 )
             }
