@@ -213,7 +213,8 @@ mod tests {
 
     const GATED: &str = "digraph G {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  \
         check [shape=parallelogram, script=\"true\", timeout=\"5s\"]\n  start -> check\n  \
-        check -> exit [condition=\"outcome=success\"]\n  check -> check [label=\"again\", condition=\"outcome=fail\"]\n}\n";
+        check -> exit [condition=\"outcome=success\"]\n  \
+        check -> check [label=\"again\", condition=\"outcome=fail\"]\n}\n";
 
     #[test]
     fn the_picture_labels_edges_by_label_or_condition_without_attribute_texts() {

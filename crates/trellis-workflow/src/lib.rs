@@ -51,8 +51,8 @@ pub struct CompileOptions {
     /// rules that name a model keep theirs.
     pub model: Option<String>,
     /// Keep every node's and edge's resolved attributes as text ([`Workflow::attribute_texts`]),
-    /// to print the workflow back (`trellis graph`). Off, they are not made: a large workflow compiles in
-    /// less time and memory, and nothing else reads them.
+    /// to print the workflow back (`trellis graph`). Off, they are not made: a large workflow
+    /// compiles in less time and memory, and nothing else reads them.
     pub attribute_texts: bool,
 }
 

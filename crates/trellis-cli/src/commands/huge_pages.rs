@@ -2,10 +2,10 @@
 //! heap it builds (about 20 MB for 10,000 nodes) is touched one 4 KB page at a time, each page a
 //! fault. glibc can ask the kernel for transparent huge pages for its heap and grow it in large
 //! steps (`glibc.malloc.hugetlb=1`, `glibc.malloc.top_pad`), which turns some 6,600 faults into
-//! about 700 — but it reads those settings only when a process starts. So a command that is about
-//! to compile large files starts itself again with them set (see `docs/benchmarks.md`,
-//! 2026-11-28): `validate` of 10,000 nodes takes about two thirds of the time for a couple of
-//! megabytes more at its peak. Small files are not worth the second start, and runs never do this
+//! about 1,200 (both starts together) — but it reads those settings only when a process starts. So
+//! a command that is about to compile large files starts itself again with them set (see
+//! `docs/benchmarks.md`, 2026-11-28): `validate` of 10,000 nodes takes about 70 % of the time, for
+//! 3 MB more at its peak. Small files are not worth the second start, and runs never do this
 //! (their peak memory is a target and huge pages only add to it).
 
 use std::path::PathBuf;
