@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 use trellis_process::backoff::Backoff;
 use trellis_workflow::node_kind::{ParallelConfig, RetryPolicy};
+use trellis_workflow::workflow::CommonConfig;
 use trellis_workflow::{Node, NodeIndex, NodeKind, StageStatus};
 
 use crate::checkpoint::{StageRecord, Track};
@@ -70,7 +71,7 @@ pub(crate) enum Work<'w> {
 
 impl Engine {
     fn max_attempts(&self, node: &Node) -> u32 {
-        match node.common.retry_policy {
+        match node.common.retry_policy() {
             Some(policy) => policy.max_attempts,
             None => node
                 .common
@@ -243,8 +244,7 @@ impl Engine {
                 &dir,
             ));
             if retrying {
-                let delay =
-                    retry_delay(node.common.retry_policy, attempt, self.services.clock.now());
+                let delay = retry_delay(&node.common, attempt, self.services.clock.now());
                 self.emit(
                     Some(&node.id),
                     EventKind::StageRetrying {
@@ -373,12 +373,15 @@ fn stage_record(
     }
 }
 
-/// The delay before attempt `attempt + 1`: the policy's schedule (0.5 s doubling without one), capped at
-/// 60 s, jittered by the clock's sub-second digits (`now`), so a fixed clock predicts it.
-pub fn retry_delay(policy: Option<RetryPolicy>, attempt: u32, now: SystemTime) -> Duration {
-    let (initial, factor) = policy.map_or((Duration::from_millis(500), 2.0), |p| {
-        (p.initial_delay, p.backoff_factor)
-    });
+/// The delay before attempt `attempt + 1`: the node's `retry_policy` schedule (0.5 s doubling
+/// without one), capped at 60 s, jittered by the clock's sub-second digits (`now`), so a fixed clock
+/// predicts it.
+pub fn retry_delay(node: &CommonConfig, attempt: u32, now: SystemTime) -> Duration {
+    let (initial, factor) = node
+        .retry_policy()
+        .map_or((Duration::from_millis(500), 2.0), |p| {
+            (p.initial_delay, p.backoff_factor)
+        });
     let nanos = now
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());

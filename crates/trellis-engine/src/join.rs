@@ -127,6 +127,7 @@ mod tests {
             join_policy,
             error_policy,
             max_parallel: 4,
+            fan_in: None,
         }
     }
 

@@ -59,7 +59,7 @@ impl Engine {
         context: &RunContext,
     ) -> Result<Outcome, EngineError> {
         let node = &self.workflow.nodes[index];
-        let Some(fan_in) = node.fan_in else {
+        let Some(fan_in) = config.fan_in else {
             return Ok(Outcome::failed(
                 FailureClass::Configuration,
                 format!("the branches of `{}` never meet at a fan-in node", node.id),

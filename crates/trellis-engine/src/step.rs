@@ -213,9 +213,12 @@ impl Engine {
         if node.common.goal_gate {
             track.goal_gates.insert(&node.id, outcome.status);
         }
-        let next = match (&node.kind, node.fan_in) {
-            (NodeKind::Exit, _) => Next::End,
-            (NodeKind::Parallel(_), Some(fan_in)) => Next::Jump(fan_in),
+        let next = match &node.kind {
+            NodeKind::Exit => Next::End,
+            NodeKind::Parallel(trellis_workflow::node_kind::ParallelConfig {
+                fan_in: Some(fan_in),
+                ..
+            }) => Next::Jump(*fan_in),
             _ => self.route(track, index, &outcome, context).await?,
         };
         track.last_outcome = Some(outcome);

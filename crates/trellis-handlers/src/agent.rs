@@ -1058,7 +1058,7 @@ impl SessionBase {
             ("TRELLIS_NODE_ID".into(), stage.node.id.clone()),
             (STAGE_DIR_VAR.into(), stage.dir.display().to_string()),
         ];
-        toolbox.pass_env.clone_from(&llm.pass_env);
+        toolbox.pass_env = llm.pass_env.to_vec();
         let memory = if llm.project_memory {
             project_memory(stage).await
         } else {

@@ -51,7 +51,7 @@ impl CommandHandler {
 pub(crate) fn sandbox_policy(policy: &SandboxPolicy) -> Policy {
     Policy {
         network_off: policy.network_off,
-        writable: policy.writable.clone(),
+        writable: policy.writable.to_vec(),
     }
 }
 
@@ -256,7 +256,7 @@ impl Launch {
             language: config.language,
             work_dir: stage.settings.work_dir.clone(),
             stage_dir: stage.dir.to_path_buf(),
-            pass_env: config.pass_env.clone(),
+            pass_env: config.pass_env.to_vec(),
             identity,
             sandbox: sandbox.clone(),
             policy: sandbox_policy(&config.sandbox),

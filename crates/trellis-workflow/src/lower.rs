@@ -13,8 +13,8 @@ use trellis_syntax::stylesheet::Stylesheet;
 use crate::flatten::{AttrMap, FlatEdge, FlatGraph, FlatNode};
 use crate::node_kind::{
     Backend, CommandConfig, ErrorPolicy, FanInConfig, HandlerKind, HumanConfig, JoinPolicy,
-    LlmConfig, NodeKind, OutputSchema, ParallelConfig, Permissions, ReasoningEffort, RetryPolicy,
-    RetryPreset, SandboxPolicy, ScriptLanguage, SubWorkflowConfig, WaitConfig,
+    LlmConfig, NodeKind, OutputSchema, ParallelConfig, Permissions, ReasoningEffort, RetryPreset,
+    SandboxPolicy, ScriptLanguage, SubWorkflowConfig, WaitConfig,
 };
 use crate::rules::attribute_value::{self, AttrReader};
 use crate::rules::{
@@ -58,7 +58,10 @@ fn command(r: &mut AttrReader<'_>, flat: &FlatNode, graph: &GraphConfig) -> Comm
         language: r
             .word("language", ScriptLanguage::WORDS)
             .unwrap_or(ScriptLanguage::Shell),
-        pass_env: r.string("env").map(|s| name_list(&s)).unwrap_or_default(),
+        pass_env: r
+            .string("env")
+            .map(|s| name_list(&s).into_boxed_slice())
+            .unwrap_or_default(),
         capture_artifacts: r
             .bool("capture_artifacts")
             .unwrap_or(graph.capture_artifacts),
@@ -233,16 +236,17 @@ impl Lowerer<'_> {
             timeout: r.duration("timeout"),
             max_visits: r.count("max_visits", 0).filter(|&n| n > 0),
             max_retries: r.count("max_retries", 0),
-            retry_policy: r
-                .word::<RetryPreset>("retry_policy", RetryPreset::WORDS)
-                .map(RetryPolicy::preset),
-            retry_target: r.string("retry_target"),
-            fallback_retry_target: r.string("fallback_retry_target"),
+            retry_preset: r.word::<RetryPreset>("retry_policy", RetryPreset::WORDS),
+            named_retry_targets: match [r.string("retry_target"), r.string("fallback_retry_target")]
+            {
+                [None, None] => None,
+                named => Some(Box::new(named)),
+            },
             goal_gate: r.bool("goal_gate").unwrap_or(false),
             auto_status: r.bool("auto_status").unwrap_or(false),
             fail_soft: r.bool("fail_soft").unwrap_or(false),
         };
-        let given_label = r.string("label");
+        let given_label = r.string("label").map(String::into_boxed_str);
         let kind = match handler {
             HandlerKind::Start => NodeKind::Start,
             HandlerKind::Exit => NodeKind::Exit,
@@ -266,6 +270,7 @@ impl Lowerer<'_> {
                     .word("error_policy", ErrorPolicy::WORDS)
                     .unwrap_or(ErrorPolicy::Continue),
                 max_parallel: r.count("max_parallel", 1).unwrap_or(DEFAULT_MAX_PARALLEL),
+                fan_in: None,
             }),
             HandlerKind::Wait => {
                 let duration = if r.value("duration").is_some() {
@@ -291,14 +296,13 @@ impl Lowerer<'_> {
             id: flat.id.name,
             given_label,
             shape,
-            classes: flat.classes,
+            classes: flat.classes.into_boxed_slice(),
             kind,
             common,
             declared: flat.declared,
             span: flat.id.span,
             attr_spans,
-            fan_in: None,
-            retry_targets: Vec::new(),
+            retry_targets: Box::default(),
         };
         if let Some(texts) = &mut self.texts {
             texts.nodes.push(into_texts(flat.attrs));
@@ -420,7 +424,10 @@ impl Lowerer<'_> {
                 .string("disallowed_tools")
                 .map(|s| name_list(&s))
                 .unwrap_or_default(),
-            pass_env: r.string("env").map(|s| name_list(&s)).unwrap_or_default(),
+            pass_env: r
+                .string("env")
+                .map(|s| name_list(&s).into_boxed_slice())
+                .unwrap_or_default(),
             sandbox: sandbox_policy(&mut r, graph),
             permissions: r
                 .word("permissions", Permissions::WORDS)

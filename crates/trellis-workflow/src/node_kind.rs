@@ -268,7 +268,7 @@ pub struct LlmConfig {
     /// Agent nodes: tools never offered (`disallowed_tools`).
     pub disallowed_tools: Vec<String>,
     /// Agent nodes: secret variables the shell tool gets (`env`, comma-separated names).
-    pub pass_env: Vec<String>,
+    pub pass_env: Box<[String]>,
     /// Agent nodes: what the shell tool asks of the run's sandbox (`sandbox`, over the graph's).
     pub sandbox: SandboxPolicy,
     /// Agent nodes: which tools run without asking (`permissions`, over the graph's; `full` when
@@ -303,12 +303,13 @@ impl LlmConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SandboxPolicy {
     pub network_off: bool,
-    pub writable: Vec<PathBuf>,
+    pub writable: Box<[PathBuf]>,
 }
 
 impl SandboxPolicy {
     /// This policy with `text`'s items applied over it.
     pub fn with(mut self, text: &str) -> Result<Self, String> {
+        let mut writable = std::mem::take(&mut self.writable).into_vec();
         for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let (key, value) = item
                 .split_once('=')
@@ -316,7 +317,7 @@ impl SandboxPolicy {
             match (key, value) {
                 ("network", "off" | "false") => self.network_off = true,
                 ("network", "on" | "true") => self.network_off = false,
-                ("write", path) if !path.is_empty() => self.writable.push(expand_home(path)),
+                ("write", path) if !path.is_empty() => writable.push(expand_home(path)),
                 ("none" | "off", _) => {
                     return Err("a workflow cannot turn the sandbox off; the user does, with `trellis run --sandbox none`".to_owned());
                 }
@@ -327,6 +328,7 @@ impl SandboxPolicy {
                 }
             }
         }
+        self.writable = writable.into_boxed_slice();
         Ok(self)
     }
 }
@@ -363,7 +365,7 @@ pub struct CommandConfig {
     /// What the command asks of the run's sandbox (`sandbox`, over the graph's).
     pub sandbox: SandboxPolicy,
     /// Secret variables the command gets (`env`, comma-separated names); others are withheld.
-    pub pass_env: Vec<String>,
+    pub pass_env: Box<[String]>,
     /// Whether test artifacts the command writes are copied into the run record
     /// (`capture_artifacts`, on the node or the graph; default true).
     pub capture_artifacts: bool,
@@ -380,6 +382,8 @@ pub struct ParallelConfig {
     pub join_policy: JoinPolicy,
     pub error_policy: ErrorPolicy,
     pub max_parallel: u32,
+    /// The fan-in node the branches meet at, resolved once at compile time (none if they never do).
+    pub fan_in: Option<crate::workflow::NodeIndex>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -10,7 +10,7 @@ use trellis_syntax::Span;
 use trellis_syntax::ast::SourceFormat;
 
 use crate::condition::Condition;
-use crate::node_kind::{Fidelity, NodeKind, RetryPolicy};
+use crate::node_kind::{Fidelity, NodeKind, RetryPolicy, RetryPreset};
 use crate::small_map::SmallMap;
 
 /// Index of a node in [`Workflow::nodes`].
@@ -202,13 +202,32 @@ pub struct CommonConfig {
     pub timeout: Option<Duration>,
     pub max_visits: Option<u32>,
     pub max_retries: Option<u32>,
-    pub retry_policy: Option<RetryPolicy>,
-    pub retry_target: Option<String>,
-    pub fallback_retry_target: Option<String>,
+    /// `retry_policy`, a preset: its figures are [`RetryPolicy::preset`]'s.
+    pub retry_preset: Option<RetryPreset>,
+    /// `retry_target` and `fallback_retry_target`, in that order. Rarely set, so kept out of line:
+    /// a node stays small.
+    pub(crate) named_retry_targets: Option<Box<[Option<String>; 2]>>,
     pub goal_gate: bool,
     pub auto_status: bool,
     /// A failed node routes on instead of ending the run (what YAML workflows do without it).
     pub fail_soft: bool,
+}
+
+impl CommonConfig {
+    /// The `retry_policy` preset's figures, when the node names one.
+    pub fn retry_policy(&self) -> Option<RetryPolicy> {
+        self.retry_preset.map(RetryPolicy::preset)
+    }
+
+    /// The node's `retry_target`.
+    pub fn retry_target(&self) -> Option<&str> {
+        self.named_retry_targets.as_ref()?[0].as_deref()
+    }
+
+    /// The node's `fallback_retry_target`.
+    pub fn fallback_retry_target(&self) -> Option<&str> {
+        self.named_retry_targets.as_ref()?[1].as_deref()
+    }
 }
 
 /// One stage.
@@ -216,10 +235,10 @@ pub struct CommonConfig {
 pub struct Node {
     pub id: String,
     /// The `label` attribute, when given; [`Node::label`] is what shows.
-    pub given_label: Option<String>,
+    pub given_label: Option<Box<str>>,
     /// The resolved shape (explicit, or the kind's); a kind's shape is shared, not copied.
     pub shape: crate::node_kind::Shape,
-    pub classes: Vec<String>,
+    pub classes: Box<[String]>,
     pub kind: NodeKind,
     pub common: CommonConfig,
     /// Declared by a node statement (or in YAML `nodes`), not only mentioned by an edge.
@@ -228,11 +247,9 @@ pub struct Node {
     pub span: Span,
     /// Value spans by attribute name, for diagnostics.
     pub attr_spans: SmallMap<Span>,
-    /// For a fan-out node: the fan-in node its branches meet at, resolved once at compile time.
-    pub fan_in: Option<NodeIndex>,
     /// Where a failure with nowhere to go (or an unmet goal gate) sends the run, in order: the node's
     /// `retry_target`, its `fallback_retry_target`, then the graph's two; only nodes that exist.
-    pub retry_targets: Vec<NodeIndex>,
+    pub retry_targets: Box<[NodeIndex]>,
 }
 
 impl Node {
@@ -358,17 +375,19 @@ impl Workflow {
         ];
         for (index, fan_in) in fan_ins.into_iter().enumerate() {
             let node = &self.nodes[index];
-            let chain: Vec<NodeIndex> = [
-                node.common.retry_target.as_ref(),
-                node.common.fallback_retry_target.as_ref(),
+            let chain: Box<[NodeIndex]> = [
+                node.common.retry_target(),
+                node.common.fallback_retry_target(),
             ]
             .into_iter()
-            .chain(graph_targets.iter().map(Option::as_ref))
+            .chain(graph_targets.iter().map(Option::as_deref))
             .flatten()
             .filter_map(|id| self.node_index(id))
             .collect();
             let node = &mut self.nodes[index];
-            node.fan_in = fan_in;
+            if let NodeKind::Parallel(config) = &mut node.kind {
+                config.fan_in = fan_in;
+            }
             node.retry_targets = chain;
         }
     }
@@ -583,5 +602,20 @@ impl Workflow {
             }
         }
         components
+    }
+}
+
+#[cfg(all(test, target_pointer_width = "64"))]
+mod tests {
+    /// A workflow's node list is the largest thing a large run holds (2.5 MB of a 10,000-stage
+    /// chain's 24.5 MB): what a node rarely sets is kept out of line, or where it applies (a fan-out's
+    /// fan-in in its `ParallelConfig`), so a node stays within 256 bytes.
+    #[test]
+    fn a_node_stays_within_256_bytes() {
+        assert!(
+            std::mem::size_of::<super::Node>() <= 256,
+            "{}",
+            std::mem::size_of::<super::Node>()
+        );
     }
 }

@@ -24,8 +24,8 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         workflow.graph.retry_target.is_some() || workflow.graph.fallback_retry_target.is_some();
     for node in workflow.nodes.iter().filter(|n| n.common.goal_gate) {
         if graph_target
-            || node.common.retry_target.is_some()
-            || node.common.fallback_retry_target.is_some()
+            || node.common.retry_target().is_some()
+            || node.common.fallback_retry_target().is_some()
         {
             continue;
         }

@@ -25,11 +25,14 @@ pub const RULE: Rule = Rule {
 };
 
 pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
-    for (index, node) in workflow
+    for (index, node, config) in workflow
         .nodes
         .iter()
         .enumerate()
-        .filter(|(_, n)| matches!(n.kind, NodeKind::Parallel(_)))
+        .filter_map(|(index, node)| match &node.kind {
+            NodeKind::Parallel(config) => Some((index, node, config)),
+            _ => None,
+        })
     {
         if workflow.outgoing(index).next().is_none() {
             out.push(
@@ -42,7 +45,7 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
                     "add one edge per branch, each leading to a shared `tripleoctagon` fan-in node",
                 ),
             );
-        } else if node.fan_in.is_none() {
+        } else if config.fan_in.is_none() {
             out.push(
                 RULE.diagnostic(
                     format!("the branches of `{}` never meet at a fan-in node", node.id),

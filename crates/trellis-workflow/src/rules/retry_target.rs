@@ -21,7 +21,7 @@ pub const RULE: Rule = Rule {
 fn check_target(
     workflow: &Workflow,
     key: &str,
-    target: Option<&String>,
+    target: Option<&str>,
     spans: &crate::small_map::SmallMap<Span>,
     owner: &str,
     out: &mut Vec<Diagnostic>,
@@ -50,7 +50,7 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     check_target(
         workflow,
         "retry_target",
-        graph.retry_target.as_ref(),
+        graph.retry_target.as_deref(),
         &graph.attr_spans,
         "graph ",
         out,
@@ -58,20 +58,20 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     check_target(
         workflow,
         "fallback_retry_target",
-        graph.fallback_retry_target.as_ref(),
+        graph.fallback_retry_target.as_deref(),
         &graph.attr_spans,
         "graph ",
         out,
     );
     for node in &workflow.nodes {
-        if node.common.retry_target.is_none() && node.common.fallback_retry_target.is_none() {
+        if node.common.retry_target().is_none() && node.common.fallback_retry_target().is_none() {
             continue;
         }
         let owner = format!("node `{}`: ", node.id);
         check_target(
             workflow,
             "retry_target",
-            node.common.retry_target.as_ref(),
+            node.common.retry_target(),
             &node.attr_spans,
             &owner,
             out,
@@ -79,7 +79,7 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         check_target(
             workflow,
             "fallback_retry_target",
-            node.common.fallback_retry_target.as_ref(),
+            node.common.fallback_retry_target(),
             &node.attr_spans,
             &owner,
             out,
