@@ -168,6 +168,10 @@ impl LocalProvider {
             // grows: with it off, the 20th turn of a session took 20.5 s where it took 33 s
             // (`cargo bench -p trellis-llm --bench turn_latency`).
             .args(["--flash-attn", "off"])
+            // Keys cached in 8 bits: a long context's attention reads half as much, and the 20th
+            // turn took 23.0 s where it took 27.9 - 30.4 s with 16-bit keys (2026-11-28, by hand,
+            // alternated). Values stay 16-bit: 8-bit values need flash attention.
+            .args(["--cache-type-k", "q8_0"])
             .args(["--alias", self.model_id(), "--jinja", "--no-webui"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
