@@ -288,6 +288,7 @@ impl Server {
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(["--ctx-size", &CONTEXT.to_string(), "--parallel", "1"])
             .args(["--threads", &threads.to_string()])
+            .args(trellis_llm::local::SERVER_TUNING)
             .args(["--alias", "qwen2.5-coder-1.5b", "--jinja", "--no-webui"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())

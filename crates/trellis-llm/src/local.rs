@@ -30,6 +30,14 @@ while kill -0 "$parent" 2>/dev/null && kill -0 "$server" 2>/dev/null; do sleep 1
 const STARTUP_TIMEOUT: Duration = Duration::from_mins(3);
 const DEFAULT_CONTEXT: u32 = 16_384;
 
+/// How llama-server is told to attend on a CPU (also given to the agent benchmark's peer):
+/// - flash attention off: with it, each new token costs more as the context grows (the 20th turn of
+///   a session took 33 s, against 20.5 s without; `cargo bench -p trellis-llm --bench turn_latency`);
+/// - keys cached in 8 bits: a long context's attention reads half as much (the 20th turn took
+///   23.0 - 23.3 s, against 27.9 - 30.4 s with 16-bit keys; 2026-11-28, alternated by hand). Values
+///   stay 16-bit: 8-bit values need flash attention.
+pub const SERVER_TUNING: [&str; 4] = ["--flash-attn", "off", "--cache-type-k", "q8_0"];
+
 /// The message that tells a user how to get a model at all.
 pub const SETUP_HELP: &str = "run `scripts/local-model.sh` to build the local model server and fetch the default model \
      (cached under ~/.cache/trellis), or set ANTHROPIC_API_KEY, OPENAI_API_KEY or GEMINI_API_KEY to use a hosted provider";
@@ -164,14 +172,7 @@ impl LocalProvider {
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(["--ctx-size", &context.to_string(), "--parallel", "1"])
             .args(["--threads", &threads.to_string()])
-            // On a CPU, llama.cpp's flash attention makes each new token dearer as the context
-            // grows: with it off, the 20th turn of a session took 20.5 s where it took 33 s
-            // (`cargo bench -p trellis-llm --bench turn_latency`).
-            .args(["--flash-attn", "off"])
-            // Keys cached in 8 bits: a long context's attention reads half as much, and the 20th
-            // turn took 23.0 s where it took 27.9 - 30.4 s with 16-bit keys (2026-11-28, by hand,
-            // alternated). Values stay 16-bit: 8-bit values need flash attention.
-            .args(["--cache-type-k", "q8_0"])
+            .args(SERVER_TUNING)
             .args(["--alias", self.model_id(), "--jinja", "--no-webui"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
