@@ -3,7 +3,7 @@
 //! parallel branch walk the same way; a branch walks until it reaches its fan-in. Branches nest: a
 //! fan-out or a sub-workflow inside a branch is just another step.
 
-use trellis_workflow::node_kind::Fidelity;
+use trellis_workflow::node_kind::{Fidelity, ParallelConfig};
 use trellis_workflow::{NodeIndex, NodeKind, SourceFormat, StageStatus, Workflow};
 
 use crate::attempt::Work;
@@ -215,7 +215,7 @@ impl Engine {
         }
         let next = match &node.kind {
             NodeKind::Exit => Next::End,
-            NodeKind::Parallel(trellis_workflow::node_kind::ParallelConfig {
+            NodeKind::Parallel(ParallelConfig {
                 fan_in: Some(fan_in),
                 ..
             }) => Next::Jump(*fan_in),
