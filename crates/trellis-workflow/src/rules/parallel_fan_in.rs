@@ -4,7 +4,8 @@
 //! `tripleoctagon` fan-in that every branch reaches; the fan-in merges their results. If the branches
 //! never meet at one, the engine cannot tell where a branch ends. A branch may hold a fan-out of its own;
 //! its branches meet at their own fan-in first. The fan-in is resolved once, at compile time
-//! ([`Node::fan_in`](crate::Node::fan_in)), and the engine uses the same answer:
+//! ([`ParallelConfig::fan_in`](crate::node_kind::ParallelConfig::fan_in)), and the engine uses the
+//! same answer:
 //!
 //! ```dot
 //! fan [shape=component]
