@@ -237,11 +237,12 @@ impl Lowerer<'_> {
             max_visits: r.count("max_visits", 0).filter(|&n| n > 0),
             max_retries: r.count("max_retries", 0),
             retry_preset: r.word::<RetryPreset>("retry_policy", RetryPreset::WORDS),
-            named_retry_targets: match [r.string("retry_target"), r.string("fallback_retry_target")]
-            {
-                [None, None] => None,
-                named => Some(Box::new(named)),
-            },
+            named_retry_targets: Some([
+                r.string("retry_target"),
+                r.string("fallback_retry_target"),
+            ])
+            .filter(|named| named.iter().any(Option::is_some))
+            .map(Box::new),
             goal_gate: r.bool("goal_gate").unwrap_or(false),
             auto_status: r.bool("auto_status").unwrap_or(false),
             fail_soft: r.bool("fail_soft").unwrap_or(false),
