@@ -256,6 +256,16 @@ pub const UNCHECKED: &str = "Not finished: nothing has checked your last change 
 command that shows the task works with shell (the tests, or the program or script the task \
 names); call finish once it succeeds.";
 
+/// What a coached model's `finish` is answered with, once, when the last command run after its
+/// last change failed: a small model takes having run the check for having passed it.
+fn failed_check(command: &str) -> String {
+    format!(
+        "Not finished: `{command}` failed after your last change. Read what it reported, fix \
+         that, and run it again; call finish once it succeeds. If it was meant to fail, call \
+         finish again."
+    )
+}
+
 /// What a coached model's `finish` is answered with, once, when a file its task names, which did
 /// not exist when the task came, still does not: a small model takes having run a command for having
 /// done the task.
@@ -290,6 +300,9 @@ struct Lately {
     wrote_since_user: bool,
     /// Whether a file was written since a command last succeeded.
     check: Check,
+    /// The command of the last `shell` call, when it failed after a change no command has checked
+    /// yet, until `finish` was refused once for it ([`failed_check`]).
+    failed: Option<String>,
     /// The files the user's last message names that did not exist when it came, until `finish`
     /// was refused once for one still missing ([`missing_file`]).
     wanted: Vec<String>,
@@ -585,6 +598,11 @@ impl Session {
             Some(missing_file(&missing))
         } else if let Some(value) = self.value_still_missing().await {
             Some(missing_value(&value))
+        } else if self.coach
+            && let Some(command) = self.lately.failed.take()
+        {
+            self.lately.check = Check::Asked;
+            Some(failed_check(&command))
         } else if self.coach && self.lately.check == Check::Due {
             self.lately.check = Check::Asked;
             Some(UNCHECKED.to_owned())
@@ -833,11 +851,16 @@ impl Session {
         };
         self.track(output);
         self.lately.ran_since_user |= ran;
-        if ran && tool == Some(Tool::Shell) && crate::shell::succeeded(output) {
-            if self.coach && self.lately.check != Check::Done {
-                shown = format!("{shown}\n{DONE_HINT}{}.", self.finishing());
+        if ran && tool == Some(Tool::Shell) {
+            if crate::shell::succeeded(output) {
+                if self.coach && self.lately.check != Check::Done {
+                    shown = format!("{shown}\n{DONE_HINT}{}.", self.finishing());
+                }
+                self.lately.check = Check::Done;
+                self.lately.failed = None;
+            } else if self.lately.check != Check::Done {
+                self.lately.failed = call.arguments["command"].as_str().map(str::to_owned);
             }
-            self.lately.check = Check::Done;
         }
         // Reading back the file last written (whole, or the lines of it `grep` finds) checks that
         // write (a task may be just that).
@@ -857,6 +880,7 @@ impl Session {
                 == Some(self.toolbox.work_dir().relative(&read).as_str())
         {
             self.lately.check = Check::Done;
+            self.lately.failed = None;
         }
         shown
     }
@@ -954,6 +978,7 @@ impl Session {
         if let Some(path) = &output.touched {
             self.lately.wrote_since_user = true;
             self.lately.check = Check::Due;
+            self.lately.failed = None;
             if !self.files.contains(path) {
                 self.files.push(path.clone());
             }
@@ -1458,6 +1483,75 @@ mod tests {
         .await;
         assert_eq!(asked.len(), 4);
         assert_eq!(last_results(&asked[3]), [(UNCHECKED.to_owned(), true)]);
+    }
+
+    #[tokio::test]
+    async fn a_check_that_failed_after_the_last_change_is_named_when_the_model_would_finish() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut session = coached_to_finish(dir.path());
+        let write = |code: u8| {
+            (
+                "write_file",
+                json!({ "path": "a.sh", "content": format!("exit {code}\n") }),
+            )
+        };
+        let run = |command: &str| ("shell", json!({ "command": command }));
+        let finish = || response("", &[(FINISH, json!({ "summary": "Wrote it." }))]);
+        // Written, run, failed: finish is refused once, naming the command; the second is taken.
+        let (answer, asked) = scripted(
+            &mut session,
+            "write a.sh",
+            vec![
+                response("", &[write(3)]),
+                response("", &[run("sh a.sh")]),
+                finish(),
+                finish(),
+            ],
+        )
+        .await;
+        assert_eq!(answer.text, "Wrote it.");
+        assert_eq!(asked.len(), 4);
+        assert_eq!(last_results(&asked[3]), [(failed_check("sh a.sh"), true)]);
+        // After the unchecked-change refusal, a failed run is named too.
+        let (_, asked) = scripted(
+            &mut session,
+            "change a.sh",
+            vec![
+                response("", &[write(4)]),
+                finish(),
+                response("", &[run("sh a.sh")]),
+                finish(),
+                finish(),
+            ],
+        )
+        .await;
+        assert_eq!(asked.len(), 5);
+        assert_eq!(last_results(&asked[2]), [(UNCHECKED.to_owned(), true)]);
+        assert_eq!(last_results(&asked[4]), [(failed_check("sh a.sh"), true)]);
+        // A failure with no change unchecked is not named, nor one a later success makes good.
+        let (_, asked) = scripted(
+            &mut session,
+            "fix a.sh",
+            vec![
+                response("", &[run("true")]),
+                response("", &[run("false")]),
+                finish(),
+            ],
+        )
+        .await;
+        assert_eq!(asked.len(), 3);
+        let (_, asked) = scripted(
+            &mut session,
+            "fix a.sh again",
+            vec![
+                response("", &[write(0)]),
+                response("", &[run("false")]),
+                response("", &[run("sh a.sh")]),
+                finish(),
+            ],
+        )
+        .await;
+        assert_eq!(asked.len(), 4);
     }
 
     /// Sends `task` to `session` with a model answering `answers` in turn: the session's answer,
