@@ -276,6 +276,16 @@ fn missing_file(path: &str) -> String {
     )
 }
 
+/// What a coached model that repeats itself is told beside the loop warning while a file its task
+/// names is still missing: a small model that did the work another way (with commands instead of
+/// the script it was asked for) goes round checking it.
+fn still_missing_hint(path: &str) -> String {
+    format!(
+        "Still to do: the task names `{path}`, and there is no such file yet. Create it with \
+         write_file."
+    )
+}
+
 /// What a coached model's `finish` is answered with, once, when a number its task names (a port, a
 /// limit) is in none of the files the task names, as when it came: a small model asked for two
 /// changes makes one.
@@ -649,6 +659,17 @@ impl Session {
         missing.into_iter().next()
     }
 
+    /// For a coached model going round in circles, the first of the files the task names that is
+    /// still missing: often what it has left undone. Unlike [`Session::still_missing`], asking
+    /// keeps the files wanted, so `finish` still asks for one once.
+    async fn missing_while_looping(&self) -> Option<String> {
+        if !self.coach || self.lately.wanted.is_empty() {
+            return None;
+        }
+        let wanted = self.lately.wanted.join(" ");
+        self.toolbox.missing_files(&wanted).await.into_iter().next()
+    }
+
     /// The first of the numbers the task names that the files it names still do not hold, asked
     /// for once: the numbers wanted are forgotten then.
     async fn value_still_missing(&mut self) -> Option<String> {
@@ -739,6 +760,7 @@ impl Session {
     async fn run_tools(&mut self, calls: &[ToolCall], observer: &dyn Observer) -> Vec<Part> {
         let mut parts = Vec::new();
         let mut warning = None;
+        let mut looped = false;
         let mut index = 0;
         // A coached model's calls after one that changed things are not run.
         let mut blind = false;
@@ -820,10 +842,15 @@ impl Session {
                 {
                     observer.on_event(AgentEvent::LoopDetected { period, tools });
                     self.loops += 1;
+                    looped = true;
                     warning = told.or(warning);
                 }
             }
             index = end;
+        }
+        if looped && let Some(missing) = self.missing_while_looping().await {
+            let hint = still_missing_hint(&missing);
+            warning = Some(warning.map_or(hint.clone(), |w| format!("{w}\n{hint}")));
         }
         if let Some(text) = warning {
             parts.push(Part::Text { text });
@@ -1552,6 +1579,59 @@ mod tests {
         )
         .await;
         assert_eq!(asked.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_model_going_round_in_circles_is_told_which_named_file_is_still_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut session = coached_to_finish(dir.path());
+        let run = || response("", &[("shell", json!({ "command": "ls" }))]);
+        let write = (
+            "write_file",
+            json!({ "path": "backup.sh", "content": "true\n" }),
+        );
+        let task = "Write backup.sh to copy the notes.";
+        session.expect_named_files(task).await;
+        let (_, asked) = {
+            let mut model = Scripted {
+                answers: vec![
+                    run(),
+                    run(),
+                    // Refused as a repeat: the warning says what is still missing.
+                    run(),
+                    response("", &[write]),
+                    // Refused again: backup.sh is there, so nothing more is said.
+                    run(),
+                    run(),
+                    run(),
+                    response("", &[(FINISH, json!({ "summary": "Done." }))]),
+                    response("", &[(FINISH, json!({ "summary": "Done." }))]),
+                ],
+                asked: Vec::new(),
+            };
+            let answer = session.send(&mut model, &Log::default(), task.into()).await;
+            (answer, model.asked)
+        };
+        let hint = still_missing_hint("backup.sh");
+        let told = |request: &Request| match &request.messages.last().unwrap().parts[..] {
+            [Part::ToolResult(_), Part::Text { text }] => Some(text.clone()),
+            _ => None,
+        };
+        assert!(
+            told(&asked[3]).is_some_and(|t| t.ends_with(&hint)),
+            "{:?}",
+            told(&asked[3])
+        );
+        assert!(
+            told(&asked[6]).is_none_or(|t| !t.contains(&hint)),
+            "{:?}",
+            told(&asked[6])
+        );
+        assert!(
+            told(&asked[7]).is_none_or(|t| !t.contains(&hint)),
+            "{:?}",
+            told(&asked[7])
+        );
     }
 
     /// Sends `task` to `session` with a model answering `answers` in turn: the session's answer,
