@@ -1592,26 +1592,25 @@ mod tests {
         );
         let task = "Write backup.sh to copy the notes.";
         session.expect_named_files(task).await;
-        let (_, asked) = {
-            let mut model = Scripted {
-                answers: vec![
-                    run(),
-                    run(),
-                    // Refused as a repeat: the warning says what is still missing.
-                    run(),
-                    response("", &[write]),
-                    // Refused again: backup.sh is there, so nothing more is said.
-                    run(),
-                    run(),
-                    run(),
-                    response("", &[(FINISH, json!({ "summary": "Done." }))]),
-                    response("", &[(FINISH, json!({ "summary": "Done." }))]),
-                ],
-                asked: Vec::new(),
-            };
-            let answer = session.send(&mut model, &Log::default(), task.into()).await;
-            (answer, model.asked)
-        };
+        let finish = || response("", &[(FINISH, json!({ "summary": "Done." }))]);
+        let (answer, asked) = scripted(
+            &mut session,
+            task,
+            vec![
+                run(),
+                run(),
+                // Refused as a repeat: the warning says what is still missing.
+                run(),
+                response("", &[write]),
+                // Refused again: backup.sh is there, so nothing more is said.
+                run(),
+                run(),
+                run(),
+                finish(),
+            ],
+        )
+        .await;
+        assert_eq!(answer.text, "Done.");
         let hint = still_missing_hint("backup.sh");
         let told = |request: &Request| match &request.messages.last().unwrap().parts[..] {
             [Part::ToolResult(_), Part::Text { text }] => Some(text.clone()),
@@ -1627,11 +1626,8 @@ mod tests {
             "{:?}",
             told(&asked[6])
         );
-        assert!(
-            told(&asked[7]).is_none_or(|t| !t.contains(&hint)),
-            "{:?}",
-            told(&asked[7])
-        );
+        assert!(last_results(&asked[7])[0].0.starts_with("Not run"));
+        assert_eq!(told(&asked[7]), None);
     }
 
     /// Sends `task` to `session` with a model answering `answers` in turn: the session's answer,
