@@ -257,8 +257,16 @@ command that shows the task works with shell (the tests, or the program or scrip
 names); call finish once it succeeds.";
 
 /// What a coached model's `finish` is answered with, once, when the last command run after its
-/// last change failed: a small model takes having run the check for having passed it.
+/// last change failed: a small model takes having run the check for having passed it. A long
+/// command is named by the start of its first line.
 fn failed_check(command: &str) -> String {
+    const SHOWN: usize = 80;
+    let first = command.lines().next().unwrap_or_default();
+    let command = match first.char_indices().nth(SHOWN) {
+        Some((end, _)) => format!("{}…", &first[..end]),
+        None if first.len() < command.trim_end().len() => format!("{first}…"),
+        None => first.to_owned(),
+    };
     format!(
         "Not finished: `{command}` failed after your last change. Read what it reported, fix \
          that, and run it again; call finish once it succeeds. If it was meant to fail, call \
@@ -1628,6 +1636,18 @@ mod tests {
         );
         assert!(last_results(&asked[7])[0].0.starts_with("Not run"));
         assert_eq!(told(&asked[7]), None);
+    }
+
+    #[test]
+    fn a_failed_command_is_named_by_the_start_of_its_first_line() {
+        let named = |command: &str| {
+            let text = failed_check(command);
+            text[text.find('`').unwrap() + 1..text.rfind('`').unwrap()].to_owned()
+        };
+        assert_eq!(named("python3 main.py\n"), "python3 main.py");
+        assert_eq!(named("cd a\npytest"), "cd a…");
+        let long = "é".repeat(100);
+        assert_eq!(named(&long), format!("{}…", "é".repeat(80)));
     }
 
     /// Sends `task` to `session` with a model answering `answers` in turn: the session's answer,
