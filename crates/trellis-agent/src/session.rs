@@ -261,10 +261,11 @@ names); call finish once it succeeds.";
 /// command is named by the start of its first line.
 fn failed_check(command: &str) -> String {
     const SHOWN: usize = 80;
-    let first = command.lines().next().unwrap_or_default();
+    let command = command.trim();
+    let first = command.lines().next().unwrap_or_default().trim_end();
     let command = match first.char_indices().nth(SHOWN) {
         Some((end, _)) => format!("{}…", &first[..end]),
-        None if first.len() < command.trim_end().len() => format!("{first}…"),
+        None if first.len() < command.len() => format!("{first}…"),
         None => first.to_owned(),
     };
     format!(
@@ -1646,6 +1647,7 @@ mod tests {
         };
         assert_eq!(named("python3 main.py\n"), "python3 main.py");
         assert_eq!(named("cd a\npytest"), "cd a…");
+        assert_eq!(named("\n  make test  \n"), "make test");
         let long = "é".repeat(100);
         assert_eq!(named(&long), format!("{}…", "é".repeat(80)));
     }
