@@ -10,7 +10,8 @@
 //! - the cost per stage at 250, 1,000, 2,000 and 10,000 stages, and 2,000 against 250;
 //! - the cost a working tree of 20,000 ordinary files adds to each command stage;
 //! - a 64-branch fan-out of `sleep 0.2` with `max_parallel=64`, against a shell starting the same 64
-//!   commands (through `sh -c`, and directly), unconfined and in bubblewrap;
+//!   commands (through `sh -c`, and directly), unconfined and in bubblewrap (the bubblewrap figures
+//!   are skipped with the reason when a run in it fails here: `bwrap` missing, or no user namespaces);
 //! - `trellis validate` of a generated 10,000-node workflow: time and peak memory;
 //! - the peak memory of runs of 3 stages (the floor: one command), 1,000, 2,000 and 10,000 stages.
 //!
@@ -46,6 +47,7 @@ fn main() {
         dir: dir.path().to_path_buf(),
         work: dir.path().join("work"),
         runs: std::cell::Cell::new(0),
+        bubblewrap: std::cell::OnceCell::new(),
     };
     std::fs::create_dir_all(&bench.work).expect("mkdir");
     println!("engine overhead (medians; targets in brackets)");
@@ -89,12 +91,20 @@ fn main() {
         ms(engine_1000.saturating_sub(shell) / 1_000)
     );
     let chain = bench.chain(1_000);
-    let sandboxed = Bench::median(3, || bench.time_run_in(&chain, &bench.work, "bubblewrap"));
-    println!(
-        "the sandboxes, per command: the reaper {} (over `sh -c true` alone, {bare:.2?} for 1,000), bubblewrap {} (1,000 stages in {sandboxed:.2?}, over the unconfined run)",
-        ms(shell.saturating_sub(bare) / 1_000),
-        ms(sandboxed.saturating_sub(engine_1000) / 1_000)
-    );
+    let reaper = ms(shell.saturating_sub(bare) / 1_000);
+    match bench.bubblewrap() {
+        Ok(()) => {
+            let sandboxed =
+                Bench::median(3, || bench.time_run_in(&chain, &bench.work, "bubblewrap"));
+            println!(
+                "the sandboxes, per command: the reaper {reaper} (over `sh -c true` alone, {bare:.2?} for 1,000), bubblewrap {} (1,000 stages in {sandboxed:.2?}, over the unconfined run)",
+                ms(sandboxed.saturating_sub(engine_1000) / 1_000)
+            );
+        }
+        Err(reason) => println!(
+            "the sandboxes, per command: the reaper {reaper} (over `sh -c true` alone, {bare:.2?} for 1,000), bubblewrap skipped ({reason})"
+        ),
+    }
     let shell_per_stage = shell / 1_000;
     for (stages, took) in &per_stage {
         println!(
@@ -208,8 +218,14 @@ fn fan_outs(bench: &Bench) {
         "64 branches of `sleep 0.2`, max_parallel=64: {fan_time:.3?} (a shell starting the same 64 `sh -c`: {shell_fan:.3?}; the 64 `sleep` alone: {direct_fan:.3?}, {} over it)  [≤ 0.23 s]",
         ms(fan_time.saturating_sub(direct_fan))
     );
-    let sandboxed_fan = Bench::median(3, || bench.time_run_in(&fan, &bench.work, "bubblewrap"));
-    println!("  the same fan-out in bubblewrap: {sandboxed_fan:.3?}");
+    match bench.bubblewrap() {
+        Ok(()) => {
+            let sandboxed_fan =
+                Bench::median(3, || bench.time_run_in(&fan, &bench.work, "bubblewrap"));
+            println!("  the same fan-out in bubblewrap: {sandboxed_fan:.3?}");
+        }
+        Err(reason) => println!("  the same fan-out in bubblewrap: skipped ({reason})"),
+    }
 }
 
 /// The peak memory of runs: chains of 1,000 to 10,000 stages, and a loop of 10,001.
@@ -258,6 +274,7 @@ struct Bench {
     /// Each run gets a runs directory of its own: deleting records between runs would make the file
     /// system slower at creating files for a while and blur the figures.
     runs: std::cell::Cell<u32>,
+    bubblewrap: std::cell::OnceCell<Result<(), String>>,
 }
 
 impl Bench {
@@ -283,6 +300,33 @@ impl Bench {
             .arg(self.next_runs_dir())
             .current_dir(work_dir);
         time(command)
+    }
+
+    /// Whether a run in bubblewrap works here (`bwrap` installed, user namespaces allowed); `Err`
+    /// with the run's first line of error otherwise. Asked once.
+    fn bubblewrap(&self) -> Result<(), String> {
+        self.bubblewrap
+            .get_or_init(|| {
+                let output = Command::new(env!("CARGO_BIN_EXE_trellis"))
+                    .arg("run")
+                    .arg(self.chain(3))
+                    .args(["--json", "--sandbox", "bubblewrap", "--runs-dir"])
+                    .arg(self.next_runs_dir())
+                    .current_dir(&self.work)
+                    .output()
+                    .map_err(|error| error.to_string())?;
+                if output.status.success() {
+                    return Ok(());
+                }
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                Err(stderr
+                    .lines()
+                    .find(|line| !line.trim().is_empty())
+                    .unwrap_or("the run failed")
+                    .trim()
+                    .to_owned())
+            })
+            .clone()
     }
 
     /// A chain of `true` commands that runs exactly `stages` stages (start and exit included).
