@@ -23,13 +23,15 @@
 
 use std::ffi::OsString;
 use std::io::Read;
+use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::{ExitStatus, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::sys::signal::{Signal, kill, killpg};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, Signal, kill, killpg};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpgid, getpgrp};
 
@@ -205,11 +207,6 @@ fn parse(args: &[OsString]) -> Result<(Option<Confinement>, &[OsString]), String
 /// How many rounds of killing the reaper makes before it gives up (each re-parents the next layer).
 const ROUNDS: usize = 200;
 
-enum Event {
-    Exited(std::io::Result<ExitStatus>),
-    Cancelled,
-}
-
 /// Runs `args` (a program and its arguments) as the reaper — or, with [`crate::spawner::SPAWNER_ARG`]
 /// alone, as the spawner; returns the exit code to leave with (the command's own, or 128 + the signal
 /// that killed it).
@@ -243,10 +240,14 @@ pub(crate) fn command_of(
 /// Starts `command` as the reaper: a child subreaper, confined first when asked; ends everything
 /// under it when the command exits or when `stop` ends (Trellis closed its end: the stage is over,
 /// or Trellis is gone). Returns the exit code to leave with.
+///
+/// The reaper has one thread, which waits for both at once: the command's end comes as `SIGCHLD`,
+/// blocked and read from a descriptor polled beside `stop` (the command starts with no signal
+/// blocked: the standard library clears the mask it inherits).
 pub(crate) fn supervise(
     confinement: Option<Confinement>,
     mut command: std::process::Command,
-    stop: impl Read + Send + 'static,
+    stop: impl AsFd + Read,
 ) -> i32 {
     let program = command.get_program().to_string_lossy().into_owned();
     let _ = nix::sys::prctl::set_child_subreaper(true);
@@ -257,6 +258,13 @@ pub(crate) fn supervise(
         eprintln!("trellis {REAPER_ARG}: cannot apply the Landlock sandbox: {problem}");
         return 126;
     }
+    let exits = match child_exits() {
+        Ok(exits) => exits,
+        Err(errno) => {
+            eprintln!("trellis {REAPER_ARG}: cannot watch for the command's end: {errno}");
+            return 126;
+        }
+    };
     let mut child = match command.stdin(Stdio::null()).spawn() {
         Ok(child) => child,
         Err(error) => {
@@ -268,30 +276,59 @@ pub(crate) fn supervise(
             };
         }
     };
-    let command = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
-    let (events, event) = mpsc::channel();
-    let watcher = events.clone();
-    std::thread::spawn(move || {
-        // Trellis holds the other end: end of input means the stage is over (or Trellis is gone).
-        let mut stop = stop;
-        let mut sink = [0u8; 64];
-        while matches!(stop.read(&mut sink), Ok(n) if n > 0) {}
-        let _ = watcher.send(Event::Cancelled);
-    });
-    std::thread::spawn(move || {
-        let _ = events.send(Event::Exited(child.wait()));
-    });
-    let status = if let Ok(Event::Exited(Ok(status))) = event.recv() {
-        Some(status)
-    } else {
+    let status = exit_or_stop(&mut child, &exits, stop);
+    if status.is_none() {
         // The stage is over (or the command could not be waited for): end it first.
-        let _ = kill(command, Signal::SIGKILL);
-        None
-    };
+        let _ = child.kill();
+    }
     reap_all();
     match status {
         Some(status) => exit_code(status),
         None => 128 + Signal::SIGKILL as i32,
+    }
+}
+
+/// Blocks `SIGCHLD` in this (the only) thread and returns a descriptor that reads it.
+fn child_exits() -> nix::Result<SignalFd> {
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGCHLD);
+    mask.thread_block()?;
+    SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+}
+
+/// Waits until `child` exits — its status — or `stop` ends or fails — `None`. Data on `stop` is
+/// read and ignored.
+fn exit_or_stop(
+    child: &mut std::process::Child,
+    exits: &SignalFd,
+    mut stop: impl AsFd + Read,
+) -> Option<ExitStatus> {
+    loop {
+        // A `SIGCHLD` may be for an orphan re-parented here: the command is asked each time.
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) => {}
+            Err(_) => return None,
+        }
+        let mut ready = [
+            PollFd::new(exits.as_fd(), PollFlags::POLLIN),
+            PollFd::new(stop.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut ready, PollTimeout::NONE) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(_) => return None,
+        }
+        let stop_ready = ready[1].revents().is_some_and(|events| !events.is_empty());
+        while let Ok(Some(_)) = exits.read_signal() {}
+        if stop_ready {
+            let mut sink = [0u8; 64];
+            match stop.read(&mut sink) {
+                Ok(read) if read > 0 => {}
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                // End of input: the stage is over (or Trellis is gone).
+                _ => return None,
+            }
+        }
     }
 }
 
