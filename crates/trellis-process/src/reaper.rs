@@ -324,7 +324,11 @@ fn exit_or_stop(
             let mut sink = [0u8; 64];
             match stop.read(&mut sink) {
                 Ok(read) if read > 0 => {}
-                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock
+                    ) => {}
                 // End of input: the stage is over (or Trellis is gone).
                 _ => return None,
             }
