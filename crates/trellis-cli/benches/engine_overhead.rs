@@ -292,6 +292,11 @@ impl Bench {
     }
 
     fn time_run_in(&self, file: &Path, work_dir: &Path, sandbox: &str) -> Duration {
+        time(self.run(file, work_dir, sandbox))
+    }
+
+    /// `trellis run` of `file` in `work_dir`, in `sandbox`, with a runs directory of its own.
+    fn run(&self, file: &Path, work_dir: &Path, sandbox: &str) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_trellis"));
         command
             .arg("run")
@@ -299,7 +304,7 @@ impl Bench {
             .args(["--json", "--sandbox", sandbox, "--runs-dir"])
             .arg(self.next_runs_dir())
             .current_dir(work_dir);
-        time(command)
+        command
     }
 
     /// Whether a run in bubblewrap works here (`bwrap` installed, user namespaces allowed); `Err`
@@ -307,12 +312,8 @@ impl Bench {
     fn bubblewrap(&self) -> Result<(), String> {
         self.bubblewrap
             .get_or_init(|| {
-                let output = Command::new(env!("CARGO_BIN_EXE_trellis"))
-                    .arg("run")
-                    .arg(self.chain(3))
-                    .args(["--json", "--sandbox", "bubblewrap", "--runs-dir"])
-                    .arg(self.next_runs_dir())
-                    .current_dir(&self.work)
+                let output = self
+                    .run(&self.chain(3), &self.work, "bubblewrap")
                     .output()
                     .map_err(|error| error.to_string())?;
                 if output.status.success() {
