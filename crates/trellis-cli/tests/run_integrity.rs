@@ -103,15 +103,21 @@ fn a_resume_stops_what_a_killed_sub_workflow_left_running() {
     run_support::wait_for("the command", Duration::from_secs(10), || {
         run_support::processes_of(&slow) > 0
     });
-    // Trellis stopped, its command's reaper killed, then Trellis killed: the command outlives them
-    // (as it would a reaper that failed), and only the resume is left to stop it.
+    // Trellis stopped, the spawner that runs its command killed with any reapers it forked, then
+    // Trellis killed: the command outlives them (as it would a spawner that failed), and only the
+    // resume is left to stop it.
     let trellis = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
     nix::sys::signal::kill(trellis, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let pid = |pid: u32| nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
     for spawner in trellis_process::reaper::children_of(child.id()) {
         for reaper in trellis_process::reaper::children_of(spawner) {
-            let reaper = nix::unistd::Pid::from_raw(i32::try_from(reaper).unwrap());
-            let _ = nix::sys::signal::kill(reaper, nix::sys::signal::Signal::SIGKILL);
+            if std::fs::read_to_string(format!("/proc/{reaper}/comm"))
+                .is_ok_and(|comm| comm.trim() == trellis_process::reaper::REAPER_PROGRAM)
+            {
+                let _ = nix::sys::signal::kill(pid(reaper), nix::sys::signal::Signal::SIGKILL);
+            }
         }
+        let _ = nix::sys::signal::kill(pid(spawner), nix::sys::signal::Signal::SIGKILL);
     }
     child.kill().unwrap();
     child.wait().unwrap();

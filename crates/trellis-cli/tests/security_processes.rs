@@ -114,7 +114,7 @@ fn a_sandboxed_command_cannot_read_trellis_environment_write_outside_or_outlive_
 
 #[test]
 fn an_unconfined_command_reading_trellis_environment_shows_no_secret() {
-    // Unconfined, the command's parent is its reaper, forked by the spawner (whose environment is
+    // Unconfined, the command's parent is the spawner or a reaper it forked (their environment is
     // empty); Trellis is the spawner's parent, and what its environment holds is redacted from what
     // is recorded. The command climbs to it.
     let p = probe_project("none");
@@ -132,7 +132,7 @@ fn an_unconfined_command_reading_trellis_environment_shows_no_secret() {
     assert!(!out.contains("NEVER"), "{out}");
     assert!(
         out.starts_with("0\ntrellis\n"),
-        "the reaper's environment is empty: {out}"
+        "the spawner's environment is empty: {out}"
     );
     assert!(out.contains("[redacted PROBE_SECRET_TOKEN]"), "{out}");
     let events = std::fs::read_to_string(run.record().join("events.jsonl")).unwrap();
@@ -160,7 +160,8 @@ fn nothing_an_unconfined_command_starts_outlives_its_stage() {
 
 #[test]
 fn nothing_an_unconfined_command_starts_outlives_trellis_killed_mid_stage() {
-    // Two branches at once, so the spawner holds two reapers when Trellis dies.
+    // Two branches at once: the spawner runs one itself and the other under a reaper of its own
+    // when Trellis dies.
     let p = probe_project("none");
     p.write(
         "w.fabro",
@@ -179,10 +180,19 @@ fn nothing_an_unconfined_command_starts_outlives_trellis_killed_mid_stage() {
     });
     let spawners = trellis_process::reaper::children_of(trellis.0.id());
     assert_eq!(spawners.len(), 1, "one spawner: {spawners:?}");
+    let comms: Vec<String> = trellis_process::reaper::children_of(spawners[0])
+        .into_iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok())
+        .map(|comm| comm.trim().to_owned())
+        .collect();
     assert_eq!(
-        trellis_process::reaper::children_of(spawners[0]).len(),
-        2,
-        "a reaper per branch"
+        comms.iter().filter(|comm| *comm == "trellis-reap").count(),
+        1,
+        "one branch under a reaper: {comms:?}"
+    );
+    assert!(
+        comms.iter().any(|comm| comm == "sh"),
+        "one run by the spawner: {comms:?}"
     );
     drop(trellis); // SIGKILL: Trellis cleans nothing up itself.
     run_support::wait_for("everything to end", wait, || {
@@ -191,9 +201,36 @@ fn nothing_an_unconfined_command_starts_outlives_trellis_killed_mid_stage() {
 }
 
 #[test]
+fn a_branch_the_spawner_runs_ends_what_it_left_and_not_the_branches_beside_it() {
+    // The spawner runs one branch itself and the others under reapers; whichever ends first, what
+    // it left behind ends with it, and the others go on to their own end.
+    let p = probe_project("none");
+    p.write(
+        "w.fabro",
+        &workflow(
+            "fan [shape=component]\n join [shape=tripleoctagon]\n \
+             a [shape=parallelogram, script=\"(setsid env -i sleep 7731 &); sleep 0.2; echo a-done\"]\n \
+             b [shape=parallelogram, script=\"(setsid env -i sleep 7732 &); sleep 1; echo b-done\"]\n \
+             c [shape=parallelogram, script=\"(setsid env -i sleep 7733 &); sleep 1; echo c-done\"]\n \
+             start -> fan\n fan -> a\n fan -> b\n fan -> c\n a -> join\n b -> join\n c -> join\n join -> exit",
+        ),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    for node in ["a", "b", "c"] {
+        let out =
+            std::fs::read_to_string(stage_dir(&run.record(), node).join("stdout.log")).unwrap();
+        assert_eq!(out.trim(), format!("{node}-done"));
+    }
+    for needle in ["sleep 7731", "sleep 7732", "sleep 7733"] {
+        assert_eq!(running(needle), 0, "`{needle}` outlived its stage");
+    }
+}
+
+#[test]
 fn a_finished_command_leaves_no_zombie_while_the_spawner_waits() {
     // After `done`, nothing asks the spawner for minutes in a long wait (or in a server between
-    // runs); the reaper that ran `done` is cleared away all the same.
+    // runs); the command (or the reaper) that ran `done` is cleared away all the same.
     let p = probe_project("none");
     p.write(
         "w.fabro",
@@ -207,7 +244,7 @@ fn a_finished_command_leaves_no_zombie_while_the_spawner_waits() {
     let spawners = trellis_process::reaper::children_of(trellis.0.id());
     assert_eq!(spawners.len(), 1, "one spawner: {spawners:?}");
     run_support::wait_for(
-        "the finished reaper to be cleared away",
+        "the finished command to be cleared away",
         std::time::Duration::from_secs(3),
         || trellis_process::reaper::children_of(spawners[0]).is_empty(),
     );
@@ -256,7 +293,8 @@ fn unconfined_commands_run_under_the_small_reaper_beside_trellis() {
     );
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
-    // `$PPID` is the parent of the shell the script runs in: the reaper.
+    // `$PPID` is the parent of the shell the script runs in: the spawner (the small reaper's
+    // program), which runs a command alone at a time itself.
     let out = std::fs::read_to_string(stage_dir(&run.record(), "who").join("stdout.log")).unwrap();
     assert_eq!(out.trim(), "trellis-reap", "{out}");
 }

@@ -7,9 +7,10 @@
 //! starts whose parent dies is re-parented to the reaper instead of to `init`, however it left. When the
 //! command exits — or the stage ends early, which the reaper learns when Trellis closes its standard
 //! input (also when Trellis itself dies) — the reaper kills every process left under it, waits for
-//! them, and exits as the command did. Command stages and the agent's shell tool get a copy of the
-//! reaper that the spawner forks instead ([`crate::spawner`]), told by a stop pipe rather than its
-//! standard input; it does the same.
+//! them, and exits as the command did. Command stages and the agent's shell tool are started by the
+//! spawner instead ([`crate::spawner`]), under a copy of the reaper it forks — or by the spawner
+//! itself, which is a subreaper too — told by a stop pipe rather than standard input; either does
+//! the same.
 //!
 //! Where bubblewrap is not available, the reaper is also where the Landlock sandbox is applied
 //! (`--landlock --write PATH... [--network-off]`): it restricts itself before it starts the command,
@@ -289,7 +290,7 @@ pub(crate) fn supervise(
 }
 
 /// Blocks `SIGCHLD` in this (the only) thread and returns a descriptor that reads it.
-fn child_exits() -> nix::Result<SignalFd> {
+pub(crate) fn child_exits() -> nix::Result<SignalFd> {
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
     mask.thread_block()?;
@@ -346,18 +347,36 @@ fn exit_code(status: ExitStatus) -> i32 {
 /// Kills every process left under the reaper (its children, and theirs as they are re-parented to
 /// it), with their process groups, and waits for them.
 fn reap_all() {
+    end_all_but(&mut std::collections::HashSet::new());
+}
+
+/// Kills every child of this process but those in `spared` — and their process groups, and the
+/// processes re-parented here as they die — and waits for them; a spared child found to have ended
+/// is removed from `spared`. Returns when only spared children are left, or none.
+pub(crate) fn end_all_but(spared: &mut std::collections::HashSet<Pid>) {
     let own_group = getpgrp();
     for _ in 0..ROUNDS {
         // Collect what has already ended; no children left at all means nothing escaped.
         loop {
             match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::StillAlive) => break,
-                Ok(_) => {}
+                Ok(status) => {
+                    if let Some(pid) = status.pid() {
+                        spared.remove(&pid);
+                    }
+                }
                 Err(Errno::ECHILD) => return,
                 Err(_) => break,
             }
         }
-        for pid in children() {
+        let left: Vec<Pid> = children()
+            .into_iter()
+            .filter(|pid| !spared.contains(pid))
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        for pid in left {
             if let Ok(group) = getpgid(Some(pid))
                 && group != own_group
             {

@@ -1,42 +1,53 @@
-//! The spawner: one reaper process that starts the reapers of unconfined commands by copying itself,
-//! instead of Trellis starting the reaper's program once per command.
+//! The spawner: one process that starts unconfined commands for Trellis — each under a reaper it
+//! forks, or, one at a time, itself — instead of Trellis starting the reaper's program per command.
 //!
-//! An unconfined command runs under a reaper of its own ([`crate::reaper`]). Starting `trellis-reap`
-//! for each costs a program start — 1.2 ms on the project's machine, more than the engine's own cost
-//! per stage. So the first time a Trellis process needs a reaper it starts one in spawner mode
-//! (`trellis-reap --spawner`), and asks it over a socket pair for each command. The spawner forks — a
-//! small single-threaded process, quick to copy — and the copy becomes that command's reaper, just as
-//! if `trellis-reap` had been started: in a process group of its own, a child subreaper, confined by
-//! Landlock when asked, ending everything the command left when it exits or when the stage is over.
+//! An unconfined command runs under a reaper ([`crate::reaper`]). Starting `trellis-reap` for each
+//! costs a program start — 1.2 ms on the project's machine, more than the engine's own cost per
+//! stage. So the first time a Trellis process needs a reaper it starts one in spawner mode
+//! (`trellis-reap --spawner`), and asks it over a socket pair for each command. The spawner is a
+//! child subreaper itself, and runs a command itself when it can tell what that command leaves
+//! behind from everything else it holds: when the command is unconfined and no other command it
+//! runs itself is running (see [`Serving`]) — every command of a chain. Otherwise it forks — a small
+//! single-threaded process, quick to copy — and the copy becomes that command's reaper, just as if
+//! `trellis-reap` had been started: in a process group of its own, a child subreaper, confined by
+//! Landlock when asked. Either way, everything the command left ends when it exits or when the stage
+//! is over, and the command leads a process group of its own or its reaper's.
 //!
 //! With each request go four descriptors: the write ends of the command's standard output and error;
 //! the read end of a *stop* pipe, whose write end Trellis holds (closing it — at the end of the
-//! stage, or by dying — tells the reaper to end everything, as closing `trellis-reap`'s standard
-//! input does); and the write end of a *status* pipe, where the reaper writes the command's exit code
-//! before it exits. The spawner answers with the reaper's process id, which is its process group.
-//! Its own environment is empty (a command's comes with its request), it keeps no descriptor of a
-//! command once it has forked, it cannot be read by other processes (not dumpable), and it exits
-//! when Trellis closes its end of the socket or dies. When it cannot be had — or dies — commands
-//! start `trellis-reap` as before.
+//! stage, or by dying — tells the spawner or the reaper to end everything, as closing
+//! `trellis-reap`'s standard input does); and the write end of a *status* pipe, where the command's
+//! exit code is written once what it left has ended. The spawner answers with the process id of the
+//! command or its reaper, which is its process group. Its own environment is empty (a command's
+//! comes with its request), it keeps no descriptor of a command but those two pipes while it runs
+//! it, it cannot be read by other processes (not dumpable), and it exits — ending the command it
+//! runs — when Trellis closes its end of the socket or dies. When it cannot be had — or dies —
+//! commands start `trellis-reap` as before.
 
 #![allow(
     clippy::disallowed_methods,
     reason = "the spawner is a small synchronous program of its own; Trellis asks it where it would otherwise start a process"
 )]
 
+use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
-use std::io::{IoSlice, IoSliceMut, Write as _};
+use std::io::{IoSlice, IoSliceMut, Read as _, Write as _};
 use std::os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::path::Path;
-use std::process::ExitStatus;
+use std::process::{ExitStatus, Stdio};
 
+use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::signalfd::SignalFd;
 use nix::sys::socket::{
     AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, recvmsg,
     sendmsg, socketpair,
 };
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{ForkResult, Pid};
 use parking_lot::Mutex;
 
 /// The argument that makes the reaper the spawner: `trellis-reap --spawner`.
@@ -48,9 +59,6 @@ const MAX_REQUEST: usize = 128 * 1024;
 
 /// The descriptors that go with a request, in order.
 const FDS: usize = 4;
-
-/// How often, at most, an idle spawner clears away the reapers that have finished.
-const REAP_EVERY_MS: u16 = 1000;
 
 /// A running spawner and Trellis's end of its socket.
 struct Spawner {
@@ -264,42 +272,178 @@ fn ask(spawner: &Spawner, request: &[u8]) -> Asked {
     })())
 }
 
-/// Runs as the spawner, its socket on standard input: forks a reaper per request until Trellis
-/// closes the socket. Returns the exit code.
+/// Runs as the spawner, its socket on standard input, until Trellis closes the socket: starts each
+/// request's command, itself or under a reaper it forks (see [`Serving`]). Returns the exit code.
 pub(crate) fn serve() -> i32 {
     // Nothing of what passes through here is for other processes to read.
     let _ = nix::sys::prctl::set_dumpable(false);
-    let socket: RawFd = 0;
+    // What a command it runs itself leaves behind is re-parented here, to be ended with it.
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+    let Ok(exits) = crate::reaper::child_exits() else {
+        return 1;
+    };
+    let mut serving = Serving {
+        exits: Some(exits),
+        reapers: HashSet::new(),
+        direct: None,
+    };
     let mut buffer = vec![0u8; MAX_REQUEST];
     loop {
-        // Reapers that have finished are cleared away at least once a second while no request
-        // comes (a server may wait long between commands), so none stays a zombie for longer.
-        loop {
-            while let Ok(status) =
-                nix::sys::wait::waitpid(None, Some(nix::sys::wait::WaitPidFlag::WNOHANG))
-                && status != nix::sys::wait::WaitStatus::StillAlive
-            {}
+        let (request, stop) = {
             let stdin = std::io::stdin();
-            let mut ready = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
-            match nix::poll::poll(&mut ready, PollTimeout::from(REAP_EVERY_MS)) {
-                Ok(0) | Err(nix::errno::Errno::EINTR) => {}
-                // A request, or the socket closed (which the read below sees).
-                Ok(_) => break,
-                Err(_) => return 1,
+            let mut ready = vec![PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
+            if let Some(exits) = &serving.exits {
+                ready.push(PollFd::new(exits.as_fd(), PollFlags::POLLIN));
+            }
+            let stop_at = ready.len();
+            if let Some(direct) = &serving.direct {
+                ready.push(PollFd::new(direct.stop.as_fd(), PollFlags::POLLIN));
+            }
+            match nix::poll::poll(&mut ready, PollTimeout::NONE) {
+                Ok(_) => {}
+                Err(Errno::EINTR) => continue,
+                Err(_) => {
+                    serving.end_direct();
+                    return 1;
+                }
+            }
+            let is_ready = |i: usize| {
+                ready
+                    .get(i)
+                    .and_then(PollFd::revents)
+                    .is_some_and(|events| !events.is_empty())
+            };
+            (is_ready(0), serving.direct.is_some() && is_ready(stop_at))
+        };
+        serving.collect();
+        if stop {
+            serving.read_stop();
+        }
+        if request {
+            match serving.answer(&mut buffer) {
+                Ok(true) => {}
+                // Trellis closed the socket (or is gone).
+                Ok(false) => {
+                    serving.end_direct();
+                    return 0;
+                }
+                Err(_) => {
+                    serving.end_direct();
+                    return 1;
+                }
             }
         }
+    }
+}
+
+/// The spawner at work.
+///
+/// A reaper costs a fork, and the reaper's own start and end, per command. So the spawner runs a
+/// command itself — as a child subreaper it can do what a reaper does — when the command is
+/// unconfined (Landlock must confine a process before it starts the command: a reaper) and no other
+/// command it runs itself is running: what the command leaves behind is re-parented to the spawner,
+/// and with one such command at a time, every child of the spawner that is not a reaper is that
+/// command's (a reaper's command leaves what it started to its reaper). A chain's commands, one at
+/// a time, all start this way; the rest of a fan-out's branches under reapers of their own.
+struct Serving {
+    /// `SIGCHLD`, blocked and read here (taken in a forked reaper, which does not need it).
+    exits: Option<SignalFd>,
+    /// The reapers forked and not yet waited for.
+    reapers: HashSet<Pid>,
+    /// The command the spawner runs itself.
+    direct: Option<Direct>,
+}
+
+/// A command the spawner runs itself, with the two pipes its reaper would have held.
+struct Direct {
+    /// Its process id, and its process group's.
+    pid: Pid,
+    stop: std::fs::File,
+    status: std::fs::File,
+}
+
+impl Serving {
+    /// Waits for the children that have ended: the reapers are forgotten, and the command the
+    /// spawner runs itself is finished.
+    fn collect(&mut self) {
+        if let Some(exits) = &self.exits {
+            while let Ok(Some(_)) = exits.read_signal() {}
+        }
+        loop {
+            let status = match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => return,
+                Ok(status) => status,
+            };
+            let Some(pid) = status.pid() else { continue };
+            if self.reapers.remove(&pid) {
+                continue;
+            }
+            let code = match status {
+                WaitStatus::Exited(_, code) => code,
+                WaitStatus::Signaled(_, signal, _) => 128 + signal as i32,
+                _ => continue,
+            };
+            if self.direct.as_ref().is_some_and(|direct| direct.pid == pid) {
+                self.finish_direct(code);
+            }
+        }
+    }
+
+    /// The command run here has ended with `code`: ends what it left (every child but the
+    /// reapers), then reports the code on its status pipe.
+    fn finish_direct(&mut self, code: i32) {
+        let Some(direct) = self.direct.take() else {
+            return;
+        };
+        crate::reaper::end_all_but(&mut self.reapers);
+        let mut status = direct.status;
+        let _ = status.write_all(&code.to_le_bytes());
+    }
+
+    /// Reads the stop pipe of the command run here; at its end (the stage is over, or Trellis is
+    /// gone) ends the command. Data on it is ignored.
+    fn read_stop(&mut self) {
+        let Some(direct) = &mut self.direct else {
+            return;
+        };
+        let mut sink = [0u8; 64];
+        match direct.stop.read(&mut sink) {
+            Ok(read) if read > 0 => {}
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock
+                ) => {}
+            _ => self.end_direct(),
+        }
+    }
+
+    /// Kills the command run here, with its process group, and finishes it.
+    fn end_direct(&mut self) {
+        let Some(direct) = &self.direct else {
+            return;
+        };
+        let pid = direct.pid;
+        let _ = killpg(pid, Signal::SIGKILL);
+        let _ = kill(pid, Signal::SIGKILL);
+        let _ = waitpid(pid, None);
+        self.finish_direct(128 + Signal::SIGKILL as i32);
+    }
+
+    /// Reads one request and answers it; `false` when Trellis has closed the socket.
+    fn answer(&mut self, buffer: &mut [u8]) -> nix::Result<bool> {
         let mut space = nix::cmsg_space!([RawFd; FDS]);
         let (length, fds) = {
-            let mut io = [IoSliceMut::new(&mut buffer)];
+            let mut io = [IoSliceMut::new(buffer)];
             let message = match recvmsg::<()>(
-                socket,
+                SOCKET,
                 &mut io,
                 Some(&mut space),
                 MsgFlags::MSG_CMSG_CLOEXEC,
             ) {
                 Ok(message) => message,
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(_) => return 1,
+                Err(Errno::EINTR) => return Ok(true),
+                Err(errno) => return Err(errno),
             };
             let mut fds: Vec<OwnedFd> = Vec::with_capacity(FDS);
             if let Ok(messages) = message.cmsgs() {
@@ -312,18 +456,89 @@ pub(crate) fn serve() -> i32 {
             (message.bytes, fds)
         };
         if length == 0 {
-            // Trellis closed the socket (or is gone).
-            return 0;
+            return Ok(false);
         }
+        let request = &buffer[..length];
         let answer = match <[OwnedFd; FDS]>::try_from(fds) {
-            Ok(fds) => fork_reaper(&buffer[..length], fds),
+            Ok(fds) => match self.run_here(request, fds) {
+                Ok(pid) => pid.as_raw(),
+                Err(fds) => self.fork_reaper(request, fds),
+            },
             Err(_) => -libc::EINVAL,
         };
-        if nix::sys::socket::send(0, &answer.to_le_bytes(), MsgFlags::MSG_NOSIGNAL).is_err() {
-            return 1;
+        nix::sys::socket::send(SOCKET, &answer.to_le_bytes(), MsgFlags::MSG_NOSIGNAL)?;
+        Ok(true)
+    }
+
+    /// Starts the request's command here, if it may run without a reaper (see [`Serving`]): its
+    /// process id; else, or when it cannot start, the descriptors back for a reaper (which says
+    /// why it cannot, as `trellis-reap` would).
+    fn run_here(&mut self, request: &[u8], fds: [OwnedFd; FDS]) -> Result<Pid, [OwnedFd; FDS]> {
+        if self.direct.is_some() {
+            return Err(fds);
+        }
+        let Ok((work_dir, env, reaper_args)) = decode(request) else {
+            return Err(fds);
+        };
+        let Ok((None, mut command)) = crate::reaper::command_of(&reaper_args) else {
+            return Err(fds);
+        };
+        let (Ok(stdout), Ok(stderr)) = (fds[0].try_clone(), fds[1].try_clone()) else {
+            return Err(fds);
+        };
+        command
+            .env_clear()
+            .envs(env)
+            .current_dir(work_dir)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .process_group(0);
+        let started = command.spawn();
+        // Its output's write ends are the command's alone now.
+        drop(command);
+        let Ok(pid) = started.map(|child| child.id()) else {
+            return Err(fds);
+        };
+        let Ok(pid) = i32::try_from(pid).map(Pid::from_raw) else {
+            return Err(fds);
+        };
+        let [_, _, stop, status] = fds;
+        self.direct = Some(Direct {
+            pid,
+            stop: stop.into(),
+            status: status.into(),
+        });
+        Ok(pid)
+    }
+
+    /// Forks the reaper of one request; returns its process id, or minus the error number.
+    #[allow(
+        unsafe_code,
+        reason = "forking without starting a program is what saves the reaper's start; no safe API forks"
+    )]
+    fn fork_reaper(&mut self, request: &[u8], fds: [OwnedFd; FDS]) -> i32 {
+        // SAFETY: the spawner has one thread (it starts none), so no lock or allocator state can be
+        // left held in the child; the child runs the reaper as `trellis-reap` would and exits.
+        match unsafe { nix::unistd::fork() } {
+            Ok(ForkResult::Child) => {
+                // The spawner's descriptors are not the reaper's.
+                drop((self.exits.take(), self.direct.take()));
+                std::process::exit(reap(request, fds))
+            }
+            Ok(ForkResult::Parent { child }) => {
+                // Also set by the child: the group exists before Trellis is told of it.
+                let _ = nix::unistd::setpgid(child, child);
+                self.reapers.insert(child);
+                child.as_raw()
+            }
+            Err(errno) => -(errno as i32),
         }
     }
 }
+
+/// The spawner's socket: its standard input.
+const SOCKET: RawFd = 0;
 
 /// A descriptor the kernel has just given this process with a message.
 #[allow(
@@ -333,25 +548,6 @@ pub(crate) fn serve() -> i32 {
 fn own(fd: RawFd) -> OwnedFd {
     // SAFETY: the kernel installed `fd` in this process for this message, and nothing else owns it.
     unsafe { OwnedFd::from_raw_fd(fd) }
-}
-
-/// Forks the reaper of one request; returns its process id, or minus the error number.
-#[allow(
-    unsafe_code,
-    reason = "forking without starting a program is what saves the reaper's start; no safe API forks"
-)]
-fn fork_reaper(request: &[u8], fds: [OwnedFd; FDS]) -> i32 {
-    // SAFETY: the spawner has one thread (it starts none), so no lock or allocator state can be
-    // left held in the child; the child runs the reaper as `trellis-reap` would and exits.
-    match unsafe { nix::unistd::fork() } {
-        Ok(nix::unistd::ForkResult::Child) => std::process::exit(reap(request, fds)),
-        Ok(nix::unistd::ForkResult::Parent { child }) => {
-            // Also set by the child: the group exists before Trellis is told of it.
-            let _ = nix::unistd::setpgid(child, child);
-            child.as_raw()
-        }
-        Err(errno) => -(errno as i32),
-    }
 }
 
 /// The forked reaper: takes its place (process group, standard streams, environment) and runs the
