@@ -146,14 +146,16 @@ fn nothing_an_unconfined_command_starts_outlives_its_stage() {
         "w.fabro",
         &workflow(
             "spawn [shape=parallelogram, script=\"setsid sleep 7761 & (setsid env -i sleep 7762 &); echo spawned\"]\n \
+             odd [shape=parallelogram, script=\"n=$(mktemp -d)/$(printf 'z\\\\377'); cp /bin/sleep $n; (setsid env -i $n 7764 &); sleep 0.3\"]\n \
              slow [shape=parallelogram, timeout=\"500ms\", max_retries=0, script=\"(setsid env -i sleep 7763 &); sleep 30\"]\n \
-             start -> spawn -> slow -> exit\n slow -> exit [condition=\"outcome=fail\"]",
+             start -> spawn -> odd -> slow -> exit\n slow -> exit [condition=\"outcome=fail\"]",
         ),
     );
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     std::thread::sleep(std::time::Duration::from_millis(500));
-    for needle in ["sleep 7761", "sleep 7762", "sleep 7763"] {
+    // `odd` left a process named with a byte that is not text.
+    for needle in ["sleep 7761", "sleep 7762", "sleep 7763", "z\u{FFFD} 7764"] {
         assert_eq!(running(needle), 0, "`{needle}` outlived its stage");
     }
 }

@@ -411,8 +411,16 @@ pub fn children_of(pid: u32) -> Vec<u32> {
 /// The parent of process `pid`, from `/proc`: the fourth field of its `stat` (`pid (comm) state
 /// ppid ...`, where the name may hold spaces and parentheses).
 pub fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(") ")?;
+    // One read of the line's start, which holds the parent (the name is at most 64 bytes): a
+    // reaper or the spawner asks this of every process on the machine when a command ends.
+    let mut start = [0u8; 256];
+    let read = std::fs::File::open(format!("/proc/{pid}/stat"))
+        .and_then(|mut stat| stat.read(&mut start))
+        .ok()?;
+    // Bytes, not text: a process may name itself with any bytes but NUL.
+    let start = start.get(..read)?;
+    let end_of_name = start.windows(2).rposition(|pair| pair == b") ")?;
+    let rest = std::str::from_utf8(start.get(end_of_name + 2..)?).ok()?;
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 
