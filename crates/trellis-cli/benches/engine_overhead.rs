@@ -1,9 +1,9 @@
 //! Benchmark: the engine's own cost per stage (`cargo bench -p trellis-cli`), every figure next to its
 //! target (issue "engine speed"):
 //! - a chain of 1,000 `true` command stages run by `trellis run --sandbox none`, against a loop that
-//!   starts `sh -c true` as often under Trellis's reaper (the same process work without the engine):
-//!   the cost per stage over it; and what the sandboxes cost per command (the reaper over a bare
-//!   `sh -c true`, bubblewrap over the reaper);
+//!   starts `sh -c true` as often through Trellis's spawner, as a stage does (the same process work
+//!   without the engine): the cost per stage over it; and what the sandboxes cost per command (the
+//!   spawner and its reaping over a bare `sh -c true`, bubblewrap over them);
 //! - the same chain in LangGraph 1.2 with its SQLite checkpointer, one `sh -c true` per node, when
 //!   `python3` can install `langgraph==1.2.22` and `langgraph-checkpoint-sqlite` into a venv under
 //!   `~/.cache/trellis/` (skipped with the reason otherwise);
@@ -76,7 +76,7 @@ fn main() {
     );
 
     let bare = Bench::median(3, || shell_loop(1_000));
-    let shell = Bench::median(3, || reaper_loop(1_000));
+    let shell = Bench::median(3, || spawner_loop(1_000));
     let mut per_stage = Vec::new();
     for stages in [250, 1_000, 2_000] {
         let file = bench.chain(stages);
@@ -87,7 +87,7 @@ fn main() {
     per_stage.push((10_000, bench.time_run(&ten_thousand, &bench.work)));
     let engine_1000 = per_stage[1].1;
     println!(
-        "chain of 1,000 `true` stages: trellis {engine_1000:.2?}, the same commands under reapers the spawner forks {shell:.2?}: {} per stage over the loop  [≤ 0.5 ms]",
+        "chain of 1,000 `true` stages: trellis {engine_1000:.2?}, the same commands started by the spawner {shell:.2?}: {} per stage over the loop  [≤ 0.5 ms]",
         ms(engine_1000.saturating_sub(shell) / 1_000)
     );
     let chain = bench.chain(1_000);
@@ -97,12 +97,12 @@ fn main() {
             let sandboxed =
                 Bench::median(3, || bench.time_run_in(&chain, &bench.work, "bubblewrap"));
             println!(
-                "the sandboxes, per command: the reaper {reaper} (over `sh -c true` alone, {bare:.2?} for 1,000), bubblewrap {} (1,000 stages in {sandboxed:.2?}, over the unconfined run)",
+                "the sandboxes, per command: the spawner {reaper} (over `sh -c true` alone, {bare:.2?} for 1,000), bubblewrap {} (1,000 stages in {sandboxed:.2?}, over the unconfined run)",
                 ms(sandboxed.saturating_sub(engine_1000) / 1_000)
             );
         }
         Err(reason) => println!(
-            "the sandboxes, per command: the reaper {reaper} (over `sh -c true` alone, {bare:.2?} for 1,000), bubblewrap skipped ({reason})"
+            "the sandboxes, per command: the spawner {reaper} (over `sh -c true` alone, {bare:.2?} for 1,000), bubblewrap skipped ({reason})"
         ),
     }
     let shell_per_stage = shell / 1_000;
@@ -143,7 +143,7 @@ fn main() {
     memory(&bench);
 }
 
-/// The engine's own cost of a stage of `stages` that took `took`, over the reaper's per command.
+/// The engine's own cost of a stage of `stages` that took `took`, over the spawner's loop per command.
 fn cost_of((stages, took): (usize, Duration), shell_per_stage: Duration) -> Duration {
     per(took, stages).saturating_sub(shell_per_stage)
 }
@@ -396,9 +396,10 @@ fn shell_loop(stages: usize) -> Duration {
     time(command)
 }
 
-/// `sh -c true`, `stages` times, each under a reaper of its own that Trellis's spawner forks, with
-/// the environment and pipes an unconfined command stage gets.
-fn reaper_loop(stages: usize) -> Duration {
+/// `sh -c true`, `stages` times, one after the other, started by Trellis's spawner (which runs each
+/// itself, as it does a chain's commands), with the environment and pipes an unconfined command
+/// stage gets.
+fn spawner_loop(stages: usize) -> Duration {
     use trellis_process::{reaper::Launcher, spawner};
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -1,13 +1,13 @@
 //! The spawner: one process that starts unconfined commands for Trellis — each under a reaper it
-//! forks, or, one at a time, itself — instead of Trellis starting the reaper's program per command.
+//! forks, or, when idle, itself — instead of Trellis starting the reaper's program per command.
 //!
 //! An unconfined command runs under a reaper ([`crate::reaper`]). Starting `trellis-reap` for each
 //! costs a program start — 1.2 ms on the project's machine, more than the engine's own cost per
 //! stage. So the first time a Trellis process needs a reaper it starts one in spawner mode
 //! (`trellis-reap --spawner`), and asks it over a socket pair for each command. The spawner is a
 //! child subreaper itself, and runs a command itself when it can tell what that command leaves
-//! behind from everything else it holds: when the command is unconfined and no other command it
-//! runs itself is running (see [`Serving`]) — every command of a chain. Otherwise it forks — a small
+//! behind from everything else it holds: when the command is unconfined and the spawner runs no
+//! other command (see [`Serving`]) — every command of a chain. Otherwise it forks — a small
 //! single-threaded process, quick to copy — and the copy becomes that command's reaper, just as if
 //! `trellis-reap` had been started: in a process group of its own, a child subreaper, confined by
 //! Landlock when asked. Either way, everything the command left ends when it exits or when the stage
@@ -340,11 +340,14 @@ pub(crate) fn serve() -> i32 {
 ///
 /// A reaper costs a fork, and the reaper's own start and end, per command. So the spawner runs a
 /// command itself — as a child subreaper it can do what a reaper does — when the command is
-/// unconfined (Landlock must confine a process before it starts the command: a reaper) and no other
-/// command it runs itself is running: what the command leaves behind is re-parented to the spawner,
-/// and with one such command at a time, every child of the spawner that is not a reaper is that
-/// command's (a reaper's command leaves what it started to its reaper). A chain's commands, one at
-/// a time, all start this way; the rest of a fan-out's branches under reapers of their own.
+/// unconfined (Landlock must confine a process before it starts the command: a reaper) and it runs
+/// no other command, itself or under a reaper. What the command leaves behind is re-parented to the
+/// spawner, and with one such command at a time, every child of the spawner that is not a reaper is
+/// that command's (a reaper's command leaves what it started to its reaper). When it ends, finding
+/// those children takes a scan of `/proc` if reapers have been forked since it started, and none
+/// otherwise; it is made once per command run here, which is why the spawner runs one only when
+/// idle. A chain's commands all start this way; the first of a fan-out's branches too, and the
+/// others under reapers of their own.
 struct Serving {
     /// `SIGCHLD`, blocked and read here (taken in a forked reaper, which does not need it).
     exits: Option<SignalFd>,
@@ -474,7 +477,7 @@ impl Serving {
     /// process id; else, or when it cannot start, the descriptors back for a reaper (which says
     /// why it cannot, as `trellis-reap` would).
     fn run_here(&mut self, request: &[u8], fds: [OwnedFd; FDS]) -> Result<Pid, [OwnedFd; FDS]> {
-        if self.direct.is_some() {
+        if self.direct.is_some() || !self.reapers.is_empty() {
             return Err(fds);
         }
         let Ok((work_dir, env, reaper_args)) = decode(request) else {
