@@ -7,7 +7,7 @@
 //! (`trellis-reap --spawner`), and asks it over a socket pair for each command. The spawner is a
 //! child subreaper itself, and runs a command itself when it can tell what that command leaves
 //! behind from everything else it holds: when the command is unconfined and the spawner runs no
-//! other command (see [`Serving`]) — every command of a chain. Otherwise it forks — a small
+//! other command (see `Serving`) — every command of a chain. Otherwise it forks — a small
 //! single-threaded process, quick to copy — and the copy becomes that command's reaper, just as if
 //! `trellis-reap` had been started: in a process group of its own, a child subreaper, confined by
 //! Landlock when asked. Either way, everything the command left ends when it exits or when the stage
