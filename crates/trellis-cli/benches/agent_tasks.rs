@@ -135,6 +135,16 @@ fn line(outcome: &Outcome) -> String {
     text
 }
 
+/// The median of sorted `times`: the middle one, or the mean of the middle two of an even count
+/// (until 2026-11-29 the upper of the two).
+fn median(times: &[Duration]) -> Duration {
+    match times.len() {
+        0 => Duration::ZERO,
+        count if count % 2 == 1 => times[count / 2],
+        count => (times[count / 2 - 1] + times[count / 2]) / 2,
+    }
+}
+
 /// A task's name and how each agent did.
 type Row = (String, Outcome, Option<Outcome>);
 
@@ -144,8 +154,7 @@ fn report(rows: &[Row], peer_missing: Option<&String>) {
         let solved = outcomes.iter().filter(|o| o.solved).count();
         let mut times: Vec<Duration> = outcomes.iter().map(|o| o.took).collect();
         times.sort();
-        let median = times.get(times.len() / 2).copied().unwrap_or_default();
-        (solved, outcomes.len(), median)
+        (solved, outcomes.len(), median(&times))
     };
     let (solved, count, median) = total(&|row| Some(&row.1));
     println!(
