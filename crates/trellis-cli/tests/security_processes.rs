@@ -43,6 +43,22 @@ fn workflow(body: &str) -> String {
     )
 }
 
+/// A workflow whose start fans out to one command stage per `(node, script)` (a script may not hold
+/// a double quote), joined before the exit.
+fn fan_out(branches: &[(&str, &str)]) -> String {
+    use std::fmt::Write as _;
+    let mut body =
+        String::from("fan [shape=component]\n join [shape=tripleoctagon]\n start -> fan\n");
+    for (node, script) in branches {
+        let _ = writeln!(
+            body,
+            "{node} [shape=parallelogram, script=\"{script}\"]\n fan -> {node} -> join"
+        );
+    }
+    body.push_str("join -> exit");
+    workflow(&body)
+}
+
 /// Processes whose command line holds `needle`.
 fn running(needle: &str) -> usize {
     std::fs::read_dir("/proc")
@@ -167,12 +183,13 @@ fn nothing_an_unconfined_command_starts_outlives_trellis_killed_mid_stage() {
     let p = probe_project("none");
     p.write(
         "w.fabro",
-        &workflow(
-            "fan [shape=component]\n join [shape=tripleoctagon]\n \
-             a [shape=parallelogram, script=\"setsid sleep 7791 & (setsid env -i sleep 7792 &); sleep 7793\"]\n \
-             b [shape=parallelogram, script=\"sleep 7794\"]\n \
-             start -> fan\n fan -> a\n fan -> b\n a -> join\n b -> join\n join -> exit",
-        ),
+        &fan_out(&[
+            (
+                "a",
+                "setsid sleep 7791 & (setsid env -i sleep 7792 &); sleep 7793",
+            ),
+            ("b", "sleep 7794"),
+        ]),
     );
     let trellis = Killed(p.spawn_run("w.fabro"));
     let wait = std::time::Duration::from_secs(20);
@@ -193,7 +210,7 @@ fn nothing_an_unconfined_command_starts_outlives_trellis_killed_mid_stage() {
         "one branch under a reaper: {comms:?}"
     );
     assert!(
-        comms.iter().any(|comm| comm == "sh"),
+        comms.iter().any(|comm| comm == "sh" || comm == "sleep"),
         "one run by the spawner: {comms:?}"
     );
     drop(trellis); // SIGKILL: Trellis cleans nothing up itself.
@@ -209,13 +226,11 @@ fn a_branch_the_spawner_runs_ends_what_it_left_and_not_the_branches_beside_it() 
     let p = probe_project("none");
     p.write(
         "w.fabro",
-        &workflow(
-            "fan [shape=component]\n join [shape=tripleoctagon]\n \
-             a [shape=parallelogram, script=\"(setsid env -i sleep 7731 &); sleep 0.2; echo a-done\"]\n \
-             b [shape=parallelogram, script=\"(setsid env -i sleep 7732 &); sleep 1; echo b-done\"]\n \
-             c [shape=parallelogram, script=\"(setsid env -i sleep 7733 &); sleep 1; echo c-done\"]\n \
-             start -> fan\n fan -> a\n fan -> b\n fan -> c\n a -> join\n b -> join\n c -> join\n join -> exit",
-        ),
+        &fan_out(&[
+            ("a", "(setsid env -i sleep 7731 &); sleep 0.2; echo a-done"),
+            ("b", "(setsid env -i sleep 7732 &); sleep 1; echo b-done"),
+            ("c", "(setsid env -i sleep 7733 &); sleep 1; echo c-done"),
+        ]),
     );
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());

@@ -321,19 +321,22 @@ fn exit_or_stop(
         }
         let stop_ready = ready[1].revents().is_some_and(|events| !events.is_empty());
         while let Ok(Some(_)) = exits.read_signal() {}
-        if stop_ready {
-            let mut sink = [0u8; 64];
-            match stop.read(&mut sink) {
-                Ok(read) if read > 0 => {}
-                Err(error)
-                    if matches!(
-                        error.kind(),
-                        std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock
-                    ) => {}
-                // End of input: the stage is over (or Trellis is gone).
-                _ => return None,
-            }
+        if stop_ready && stop_ended(&mut stop) {
+            return None;
         }
+    }
+}
+
+/// Reads what a stop pipe that polled readable holds, and ignores it: whether it ended (Trellis
+/// closed its end — the stage is over, or Trellis is gone — or it failed).
+pub(crate) fn stop_ended(stop: &mut impl Read) -> bool {
+    let mut sink = [0u8; 64];
+    match stop.read(&mut sink) {
+        Ok(read) => read == 0,
+        Err(error) => !matches!(
+            error.kind(),
+            std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock
+        ),
     }
 }
 

@@ -31,7 +31,7 @@
 
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
-use std::io::{IoSlice, IoSliceMut, Read as _, Write as _};
+use std::io::{IoSlice, IoSliceMut, Write as _};
 use std::os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
@@ -406,18 +406,10 @@ impl Serving {
     /// Reads the stop pipe of the command run here; at its end (the stage is over, or Trellis is
     /// gone) ends the command. Data on it is ignored.
     fn read_stop(&mut self) {
-        let Some(direct) = &mut self.direct else {
-            return;
-        };
-        let mut sink = [0u8; 64];
-        match direct.stop.read(&mut sink) {
-            Ok(read) if read > 0 => {}
-            Err(error)
-                if matches!(
-                    error.kind(),
-                    std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock
-                ) => {}
-            _ => self.end_direct(),
+        if let Some(direct) = &mut self.direct
+            && crate::reaper::stop_ended(&mut direct.stop)
+        {
+            self.end_direct();
         }
     }
 
