@@ -420,10 +420,14 @@ pub fn parent_of(pid: u32) -> Option<u32> {
     let read = std::fs::File::open(format!("/proc/{pid}/stat"))
         .and_then(|mut stat| stat.read(&mut start))
         .ok()?;
-    // Bytes, not text: a process may name itself with any bytes but NUL.
-    let start = start.get(..read)?;
-    let end_of_name = start.windows(2).rposition(|pair| pair == b") ")?;
-    let rest = std::str::from_utf8(start.get(end_of_name + 2..)?).ok()?;
+    parent_in_stat(start.get(..read)?)
+}
+
+/// The parent in (the start of) a `stat` line. Bytes, not text: a process may name itself with any
+/// bytes but NUL, `) ` included.
+fn parent_in_stat(stat: &[u8]) -> Option<u32> {
+    let end_of_name = stat.windows(2).rposition(|pair| pair == b") ")?;
+    let rest = std::str::from_utf8(stat.get(end_of_name + 2..)?).ok()?;
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 
@@ -431,6 +435,19 @@ pub fn parent_of(pid: u32) -> Option<u32> {
 #[allow(clippy::disallowed_methods, reason = "the test sets up executables")]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_parent_is_read_whatever_the_process_is_named() {
+        assert_eq!(parent_in_stat(b"42 (sleep) S 7 42 42 0 -1"), Some(7));
+        assert_eq!(parent_in_stat(b"42 (a) S 1 (b) S 9 42 42 0"), Some(9));
+        assert_eq!(parent_in_stat(b"42 (z\xff\xfe) S 11 42"), Some(11));
+        assert_eq!(parent_in_stat(b"42 (sleep"), None);
+        // This process, read from `/proc`.
+        assert_eq!(
+            parent_of(std::process::id()),
+            Some(std::os::unix::process::parent_id())
+        );
+    }
 
     #[test]
     fn the_small_reaper_is_used_when_it_is_beside_trellis() {
