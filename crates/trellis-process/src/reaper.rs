@@ -25,8 +25,7 @@
 use std::ffi::OsString;
 use std::io::Read;
 use std::os::fd::AsFd;
-use std::os::unix::process::ExitStatusExt as _;
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -277,16 +276,13 @@ pub(crate) fn supervise(
             };
         }
     };
-    let status = exit_or_stop(&mut child, &exits, stop);
+    let status = exit_or_stop(&child, &exits, stop);
     if status.is_none() {
         // The stage is over (or the command could not be waited for): end it first.
         let _ = child.kill();
     }
     reap_all();
-    match status {
-        Some(status) => exit_code(status),
-        None => 128 + Signal::SIGKILL as i32,
-    }
+    status.unwrap_or(128 + Signal::SIGKILL as i32)
 }
 
 /// Blocks `SIGCHLD` in this (the only) thread and returns a descriptor that reads it.
@@ -297,18 +293,23 @@ pub(crate) fn child_exits() -> nix::Result<SignalFd> {
     SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
 }
 
-/// Waits until `child` exits — its status — or `stop` ends or fails — `None`. Data on `stop` is
-/// read and ignored.
+/// Waits until `child` exits — the code a shell would report — or `stop` ends or fails — `None`.
+/// Data on `stop` is read and ignored.
 fn exit_or_stop(
-    child: &mut std::process::Child,
+    child: &std::process::Child,
     exits: &SignalFd,
     mut stop: impl AsFd + Read,
-) -> Option<ExitStatus> {
+) -> Option<i32> {
+    let pid = Pid::from_raw(i32::try_from(child.id()).ok()?);
     loop {
         // A `SIGCHLD` may be for an orphan re-parented here: the command is asked each time.
-        match child.try_wait() {
-            Ok(Some(status)) => return Some(status),
-            Ok(None) => {}
+        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => {}
+            Ok(status) => {
+                if let Some(code) = shell_code(status) {
+                    return Some(code);
+                }
+            }
             Err(_) => return None,
         }
         let mut ready = [
@@ -340,11 +341,14 @@ pub(crate) fn stop_ended(stop: &mut impl Read) -> bool {
     }
 }
 
-/// The code a shell would report for `status`.
-fn exit_code(status: ExitStatus) -> i32 {
-    status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(Signal::SIGKILL as i32))
+/// The code a shell would report for a child that ended (`None` for a status that is not an end):
+/// its exit code, or 128 + the signal that killed it.
+pub(crate) fn shell_code(status: WaitStatus) -> Option<i32> {
+    match status {
+        WaitStatus::Exited(_, code) => Some(code),
+        WaitStatus::Signaled(_, signal, _) => Some(128 + signal as i32),
+        _ => None,
+    }
 }
 
 /// Kills every process left under the reaper (its children, and theirs as they are re-parented to

@@ -10,8 +10,8 @@
 //! other command (see `Serving`) — every command of a chain. Otherwise it forks — a small
 //! single-threaded process, quick to copy — and the copy becomes that command's reaper, just as if
 //! `trellis-reap` had been started: in a process group of its own, a child subreaper, confined by
-//! Landlock when asked. Either way, everything the command left ends when it exits or when the stage
-//! is over, and the command leads a process group of its own or its reaper's.
+//! Landlock when asked. Either way, everything the command left ends when it exits or when the
+//! stage is over, and the command leads a process group of its own or its reaper's.
 //!
 //! With each request go four descriptors: the write ends of the command's standard output and error;
 //! the read end of a *stop* pipe, whose write end Trellis holds (closing it — at the end of the
@@ -289,9 +289,10 @@ pub(crate) fn serve() -> i32 {
     };
     let mut buffer = vec![0u8; MAX_REQUEST];
     loop {
-        let (request, stop) = {
+        let (request, exited, stop) = {
             let stdin = std::io::stdin();
             let mut ready = vec![PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
+            let exits_at = ready.len();
             if let Some(exits) = &serving.exits {
                 ready.push(PollFd::new(exits.as_fd(), PollFlags::POLLIN));
             }
@@ -313,9 +314,16 @@ pub(crate) fn serve() -> i32 {
                     .and_then(PollFd::revents)
                     .is_some_and(|events| !events.is_empty())
             };
-            (is_ready(0), serving.direct.is_some() && is_ready(stop_at))
+            (
+                is_ready(0),
+                serving.exits.is_some() && is_ready(exits_at),
+                serving.direct.is_some() && is_ready(stop_at),
+            )
         };
-        serving.collect();
+        // First the ends: a command that ended is finished before the next may start here.
+        if exited {
+            serving.collect();
+        }
         if stop {
             serving.read_stop();
         }
@@ -381,12 +389,9 @@ impl Serving {
             if self.reapers.remove(&pid) {
                 continue;
             }
-            let code = match status {
-                WaitStatus::Exited(_, code) => code,
-                WaitStatus::Signaled(_, signal, _) => 128 + signal as i32,
-                _ => continue,
-            };
-            if self.direct.as_ref().is_some_and(|direct| direct.pid == pid) {
+            if let Some(code) = crate::reaper::shell_code(status)
+                && self.direct.as_ref().is_some_and(|direct| direct.pid == pid)
+            {
                 self.finish_direct(code);
             }
         }
@@ -453,9 +458,9 @@ impl Serving {
         if length == 0 {
             return Ok(false);
         }
-        let request = &buffer[..length];
+        let request = decode(&buffer[..length]);
         let answer = match <[OwnedFd; FDS]>::try_from(fds) {
-            Ok(fds) => match self.run_here(request, fds) {
+            Ok(fds) => match self.run_here(&request, fds) {
                 Ok(pid) => pid.as_raw(),
                 Err(fds) => self.fork_reaper(request, fds),
             },
@@ -468,14 +473,18 @@ impl Serving {
     /// Starts the request's command here, if it may run without a reaper (see [`Serving`]): its
     /// process id; else, or when it cannot start, the descriptors back for a reaper (which says
     /// why it cannot, as `trellis-reap` would).
-    fn run_here(&mut self, request: &[u8], fds: [OwnedFd; FDS]) -> Result<Pid, [OwnedFd; FDS]> {
+    fn run_here(
+        &mut self,
+        request: &Result<Decoded, String>,
+        fds: [OwnedFd; FDS],
+    ) -> Result<Pid, [OwnedFd; FDS]> {
         if self.direct.is_some() || !self.reapers.is_empty() {
             return Err(fds);
         }
-        let Ok((work_dir, env, reaper_args)) = decode(request) else {
+        let Ok((work_dir, env, reaper_args)) = request else {
             return Err(fds);
         };
-        let Ok((None, mut command)) = crate::reaper::command_of(&reaper_args) else {
+        let Ok((None, mut command)) = crate::reaper::command_of(reaper_args) else {
             return Err(fds);
         };
         let (Ok(stdout), Ok(stderr)) = (fds[0].try_clone(), fds[1].try_clone()) else {
@@ -483,7 +492,7 @@ impl Serving {
         };
         command
             .env_clear()
-            .envs(env)
+            .envs(env.iter().map(|(name, value)| (name, value)))
             .current_dir(work_dir)
             .stdin(Stdio::null())
             .stdout(stdout)
@@ -507,12 +516,14 @@ impl Serving {
         Ok(pid)
     }
 
-    /// Forks the reaper of one request; returns its process id, or minus the error number.
+    /// Forks the reaper of one request (read once, above: one that could not be read is reported
+    /// by the reaper on the command's standard error); returns its process id, or minus the error
+    /// number.
     #[allow(
         unsafe_code,
         reason = "forking without starting a program is what saves the reaper's start; no safe API forks"
     )]
-    fn fork_reaper(&mut self, request: &[u8], fds: [OwnedFd; FDS]) -> i32 {
+    fn fork_reaper(&mut self, request: Result<Decoded, String>, fds: [OwnedFd; FDS]) -> i32 {
         // SAFETY: the spawner has one thread (it starts none), so no lock or allocator state can be
         // left held in the child; the child runs the reaper as `trellis-reap` would and exits.
         match unsafe { nix::unistd::fork() } {
@@ -547,7 +558,7 @@ fn own(fd: RawFd) -> OwnedFd {
 
 /// The forked reaper: takes its place (process group, standard streams, environment) and runs the
 /// request's command under [`crate::reaper::supervise`]; writes the exit code to the status pipe.
-fn reap(request: &[u8], fds: [OwnedFd; FDS]) -> i32 {
+fn reap(request: Result<Decoded, String>, fds: [OwnedFd; FDS]) -> i32 {
     let _ = nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0));
     let [stdout, stderr, stop, status] = fds;
     // The socket (standard input) is the spawner's, not the command's.
@@ -558,7 +569,7 @@ fn reap(request: &[u8], fds: [OwnedFd; FDS]) -> i32 {
     let _ = nix::unistd::dup2_stderr(stderr.as_fd());
     drop((stdout, stderr));
     let mut status = std::fs::File::from(status);
-    let code = match decode(request) {
+    let code = match request {
         Ok((work_dir, env, reaper_args)) => match crate::reaper::command_of(&reaper_args) {
             Ok((confinement, mut command)) => {
                 command.env_clear().envs(env).current_dir(work_dir);
