@@ -18,4 +18,9 @@ pub trait BlobStore: Send + Sync {
     fn get(&self, reference: &str) -> io::Result<Vec<u8>>;
     /// A file holding the blob, for preambles that point at content instead of inlining it.
     fn path_of(&self, reference: &str) -> Option<PathBuf>;
+    /// Makes the blobs stored so far durable, for a store that writes them without waiting for the
+    /// disk: the record calls it before it syncs the journal entries that name them.
+    fn sync(&self) -> io::Result<()> {
+        Ok(())
+    }
 }

@@ -168,7 +168,12 @@ impl Engine {
     ) -> Self {
         let run_id = run_id.into();
         Self {
-            recorder: Recorder::new(&run_id, services.store.clone(), services.events.clone()),
+            recorder: Recorder::new(
+                &run_id,
+                services.store.clone(),
+                services.blobs.clone(),
+                services.events.clone(),
+            ),
             excluded: crate::settings::glob_set(&settings.exclude_globs),
             workflow,
             handlers,

@@ -15,6 +15,7 @@ use crate::context::RunContext;
 use crate::event::EdgeChoice;
 use trellis_process::task::{blocking, start_blocking};
 
+use crate::blob::BlobStore;
 use crate::services::{RunStore, Subscribers};
 use crate::status_file::StatusFile;
 
@@ -33,6 +34,8 @@ pub(crate) struct Recorder {
     /// write waits for it, so entries reach the disk in order, and takes its error.
     syncing: Mutex<Option<tokio::task::JoinHandle<()>>>,
     store: Arc<dyn RunStore>,
+    /// Synced before the journal: its entries name blobs, written without waiting for the disk.
+    blobs: Arc<dyn BlobStore>,
     /// Flushed before each journal entry: an entry names the last event, which must be stored.
     events: Subscribers,
 }
@@ -88,7 +91,12 @@ impl Book {
 }
 
 impl Recorder {
-    pub(crate) fn new(run_id: &str, store: Arc<dyn RunStore>, events: Subscribers) -> Self {
+    pub(crate) fn new(
+        run_id: &str,
+        store: Arc<dyn RunStore>,
+        blobs: Arc<dyn BlobStore>,
+        events: Subscribers,
+    ) -> Self {
         Self {
             // Replaced by the checkpoint the run starts from.
             book: Mutex::new(Book {
@@ -99,6 +107,7 @@ impl Recorder {
             writer: Arc::default(),
             syncing: Mutex::new(None),
             store,
+            blobs,
             events,
         }
     }
@@ -216,7 +225,7 @@ impl Recorder {
             // Its error, if any, is the writer's now.
             let _ = syncing.await;
         }
-        let (store, events) = (self.store.clone(), self.events.clone());
+        let (store, blobs, events) = (self.store.clone(), self.blobs.clone(), self.events.clone());
         let (queued, writer) = (self.queued.clone(), self.writer.clone());
         let (written, snapshot, appended) = blocking(move || {
             let mut failed = writer.lock();
@@ -234,6 +243,7 @@ impl Recorder {
                     store.append_journal(&entries)?;
                 }
                 if let Some(snapshot) = &snapshot {
+                    blobs.sync()?;
                     store.sync_journal()?;
                     store.save_checkpoint(snapshot)?;
                 }
@@ -249,9 +259,11 @@ impl Recorder {
         })
         .await;
         if appended && written.is_ok() && snapshot.is_none() {
-            let (store, writer) = (self.store.clone(), self.writer.clone());
+            let (store, blobs, writer) =
+                (self.store.clone(), self.blobs.clone(), self.writer.clone());
             *self.syncing.lock() = Some(start_blocking(move || {
-                if let Err(error) = store.sync_journal() {
+                // The blobs the entries name first: an entry must not outlast them in a crash.
+                if let Err(error) = blobs.sync().and_then(|()| store.sync_journal()) {
                     writer.lock().get_or_insert(error.to_string());
                 }
             }));
@@ -353,8 +365,25 @@ mod tests {
         }
     }
 
+    /// Also the blob store: its syncs are logged with the journal's.
+    impl BlobStore for Calls {
+        fn put(&self, _: &[u8]) -> io::Result<String> {
+            unreachable!("no stage runs here")
+        }
+        fn get(&self, _: &str) -> io::Result<Vec<u8>> {
+            unreachable!("no stage runs here")
+        }
+        fn path_of(&self, _: &str) -> Option<PathBuf> {
+            None
+        }
+        fn sync(&self) -> io::Result<()> {
+            self.log.lock().push("blobs");
+            Ok(())
+        }
+    }
+
     fn recorder(store: &Arc<Calls>) -> Recorder {
-        Recorder::new("R", store.clone(), Subscribers::new([]))
+        Recorder::new("R", store.clone(), store.clone(), Subscribers::new([]))
     }
 
     fn change(recorder: &Recorder) {
@@ -363,7 +392,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_entry_is_synced_after_its_save_and_before_the_next_entry_and_any_snapshot() {
+    async fn an_entry_is_synced_after_its_blobs_and_before_the_next_entry_and_any_snapshot() {
         let store = Arc::new(Calls::default());
         let recorder = recorder(&store);
         change(&recorder);
@@ -375,7 +404,8 @@ mod tests {
         assert_eq!(
             *store.log.lock(),
             [
-                "append", "sync", "append", "sync", "append", "sync", "snapshot"
+                "append", "blobs", "sync", "append", "blobs", "sync", "append", "blobs", "sync",
+                "snapshot"
             ]
         );
     }
@@ -393,7 +423,7 @@ mod tests {
         let error = recorder.save(2).await.unwrap_err();
         assert!(error.to_string().contains("the disk is gone"), "{error}");
         // No entry follows one that may be lost: the journal must have no gaps.
-        assert_eq!(*store.log.lock(), ["append", "sync"]);
+        assert_eq!(*store.log.lock(), ["append", "blobs", "sync"]);
 
         store
             .failing_sync
@@ -403,8 +433,10 @@ mod tests {
         recorder.save(4).await.unwrap();
         // (Its sync may be running still.)
         assert_eq!(
-            store.log.lock()[..5],
-            ["append", "sync", "sync", "snapshot", "append"]
+            store.log.lock()[..7],
+            [
+                "append", "blobs", "sync", "blobs", "sync", "snapshot", "append"
+            ]
         );
     }
 }

@@ -1,22 +1,45 @@
 //! The content-addressed blob store: each value is stored once, under the SHA-256 of its bytes, and
 //! referred to as `blob://sha256/<hex>`.
+//!
+//! A blob is written whole (a temp file renamed into place) without waiting for the disk: a command
+//! stage's output would otherwise cost a sync on the way to the next stage. The record syncs the
+//! blobs written since its last sync before it syncs the journal entries that name them
+//! ([`BlobStore::sync`]), and a resume checks the blobs the journal names past its last snapshot
+//! (`RunDir::drop_entries_naming_damaged_blobs`), so a crash of the machine loses at most the
+//! entries the journal itself could lose.
 
 use std::fmt::Write as _;
+use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use trellis_engine::services::{BLOB_PREFIX, BlobStore};
 
-use crate::run_dir::write_atomically;
+use crate::run_dir::write_whole;
 
 pub struct FileBlobs {
     dir: PathBuf,
+    /// The blobs written and not yet synced.
+    unsynced: Mutex<Vec<PathBuf>>,
+    /// Whether the folder's own name has been synced (once).
+    named: AtomicBool,
 }
 
 impl FileBlobs {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into() }
+        Self {
+            dir: dir.into(),
+            unsynced: Mutex::default(),
+            named: AtomicBool::new(false),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn unsynced_is_empty(&self) -> bool {
+        self.unsynced.lock().is_empty()
     }
 
     fn file_of(&self, reference: &str) -> Option<PathBuf> {
@@ -25,20 +48,58 @@ impl FileBlobs {
     }
 }
 
+/// The reference of `bytes`: the SHA-256 of them, in hexadecimal.
+pub(crate) fn digest(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .fold(String::with_capacity(64), |mut hex, b| {
+            let _ = write!(hex, "{b:02x}");
+            hex
+        })
+}
+
+/// Whether the file at `path` holds exactly `bytes` (a blob a crash of the machine cut short does
+/// not, and is written again).
+fn holds(path: &Path, bytes: &[u8]) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.len() == bytes.len() as u64)
+        && std::fs::read(path).is_ok_and(|held| held == bytes)
+}
+
 impl BlobStore for FileBlobs {
     fn put(&self, bytes: &[u8]) -> io::Result<String> {
-        let hex = Sha256::digest(bytes)
-            .iter()
-            .fold(String::with_capacity(64), |mut hex, b| {
-                let _ = write!(hex, "{b:02x}");
-                hex
-            });
+        let hex = digest(bytes);
         let path = self.dir.join(&hex);
-        if !path.exists() {
+        if !holds(&path, bytes) {
             std::fs::create_dir_all(&self.dir)?;
-            write_atomically(&path, bytes)?;
+            write_whole(&path, bytes)?;
+            self.unsynced.lock().push(path);
         }
         Ok(format!("{BLOB_PREFIX}{hex}"))
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        let written = std::mem::take(&mut *self.unsynced.lock());
+        if written.is_empty() {
+            return Ok(());
+        }
+        let synced = written
+            .iter()
+            .try_for_each(|path| File::open(path)?.sync_data())
+            // Their names, and (the first time) the folder's in the run's.
+            .and_then(|()| File::open(&self.dir)?.sync_all())
+            .and_then(|()| match self.dir.parent() {
+                Some(parent) if !self.named.load(Ordering::Relaxed) => {
+                    File::open(parent)?.sync_all()?;
+                    self.named.store(true, Ordering::Relaxed);
+                    Ok(())
+                }
+                _ => Ok(()),
+            });
+        if synced.is_err() {
+            // Synced by the next call, or reported again.
+            self.unsynced.lock().extend(written);
+        }
+        synced
     }
 
     fn get(&self, reference: &str) -> io::Result<Vec<u8>> {

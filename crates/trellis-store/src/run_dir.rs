@@ -121,6 +121,22 @@ fn write_atomically_with(
     path: &Path,
     write: impl FnOnce(&mut io::BufWriter<File>) -> io::Result<()>,
 ) -> io::Result<()> {
+    write_whole_with(path, true, write)
+}
+
+/// Writes a file so that a reader never sees part of it — temp file, rename — without waiting for
+/// the disk: a kill leaves the old content or the new, whole; a crash of the machine may leave
+/// neither (the caller syncs it later, see [`crate::FileBlobs`]).
+pub(crate) fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_whole_with(path, false, |file| file.write_all(bytes))
+}
+
+/// A temp file written by `write` (and synced, when `sync`), renamed to `path`.
+fn write_whole_with(
+    path: &Path,
+    sync: bool,
+    write: impl FnOnce(&mut io::BufWriter<File>) -> io::Result<()>,
+) -> io::Result<()> {
     // Unique per write: concurrent writers must never share a temporary file.
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -128,9 +144,10 @@ fn write_atomically_with(
     {
         let mut file = io::BufWriter::new(private_file(&tmp)?);
         write(&mut file)?;
-        file.into_inner()
-            .map_err(io::IntoInnerError::into_error)?
-            .sync_all()?;
+        let file = file.into_inner().map_err(io::IntoInnerError::into_error)?;
+        if sync {
+            file.sync_all()?;
+        }
     }
     fs::rename(&tmp, path)
 }
@@ -413,7 +430,7 @@ impl RunDir {
                 .and_then(|e| e.to_str())
                 .is_some_and(|e| e.starts_with("tmp-"))
         };
-        let dirs = std::iter::once(self.root.clone()).chain(
+        let dirs = [self.root.clone(), self.blobs_dir()].into_iter().chain(
             fs::read_dir(self.root.join("stages"))
                 .into_iter()
                 .flatten()
@@ -429,6 +446,61 @@ impl RunDir {
         .map(|e| e.path())
         .filter(|p| is_temporary(p) && fs::remove_file(p).is_ok())
         .count()
+    }
+
+    /// Cuts the journal before the first entry past the last snapshot that names a blob which is
+    /// missing or not what its name says, and removes such blobs; returns how many entries went.
+    /// Blobs are synced with the journal, not when written (see [`crate::FileBlobs`]): after a crash
+    /// of the machine an entry may have reached the disk and a blob it names not, and the stage of
+    /// that entry then runs again, as one whose entry was lost does. For a resume.
+    pub fn drop_entries_naming_damaged_blobs(&self) -> Result<usize, StoreError> {
+        let path = self.journal_path();
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(io_error("read", &path)(e)),
+        };
+        // The snapshot was saved after a sync of the blobs before it.
+        let Ok(snapshot_holds) = self.snapshot().map(|c| c.journal) else {
+            return Ok(0);
+        };
+        let (entries, readable) = readable_entries(&text);
+        let blobs = self.blobs_dir();
+        let mut whole = std::collections::HashSet::new();
+        let mut offset = 0;
+        for (index, line) in text[..readable].split_inclusive('\n').enumerate() {
+            let mut damaged = Vec::new();
+            for hex in blob_names(line).filter(|_| index as u64 >= snapshot_holds) {
+                if whole.contains(hex) {
+                    continue;
+                }
+                if fs::read(blobs.join(hex)).is_ok_and(|bytes| crate::blobs::digest(&bytes) == hex)
+                {
+                    whole.insert(hex);
+                } else {
+                    damaged.push(hex);
+                }
+            }
+            if !damaged.is_empty() {
+                for hex in damaged {
+                    let blob = blobs.join(hex);
+                    match fs::remove_file(&blob) {
+                        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                            return Err(io_error("remove", &blob)(e));
+                        }
+                        _ => {}
+                    }
+                }
+                fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .and_then(|journal| journal.set_len(offset as u64))
+                    .map_err(io_error("cut", &path))?;
+                return Ok(entries.len() - index);
+            }
+            offset += line.len();
+        }
+        Ok(0)
     }
 
     /// Every event recorded so far. A torn last line (the process died mid-write) is skipped.
@@ -474,6 +546,13 @@ impl RunDir {
             .map(|e| e.path())
             .find(|p| p.file_stem().is_some_and(|s| s == "workflow") && p.is_file())
     }
+}
+
+/// The blobs a journal line names (their hexadecimal names).
+fn blob_names(line: &str) -> impl Iterator<Item = &str> {
+    line.match_indices(trellis_engine::services::BLOB_PREFIX)
+        .filter_map(|(at, prefix)| line.get(at + prefix.len()..at + prefix.len() + 64))
+        .filter(|hex| hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The journal's entries up to the first line that is not the next entry (a torn last line, damage,
@@ -705,6 +784,87 @@ mod tests {
         reopened.append_journal(&[entry(3)]).unwrap();
         assert_eq!(nodes(&reopened), ["s1", "s2", "s3"]);
         assert_eq!(reopened.checkpoint().unwrap().journal, 3);
+    }
+
+    /// Entry `n` (see [`entry`]) setting `command.output` to `blob` as well.
+    fn entry_naming(n: u64, blob: &str) -> JournalEntry {
+        let mut entry = entry(n);
+        let context = [("command.output".to_owned(), serde_json::json!(blob))].into();
+        let change = trellis_engine::checkpoint::TrackChange::take(
+            &[],
+            &mut trellis_engine::checkpoint::Track::default(),
+            context,
+        );
+        entry
+            .changes
+            .push(trellis_engine::checkpoint::Change::Track(Box::new(change)));
+        entry
+    }
+
+    #[test]
+    fn a_resume_cuts_the_journal_before_an_entry_naming_a_blob_a_crash_damaged() {
+        use trellis_engine::blob::BlobStore as _;
+        let runs = tempfile::tempdir().unwrap();
+        let (record, _owner) = new_record(runs.path());
+        let blobs = crate::FileBlobs::new(record.blobs_dir());
+        let (whole, torn) = (blobs.put(b"whole").unwrap(), blobs.put(b"torn").unwrap());
+        let torn_file = record
+            .blobs_dir()
+            .join(torn.strip_prefix("blob://sha256/").unwrap());
+        record
+            .save_checkpoint(&Checkpoint::new(
+                "R",
+                "start",
+                std::collections::BTreeMap::new(),
+            ))
+            .unwrap();
+        let entries = [
+            entry(1),
+            entry_naming(2, &whole),
+            entry_naming(3, &torn),
+            entry_naming(4, &whole),
+        ];
+        record.append_journal(&entries).unwrap();
+        let journal = fs::read_to_string(record.journal_path()).unwrap();
+
+        // Intact blobs: nothing goes.
+        assert_eq!(record.drop_entries_naming_damaged_blobs().unwrap(), 0);
+        assert_eq!(fs::read_to_string(record.journal_path()).unwrap(), journal);
+
+        // As a crash leaves a blob whose name reached the disk before its content.
+        fs::write(&torn_file, "").unwrap();
+        let reopened = RunDir::open(&record.root().display().to_string(), runs.path()).unwrap();
+        assert_eq!(reopened.drop_entries_naming_damaged_blobs().unwrap(), 2);
+        let stages: Vec<String> = reopened
+            .checkpoint()
+            .unwrap()
+            .stages
+            .into_iter()
+            .map(|s| s.node_id)
+            .collect();
+        assert_eq!(stages, ["s1", "s2"]);
+        assert!(!torn_file.exists(), "the damaged blob is removed");
+        // The stage runs again and its output is stored whole.
+        assert_eq!(blobs.put(b"torn").unwrap(), torn);
+        assert_eq!(fs::read(&torn_file).unwrap(), b"torn");
+        reopened.append_journal(&[entry_naming(3, &torn)]).unwrap();
+        assert_eq!(reopened.checkpoint().unwrap().journal, 3);
+    }
+
+    #[test]
+    fn a_blob_a_crash_cut_short_is_written_again_and_synced_with_the_journal() {
+        use trellis_engine::blob::BlobStore as _;
+        let dir = tempfile::tempdir().unwrap();
+        let blobs = crate::FileBlobs::new(dir.path().join("blobs"));
+        let reference = blobs.put(b"output").unwrap();
+        let file = blobs.path_of(&reference).unwrap();
+        blobs.sync().unwrap();
+        fs::write(&file, "out").unwrap();
+        assert_eq!(blobs.put(b"output").unwrap(), reference);
+        assert_eq!(fs::read(&file).unwrap(), b"output");
+        blobs.sync().unwrap();
+        // Nothing new: nothing to sync.
+        assert!(blobs.unsynced_is_empty());
     }
 
     /// Regression: a kill between creating `status.json` and writing it left an empty one in the
