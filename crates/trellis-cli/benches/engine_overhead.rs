@@ -9,6 +9,8 @@
 //!   `~/.cache/trellis/` (skipped with the reason otherwise);
 //! - the cost per stage at 250, 1,000, 2,000 and 10,000 stages, and 2,000 against 250;
 //! - the cost a working tree of 20,000 ordinary files adds to each command stage;
+//! - what storing a new output costs a stage (1,000 commands each printing a line of its own,
+//!   against the same commands all printing one line);
 //! - a 64-branch fan-out of `sleep 0.2` with `max_parallel=64`, against a shell starting the same 64
 //!   commands (through `sh -c`, and directly), unconfined and in bubblewrap (the bubblewrap figures
 //!   are skipped with the reason when a run in it fails here: `bwrap` missing, or no user namespaces);
@@ -113,6 +115,7 @@ fn main() {
         );
     }
     chatty(&bench, cost_of(per_stage[1], shell_per_stage));
+    new_output(&bench);
     let cost = |i: usize| {
         let (stages, took) = per_stage[i];
         per(took, stages).saturating_sub(shell_per_stage)
@@ -146,6 +149,23 @@ fn main() {
 /// The engine's own cost of a stage of `stages` that took `took`, over the spawner's loop per command.
 fn cost_of((stages, took): (usize, Duration), shell_per_stage: Duration) -> Duration {
     per(took, stages).saturating_sub(shell_per_stage)
+}
+
+/// What storing a stage's output costs: 1,000 commands that each print a line of their own (each a
+/// new blob) against the same commands printing the line they all share (one blob).
+fn new_output(bench: &Bench) {
+    let chain = |name: &str, script: &str| {
+        let path = bench.dir.join(format!("{name}.fabro"));
+        let workflow = trellis_test::workflows::command_chain(998, script);
+        std::fs::write(&path, workflow).expect("write");
+        Bench::median(3, || bench.time_run(&path, &bench.work))
+    };
+    let shared = chain("shared-output", "date +%Y");
+    let new = chain("new-output", "date +%s%N");
+    println!(
+        "chain of 1,000 commands each printing a line of its own: {new:.2?}, against the line they all share {shared:.2?}: {} per stage to store a new output",
+        ms(new.saturating_sub(shared) / 1_000)
+    );
 }
 
 /// Commands that print 10 MB each: the engine reads their pipes into the stage logs, and the

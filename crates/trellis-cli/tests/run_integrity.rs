@@ -409,6 +409,37 @@ fn a_torn_event_line_is_repaired_before_the_resume_appends() {
     assert!(stderr.contains("line 3"), "{stderr}");
 }
 
+/// Command output is stored without waiting for the disk and synced with the journal: after a crash
+/// of the machine, an entry may name a blob whose content never reached the disk. A resume runs that
+/// stage again rather than carry the damaged output on.
+#[test]
+fn a_stage_whose_output_a_crash_lost_runs_again_on_resume() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow(
+            "first [shape=parallelogram, script=\"echo first >> first.log; echo first output\"]\n \
+             slow [shape=parallelogram, script=\"test -f again || { touch again; sleep 30; }; echo slow >> slow.log\"]\n \
+             start -> first -> slow -> exit",
+        ),
+    );
+    let record = killed_at_slow(&p);
+    // As a crash leaves it: the blob's name on disk, its content not.
+    let blob = files(&record.join("blobs"))
+        .into_iter()
+        .find(|(_, bytes)| bytes == b"first output\n")
+        .expect("the first stage's output is a blob")
+        .0;
+    std::fs::write(&blob, b"").unwrap();
+    std::fs::write(blob.with_extension("tmp-1-1"), b"a blob being written").unwrap();
+    let resumed = p.resume(&run_id(&record), &[]);
+    assert_eq!(resumed.code(), Some(0), "{}", resumed.stderr());
+    assert_eq!(p.read("first.log"), "first\nfirst\n", "`first` ran again");
+    assert_eq!(p.read("slow.log"), "slow\n");
+    assert_eq!(std::fs::read(&blob).unwrap(), b"first output\n");
+    assert!(!blob.with_extension("tmp-1-1").exists());
+}
+
 #[test]
 fn a_truncated_checkpoint_falls_back_to_the_previous_one() {
     let p = Project::new();
