@@ -723,6 +723,18 @@ mod tests {
         RunDir::create(runs, &meta, "digraph {}", "workflow.fabro").unwrap()
     }
 
+    /// The snapshot a run starts with.
+    fn first_snapshot(record: &RunDir) {
+        let checkpoint = Checkpoint::new("R", "start", std::collections::BTreeMap::new());
+        record.save_checkpoint(&checkpoint).unwrap();
+    }
+
+    /// The nodes of the stages the checkpoint holds.
+    fn stage_nodes(record: &RunDir) -> Vec<String> {
+        let stages = record.checkpoint().unwrap().stages;
+        stages.into_iter().map(|s| s.node_id).collect()
+    }
+
     fn entry(n: u64) -> JournalEntry {
         JournalEntry {
             n,
@@ -756,13 +768,7 @@ mod tests {
     fn readers_stop_at_damage_and_the_next_append_cuts_it_off() {
         let runs = tempfile::tempdir().unwrap();
         let (record, _owner) = new_record(runs.path());
-        record
-            .save_checkpoint(&Checkpoint::new(
-                "R",
-                "start",
-                std::collections::BTreeMap::new(),
-            ))
-            .unwrap();
+        first_snapshot(&record);
         record.append_journal(&[entry(1), entry(2)]).unwrap();
         // Damage: a line that is not an entry, an entry after it, and a torn line.
         let mut text = fs::read_to_string(record.journal_path()).unwrap();
@@ -770,19 +776,10 @@ mod tests {
         text.push_str(&serde_json::to_string(&entry(3)).unwrap());
         text.push_str("\n{\"n\":4,\"ra");
         fs::write(record.journal_path(), text).unwrap();
-        let nodes = |record: &RunDir| -> Vec<String> {
-            record
-                .checkpoint()
-                .unwrap()
-                .stages
-                .into_iter()
-                .map(|s| s.node_id)
-                .collect()
-        };
-        assert_eq!(nodes(&record), ["s1", "s2"]);
+        assert_eq!(stage_nodes(&record), ["s1", "s2"]);
         let reopened = RunDir::open(&record.root().display().to_string(), runs.path()).unwrap();
         reopened.append_journal(&[entry(3)]).unwrap();
-        assert_eq!(nodes(&reopened), ["s1", "s2", "s3"]);
+        assert_eq!(stage_nodes(&reopened), ["s1", "s2", "s3"]);
         assert_eq!(reopened.checkpoint().unwrap().journal, 3);
     }
 
@@ -811,13 +808,7 @@ mod tests {
         let torn_file = record
             .blobs_dir()
             .join(torn.strip_prefix("blob://sha256/").unwrap());
-        record
-            .save_checkpoint(&Checkpoint::new(
-                "R",
-                "start",
-                std::collections::BTreeMap::new(),
-            ))
-            .unwrap();
+        first_snapshot(&record);
         let entries = [
             entry(1),
             entry_naming(2, &whole),
@@ -835,14 +826,7 @@ mod tests {
         fs::write(&torn_file, "").unwrap();
         let reopened = RunDir::open(&record.root().display().to_string(), runs.path()).unwrap();
         assert_eq!(reopened.drop_entries_naming_damaged_blobs().unwrap(), 2);
-        let stages: Vec<String> = reopened
-            .checkpoint()
-            .unwrap()
-            .stages
-            .into_iter()
-            .map(|s| s.node_id)
-            .collect();
-        assert_eq!(stages, ["s1", "s2"]);
+        assert_eq!(stage_nodes(&reopened), ["s1", "s2"]);
         assert!(!torn_file.exists(), "the damaged blob is removed");
         // The stage runs again and its output is stored whole.
         assert_eq!(blobs.put(b"torn").unwrap(), torn);
