@@ -548,10 +548,15 @@ impl RunDir {
     }
 }
 
-/// The blobs a journal line names (their hexadecimal names).
+/// The blobs a journal line names (their hexadecimal names): JSON strings that are a blob
+/// reference and nothing else, as the context holds one (a text that mentions one is no reference).
 fn blob_names(line: &str) -> impl Iterator<Item = &str> {
     line.match_indices(trellis_engine::services::BLOB_PREFIX)
-        .filter_map(|(at, prefix)| line.get(at + prefix.len()..at + prefix.len() + 64))
+        .filter(|&(at, _)| at > 0 && line.as_bytes()[at - 1] == b'"')
+        .filter_map(|(at, prefix)| {
+            let start = at + prefix.len();
+            (line.as_bytes().get(start + 64) == Some(&b'"')).then(|| line.get(start..start + 64))?
+        })
         .filter(|hex| hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
@@ -833,6 +838,16 @@ mod tests {
         assert_eq!(fs::read(&torn_file).unwrap(), b"torn");
         reopened.append_journal(&[entry_naming(3, &torn)]).unwrap();
         assert_eq!(reopened.checkpoint().unwrap().journal, 3);
+    }
+
+    #[test]
+    fn a_line_names_the_blobs_its_strings_are_and_not_those_its_texts_mention() {
+        let hex = "ab".repeat(32);
+        let line = format!(
+            r#"{{"a":"blob://sha256/{hex}","b":"see blob://sha256/{hex}","c":"blob://sha256/{hex}x","d":"blob://sha256/{}"}}"#,
+            "zz".repeat(32)
+        );
+        assert_eq!(blob_names(&line).collect::<Vec<_>>(), [hex.as_str()]);
     }
 
     #[test]
