@@ -753,8 +753,7 @@ impl Resumable {
         let mut meta = record.meta()?;
         let owner = record.claim(&meta.run_id)?;
         record.remove_temporary_files();
-        record.drop_entries_naming_damaged_blobs()?;
-        let mut checkpoint = record.checkpoint().map_err(|source| {
+        let mut checkpoint = record.checkpoint_to_resume().map_err(|source| {
             // A run that cannot be resumed still gets its stray commands stopped.
             trellis_process::group::reap_run(&meta.run_id);
             RunError::NoCheckpoint {

@@ -5,8 +5,8 @@
 //! stage's output would otherwise cost a sync on the way to the next stage. The record syncs the
 //! blobs written since its last sync before it syncs the journal entries that name them
 //! ([`BlobStore::sync`]), and a resume checks the blobs the journal names past its last snapshot
-//! (`RunDir::drop_entries_naming_damaged_blobs`), so a crash of the machine loses at most the
-//! entries the journal itself could lose.
+//! ([`crate::RunDir::checkpoint_to_resume`]), so a crash of the machine loses at most the entries
+//! the journal itself could lose.
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -42,14 +42,23 @@ impl FileBlobs {
         self.unsynced.lock().is_empty()
     }
 
+    /// Whether `reference` names a blob and its file does not hold it whole: missing, or holding
+    /// bytes whose SHA-256 is not its name (a crash of the machine may leave one so, see the
+    /// module's note). Not a text that only looks like a reference.
+    pub(crate) fn is_damaged(&self, reference: &str) -> bool {
+        self.file_of(reference).is_some_and(|path| {
+            !std::fs::read(path).is_ok_and(|bytes| reference.ends_with(&digest(&bytes)))
+        })
+    }
+
     fn file_of(&self, reference: &str) -> Option<PathBuf> {
         let hex = reference.strip_prefix(BLOB_PREFIX)?;
         (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| self.dir.join(hex))
     }
 }
 
-/// The reference of `bytes`: the SHA-256 of them, in hexadecimal.
-pub(crate) fn digest(bytes: &[u8]) -> String {
+/// The name of `bytes`: their SHA-256, in hexadecimal.
+fn digest(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
         .fold(String::with_capacity(64), |mut hex, b| {
@@ -59,10 +68,10 @@ pub(crate) fn digest(bytes: &[u8]) -> String {
 }
 
 /// Whether the file at `path` holds exactly `bytes` (a blob a crash of the machine cut short does
-/// not, and is written again).
+/// not, and is written again). The length first: a quiet command's empty output needs no read.
 fn holds(path: &Path, bytes: &[u8]) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.len() == bytes.len() as u64)
-        && std::fs::read(path).is_ok_and(|held| held == bytes)
+        && (bytes.is_empty() || std::fs::read(path).is_ok_and(|held| held == bytes))
 }
 
 impl BlobStore for FileBlobs {

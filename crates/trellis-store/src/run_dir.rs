@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use trellis_engine::checkpoint::JournalEntry;
-use trellis_engine::services::RunStore;
+use trellis_engine::services::{BlobStore as _, RunStore};
 use trellis_engine::status_file::StatusFile;
 use trellis_engine::{Checkpoint, Event, RunStatus};
 
@@ -377,22 +377,48 @@ impl RunDir {
     /// kept as `checkpoint.prev.json`, and the journal brings it up to date.
     /// The finished stages are collected from every entry (a snapshot does not hold them).
     pub fn checkpoint(&self) -> Result<Checkpoint, StoreError> {
-        let mut checkpoint = self.snapshot()?;
-        // Records written before the journal existed keep their stages in the snapshot.
-        checkpoint.recount();
-        let snapshot_holds = checkpoint.journal;
-        for entry in self.journal() {
-            if entry.n > snapshot_holds {
-                checkpoint.replay(&entry);
-                continue;
-            }
-            for change in &entry.changes {
-                if matches!(change, trellis_engine::checkpoint::Change::Stage(_)) {
-                    checkpoint.apply(change);
+        Ok(brought_up_to_date(self.snapshot()?, self.journal()))
+    }
+
+    /// The checkpoint a resume continues from: [`Self::checkpoint`], once the journal is cut before
+    /// the first entry past the snapshot that names a blob which is missing or not what its name
+    /// says (the blob removed). Blobs are synced with the journal, not when written (see
+    /// [`crate::FileBlobs`]): after a crash of the machine an entry may have reached the disk and a
+    /// blob it names not; the stage of that entry then runs again, as one whose entry was lost does.
+    pub fn checkpoint_to_resume(&self) -> Result<Checkpoint, StoreError> {
+        let snapshot = self.snapshot()?;
+        let path = self.journal_path();
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(io_error("read", &path)(e)),
+        };
+        let (mut entries, readable) = readable_entries(&text);
+        let blobs = crate::FileBlobs::new(self.blobs_dir());
+        let mut whole = std::collections::HashSet::new();
+        let mut offset = 0;
+        for (index, line) in text[..readable].split_inclusive('\n').enumerate() {
+            // The snapshot was saved after a sync of the blobs its entries name.
+            let past_snapshot = index as u64 >= snapshot.journal;
+            let damaged = blob_references(line)
+                .filter(|_| past_snapshot)
+                .find(|&reference| !whole.contains(reference) && blobs.is_damaged(reference));
+            if let Some(reference) = damaged {
+                if let Some(file) = blobs.path_of(reference) {
+                    fs::remove_file(&file).map_err(io_error("remove", &file))?;
                 }
+                fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .and_then(|journal| journal.set_len(offset as u64))
+                    .map_err(io_error("cut", &path))?;
+                entries.truncate(index);
+                break;
             }
+            whole.extend(blob_references(line));
+            offset += line.len();
         }
-        Ok(checkpoint)
+        Ok(brought_up_to_date(snapshot, entries))
     }
 
     /// The journal's entries, in order. Reading stops at the first line that is not an entry (a
@@ -448,61 +474,6 @@ impl RunDir {
         .count()
     }
 
-    /// Cuts the journal before the first entry past the last snapshot that names a blob which is
-    /// missing or not what its name says, and removes such blobs; returns how many entries went.
-    /// Blobs are synced with the journal, not when written (see [`crate::FileBlobs`]): after a crash
-    /// of the machine an entry may have reached the disk and a blob it names not, and the stage of
-    /// that entry then runs again, as one whose entry was lost does. For a resume.
-    pub fn drop_entries_naming_damaged_blobs(&self) -> Result<usize, StoreError> {
-        let path = self.journal_path();
-        let text = match fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
-            Err(e) => return Err(io_error("read", &path)(e)),
-        };
-        // The snapshot was saved after a sync of the blobs before it.
-        let Ok(snapshot_holds) = self.snapshot().map(|c| c.journal) else {
-            return Ok(0);
-        };
-        let (entries, readable) = readable_entries(&text);
-        let blobs = self.blobs_dir();
-        let mut whole = std::collections::HashSet::new();
-        let mut offset = 0;
-        for (index, line) in text[..readable].split_inclusive('\n').enumerate() {
-            let mut damaged = Vec::new();
-            for hex in blob_names(line).filter(|_| index as u64 >= snapshot_holds) {
-                if whole.contains(hex) {
-                    continue;
-                }
-                if fs::read(blobs.join(hex)).is_ok_and(|bytes| crate::blobs::digest(&bytes) == hex)
-                {
-                    whole.insert(hex);
-                } else {
-                    damaged.push(hex);
-                }
-            }
-            if !damaged.is_empty() {
-                for hex in damaged {
-                    let blob = blobs.join(hex);
-                    match fs::remove_file(&blob) {
-                        Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                            return Err(io_error("remove", &blob)(e));
-                        }
-                        _ => {}
-                    }
-                }
-                fs::OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .and_then(|journal| journal.set_len(offset as u64))
-                    .map_err(io_error("cut", &path))?;
-                return Ok(entries.len() - index);
-            }
-            offset += line.len();
-        }
-        Ok(0)
-    }
-
     /// Every event recorded so far. A torn last line (the process died mid-write) is skipped.
     pub fn events(&self) -> Result<Vec<Event>, StoreError> {
         Ok(self.events_checked()?.0)
@@ -548,16 +519,32 @@ impl RunDir {
     }
 }
 
-/// The blobs a journal line names (their hexadecimal names): JSON strings that are a blob
-/// reference and nothing else, as the context holds one (a text that mentions one is no reference).
-fn blob_names(line: &str) -> impl Iterator<Item = &str> {
+/// `checkpoint`, a snapshot, brought up to date by the journal's `entries`: those past the snapshot
+/// replayed, and the finished stages of every one collected (a snapshot does not hold them).
+fn brought_up_to_date(mut checkpoint: Checkpoint, entries: Vec<JournalEntry>) -> Checkpoint {
+    // Records written before the journal existed keep their stages in the snapshot.
+    checkpoint.recount();
+    let snapshot_holds = checkpoint.journal;
+    for entry in entries {
+        if entry.n > snapshot_holds {
+            checkpoint.replay(&entry);
+            continue;
+        }
+        for change in &entry.changes {
+            if matches!(change, trellis_engine::checkpoint::Change::Stage(_)) {
+                checkpoint.apply(change);
+            }
+        }
+    }
+    checkpoint
+}
+
+/// The blob references a journal line holds: JSON strings that are one and nothing else, as the
+/// context holds them (a text that mentions one is no reference).
+fn blob_references(line: &str) -> impl Iterator<Item = &str> {
     line.match_indices(trellis_engine::services::BLOB_PREFIX)
         .filter(|&(at, _)| at > 0 && line.as_bytes()[at - 1] == b'"')
-        .filter_map(|(at, prefix)| {
-            let start = at + prefix.len();
-            (line.as_bytes().get(start + 64) == Some(&b'"')).then(|| line.get(start..start + 64))?
-        })
-        .filter(|hex| hex.bytes().all(|b| b.is_ascii_hexdigit()))
+        .filter_map(|(at, _)| line[at..].split('"').next())
 }
 
 /// The journal's entries up to the first line that is not the next entry (a torn last line, damage,
@@ -824,13 +811,13 @@ mod tests {
         let journal = fs::read_to_string(record.journal_path()).unwrap();
 
         // Intact blobs: nothing goes.
-        assert_eq!(record.drop_entries_naming_damaged_blobs().unwrap(), 0);
+        assert_eq!(record.checkpoint_to_resume().unwrap().journal, 4);
         assert_eq!(fs::read_to_string(record.journal_path()).unwrap(), journal);
 
         // As a crash leaves a blob whose name reached the disk before its content.
         fs::write(&torn_file, "").unwrap();
         let reopened = RunDir::open(&record.root().display().to_string(), runs.path()).unwrap();
-        assert_eq!(reopened.drop_entries_naming_damaged_blobs().unwrap(), 2);
+        assert_eq!(reopened.checkpoint_to_resume().unwrap().journal, 2);
         assert_eq!(stage_nodes(&reopened), ["s1", "s2"]);
         assert!(!torn_file.exists(), "the damaged blob is removed");
         // The stage runs again and its output is stored whole.
@@ -847,7 +834,18 @@ mod tests {
             r#"{{"a":"blob://sha256/{hex}","b":"see blob://sha256/{hex}","c":"blob://sha256/{hex}x","d":"blob://sha256/{}"}}"#,
             "zz".repeat(32)
         );
-        assert_eq!(blob_names(&line).collect::<Vec<_>>(), [hex.as_str()]);
+        let whole = format!("blob://sha256/{hex}");
+        let found: Vec<&str> = blob_references(&line).collect();
+        let (longer, not_hex) = (
+            format!("{whole}x"),
+            format!("blob://sha256/{}", "zz".repeat(32)),
+        );
+        assert_eq!(found, [whole.as_str(), &longer, &not_hex]);
+        // A blob that is not stored is damaged; a text that only looks like a reference is not.
+        let dir = tempfile::tempdir().unwrap();
+        let blobs = crate::FileBlobs::new(dir.path());
+        assert!(blobs.is_damaged(&whole));
+        assert!(!blobs.is_damaged(&longer) && !blobs.is_damaged(&not_hex));
     }
 
     #[test]
