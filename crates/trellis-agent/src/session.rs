@@ -412,6 +412,12 @@ impl Session {
         }
     }
 
+    /// Gives what the system prompt says about this session alone, sent after the shared part and
+    /// the tools ([`Request::system_session`]).
+    pub fn set_system_session(&mut self, text: Option<String>) {
+        self.request.system_session = text;
+    }
+
     /// Asks `approver` before every tool call from now on.
     pub fn set_approver(&mut self, approver: Box<dyn Approver>) {
         self.approver = Some(approver);
@@ -758,7 +764,7 @@ impl Session {
                 counted + compaction::estimate_tokens(None, &messages[held..])
             }
             _ => {
-                compaction::estimate_tokens(self.request.system.as_deref(), messages)
+                compaction::estimate_tokens(self.request.system_text().as_deref(), messages)
                     + compaction::estimate_tool_tokens(&self.request.tools)
             }
         }

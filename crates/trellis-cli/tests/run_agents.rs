@@ -438,14 +438,18 @@ fn malformed_and_unknown_tool_calls_are_answered_with_errors() {
     assert_eq!(run.context("response.fix"), "still standing");
 }
 
-/// The system prompt of an agent's request: one text block, marked for the prompt cache.
+/// The system prompt of an agent's request: a text block every session of the agent shares, marked
+/// for the prompt cache, then one of this stage's alone (the working directory's files), not marked.
 fn system_text(body: &Value) -> String {
     let blocks = body["system"]
         .as_array()
         .expect("the system prompt as blocks");
-    assert_eq!(blocks.len(), 1, "{blocks:?}");
+    assert_eq!(blocks.len(), 2, "{blocks:?}");
     assert_eq!(blocks[0]["cache_control"], json!({ "type": "ephemeral" }));
-    blocks[0]["text"].as_str().unwrap().to_owned()
+    assert!(blocks[1].get("cache_control").is_none(), "{blocks:?}");
+    let session = blocks[1]["text"].as_str().unwrap();
+    assert!(session.starts_with("The working directory "), "{session}");
+    format!("{}\n\n{session}", blocks[0]["text"].as_str().unwrap())
 }
 
 #[test]
@@ -507,6 +511,38 @@ fn every_turn_sends_the_last_request_and_what_came_since_for_the_prompt_cache() 
             && t["usage"]["input_tokens"].as_u64() > Some(0)),
         "{turns:?}"
     );
+}
+
+#[test]
+fn every_agent_stage_opens_with_the_same_system_prompt_and_tools_for_the_prompt_cache() {
+    // Two agent stages, the second after the first wrote a file: what they share (the tools, the
+    // system prompt's marked block) is the same byte for byte; the working directory's files, the
+    // stage's own, come after it.
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    lib_rs(&p);
+    p.write(
+        "w.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         one [prompt=\"Write notes.md.\", model=\"sonnet\"]\n two [prompt=\"Read it.\", model=\"sonnet\"]\n \
+         start -> one -> two -> exit\n}\n",
+    );
+    mock.scenario(&json!([
+        call("write_file", json!({ "path": "notes.md", "content": "n" })),
+        answer("Written."),
+        answer("Read."),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 3);
+    let (one, two) = (&bodies[0], &bodies[2]);
+    assert_eq!(one["tools"], two["tools"]);
+    assert_eq!(one["system"][0], two["system"][0]);
+    let own = |body: &Value| body["system"][1]["text"].as_str().unwrap().to_owned();
+    assert!(!own(one).contains("notes.md"), "{}", own(one));
+    assert!(own(two).contains("\nnotes.md\n"), "{}", own(two));
+    assert!(system_text(two).contains("coding agent"));
 }
 
 /// The text of every tool result in a request, in order.
@@ -1439,6 +1475,27 @@ fn edits_are_held_to_lines_of_calc_py(bodies: &[Value]) {
     );
 }
 
+/// The system prompt and the tools are what every session shares (llama-server's prompt cache keeps
+/// them from run to run); what is this stage's alone — the directory's files, how to call a tool,
+/// with an example — opens the first user message, before the task.
+fn opens_with_what_sessions_share_then_the_stages_own(body: &Value) {
+    let system = body["messages"][0]["content"].as_str().unwrap();
+    assert!(system.starts_with("You are a coding agent"), "{system}");
+    assert!(!system.contains("calc.py"), "{system}");
+    let opening = body["messages"][1]["content"].as_str().unwrap();
+    assert!(
+        opening.starts_with("The working directory holds:\ncalc.py\n"),
+        "{opening}"
+    );
+    let hint = opening
+        .find("call finish with a one-sentence summary")
+        .expect(opening);
+    assert!(
+        hint < opening.find("Fix add in calc.py").unwrap(),
+        "{opening}"
+    );
+}
+
 #[test]
 fn the_local_model_is_held_to_one_call_a_turn_and_finishes_once_its_change_is_checked() {
     let Some(mock) = Llmock::start() else { return };
@@ -1511,15 +1568,7 @@ fn the_local_model_is_held_to_one_call_a_turn_and_finishes_once_its_change_is_ch
         json!(["path", "content"])
     );
     edits_are_held_to_lines_of_calc_py(&bodies);
-    let system = bodies[0]["messages"][0]["content"].as_str().unwrap();
-    assert!(
-        system.contains("call finish with a one-sentence summary"),
-        "{system}"
-    );
-    assert!(
-        system.contains("calc.py"),
-        "the directory's files: {system}"
-    );
+    opens_with_what_sessions_share_then_the_stages_own(&bodies[0]);
     // `finish` before anything was done, and after a write nothing checked, is refused once each;
     // the check that passes says to call finish.
     assert!(last_text(&bodies[1]).contains("Not finished: nothing has been done yet"));

@@ -267,6 +267,87 @@ fn an_agent_on_the_local_model_writes_a_file_and_reads_it_back() {
     );
 }
 
+/// An agent's opening — the system prompt and the tools, the same for every session — is computed
+/// by the first run's server and saved in the prompt cache; the next run's server reads it back and
+/// processes only what is new (the working directory's files, the task), as its log shows.
+#[test]
+fn the_next_run_reads_the_agents_opening_from_the_prompt_cache() {
+    let Some((_turn, _)) = local_turn() else {
+        return;
+    };
+    let files = trellis_test::local_model_files().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let p = Project::new()
+        .with_env("TRELLIS_CACHE_DIR", &cache.path().display().to_string())
+        .with_env("TRELLIS_LLAMA_SERVER", &files.server.display().to_string())
+        .with_env(
+            "TRELLIS_LOCAL_MODEL",
+            &files.default_model.display().to_string(),
+        );
+    let workflow = |task: &str| {
+        format!(
+            "digraph A {{\n start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+             work [prompt=\"{task}\", max_turns=1, max_tokens=32]\n start -> work -> exit\n}}\n"
+        )
+    };
+    p.write("notes.txt", "alpha\n");
+    p.write("a.fabro", &workflow("Read notes.txt."));
+    let first = p.run("a.fabro", &[]);
+    p.write("more.txt", "beta\n");
+    p.write(
+        "a.fabro",
+        &workflow("Read more.txt, then say what it holds."),
+    );
+    let second = p.run("a.fabro", &[]);
+    let saved: Vec<_> = std::fs::read_dir(cache.path().join("prompt-cache"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(saved.len(), 1, "one opening, saved once: {saved:?}");
+
+    // What the server processed for each request (its log), and the first turn's usage.
+    let evaluated = |run: &run_support::Run| -> Vec<u64> {
+        let log = std::fs::read_to_string(run.record().join("llama-server.log")).unwrap();
+        log.lines()
+            .filter_map(|line| line.split("prompt eval time =").nth(1))
+            .map(|rest| {
+                let tokens = rest.split('/').nth(1).unwrap().trim();
+                tokens.split_whitespace().next().unwrap().parse().unwrap()
+            })
+            .collect()
+    };
+    let usage = |run: &run_support::Run| -> Value {
+        let stage = run_support::stage_dir(&run.record(), "work");
+        let transcript = std::fs::read_to_string(stage.join("transcript.jsonl")).unwrap();
+        transcript
+            .lines()
+            .map(|line| serde_json::from_str::<Value>(line).unwrap())
+            .find(|entry| entry["type"] == "usage")
+            .expect(&transcript)["usage"]
+            .clone()
+    };
+    let (first_usage, second_usage) = (usage(&first), usage(&second));
+    let opening = first_usage["cached_tokens"].as_u64().unwrap();
+    assert!(opening > 300, "{first_usage}");
+    // The first run computed the opening on its own (the first request), then the turn read it.
+    let first_evaluated = evaluated(&first);
+    assert!(first_evaluated[0] >= opening, "{first_evaluated:?}");
+    assert_eq!(
+        first_evaluated[1] + opening,
+        first_usage["input_tokens"].as_u64().unwrap(),
+        "{first_evaluated:?} {first_usage}"
+    );
+    // The second read it from the cache: its first request is the turn, and processes only what
+    // follows the opening.
+    assert_eq!(second_usage["cached_tokens"], opening, "{second_usage}");
+    let second_evaluated = evaluated(&second);
+    assert_eq!(
+        second_evaluated[0] + opening,
+        second_usage["input_tokens"].as_u64().unwrap(),
+        "{second_evaluated:?} {second_usage}"
+    );
+}
+
 /// A model judging `when` edges on the local Qwen model, its answer constrained to the live choices:
 /// ten clear-cut bug reports, each a run of a small triage workflow; at least eight take the right
 /// branch (`cargo bench -p trellis-cli --bench routing_accuracy` prints the rate over thirty).

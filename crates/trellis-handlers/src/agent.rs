@@ -1026,7 +1026,11 @@ impl Conversation for ApiConversation<'_, '_> {
 /// the project memory and the skills' list, and the request settings.
 struct SessionBase {
     toolbox: Toolbox,
+    /// The system prompt every session of the agent shares.
     system: String,
+    /// What the system prompt says of this stage alone: the working directory's files, and for
+    /// the local model how to call a tool.
+    session: String,
     settings: trellis_agent::Settings,
 }
 
@@ -1065,24 +1069,23 @@ impl SessionBase {
             None
         };
         let overview = toolbox.overview(OVERVIEW_ENTRIES).await;
+        // What every session of this agent shares first, then what is this one's alone: a prompt
+        // cache keeps the shared part (and the tools) from one session to the next.
         let mut system = if local {
             AGENT_SYSTEM.to_owned()
         } else {
             format!("{AGENT_SYSTEM} {ANSWER_TO_FINISH}")
         };
-        if overview.is_empty() {
-            system.push_str("\n\nThe working directory is empty.");
+        for shared in [memory, skills].into_iter().flatten() {
+            system = format!("{system}\n\n{shared}");
+        }
+        let mut session = if overview.is_empty() {
+            "The working directory is empty.".to_owned()
         } else {
-            system = format!("{system}\n\nThe working directory holds:\n{overview}");
-        }
+            format!("The working directory holds:\n{overview}")
+        };
         if local {
-            system = format!("{system}\n\n{}", local_calls_hint(&overview, task));
-        }
-        if let Some(memory) = memory {
-            system = format!("{system}\n\n{memory}");
-        }
-        if let Some(skills) = skills {
-            system = format!("{system}\n\n{skills}");
+            session = format!("{session}\n\n{}", local_calls_hint(&overview, task));
         }
         let settings = trellis_agent::Settings {
             template: Request {
@@ -1098,6 +1101,7 @@ impl SessionBase {
         Self {
             toolbox,
             system,
+            session,
             settings,
         }
     }
@@ -1118,6 +1122,7 @@ impl SessionBase {
             history,
             self.settings.clone(),
         );
+        session.set_system_session(Some(self.session.clone()));
         session.limit_turns(max_turns);
         session
     }

@@ -54,6 +54,7 @@ async fn main() {
             model: Some(files.default_model),
             model_id: Some("qwen2.5-coder-1.5b-instruct".into()),
             context_size: None,
+            prompt_cache: None,
         },
         Some(dir.path().join("llama-server.log")),
     ));

@@ -93,6 +93,9 @@ pub struct LocalSettings {
     /// The model id reported and matched (`qwen2.5-coder-1.5b-instruct` by default).
     pub model_id: Option<String>,
     pub context_size: Option<u32>,
+    /// Where the server keeps what it computed for the opening every agent session shares (the
+    /// system prompt and the tools), from one run to the next: `prompt-cache/` in the cache.
+    pub prompt_cache: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -253,6 +256,7 @@ impl Config {
                 model: file.local.model,
                 model_id: file.local.model_id,
                 context_size: file.local.context_size,
+                prompt_cache: None,
             },
             file: Some(path.to_owned()),
             sandbox: file.sandbox,
@@ -318,7 +322,8 @@ impl Config {
 }
 
 impl LocalSettings {
-    /// Fills unset paths with the cache that `scripts/local-model.sh` writes.
+    /// Fills unset paths with the cache that `scripts/local-model.sh` writes (and the prompt cache
+    /// beside it).
     fn cache_defaults(&mut self, env: &dyn Fn(&str) -> Option<String>) {
         let cache = env("TRELLIS_CACHE_DIR").map(PathBuf::from).or_else(|| {
             env("XDG_CACHE_HOME")
@@ -331,6 +336,9 @@ impl LocalSettings {
         }
         if self.model.is_none() {
             self.model = Some(cache.join("models").join(DEFAULT_MODEL_FILE));
+        }
+        if self.prompt_cache.is_none() {
+            self.prompt_cache = Some(cache.join("prompt-cache"));
         }
     }
 }

@@ -2,6 +2,7 @@
 //! free loopback port, waits for, talks to as an OpenAI-compatible server, and stops at the end of the
 //! run. `scripts/local-model.sh` builds the server and fetches the models into `~/.cache/trellis/`.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use tokio::sync::Mutex;
 use crate::catalog::LOCAL_MODEL_ID;
 use crate::config::LocalSettings;
 use crate::error::{ErrorKind, LlmError};
-use crate::http::Transport;
+use crate::http::{Secret, Transport};
 use crate::message::{Request, Response};
 use crate::provider::{OnEvent, Provider};
 use crate::providers::OpenAiChat;
@@ -66,6 +67,8 @@ pub fn state(settings: &LocalSettings) -> LocalState {
 struct Running {
     child: Child,
     chat: Arc<OpenAiChat>,
+    /// The prompt cache on disk, when the server was given one.
+    slots: Option<Arc<Slots>>,
 }
 
 impl Drop for Running {
@@ -112,11 +115,11 @@ impl LocalProvider {
         LlmError::new(ErrorKind::Configuration, "local", message)
     }
 
-    async fn chat(&self) -> Result<Arc<OpenAiChat>, LlmError> {
+    async fn chat(&self) -> Result<(Arc<OpenAiChat>, Option<Arc<Slots>>), LlmError> {
         let mut running = self.running.lock().await;
         if let Some(r) = running.as_mut() {
             match r.child.try_wait() {
-                Ok(None) => return Ok(r.chat.clone()),
+                Ok(None) => return Ok((r.chat.clone(), r.slots.clone())),
                 // The server died (out of memory, killed): start it again.
                 _ => *running = None,
             }
@@ -142,9 +145,9 @@ impl LocalProvider {
             }
         };
         let started = self.start(&server, &model).await?;
-        let chat = started.chat.clone();
+        let handles = (started.chat.clone(), started.slots.clone());
         *running = Some(started);
-        Ok(chat)
+        Ok(handles)
     }
 
     async fn start(&self, server: &Path, model: &Path) -> Result<Running, LlmError> {
@@ -159,6 +162,18 @@ impl LocalProvider {
         };
         let context = self.settings.context_size.unwrap_or(DEFAULT_CONTEXT);
         let threads = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+        // Only this process may use the server: it listens on loopback, where any local user could
+        // otherwise send it prompts or have it save and restore its cache. The key goes in the
+        // environment, which other users cannot read (a command line they can).
+        let key = trellis_process::secrets::random_token().map_err(|e| {
+            Self::error(format!(
+                "cannot read /dev/urandom for the server's key: {e}"
+            ))
+        })?;
+        let slot_dir = match &self.settings.prompt_cache {
+            Some(dir) => prompt_cache_dir(dir).await,
+            None => None,
+        };
         // The server runs under a small shell watchdog in its own process group: when this process
         // dies without stopping it (SIGKILL), the watchdog notices within a second and stops the
         // server, so no orphan keeps a model in memory.
@@ -174,6 +189,12 @@ impl LocalProvider {
             .args(["--threads", &threads.to_string()])
             .args(SERVER_TUNING)
             .args(["--alias", self.model_id(), "--jinja", "--no-webui"])
+            .args(
+                slot_dir
+                    .iter()
+                    .flat_map(|dir| [std::ffi::OsStr::new("--slot-save-path"), dir.as_os_str()]),
+            )
+            .env("LLAMA_API_KEY", &key)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -214,12 +235,221 @@ impl LocalProvider {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let transport = Transport::new("local", &format!("{base}/v1"), None);
+        let key = Secret::new(key);
+        let transport = Transport::new("local", &format!("{base}/v1"), Some(key.clone()));
+        let slots = match slot_dir {
+            Some(dir) => {
+                Slots::of_server(dir, base, key, http, identity(server, model, context).await).await
+            }
+            None => None,
+        };
         Ok(Running {
             child,
             chat: Arc::new(OpenAiChat::llama_server(transport)),
+            slots,
         })
     }
+}
+
+/// The prompt cache: llama-server saves the KV cache of its slot to files in `dir`
+/// (`--slot-save-path`) and restores them. What is saved is the opening that every agent session of
+/// a kind shares — the system prompt and the tools, never a task or a conversation — so that a run's
+/// first turn reads it instead of computing it again: the server reuses the longest common prefix
+/// of what its slot holds and the prompt it is sent.
+struct Slots {
+    /// The server build, the model and the settings a saved cache is only good for.
+    identity: String,
+    dir: PathBuf,
+    base: String,
+    key: Secret,
+    http: reqwest::Client,
+    /// The openings restored or saved in this server's life, by file name.
+    primed: Mutex<HashSet<String>>,
+}
+
+/// The prompt cache keeps its newest files up to this many bytes (the default model's opening of
+/// ~1,100 tokens takes 24 MB).
+const PROMPT_CACHE_BYTES: u64 = 256 * 1024 * 1024;
+
+impl Slots {
+    /// The prompt cache in `dir` of the server at `base`; `None` when the server keeps no slots to
+    /// save (another build, a stand-in).
+    async fn of_server(
+        dir: PathBuf,
+        base: String,
+        key: Secret,
+        http: reqwest::Client,
+        identity: String,
+    ) -> Option<Arc<Self>> {
+        let keeps_slots = http
+            .get(format!("{base}/slots"))
+            .bearer_auth(key.expose())
+            .send()
+            .await
+            .is_ok_and(|response| response.status().is_success());
+        keeps_slots.then(|| {
+            Arc::new(Self {
+                identity,
+                dir,
+                base,
+                key,
+                http,
+                primed: Mutex::new(HashSet::new()),
+            })
+        })
+    }
+
+    /// Before `request`, when it is the first of its kind in this server's life: restores the opening
+    /// it shares with others of its kind, or has the server compute it (a one-token answer to the
+    /// system prompt and the tools alone, which the request then reads from the slot) and saves it.
+    /// Nothing here fails the call: without the cache the server computes the opening as part of
+    /// the request.
+    async fn prime(&self, chat: &OpenAiChat, request: &Request) {
+        let Some(opening) = opening(request) else {
+            return;
+        };
+        let name = self.file_name(&opening);
+        let mut primed = self.primed.lock().await;
+        if !primed.insert(name.clone()) {
+            return;
+        }
+        let path = self.dir.join(&name);
+        if tokio::fs::try_exists(&path).await.unwrap_or(false) {
+            if self.slot_action("restore", &name).await {
+                // Used: the last to go when the cache is pruned.
+                if let Ok(file) = tokio::fs::File::options().write(true).open(&path).await {
+                    let _ = file
+                        .into_std()
+                        .await
+                        .set_modified(std::time::SystemTime::now());
+                }
+                return;
+            }
+            let _ = tokio::fs::remove_file(&path).await;
+        }
+        if chat.stream(&opening, &|_| {}).await.is_err() {
+            return;
+        }
+        // Saved under a name of its own, then renamed: another run's server never reads half a file.
+        let temporary = format!("{name}.{}.tmp", std::process::id());
+        if self.slot_action("save", &temporary).await
+            && tokio::fs::rename(self.dir.join(&temporary), &path)
+                .await
+                .is_ok()
+        {
+            self.prune(&name).await;
+        } else {
+            let _ = tokio::fs::remove_file(self.dir.join(&temporary)).await;
+        }
+    }
+
+    /// The file an opening's cache is saved in: a hash of what it depends on.
+    fn file_name(&self, opening: &Request) -> String {
+        use sha2::Digest as _;
+        use std::fmt::Write as _;
+        let mut hash = sha2::Sha256::new();
+        hash.update(self.identity.as_bytes());
+        hash.update(serde_json::to_vec(opening).unwrap_or_default());
+        let mut name = String::new();
+        for byte in &hash.finalize()[..16] {
+            let _ = write!(name, "{byte:02x}");
+        }
+        name + ".bin"
+    }
+
+    /// Asks the server to save its slot to `file` in the cache, or restore it from there.
+    async fn slot_action(&self, action: &str, file: &str) -> bool {
+        self.http
+            .post(format!("{}/slots/0?action={action}", self.base))
+            .bearer_auth(self.key.expose())
+            .json(&serde_json::json!({ "filename": file }))
+            .send()
+            .await
+            .is_ok_and(|response| response.status().is_success())
+    }
+
+    /// Removes the oldest files (by when they were last used) past [`PROMPT_CACHE_BYTES`], never
+    /// `kept`; and what a run that died mid-save left.
+    async fn prune(&self, kept: &str) {
+        let Ok(mut entries) = tokio::fs::read_dir(&self.dir).await else {
+            return;
+        };
+        let mut files = Vec::new();
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let path = entry.path();
+            let Ok(meta) = entry.metadata().await else {
+                continue;
+            };
+            let used = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+            let stale = used
+                .elapsed()
+                .is_ok_and(|age| age > Duration::from_hours(1));
+            match path.extension().and_then(|e| e.to_str()) {
+                Some("tmp") if stale => {
+                    let _ = tokio::fs::remove_file(&path).await;
+                }
+                Some("bin") if entry.file_name() != kept => files.push((used, meta.len(), path)),
+                _ => {}
+            }
+        }
+        files.sort_by_key(|&(used, _, _)| std::cmp::Reverse(used));
+        let mut total = tokio::fs::metadata(self.dir.join(kept))
+            .await
+            .map_or(0, |m| m.len());
+        for (_, len, path) in files {
+            total += len;
+            if total > PROMPT_CACHE_BYTES {
+                let _ = tokio::fs::remove_file(path).await;
+            }
+        }
+    }
+}
+
+/// The request that computes what every session like `request` opens with: its system prompt and
+/// tools alone — nothing of its session or conversation — and a one-token answer. `None` when
+/// there is neither.
+fn opening(request: &Request) -> Option<Request> {
+    (request.system.is_some() || !request.tools.is_empty()).then(|| Request {
+        model: request.model.clone(),
+        system: request.system.clone(),
+        tools: request.tools.clone(),
+        max_tokens: Some(1),
+        temperature: Some(0.0),
+        cache_prompt: true,
+        ..Request::default()
+    })
+}
+
+/// The prompt cache's directory, made if need be and readable by its owner alone (it holds what
+/// the model computed from system prompts, which may quote the project's memory files); `None`
+/// when it cannot be, and the server then runs without one.
+async fn prompt_cache_dir(dir: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    tokio::fs::create_dir_all(dir).await.ok()?;
+    tokio::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .await
+        .ok()?;
+    Some(dir.to_owned())
+}
+
+/// What a saved cache is only good for: the server's build and the model (their files' paths,
+/// sizes and times) and the settings that shape the cache.
+async fn identity(server: &Path, model: &Path, context: u32) -> String {
+    async fn file(path: &Path) -> String {
+        let meta = tokio::fs::metadata(path).await.ok();
+        format!(
+            "{} {:?} {:?}",
+            path.display(),
+            meta.as_ref().map(std::fs::Metadata::len),
+            meta.and_then(|m| m.modified().ok())
+        )
+    }
+    format!(
+        "{}\n{}\n--ctx-size {context} {}",
+        file(server).await,
+        file(model).await,
+        SERVER_TUNING.join(" ")
+    )
 }
 
 /// Stops the watchdog and the server with it (their process group). The server keeps no state worth
@@ -245,7 +475,7 @@ impl Provider for LocalProvider {
     }
 
     async fn stream(&self, request: &Request, on_event: OnEvent<'_>) -> Result<Response, LlmError> {
-        let chat = self.chat().await?;
+        let (chat, slots) = self.chat().await?;
         let mut request = request.clone();
         request.model = self.model_id().to_owned();
         // Reasoning effort means nothing to these models; an unbounded answer could run for minutes.
@@ -255,6 +485,9 @@ impl Provider for LocalProvider {
         // Greedy decoding: a small model keeps to instructions and JSON shapes far better, and a run
         // repeated on the same machine gives the same answers.
         request.temperature = Some(request.temperature.unwrap_or(0.0));
+        if let Some(slots) = slots.filter(|_| request.cache_prompt) {
+            slots.prime(&chat, &request).await;
+        }
         chat.stream(&request, on_event).await
     }
 
@@ -263,5 +496,52 @@ impl Provider for LocalProvider {
             stop_group(&running.child);
             let _ = running.child.kill().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{Message, ToolDef};
+
+    #[test]
+    fn an_opening_is_the_system_prompt_and_the_tools_alone() {
+        let tool = ToolDef {
+            name: "read_file".into(),
+            description: "Reads a file.".into(),
+            parameters: serde_json::json!({ "type": "object" }),
+        };
+        let request = Request {
+            model: "m".into(),
+            system: Some("You are an agent.".into()),
+            system_session: Some("The working directory holds:\na.py".into()),
+            messages: vec![Message::user("Fix a.py; the key is s3cr3t.")],
+            tools: vec![tool.clone()],
+            max_tokens: Some(4096),
+            require_tool: true,
+            cache_prompt: true,
+            ..Request::default()
+        };
+        let shared = opening(&request).unwrap();
+        assert_eq!(
+            shared,
+            Request {
+                model: "m".into(),
+                system: Some("You are an agent.".into()),
+                tools: vec![tool],
+                max_tokens: Some(1),
+                temperature: Some(0.0),
+                cache_prompt: true,
+                ..Request::default()
+            }
+        );
+        // Sessions differing in all but the opening share it.
+        let another = Request {
+            system_session: None,
+            messages: vec![Message::user("Something else.")],
+            ..request.clone()
+        };
+        assert_eq!(opening(&another), Some(shared));
+        assert_eq!(opening(&Request::default()), None);
     }
 }

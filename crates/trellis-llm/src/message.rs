@@ -104,7 +104,15 @@ impl ReasoningEffort {
 pub struct Request {
     /// The provider's model id (aliases are resolved before a request is built).
     pub model: String,
+    /// The system prompt: for an agent, what every session of it shares.
     pub system: Option<String>,
+    /// What the system prompt says about this session alone (the working directory's files, the
+    /// example call), kept apart so that what comes before it — `system` and the tools — is the
+    /// same for every session and a prompt cache serves it across them. llama-server reads it at
+    /// the head of the first user message (a chat template puts the tools after the system
+    /// prompt); the other providers after `system` ([`Request::system_text`]).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub system_session: Option<String>,
     pub messages: Vec<Message>,
     pub tools: Vec<ToolDef>,
     pub max_tokens: Option<u32>,
@@ -135,6 +143,17 @@ pub struct Request {
     /// and so the prompt the model reads, stay as they are.
     #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
     pub narrowed: BTreeMap<String, Value>,
+}
+
+impl Request {
+    /// The whole system prompt: `system`, then `system_session` after a blank line.
+    pub fn system_text(&self) -> Option<std::borrow::Cow<'_, str>> {
+        match (self.system.as_deref(), self.system_session.as_deref()) {
+            (Some(system), Some(session)) => Some(format!("{system}\n\n{session}").into()),
+            (Some(text), None) | (None, Some(text)) => Some(text.into()),
+            (None, None) => None,
+        }
+    }
 }
 
 /// A JSON Schema an answer must match, and its name (letters, digits, `_`).

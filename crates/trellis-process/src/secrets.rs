@@ -18,6 +18,22 @@ use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
 use std::sync::LazyLock;
 
+/// 32 random letters and digits from the kernel's generator: a token a server asks for.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "/dev/urandom answers at once: no wait to keep off an async path"
+)]
+pub fn random_token() -> std::io::Result<String> {
+    use std::io::Read as _;
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes
+        .iter()
+        .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
+        .collect())
+}
+
 /// Name words that make a variable a secret.
 const SECRET_WORDS: &[&str] = &[
     "SECRET",

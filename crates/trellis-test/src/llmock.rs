@@ -172,7 +172,8 @@ fn request(port: u16, method: &str, path: &str, body: &str) -> Option<String> {
 }
 
 /// Python forwarding every connection to port `argv[1]` on to port `argv[2]` (no single quotes: it
-/// goes inside them in a shell script).
+/// goes inside them in a shell script), but for `GET /slots`, which it answers as a llama-server
+/// without slots would: llmock stands in for the model, and keeps no cache to save.
 const FORWARDER: &str = r#"
 import socket, sys, threading
 server = socket.socket()
@@ -185,6 +186,9 @@ def pipe(source, sink):
             data = source.recv(65536)
             if not data:
                 break
+            if data.startswith(b"GET /slots"):
+                source.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                continue
             sink.sendall(data)
         sink.shutdown(socket.SHUT_WR)
     except OSError:

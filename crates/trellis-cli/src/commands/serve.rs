@@ -54,26 +54,13 @@ fn token(args: &Args) -> anyhow::Result<Option<String>> {
     if args.listen.ip().is_loopback() {
         return Ok(None);
     }
-    let token = generated_token()?;
+    let token = trellis_process::secrets::random_token()
+        .context("cannot read /dev/urandom to generate a token")?;
     eprintln!(
         "trellis serve: no token was given for {}, so this one was generated (it is shown only now):\n  {token}\n  open http://{}/?token={token}",
         args.listen, args.listen
     );
     Ok(Some(token))
-}
-
-/// 32 random characters from the kernel's generator.
-fn generated_token() -> anyhow::Result<String> {
-    use std::io::Read as _;
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut random| random.read_exact(&mut bytes))
-        .context("cannot read /dev/urandom to generate a token")?;
-    Ok(bytes
-        .iter()
-        .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
-        .collect())
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {

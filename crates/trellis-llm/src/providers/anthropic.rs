@@ -59,17 +59,22 @@ impl Anthropic {
             "messages": messages,
             "stream": true,
         });
-        if let Some(system) = &request.system {
+        if let Some(system) = request.system_text() {
             body["system"] = json!(system);
         }
         if request.cache_prompt {
-            // Two breakpoints: the system prompt (the same for every session of a node, and across
-            // a fan-out's branches), and automatic caching, which puts one after the last block of
-            // each request, so the next turn reads the whole conversation so far from the cache.
+            // Two breakpoints: the system prompt's shared part (the tools come before it, and both
+            // are the same for every session of an agent, across nodes and a fan-out's branches),
+            // and automatic caching, which puts one after the last block of each request, so the
+            // next turn reads the whole conversation so far from the cache.
             let ephemeral = json!({ "type": "ephemeral" });
             if let Some(system) = &request.system {
-                body["system"] =
-                    json!([{ "type": "text", "text": system, "cache_control": ephemeral }]);
+                let mut blocks =
+                    vec![json!({ "type": "text", "text": system, "cache_control": ephemeral })];
+                if let Some(session) = &request.system_session {
+                    blocks.push(json!({ "type": "text", "text": session }));
+                }
+                body["system"] = Value::Array(blocks);
             }
             body["cache_control"] = ephemeral;
         }
@@ -391,9 +396,27 @@ mod tests {
         );
         let once = Anthropic::body(&Request {
             cache_prompt: false,
-            ..request
+            ..request.clone()
         });
         assert!(once.get("cache_control").is_none());
         assert_eq!(once["system"], "be brief");
+        // What is the session's alone follows the marked part, unmarked.
+        let session = Anthropic::body(&Request {
+            system_session: Some("in /w".into()),
+            ..request.clone()
+        });
+        assert_eq!(
+            session["system"],
+            serde_json::json!([
+                { "type": "text", "text": "be brief", "cache_control": ephemeral },
+                { "type": "text", "text": "in /w" }
+            ])
+        );
+        let session_once = Anthropic::body(&Request {
+            system_session: Some("in /w".into()),
+            cache_prompt: false,
+            ..request
+        });
+        assert_eq!(session_once["system"], "be brief\n\nin /w");
     }
 }

@@ -49,7 +49,7 @@ impl Gemini {
             })
             .collect();
         let mut body = json!({ "contents": contents });
-        if let Some(system) = &request.system {
+        if let Some(system) = request.system_text() {
             body["systemInstruction"] = json!({ "parts": [{ "text": system }] });
         }
         if !request.tools.is_empty() {

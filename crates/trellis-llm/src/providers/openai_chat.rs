@@ -3,6 +3,7 @@
 //! call as text; with `text_tool_calls` on, a ```` ```json {"name", "arguments"} ```` block or a
 //! `<tool_call>` element in the answer counts as a call.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
@@ -82,7 +83,17 @@ impl OpenAiChat {
 
     fn body(&self, request: &Request) -> Value {
         let mut messages = Vec::new();
-        if let Some(system) = &request.system {
+        // llama-server's chat template puts the tools after the system prompt: what is this
+        // session's alone goes at the head of the first user message, so the system prompt and the
+        // tools open every session's prompt alike (and its KV cache can be kept across sessions).
+        let mut session = None;
+        let system = if self.llama_server {
+            session = request.system_session.as_deref();
+            request.system.as_deref().map(Cow::Borrowed)
+        } else {
+            request.system_text()
+        };
+        if let Some(system) = system {
             messages.push(json!({ "role": "system", "content": system }));
         }
         for message in &request.messages {
@@ -91,7 +102,8 @@ impl OpenAiChat {
                 Role::User => {
                     // Results of calls the model wrote as text go back as text too: the model
                     // never saw them as API tool calls, and small models follow a plain exchange.
-                    let mut plain = Vec::new();
+                    let mut plain: Vec<String> =
+                        session.take().map(str::to_owned).into_iter().collect();
                     for part in &message.parts {
                         if let Part::ToolResult(result) = part {
                             if text_tool_calls::is_text_call(&result.call_id) {
@@ -509,7 +521,7 @@ fn cut_usage(request: &Request, text: &str, counted: Option<&PromptProgress>) ->
 /// Usage estimated at four characters a token, for an answer cut short before the server reported
 /// its own figures.
 fn estimated_usage(request: &Request, text: &str) -> Usage {
-    let prompt: usize = request.system.as_deref().map_or(0, str::len)
+    let prompt: usize = request.system_text().map_or(0, |s| s.len())
         + request
             .messages
             .iter()
@@ -569,6 +581,44 @@ mod tests {
         assert_eq!(
             body["messages"][2],
             json!({ "role": "user", "content": "Result of read_file:\n1\tA" })
+        );
+    }
+
+    #[test]
+    fn llama_server_reads_what_is_the_sessions_alone_after_the_tools() {
+        let request = Request {
+            model: "m".into(),
+            system: Some("You are an agent.".into()),
+            system_session: Some("The working directory holds:\na.py".into()),
+            messages: vec![
+                Message::user("Fix a.py."),
+                Message::assistant("Done."),
+                Message::user("Check it."),
+            ],
+            ..Request::default()
+        };
+        let transport = || Transport::new("x", "http://127.0.0.1:9/v1", None);
+        // The chat template puts the tools after the system prompt: the session's part goes to the
+        // head of the first user message, so every session's prompt opens alike.
+        let local = OpenAiChat::llama_server(transport()).body(&request);
+        assert_eq!(
+            local["messages"],
+            json!([
+                { "role": "system", "content": "You are an agent." },
+                { "role": "user", "content": "The working directory holds:\na.py\n\nFix a.py." },
+                { "role": "assistant", "content": "Done." },
+                { "role": "user", "content": "Check it." },
+            ])
+        );
+        // Elsewhere the system prompt is whole.
+        let other = OpenAiChat::compatible(transport()).body(&request);
+        assert_eq!(
+            other["messages"][0],
+            json!({ "role": "system", "content": "You are an agent.\n\nThe working directory holds:\na.py" })
+        );
+        assert_eq!(
+            other["messages"][1],
+            json!({ "role": "user", "content": "Fix a.py." })
         );
     }
 

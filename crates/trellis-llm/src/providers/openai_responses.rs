@@ -54,7 +54,7 @@ impl OpenAiResponses {
             "stream": true,
             "store": false,
         });
-        if let Some(system) = &request.system {
+        if let Some(system) = request.system_text() {
             body["instructions"] = json!(system);
         }
         if !request.tools.is_empty() {
