@@ -325,7 +325,8 @@ impl Slots {
                 }
                 return;
             }
-            let _ = tokio::fs::remove_file(&path).await;
+            // Not restored (the slot busy with another session's request): computed and saved
+            // again below, over it.
         }
         if chat.stream(&opening, &|_| {}).await.is_err() {
             return;
