@@ -59,7 +59,9 @@ const ANSWER_TO_FINISH: &str =
 /// the answer), written as one JSON object — shown with an example, a first look at what the task
 /// names ([`first_look`]), since a small model copies an example's path as it is.
 fn local_calls_hint(overview: &str, task: &str) -> String {
-    let example = first_look(overview, task);
+    // Laid out as the model lays out JSON itself: shown a call on one line just before the task,
+    // it answered on one line too, and solved fewer tasks (5 of 9, against 9 – 11 of 12).
+    let example = serde_json::to_string_pretty(&first_look(overview, task)).unwrap_or_default();
     format!(
         "Answer every time with one JSON object and nothing else: a short thought (what you do \
          next, and why), then the name and arguments of one tool to call. For example:\n{example}\n\
