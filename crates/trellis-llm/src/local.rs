@@ -314,19 +314,19 @@ impl Slots {
             return;
         }
         let path = self.dir.join(&name);
-        if tokio::fs::try_exists(&path).await.unwrap_or(false) {
-            if self.slot_action("restore", &name).await {
-                // Used: the last to go when the cache is pruned.
-                if let Ok(file) = tokio::fs::File::options().write(true).open(&path).await {
-                    let _ = file
-                        .into_std()
-                        .await
-                        .set_modified(std::time::SystemTime::now());
-                }
-                return;
+        // When it is not restored (the slot busy with another session's request), it is computed
+        // and saved again below, over it.
+        if tokio::fs::try_exists(&path).await.unwrap_or(false)
+            && self.slot_action("restore", &name).await
+        {
+            // Used: the last to go when the cache is pruned.
+            if let Ok(file) = tokio::fs::File::options().write(true).open(&path).await {
+                let _ = file
+                    .into_std()
+                    .await
+                    .set_modified(std::time::SystemTime::now());
             }
-            // Not restored (the slot busy with another session's request): computed and saved
-            // again below, over it.
+            return;
         }
         if chat.stream(&opening, &|_| {}).await.is_err() {
             return;
