@@ -268,7 +268,7 @@ struct Slots {
 }
 
 /// The prompt cache keeps its newest files up to this many bytes (the default model's opening of
-/// ~1,100 tokens takes 24 MB).
+/// ~1,040 tokens takes 23 MB).
 const PROMPT_CACHE_BYTES: u64 = 256 * 1024 * 1024;
 
 impl Slots {
