@@ -405,7 +405,13 @@ impl RunDir {
                 .find(|&reference| !whole.contains(reference) && blobs.is_damaged(reference));
             if let Some(reference) = damaged {
                 if let Some(file) = blobs.path_of(reference) {
-                    fs::remove_file(&file).map_err(io_error("remove", &file))?;
+                    match fs::remove_file(&file) {
+                        // A blob the crash lost whole is damaged too, and already gone.
+                        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                            return Err(io_error("remove", &file)(e));
+                        }
+                        _ => {}
+                    }
                 }
                 fs::OpenOptions::new()
                     .write(true)
@@ -825,6 +831,12 @@ mod tests {
         assert_eq!(fs::read(&torn_file).unwrap(), b"torn");
         reopened.append_journal(&[entry_naming(3, &torn)]).unwrap();
         assert_eq!(reopened.checkpoint().unwrap().journal, 3);
+
+        // As a crash leaves an entry whose blob never reached the disk at all.
+        fs::remove_file(&torn_file).unwrap();
+        let again = RunDir::open(&record.root().display().to_string(), runs.path()).unwrap();
+        assert_eq!(again.checkpoint_to_resume().unwrap().journal, 2);
+        assert_eq!(stage_nodes(&again), ["s1", "s2"]);
     }
 
     #[test]
