@@ -5,7 +5,8 @@
 //! - [`group`]: a child in a process group of its own, killed with everything it started when its
 //!   stage ends, and the markers (`TRELLIS_STAGE_DIR`, `TRELLIS_RUN_ID`) that find its processes again.
 //! - [`secrets`]: the environment a child gets (without the user's secrets) and the redaction of
-//!   secret values from what children print.
+//!   secret values from what children print; the random tokens that guard a server (`trellis serve`,
+//!   the local model server).
 //! - [`sandbox`]: the confinement a child runs in (bubblewrap, or none when the user says so).
 //! - [`reaper`]: what ends everything an unconfined child started, however it left; [`spawner`]:
 //!   one reaper process that forks the reaper of each command; [`child`]: a child started either way.

@@ -1,4 +1,5 @@
-//! Secrets in the environment, and keeping them out of what children see and what is recorded.
+//! Secrets in the environment, keeping them out of what children see and what is recorded, and the
+//! random tokens that guard the servers Trellis starts.
 //!
 //! A variable is a **secret** when its name, split at `_` into words, has a word that names one
 //! (`SECRET`, `TOKEN`, `PASSWORD`, `PASSWD`, `PASS`, `CREDENTIAL`, `APIKEY`, `PRIVATE`, each also
