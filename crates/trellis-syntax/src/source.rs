@@ -42,6 +42,9 @@ pub fn non_regular(meta: &std::fs::Metadata) -> Option<&'static str> {
     }
 }
 
+/// The UTF-8 byte order mark, which may open a file and is not part of its text.
+const BYTE_ORDER_MARK: char = '\u{feff}';
+
 /// One source file: the workflow as the user wrote it.
 #[derive(Debug, Clone)]
 pub struct SourceFile {
@@ -54,12 +57,18 @@ pub struct SourceFile {
 }
 
 impl SourceFile {
-    /// An in-memory source, named for diagnostics (tests, generated workflows).
+    /// An in-memory source, named for diagnostics (tests, generated workflows). A byte order mark
+    /// opening the text (Windows editors save UTF-8 with one) is not part of the workflow: YAML says
+    /// so, and Graphviz skips it too. Positions count from after it, as editors show them.
     pub fn new(name: impl Into<String>, text: impl Into<String>) -> Self {
+        let mut text = text.into();
+        if text.starts_with(BYTE_ORDER_MARK) {
+            text.drain(..BYTE_ORDER_MARK.len_utf8());
+        }
         Self {
             name: name.into(),
             path: None,
-            text: text.into(),
+            text,
             line_starts: std::sync::OnceLock::new(),
         }
     }
@@ -201,5 +210,12 @@ mod tests {
         assert_eq!(file.line_col(3), (2, 1));
         assert_eq!(file.line_col(6), (2, 3));
         assert_eq!(file.line_col(8), (3, 1));
+    }
+
+    #[test]
+    fn a_byte_order_mark_opening_the_text_is_not_part_of_it() {
+        let file = SourceFile::new("t", "\u{feff}ab\n\u{feff}c");
+        assert_eq!(file.text(), "ab\n\u{feff}c");
+        assert_eq!(file.line_col(0), (1, 1));
     }
 }
