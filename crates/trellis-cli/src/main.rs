@@ -77,6 +77,31 @@ fn quiet_on_closed_stdout() {
     }));
 }
 
+/// Whether `error` is a write to a standard output whose reader has gone (`trellis validate big.fabro
+/// | head`): the commands that write with `?` end with it. Only a broken pipe on the standard output
+/// itself ends quietly; one anywhere else is an error to report.
+fn stdout_closed(error: &anyhow::Error) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let broken_pipe = error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    });
+    if !broken_pipe {
+        return false;
+    }
+    // A pipe whose reader has closed polls as an error for its writer.
+    let stdout = std::io::stdout();
+    let mut fds = [PollFd::new(
+        std::os::fd::AsFd::as_fd(&stdout),
+        PollFlags::POLLOUT,
+    )];
+    poll(&mut fds, PollTimeout::ZERO).is_ok()
+        && fds[0]
+            .revents()
+            .is_some_and(|events| events.contains(PollFlags::POLLERR))
+}
+
 fn main() -> ExitCode {
     // `trellis __reap PROGRAM ARGS...`: the reaper an unconfined command runs under (never typed by
     // a user; see `trellis_process::reaper`).
@@ -118,6 +143,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(error) if stdout_closed(&error) => ExitCode::from(141),
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::from(2)

@@ -205,6 +205,38 @@ fn unreadable_inputs_never_panic() {
     );
 }
 
+/// Windows editors save UTF-8 with a byte order mark: a workflow so saved is read as the same
+/// workflow without it, and a diagnostic's position counts from after it.
+#[test]
+fn a_workflow_saved_with_a_byte_order_mark_reads_as_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "marked.fabro",
+        "\u{feff}digraph Marked {\r\n  start [shape=Mdiamond]\r\n  exit [shape=Msquare]\r\n  start -> exit\r\n}\r\n",
+    );
+    write(
+        dir.path(),
+        "marked.yaml",
+        "\u{feff}entry: only\nnodes:\n  only: { type: command, script: \"true\" }\nedges: []\n",
+    );
+    let out = trellis(&["validate", "marked.fabro", "marked.yaml"], dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert_eq!(
+        text(&out.stdout),
+        "Workflow: Marked (2 nodes, 1 edges)\nmarked.fabro: valid\n\n\
+         Workflow: marked (1 nodes, 0 edges)\nmarked.yaml: valid\n"
+    );
+    write(dir.path(), "bad.fabro", "\u{feff}digraph X { start -> }\n");
+    let out = trellis(&["validate", "bad.fabro"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout).contains("expected a node id, found `}`\n  ┌─ bad.fabro:1:22"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
 /// A file large enough for `validate` to start itself again with huge pages for its heap (see
 /// `commands/huge_pages.rs`) is reported as it is without them (the user's own `hugetlb` setting
 /// keeps it from starting again): same output, same exit code, valid or not.
@@ -413,4 +445,41 @@ fn prompt_files_resolve_home_and_parent_directories() {
     let out = run(elsewhere.path(), &[&common]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("error[file-reference]: `prompt` refers to `~/shared-prompts/review.md`, which does not exist"), "{}", text(&out.stderr));
+}
+
+/// A reader that stops early (`trellis graph big.fabro | head`) ends the command quietly, with the
+/// status a SIGPIPE gives, whether the command printed with `println!` or wrote with `?`.
+#[test]
+fn a_reader_that_stops_early_ends_the_command_quietly() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    // Far more than a pipe holds (64 KiB), so the command is still writing when the reader leaves:
+    // the normalized graph (printed, 0.3 MB), and the 200 warnings each of four files has shown
+    // (written, 0.4 MB).
+    let big = trellis_test::workflows::generated(2_000);
+    write(dir.path(), "big.fabro", &big);
+    let warned = big.replace("max_visits=", "max_visitz=");
+    for name in ["w1.fabro", "w2.fabro", "w3.fabro", "w4.fabro"] {
+        write(dir.path(), name, &warned);
+    }
+    let validate = [
+        "validate", "--format", "json", "w1.fabro", "w2.fabro", "w3.fabro", "w4.fabro",
+    ];
+    for args in [&["graph", "big.fabro"][..], &validate[..]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_trellis"))
+            .args(args)
+            .current_dir(dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert!(!first.is_empty());
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(141), "{args:?}");
+        assert_eq!(text(&out.stderr), "", "{args:?}");
+    }
 }
