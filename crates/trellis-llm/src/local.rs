@@ -37,6 +37,13 @@ const DEFAULT_CONTEXT: u32 = 16_384;
 /// - keys cached in 8 bits: a long context's attention reads half as much (the 20th turn took
 ///   23.0 - 23.3 s, against 27.9 - 30.4 s with 16-bit keys; 2026-11-28, alternated by hand). Values
 ///   stay 16-bit: 8-bit values need flash attention.
+///
+/// Not used: n-gram speculative decoding (`--spec-type ngram-simple`, `ngram-mod`), which drafts an
+/// answer's tokens from what the context already holds. On this CPU checking a draft costs about
+/// what it saves: an agent's answers came at 7.1 - 11.0 tokens a second against 8.9 - 9.8 without
+/// (2026-11-29, four suite tasks; a tenth of the tokens drafted at all, 21 - 94 % of those
+/// accepted), and the greedy answers changed (a batch's arithmetic differs from a token's), which
+/// sent two tasks on much longer paths.
 pub const SERVER_TUNING: [&str; 4] = ["--flash-attn", "off", "--cache-type-k", "q8_0"];
 
 /// The message that tells a user how to get a model at all.
