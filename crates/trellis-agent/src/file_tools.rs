@@ -116,12 +116,23 @@ fn write_file(work_dir: &WorkDir, args: &WriteArgs) -> Result<ToolOutput, String
             args.path
         )));
     }
+    // What the file held, for the names the new content takes out: a rename done by rewriting a
+    // file is told where the old name is still used, as one done by editing it is.
+    let before = path
+        .symlink_metadata()
+        .is_ok_and(|m| m.is_file() && m.len() <= RENAMED_FILE_BYTES)
+        .then(|| read_whole(&path, &args.path).ok())
+        .flatten()
+        .and_then(|bytes| String::from_utf8(bytes).ok());
     write_whole(&path, &args.path, args.content.as_bytes())?;
-    Ok(touched(
-        format!("wrote {} bytes to {}", args.content.len(), args.path),
-        work_dir,
-        &path,
-    ))
+    let mut out = format!("wrote {} bytes to {}", args.content.len(), args.path);
+    if let Some(before) = before {
+        out.push_str(&still_named(
+            work_dir,
+            &removed_names(&before, &args.content),
+        ));
+    }
+    Ok(touched(out, work_dir, &path))
 }
 
 #[derive(Deserialize)]
@@ -305,7 +316,7 @@ fn still_named(work_dir: &WorkDir, names: &[String]) -> String {
     }
     let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
     let mut note = format!(
-        "\nThis edit took out {}, which these lines still name (change them too if they should \
+        "\nThis change took out {}, which these lines still name (change them too if they should \
          follow):\n{}\n",
         quoted.join(" and "),
         places.join("\n")
@@ -926,7 +937,7 @@ mod tests {
         let out = edit("def get_total(prices):", "def compute_total(prices):");
         assert!(
             out.ends_with(
-                "This edit took out `get_total`, which these lines still name (change them too if they should follow):\n\
+                "This change took out `get_total`, which these lines still name (change them too if they should follow):\n\
                  main.py:1: from util import get_total, average\n\
                  main.py:2: print(get_total([3]), average([3]))\n\
                  util.py:6: return get_total(prices) / len(prices)\n"
@@ -947,6 +958,47 @@ mod tests {
         assert!(out.contains("took out `get_total`"), "{out}");
         let out = edit("/ len(prices)", "/ prices.count()");
         assert!(!out.contains("took out"), "{out}");
+    }
+
+    #[test]
+    fn a_rewrite_that_takes_a_name_out_says_where_it_is_still_named() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("util.py"),
+            "def get_total(prices):\n    return sum(prices)\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("main.py"),
+            "from util import get_total\nprint(get_total([3]))\n",
+        )
+        .unwrap();
+        let work_dir = WorkDir::new(dir.path()).unwrap();
+        let write = |path: &str, content: &str| {
+            let args = WriteArgs {
+                path: path.into(),
+                content: content.into(),
+            };
+            write_file(&work_dir, &args).unwrap().content
+        };
+        let out = write(
+            "main.py",
+            "from util import compute_total\nprint(compute_total([3]))\n",
+        );
+        assert_eq!(
+            out,
+            "wrote 57 bytes to main.py\n\
+             This change took out `get_total`, which these lines still name (change them too if they should follow):\n\
+             util.py:1: def get_total(prices):\n"
+        );
+        // Gone everywhere, or a new file: nothing to say.
+        let out = write(
+            "util.py",
+            "def compute_total(prices):\n    return sum(prices)\n",
+        );
+        assert_eq!(out, "wrote 50 bytes to util.py");
+        let out = write("new.py", "print(1)\n");
+        assert_eq!(out, "wrote 9 bytes to new.py");
     }
 
     #[test]
