@@ -59,8 +59,13 @@ enum Command {
     },
 }
 
+/// The status a command ends with, quietly, when the reader of its standard output has gone: the
+/// one a SIGPIPE would give, as other command-line tools end.
+const CLOSED_STDOUT: u8 = 141;
+
 /// A reader that stops early (`trellis rules | head`) closes the pipe; Rust's `println!` then panics.
-/// Like other command-line tools, end quietly instead, with the status a SIGPIPE would give.
+/// End quietly instead ([`CLOSED_STDOUT`]); a command that writes with `?` ends so in `main`
+/// ([`stdout_closed`]).
 fn quiet_on_closed_stdout() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -71,7 +76,7 @@ fn quiet_on_closed_stdout() {
             .or_else(|| info.payload().downcast_ref::<&str>().copied())
             .unwrap_or_default();
         if message.starts_with("failed printing to stdout") {
-            std::process::exit(141);
+            std::process::exit(CLOSED_STDOUT.into());
         }
         default(info);
     }));
@@ -143,7 +148,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
-        Err(error) if stdout_closed(&error) => ExitCode::from(141),
+        Err(error) if stdout_closed(&error) => ExitCode::from(CLOSED_STDOUT),
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::from(2)
