@@ -1,6 +1,6 @@
 //! The `trellis` command: parses arguments and hands each subcommand to its module in [`commands`].
 //! Exit codes: 0 success, 1 an invalid workflow (or a failed run), 2 usage or file-system problems,
-//! 3 a run waiting for input.
+//! 3 a run waiting for input, 141 (quietly) a reader of the output that stopped early.
 
 #![allow(
     clippy::disallowed_methods,
