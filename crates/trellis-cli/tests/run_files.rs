@@ -676,6 +676,38 @@ fn inputs_fill_in_a_workflows_structure_before_it_is_parsed() {
     );
 }
 
+/// Windows editors save UTF-8 with a byte order mark: an inputs file, an answers file and a prompt
+/// file so saved read as they do without it (JSON that parses, a prompt that opens with its text).
+#[test]
+fn files_saved_with_a_byte_order_mark_read_as_without_it() {
+    let p = Project::new();
+    p.write("inputs.json", "\u{feff}{\"tag\": \"v2\"}");
+    p.write("answers.json", "\u{feff}{\"ask\": \"A\"}");
+    p.write("prompt.md", "\u{feff}Tag {{ inputs.tag }}.\n");
+    p.write(
+        "w.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         show [shape=parallelogram, script=\"echo {{ inputs.tag }}\"]\n \
+         ask [shape=hexagon, label=\"Ship?\"]\n write [shape=tab, prompt=\"@prompt.md\"]\n \
+         start -> show -> ask\n ask -> write [label=\"[A] Approve\"]\n \
+         ask -> exit [label=\"[R] Reject\"]\n write -> exit\n}\n",
+    );
+    let run = p.run(
+        "w.fabro",
+        &[
+            "--simulate",
+            "--inputs",
+            "inputs.json",
+            "--answers",
+            "answers.json",
+        ],
+    );
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(printed(&run, "show"), "v2");
+    assert_eq!(run.stages(), ["start", "show", "ask", "write", "exit"]);
+    assert_eq!(prompt_of(&run, "write"), "Tag v2.\n");
+}
+
 #[test]
 fn hooks_merge_across_the_config_file_the_project_and_the_run_file() {
     let p = Project::new();

@@ -157,7 +157,8 @@ fn a_server_beyond_loopback_without_a_token_generates_one_and_shows_it_once() {
 #[test]
 fn a_token_file_is_read() {
     let project = project_with(&[("steps.fabro", STEPS)]);
-    project.write("token.txt", "0123456789abcdef-from-a-file\n");
+    // Saved as a Windows editor saves it: a byte order mark and a CRLF, neither part of the token.
+    project.write("token.txt", "\u{feff}0123456789abcdef-from-a-file\r\n");
     let port = free_port();
     let child = project
         .command(&[

@@ -104,6 +104,7 @@ pub async fn project_memory(stage: &Stage<'_>) -> Option<String> {
         for name in MEMORY_FILES {
             let path = dir.join(name);
             if let Ok(text) = tokio::fs::read_to_string(&path).await
+                && let text = trellis_syntax::without_byte_order_mark(text)
                 && !text.trim().is_empty()
             {
                 let shown = path.strip_prefix(root).unwrap_or(&path).display();

@@ -278,7 +278,7 @@ impl Skills {
                 .collect();
             paths.sort();
             for path in paths {
-                if let Some(mut skill) = std::fs::read_to_string(&path)
+                if let Some(mut skill) = trellis_syntax::read_text(&path)
                     .ok()
                     .and_then(|text| parse(&text, &path))
                 {
@@ -608,7 +608,6 @@ pub fn preflight(
 
 /// A `SKILL.md`: front matter between `---` lines, then the body; `None` without a name.
 fn parse(text: &str, path: &Path) -> Option<Skill> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let after = text.strip_prefix("---")?;
     let end = after.find("\n---")?;
     let front = &after[..end];

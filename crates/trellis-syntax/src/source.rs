@@ -45,6 +45,22 @@ pub fn non_regular(meta: &std::fs::Metadata) -> Option<&'static str> {
 /// The UTF-8 byte order mark, which may open a file and is not part of its text.
 const BYTE_ORDER_MARK: char = '\u{feff}';
 
+/// `text` less the byte order mark that may open it. Windows editors save UTF-8 with one; it is
+/// not part of the text (YAML, JSON and Graphviz all say so), and left in, it breaks a JSON parse,
+/// a token compared byte for byte, or a prompt's first word.
+pub fn without_byte_order_mark(mut text: String) -> String {
+    if text.starts_with(BYTE_ORDER_MARK) {
+        text.drain(..BYTE_ORDER_MARK.len_utf8());
+    }
+    text
+}
+
+/// Reads a text file the user wrote (a prompt, an inputs or answers file, a token, a skill) as
+/// [`std::fs::read_to_string`] does, [`without_byte_order_mark`].
+pub fn read_text(path: &Path) -> std::io::Result<String> {
+    std::fs::read_to_string(path).map(without_byte_order_mark)
+}
+
 /// One source file: the workflow as the user wrote it.
 #[derive(Debug, Clone)]
 pub struct SourceFile {
@@ -61,14 +77,10 @@ impl SourceFile {
     /// opening the text (Windows editors save UTF-8 with one) is not part of the workflow: YAML says
     /// so, and Graphviz skips it too. Positions count from after it, as editors show them.
     pub fn new(name: impl Into<String>, text: impl Into<String>) -> Self {
-        let mut text = text.into();
-        if text.starts_with(BYTE_ORDER_MARK) {
-            text.drain(..BYTE_ORDER_MARK.len_utf8());
-        }
         Self {
             name: name.into(),
             path: None,
-            text,
+            text: without_byte_order_mark(text.into()),
             line_starts: std::sync::OnceLock::new(),
         }
     }

@@ -22,7 +22,7 @@ pub fn inline_file_references(source: &str, workflow: &Workflow) -> String {
     for node in &workflow.nodes {
         let Some(llm) = node.kind.llm() else { continue };
         if let (Some(path), Some(span)) = (&llm.prompt_file, node.attr_spans.get("prompt"))
-            && let Ok(text) = std::fs::read_to_string(Path::new(path))
+            && let Ok(text) = trellis_syntax::read_text(Path::new(path))
         {
             replacements.push((span.range(), quoted(&text, workflow.format)));
         }

@@ -136,7 +136,7 @@ fn read_answers(options: &RunOptions) -> anyhow::Result<Option<HashMap<String, S
     let Some(path) = &options.answers else {
         return Ok(None);
     };
-    let text = std::fs::read_to_string(path)
+    let text = trellis_syntax::read_text(path)
         .with_context(|| format!("cannot read the answers file {}", path.display()))?;
     let answers = Answers::parse(&text)
         .map_err(|e| anyhow::anyhow!("the answers file {} is not usable: {e}", path.display()))?;
@@ -194,7 +194,7 @@ fn parse_sets(sets: &[String]) -> anyhow::Result<BTreeMap<String, Value>> {
 fn given_inputs(args: &RunArgs) -> Result<(Given, BTreeMap<String, String>), String> {
     let mut provided = serde_json::Map::new();
     if let Some(path) = &args.inputs {
-        let text = std::fs::read_to_string(path)
+        let text = trellis_syntax::read_text(path)
             .map_err(|e| format!("cannot read the inputs file {}: {e}", path.display()))?;
         match serde_json::from_str(&text) {
             Ok(Value::Object(map)) => provided = map,

@@ -44,7 +44,7 @@ pub struct Args {
 /// and printed once.
 fn token(args: &Args) -> anyhow::Result<Option<String>> {
     if let Some(path) = &args.token_file {
-        let text = std::fs::read_to_string(path)
+        let text = trellis_syntax::read_text(path)
             .with_context(|| format!("cannot read the token file {}", path.display()))?;
         return Ok(Some(text.lines().next().unwrap_or_default().to_owned()));
     }

@@ -152,7 +152,7 @@ pub(crate) fn load(
         return Some((None, value.text.clone()));
     };
     let path = check_exists(key, value, reference, files, out)?;
-    match std::fs::read_to_string(&path) {
+    match trellis_syntax::read_text(&path) {
         Ok(text) => Some((Some(path), text)),
         Err(error) => {
             out.push(
