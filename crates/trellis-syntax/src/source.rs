@@ -56,9 +56,34 @@ pub fn without_byte_order_mark(mut text: String) -> String {
 }
 
 /// Reads a text file the user wrote (a prompt, an inputs or answers file, a token, a skill) as
-/// [`std::fs::read_to_string`] does, [`without_byte_order_mark`].
+/// [`std::fs::read_to_string`] does, [`without_byte_order_mark`]. A pipe reads as a file does
+/// (`--inputs <(...)`), but no more than [`MAX_SOURCE_BYTES`] is read: an endless one
+/// (`/dev/zero`) is an error, not all the memory there is.
 pub fn read_text(path: &Path) -> std::io::Result<String> {
-    std::fs::read_to_string(path).map(without_byte_order_mark)
+    use std::io::{Error, ErrorKind, Read as _};
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_SOURCE_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_SOURCE_BYTES {
+        return Err(Error::new(
+            ErrorKind::FileTooLarge,
+            format!(
+                "it holds more than {} MiB, the most Trellis reads",
+                MAX_SOURCE_BYTES >> 20
+            ),
+        ));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidData,
+            format!(
+                "it is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+        )
+    })?;
+    Ok(without_byte_order_mark(text))
 }
 
 /// One source file: the workflow as the user wrote it.
@@ -214,6 +239,26 @@ impl SourceFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn user_text_is_read_less_its_byte_order_mark_and_no_further_than_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let marked = dir.path().join("marked.json");
+        std::fs::write(&marked, "\u{feff}{}").unwrap();
+        assert_eq!(read_text(&marked).unwrap(), "{}");
+        let binary = dir.path().join("binary");
+        std::fs::write(&binary, b"ab\xff").unwrap();
+        assert_eq!(
+            read_text(&binary).unwrap_err().to_string(),
+            "it is not UTF-8 text (invalid byte at offset 2)"
+        );
+        let endless = read_text(Path::new("/dev/zero")).unwrap_err();
+        assert_eq!(endless.kind(), std::io::ErrorKind::FileTooLarge);
+        assert_eq!(
+            endless.to_string(),
+            "it holds more than 16 MiB, the most Trellis reads"
+        );
+    }
 
     #[test]
     fn line_col_counts_from_one_and_in_characters() {
