@@ -609,7 +609,7 @@ fn hook_layers(
             )
         })?;
     let project_path = work_dir.join(".fabro/project.toml");
-    let project: Project = match std::fs::read_to_string(&project_path) {
+    let project: Project = match trellis_syntax::read_text(&project_path) {
         Ok(text) => toml::from_str(&text).map_err(|e| problem(&project_path, e.to_string()))?,
         Err(_) => Project::default(),
     };

@@ -241,7 +241,7 @@ pub fn open_blocking(
 /// named in a warning rather than silently passed over.
 pub fn project_file_warnings(work_dir: &Path) -> Vec<Problem> {
     let path = work_dir.join(".fabro/project.toml");
-    let Ok(text) = std::fs::read_to_string(&path) else {
+    let Ok(text) = trellis_syntax::read_text(&path) else {
         return Vec::new();
     };
     let Ok(table) = toml::from_str::<toml::Table>(&text) else {
@@ -289,7 +289,7 @@ impl RunFile {
         path: &Path,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> (Option<RunFile>, Vec<Problem>) {
-        match std::fs::read_to_string(path) {
+        match trellis_syntax::read_text(path) {
             Ok(text) => Self::parse(path, text, env),
             Err(e) => (
                 None,
