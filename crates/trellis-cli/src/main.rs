@@ -107,6 +107,22 @@ fn stdout_closed(error: &anyhow::Error) -> bool {
             .is_some_and(|events| events.contains(PollFlags::POLLERR))
 }
 
+/// An error and its causes in one line, as `{:#}` writes it, less the causes the message before
+/// them already says: most of Trellis's errors quote their cause (`cannot read PATH: CAUSE`) and
+/// name it as their source too, and the user should read it once.
+fn described(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = cause.to_string();
+        if text.is_empty() {
+            text = cause;
+        } else if !text.contains(&cause) {
+            text = format!("{text}: {cause}");
+        }
+    }
+    text
+}
+
 fn main() -> ExitCode {
     // `trellis __reap PROGRAM ARGS...`: the reaper an unconfined command runs under (never typed by
     // a user; see `trellis_process::reaper`).
@@ -150,8 +166,24 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) if stdout_closed(&error) => ExitCode::from(CLOSED_STDOUT),
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", described(&error));
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_says_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8");
+        // A cause the message quotes is not said again; one it does not is.
+        let quoted = anyhow::Error::new(io).context("cannot read run.json: not UTF-8");
+        assert_eq!(described(&quoted), "cannot read run.json: not UTF-8");
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8");
+        let unquoted = anyhow::Error::new(io).context("cannot read run.json");
+        assert_eq!(described(&unquoted), "cannot read run.json: not UTF-8");
     }
 }

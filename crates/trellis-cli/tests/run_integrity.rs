@@ -384,9 +384,14 @@ fn a_torn_event_line_is_repaired_before_the_resume_appends() {
     );
     let record = killed_at_slow(&p);
     let log = record.join("events.jsonl");
-    let mut text = std::fs::read_to_string(&log).unwrap();
-    text.push_str("{\"seq\": 99, \"event\": \"StageComp");
-    std::fs::write(&log, &text).unwrap();
+    // Cut short inside a character, as a process that dies mid-write may leave it.
+    let mut bytes = std::fs::read(&log).unwrap();
+    bytes.extend_from_slice(b"{\"seq\": 99, \"event\": \"StageCompleted\", \"note\": \"caf\xc3");
+    std::fs::write(&log, &bytes).unwrap();
+    let events = p.command(&["events", &run_id(&record)]).output().unwrap();
+    assert_eq!(events.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&events.stderr);
+    assert!(stderr.contains("lines that are not events"), "{stderr}");
     let resumed = p.resume(&run_id(&record), &[]);
     assert_eq!(resumed.code(), Some(0), "{}", resumed.stderr());
     for (number, line) in std::fs::read_to_string(&log).unwrap().lines().enumerate() {
@@ -403,10 +408,44 @@ fn a_torn_event_line_is_repaired_before_the_resume_appends() {
         .map(str::to_owned)
         .collect();
     lines[2] = "garbage".to_owned();
-    std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+    let mut bytes = (lines.join("\n") + "\n").into_bytes();
+    bytes.extend_from_slice(b"\xff\xfe not text either\n");
+    std::fs::write(&log, &bytes).unwrap();
     let events = p.command(&["events", &run_id(&record)]).output().unwrap();
     let stderr = String::from_utf8_lossy(&events.stderr);
-    assert!(stderr.contains("line 3"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("line 3, {})", lines.len() + 1)),
+        "{stderr}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&events.stdout).lines().count(),
+        lines.len() - 1
+    );
+}
+
+/// A record whose `run.json` cannot be read is named when the runs are listed, not silently
+/// passed over, and the others are still listed.
+#[test]
+fn runs_names_a_record_it_cannot_read_and_lists_the_rest() {
+    let p = Project::new();
+    p.write("w.fabro", &workflow("start -> exit"));
+    let first = p.run("w.fabro", &[]);
+    let second = p.run("w.fabro", &[]);
+    assert_eq!((first.code(), second.code()), (Some(0), Some(0)));
+    std::fs::write(first.record().join("run.json"), b"{\"run_id\": \"\xff").unwrap();
+    let runs = p.command(&["runs"]).output().unwrap();
+    assert_eq!(runs.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&runs.stderr);
+    assert_eq!(
+        stderr,
+        format!(
+            "warning: cannot read {}: stream did not contain valid UTF-8; that run is left out\n",
+            first.record().join("run.json").display()
+        )
+    );
+    let stdout = String::from_utf8_lossy(&runs.stdout);
+    assert!(stdout.contains(&run_id(&second.record())), "{stdout}");
+    assert!(!stdout.contains(&run_id(&first.record())), "{stdout}");
 }
 
 /// Command output is stored without waiting for the disk and synced with the journal: after a crash

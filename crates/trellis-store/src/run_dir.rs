@@ -489,20 +489,14 @@ impl RunDir {
     /// damage, or a torn last line.
     pub fn events_checked(&self) -> Result<(Vec<Event>, Vec<usize>), StoreError> {
         let path = self.events_path();
-        let text = match fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(io_error("read", &path)(e)),
         };
         let mut events = Vec::new();
         let mut bad = Vec::new();
-        for (number, line) in text.lines().enumerate() {
-            match serde_json::from_str(line) {
-                Ok(event) => events.push(event),
-                Err(_) if line.trim().is_empty() => {}
-                Err(_) => bad.push(number + 1),
-            }
-        }
+        read_event_lines(&bytes, &mut 0, &mut events, &mut bad);
         Ok((events, bad))
     }
 
@@ -939,15 +933,31 @@ impl EventTail {
         self.offset += complete as u64;
         let mut events = Vec::new();
         let mut bad = Vec::new();
-        for line in String::from_utf8_lossy(&bytes[..complete]).lines() {
-            self.lines += 1;
-            match serde_json::from_str(line) {
-                Ok(event) => events.push(event),
-                Err(_) if line.trim().is_empty() => {}
-                Err(_) => bad.push(self.lines),
-            }
-        }
+        read_event_lines(&bytes[..complete], &mut self.lines, &mut events, &mut bad);
         Ok((events, bad))
+    }
+}
+
+/// Reads the lines of an event log's `bytes` into `events`, numbering them on from `lines`; the
+/// numbers of lines that are not events go to `bad`. Lines are read as bytes: one cut short inside a
+/// character (a process that died mid-write, a full disk) is one damaged line, not an unreadable log.
+fn read_event_lines(
+    bytes: &[u8],
+    lines: &mut usize,
+    events: &mut Vec<Event>,
+    bad: &mut Vec<usize>,
+) {
+    let text = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    if text.is_empty() {
+        return;
+    }
+    for line in text.split(|&b| b == b'\n') {
+        *lines += 1;
+        match serde_json::from_slice(line) {
+            Ok(event) => events.push(event),
+            Err(_) if line.iter().all(u8::is_ascii_whitespace) => {}
+            Err(_) => bad.push(*lines),
+        }
     }
 }
 

@@ -97,8 +97,12 @@ pub fn runs(args: &RunsArgs) -> anyhow::Result<ExitCode> {
     let mut rows = Vec::new();
     for path in list_runs(&runs_dir).into_iter().take(args.limit) {
         let record = RunDir::open(&path.display().to_string(), &runs_dir)?;
-        let Ok(mut meta) = record.meta() else {
-            continue;
+        let mut meta = match record.meta() {
+            Ok(meta) => meta,
+            Err(error) => {
+                eprintln!("warning: {error}; that run is left out");
+                continue;
+            }
         };
         meta.status = record.status(&meta);
         let stages = record.checkpoint().map_or(0, |c| c.stage_count);
