@@ -388,9 +388,9 @@ impl RunDir {
     pub fn checkpoint_to_resume(&self) -> Result<Checkpoint, StoreError> {
         let snapshot = self.snapshot()?;
         let path = self.journal_path();
-        let text = match fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+        let text = match read_journal(&path) {
+            Ok(Some((text, _))) => text,
+            Ok(None) => String::new(),
             Err(e) => return Err(io_error("read", &path)(e)),
         };
         let (mut entries, readable) = readable_entries(&text);
@@ -430,7 +430,7 @@ impl RunDir {
     /// The journal's entries, in order. Reading stops at the first line that is not an entry (a
     /// torn last line, damage) or an entry out of order: what follows it cannot be applied.
     fn journal(&self) -> Vec<JournalEntry> {
-        let Ok(text) = fs::read_to_string(self.journal_path()) else {
+        let Ok(Some((text, _))) = read_journal(&self.journal_path()) else {
             return Vec::new();
         };
         readable_entries(&text).0
@@ -547,6 +547,22 @@ fn blob_references(line: &str) -> impl Iterator<Item = &str> {
         .filter_map(|(at, _)| line[at..].split('"').next())
 }
 
+/// The journal at `path` as far as it is UTF-8 text (a line cut short inside a character ends
+/// it there: no entry past it is read), and its whole length in bytes; `None` when there is none.
+fn read_journal(path: &Path) -> io::Result<Option<(String, usize)>> {
+    let mut bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let length = bytes.len();
+    if let Err(e) = std::str::from_utf8(&bytes) {
+        bytes.truncate(e.valid_up_to());
+    }
+    let text = String::from_utf8(bytes).expect("cut to its valid prefix");
+    Ok(Some((text, length)))
+}
+
 /// The journal's entries up to the first line that is not the next entry (a torn last line, damage,
 /// an entry out of order), and the length of the text they take.
 fn readable_entries(text: &str) -> (Vec<JournalEntry>, usize) {
@@ -628,10 +644,10 @@ impl RunStore for RunDir {
             let path = self.journal_path();
             // What a reader cannot use (a torn last line, damage) is cut off first, so the entries
             // appended now follow the last one readers see.
-            let created = match fs::read_to_string(&path) {
-                Ok(text) => {
+            let created = match read_journal(&path)? {
+                Some((text, length)) => {
                     let (_, readable) = readable_entries(&text);
-                    if readable < text.len() {
+                    if readable < length {
                         fs::OpenOptions::new()
                             .write(true)
                             .open(&path)?
@@ -639,8 +655,7 @@ impl RunStore for RunDir {
                     }
                     false
                 }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => true,
-                Err(e) => return Err(e),
+                None => true,
             };
             let file = {
                 use std::os::unix::fs::OpenOptionsExt as _;
@@ -773,6 +788,23 @@ mod tests {
         reopened.append_journal(&[entry(3)]).unwrap();
         assert_eq!(stage_nodes(&reopened), ["s1", "s2", "s3"]);
         assert_eq!(reopened.checkpoint().unwrap().journal, 3);
+    }
+
+    #[test]
+    fn a_line_cut_short_inside_a_character_is_damage_like_any_torn_line() {
+        let runs = tempfile::tempdir().unwrap();
+        let (record, _owner) = new_record(runs.path());
+        first_snapshot(&record);
+        record.append_journal(&[entry(1), entry(2)]).unwrap();
+        let mut bytes = fs::read(record.journal_path()).unwrap();
+        bytes.extend_from_slice(b"{\"n\":3,\"note\":\"caf\xc3");
+        fs::write(record.journal_path(), &bytes).unwrap();
+        assert_eq!(stage_nodes(&record), ["s1", "s2"]);
+        let reopened = RunDir::open(&record.root().display().to_string(), runs.path()).unwrap();
+        assert_eq!(reopened.checkpoint_to_resume().unwrap().journal, 2);
+        reopened.append_journal(&[entry(3)]).unwrap();
+        assert_eq!(stage_nodes(&reopened), ["s1", "s2", "s3"]);
+        assert!(std::str::from_utf8(&fs::read(record.journal_path()).unwrap()).is_ok());
     }
 
     /// Entry `n` (see [`entry`]) setting `command.output` to `blob` as well.
