@@ -7,7 +7,6 @@
 //! way from the files the stage writes ([`stage_output`]): output never goes through the event log.
 
 use std::convert::Infallible;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +17,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt, stream};
 use serde::Deserialize;
-use trellis_store::{Chunk, Position, RunDir, StageOutput, StageState};
+use trellis_store::{Chunk, Position, RunDir, StageOutput, StageState, read_whole_lines};
 use utoipa::IntoParams;
 
 use crate::api::{ApiError, blocking};
@@ -88,31 +87,11 @@ pub async fn events(
         .into_response())
 }
 
-/// Reads the complete lines of `path` from `offset` (at most about `limit` bytes); returns them and the
-/// offset after the last complete line. A line still being written is left for the next read.
-#[allow(
-    clippy::disallowed_methods,
-    reason = "runs on the blocking pool (event streams)"
-)]
+/// [`read_whole_lines`] as text, for a response (on the blocking pool).
 fn read_lines(path: &std::path::Path, offset: u64, limit: u64) -> Result<(String, u64), ApiError> {
-    let mut file = match std::fs::File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((String::new(), offset)),
-        Err(e) => {
-            return Err(ApiError::internal(format!(
-                "cannot read {}: {e}",
-                path.display()
-            )));
-        }
-    };
-    let mut bytes = Vec::new();
-    file.seek(SeekFrom::Start(offset))
-        .and_then(|_| file.take(limit).read_to_end(&mut bytes))
+    let (bytes, next) = read_whole_lines(path, offset, limit)
         .map_err(|e| ApiError::internal(format!("cannot read {}: {e}", path.display())))?;
-    let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    bytes.truncate(complete);
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    Ok((text, offset + complete as u64))
+    Ok((String::from_utf8_lossy(&bytes).into_owned(), next))
 }
 
 /// The reading end of one stream.

@@ -951,23 +951,36 @@ pub struct EventTail {
 impl EventTail {
     /// The new events, and the numbers (from 1) of new lines that are not events.
     pub fn read(&mut self) -> Result<(Vec<Event>, Vec<usize>), StoreError> {
-        use std::io::{Read as _, Seek as _};
-        let mut file = match File::open(&self.path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
-            Err(e) => return Err(io_error("read", &self.path)(e)),
-        };
-        let mut bytes = Vec::new();
-        file.seek(io::SeekFrom::Start(self.offset))
-            .and_then(|_| file.read_to_end(&mut bytes))
+        let (bytes, next) = read_whole_lines(&self.path, self.offset, u64::MAX)
             .map_err(io_error("read", &self.path))?;
-        let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        self.offset += complete as u64;
+        self.offset = next;
         let mut events = Vec::new();
         let mut bad = Vec::new();
-        read_event_lines(&bytes[..complete], &mut self.lines, &mut events, &mut bad);
+        read_event_lines(&bytes, &mut self.lines, &mut events, &mut bad);
         Ok((events, bad))
     }
+}
+
+/// The whole lines of the file at `path` from byte `offset` — about `limit` bytes of them, or the
+/// first one whole when it is longer — and the offset after the last. A line still being written
+/// (no line break yet) is left for the next read; a file not written yet has none.
+pub fn read_whole_lines(path: &Path, offset: u64, limit: u64) -> io::Result<(Vec<u8>, u64)> {
+    use std::io::{BufRead as _, Read as _, Seek as _};
+    let mut file = match File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), offset)),
+        Err(e) => return Err(e),
+    };
+    file.seek(io::SeekFrom::Start(offset))?;
+    let mut reader = io::BufReader::new(file);
+    let mut bytes = Vec::new();
+    (&mut reader).take(limit).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 == limit && !bytes.contains(&b'\n') {
+        reader.read_until(b'\n', &mut bytes)?;
+    }
+    let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    bytes.truncate(complete);
+    Ok((bytes, offset + complete as u64))
 }
 
 /// Reads the lines of an event log's `bytes` into `events`, numbering them on from `lines`; the
@@ -1019,5 +1032,20 @@ mod tail_tests {
         assert_eq!((events.len(), bad.len()), (1, 0));
         assert_eq!(tail.lines, 3);
         assert_eq!(tail.read().unwrap().0.len(), 0);
+    }
+
+    #[test]
+    fn whole_lines_are_read_in_about_the_limit_and_a_longer_line_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        assert_eq!(read_whole_lines(&path, 7, 10).unwrap(), (Vec::new(), 7));
+        std::fs::write(&path, format!("ab\ncd\n{}\nef", "x".repeat(30))).unwrap();
+        assert_eq!(read_whole_lines(&path, 0, 5).unwrap(), (b"ab\n".to_vec(), 3));
+        assert_eq!(read_whole_lines(&path, 0, 6).unwrap(), (b"ab\ncd\n".to_vec(), 6));
+        // A line longer than the limit is read whole rather than never.
+        let (long, next) = read_whole_lines(&path, 6, 10).unwrap();
+        assert_eq!((long.len(), next), (31, 37));
+        // The line still being written waits.
+        assert_eq!(read_whole_lines(&path, 37, 10).unwrap(), (Vec::new(), 37));
     }
 }
