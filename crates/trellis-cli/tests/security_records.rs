@@ -1,7 +1,7 @@
 //! The security campaign's probes against what a workflow can make Trellis read and write: node ids
 //! that would leave the run record, `@file` references to the process's environment, secrets in the
-//! environment by name, in URLs and in encodings, workflows that include themselves, and answers given
-//! up front that fit no option.
+//! environment by name, in URLs and in encodings, workflows that include themselves, answers given
+//! up front that fit no option, and output written to steer the terminal that shows it.
 
 #![allow(
     clippy::disallowed_methods,
@@ -253,4 +253,45 @@ fn a_dry_run_never_waits_at_a_gate_timeout() {
     let run = p.run("timed.fabro", &["--dry-run"]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+/// What a stage writes is shown in summary lines (the failure of `run`, `show`'s context) with its
+/// control characters escaped: a hostile output cannot retitle the terminal, clear it or move the
+/// cursor over what `trellis` drew.
+#[test]
+fn output_that_would_steer_the_terminal_is_shown_escaped() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        "digraph W { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         c [shape=parallelogram, script=\"printf 'x\\033]0;pwned\\007y\\033[2J' >&2; exit 1\"]\n \
+         start -> c -> exit }",
+    );
+    let run = p.run("w.fabro", &[]);
+    assert!(!run.stderr().contains('\x1b'), "{:?}", run.stderr());
+    assert!(
+        run.stderr()
+            .contains("the command exited with code 1: x\\u{1b}]0;pwned\\u{7}y\\u{1b}[2J"),
+        "{}",
+        run.stderr()
+    );
+    let id = run
+        .record()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let show = p.command(&["show", &id]).output().unwrap();
+    let shown = String::from_utf8_lossy(&show.stdout);
+    assert!(!shown.contains('\x1b'), "{shown:?}");
+    assert!(
+        shown.contains("command.stderr = x\\u{1b}]0;pwned\\u{7}y\\u{1b}[2J"),
+        "{shown}"
+    );
+    // `trellis logs` prints the output whole, as it was written.
+    let logs = p.command(&["logs", &id, "c"]).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&logs.stderr),
+        "x\x1b]0;pwned\x07y\x1b[2J"
+    );
 }

@@ -1040,8 +1040,14 @@ mod tail_tests {
         let path = dir.path().join("log");
         assert_eq!(read_whole_lines(&path, 7, 10).unwrap(), (Vec::new(), 7));
         std::fs::write(&path, format!("ab\ncd\n{}\nef", "x".repeat(30))).unwrap();
-        assert_eq!(read_whole_lines(&path, 0, 5).unwrap(), (b"ab\n".to_vec(), 3));
-        assert_eq!(read_whole_lines(&path, 0, 6).unwrap(), (b"ab\ncd\n".to_vec(), 6));
+        assert_eq!(
+            read_whole_lines(&path, 0, 5).unwrap(),
+            (b"ab\n".to_vec(), 3)
+        );
+        assert_eq!(
+            read_whole_lines(&path, 0, 6).unwrap(),
+            (b"ab\ncd\n".to_vec(), 6)
+        );
         // A line longer than the limit is read whole rather than never.
         let (long, next) = read_whole_lines(&path, 6, 10).unwrap();
         assert_eq!((long.len(), next), (31, 37));

@@ -1,4 +1,4 @@
-//! One module per subcommand. Shared here: exit codes and colour choice.
+//! One module per subcommand. Shared here: exit codes, colour choice and text fit for a terminal.
 
 pub mod graph;
 mod huge_pages;
@@ -13,9 +13,34 @@ pub mod steer;
 pub mod temporal;
 pub mod validate;
 
+use std::borrow::Cow;
 use std::io::IsTerminal;
 
 use clap::ValueEnum;
+
+/// `text` a run recorded (a command's output, a failure reason, a context value: anything a stage
+/// or a model wrote) fit to print in a summary line: control characters other than a tab, and the
+/// marks that turn text right to left, are written as escapes (`\n`, `\u{1b}`), so a hostile
+/// output cannot move the cursor, retitle the terminal or hide what follows. A stage's output
+/// printed whole (`trellis logs`, `--verbose`) is passed on as it is, as `cat` would.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    let hidden = |c: char| {
+        (c.is_control() && c != '\t')
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.contains(hidden) {
+        return Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if hidden(c) {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    Cow::Owned(shown)
+}
 
 /// The sandbox the user chose, with this executable as the reaper of unconfined children (see
 /// `trellis_process::reaper`); this process stops being readable by its children.
@@ -102,4 +127,16 @@ impl ColorChoice {
 pub enum OutputFormat {
     Text,
     Json,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn printable_text_escapes_what_would_steer_the_terminal() {
+        assert_eq!(super::printable("plain\ttext é"), "plain\ttext é");
+        assert_eq!(
+            super::printable("a\x1b]0;pwned\x07b\x1b[2J\r\nc\u{202e}d"),
+            "a\\u{1b}]0;pwned\\u{7}b\\u{1b}[2J\\r\\nc\\u{202e}d"
+        );
+    }
 }

@@ -135,7 +135,8 @@ impl Progress {
             if let Some(latest) = &stage.latest
                 && !self.verbose
             {
-                let _ = writeln!(block, "    │ {}", shorten(latest, LATEST_CHARS));
+                let latest = super::printable(latest);
+                let _ = writeln!(block, "    │ {}", shorten(&latest, LATEST_CHARS));
             }
         }
         running.drawn = block.lines().count();
@@ -158,7 +159,8 @@ impl Progress {
             running.mid_text = false;
         }
         self.erase(&mut running);
-        eprintln!("{text}");
+        // Reasons, messages and tool targets are what stages and models wrote.
+        eprintln!("{}", super::printable(text));
     }
 
     fn stream(&self, text: &str) {

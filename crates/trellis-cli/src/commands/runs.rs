@@ -147,7 +147,7 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
     println!("Run {} of {}", meta.run_id, meta.workflow);
     println!("  status:  {}", meta.status);
     if let Some(goal) = &meta.goal {
-        println!("  goal:    {goal}");
+        println!("  goal:    {}", super::printable(goal));
     }
     println!(
         "  started: {}{}",
@@ -169,7 +169,7 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     };
     if let Some(failure) = &checkpoint.failure {
-        println!("  error:   {failure}");
+        println!("  error:   {}", super::printable(failure));
     }
     if let Some(next) = checkpoint.next_node()
         && !checkpoint.status.is_finished()
@@ -182,7 +182,12 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
         let mut reason = stage
             .failure_reason
             .as_deref()
-            .map(|r| format!("  {}", r.lines().next().unwrap_or_default()))
+            .map(|r| {
+                format!(
+                    "  {}",
+                    super::printable(r.lines().next().unwrap_or_default())
+                )
+            })
             .unwrap_or_default();
         if let Some(model) = &stage.details.model {
             let usage = model.usage;
@@ -224,7 +229,7 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
         if text.chars().count() > 100 {
             shown.push('…');
         }
-        println!("  {key} = {}", shown.replace('\n', "\\n"));
+        println!("  {} = {}", super::printable(key), super::printable(&shown));
     }
     Ok(ExitCode::SUCCESS)
 }
