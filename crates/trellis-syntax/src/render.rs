@@ -47,8 +47,67 @@ const CONTEXT_CHARS: usize = 60;
 
 /// Renders one diagnostic as plain text with a source snippet (no colour): the form snapshot tests use.
 pub fn render_plain(file: &SourceFile, diagnostic: &Diagnostic) -> String {
+    if let Some((file, diagnostics)) = shown(file, std::slice::from_ref(diagnostic)) {
+        return render_plain(&file, &diagnostics[0]);
+    }
     let simple = SimpleFile::new(file.name(), file.text());
     plain(&simple, file, diagnostic)
+}
+
+/// `text` with each character that [acts on a terminal](crate::acts_on_terminal) (but the `\r` of
+/// a `\r\n`) replaced by as many bytes of visible text (`?`, or `�` for a three-byte one), so
+/// spans still point where they did; `None` when there is none.
+fn visible(text: &str) -> Option<String> {
+    let acts = |(at, c): (usize, char)| {
+        crate::acts_on_terminal(c) && !(c == '\r' && text[at + 1..].starts_with('\n'))
+    };
+    if !text.char_indices().any(acts) {
+        return None;
+    }
+    let mut shown = String::with_capacity(text.len());
+    for (at, c) in text.char_indices() {
+        match c.len_utf8() {
+            _ if !acts((at, c)) => shown.push(c),
+            3 => shown.push('\u{fffd}'),
+            n => shown.extend(std::iter::repeat_n('?', n)),
+        }
+    }
+    Some(shown)
+}
+
+/// A workflow (a file from anywhere) may hold characters that act on the terminal the snippet is
+/// drawn on: the file and the diagnostics (whose messages quote it) with them made [`visible`],
+/// when there are any.
+fn shown(file: &SourceFile, diagnostics: &[Diagnostic]) -> Option<(SourceFile, Vec<Diagnostic>)> {
+    let text = visible(file.text());
+    let quotes = |d: &Diagnostic| {
+        std::iter::once(&d.message)
+            .chain(std::iter::once(&d.primary.message))
+            .chain(d.secondary.iter().map(|l| &l.message))
+            .chain(&d.help)
+            .any(|m| m.contains(crate::acts_on_terminal))
+    };
+    if text.is_none() && !diagnostics.iter().any(quotes) {
+        return None;
+    }
+    let mend = |m: &mut String| {
+        if let Some(v) = visible(m) {
+            *m = v;
+        }
+    };
+    let diagnostics = diagnostics
+        .iter()
+        .cloned()
+        .map(|mut d| {
+            mend(&mut d.message);
+            mend(&mut d.primary.message);
+            d.secondary.iter_mut().for_each(|l| mend(&mut l.message));
+            d.help.as_mut().map(mend);
+            d
+        })
+        .collect();
+    let file = SourceFile::new(file.name(), text.unwrap_or_else(|| file.text().to_owned()));
+    Some((file, diagnostics))
 }
 
 fn plain(simple: &SimpleFile<&str, &str>, file: &SourceFile, diagnostic: &Diagnostic) -> String {
@@ -130,6 +189,9 @@ pub fn render_terminal(
     if diagnostics.is_empty() {
         return Ok(());
     }
+    if let Some((file, diagnostics)) = shown(file, diagnostics) {
+        return render_terminal(out, &file, &diagnostics, color);
+    }
     // One line index for the file, however many diagnostics there are.
     let simple = SimpleFile::new(file.name(), file.text());
     if !color {
@@ -173,4 +235,42 @@ pub fn to_json(file: &SourceFile, diagnostic: &Diagnostic) -> serde_json::Value 
         "secondary": diagnostic.secondary.iter().map(|l| label_json(l.span, &l.message)).collect::<Vec<_>>(),
         "help": diagnostic.help,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A workflow from anywhere may hold escape sequences: its snippet shows them as `?`, with the
+    /// carets under what they mark, and a CRLF file is drawn as it always was.
+    #[test]
+    fn characters_that_act_on_a_terminal_are_drawn_visible() {
+        let file = SourceFile::new("e.fabro", "a [label=\"\x1b]0;pwned\x07\u{202e}\"] ->\r\n");
+        let at = file.text().find("->").unwrap() as u32;
+        let diagnostic = Diagnostic::new(
+            "syntax",
+            Severity::Error,
+            "found `\x1b[2J`",
+            crate::Span::new(at, at + 2),
+        );
+        let shown = render_plain(&file, &diagnostic);
+        assert!(!shown.contains(crate::acts_on_terminal), "{shown:?}");
+        assert!(shown.contains("found `?[2J`"), "{shown}");
+        let lines: Vec<&str> = shown.lines().collect();
+        let snippet = lines.iter().find(|l| l.contains("pwned")).unwrap();
+        assert!(
+            snippet.ends_with("a [label=\"?]0;pwned?\u{fffd}\"] ->"),
+            "{snippet:?}"
+        );
+        let carets = lines.iter().find(|l| l.contains('^')).unwrap();
+        let column = |line: &str, at: usize| line[..at].chars().count();
+        assert_eq!(
+            column(carets, carets.find('^').unwrap()),
+            column(snippet, snippet.find("->").unwrap()),
+            "{shown}"
+        );
+        let crlf = SourceFile::new("c.fabro", "a ->\r\n");
+        let diagnostic = Diagnostic::new("syntax", Severity::Error, "m", crate::Span::new(2, 4));
+        assert!(!render_plain(&crlf, &diagnostic).contains('?'));
+    }
 }

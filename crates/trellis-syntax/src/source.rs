@@ -45,6 +45,14 @@ pub fn non_regular(meta: &std::fs::Metadata) -> Option<&'static str> {
 /// The UTF-8 byte order mark, which may open a file and is not part of its text.
 const BYTE_ORDER_MARK: char = '\u{feff}';
 
+/// Whether `c` would act on a terminal rather than show on it: a control character other than a
+/// tab or a line break, or a mark that turns text right to left (and can hide what follows).
+/// Text from a file or a run that holds one is shown with it replaced or escaped.
+pub fn acts_on_terminal(c: char) -> bool {
+    (c.is_control() && !matches!(c, '\t' | '\n'))
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 /// `text` less the byte order mark that may open it. Windows editors save UTF-8 with one; it is
 /// not part of the text (YAML, JSON and Graphviz all say so), and left in, it breaks a JSON parse,
 /// a token compared byte for byte, or a prompt's first word.

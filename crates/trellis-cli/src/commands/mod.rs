@@ -24,10 +24,7 @@ use clap::ValueEnum;
 /// output cannot move the cursor, retitle the terminal or hide what follows. A stage's output
 /// printed whole (`trellis logs`, `--verbose`) is passed on as it is, as `cat` would.
 pub fn printable(text: &str) -> Cow<'_, str> {
-    let hidden = |c: char| {
-        (c.is_control() && c != '\t')
-            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-    };
+    let hidden = |c: char| c == '\n' || trellis_syntax::acts_on_terminal(c);
     if !text.contains(hidden) {
         return Cow::Borrowed(text);
     }
