@@ -526,6 +526,10 @@ fn cross_site_requests_large_bodies_and_bad_input_are_refused_with_the_right_sta
         .body(start.to_string().into_bytes())
         .send();
     assert_eq!(form.status, 415, "a body that is not JSON is refused");
+    assert_eq!(
+        form.json()["error"],
+        "Expected request with `Content-Type: application/json`"
+    );
     let same_origin = Request::new(serve.port, "POST", "/api/validate")
         .header("Origin", format!("http://127.0.0.1:{}", serve.port))
         .json(&json!({ "source": STEPS }))
@@ -540,6 +544,28 @@ fn cross_site_requests_large_bodies_and_bad_input_are_refused_with_the_right_sta
         .body(b"{\"workflow\": ".to_vec())
         .send();
     assert_eq!(broken.status, 400);
+    // Every refusal has the API's error body, whoever answered it: the body's reader, the router.
+    assert!(
+        broken.json()["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("Failed to parse the request body as JSON"),
+        "{}",
+        broken.text()
+    );
+    let shape = serve.post("/api/runs", &json!([]));
+    assert_eq!(shape.status, 422);
+    assert!(shape.json()["error"].as_str().is_some(), "{}", shape.text());
+    assert_eq!(
+        big.json()["error"],
+        "the request body is larger than 4 MiB, or was cut off"
+    );
+    let nowhere = serve.get("/api/nothing");
+    assert_eq!(nowhere.status, 404);
+    assert_eq!(nowhere.json()["error"], "no API route is `/api/nothing`");
+    let put = Request::new(serve.port, "PUT", "/api/runs").send();
+    assert_eq!(put.status, 405);
+    assert_eq!(put.json()["error"], "`/api/runs` does not take PUT");
     let neither = serve.post("/api/runs", &json!({ "goal": "x" }));
     assert_eq!(neither.status, 400);
     assert!(

@@ -103,6 +103,50 @@ pub(crate) async fn contain_panics(
         })
 }
 
+/// Answers every failed request to the API with the API's error body, `{"error": "..."}`, its
+/// status and headers kept: the ones the routes' extractors answer themselves (a body that is not
+/// JSON, or not of the request's shape; a missing `Content-Type`), a path no route has, a method
+/// its route does not take.
+pub(crate) async fn errors_as_json(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+    let path = request.uri().path();
+    if !path.starts_with("/api/") {
+        return next.run(request).await;
+    }
+    let (method, path) = (request.method().clone(), path.to_owned());
+    let response = next.run(request).await;
+    let status = response.status();
+    let json = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if json || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned())
+        .unwrap_or_default();
+    let message = match status {
+        _ if !text.is_empty() => text,
+        StatusCode::NOT_FOUND => format!("no API route is `{path}`"),
+        StatusCode::METHOD_NOT_ALLOWED => format!("`{path}` does not take {method}"),
+        _ => status.canonical_reason().unwrap_or("failed").to_lowercase(),
+    };
+    let mut answer = ApiError::Status(status, message).into_response();
+    for (name, value) in &parts.headers {
+        if name != CONTENT_TYPE && name != CONTENT_LENGTH {
+            answer.headers_mut().append(name, value.clone());
+        }
+    }
+    answer
+}
+
 /// One run, as lists show it.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct RunSummary {

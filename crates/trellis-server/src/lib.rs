@@ -132,6 +132,7 @@ pub fn app(server: &Arc<Server>) -> axum::Router {
             guard::check,
         ))
         .layer(axum::extract::DefaultBodyLimit::max(guard::MAX_BODY))
+        .layer(axum::middleware::from_fn(api::errors_as_json))
         .layer(axum::middleware::from_fn(api::contain_panics))
 }
 
