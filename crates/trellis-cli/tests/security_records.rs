@@ -263,9 +263,15 @@ fn output_that_would_steer_the_terminal_is_shown_escaped() {
     let p = Project::new();
     p.write(
         "w.fabro",
-        "digraph W { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+        "digraph \"W\x1b[31m\" { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
          c [shape=parallelogram, script=\"printf 'x\\033]0;pwned\\007y\\033[2J' >&2; exit 1\"]\n \
          start -> c -> exit }",
+    );
+    let validate = p.command(&["validate", "w.fabro"]).output().unwrap();
+    let said = String::from_utf8_lossy(&validate.stdout);
+    assert!(
+        said.starts_with("Workflow: W\\u{1b}[31m (3 nodes"),
+        "{said:?}"
     );
     let run = p.run("w.fabro", &[]);
     assert!(!run.stderr().contains('\x1b'), "{:?}", run.stderr());

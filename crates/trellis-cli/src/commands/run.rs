@@ -485,7 +485,7 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
         eprintln!(
             "Run {} of {}\n  record: {}\n  sandbox: {}",
             run.id(),
-            run.workflow_name(),
+            super::printable(run.workflow_name()),
             run.record().root().display(),
             run.sandbox().describe()
         );

@@ -124,7 +124,10 @@ pub fn runs(args: &RunsArgs) -> anyhow::Result<ExitCode> {
         for (meta, stages) in rows {
             println!(
                 "{:<26}  {:<18}  {:<24}  {stages:>6}  {}",
-                meta.run_id, meta.status, meta.started_at, meta.workflow
+                meta.run_id,
+                meta.status,
+                meta.started_at,
+                super::printable(&meta.workflow)
             );
         }
     }
@@ -144,7 +147,11 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    println!("Run {} of {}", meta.run_id, meta.workflow);
+    println!(
+        "Run {} of {}",
+        meta.run_id,
+        super::printable(&meta.workflow)
+    );
     println!("  status:  {}", meta.status);
     if let Some(goal) = &meta.goal {
         println!("  goal:    {}", super::printable(goal));
@@ -211,6 +218,12 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
         println!("  tokens: {tokens_in} in / {tokens_out} out");
     }
     print_run_file_activity(&record);
+    print_context(&record, &checkpoint);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The run's context, less the engine's own keys: each value on one line, cut to 100 characters.
+fn print_context(record: &RunDir, checkpoint: &trellis_engine::Checkpoint) {
     println!("\nContext:");
     let blobs = trellis_store::FileBlobs::new(record.blobs_dir());
     for (key, value) in checkpoint
@@ -231,7 +244,6 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
         }
         println!("  {} = {}", super::printable(key), super::printable(&shown));
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// A run file's prepare steps and every hook run, from the event log.

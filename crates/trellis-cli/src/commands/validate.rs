@@ -110,7 +110,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                     Some(o) => writeln!(
                         stdout,
                         "Workflow: {} ({} nodes, {} edges)",
-                        o.name, o.nodes, o.edges
+                        super::printable(&o.name),
+                        o.nodes,
+                        o.edges
                     )?,
                     None => writeln!(
                         stdout,
