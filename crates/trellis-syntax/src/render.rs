@@ -47,9 +47,11 @@ const CONTEXT_CHARS: usize = 60;
 
 /// Renders one diagnostic as plain text with a source snippet (no colour): the form snapshot tests use.
 pub fn render_plain(file: &SourceFile, diagnostic: &Diagnostic) -> String {
-    if let Some((file, diagnostics)) = shown(file, std::slice::from_ref(diagnostic)) {
-        return render_plain(&file, &diagnostics[0]);
-    }
+    let mended = shown(file, std::slice::from_ref(diagnostic));
+    let (file, diagnostic) = match &mended {
+        Some((file, diagnostics)) => (file, &diagnostics[0]),
+        None => (file, diagnostic),
+    };
     let simple = SimpleFile::new(file.name(), file.text());
     plain(&simple, file, diagnostic)
 }
@@ -85,7 +87,7 @@ fn shown(file: &SourceFile, diagnostics: &[Diagnostic]) -> Option<(SourceFile, V
             .chain(std::iter::once(&d.primary.message))
             .chain(d.secondary.iter().map(|l| &l.message))
             .chain(&d.help)
-            .any(|m| m.contains(crate::acts_on_terminal))
+            .any(|m| visible(m).is_some())
     };
     if text.is_none() && !diagnostics.iter().any(quotes) {
         return None;
@@ -189,9 +191,11 @@ pub fn render_terminal(
     if diagnostics.is_empty() {
         return Ok(());
     }
-    if let Some((file, diagnostics)) = shown(file, diagnostics) {
-        return render_terminal(out, &file, &diagnostics, color);
-    }
+    let mended = shown(file, diagnostics);
+    let (file, diagnostics) = match &mended {
+        Some((file, diagnostics)) => (file, diagnostics.as_slice()),
+        None => (file, diagnostics),
+    };
     // One line index for the file, however many diagnostics there are.
     let simple = SimpleFile::new(file.name(), file.text());
     if !color {
@@ -272,5 +276,8 @@ mod tests {
         let crlf = SourceFile::new("c.fabro", "a ->\r\n");
         let diagnostic = Diagnostic::new("syntax", Severity::Error, "m", crate::Span::new(2, 4));
         assert!(!render_plain(&crlf, &diagnostic).contains('?'));
+        // A message quoting a line break as written is drawn as it is (the fuzz test found it).
+        let quoting = Diagnostic::new("syntax", Severity::Error, "`\r\n`", crate::Span::new(2, 4));
+        assert!(render_plain(&crlf, &quoting).contains("`\r\n`"));
     }
 }
