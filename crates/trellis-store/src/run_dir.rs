@@ -992,10 +992,10 @@ fn read_event_lines(
     events: &mut Vec<Event>,
     bad: &mut Vec<usize>,
 ) {
-    let text = bytes.strip_suffix(b"\n").unwrap_or(bytes);
-    if text.is_empty() {
+    if bytes.is_empty() {
         return;
     }
+    let text = bytes.strip_suffix(b"\n").unwrap_or(bytes);
     for line in text.split(|&b| b == b'\n') {
         *lines += 1;
         match serde_json::from_slice(line) {
