@@ -911,20 +911,28 @@ mod tests {
         assert_eq!(out.content, "     3\t}\n");
     }
 
+    /// A working directory holding `files` (name, content).
+    fn with_files(files: &[(&str, &str)]) -> (tempfile::TempDir, WorkDir) {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, content) in files {
+            std::fs::write(dir.path().join(name), content).unwrap();
+        }
+        let work = WorkDir::new(dir.path()).unwrap();
+        (dir, work)
+    }
+
     #[test]
     fn an_edit_that_takes_a_name_out_says_where_it_is_still_named() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("util.py"),
-            "def get_total(prices):\n    return sum(prices)\n\n\ndef average(prices):\n    return get_total(prices) / len(prices)\n",
-        )
-        .unwrap();
-        std::fs::write(
-            dir.path().join("main.py"),
-            "from util import get_total, average\nprint(get_total([3]), average([3]))\nget_totals = 1\n",
-        )
-        .unwrap();
-        let work_dir = WorkDir::new(dir.path()).unwrap();
+        let (_dir, work_dir) = with_files(&[
+            (
+                "util.py",
+                "def get_total(prices):\n    return sum(prices)\n\n\ndef average(prices):\n    return get_total(prices) / len(prices)\n",
+            ),
+            (
+                "main.py",
+                "from util import get_total, average\nprint(get_total([3]), average([3]))\nget_totals = 1\n",
+            ),
+        ]);
         let edit = |old: &str, new: &str| {
             let args = EditArgs {
                 path: "util.py".into(),
@@ -962,18 +970,16 @@ mod tests {
 
     #[test]
     fn a_rewrite_that_takes_a_name_out_says_where_it_is_still_named() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("util.py"),
-            "def get_total(prices):\n    return sum(prices)\n",
-        )
-        .unwrap();
-        std::fs::write(
-            dir.path().join("main.py"),
-            "from util import get_total\nprint(get_total([3]))\n",
-        )
-        .unwrap();
-        let work_dir = WorkDir::new(dir.path()).unwrap();
+        let (_dir, work_dir) = with_files(&[
+            (
+                "util.py",
+                "def get_total(prices):\n    return sum(prices)\n",
+            ),
+            (
+                "main.py",
+                "from util import get_total\nprint(get_total([3]))\n",
+            ),
+        ]);
         let write = |path: &str, content: &str| {
             let args = WriteArgs {
                 path: path.into(),

@@ -550,16 +550,18 @@ fn blob_references(line: &str) -> impl Iterator<Item = &str> {
 /// The journal at `path` as far as it is UTF-8 text (a line cut short inside a character ends
 /// it there: no entry past it is read), and its whole length in bytes; `None` when there is none.
 fn read_journal(path: &Path) -> io::Result<Option<(String, usize)>> {
-    let mut bytes = match fs::read(path) {
+    let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
     let length = bytes.len();
-    if let Err(e) = std::str::from_utf8(&bytes) {
-        bytes.truncate(e.valid_up_to());
-    }
-    let text = String::from_utf8(bytes).expect("cut to its valid prefix");
+    let text = String::from_utf8(bytes).unwrap_or_else(|cut| {
+        let valid = cut.utf8_error().valid_up_to();
+        let mut bytes = cut.into_bytes();
+        bytes.truncate(valid);
+        String::from_utf8(bytes).expect("cut to its valid prefix")
+    });
     Ok(Some((text, length)))
 }
 

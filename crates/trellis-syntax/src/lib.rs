@@ -19,7 +19,8 @@ pub mod stylesheet;
 pub mod yaml;
 
 pub use diagnostic::{Diagnostic, Label, Severity, Tally};
-pub use source::{SourceError, SourceFile, acts_on_terminal, read_text, without_byte_order_mark};
+pub use render::acts_on_terminal;
+pub use source::{SourceError, SourceFile, read_text, without_byte_order_mark};
 pub use span::{Span, Spanned};
 
 /// The result of parsing: the document (as much as could be read) and every problem found.

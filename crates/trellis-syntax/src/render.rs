@@ -1,6 +1,7 @@
 //! Renderers for diagnostics: source snippets for a terminal (plain or coloured, drawn by
 //! `codespan-reporting`) and a JSON form for tools and the web UI. Both compute line and column here,
-//! from byte spans, and nowhere else.
+//! from byte spans, and nowhere else. What a file holds that would act on the terminal
+//! ([`acts_on_terminal`]) is drawn visible.
 
 use std::fmt::Write as _;
 use std::io::{self, Write};
@@ -45,6 +46,14 @@ const LONG_LINE: usize = 240;
 /// Characters shown on each side of a span on a long line.
 const CONTEXT_CHARS: usize = 60;
 
+/// Whether `c` would act on a terminal rather than show on it: a control character other than a
+/// tab or a line break, or a mark that turns text right to left (and can hide what follows).
+/// Text from a file or a run that holds one is shown with it replaced or escaped.
+pub fn acts_on_terminal(c: char) -> bool {
+    (c.is_control() && !matches!(c, '\t' | '\n'))
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 /// Renders one diagnostic as plain text with a source snippet (no colour): the form snapshot tests use.
 pub fn render_plain(file: &SourceFile, diagnostic: &Diagnostic) -> String {
     let mended = shown(file, std::slice::from_ref(diagnostic));
@@ -56,12 +65,12 @@ pub fn render_plain(file: &SourceFile, diagnostic: &Diagnostic) -> String {
     plain(&simple, file, diagnostic)
 }
 
-/// `text` with each character that [acts on a terminal](crate::acts_on_terminal) (but the `\r` of
+/// `text` with each character that [acts on a terminal](acts_on_terminal) (but the `\r` of
 /// a `\r\n`) replaced by as many bytes of visible text (`?`, or `�` for a three-byte one), so
 /// spans still point where they did; `None` when there is none.
 fn visible(text: &str) -> Option<String> {
     let acts = |(at, c): (usize, char)| {
-        crate::acts_on_terminal(c) && !(c == '\r' && text[at + 1..].starts_with('\n'))
+        acts_on_terminal(c) && !(c == '\r' && text[at + 1..].starts_with('\n'))
     };
     if !text.char_indices().any(acts) {
         return None;
@@ -258,7 +267,7 @@ mod tests {
             crate::Span::new(at, at + 2),
         );
         let shown = render_plain(&file, &diagnostic);
-        assert!(!shown.contains(crate::acts_on_terminal), "{shown:?}");
+        assert!(!shown.contains(acts_on_terminal), "{shown:?}");
         assert!(shown.contains("found `?[2J`"), "{shown}");
         let lines: Vec<&str> = shown.lines().collect();
         let snippet = lines.iter().find(|l| l.contains("pwned")).unwrap();

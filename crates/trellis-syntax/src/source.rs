@@ -1,5 +1,7 @@
 //! A workflow source file held in memory: its name, its text, and a line index used only when rendering
-//! diagnostics. Loading rejects files too large for `u32` spans and files that are not UTF-8.
+//! diagnostics. Loading rejects files too large for `u32` spans and files that are not UTF-8; the
+//! other text files a user writes (prompts, inputs, tokens) are read by the same rules, less a byte
+//! order mark ([`read_text`]).
 
 use std::path::{Path, PathBuf};
 
@@ -45,14 +47,6 @@ pub fn non_regular(meta: &std::fs::Metadata) -> Option<&'static str> {
 /// The UTF-8 byte order mark, which may open a file and is not part of its text.
 const BYTE_ORDER_MARK: char = '\u{feff}';
 
-/// Whether `c` would act on a terminal rather than show on it: a control character other than a
-/// tab or a line break, or a mark that turns text right to left (and can hide what follows).
-/// Text from a file or a run that holds one is shown with it replaced or escaped.
-pub fn acts_on_terminal(c: char) -> bool {
-    (c.is_control() && !matches!(c, '\t' | '\n'))
-        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
-
 /// `text` less the byte order mark that may open it. Windows editors save UTF-8 with one; it is
 /// not part of the text (YAML, JSON and Graphviz all say so), and left in, it breaks a JSON parse,
 /// a token compared byte for byte, or a prompt's first word.
@@ -63,35 +57,49 @@ pub fn without_byte_order_mark(mut text: String) -> String {
     text
 }
 
+/// Why [`read_bounded`] read no text.
+enum Unread {
+    Io(std::io::Error),
+    TooLarge(u64),
+    NotUtf8(usize),
+}
+
+/// Reads `path` whole as UTF-8 text, but no more than [`MAX_SOURCE_BYTES`] (one byte past it tells a
+/// file too large, or one that grew after it was measured at `size`: the buffer is sized to it, one
+/// allocation without doubling's slack).
+fn read_bounded(path: &Path, size: u64) -> Result<String, Unread> {
+    use std::io::Read as _;
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0).saturating_add(1));
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_SOURCE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(Unread::Io)?;
+    if bytes.len() as u64 > MAX_SOURCE_BYTES {
+        return Err(Unread::TooLarge(bytes.len() as u64));
+    }
+    String::from_utf8(bytes).map_err(|e| Unread::NotUtf8(e.utf8_error().valid_up_to()))
+}
+
 /// Reads a text file the user wrote (a prompt, an inputs or answers file, a token, a skill) as
 /// [`std::fs::read_to_string`] does, [`without_byte_order_mark`]. A pipe reads as a file does
 /// (`--inputs <(...)`), but no more than [`MAX_SOURCE_BYTES`] is read: an endless one
 /// (`/dev/zero`) is an error, not all the memory there is.
 pub fn read_text(path: &Path) -> std::io::Result<String> {
-    use std::io::{Error, ErrorKind, Read as _};
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)?
-        .take(MAX_SOURCE_BYTES + 1)
-        .read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_SOURCE_BYTES {
-        return Err(Error::new(
+    use std::io::{Error, ErrorKind};
+    match read_bounded(path, 0) {
+        Ok(text) => Ok(without_byte_order_mark(text)),
+        Err(Unread::Io(e)) => Err(e),
+        Err(Unread::TooLarge(_)) => Err(Error::new(
             ErrorKind::FileTooLarge,
             format!(
                 "it holds more than {} MiB, the most Trellis reads",
                 MAX_SOURCE_BYTES >> 20
             ),
-        ));
-    }
-    let text = String::from_utf8(bytes).map_err(|e| {
-        Error::new(
+        )),
+        Err(Unread::NotUtf8(offset)) => Err(Error::new(
             ErrorKind::InvalidData,
-            format!(
-                "it is not UTF-8 text (invalid byte at offset {})",
-                e.utf8_error().valid_up_to()
-            ),
-        )
-    })?;
-    Ok(without_byte_order_mark(text))
+            format!("it is not UTF-8 text (invalid byte at offset {offset})"),
+        )),
+    }
 }
 
 /// One source file: the workflow as the user wrote it.
@@ -145,25 +153,16 @@ impl SourceFile {
                 size: meta.len(),
             });
         }
-        // Read at most one byte past the limit: the file may grow after it was measured.
-        // Sized to the file as measured (one allocation, no doubling's slack), plus the byte that
-        // tells a grown file.
-        let mut bytes =
-            Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).saturating_add(1));
-        std::io::Read::read_to_end(
-            &mut std::io::Read::take(std::fs::File::open(path).map_err(io)?, MAX_SOURCE_BYTES + 1),
-            &mut bytes,
-        )
-        .map_err(io)?;
-        if bytes.len() as u64 > MAX_SOURCE_BYTES {
-            return Err(SourceError::TooLarge {
+        let text = read_bounded(path, meta.len()).map_err(|unread| match unread {
+            Unread::Io(source) => io(source),
+            Unread::TooLarge(size) => SourceError::TooLarge {
                 path: path.to_path_buf(),
-                size: bytes.len() as u64,
-            });
-        }
-        let text = String::from_utf8(bytes).map_err(|e| SourceError::NotUtf8 {
-            path: path.to_path_buf(),
-            offset: e.utf8_error().valid_up_to(),
+                size,
+            },
+            Unread::NotUtf8(offset) => SourceError::NotUtf8 {
+                path: path.to_path_buf(),
+                offset,
+            },
         })?;
         let mut file = Self::new(path.display().to_string(), text);
         file.path = Some(path.to_path_buf());
