@@ -1350,6 +1350,13 @@ fn project_memory_is_read_from_the_repository_root_down_to_the_working_directory
     p.write("AGENTS.md", "Root rule: keep it simple.");
     p.write("pkg/CLAUDE.md", "Package rule: no unsafe code.");
     p.write("pkg/w.fabro", &one_agent(""));
+    // A cloned repository's memory files may be links: to another memory file, read; out of the
+    // project or to a device, not (a secret would reach the model; /dev/zero would never end).
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), "hunter2-outside").unwrap();
+    std::os::unix::fs::symlink("AGENTS.md", p.path().join("GEMINI.md")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret"), p.path().join("CLAUDE.md")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", p.path().join("pkg/AGENTS.md")).unwrap();
     mock.scenario(&json!([answer("ok")]));
     let output = p
         .command(&["run", "w.fabro", "--json"])
@@ -1369,6 +1376,12 @@ fn project_memory_is_read_from_the_repository_root_down_to_the_working_directory
         .find("# pkg/CLAUDE.md\n\nPackage rule: no unsafe code.")
         .expect(&system);
     assert!(root < package, "outermost first: {system}");
+    assert!(
+        system.contains("# GEMINI.md\n\nRoot rule: keep it simple."),
+        "{system}"
+    );
+    assert!(!system.contains("hunter2-outside"), "{system}");
+    assert!(!system.contains("# CLAUDE.md") && !system.contains("# pkg/AGENTS.md"));
 }
 
 #[test]

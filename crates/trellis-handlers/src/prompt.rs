@@ -79,6 +79,22 @@ pub async fn preamble_for(stage: &Stage<'_>, fidelity: Fidelity) -> String {
     trellis_process::secrets::redact(&preamble).into_owned()
 }
 
+/// A memory file's text: a regular file inside `root`. A link may point to one there (`CLAUDE.md ->
+/// AGENTS.md`); one pointing out of the project (a cloned repository's `AGENTS.md -> ~/.aws/credentials`
+/// would send the user's secrets to the model) or to a device or a pipe (`/dev/zero`, which would
+/// be read forever) is not read.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "runs on the blocking pool (project_memory)"
+)]
+fn memory_text(path: &std::path::Path, root: &std::path::Path) -> Option<String> {
+    let real = std::fs::canonicalize(path).ok()?;
+    let regular = std::fs::metadata(&real).is_ok_and(|m| m.is_file());
+    (regular && real.starts_with(root))
+        .then(|| trellis_syntax::read_text(&real).ok())
+        .flatten()
+}
+
 /// The project memory as one system prompt, or `None` when there is none: the memory files of every
 /// folder from the repository's root (the nearest folder above with `.git`) down to the working
 /// directory, outermost first; just the working directory's outside a repository.
@@ -98,23 +114,27 @@ pub async fn project_memory(stage: &Stage<'_>) -> Option<String> {
             break;
         }
     }
-    let root = dirs[0];
-    let mut parts = Vec::new();
-    for dir in &dirs {
-        for name in MEMORY_FILES {
-            let path = dir.join(name);
-            if let Ok(text) = tokio::fs::read_to_string(&path).await
-                && let text = trellis_syntax::without_byte_order_mark(text)
+    let paths: Vec<std::path::PathBuf> = dirs
+        .iter()
+        .flat_map(|dir| MEMORY_FILES.iter().map(|name| dir.join(name)))
+        .collect();
+    let root = dirs[0].to_path_buf();
+    let parts = trellis_process::task::blocking(move || {
+        let mut parts = Vec::new();
+        for path in paths {
+            if let Some(text) = memory_text(&path, &root)
                 && !text.trim().is_empty()
             {
-                let shown = path.strip_prefix(root).unwrap_or(&path).display();
+                let shown = path.strip_prefix(&root).unwrap_or(&path).display();
                 parts.push(format!(
                     "# {shown}\n\n{}",
                     preamble::clip(text.trim(), MEMORY_LIMIT)
                 ));
             }
         }
-    }
+        parts
+    })
+    .await;
     (!parts.is_empty()).then(|| parts.join("\n\n"))
 }
 
