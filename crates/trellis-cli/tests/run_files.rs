@@ -758,6 +758,53 @@ fn hooks_merge_across_the_config_file_the_project_and_the_run_file() {
     );
 }
 
+/// A pipe where Trellis looks for a project's file (left by a cloned repository, or a stage of an
+/// earlier run): a plain open waits for a writer forever.
+#[test]
+fn a_pipe_where_a_project_file_is_looked_for_is_named_not_waited_on() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n start -> exit\n}\n",
+    );
+    std::fs::create_dir_all(p.path().join(".fabro")).unwrap();
+    for name in [".fabro/project.toml", ".mcp.json"] {
+        nix::unistd::mkfifo(&p.path().join(name), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    }
+    let mut child = p
+        .command(&["run", "w.fabro"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the run waited on a pipe");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    // Its hooks would silently not run: the run does not start.
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the run's hooks cannot be used:\n")
+            && stderr
+                .contains(".fabro/project.toml: cannot read it: it is a pipe, not a regular file"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_secret_the_run_file_writes_out_stays_out_of_the_record_and_resume_reads_it_again() {
     const TOKEN: &str = "tok-literal-0123456789abcdef";

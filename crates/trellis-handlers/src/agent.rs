@@ -1288,23 +1288,39 @@ async fn stage_start(stage: &Stage<'_>) -> SystemTime {
 }
 
 /// The routing sources after the response: `status.json` in the working directory if the stage wrote
-/// it, then the last file touched. Read lazily, in order.
+/// it, then the last file touched. Each is read only if it is a regular file, and bounded: the agent
+/// may have left a pipe there, which a plain read would wait on forever.
 async fn fallback_sources(
     conversation: &dyn Conversation,
     started: SystemTime,
 ) -> Vec<(String, String)> {
-    let root = conversation.root();
+    let root = conversation.root().to_path_buf();
+    let last = conversation
+        .last_touched()
+        .filter(|last| last != "status.json");
+    trellis_process::task::blocking(move || read_fallback_sources(&root, last, started)).await
+}
+
+#[allow(
+    clippy::disallowed_methods,
+    reason = "runs on the blocking pool (fallback_sources)"
+)]
+fn read_fallback_sources(
+    root: &Path,
+    last: Option<String>,
+    started: SystemTime,
+) -> Vec<(String, String)> {
     let mut sources = Vec::new();
     let status = root.join("status.json");
-    if let Ok(meta) = tokio::fs::metadata(&status).await
-        && meta.modified().is_ok_and(|m| m >= started)
-        && let Ok(text) = tokio::fs::read_to_string(&status).await
+    if std::fs::metadata(&status)
+        .and_then(|meta| meta.modified())
+        .is_ok_and(|modified| modified >= started)
+        && let Ok(text) = trellis_syntax::read_found_text(&status)
     {
         sources.push(("status.json".to_owned(), text));
     }
-    if let Some(last) = conversation.last_touched()
-        && last != "status.json"
-        && let Ok(text) = tokio::fs::read_to_string(root.join(&last)).await
+    if let Some(last) = last
+        && let Ok(text) = trellis_syntax::read_found_text(&root.join(&last))
     {
         sources.push((format!("the last file touched ({last})"), text));
     }
@@ -1367,6 +1383,34 @@ async fn read_routing(
 #[cfg(test)]
 mod tests {
     use super::first_look;
+
+    #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a test sets up a working directory"
+    )]
+    fn routing_is_looked_for_in_files_the_agent_left_but_not_in_a_pipe() {
+        let dir = tempfile::tempdir().unwrap();
+        // Made by the agent's shell: a plain read would wait for a writer forever.
+        nix::unistd::mkfifo(
+            &dir.path().join("status.json"),
+            nix::sys::stat::Mode::S_IRWXU,
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("out.json"), r#"{"preferred_label": "yes"}"#).unwrap();
+        let sources = super::read_fallback_sources(
+            dir.path(),
+            Some("out.json".to_owned()),
+            std::time::SystemTime::UNIX_EPOCH,
+        );
+        assert_eq!(
+            sources,
+            [(
+                "the last file touched (out.json)".to_owned(),
+                r#"{"preferred_label": "yes"}"#.to_owned()
+            )]
+        );
+    }
 
     #[test]
     fn the_example_call_looks_first_at_what_the_task_names() {

@@ -89,9 +89,8 @@ pub async fn preamble_for(stage: &Stage<'_>, fidelity: Fidelity) -> String {
 )]
 fn memory_text(path: &std::path::Path, root: &std::path::Path) -> Option<String> {
     let real = std::fs::canonicalize(path).ok()?;
-    let regular = std::fs::metadata(&real).is_ok_and(|m| m.is_file());
-    (regular && real.starts_with(root))
-        .then(|| trellis_syntax::read_text(&real).ok())
+    real.starts_with(root)
+        .then(|| trellis_syntax::read_found_text(&real).ok())
         .flatten()
 }
 

@@ -60,6 +60,10 @@ pub enum RunError {
     /// The run file (or the one recorded with the run) has errors.
     #[error("the run file cannot be used:\n{problems}")]
     RunFile { problems: String },
+    /// A hook of the config file, the project's `.fabro/project.toml` or the run file does not
+    /// check, or the project's file cannot be read.
+    #[error("the run's hooks cannot be used:\n{problems}")]
+    Hooks { problems: String },
     /// What the workflow needs and this machine lacks (skills, their variables): nothing started.
     #[error("the run cannot start:\n{problems}")]
     Preflight { problems: String },
@@ -562,7 +566,7 @@ fn run_hooks(
     }
     let hooks =
         RunHooks::new(&hooks, setting, &|name| std::env::var(name).ok()).map_err(|problem| {
-            RunError::RunFile {
+            RunError::Hooks {
                 problems: format!("a hook cannot run: {problem}"),
             }
         })?;
@@ -594,7 +598,7 @@ fn hook_layers(
         #[serde(default)]
         hooks: Vec<HookSpec>,
     }
-    let problem = |source: &Path, problem: String| RunError::RunFile {
+    let problem = |source: &Path, problem: String| RunError::Hooks {
         problems: format!("{}: {problem}", source.display()),
     };
     let user: Vec<HookSpec> = config
@@ -609,9 +613,18 @@ fn hook_layers(
             )
         })?;
     let project_path = work_dir.join(".fabro/project.toml");
-    let project: Project = match trellis_syntax::read_text(&project_path) {
+    let project: Project = match trellis_syntax::read_found_text(&project_path) {
         Ok(text) => toml::from_str(&text).map_err(|e| problem(&project_path, e.to_string()))?,
-        Err(_) => Project::default(),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            Project::default()
+        }
+        // Its hooks would silently not run.
+        Err(e) => return Err(problem(&project_path, format!("cannot read it: {e}"))),
     };
     let project: Vec<HookSpec> = project.hooks.into_iter().chain(project.run.hooks).collect();
     // A file in the working directory is anyone's to write (a stage's, a cloned repository's): its

@@ -241,7 +241,7 @@ pub fn open_blocking(
 /// named in a warning rather than silently passed over.
 pub fn project_file_warnings(work_dir: &Path) -> Vec<Problem> {
     let path = work_dir.join(".fabro/project.toml");
-    let Ok(text) = trellis_syntax::read_text(&path) else {
+    let Ok(text) = trellis_syntax::read_found_text(&path) else {
         return Vec::new();
     };
     let Ok(table) = toml::from_str::<toml::Table>(&text) else {

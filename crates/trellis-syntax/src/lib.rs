@@ -20,7 +20,7 @@ pub mod yaml;
 
 pub use diagnostic::{Diagnostic, Label, Severity, Tally};
 pub use render::acts_on_terminal;
-pub use source::{SourceError, SourceFile, read_text, without_byte_order_mark};
+pub use source::{SourceError, SourceFile, read_found_text, read_text, without_byte_order_mark};
 pub use span::{Span, Spanned};
 
 /// The result of parsing: the document (as much as could be read) and every problem found.

@@ -60,18 +60,40 @@ pub fn without_byte_order_mark(mut text: String) -> String {
 /// Why [`read_bounded`] read no text.
 enum Unread {
     Io(std::io::Error),
+    NotAFile(&'static str),
     TooLarge(u64),
     NotUtf8(usize),
 }
 
-/// Reads `path` whole as UTF-8 text, but no more than [`MAX_SOURCE_BYTES`] (one byte past it tells a
+/// Opens `path` for reading when it is a regular file, and its size. Opened without waiting (a plain
+/// open of a pipe with no writer waits for one forever) and then asked what it is, so what is read is
+/// what was looked at: nothing can swap a pipe in between.
+fn open_regular(path: &Path) -> Result<(std::fs::File, u64), Unread> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(path)
+        .map_err(Unread::Io)?;
+    let meta = file.metadata().map_err(Unread::Io)?;
+    match non_regular(&meta) {
+        Some(what) => Err(Unread::NotAFile(what)),
+        // Reads of a regular file never wait, whatever the flag says.
+        None => Ok((file, meta.len())),
+    }
+}
+
+/// Reads `file` whole as UTF-8 text, but no more than [`MAX_SOURCE_BYTES`] (one byte past it tells a
 /// file too large, or one that grew after it was measured at `size`: the buffer is sized to it, one
 /// allocation without doubling's slack).
-fn read_bounded(path: &Path, size: u64) -> Result<String, Unread> {
+fn read_bounded(file: std::fs::File, size: u64) -> Result<String, Unread> {
     use std::io::Read as _;
+    if size > MAX_SOURCE_BYTES {
+        return Err(Unread::TooLarge(size));
+    }
     let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0).saturating_add(1));
-    std::fs::File::open(path)
-        .and_then(|file| file.take(MAX_SOURCE_BYTES + 1).read_to_end(&mut bytes))
+    file.take(MAX_SOURCE_BYTES + 1)
+        .read_to_end(&mut bytes)
         .map_err(Unread::Io)?;
     if bytes.len() as u64 > MAX_SOURCE_BYTES {
         return Err(Unread::TooLarge(bytes.len() as u64));
@@ -84,10 +106,33 @@ fn read_bounded(path: &Path, size: u64) -> Result<String, Unread> {
 /// (`--inputs <(...)`), but no more than [`MAX_SOURCE_BYTES`] is read: an endless one
 /// (`/dev/zero`) is an error, not all the memory there is.
 pub fn read_text(path: &Path) -> std::io::Result<String> {
+    let file = std::fs::File::open(path)?;
+    text_read(read_bounded(file, 0))
+}
+
+/// Reads a text file Trellis looks for by name in a directory, rather than one the user named (a
+/// project's `.mcp.json` or `.fabro/project.toml`, a skill, a memory file, the `status.json` an
+/// agent left), as [`read_text`] does, but only a regular file: a pipe planted there (by a cloned
+/// repository, or a stage of an earlier run) would hold the run forever, and a link to a device
+/// (`/dev/zero`) would be read to the limit. Such a file is an error of kind
+/// [`std::io::ErrorKind::InvalidInput`] that says what it is.
+pub fn read_found_text(path: &Path) -> std::io::Result<String> {
+    match open_regular(path) {
+        Ok((file, size)) => text_read(read_bounded(file, size)),
+        Err(unread) => text_read(Err(unread)),
+    }
+}
+
+/// What [`read_text`] and [`read_found_text`] answer for what [`read_bounded`] read.
+fn text_read(read: Result<String, Unread>) -> std::io::Result<String> {
     use std::io::{Error, ErrorKind};
-    match read_bounded(path, 0) {
+    match read {
         Ok(text) => Ok(without_byte_order_mark(text)),
         Err(Unread::Io(e)) => Err(e),
+        Err(Unread::NotAFile(what)) => Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!("it is {what}, not a regular file"),
+        )),
         Err(Unread::TooLarge(_)) => Err(Error::new(
             ErrorKind::FileTooLarge,
             format!(
@@ -140,30 +185,23 @@ impl SourceFile {
             path: path.to_path_buf(),
             source,
         };
-        let meta = std::fs::metadata(path).map_err(io)?;
-        if let Some(what) = non_regular(&meta) {
-            return Err(SourceError::NotAFile {
-                path: path.to_path_buf(),
-                what,
-            });
-        }
-        if meta.len() > MAX_SOURCE_BYTES {
-            return Err(SourceError::TooLarge {
-                path: path.to_path_buf(),
-                size: meta.len(),
-            });
-        }
-        let text = read_bounded(path, meta.len()).map_err(|unread| match unread {
-            Unread::Io(source) => io(source),
-            Unread::TooLarge(size) => SourceError::TooLarge {
-                path: path.to_path_buf(),
-                size,
-            },
-            Unread::NotUtf8(offset) => SourceError::NotUtf8 {
-                path: path.to_path_buf(),
-                offset,
-            },
-        })?;
+        let text = open_regular(path)
+            .and_then(|(file, size)| read_bounded(file, size))
+            .map_err(|unread| match unread {
+                Unread::Io(source) => io(source),
+                Unread::NotAFile(what) => SourceError::NotAFile {
+                    path: path.to_path_buf(),
+                    what,
+                },
+                Unread::TooLarge(size) => SourceError::TooLarge {
+                    path: path.to_path_buf(),
+                    size,
+                },
+                Unread::NotUtf8(offset) => SourceError::NotUtf8 {
+                    path: path.to_path_buf(),
+                    offset,
+                },
+            })?;
         let mut file = Self::new(path.display().to_string(), text);
         file.path = Some(path.to_path_buf());
         Ok(file)
@@ -264,6 +302,37 @@ mod tests {
         assert_eq!(
             endless.to_string(),
             "it holds more than 16 MiB, the most Trellis reads"
+        );
+    }
+
+    #[test]
+    fn a_file_looked_for_is_read_only_when_it_is_a_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let found = dir.path().join(".mcp.json");
+        std::fs::write(&found, "\u{feff}{}").unwrap();
+        assert_eq!(read_found_text(&found).unwrap(), "{}");
+        // A pipe with no writer: a plain open would wait for one forever.
+        let pipe = dir.path().join("pipe.toml");
+        nix::unistd::mkfifo(&pipe, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let refused = read_found_text(&pipe).unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::InvalidInput);
+        assert_eq!(refused.to_string(), "it is a pipe, not a regular file");
+        let linked = dir.path().join("AGENTS.md");
+        std::os::unix::fs::symlink("/dev/zero", &linked).unwrap();
+        assert_eq!(
+            read_found_text(&linked).unwrap_err().to_string(),
+            "it is a device, not a regular file"
+        );
+        assert_eq!(
+            read_found_text(dir.path()).unwrap_err().to_string(),
+            "it is a directory, not a regular file"
+        );
+        let missing = read_found_text(&dir.path().join("missing")).unwrap_err();
+        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+        // A workflow named on the command line is refused the same way, without waiting.
+        assert_eq!(
+            SourceFile::load(&pipe).unwrap_err().to_string(),
+            format!("{} is not a regular file (a pipe)", pipe.display())
         );
     }
 
