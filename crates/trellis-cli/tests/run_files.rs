@@ -803,6 +803,8 @@ fn a_pipe_where_a_project_file_is_looked_for_is_named_not_waited_on() {
                 .contains(".fabro/project.toml: cannot read it: it is a pipe, not a regular file"),
         "{stderr}"
     );
+    // Nothing ran: no record of a run that could not start.
+    assert!(!p.run_exists());
 }
 
 #[test]

@@ -323,7 +323,8 @@ impl Run {
             )?;
         }
         let record = Arc::new(record);
-        let run = Self::wire(
+        let root = record.root().to_path_buf();
+        Self::wire(
             workflow,
             record,
             owner,
@@ -331,8 +332,12 @@ impl Run {
             run_id,
             (wiring, request.run_file.as_ref()),
             |engine| engine.first_checkpoint(request.initial),
-        )?;
-        Ok(run)
+        )
+        .inspect_err(|_| {
+            // Nothing ran (the configuration file or a hook did not check): the record would list
+            // as an interrupted run that resuming fails again on.
+            let _ = std::fs::remove_dir_all(&root);
+        })
     }
 
     /// Wires the engine of a run whose record exists; `checkpoint` gives where it starts. Blocking: it
