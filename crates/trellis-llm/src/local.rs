@@ -43,7 +43,10 @@ const DEFAULT_CONTEXT: u32 = 16_384;
 /// what it saves: an agent's answers came at 7.1 - 11.0 tokens a second against 8.9 - 9.8 without
 /// (2026-11-29, four suite tasks; a tenth of the tokens drafted at all, 21 - 94 % of those
 /// accepted), and the greedy answers changed (a batch's arithmetic differs from a token's), which
-/// sent two tasks on much longer paths.
+/// sent two tasks on much longer paths. Nor a smaller physical batch (`--ubatch-size` 64, 128 or
+/// 256 against the default 512): 677 new tokens after 10,883 cached took 36.6 - 37.1 s against
+/// 37.4 - 41.4 s, after 1,681 cached 18.4 - 20.6 s against 21.2 - 21.8 s (2026-11-29, one server
+/// each, the cache restored from one saved slot): the long context's cost is the same.
 pub const SERVER_TUNING: [&str; 4] = ["--flash-attn", "off", "--cache-type-k", "q8_0"];
 
 /// The message that tells a user how to get a model at all.
