@@ -1,9 +1,16 @@
 //! Context compaction, as the context document describes it: before every request the session
 //! measures its size (the provider's count of input tokens in the last request, plus characters / 4
 //! of what was added since; before the first answer, characters / 4 of the system prompt, the tools
-//! and the history); above 80% of the model's context window, everything but the last 6 turns is rendered as text (tool arguments and
-//! results cut to 500 characters), summarised by the same model in fixed sections, and replaced by one
-//! `[Context Summary]` message. The tracked files are copied into the summary verbatim.
+//! and the history); above 80% of the model's context window, everything but the last 6 turns is
+//! summarised by the same model in fixed sections and replaced by one `[Context Summary]` message.
+//! The tracked files are copied into the summary verbatim.
+//!
+//! The summary is asked of the agent at the end of its own conversation ([`SUMMARY_REQUEST`] after
+//! the history, the system prompt and tools unchanged), so a prompt cache serves the whole request
+//! but that message, when the window leaves [`SUMMARY_ROOM`] tokens for the answer. Otherwise (and
+//! after the provider said a request did not fit, or when that answer is a tool call or empty), the
+//! older turns are rendered as text (tool arguments and results cut to 500 characters) for a
+//! request of their own under [`SUMMARY_SYSTEM`].
 //!
 //! A turn is an assistant message with the messages that answer it (tool results, a repair request);
 //! the messages before the first assistant message (the opening prompt) are a turn of their own. The
@@ -119,16 +126,43 @@ fn cut(text: &str) -> String {
     format!("{kept}… [{} more characters]", count - RENDER_CHARS)
 }
 
-/// The summariser's instructions.
-pub const SUMMARY_SYSTEM: &str = "You summarise the earlier part of a coding agent's session so the agent can go on without it. \
-Write Markdown with exactly these sections, in this order:\n\
+/// The sections a summary has, whoever is asked for it.
+macro_rules! sections {
+    () => {
+        "Write Markdown with exactly these sections, in this order:\n\
 ## Goal\nWhat the user asked for.\n\
 ## Progress\nWhat was accomplished, with file paths and key decisions.\n\
 ## Key Decisions\nImportant choices and their rationale.\n\
 ## Failed Approaches\nWhat was tried and did not work.\n\
 ## Open Issues\nRemaining bugs, edge cases or TODOs.\n\
 ## Next Steps\nWhat should happen next.\n\
-Be specific and brief. Do not call tools.";
+Be specific and brief. Do not call tools."
+    };
+}
+
+/// The summariser's instructions, for a summary of the older turns rendered as text.
+pub const SUMMARY_SYSTEM: &str = concat!(
+    "You summarise the earlier part of a coding agent's session so the agent can go on without it. ",
+    sections!()
+);
+
+/// The message that asks the agent itself for the summary at the end of its own conversation, so
+/// that the request is the conversation's next one plus this message and a prompt cache serves all
+/// of the rest.
+pub const SUMMARY_REQUEST: &str = concat!(
+    "Stop the task for a moment: the conversation so far is about to be replaced by a summary you \
+write now, and you will go on from that summary and the last few turns. Answer with the summary \
+itself, not a tool call. ",
+    sections!()
+);
+
+/// Tokens the in-conversation summary request must leave for the answer, at least.
+pub const SUMMARY_ROOM: u64 = 768;
+
+/// The longest summary asked for, in tokens: it replaces the history, and a small model asked for
+/// one with the turn's limit (4,096) was still writing at 818 tokens after ten minutes on a loaded
+/// 2-core CPU (2026-11-29).
+pub const SUMMARY_MAX_TOKENS: u32 = 1_024;
 
 /// The summary request's one user message.
 pub fn summary_prompt(rendered: &str) -> String {

@@ -741,7 +741,7 @@ impl Session {
                             .to_owned(),
                     });
                     // Fewer turns kept verbatim each time the last compaction was not enough.
-                    while !self.compact(model, observer, preserved).await {
+                    while !self.compact(model, observer, preserved, false).await {
                         if preserved == 1 {
                             return Err(Stop::Model(error));
                         }
@@ -1043,17 +1043,21 @@ impl Session {
             context_window_size: window,
             usage_percent: estimated * 100 / window,
         });
-        self.compact(model, observer, compaction::PRESERVED_TURNS)
+        self.compact(model, observer, compaction::PRESERVED_TURNS, true)
             .await;
     }
 
     /// Replaces everything but the last `preserved` turns with a summary the model writes; whether
-    /// that was done (there was more to replace than a summary alone, and the summary came).
+    /// that was done (there was more to replace than a summary alone, and the summary came). Ahead
+    /// of a full window (`ahead`), the agent is asked at the end of its own conversation
+    /// ([`Session::summary_in_place`]); after an overflow, or when that request leaves too little
+    /// room or gets no summary, the older turns are rendered as text for a request of their own.
     async fn compact<M: Model>(
         &mut self,
         model: &mut M,
         observer: &dyn Observer,
         preserved: usize,
+        ahead: bool,
     ) -> bool {
         let Some((split, turn_count)) = compaction::split(&self.request.messages, preserved)
             .filter(|(split, _)| *split >= 2 || !compaction::is_summary(&self.request.messages[0]))
@@ -1065,21 +1069,19 @@ impl Session {
             estimated_tokens: estimated,
             context_window_size: self.context_window.unwrap_or(0),
         });
-        // The same model and settings, without tools or history.
-        let request = Request {
-            model: self.request.model.clone(),
-            system: Some(compaction::SUMMARY_SYSTEM.to_owned()),
-            messages: vec![Message::user(compaction::summary_prompt(
-                &compaction::render(&self.request.messages[..split]),
-            ))],
-            tools: Vec::new(),
-            max_tokens: self.request.max_tokens,
-            reasoning_effort: self.request.reasoning_effort,
-            temperature: self.request.temperature,
-            response_schema: None,
-            ..Request::default()
+        let in_place = match self.summary_in_place(estimated).filter(|_| ahead) {
+            Some(request) => model
+                .ask(&request)
+                .await
+                .ok()
+                .filter(|r| r.tool_calls.is_empty() && !r.text.trim().is_empty()),
+            None => None,
         };
-        match model.ask(&request).await {
+        let answer = match in_place {
+            Some(response) => Ok(response),
+            None => model.ask(&self.summary_rendered(split)).await,
+        };
+        match answer {
             Ok(response) if !response.text.trim().is_empty() => {
                 let summary = compaction::summary_message(&response.text, &self.files);
                 let summary_tokens =
@@ -1112,6 +1114,68 @@ impl Session {
                 false
             }
         }
+    }
+
+    /// The summary asked of the agent at the end of its own conversation: the next request as it
+    /// stands (system prompt, tools, history) plus [`compaction::SUMMARY_REQUEST`], so a prompt
+    /// cache serves everything before that message. A local model then reads a hundred-odd new
+    /// tokens instead of a fresh summary prompt of thousands (minutes on a 2-core CPU). `None`
+    /// when the window, less the request of `estimated` tokens and the message, leaves less than
+    /// [`compaction::SUMMARY_ROOM`] for the answer. No call is required, no schema holds the
+    /// answer, and the answer is capped to the room left.
+    fn summary_in_place(&self, estimated: u64) -> Option<Request> {
+        let window = self.context_window.filter(|w| *w > 0)?;
+        let asked = Part::Text {
+            text: compaction::SUMMARY_REQUEST.to_owned(),
+        };
+        let room = window.checked_sub(
+            estimated + compaction::SUMMARY_REQUEST.chars().count().div_ceil(4) as u64,
+        )?;
+        if room < compaction::SUMMARY_ROOM {
+            return None;
+        }
+        let mut request = self.request.clone();
+        // After tool results, beside them (as a loop warning is): the roles keep alternating.
+        match request.messages.last_mut() {
+            Some(last) if last.role == Role::User => last.parts.push(asked),
+            _ => request.messages.push(Message {
+                role: Role::User,
+                parts: vec![asked],
+            }),
+        }
+        request.require_tool = false;
+        request.narrowed.clear();
+        request.response_schema = None;
+        let room = u32::try_from(room).unwrap_or(u32::MAX);
+        request.max_tokens = Some(self.summary_max_tokens().min(room));
+        Some(request)
+    }
+
+    /// The summary asked of the same model and settings in a request of its own: the turns before
+    /// `split` rendered as text, under the summariser's system prompt, without tools.
+    fn summary_rendered(&self, split: usize) -> Request {
+        Request {
+            model: self.request.model.clone(),
+            system: Some(compaction::SUMMARY_SYSTEM.to_owned()),
+            messages: vec![Message::user(compaction::summary_prompt(
+                &compaction::render(&self.request.messages[..split]),
+            ))],
+            tools: Vec::new(),
+            max_tokens: Some(self.summary_max_tokens()),
+            reasoning_effort: self.request.reasoning_effort,
+            temperature: self.request.temperature,
+            response_schema: None,
+            ..Request::default()
+        }
+    }
+
+    /// A summary's answer limit: the turn's, but no more than [`compaction::SUMMARY_MAX_TOKENS`].
+    fn summary_max_tokens(&self) -> u32 {
+        self.request
+            .max_tokens
+            .map_or(compaction::SUMMARY_MAX_TOKENS, |most| {
+                most.min(compaction::SUMMARY_MAX_TOKENS)
+            })
     }
 }
 
@@ -1887,6 +1951,90 @@ mod tests {
         assert!(compaction::estimate_tokens(None, &model.asked[7].messages) < 800);
         assert!(compaction::is_summary(&model.asked[9].messages[0]));
         assert!(model.asked[9].cache_prompt && !model.asked[8].cache_prompt);
+    }
+
+    /// A session of eight `glob` turns whose provider counts `per_turn` input tokens more each
+    /// turn, in a window of 10,000: the eighth answer's count is 8,000 (80%), so compaction starts
+    /// before the ninth request, which `then` answers.
+    async fn compacted_with(then: Vec<Response>) -> Scripted {
+        let dir = tempfile::tempdir().unwrap();
+        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
+        let settings = Settings {
+            context_window: Some(10_000),
+            ..Settings::default()
+        };
+        let mut session = Session::new(toolbox, None, Vec::new(), settings);
+        let mut answers: Vec<Response> = (0..8)
+            .map(|turn| Response {
+                usage: Usage {
+                    input_tokens: 1_000 * (turn + 1),
+                    ..Usage::default()
+                },
+                ..response("", &[("glob", json!({ "pattern": format!("*.{turn}") }))])
+            })
+            .collect();
+        answers.extend(then);
+        answers.push(response("done", &[]));
+        let mut model = Scripted {
+            answers,
+            asked: Vec::new(),
+        };
+        let answer = session
+            .send(&mut model, &Log::default(), "find files".into())
+            .await
+            .unwrap();
+        assert_eq!(answer.text, "done");
+        model
+    }
+
+    #[tokio::test]
+    async fn ahead_of_a_full_window_the_agent_writes_the_summary_at_the_end_of_its_own_conversation()
+     {
+        let model = compacted_with(vec![response("## Goal\nFind files.", &[])]).await;
+        assert_eq!(model.asked.len(), 10);
+        let (last_turn, asked) = (&model.asked[7], &model.asked[8]);
+        // The conversation's next request, unchanged up to the end: a prompt cache serves it all.
+        assert_eq!(asked.system, last_turn.system);
+        assert_eq!(asked.tools, last_turn.tools);
+        assert!(!asked.tools.is_empty());
+        assert_eq!(asked.cache_prompt, last_turn.cache_prompt);
+        assert_eq!(
+            asked.messages[..last_turn.messages.len()],
+            last_turn.messages[..]
+        );
+        // Beside the last tool results, the request for the summary; the answer fits the window.
+        let last = asked.messages.last().unwrap();
+        assert_eq!(last.role, Role::User);
+        assert!(matches!(last.parts.first(), Some(Part::ToolResult(_))));
+        assert!(matches!(
+            last.parts.last(),
+            Some(Part::Text { text }) if text == compaction::SUMMARY_REQUEST
+        ));
+        assert!(!asked.require_tool);
+        // About 1,800 tokens are left; a summary is held to 1,024.
+        assert_eq!(asked.max_tokens, Some(compaction::SUMMARY_MAX_TOKENS));
+        // The history from then on opens with that summary.
+        assert!(compaction::is_summary(&model.asked[9].messages[0]));
+        assert!(matches!(
+            model.asked[9].messages[0].parts.first(),
+            Some(Part::Text { text }) if text.contains("Find files.")
+        ));
+    }
+
+    #[tokio::test]
+    async fn an_agent_that_calls_a_tool_instead_of_summarising_gets_the_summary_asked_apart() {
+        let model = compacted_with(vec![
+            response("", &[("glob", json!({ "pattern": "*.rs" }))]),
+            response("## Goal\nFind files.", &[]),
+        ])
+        .await;
+        assert_eq!(model.asked.len(), 11);
+        assert!(!model.asked[8].tools.is_empty());
+        let apart = &model.asked[9];
+        assert!(apart.tools.is_empty());
+        assert_eq!(apart.system.as_deref(), Some(compaction::SUMMARY_SYSTEM));
+        assert_eq!(apart.max_tokens, Some(compaction::SUMMARY_MAX_TOKENS));
+        assert!(compaction::is_summary(&model.asked[10].messages[0]));
     }
 
     /// A model whose first answer says the request did not fit, then answers from a script.

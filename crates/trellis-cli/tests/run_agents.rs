@@ -1123,6 +1123,66 @@ fn a_small_context_window_forces_compaction() {
     assert_eq!(run.context("response.fix"), "All done.");
 }
 
+/// Reads of a large file fill a window of 8,000 tokens; at 80% the agent is asked for the summary at
+/// the end of its own conversation, so the provider's prompt cache serves all of the request but
+/// the one message asking for it.
+#[test]
+fn ahead_of_a_full_window_the_summary_is_asked_at_the_end_of_the_conversation() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write(
+        ".config/trellis/config.toml",
+        "[providers.anthropic]\ncontext_window = 8000\n",
+    );
+    p.write("big.txt", &"0123456789abcdef\n".repeat(120));
+    p.write("w.fabro", &one_agent(""));
+    let mut script: Vec<Value> = (0..READS_BEFORE_COMPACTION)
+        .map(|i| call("read_file", json!({ "path": "big.txt", "limit": 120 + i })))
+        .collect();
+    script.push(answer("## Goal\nFix add.\n## Progress\nRead big.txt."));
+    script.push(answer("All done."));
+    mock.scenario(&Value::Array(script));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.events_named("Agent.CompactionCompleted").len(), 1);
+    assert_eq!(run.context("response.fix"), "All done.");
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), READS_BEFORE_COMPACTION + 2);
+    let (before, asked) = (&bodies[bodies.len() - 3], &bodies[bodies.len() - 2]);
+    // The conversation's next request: system prompt, tools and every message as they were.
+    for unchanged in ["system", "tools", "model"] {
+        assert_eq!(before[unchanged], asked[unchanged], "{unchanged}");
+    }
+    let (before, messages) = (
+        before["messages"].as_array().unwrap(),
+        asked["messages"].as_array().unwrap(),
+    );
+    for (i, message) in before.iter().enumerate() {
+        assert_eq!(message.to_string(), messages[i].to_string(), "message {i}");
+    }
+    // Then the last tool result, and beside it the request for the summary.
+    let last = messages.last().unwrap()["content"].as_array().unwrap();
+    assert_eq!(last[0]["type"], "tool_result");
+    let request = last.last().unwrap()["text"].as_str().unwrap();
+    assert!(
+        request.starts_with("Stop the task for a moment") && request.contains("## Next Steps"),
+        "{request}"
+    );
+    // The answer fits what the window has left (about 1,200 tokens) and a summary's limit.
+    assert_eq!(asked["max_tokens"], 1_024);
+    // The next turn opens with that summary.
+    let next = &bodies[bodies.len() - 1];
+    let first = next["messages"][0]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        first.starts_with("[Context Summary]\n\n## Goal\nFix add."),
+        "{first}"
+    );
+}
+
+/// How many 120-line reads the window of the test above holds before compaction (as llmock
+/// counts tokens).
+const READS_BEFORE_COMPACTION: usize = 9;
+
 #[test]
 fn a_context_overflow_answer_compacts_the_thread_and_sends_the_turn_again() {
     // The catalog's window is large, so nothing is compacted ahead; the provider says otherwise
