@@ -1911,33 +1911,12 @@ mod tests {
     async fn the_providers_count_of_the_last_request_decides_when_to_compact() {
         // The history's text is small, but the provider counts many more tokens (a tokenizer that
         // splits code finely, a chat template): its count decides.
-        let dir = tempfile::tempdir().unwrap();
-        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
-        let settings = Settings {
-            context_window: Some(1_000),
-            ..Settings::default()
-        };
-        let mut session = Session::new(toolbox, None, Vec::new(), settings);
-        let mut answers: Vec<Response> = (0..8)
-            .map(|turn| Response {
-                usage: Usage {
-                    input_tokens: 100 * (turn + 1),
-                    ..Usage::default()
-                },
-                ..response("", &[("glob", json!({ "pattern": format!("*.{turn}") }))])
-            })
-            .collect();
-        answers.push(response("Summary: looked for files.", &[]));
-        answers.push(response("done", &[]));
-        let mut model = Scripted {
-            answers,
-            asked: Vec::new(),
-        };
-        let answer = session
-            .send(&mut model, &Log::default(), "find files".into())
-            .await
-            .unwrap();
-        assert_eq!(answer.text, "done");
+        let model = compacted_with(
+            1_000,
+            100,
+            vec![response("Summary: looked for files.", &[])],
+        )
+        .await;
         let summaries: Vec<usize> = model
             .asked
             .iter()
@@ -1953,21 +1932,22 @@ mod tests {
         assert!(model.asked[9].cache_prompt && !model.asked[8].cache_prompt);
     }
 
-    /// A session of eight `glob` turns whose provider counts `per_turn` input tokens more each
-    /// turn, in a window of 10,000: the eighth answer's count is 8,000 (80%), so compaction starts
-    /// before the ninth request, which `then` answers.
-    async fn compacted_with(then: Vec<Response>) -> Scripted {
+    /// A session of eight `glob` turns in a window of `window` tokens whose provider counts
+    /// `per_turn` input tokens more each turn: with `per_turn` a tenth of the window, the eighth
+    /// answer's count is 80% of it, so compaction starts before the ninth request, which `then`
+    /// answers; the session's answer after that is "done".
+    async fn compacted_with(window: u64, per_turn: u64, then: Vec<Response>) -> Scripted {
         let dir = tempfile::tempdir().unwrap();
         let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
         let settings = Settings {
-            context_window: Some(10_000),
+            context_window: Some(window),
             ..Settings::default()
         };
         let mut session = Session::new(toolbox, None, Vec::new(), settings);
         let mut answers: Vec<Response> = (0..8)
             .map(|turn| Response {
                 usage: Usage {
-                    input_tokens: 1_000 * (turn + 1),
+                    input_tokens: per_turn * (turn + 1),
                     ..Usage::default()
                 },
                 ..response("", &[("glob", json!({ "pattern": format!("*.{turn}") }))])
@@ -1990,7 +1970,8 @@ mod tests {
     #[tokio::test]
     async fn ahead_of_a_full_window_the_agent_writes_the_summary_at_the_end_of_its_own_conversation()
      {
-        let model = compacted_with(vec![response("## Goal\nFind files.", &[])]).await;
+        let model =
+            compacted_with(10_000, 1_000, vec![response("## Goal\nFind files.", &[])]).await;
         assert_eq!(model.asked.len(), 10);
         let (last_turn, asked) = (&model.asked[7], &model.asked[8]);
         // The conversation's next request, unchanged up to the end: a prompt cache serves it all.
@@ -2023,10 +2004,14 @@ mod tests {
 
     #[tokio::test]
     async fn an_agent_that_calls_a_tool_instead_of_summarising_gets_the_summary_asked_apart() {
-        let model = compacted_with(vec![
-            response("", &[("glob", json!({ "pattern": "*.rs" }))]),
-            response("## Goal\nFind files.", &[]),
-        ])
+        let model = compacted_with(
+            10_000,
+            1_000,
+            vec![
+                response("", &[("glob", json!({ "pattern": "*.rs" }))]),
+                response("## Goal\nFind files.", &[]),
+            ],
+        )
         .await;
         assert_eq!(model.asked.len(), 11);
         assert!(!model.asked[8].tools.is_empty());
