@@ -117,10 +117,7 @@ pub fn read_text(path: &Path) -> std::io::Result<String> {
 /// (`/dev/zero`) would be read to the limit. Such a file is an error of kind
 /// [`std::io::ErrorKind::InvalidInput`] that says what it is.
 pub fn read_found_text(path: &Path) -> std::io::Result<String> {
-    match open_regular(path) {
-        Ok((file, size)) => text_read(read_bounded(file, size)),
-        Err(unread) => text_read(Err(unread)),
-    }
+    text_read(open_regular(path).and_then(|(file, size)| read_bounded(file, size)))
 }
 
 /// What [`read_text`] and [`read_found_text`] answer for what [`read_bounded`] read.
