@@ -106,6 +106,8 @@ pub enum AgentEvent {
         preserved_turn_count: usize,
         summary_token_estimate: u64,
         tracked_file_count: usize,
+        /// The summary that replaced the older turns, as the model wrote it.
+        summary: String,
     },
     Error {
         message: String,
@@ -1094,6 +1096,7 @@ impl Session {
                     preserved_turn_count: preserved,
                     summary_token_estimate: summary_tokens,
                     tracked_file_count: self.files.len(),
+                    summary: response.text.trim().to_owned(),
                 });
                 true
             }

@@ -1177,6 +1177,17 @@ fn ahead_of_a_full_window_the_summary_is_asked_at_the_end_of_the_conversation() 
         first.starts_with("[Context Summary]\n\n## Goal\nFix add."),
         "{first}"
     );
+    // The transcript keeps the summary the session went on from.
+    let transcript = stage_file(&run, "fix", "transcript.jsonl");
+    let compaction: Value = transcript
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .find(|entry| entry["type"] == "compaction")
+        .expect("a compaction entry");
+    assert_eq!(
+        compaction["summary"],
+        "## Goal\nFix add.\n## Progress\nRead big.txt."
+    );
 }
 
 /// How many 120-line reads the window of the test above holds before compaction (as llmock

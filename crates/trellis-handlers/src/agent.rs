@@ -441,10 +441,14 @@ impl Observer for StageObserver<'_> {
                 preserved_turn_count,
                 summary_token_estimate,
                 tracked_file_count,
+                summary,
             } => {
-                self.note(
-                    json!({ "type": "compaction", "original_turn_count": original_turn_count }),
-                );
+                // The summary in the transcript only: what the session went on from.
+                self.note(json!({
+                    "type": "compaction",
+                    "original_turn_count": original_turn_count,
+                    "summary": summary,
+                }));
                 EventKind::AgentCompactionCompleted {
                     original_turn_count,
                     preserved_turn_count,
