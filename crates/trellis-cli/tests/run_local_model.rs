@@ -198,7 +198,9 @@ fn a_killed_run_leaves_no_model_server_behind() {
     );
     let before = servers();
     let mut child = p.spawn_run("k.fabro");
-    p.wait_for_event("StageStarted", "wait");
+    // The server starts and answers first: on a loaded 2-core machine that took over 20 s (CI,
+    // 2026-11-29); a server may take up to 3 minutes to start before Trellis gives up on it.
+    p.wait_for_event_within("StageStarted", "wait", std::time::Duration::from_mins(3));
     let ours: Vec<u32> = servers()
         .into_iter()
         .filter(|pid| !before.contains(pid))

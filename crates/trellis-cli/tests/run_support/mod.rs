@@ -343,17 +343,18 @@ impl Project {
 
     /// Waits until the run's event log shows `event` for `node`.
     pub fn wait_for_event(&self, event: &str, node: &str) {
+        self.wait_for_event_within(event, node, Duration::from_secs(20));
+    }
+
+    /// Waits until the run's event log shows `event` for `node`, for at most `deadline`.
+    pub fn wait_for_event_within(&self, event: &str, node: &str, deadline: Duration) {
         let (event, node) = (format!("\"{event}\""), format!("\"node_id\":\"{node}\""));
-        wait_for(
-            &format!("{event} of {node}"),
-            Duration::from_secs(20),
-            || {
-                self.run_exists()
-                    && std::fs::read_to_string(self.only_run().join("events.jsonl"))
-                        .unwrap_or_default()
-                        .lines()
-                        .any(|l| l.contains(&event) && l.contains(&node))
-            },
-        );
+        wait_for(&format!("{event} of {node}"), deadline, || {
+            self.run_exists()
+                && std::fs::read_to_string(self.only_run().join("events.jsonl"))
+                    .unwrap_or_default()
+                    .lines()
+                    .any(|l| l.contains(&event) && l.contains(&node))
+        });
     }
 }
