@@ -1071,7 +1071,7 @@ impl Session {
             estimated_tokens: estimated,
             context_window_size: self.context_window.unwrap_or(0),
         });
-        let in_place = match self.summary_in_place(estimated).filter(|_| ahead) {
+        let in_place = match ahead.then(|| self.summary_in_place(estimated)).flatten() {
             Some(request) => model
                 .ask(&request)
                 .await
@@ -1128,11 +1128,9 @@ impl Session {
     /// answer, and the answer is capped to the room left.
     fn summary_in_place(&self, estimated: u64) -> Option<Request> {
         let window = self.context_window.filter(|w| *w > 0)?;
-        let asked = Part::Text {
-            text: compaction::SUMMARY_REQUEST.to_owned(),
-        };
+        let asked = Message::user(compaction::SUMMARY_REQUEST);
         let room = window.checked_sub(
-            estimated + compaction::SUMMARY_REQUEST.chars().count().div_ceil(4) as u64,
+            estimated + compaction::estimate_tokens(None, std::slice::from_ref(&asked)),
         )?;
         if room < compaction::SUMMARY_ROOM {
             return None;
@@ -1140,11 +1138,8 @@ impl Session {
         let mut request = self.request.clone();
         // After tool results, beside them (as a loop warning is): the roles keep alternating.
         match request.messages.last_mut() {
-            Some(last) if last.role == Role::User => last.parts.push(asked),
-            _ => request.messages.push(Message {
-                role: Role::User,
-                parts: vec![asked],
-            }),
+            Some(last) if last.role == Role::User => last.parts.extend(asked.parts),
+            _ => request.messages.push(asked),
         }
         request.require_tool = false;
         request.narrowed.clear();
