@@ -59,21 +59,28 @@ fn main() {
 
     let generated = bench.dir.join("generated.fabro");
     std::fs::write(&generated, trellis_test::workflows::generated(10_000)).expect("write");
-    let validate = Bench::median(5, || {
-        let started = Instant::now();
-        let status = Command::new(env!("CARGO_BIN_EXE_trellis"))
-            .arg("validate")
-            .arg(&generated)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .expect("runs");
-        assert!(status.success());
-        started.elapsed()
-    });
+    // CPU alone, which on this machine drifts by half from one run to the next: the median of
+    // 15, and the fastest beside it.
+    let mut validates: Vec<Duration> = (0..15)
+        .map(|_| {
+            let started = Instant::now();
+            let status = Command::new(env!("CARGO_BIN_EXE_trellis"))
+                .arg("validate")
+                .arg(&generated)
+                .stdout(std::process::Stdio::null())
+                .status()
+                .expect("runs");
+            assert!(status.success());
+            started.elapsed()
+        })
+        .collect();
+    validates.sort();
     let mut command = Command::new(env!("CARGO_BIN_EXE_trellis"));
     command.arg("validate").arg(&generated);
     println!(
-        "validate of a 10,000-node workflow: {validate:.1?}, peak {}  [≤ 50 ms, < 50 MB]",
+        "validate of a 10,000-node workflow: {:.1?} (fastest {:.1?}), peak {}  [≤ 50 ms, < 50 MB]",
+        validates[validates.len() / 2],
+        validates[0],
         mb(peak(&command))
     );
 
