@@ -59,30 +59,7 @@ fn main() {
 
     let generated = bench.dir.join("generated.fabro");
     std::fs::write(&generated, trellis_test::workflows::generated(10_000)).expect("write");
-    // CPU alone, which on this machine drifts by half from one run to the next: the median of
-    // 15, and the fastest beside it.
-    let mut validates: Vec<Duration> = (0..15)
-        .map(|_| {
-            let started = Instant::now();
-            let status = Command::new(env!("CARGO_BIN_EXE_trellis"))
-                .arg("validate")
-                .arg(&generated)
-                .stdout(std::process::Stdio::null())
-                .status()
-                .expect("runs");
-            assert!(status.success());
-            started.elapsed()
-        })
-        .collect();
-    validates.sort();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_trellis"));
-    command.arg("validate").arg(&generated);
-    println!(
-        "validate of a 10,000-node workflow: {:.1?} (fastest {:.1?}), peak {}  [≤ 50 ms, < 50 MB]",
-        validates[validates.len() / 2],
-        validates[0],
-        mb(peak(&command))
-    );
+    validate(&generated);
 
     let bare = Bench::median(3, || shell_loop(1_000));
     let shell = Bench::median(3, || spawner_loop(1_000));
@@ -227,6 +204,33 @@ fn chatty(bench: &Bench, quiet: Duration) {
 }
 
 /// The 64-branch fan-out against a shell starting the same commands, and in bubblewrap.
+/// `trellis validate` of the generated workflow: CPU alone, which on this machine drifts by half
+/// from one run to the next, so the median of 15 and the fastest beside it; and its peak.
+fn validate(generated: &Path) {
+    let mut validates: Vec<Duration> = (0..15)
+        .map(|_| {
+            let started = Instant::now();
+            let status = Command::new(env!("CARGO_BIN_EXE_trellis"))
+                .arg("validate")
+                .arg(generated)
+                .stdout(std::process::Stdio::null())
+                .status()
+                .expect("runs");
+            assert!(status.success());
+            started.elapsed()
+        })
+        .collect();
+    validates.sort();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_trellis"));
+    command.arg("validate").arg(generated);
+    println!(
+        "validate of a 10,000-node workflow: {:.1?} (fastest {:.1?}), peak {}  [≤ 50 ms, < 50 MB]",
+        validates[validates.len() / 2],
+        validates[0],
+        mb(peak(&command))
+    );
+}
+
 fn fan_outs(bench: &Bench) {
     let fan = bench.fan_out(64);
     // The three in turn, so that the machine's speed, which drifts, is the same for each.

@@ -807,6 +807,32 @@ fn a_pipe_where_a_project_file_is_looked_for_is_named_not_waited_on() {
     assert!(!p.run_exists());
 }
 
+/// A cloned repository's project file that links to a file of the user's elsewhere: read, it would
+/// put the user's secret in a parse error's quoted line, on a terminal or in a CI log.
+#[test]
+fn a_project_file_linking_out_of_the_project_is_not_followed() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n start -> exit\n}\n",
+    );
+    let home = tempfile::tempdir().unwrap();
+    let secret = home.path().join(".git-credentials");
+    std::fs::write(&secret, "https://me:ghp_s3cr3tT0ken@github.com\n").unwrap();
+    std::fs::create_dir_all(p.path().join(".fabro")).unwrap();
+    std::os::unix::fs::symlink(&secret, p.path().join(".fabro/project.toml")).unwrap();
+    let output = p.command(&["run", "w.fabro"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(".fabro/project.toml: cannot read it: it leads outside"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cr3t"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&output.stdout).contains("s3cr3t"));
+    assert!(!p.run_exists());
+}
+
 #[test]
 fn a_secret_the_run_file_writes_out_stays_out_of_the_record_and_resume_reads_it_again() {
     const TOKEN: &str = "tok-literal-0123456789abcdef";

@@ -1319,12 +1319,12 @@ fn read_fallback_sources(
     if std::fs::metadata(&status)
         .and_then(|meta| meta.modified())
         .is_ok_and(|modified| modified >= started)
-        && let Ok(text) = trellis_syntax::read_found_text(&status)
+        && let Ok(text) = trellis_syntax::read_found_text(&status, root)
     {
         sources.push(("status.json".to_owned(), text));
     }
     if let Some(last) = last
-        && let Ok(text) = trellis_syntax::read_found_text(&root.join(&last))
+        && let Ok(text) = trellis_syntax::read_found_text(&root.join(&last), root)
     {
         sources.push((format!("the last file touched ({last})"), text));
     }

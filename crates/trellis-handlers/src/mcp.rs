@@ -150,7 +150,7 @@ pub fn configured(
         }
     }
     let project = work_dir.join(".mcp.json");
-    match trellis_syntax::read_found_text(&project) {
+    match trellis_syntax::read_found_text(&project, work_dir) {
         Ok(text) => match serde_json::from_str::<ProjectFile>(&text) {
             Ok(file) => {
                 for (name, server) in file.mcp_servers {

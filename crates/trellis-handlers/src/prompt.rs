@@ -79,21 +79,6 @@ pub async fn preamble_for(stage: &Stage<'_>, fidelity: Fidelity) -> String {
     trellis_process::secrets::redact(&preamble).into_owned()
 }
 
-/// A memory file's text: a regular file inside `root`. A link may point to one there (`CLAUDE.md ->
-/// AGENTS.md`); one pointing out of the project (a cloned repository's `AGENTS.md -> ~/.aws/credentials`
-/// would send the user's secrets to the model) or to a device or a pipe (`/dev/zero`, which would
-/// be read forever) is not read.
-#[allow(
-    clippy::disallowed_methods,
-    reason = "runs on the blocking pool (project_memory)"
-)]
-fn memory_text(path: &std::path::Path, root: &std::path::Path) -> Option<String> {
-    let real = std::fs::canonicalize(path).ok()?;
-    real.starts_with(root)
-        .then(|| trellis_syntax::read_found_text(&real).ok())
-        .flatten()
-}
-
 /// The project memory as one system prompt, or `None` when there is none: the memory files of every
 /// folder from the repository's root (the nearest folder above with `.git`) down to the working
 /// directory, outermost first; just the working directory's outside a repository.
@@ -121,7 +106,10 @@ pub async fn project_memory(stage: &Stage<'_>) -> Option<String> {
     let parts = trellis_process::task::blocking(move || {
         let mut parts = Vec::new();
         for path in paths {
-            if let Some(text) = memory_text(&path, &root)
+            // A link may point to another memory file (`CLAUDE.md -> AGENTS.md`); one out of the
+            // project (a cloned repository's `AGENTS.md -> ~/.aws/credentials`) is not followed:
+            // it would send the user's secrets to the model.
+            if let Ok(text) = trellis_syntax::read_found_text(&path, &root)
                 && !text.trim().is_empty()
             {
                 let shown = path.strip_prefix(&root).unwrap_or(&path).display();

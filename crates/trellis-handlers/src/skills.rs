@@ -278,7 +278,7 @@ impl Skills {
                 .collect();
             paths.sort();
             for path in paths {
-                if let Some(mut skill) = trellis_syntax::read_found_text(&path)
+                if let Some(mut skill) = trellis_syntax::read_found_text(&path, dir)
                     .ok()
                     .and_then(|text| parse(&text, &path))
                 {

@@ -617,8 +617,8 @@ fn hook_layers(
                 format!("[[hooks]]: {e}"),
             )
         })?;
-    let project_path = work_dir.join(".fabro/project.toml");
-    let project: Project = match trellis_syntax::read_found_text(&project_path) {
+    let project_path = work_dir.join(crate::run_file::PROJECT_FILE);
+    let project: Project = match trellis_syntax::read_found_text(&project_path, work_dir) {
         Ok(text) => toml::from_str(&text).map_err(|e| problem(&project_path, e.to_string()))?,
         Err(e)
             if matches!(

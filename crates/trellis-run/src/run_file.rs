@@ -236,12 +236,15 @@ pub fn open_blocking(
     })
 }
 
+/// Where a project's Fabro settings are, in its working directory: Trellis runs their hooks.
+pub const PROJECT_FILE: &str = ".fabro/project.toml";
+
 /// What a project's `.fabro/project.toml` in `work_dir` sets that Trellis does not apply: only its
 /// hooks are read (merged with the config file's and the run file's), so its other settings are
 /// named in a warning rather than silently passed over.
 pub fn project_file_warnings(work_dir: &Path) -> Vec<Problem> {
-    let path = work_dir.join(".fabro/project.toml");
-    let Ok(text) = trellis_syntax::read_found_text(&path) else {
+    let path = work_dir.join(PROJECT_FILE);
+    let Ok(text) = trellis_syntax::read_found_text(&path, work_dir) else {
         return Vec::new();
     };
     let Ok(table) = toml::from_str::<toml::Table>(&text) else {

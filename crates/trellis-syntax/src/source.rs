@@ -110,14 +110,30 @@ pub fn read_text(path: &Path) -> std::io::Result<String> {
     text_read(read_bounded(file, 0))
 }
 
-/// Reads a text file Trellis looks for by name in a directory, rather than one the user named (a
-/// project's `.mcp.json` or `.fabro/project.toml`, a skill, a memory file, the `status.json` an
-/// agent left), as [`read_text`] does, but only a regular file: a pipe planted there (by a cloned
-/// repository, or a stage of an earlier run) would hold the run forever, and a link to a device
-/// (`/dev/zero`) would be read to the limit. Such a file is an error of kind
-/// [`std::io::ErrorKind::InvalidInput`] that says what it is.
-pub fn read_found_text(path: &Path) -> std::io::Result<String> {
-    text_read(open_regular(path).and_then(|(file, size)| read_bounded(file, size)))
+/// Reads a text file Trellis looks for by name in the directory tree `within`, rather than one the
+/// user named (a project's `.mcp.json` or `.fabro/project.toml`, a skill, a memory file, the
+/// `status.json` an agent left), as [`read_text`] does, but only a regular file inside `within`: a
+/// pipe planted there (by a cloned repository, or a stage of an earlier run) would hold the run
+/// forever, a link to a device (`/dev/zero`) would be read to the limit, and a link to a file
+/// elsewhere (`~/.git-credentials`) would have Trellis read the user's secrets for whoever planted
+/// it — into a parse error's quoted line, or a model's prompt. The first two are errors of kind
+/// [`std::io::ErrorKind::InvalidInput`] that say what the file is, the last of kind
+/// [`std::io::ErrorKind::PermissionDenied`]; a file that is not there is `NotFound` (or
+/// `NotADirectory`, when a folder on its way is a file).
+pub fn read_found_text(path: &Path, within: &Path) -> std::io::Result<String> {
+    let real = std::fs::canonicalize(path)?;
+    let root = std::fs::canonicalize(within)?;
+    if !real.starts_with(&root) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "it leads outside {} (to {}), where Trellis does not follow it",
+                root.display(),
+                real.display()
+            ),
+        ));
+    }
+    text_read(open_regular(&real).and_then(|(file, size)| read_bounded(file, size)))
 }
 
 /// What [`read_text`] and [`read_found_text`] answer for what [`read_bounded`] read.
@@ -305,31 +321,74 @@ mod tests {
     #[test]
     fn a_file_looked_for_is_read_only_when_it_is_a_regular_file() {
         let dir = tempfile::tempdir().unwrap();
-        let found = dir.path().join(".mcp.json");
+        let root = dir.path();
+        let found = root.join(".mcp.json");
         std::fs::write(&found, "\u{feff}{}").unwrap();
-        assert_eq!(read_found_text(&found).unwrap(), "{}");
+        assert_eq!(read_found_text(&found, root).unwrap(), "{}");
         // A pipe with no writer: a plain open would wait for one forever.
-        let pipe = dir.path().join("pipe.toml");
+        let pipe = root.join("pipe.toml");
         nix::unistd::mkfifo(&pipe, nix::sys::stat::Mode::S_IRWXU).unwrap();
-        let refused = read_found_text(&pipe).unwrap_err();
+        let refused = read_found_text(&pipe, root).unwrap_err();
         assert_eq!(refused.kind(), std::io::ErrorKind::InvalidInput);
         assert_eq!(refused.to_string(), "it is a pipe, not a regular file");
-        let linked = dir.path().join("AGENTS.md");
-        std::os::unix::fs::symlink("/dev/zero", &linked).unwrap();
         assert_eq!(
-            read_found_text(&linked).unwrap_err().to_string(),
-            "it is a device, not a regular file"
-        );
-        assert_eq!(
-            read_found_text(dir.path()).unwrap_err().to_string(),
+            read_found_text(root, root).unwrap_err().to_string(),
             "it is a directory, not a regular file"
         );
-        let missing = read_found_text(&dir.path().join("missing")).unwrap_err();
+        let missing = read_found_text(&root.join("missing"), root).unwrap_err();
         assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+        std::fs::write(root.join("file"), "").unwrap();
+        let beyond = read_found_text(&root.join("file/project.toml"), root).unwrap_err();
+        assert_eq!(beyond.kind(), std::io::ErrorKind::NotADirectory);
         // A workflow named on the command line is refused the same way, without waiting.
         assert_eq!(
             SourceFile::load(&pipe).unwrap_err().to_string(),
             format!("{} is not a regular file (a pipe)", pipe.display())
+        );
+    }
+
+    #[test]
+    fn a_file_looked_for_is_read_only_inside_its_tree() {
+        let outside = tempfile::tempdir().unwrap();
+        let secret = outside.path().join(".git-credentials");
+        std::fs::write(&secret, "https://me:token@example.com\n").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join(".fabro")).unwrap();
+        std::fs::write(root.join("shared.toml"), "x = 1\n").unwrap();
+        // A link inside the tree is followed; one out of it is not, nor is one to a device.
+        let inside = root.join(".fabro/project.toml");
+        std::os::unix::fs::symlink("../shared.toml", &inside).unwrap();
+        assert_eq!(read_found_text(&inside, root).unwrap(), "x = 1\n");
+        let linked = root.join(".mcp.json");
+        std::os::unix::fs::symlink(&secret, &linked).unwrap();
+        let refused = read_found_text(&linked, root).unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::PermissionDenied);
+        let real_root = std::fs::canonicalize(root).unwrap();
+        let real_secret = std::fs::canonicalize(&secret).unwrap();
+        assert_eq!(
+            refused.to_string(),
+            format!(
+                "it leads outside {} (to {}), where Trellis does not follow it",
+                real_root.display(),
+                real_secret.display()
+            )
+        );
+        assert!(!refused.to_string().contains("token"));
+        let device = root.join("AGENTS.md");
+        std::os::unix::fs::symlink("/dev/zero", &device).unwrap();
+        assert_eq!(
+            read_found_text(&device, root).unwrap_err().kind(),
+            std::io::ErrorKind::PermissionDenied
+        );
+        // A folder on the way that leads out is refused the same way.
+        let away = root.join("away");
+        std::os::unix::fs::symlink(outside.path(), &away).unwrap();
+        assert_eq!(
+            read_found_text(&away.join(".git-credentials"), root)
+                .unwrap_err()
+                .kind(),
+            std::io::ErrorKind::PermissionDenied
         );
     }
 
