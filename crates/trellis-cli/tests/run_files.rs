@@ -756,6 +756,19 @@ fn hooks_merge_across_the_config_file_the_project_and_the_run_file() {
         "{}",
         refused.stderr()
     );
+    // A project file that is not TOML stops the run, saying so once, with the parser's place.
+    p.write(".fabro/project.toml", "[[hooks]\n");
+    let broken = p.run("w.fabro", &[]);
+    assert_eq!(broken.code(), Some(2), "{}", broken.stderr());
+    assert!(
+        broken
+            .stderr()
+            .starts_with("error: the run's hooks cannot be used:\n")
+            && broken.stderr().contains("TOML parse error at line 1"),
+        "{}",
+        broken.stderr()
+    );
+    assert!(!broken.stderr().contains("warning"), "{}", broken.stderr());
 }
 
 /// A pipe where Trellis looks for a project's file (left by a cloned repository, or a stage of an

@@ -247,11 +247,10 @@ pub fn project_file_warnings(work_dir: &Path) -> Vec<Problem> {
     let Ok(text) = trellis_syntax::read_found_text(&path, work_dir) else {
         return Vec::new();
     };
+    // A file that is not TOML stops the run where its hooks are read, with the parser's message:
+    // nothing to add here.
     let Ok(table) = toml::from_str::<toml::Table>(&text) else {
-        return vec![warning(format!(
-            "{} is not valid TOML; its hooks are not read",
-            path.display()
-        ))];
+        return Vec::new();
     };
     let mut unused = Vec::new();
     for (key, value) in &table {
