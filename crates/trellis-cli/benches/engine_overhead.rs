@@ -203,7 +203,6 @@ fn chatty(bench: &Bench, quiet: Duration) {
     );
 }
 
-/// The 64-branch fan-out against a shell starting the same commands, and in bubblewrap.
 /// `trellis validate` of the generated workflow: CPU alone, which on this machine drifts by half
 /// from one run to the next, so the median of 15 and the fastest beside it; and its peak.
 fn validate(generated: &Path) {
@@ -231,6 +230,7 @@ fn validate(generated: &Path) {
     );
 }
 
+/// The 64-branch fan-out against a shell starting the same commands, and in bubblewrap.
 fn fan_outs(bench: &Bench) {
     let fan = bench.fan_out(64);
     // The three in turn, so that the machine's speed, which drifts, is the same for each.
