@@ -838,7 +838,8 @@ fn a_project_file_linking_out_of_the_project_is_not_followed() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains(".fabro/project.toml: cannot read it: it leads outside"),
+        stderr.contains(".fabro/project.toml: cannot read it: it leads outside")
+            && stderr.contains("; hooks of your own go in your config file or a run file you name"),
         "{stderr}"
     );
     assert!(!stderr.contains("s3cr3t"), "{stderr}");

@@ -166,6 +166,11 @@ pub fn configured(
             Err(e) => problems.push(format!("{} is not valid: {e}", project.display())),
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        // A link out of the project may be the user's own: say where such servers go.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => problems.push(format!(
+            "cannot read {}: {e}; servers of your own go in your config file's [mcp_servers]",
+            project.display()
+        )),
         Err(e) => problems.push(format!("cannot read {}: {e}", project.display())),
     }
     // The workflow's file, then the run file's: a later one wins a name.
@@ -823,6 +828,28 @@ mod tests {
         assert_eq!(
             exposed_name("my.server", "read file"),
             "mcp__my_server__read_file"
+        );
+    }
+
+    #[test]
+    fn a_project_file_linking_out_of_the_project_is_a_problem_not_read() {
+        let elsewhere = tempfile::tempdir().unwrap();
+        let target = elsewhere.path().join("mcp.json");
+        std::fs::write(
+            &target,
+            r#"{"mcpServers": {"fs": {"command": "npx", "args": ["server"]}}}"#,
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join(".mcp.json")).unwrap();
+        let (servers, problems) = configured(dir.path(), &BTreeMap::new(), None, &[]);
+        assert!(servers.is_empty());
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("it leads outside")
+                && problems[0]
+                    .ends_with("servers of your own go in your config file's [mcp_servers]"),
+            "{problems:?}"
         );
     }
 

@@ -628,6 +628,15 @@ fn hook_layers(
         {
             Project::default()
         }
+        // A link out of the project may be the user's own: say where such hooks go.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            return Err(problem(
+                &project_path,
+                format!(
+                    "cannot read it: {e}; hooks of your own go in your config file or a run file you name"
+                ),
+            ));
+        }
         // Its hooks would silently not run.
         Err(e) => return Err(problem(&project_path, format!("cannot read it: {e}"))),
     };
