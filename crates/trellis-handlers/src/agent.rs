@@ -443,11 +443,12 @@ impl Observer for StageObserver<'_> {
                 tracked_file_count,
                 summary,
             } => {
-                // The summary in the transcript only: what the session went on from.
+                // The summary in the transcript only: what the session went on from, redacted as
+                // the model's other text is.
                 self.note(json!({
                     "type": "compaction",
                     "original_turn_count": original_turn_count,
-                    "summary": summary,
+                    "summary": secrets::redact(&summary),
                 }));
                 EventKind::AgentCompactionCompleted {
                     original_turn_count,

@@ -166,12 +166,15 @@ pub fn configured(
             Err(e) => problems.push(format!("{} is not valid: {e}", project.display())),
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        // A link out of the project may be the user's own: say where such servers go.
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => problems.push(format!(
-            "cannot read {}: {e}; servers of your own go in your config file's [mcp_servers]",
-            project.display()
-        )),
-        Err(e) => problems.push(format!("cannot read {}: {e}", project.display())),
+        Err(e) => {
+            // A link out of the project may be the user's own: say where such servers go.
+            let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+                "; servers of your own go in your config file's [mcp_servers]"
+            } else {
+                ""
+            };
+            problems.push(format!("cannot read {}: {e}{hint}", project.display()));
+        }
     }
     // The workflow's file, then the run file's: a later one wins a name.
     for file in workflow {

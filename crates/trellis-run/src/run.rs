@@ -628,17 +628,16 @@ fn hook_layers(
         {
             Project::default()
         }
-        // A link out of the project may be the user's own: say where such hooks go.
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            return Err(problem(
-                &project_path,
-                format!(
-                    "cannot read it: {e}; hooks of your own go in your config file or a run file you name"
-                ),
-            ));
+        // Its hooks would silently not run. A link out of the project may be the user's own: say
+        // where such hooks go.
+        Err(e) => {
+            let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+                "; hooks of your own go in your config file or a run file you name"
+            } else {
+                ""
+            };
+            return Err(problem(&project_path, format!("cannot read it: {e}{hint}")));
         }
-        // Its hooks would silently not run.
-        Err(e) => return Err(problem(&project_path, format!("cannot read it: {e}"))),
     };
     let project: Vec<HookSpec> = project.hooks.into_iter().chain(project.run.hooks).collect();
     // A file in the working directory is anyone's to write (a stage's, a cloned repository's): its

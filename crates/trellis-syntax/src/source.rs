@@ -116,10 +116,11 @@ pub fn read_text(path: &Path) -> std::io::Result<String> {
 /// pipe planted there (by a cloned repository, or a stage of an earlier run) would hold the run
 /// forever, a link to a device (`/dev/zero`) would be read to the limit, and a link to a file
 /// elsewhere (`~/.git-credentials`) would have Trellis read the user's secrets for whoever planted
-/// it — into a parse error's quoted line, or a model's prompt. The first two are errors of kind
-/// [`std::io::ErrorKind::InvalidInput`] that say what the file is, the last of kind
-/// [`std::io::ErrorKind::PermissionDenied`]; a file that is not there is `NotFound` (or
-/// `NotADirectory`, when a folder on its way is a file).
+/// it — into a parse error's quoted line, or a model's prompt. A path that leads out of `within`
+/// (a link to `/dev/zero` included) is an error of kind [`std::io::ErrorKind::PermissionDenied`];
+/// inside it, a pipe, a device or a folder is one of kind [`std::io::ErrorKind::InvalidInput`] that
+/// says what it is; a file that is not there is `NotFound` (or `NotADirectory`, when a folder on
+/// its way is a file).
 pub fn read_found_text(path: &Path, within: &Path) -> std::io::Result<String> {
     let real = std::fs::canonicalize(path)?;
     let root = std::fs::canonicalize(within)?;
