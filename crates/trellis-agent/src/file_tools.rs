@@ -31,12 +31,25 @@ const EDIT_CONTEXT_LINES: usize = 3;
 /// `glob` lists at most this many paths.
 const GLOB_MAX: usize = 5_000;
 
+/// What the writing tools must leave as it is, besides what they always keep (the working directory).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Kept {
+    /// The task says not to change the tests: a write or an edit that takes out a test line (an
+    /// assertion, a test's declaration) is refused ([`test_lines_taken_out`]).
+    pub tests: bool,
+}
+
 /// Runs a file tool; `Err` is the error result's text.
-pub fn run(tool: Tool, work_dir: &WorkDir, arguments: &Value) -> Result<ToolOutput, String> {
+pub fn run(
+    tool: Tool,
+    work_dir: &WorkDir,
+    arguments: &Value,
+    kept: Kept,
+) -> Result<ToolOutput, String> {
     match tool {
         Tool::ReadFile => read_file(work_dir, &parse_args(tool, arguments)?),
-        Tool::WriteFile => write_file(work_dir, &parse_args(tool, arguments)?),
-        Tool::EditFile => edit_file(work_dir, &parse_args(tool, arguments)?),
+        Tool::WriteFile => write_file(work_dir, &parse_args(tool, arguments)?, kept),
+        Tool::EditFile => edit_file(work_dir, &parse_args(tool, arguments)?, kept),
         Tool::Grep => grep(work_dir, &parse_args(tool, arguments)?),
         Tool::Glob => glob(work_dir, &parse_args(tool, arguments)?),
         Tool::ListDir => list_dir(work_dir, &parse_args(tool, arguments)?),
@@ -101,7 +114,7 @@ struct WriteArgs {
     content: String,
 }
 
-fn write_file(work_dir: &WorkDir, args: &WriteArgs) -> Result<ToolOutput, String> {
+fn write_file(work_dir: &WorkDir, args: &WriteArgs, kept: Kept) -> Result<ToolOutput, String> {
     let path = work_dir.resolve_writable(&args.path)?;
     if path.is_dir() {
         return Err(format!("`{}` is a folder", args.path));
@@ -124,6 +137,11 @@ fn write_file(work_dir: &WorkDir, args: &WriteArgs) -> Result<ToolOutput, String
         .then(|| read_whole(&path, &args.path).ok())
         .flatten()
         .and_then(|bytes| String::from_utf8(bytes).ok());
+    if kept.tests
+        && let Some(before) = &before
+    {
+        keep_tests(&args.path, before, &args.content)?;
+    }
     write_whole(&path, &args.path, args.content.as_bytes())?;
     let mut out = format!("wrote {} bytes to {}", args.content.len(), args.path);
     if let Some(before) = before {
@@ -144,7 +162,7 @@ struct EditArgs {
     replace_all: bool,
 }
 
-fn edit_file(work_dir: &WorkDir, args: &EditArgs) -> Result<ToolOutput, String> {
+fn edit_file(work_dir: &WorkDir, args: &EditArgs, kept: Kept) -> Result<ToolOutput, String> {
     let path = work_dir.resolve_writable(&args.path)?;
     if args.old_string.is_empty() {
         return Err("old_string is empty; give the exact text to replace".to_owned());
@@ -202,6 +220,9 @@ fn edit_file(work_dir: &WorkDir, args: &EditArgs) -> Result<ToolOutput, String> 
     } else {
         text.replacen(&args.old_string, &args.new_string, 1)
     };
+    if kept.tests {
+        keep_tests(&args.path, &text, &edited)?;
+    }
     write_whole(&path, &args.path, edited.as_bytes())?;
     // Where the first replacement now stands, with the lines around it: what the file holds there
     // now, so the next edit starts from it (a model otherwise edits what it remembers).
@@ -228,6 +249,63 @@ fn edit_file(work_dir: &WorkDir, args: &EditArgs) -> Result<ToolOutput, String> 
         &removed_names(&args.old_string, &args.new_string),
     ));
     Ok(touched(out, work_dir, &path))
+}
+
+/// The refusal of a change of `path` from `before` to `after` that takes out test lines, when the
+/// task says not to change the tests: a small model told to fix the code "without changing the
+/// tests" deletes the failing assertion, changes its expected value, or rewrites the file without
+/// its test module, and the tests pass.
+fn keep_tests(path: &str, before: &str, after: &str) -> Result<(), String> {
+    /// The most lines the refusal quotes.
+    const SHOWN: usize = 3;
+    let taken = test_lines_taken_out(before, after);
+    if taken.is_empty() {
+        return Ok(());
+    }
+    let mut message = format!(
+        "Refused: the task says not to change the tests, and this change takes out {} test \
+         line(s) of `{path}`:",
+        taken.len()
+    );
+    for line in taken.iter().take(SHOWN) {
+        let _ = write!(message, "\n{line}");
+    }
+    if taken.len() > SHOWN {
+        let _ = write!(message, "\n(and {} more)", taken.len() - SHOWN);
+    }
+    let _ = write!(
+        message,
+        "\nKeep those lines exactly as they are and change the code they test instead. `{path}` \
+         is unchanged."
+    );
+    Err(message)
+}
+
+/// The test lines of `before` that `after` no longer holds, each once, in order: lines that assert
+/// (`assert`, `assert_eq!`, `self.assertEqual`, a line opening with `expect(`) or declare a test (`#[test]`,
+/// `def test…`), compared with the whitespace around them taken off. A line moved within the file
+/// is not taken out; one changed (another expected value) is.
+pub fn test_lines_taken_out<'a>(before: &'a str, after: &str) -> Vec<&'a str> {
+    fn is_test_line(line: &str) -> bool {
+        let lower = line.to_ascii_lowercase();
+        lower.contains("assert")
+            || line.starts_with("expect(")
+            || line.starts_with("#[test")
+            || line.starts_with("def test")
+    }
+    let mut left: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for line in after.lines().map(str::trim).filter(|l| is_test_line(l)) {
+        *left.entry(line).or_default() += 1;
+    }
+    let mut taken: Vec<&str> = Vec::new();
+    for line in before.lines().map(str::trim).filter(|l| is_test_line(l)) {
+        match left.get_mut(line) {
+            Some(count) if *count > 0 => *count -= 1,
+            _ if !taken.contains(&line) => taken.push(line),
+            _ => {}
+        }
+    }
+    taken
 }
 
 /// The most names an edit's result looks for after it took them out (more: a rewrite, not a
@@ -886,7 +964,58 @@ mod tests {
     }
 
     fn call(work: &WorkDir, tool: Tool, args: &Value) -> Result<ToolOutput, String> {
-        run(tool, work, args)
+        run(tool, work, args, Kept::default())
+    }
+
+    #[test]
+    fn the_test_lines_a_change_takes_out_are_named_and_moves_are_not() {
+        let before = "fn area() {}\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn a() {\n        assert_eq!(area(3, 4), 12);\n        assert!(ok());\n    }\n}\n";
+        // Another expected value, a deleted assertion, the test module dropped.
+        assert_eq!(
+            test_lines_taken_out(before, &before.replace("12)", "7)")),
+            ["assert_eq!(area(3, 4), 12);"]
+        );
+        assert_eq!(
+            test_lines_taken_out(before, &before.replace("        assert!(ok());\n", "")),
+            ["assert!(ok());"]
+        );
+        assert_eq!(
+            test_lines_taken_out(before, "fn area() {}\n"),
+            ["#[test]", "assert_eq!(area(3, 4), 12);", "assert!(ok());"]
+        );
+        // The code changed, a test added, the lines indented anew: nothing taken out.
+        let after = before
+            .replace("fn area() {}", "fn area() -> u32 { 12 }")
+            .replace("        assert!", "\tassert!")
+            .replace(
+                "mod tests {\n",
+                "mod tests {\n    #[test]\n    fn b() { assert!(true); }\n",
+            );
+        assert!(test_lines_taken_out(before, &after).is_empty());
+    }
+
+    #[test]
+    fn kept_tests_refuse_a_rewrite_without_them_and_let_the_code_change() {
+        let (dir, work) = setup();
+        let lib = "pub fn area(w: u32, h: u32) -> u32 {\n    w + h\n}\n\n#[test]\nfn area_of_a_rectangle() {\n    assert_eq!(area(3, 4), 12);\n}\n";
+        std::fs::write(dir.path().join("src/area.rs"), lib).unwrap();
+        let kept = Kept { tests: true };
+        let rewrite = json!({"path": "src/area.rs", "content": "pub fn area(w: u32, h: u32) -> u32 {\n    w * h\n}\n"});
+        let err = run(Tool::WriteFile, &work, &rewrite, kept).unwrap_err();
+        assert!(
+            err.contains(
+                "takes out 2 test line(s) of `src/area.rs`:\n#[test]\nassert_eq!(area(3, 4), 12);\n"
+            ),
+            "{err}"
+        );
+        let edit = json!({"path": "src/area.rs", "old_string": "w + h", "new_string": "w * h"});
+        run(Tool::EditFile, &work, &edit, kept).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("src/area.rs")).unwrap(),
+            lib.replace("w + h", "w * h")
+        );
+        // Without the rule, the rewrite is the model's to make.
+        run(Tool::WriteFile, &work, &rewrite, Kept::default()).unwrap();
     }
 
     #[test]
@@ -940,7 +1069,9 @@ mod tests {
                 new_string: new.into(),
                 replace_all: false,
             };
-            edit_file(&work_dir, &args).unwrap().content
+            edit_file(&work_dir, &args, Kept::default())
+                .unwrap()
+                .content
         };
         let out = edit("def get_total(prices):", "def compute_total(prices):");
         assert!(
@@ -985,7 +1116,9 @@ mod tests {
                 path: path.into(),
                 content: content.into(),
             };
-            write_file(&work_dir, &args).unwrap().content
+            write_file(&work_dir, &args, Kept::default())
+                .unwrap()
+                .content
         };
         let out = write(
             "main.py",

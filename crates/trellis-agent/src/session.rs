@@ -330,7 +330,7 @@ struct Lately {
     /// The numbers the user's last message names that none of the files it names held when it
     /// came, until `finish` was refused once for one still missing ([`missing_value`]).
     values: Vec<String>,
-    /// The words of the user's last message, as [`Session::expect_named_files`] took them.
+    /// The words of the user's last message, as [`Session::set_task`] took them.
     task: String,
 }
 
@@ -486,9 +486,14 @@ impl Session {
     }
 
     /// Takes `task` (what the user's next message asks, without the files it shows or the earlier
-    /// output it quotes) for what the model is to do: a coached model's `finish` is refused once while a file it names that
-    /// does not exist now still does not (`Not finished: the task names …`).
-    pub async fn expect_named_files(&mut self, task: &str) {
+    /// output it quotes) for what the model is to do. For a coached model: its `finish` is refused
+    /// once while a file the task names that does not exist now still does not (`Not finished: the
+    /// task names …`), and when the task says not to change the tests, a write or an edit that takes
+    /// out a test line is refused ([`Toolbox::keep_tests_if_told`]).
+    pub async fn set_task(&mut self, task: &str) {
+        if self.coach {
+            self.toolbox.keep_tests_if_told(task);
+        }
         if self.coach && self.request.require_tool {
             self.lately.wanted = self.toolbox.missing_files(task).await;
             self.lately.values = self.toolbox.missing_values(task).await;
@@ -1668,7 +1673,7 @@ mod tests {
             json!({ "path": "backup.sh", "content": "true\n" }),
         );
         let task = "Write backup.sh to copy the notes.";
-        session.expect_named_files(task).await;
+        session.set_task(task).await;
         let finish = || response("", &[(FINISH, json!({ "summary": "Done." }))]);
         let (answer, asked) = scripted(
             &mut session,
@@ -1771,7 +1776,7 @@ mod tests {
             asked: Vec::new(),
         };
         let task = "In config.json, set the port to 9090 and turn debug off.";
-        session.expect_named_files(task).await;
+        session.set_task(task).await;
         let answer = session
             .send(&mut model, &Log::default(), task.into())
             .await
@@ -1811,7 +1816,7 @@ mod tests {
             asked: Vec::new(),
         };
         let task = "Write backup.sh to copy notes.txt, then run it.";
-        session.expect_named_files(task).await;
+        session.set_task(task).await;
         // Only the task's own words count: the files shown after it may name files of their own.
         let shown = format!("{task}\n\n`notes.txt` holds: see setup.py.");
         let answer = session

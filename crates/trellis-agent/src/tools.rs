@@ -366,6 +366,8 @@ pub struct Toolbox {
     /// The files the session has read (or found lines of with `grep`), written or edited: those it
     /// may write over.
     known: std::sync::Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
+    /// Whether the task says not to change the tests ([`Toolbox::keep_tests_if_told`]).
+    tests_kept: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Toolbox {
@@ -385,6 +387,7 @@ impl Toolbox {
             // The agent handler puts the run's sandbox here; a bare toolbox (tests) has none.
             sandbox: (std::sync::Arc::new(Sandbox::none()), Policy::default()),
             known: std::sync::Arc::default(),
+            tests_kept: std::sync::Arc::default(),
         }
     }
 
@@ -459,6 +462,16 @@ impl Toolbox {
             .into_iter()
             .filter(|value| !files.iter().any(|(_, content)| holds(content, value)))
             .collect()
+    }
+
+    /// Keeps the tests from now on if `task` says not to change them (`without changing the tests`,
+    /// `Do not change test_calc.py`): a `write_file` or `edit_file` that would take out a test line
+    /// is refused ([`file_tools::Kept`]). A task that does not say so lifts it.
+    pub fn keep_tests_if_told(&self, task: &str) {
+        self.tests_kept.store(
+            forbids_test_changes(task),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// Counts as seen the files a conversation being continued read, wrote or edited without error
@@ -651,14 +664,17 @@ impl Toolbox {
         }
         let (work_dir, known) = (self.work_dir.clone(), self.known.clone());
         let arguments = call.arguments.clone();
+        let kept = file_tools::Kept {
+            tests: self.tests_kept.load(std::sync::atomic::Ordering::Relaxed),
+        };
         blocking(move || {
             if tool == Tool::WriteFile
                 && let Some(refusal) = unseen_file(&work_dir, &known.lock(), &arguments)
             {
                 return ToolOutput::error(refusal);
             }
-            let output =
-                file_tools::run(tool, &work_dir, &arguments).unwrap_or_else(ToolOutput::error);
+            let output = file_tools::run(tool, &work_dir, &arguments, kept)
+                .unwrap_or_else(ToolOutput::error);
             if !output.is_error {
                 let mut known = known.lock();
                 known.extend(output.seen.iter().cloned());
@@ -776,6 +792,35 @@ fn values_named(text: &str) -> Vec<String> {
     values
 }
 
+/// Whether `text` says not to change the tests: a sentence in which a negation (`not`, `never`,
+/// `without`, `n't`) is followed, within three words, by a verb of change (`change`, `modify`,
+/// `touch`, `edit`, `delete`, `remove`, `weaken`, `alter`, `rewrite`, in any form) and then by a
+/// word naming tests (`test`, `tests`, `test_calc`, `unittest`).
+fn forbids_test_changes(text: &str) -> bool {
+    const NEGATIONS: [&str; 4] = ["not", "never", "without", "t"];
+    const CHANGES: [&str; 9] = [
+        "chang", "modif", "touch", "edit", "delet", "remov", "weaken", "alter", "rewrit",
+    ];
+    const WITHIN: usize = 3;
+    let lower = text.to_lowercase();
+    lower.split(['.', '!', '?', ';', '\n']).any(|sentence| {
+        let words: Vec<&str> = sentence
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        words.iter().enumerate().any(|(at, word)| {
+            NEGATIONS.contains(word)
+                && words
+                    .iter()
+                    .enumerate()
+                    .skip(at + 1)
+                    .take(WITHIN)
+                    .find(|(_, w)| CHANGES.iter().any(|stem| w.starts_with(stem)))
+                    .is_some_and(|(verb, _)| words[verb + 1..].iter().any(|w| w.contains("test")))
+        })
+    })
+}
+
 /// Each maximal run of ASCII digits in `text`, with where it starts.
 fn digit_runs(text: &str) -> impl Iterator<Item = (usize, &str)> {
     let mut rest = 0;
@@ -803,6 +848,58 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_task_forbids_changing_the_tests_in_so_many_words() {
+        for task in [
+            "`cargo test` fails in this Rust crate. Fix the code in src/lib.rs so that `cargo test` \
+             passes, without changing the tests.",
+            "The test in test_calc.py fails. Fix the bug in calc.py. Do not change test_calc.py.",
+            "Fix the root cause you found. Do not change or delete tests.",
+            "Make the test suite pass without weakening any test",
+            "Don't touch the unit tests!",
+        ] {
+            assert!(forbids_test_changes(task), "{task}");
+        }
+        for task in [
+            "Add a function to words.py and a unittest test for it, and run the tests.",
+            "Fix the test without changing the code.",
+            "Do not change the output; run the tests after.",
+            "Rename get_total everywhere, so that the tests still pass.",
+        ] {
+            assert!(!forbids_test_changes(task), "{task}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_task_that_keeps_the_tests_has_a_change_taking_one_out_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let test = "import unittest\nfrom calc import add\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n";
+        std::fs::write(dir.path().join("test_calc.py"), test).unwrap();
+        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
+        let edit = ToolCall {
+            id: "1".into(),
+            name: "edit_file".into(),
+            arguments: json!({"path": "test_calc.py", "old_string": "5)", "new_string": "6)"}),
+        };
+        toolbox.keep_tests_if_told("Fix calc.py. Do not change test_calc.py.");
+        let out = toolbox.run(&edit).await;
+        assert!(out.is_error, "{out:?}");
+        assert_eq!(
+            out.content,
+            "Refused: the task says not to change the tests, and this change takes out 1 test \
+             line(s) of `test_calc.py`:\nself.assertEqual(add(2, 3), 5)\nKeep those lines \
+             exactly as they are and change the code they test instead. `test_calc.py` is \
+             unchanged."
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("test_calc.py")).unwrap(),
+            test
+        );
+        // A task that does not say so lifts the rule.
+        toolbox.keep_tests_if_told("Make the test expect 6.");
+        assert!(!toolbox.run(&edit).await.is_error);
+    }
 
     #[test]
     fn the_numbers_a_task_names_are_those_standing_alone() {

@@ -1678,3 +1678,65 @@ fn the_local_model_is_held_to_one_call_a_turn_and_finishes_once_its_change_is_ch
         assert_eq!(pair[1]["cache_prompt"], true);
     }
 }
+
+/// A task that says not to change the tests keeps them: the local model's rewrite of the test with
+/// another expected value is refused, with the lines it took out, and the file stays as it was; the
+/// fix of the code then goes through.
+#[test]
+fn the_local_model_told_to_keep_the_tests_cannot_change_their_assertions() {
+    let Some(mock) = Llmock::start() else { return };
+    let stand_in = tempfile::tempdir().unwrap();
+    let server = mock.as_llama_server(stand_in.path());
+    let model = stand_in.path().join("model.gguf");
+    std::fs::write(&model, "not a model: llmock answers").unwrap();
+    let p = Project::new()
+        .with_env("TRELLIS_LLAMA_SERVER", &server.display().to_string())
+        .with_env("TRELLIS_LOCAL_MODEL", &model.display().to_string());
+    p.write("calc.py", "def add(a, b):\n    return a - b\n");
+    let test = "import unittest\nfrom calc import add\n\n\nclass TestAdd(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n";
+    p.write("test_calc.py", test);
+    p.write(
+        "w.fabro",
+        &workflow(
+            "fix [prompt=\"The test in test_calc.py fails. Fix calc.py. Do not change test_calc.py.\", provider=\"local\"]\n start -> fix -> exit",
+        ),
+    );
+    let weakened = test.replace("5)", "-1)");
+    mock.scenario(&json!([
+        local_call(
+            "The test expects the wrong value.",
+            "write_file",
+            &json!({ "path": "test_calc.py", "content": weakened })
+        ),
+        local_call(
+            "Then the code.",
+            "edit_file",
+            &json!({ "path": "calc.py", "old_string": "a - b", "new_string": "a + b" })
+        ),
+        local_call(
+            "Check it.",
+            "shell",
+            &json!({ "command": "python3 -m unittest test_calc" })
+        ),
+        local_call("Done.", "finish", &json!({ "summary": "Fixed add." })),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.summary, run.stderr());
+    assert_eq!(p.read("test_calc.py"), test);
+    assert_eq!(p.read("calc.py"), "def add(a, b):\n    return a + b\n");
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 4, "{bodies:#?}");
+    let refused = last_text(&bodies[1]);
+    assert!(
+        refused.contains(
+            "Refused: the task says not to change the tests, and this change takes out 1 test \
+             line(s) of `test_calc.py`:\nself.assertEqual(add(2, 3), 5)\n"
+        ),
+        "{refused}"
+    );
+    assert!(
+        last_text(&bodies[3]).contains("[exit 0]"),
+        "{}",
+        last_text(&bodies[3])
+    );
+}

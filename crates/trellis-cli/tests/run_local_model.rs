@@ -386,10 +386,12 @@ fn the_local_model_routes_clear_cut_reports_to_the_right_branch() {
 /// owes the model is checked: the first diagnosis is shown the failing assertion itself, not only a
 /// path to the output (a path it cannot always open: it read `Cargo.lock` over and over instead, CI
 /// 2026-11-28), the file names in that output are not taken for the task's, and the run ends within
-/// its visit limits with a summary. Whether a 1.5B model then fixes the code *and* keeps the test is
-/// a rate, not a certainty (its prompts hold the project's temporary path, so runs differ): 2 of 3
-/// runs did on 2026-11-28; the agent suite measures it (`cargo-test` task). A run that succeeds must
-/// leave a crate whose tests pass.
+/// its visit limits with a summary. Whether a 1.5B model then fixes the code is a rate, not a
+/// certainty (its prompts hold the project's temporary path, so runs differ): 2 of 3 runs did on
+/// 2026-11-28; the agent suite measures it (`cargo-test` task). That it keeps the test is the
+/// harness's to hold: the prompts say not to change the tests, so a write or an edit taking out a
+/// test line is refused (on 2026-11-30 a run the model rewrote `src/lib.rs` without its test module
+/// succeeded, before that rule). A run that succeeds must leave the test as it was, passing.
 #[test]
 fn fix_failing_tests_on_the_local_model_is_shown_the_failure_and_ends_within_its_limits() {
     let Some((_turn, p)) = local_turn() else {
@@ -467,10 +469,10 @@ fn fix_failing_tests_on_the_local_model_is_shown_the_failure_and_ends_within_its
     eprintln!("the local model's run: {}", run.summary);
 }
 
-/// The crate the example fixed: the code multiplies, the test is as it was, and `cargo test` passes.
+/// The crate the example fixed: the test is as it was, and `cargo test` runs it and passes — so the
+/// code multiplies, whichever way the model wrote it.
 fn check_fixed_crate(p: &Project) {
     let fixed = p.read("src/lib.rs");
-    assert!(fixed.contains("width * height"), "{fixed}");
     assert!(
         fixed.contains("assert_eq!(area(3, 4), 12);"),
         "the test stays: {fixed}"
@@ -480,9 +482,9 @@ fn check_fixed_crate(p: &Project) {
         .current_dir(p.path())
         .output()
         .unwrap();
+    let stdout = String::from_utf8_lossy(&cargo.stdout);
     assert!(
-        cargo.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cargo.stdout)
+        cargo.status.success() && stdout.contains("test result: ok. 1 passed"),
+        "{stdout}"
     );
 }

@@ -535,7 +535,7 @@ impl AgentHandler {
             tools.push(Arc::new(subagents.clone()));
         }
         let mut session = base.session(tools, opening.messages, llm.max_turns);
-        session.expect_named_files(&opening.task).await;
+        session.set_task(&opening.task).await;
         let (observer, writer) = StageObserver::new(stage);
         let inbox = StageInbox::open(stage).await;
         if let Some(inbox) = &inbox {
