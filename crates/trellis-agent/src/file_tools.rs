@@ -32,11 +32,15 @@ const EDIT_CONTEXT_LINES: usize = 3;
 const GLOB_MAX: usize = 5_000;
 
 /// What the writing tools must leave as it is, besides what they always keep (the working directory).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Kept {
     /// The task says not to change the tests: a write or an edit that takes out a test line (an
     /// assertion, a test's declaration) is refused ([`test_lines_taken_out`]).
     pub tests: bool,
+    /// The task of a coached model: a `write_file` over a file that takes out a name the file
+    /// defines, which this does not name and another file still uses, is refused
+    /// ([`keep_used_names`]).
+    pub used_names_but: Option<std::sync::Arc<str>>,
 }
 
 /// Runs a file tool; `Err` is the error result's text.
@@ -44,7 +48,7 @@ pub fn run(
     tool: Tool,
     work_dir: &WorkDir,
     arguments: &Value,
-    kept: Kept,
+    kept: &Kept,
 ) -> Result<ToolOutput, String> {
     match tool {
         Tool::ReadFile => read_file(work_dir, &parse_args(tool, arguments)?),
@@ -114,7 +118,7 @@ struct WriteArgs {
     content: String,
 }
 
-fn write_file(work_dir: &WorkDir, args: &WriteArgs, kept: Kept) -> Result<ToolOutput, String> {
+fn write_file(work_dir: &WorkDir, args: &WriteArgs, kept: &Kept) -> Result<ToolOutput, String> {
     let path = work_dir.resolve_writable(&args.path)?;
     if path.is_dir() {
         return Err(format!("`{}` is a folder", args.path));
@@ -137,19 +141,21 @@ fn write_file(work_dir: &WorkDir, args: &WriteArgs, kept: Kept) -> Result<ToolOu
         .then(|| read_whole(&path, &args.path).ok())
         .flatten()
         .and_then(|bytes| String::from_utf8(bytes).ok());
-    if kept.tests
-        && let Some(before) = &before
-    {
-        keep_tests(&args.path, before, &args.content)?;
+    let removed = before
+        .as_deref()
+        .map(|before| removed_names(before, &args.content))
+        .unwrap_or_default();
+    if let Some(before) = &before {
+        if kept.tests {
+            keep_tests(&args.path, before, &args.content)?;
+        }
+        if let Some(task) = &kept.used_names_but {
+            keep_used_names(work_dir, (&path, &args.path), before, &removed, task)?;
+        }
     }
     write_whole(&path, &args.path, args.content.as_bytes())?;
     let mut out = format!("wrote {} bytes to {}", args.content.len(), args.path);
-    if let Some(before) = before {
-        out.push_str(&still_named(
-            work_dir,
-            &removed_names(&before, &args.content),
-        ));
-    }
+    out.push_str(&still_named(work_dir, &removed));
     Ok(touched(out, work_dir, &path))
 }
 
@@ -162,7 +168,7 @@ struct EditArgs {
     replace_all: bool,
 }
 
-fn edit_file(work_dir: &WorkDir, args: &EditArgs, kept: Kept) -> Result<ToolOutput, String> {
+fn edit_file(work_dir: &WorkDir, args: &EditArgs, kept: &Kept) -> Result<ToolOutput, String> {
     let path = work_dir.resolve_writable(&args.path)?;
     if args.old_string.is_empty() {
         return Err("old_string is empty; give the exact text to replace".to_owned());
@@ -249,6 +255,43 @@ fn edit_file(work_dir: &WorkDir, args: &EditArgs, kept: Kept) -> Result<ToolOutp
         &removed_names(&args.old_string, &args.new_string),
     ));
     Ok(touched(out, work_dir, &path))
+}
+
+/// The refusal of a rewrite of `path` (`shown` as given) that takes out names (`removed`) which
+/// its content `before` defines, `task` does not name and other files still name: told to rename
+/// one function, a small model rewrote the file as that function alone, and the program's other
+/// imports broke.
+fn keep_used_names(
+    work_dir: &WorkDir,
+    (path, shown): (&Path, &str),
+    before: &str,
+    removed: &[String],
+    task: &str,
+) -> Result<(), String> {
+    let names: Vec<String> = removed
+        .iter()
+        .filter(|name| !names_word(task, name) && defines(before, name))
+        .cloned()
+        .collect();
+    let (places, more) = places_naming(work_dir, &names, Some(path));
+    if places.is_empty() {
+        return Ok(());
+    }
+    let quoted = quoted(&names);
+    let mut message = format!(
+        "Refused: this rewrite of `{shown}` takes out {quoted}, which the task does not ask for \
+         and other files still use:\n{}\n",
+        places.join("\n")
+    );
+    if more > 0 {
+        let _ = writeln!(message, "(and {more} more lines)");
+    }
+    let _ = write!(
+        message,
+        "Write `{shown}` again with {quoted} kept in it, or change only the lines the task is \
+         about with edit_file. `{shown}` is unchanged."
+    );
+    Err(message)
 }
 
 /// The refusal of a change of `path` from `before` to `after` that takes out test lines, when the
@@ -355,16 +398,46 @@ fn removed_names(old: &str, new: &str) -> Vec<String> {
 
 /// Where the working directory's text files still name any of `names` as a whole word, as a note
 /// for an edit's result (empty when nowhere): a rename that missed an import or a caller shows at
-/// once. At most [`RENAMED_FILES`] files of at most [`RENAMED_FILE_BYTES`] are read (the walk
-/// honours `.gitignore`), and [`RENAMED_PLACES`] places listed.
+/// once.
 fn still_named(work_dir: &WorkDir, names: &[String]) -> String {
-    if names.is_empty() {
+    let (places, more) = places_naming(work_dir, names, None);
+    if places.is_empty() {
         return String::new();
     }
+    let mut note = format!(
+        "\nThis change took out {}, which these lines still name (change them too if they should \
+         follow):\n{}\n",
+        quoted(names),
+        places.join("\n")
+    );
+    if more > 0 {
+        let _ = writeln!(note, "(and {more} more lines)");
+    }
+    note
+}
+
+/// `names` quoted and joined with `and`.
+fn quoted(names: &[String]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    quoted.join(" and ")
+}
+
+/// The lines of the working directory's text files (but `except`) that name any of `names` as a
+/// whole word, as `file:line: text`, and how many more there are. At most [`RENAMED_FILES`] files
+/// of at most [`RENAMED_FILE_BYTES`] are read (the walk honours `.gitignore`), and
+/// [`RENAMED_PLACES`] places listed.
+fn places_naming(
+    work_dir: &WorkDir,
+    names: &[String],
+    except: Option<&Path>,
+) -> (Vec<String>, usize) {
     let mut places: Vec<String> = Vec::new();
     let mut more = 0;
-    let files = ignore::WalkBuilder::new(work_dir.root())
-        .require_git(false)
+    if names.is_empty() {
+        return (places, more);
+    }
+    let files = work_dir
+        .walk(work_dir.root())
         .build()
         .filter_map(Result::ok)
         .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
@@ -372,7 +445,10 @@ fn still_named(work_dir: &WorkDir, names: &[String]) -> String {
         .take(RENAMED_FILES);
     for entry in files {
         if work_dir.stopped() {
-            return String::new();
+            return (Vec::new(), 0);
+        }
+        if except.is_some_and(|except| entry.path() == except) {
+            continue;
         }
         let shown = work_dir.relative(entry.path());
         let Ok(Ok(text)) = read_whole(entry.path(), &shown).map(String::from_utf8) else {
@@ -389,20 +465,46 @@ fn still_named(work_dir: &WorkDir, names: &[String]) -> String {
             }
         }
     }
-    if places.is_empty() {
-        return String::new();
-    }
-    let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
-    let mut note = format!(
-        "\nThis change took out {}, which these lines still name (change them too if they should \
-         follow):\n{}\n",
-        quoted.join(" and "),
-        places.join("\n")
-    );
-    if more > 0 {
-        let _ = writeln!(note, "(and {more} more lines)");
-    }
-    note
+    (places, more)
+}
+
+/// Whether `text` defines `name` on a line of its own: `def name`, `class name`, `fn name`,
+/// `function name`, `struct`, `enum`, `trait`, `type`, `const`, `let`, `var` or `static` (after
+/// `pub`, `export` or `async`), or `name =` at the start of a line.
+fn defines(text: &str, name: &str) -> bool {
+    const KEYWORDS: [&str; 12] = [
+        "def", "class", "fn", "function", "struct", "enum", "trait", "type", "const", "let", "var",
+        "static",
+    ];
+    const PREFIXES: [&str; 5] = ["pub(crate)", "pub", "export", "async", "unsafe"];
+    let word_char = |c: char| c.is_alphanumeric() || c == '_';
+    let starts_with_name = |rest: &str| {
+        rest.strip_prefix(name)
+            .is_some_and(|after| !after.starts_with(word_char))
+    };
+    text.lines().any(|line| {
+        let mut rest = line.trim_start();
+        while let Some(after) = PREFIXES.iter().find_map(|p| {
+            rest.strip_prefix(p)
+                .filter(|after| after.starts_with(' '))
+                .map(str::trim_start)
+        }) {
+            rest = after;
+        }
+        let keyword = KEYWORDS.iter().find_map(|k| {
+            rest.strip_prefix(k)
+                .filter(|after| after.starts_with(' '))
+                .map(str::trim_start)
+        });
+        match keyword {
+            Some(after) => starts_with_name(after.trim_start_matches("mut ")),
+            None => {
+                starts_with_name(rest)
+                    && rest[name.len()..].trim_start().starts_with('=')
+                    && !rest[name.len()..].trim_start().starts_with("==")
+            }
+        }
+    })
 }
 
 /// Whether `line` holds `name` as a whole word.
@@ -492,10 +594,7 @@ pub fn edit_targets(
     (max_files, max_bytes, max_lines): (usize, u64, usize),
 ) -> Option<Vec<(String, Anchors)>> {
     let mut paths = Vec::new();
-    for entry in ignore::WalkBuilder::new(work_dir.root())
-        .require_git(false)
-        .build()
-    {
+    for entry in work_dir.walk(work_dir.root()).build() {
         if work_dir.stopped() {
             return None;
         }
@@ -723,8 +822,7 @@ fn grep(work_dir: &WorkDir, args: &GrepArgs) -> Result<ToolOutput, String> {
         .case_insensitive(args.case_insensitive)
         .build(&args.pattern)
         .map_err(|e| format!("invalid regular expression `{}`: {e}", args.pattern))?;
-    let mut walk = ignore::WalkBuilder::new(&root);
-    walk.require_git(false);
+    let mut walk = work_dir.walk(&root);
     if let Some(glob) = &args.glob {
         let mut overrides = ignore::overrides::OverrideBuilder::new(&root);
         overrides
@@ -823,8 +921,8 @@ fn files_matching<'a>(
     root: &'a Path,
     matcher: &'a globset::GlobMatcher,
 ) -> impl Iterator<Item = ignore::DirEntry> + 'a {
-    ignore::WalkBuilder::new(root)
-        .require_git(false)
+    work_dir
+        .walk(root)
         .build()
         .take_while(|_| !work_dir.stopped())
         .filter_map(Result::ok)
@@ -901,8 +999,8 @@ fn list_dir(work_dir: &WorkDir, args: &ListArgs) -> Result<ToolOutput, String> {
 /// most `limit` entries: what an agent is shown before it starts, so it need not guess paths.
 pub fn overview(work_dir: &WorkDir, limit: usize) -> String {
     let root = work_dir.root();
-    let mut entries: Vec<String> = ignore::WalkBuilder::new(root)
-        .require_git(false)
+    let mut entries: Vec<String> = work_dir
+        .walk(root)
         .max_depth(Some(2))
         .build()
         .take_while(|_| !work_dir.stopped())
@@ -964,7 +1062,7 @@ mod tests {
     }
 
     fn call(work: &WorkDir, tool: Tool, args: &Value) -> Result<ToolOutput, String> {
-        run(tool, work, args, Kept::default())
+        run(tool, work, args, &Kept::default())
     }
 
     #[test]
@@ -999,9 +1097,12 @@ mod tests {
         let (dir, work) = setup();
         let lib = "pub fn area(w: u32, h: u32) -> u32 {\n    w + h\n}\n\n#[test]\nfn area_of_a_rectangle() {\n    assert_eq!(area(3, 4), 12);\n}\n";
         std::fs::write(dir.path().join("src/area.rs"), lib).unwrap();
-        let kept = Kept { tests: true };
+        let kept = Kept {
+            tests: true,
+            ..Kept::default()
+        };
         let rewrite = json!({"path": "src/area.rs", "content": "pub fn area(w: u32, h: u32) -> u32 {\n    w * h\n}\n"});
-        let err = run(Tool::WriteFile, &work, &rewrite, kept).unwrap_err();
+        let err = run(Tool::WriteFile, &work, &rewrite, &kept).unwrap_err();
         assert!(
             err.contains(
                 "takes out 2 test line(s) of `src/area.rs`:\n#[test]\nassert_eq!(area(3, 4), 12);\n"
@@ -1009,13 +1110,13 @@ mod tests {
             "{err}"
         );
         let edit = json!({"path": "src/area.rs", "old_string": "w + h", "new_string": "w * h"});
-        run(Tool::EditFile, &work, &edit, kept).unwrap();
+        run(Tool::EditFile, &work, &edit, &kept).unwrap();
         assert_eq!(
             std::fs::read_to_string(dir.path().join("src/area.rs")).unwrap(),
             lib.replace("w + h", "w * h")
         );
         // Without the rule, the rewrite is the model's to make.
-        run(Tool::WriteFile, &work, &rewrite, Kept::default()).unwrap();
+        run(Tool::WriteFile, &work, &rewrite, &Kept::default()).unwrap();
     }
 
     #[test]
@@ -1069,7 +1170,7 @@ mod tests {
                 new_string: new.into(),
                 replace_all: false,
             };
-            edit_file(&work_dir, &args, Kept::default())
+            edit_file(&work_dir, &args, &Kept::default())
                 .unwrap()
                 .content
         };
@@ -1116,7 +1217,7 @@ mod tests {
                 path: path.into(),
                 content: content.into(),
             };
-            write_file(&work_dir, &args, Kept::default())
+            write_file(&work_dir, &args, &Kept::default())
                 .unwrap()
                 .content
         };
@@ -1138,6 +1239,63 @@ mod tests {
         assert_eq!(out, "wrote 50 bytes to util.py");
         let out = write("new.py", "print(1)\n");
         assert_eq!(out, "wrote 9 bytes to new.py");
+    }
+
+    #[test]
+    fn a_rewrite_taking_out_a_name_others_use_that_the_task_does_not_name_is_refused() {
+        let util = "def get_total(prices):\n    return sum(prices)\n\n\ndef average(prices):\n    return get_total(prices) / len(prices)\n";
+        let (dir, work_dir) = with_files(&[
+            ("util.py", util),
+            (
+                "main.py",
+                "from util import get_total, average\nprint(get_total([3]), average([3]))\n",
+            ),
+        ]);
+        let kept = Kept {
+            used_names_but: Some(
+                "Rename the function get_total to compute_total everywhere.".into(),
+            ),
+            ..Kept::default()
+        };
+        let write = |content: &str| {
+            let args = WriteArgs {
+                path: "util.py".into(),
+                content: content.into(),
+            };
+            write_file(&work_dir, &args, &kept)
+        };
+        // The rename of get_total is the task; taking out average is not.
+        let err = write("def compute_total(prices):\n    return sum(prices) / len(prices)\n")
+            .unwrap_err();
+        assert_eq!(
+            err,
+            "Refused: this rewrite of `util.py` takes out `average`, which the task does not ask \
+             for and other files still use:\n\
+             main.py:1: from util import get_total, average\n\
+             main.py:2: print(get_total([3]), average([3]))\n\
+             Write `util.py` again with `average` kept in it, or change only the lines the task \
+             is about with edit_file. `util.py` is unchanged."
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("util.py")).unwrap(),
+            util
+        );
+        // With average kept, the rewrite goes through, and says where get_total is still named.
+        let out = write(&util.replace("get_total", "compute_total")).unwrap();
+        assert!(
+            out.content
+                .contains("This change took out `get_total`, which these lines still name"),
+            "{}",
+            out.content
+        );
+        assert!(defines(util, "average") && defines("  pub async fn run(", "run"));
+        assert!(defines("LIMIT = 3\n", "LIMIT") && defines("let mut total = 0;", "total"));
+        assert!(!defines(util, "len") && !defines("average == 3\nprint(average(p))", "average"));
+        // A name no other file uses (`len`) may go.
+        let out = write(
+            "def compute_total(prices):\n    return sum(prices)\n\n\ndef average(prices):\n    return 0\n",
+        );
+        assert!(out.is_ok(), "{out:?}");
     }
 
     #[test]

@@ -83,6 +83,8 @@ pub struct Repeat {
     pub times: u32,
     /// An edit that failed on the file's same content before (`times` is then 2).
     pub failed_edit: bool,
+    /// That edit's `old_string` and `new_string` are the same: it fails whatever the file holds.
+    pub same_text: bool,
 }
 
 /// One call as the detector compares it.
@@ -115,6 +117,7 @@ impl LoopDetector {
             period,
             times: *times,
             failed_edit: false,
+            same_text: false,
         })
     }
 
@@ -135,6 +138,8 @@ impl LoopDetector {
             period: self.calls - last,
             times: 2,
             failed_edit: true,
+            same_text: arguments.get("old_string").is_some()
+                && arguments.get("old_string") == arguments.get("new_string"),
         })
     }
 
@@ -202,6 +207,14 @@ impl Repeat {
     /// The error result the model gets instead of the call's; `finishing` says how it ends the
     /// task.
     pub fn refusal(&self, finishing: &str) -> String {
+        if self.same_text {
+            return format!(
+                "Not run: this same `{}` call failed before, as its old_string and new_string are \
+                 the same, so it would fail the same way. Put in new_string the text as it should \
+                 read once the task is done, or change the file another way.",
+                self.tool
+            );
+        }
         if self.failed_edit {
             return format!(
                 "Not run: this same `{}` call failed before, and the file has not changed since, so \
@@ -288,6 +301,7 @@ mod tests {
                 period: 2,
                 times: 3,
                 failed_edit: false,
+                same_text: false,
             })
         );
     }
@@ -314,6 +328,18 @@ mod tests {
         assert_eq!(detector.check_edit("edit_file", &edit, 8), None);
         let other = json!({ "path": "calc.py", "old_string": "a - b", "new_string": "a + b" });
         assert_eq!(detector.check_edit("edit_file", &other, 7), None);
+        // An edit that changes nothing is told so, not to copy old_string from the file.
+        let same = json!({ "path": "calc.py", "old_string": "a + b", "new_string": "a + b" });
+        detector.edit_failed("edit_file", &same, 7);
+        let repeat = detector.check_edit("edit_file", &same, 7).unwrap();
+        assert!(repeat.same_text);
+        assert!(
+            repeat
+                .refusal("answer")
+                .contains("as its old_string and new_string are the same"),
+            "{}",
+            repeat.refusal("answer")
+        );
     }
 
     #[test]

@@ -488,11 +488,11 @@ impl Session {
     /// Takes `task` (what the user's next message asks, without the files it shows or the earlier
     /// output it quotes) for what the model is to do. For a coached model: its `finish` is refused
     /// once while a file the task names that does not exist now still does not (`Not finished: the
-    /// task names …`), and when the task says not to change the tests, a write or an edit that takes
-    /// out a test line is refused ([`Toolbox::keep_tests_if_told`]).
+    /// task names …`), and the writing tools keep what the task does not ask to change: the tests
+    /// when it says so, the names other files use ([`Toolbox::keep_for`]).
     pub async fn set_task(&mut self, task: &str) {
         if self.coach {
-            self.toolbox.keep_tests_if_told(task);
+            self.toolbox.keep_for(task);
         }
         if self.coach && self.request.require_tool {
             self.lately.wanted = self.toolbox.missing_files(task).await;

@@ -366,8 +366,8 @@ pub struct Toolbox {
     /// The files the session has read (or found lines of with `grep`), written or edited: those it
     /// may write over.
     known: std::sync::Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
-    /// Whether the task says not to change the tests ([`Toolbox::keep_tests_if_told`]).
-    tests_kept: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// What the writing tools must keep for the task ([`Toolbox::keep_for`]).
+    kept: std::sync::Arc<parking_lot::Mutex<file_tools::Kept>>,
 }
 
 impl Toolbox {
@@ -387,7 +387,7 @@ impl Toolbox {
             // The agent handler puts the run's sandbox here; a bare toolbox (tests) has none.
             sandbox: (std::sync::Arc::new(Sandbox::none()), Policy::default()),
             known: std::sync::Arc::default(),
-            tests_kept: std::sync::Arc::default(),
+            kept: std::sync::Arc::default(),
         }
     }
 
@@ -464,14 +464,16 @@ impl Toolbox {
             .collect()
     }
 
-    /// Keeps the tests from now on if `task` says not to change them (`without changing the tests`,
-    /// `Do not change test_calc.py`): a `write_file` or `edit_file` that would take out a test line
-    /// is refused ([`file_tools::Kept`]). A task that does not say so lifts it.
-    pub fn keep_tests_if_told(&self, task: &str) {
-        self.tests_kept.store(
-            forbids_test_changes(task),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+    /// Holds the writing tools to a coached model's `task` from now on: when it says not to change
+    /// the tests (`without changing the tests`, `Do not change test_calc.py`), a `write_file` or
+    /// `edit_file` that would take out a test line is refused; and a `write_file` over a file that
+    /// would take out a name the file defines, which the task does not name and another file still
+    /// uses, is refused.
+    pub fn keep_for(&self, task: &str) {
+        *self.kept.lock() = file_tools::Kept {
+            tests: forbids_test_changes(task),
+            used_names_but: Some(task.into()),
+        };
     }
 
     /// Counts as seen the files a conversation being continued read, wrote or edited without error
@@ -664,16 +666,14 @@ impl Toolbox {
         }
         let (work_dir, known) = (self.work_dir.clone(), self.known.clone());
         let arguments = call.arguments.clone();
-        let kept = file_tools::Kept {
-            tests: self.tests_kept.load(std::sync::atomic::Ordering::Relaxed),
-        };
+        let kept = self.kept.lock().clone();
         blocking(move || {
             if tool == Tool::WriteFile
                 && let Some(refusal) = unseen_file(&work_dir, &known.lock(), &arguments)
             {
                 return ToolOutput::error(refusal);
             }
-            let output = file_tools::run(tool, &work_dir, &arguments, kept)
+            let output = file_tools::run(tool, &work_dir, &arguments, &kept)
                 .unwrap_or_else(ToolOutput::error);
             if !output.is_error {
                 let mut known = known.lock();
@@ -882,7 +882,7 @@ mod tests {
             name: "edit_file".into(),
             arguments: json!({"path": "test_calc.py", "old_string": "5)", "new_string": "6)"}),
         };
-        toolbox.keep_tests_if_told("Fix calc.py. Do not change test_calc.py.");
+        toolbox.keep_for("Fix calc.py. Do not change test_calc.py.");
         let out = toolbox.run(&edit).await;
         assert!(out.is_error, "{out:?}");
         assert_eq!(
@@ -897,7 +897,7 @@ mod tests {
             test
         );
         // A task that does not say so lifts the rule.
-        toolbox.keep_tests_if_told("Make the test expect 6.");
+        toolbox.keep_for("Make the test expect 6.");
         assert!(!toolbox.run(&edit).await.is_error);
     }
 

@@ -16,6 +16,8 @@ pub struct WorkDir {
     /// Canonical: symlinks in the directory's own path are resolved once.
     root: PathBuf,
     readable: Vec<PathBuf>,
+    /// Directories the walks of the working directory leave out ([`WorkDir::walk`]).
+    unwalked: Vec<PathBuf>,
     /// Fired when the stage that uses the directory ends: a walk of it (grep, glob) stops there,
     /// rather than going on over a large tree on the blocking pool for nobody.
     stop: Option<tokio_util::sync::CancellationToken>,
@@ -26,6 +28,7 @@ impl WorkDir {
         Ok(Self {
             root: std::fs::canonicalize(dir)?,
             readable: Vec::new(),
+            unwalked: Vec::new(),
             stop: None,
         })
     }
@@ -52,6 +55,35 @@ impl WorkDir {
             self.readable.push(dir);
         }
         self
+    }
+
+    /// Leaves `dir` out of the walks of the working directory (`grep`, `glob`, the overview, the
+    /// notes of where a name is still used): the runs directory kept under a project, whose records
+    /// quote the project's files and would be found beside them.
+    #[must_use]
+    pub fn with_unwalked(mut self, dir: &Path) -> Self {
+        if let Ok(dir) = std::fs::canonicalize(dir) {
+            self.unwalked.push(dir);
+        }
+        self
+    }
+
+    /// A walk of `root` (a resolved path inside the working directory) that honours `.gitignore`
+    /// files, in a git repository or not, and leaves out the directories
+    /// [`WorkDir::with_unwalked`] names, unless `root` is inside one (a walk asked for there).
+    pub fn walk(&self, root: &Path) -> ignore::WalkBuilder {
+        let mut walk = ignore::WalkBuilder::new(root);
+        walk.require_git(false);
+        let left_out: Vec<PathBuf> = self
+            .unwalked
+            .iter()
+            .filter(|dir| !root.starts_with(dir))
+            .cloned()
+            .collect();
+        if !left_out.is_empty() {
+            walk.filter_entry(move |entry| !left_out.iter().any(|dir| entry.path() == dir));
+        }
+        walk
     }
 
     pub fn root(&self) -> &Path {
@@ -264,6 +296,28 @@ mod tests {
         assert!(error.contains("can only be read"), "{error}");
         assert!(work.resolve_writable("runs/R2/x").is_ok());
         assert!(work.resolve_writable("src/main.rs").is_ok());
+    }
+
+    #[test]
+    fn walks_leave_the_runs_directory_out_unless_asked_to_walk_it() {
+        let (dir, work) = work_dir();
+        std::fs::create_dir_all(dir.path().join("runs/R1")).unwrap();
+        std::fs::write(dir.path().join("runs/R1/prompt.md"), "x").unwrap();
+        let work = work.with_unwalked(&dir.path().join("runs"));
+        let walked = |root: &Path| -> Vec<String> {
+            let mut paths: Vec<String> = work
+                .walk(root)
+                .build()
+                .filter_map(Result::ok)
+                .map(|e| work.relative(e.path()))
+                .filter(|p| p.starts_with("runs"))
+                .collect();
+            paths.sort();
+            paths
+        };
+        assert!(walked(work.root()).is_empty());
+        let runs = work.resolve("runs/R1").unwrap();
+        assert_eq!(walked(&runs), ["runs/R1", "runs/R1/prompt.md"]);
     }
 
     #[test]

@@ -1740,3 +1740,70 @@ fn the_local_model_told_to_keep_the_tests_cannot_change_their_assertions() {
         last_text(&bodies[3])
     );
 }
+
+/// A coached model that rewrites a file without a function its task does not name, which another
+/// file still uses, has the write refused and is shown where that function is used.
+#[test]
+fn the_local_model_cannot_rewrite_away_a_function_other_files_use() {
+    let Some(mock) = Llmock::start() else { return };
+    let stand_in = tempfile::tempdir().unwrap();
+    let server = mock.as_llama_server(stand_in.path());
+    let model = stand_in.path().join("model.gguf");
+    std::fs::write(&model, "not a model: llmock answers").unwrap();
+    let p = Project::new()
+        .with_env("TRELLIS_LLAMA_SERVER", &server.display().to_string())
+        .with_env("TRELLIS_LOCAL_MODEL", &model.display().to_string());
+    let util = "def get_total(prices):\n    return sum(prices)\n\n\ndef average(prices):\n    return get_total(prices) / len(prices)\n";
+    p.write("util.py", util);
+    p.write(
+        "main.py",
+        "from util import get_total, average\n\nprint(get_total([3, 4, 5]), average([3, 4, 5]))\n",
+    );
+    p.write(
+        "w.fabro",
+        &workflow(
+            "rename [prompt=\"Rename the function get_total to compute_total in util.py and main.py.\", provider=\"local\"]\n start -> rename -> exit",
+        ),
+    );
+    mock.scenario(&json!([
+        local_call(
+            "Rewrite util.py.",
+            "write_file",
+            &json!({ "path": "util.py", "content": "def compute_total(prices):\n    return sum(prices)\n" })
+        ),
+        local_call(
+            "Keep average.",
+            "write_file",
+            &json!({ "path": "util.py", "content": util.replace("get_total", "compute_total") })
+        ),
+        local_call(
+            "Then the caller.",
+            "edit_file",
+            &json!({ "path": "main.py", "old_string": "get_total", "new_string": "compute_total", "replace_all": true })
+        ),
+        local_call("Check it.", "shell", &json!({ "command": "python3 main.py" })),
+        local_call("Done.", "finish", &json!({ "summary": "Renamed." })),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.summary, run.stderr());
+    assert_eq!(
+        p.read("util.py"),
+        util.replace("get_total", "compute_total")
+    );
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 5, "{bodies:#?}");
+    let refused = last_text(&bodies[1]);
+    assert!(
+        refused.contains(
+            "Refused: this rewrite of `util.py` takes out `average`, which the task does not ask \
+             for and other files still use:\nmain.py:1: from util import get_total, average\n\
+             main.py:3: print(get_total([3, 4, 5]), average([3, 4, 5]))\n"
+        ),
+        "{refused}"
+    );
+    assert!(
+        last_text(&bodies[4]).contains("12 4.0\n[exit 0]"),
+        "{}",
+        last_text(&bodies[4])
+    );
+}

@@ -597,7 +597,8 @@ impl AgentHandler {
 }
 
 /// The agent's working directory (the run's record readable too: preambles point at large outputs
-/// stored there), stopped with the stage.
+/// stored there; the runs directory left out of its walks, as its records quote the project's
+/// files), stopped with the stage.
 async fn agent_work_dir(stage: &Stage<'_>) -> Result<WorkDir, Box<Outcome>> {
     let record = stage
         .dir
@@ -609,7 +610,13 @@ async fn agent_work_dir(stage: &Stage<'_>) -> Result<WorkDir, Box<Outcome>> {
     let work_dir = trellis_process::task::blocking(move || {
         let work_dir = WorkDir::new(&dir)?.with_stop(stop);
         Ok::<_, std::io::Error>(match record {
-            Some(record) => work_dir.with_readable(&record),
+            Some(record) => {
+                let work_dir = work_dir.with_readable(&record);
+                match record.parent() {
+                    Some(runs) => work_dir.with_unwalked(runs),
+                    None => work_dir,
+                }
+            }
             None => work_dir,
         })
     })
