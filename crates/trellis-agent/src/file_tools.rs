@@ -141,21 +141,22 @@ fn write_file(work_dir: &WorkDir, args: &WriteArgs, kept: &Kept) -> Result<ToolO
         .then(|| read_whole(&path, &args.path).ok())
         .flatten()
         .and_then(|bytes| String::from_utf8(bytes).ok());
-    let removed = before
-        .as_deref()
-        .map(|before| removed_names(before, &args.content))
-        .unwrap_or_default();
     if let Some(before) = &before {
         if kept.tests {
             keep_tests(&args.path, before, &args.content)?;
         }
         if let Some(task) = &kept.used_names_but {
-            keep_used_names(work_dir, (&path, &args.path), before, &removed, task)?;
+            keep_used_names(work_dir, (&path, &args.path), before, &args.content, task)?;
         }
     }
     write_whole(&path, &args.path, args.content.as_bytes())?;
     let mut out = format!("wrote {} bytes to {}", args.content.len(), args.path);
-    out.push_str(&still_named(work_dir, &removed));
+    if let Some(before) = before {
+        out.push_str(&still_named(
+            work_dir,
+            &removed_names(&before, &args.content),
+        ));
+    }
     Ok(touched(out, work_dir, &path))
 }
 
@@ -257,21 +258,21 @@ fn edit_file(work_dir: &WorkDir, args: &EditArgs, kept: &Kept) -> Result<ToolOut
     Ok(touched(out, work_dir, &path))
 }
 
-/// The refusal of a rewrite of `path` (`shown` as given) that takes out names (`removed`) which
-/// its content `before` defines, `task` does not name and other files still name: told to rename
+/// The refusal of a rewrite of `path` (`shown` as given) from `before` to `after` that takes out
+/// names `before` defines, which `task` does not name and other files still name: told to rename
 /// one function, a small model rewrote the file as that function alone, and the program's other
 /// imports broke.
 fn keep_used_names(
     work_dir: &WorkDir,
     (path, shown): (&Path, &str),
     before: &str,
-    removed: &[String],
+    after: &str,
     task: &str,
 ) -> Result<(), String> {
-    let names: Vec<String> = removed
-        .iter()
+    let names: Vec<String> = removed_words(before, after)
+        .into_iter()
         .filter(|name| !names_word(task, name) && defines(before, name))
-        .cloned()
+        .map(str::to_owned)
         .collect();
     let (places, more) = places_naming(work_dir, &names, Some(path));
     if places.is_empty() {
@@ -358,12 +359,10 @@ const RENAMED_FILES: usize = 200;
 const RENAMED_FILE_BYTES: u64 = 256 * 1024;
 const RENAMED_PLACES: usize = 6;
 
-/// The names `old` holds and `new` does not: what an edit took out — a renamed function, an option
-/// replaced by another. A name is a run of letters, digits and `_` of three characters or more, not
-/// starting with a digit nor a common keyword or literal, that reads as code rather than prose: it
-/// holds `_` or an inner capital, or in `old` a `(` follows it or `.` or `--` comes before it.
-/// None when there are more than [`RENAMED_NAMES`].
-fn removed_names(old: &str, new: &str) -> Vec<String> {
+/// The names `old` holds and `new` does not, each once, in order: what an edit took out — a
+/// renamed function, an option replaced by another. A name is a run of letters, digits and `_` of
+/// three characters or more, not starting with a digit nor a common keyword or literal.
+fn removed_words<'a>(old: &'a str, new: &str) -> Vec<&'a str> {
     const COMMON: &[&str] = &[
         "true", "false", "null", "nil", "none", "self", "this", "return", "import", "from", "def",
         "class", "function", "const", "let", "var", "pass", "else", "elif", "then", "and", "not",
@@ -374,6 +373,19 @@ fn removed_names(old: &str, new: &str) -> Vec<String> {
             .filter(|w| w.chars().count() >= 3 && !w.starts_with(|c: char| c.is_ascii_digit()))
             .filter(|w| !COMMON.contains(&w.to_ascii_lowercase().as_str()))
     }
+    let kept: std::collections::HashSet<&str> = names(new).collect();
+    let mut removed: Vec<&str> = Vec::new();
+    for name in names(old) {
+        if !kept.contains(name) && !removed.contains(&name) {
+            removed.push(name);
+        }
+    }
+    removed
+}
+
+/// The names an edit took out ([`removed_words`]) that read as code rather than prose: holding `_`
+/// or an inner capital, or in `old` followed by `(` or coming after `.` or `--`.
+fn removed_names(old: &str, new: &str) -> Vec<String> {
     let code_like = |name: &str| {
         name.contains('_')
             || name.chars().skip(1).any(char::is_uppercase)
@@ -383,23 +395,20 @@ fn removed_names(old: &str, new: &str) -> Vec<String> {
                     || old[..at].ends_with("--")
             })
     };
-    let kept: std::collections::HashSet<&str> = names(new).collect();
-    let mut removed: Vec<String> = Vec::new();
-    for name in names(old) {
-        if !kept.contains(name) && code_like(name) && !removed.iter().any(|r| r == name) {
-            removed.push(name.to_owned());
-        }
-    }
-    if removed.len() > RENAMED_NAMES {
-        removed.clear();
-    }
-    removed
+    removed_words(old, new)
+        .into_iter()
+        .filter(|name| code_like(name))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Where the working directory's text files still name any of `names` as a whole word, as a note
-/// for an edit's result (empty when nowhere): a rename that missed an import or a caller shows at
-/// once.
+/// for an edit's result (empty when nowhere, or when there are more than [`RENAMED_NAMES`]: a
+/// rewrite, not a rename): a rename that missed an import or a caller shows at once.
 fn still_named(work_dir: &WorkDir, names: &[String]) -> String {
+    if names.len() > RENAMED_NAMES {
+        return String::new();
+    }
     let (places, more) = places_naming(work_dir, names, None);
     if places.is_empty() {
         return String::new();
@@ -470,7 +479,7 @@ fn places_naming(
 
 /// Whether `text` defines `name` on a line of its own: `def name`, `class name`, `fn name`,
 /// `function name`, `struct`, `enum`, `trait`, `type`, `const`, `let`, `var` or `static` (after
-/// `pub`, `export` or `async`), or `name =` at the start of a line.
+/// `pub`, `pub(crate)`, `export`, `async` or `unsafe`), or `name =` at the start of a line.
 fn defines(text: &str, name: &str) -> bool {
     const KEYWORDS: [&str; 12] = [
         "def", "class", "fn", "function", "struct", "enum", "trait", "type", "const", "let", "var",
@@ -1296,6 +1305,29 @@ mod tests {
             "def compute_total(prices):\n    return sum(prices)\n\n\ndef average(prices):\n    return 0\n",
         );
         assert!(out.is_ok(), "{out:?}");
+        // A class the file defines is guarded as a function is, called there or not.
+        std::fs::write(dir.path().join("cart.py"), "class Cart:\n    pass\n").unwrap();
+        std::fs::write(dir.path().join("shop.py"), "from cart import Cart\n").unwrap();
+        let args = WriteArgs {
+            path: "cart.py".into(),
+            content: "class Basket:\n    pass\n".into(),
+        };
+        let err = write_file(&work_dir, &args, &kept).unwrap_err();
+        assert!(err.contains("takes out `Cart`"), "{err}");
+        // A rewrite taking out more names than a rename would is refused all the same.
+        let many = ["one_a", "one_b", "one_c", "one_d"];
+        let defined = many.map(|n| format!("def {n}():\n    pass\n")).concat();
+        std::fs::write(dir.path().join("many.py"), &defined).unwrap();
+        std::fs::write(dir.path().join("uses.py"), many.join("()\n") + "()\n").unwrap();
+        let args = WriteArgs {
+            path: "many.py".into(),
+            content: "pass\n".into(),
+        };
+        let err = write_file(&work_dir, &args, &kept).unwrap_err();
+        assert!(
+            err.contains("takes out `one_a` and `one_b` and `one_c` and `one_d`"),
+            "{err}"
+        );
     }
 
     #[test]

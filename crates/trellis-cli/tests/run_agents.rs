@@ -1518,6 +1518,19 @@ fn a_fan_out_of_more_agents_than_the_blocking_pool_has_threads_finishes() {
     }
 }
 
+/// A project whose local model is `mock` standing in for llama-server (the stand-in's folder, to
+/// keep while the project runs).
+fn on_the_local_model(mock: &Llmock) -> (tempfile::TempDir, Project) {
+    let stand_in = tempfile::tempdir().unwrap();
+    let server = mock.as_llama_server(stand_in.path());
+    let model = stand_in.path().join("model.gguf");
+    std::fs::write(&model, "not a model: llmock answers").unwrap();
+    let p = Project::new()
+        .with_env("TRELLIS_LLAMA_SERVER", &server.display().to_string())
+        .with_env("TRELLIS_LOCAL_MODEL", &model.display().to_string());
+    (stand_in, p)
+}
+
 /// A reply of the local model: a call written as the JSON object its grammar holds it to.
 fn local_call(thought: &str, name: &str, arguments: &Value) -> Value {
     let text = json!({ "thought": thought, "name": name, "arguments": arguments }).to_string();
@@ -1583,13 +1596,7 @@ fn opens_with_what_sessions_share_then_the_stages_own(body: &Value) {
 #[test]
 fn the_local_model_is_held_to_one_call_a_turn_and_finishes_once_its_change_is_checked() {
     let Some(mock) = Llmock::start() else { return };
-    let stand_in = tempfile::tempdir().unwrap();
-    let server = mock.as_llama_server(stand_in.path());
-    let model = stand_in.path().join("model.gguf");
-    std::fs::write(&model, "not a model: llmock answers").unwrap();
-    let p = Project::new()
-        .with_env("TRELLIS_LLAMA_SERVER", &server.display().to_string())
-        .with_env("TRELLIS_LOCAL_MODEL", &model.display().to_string());
+    let (_stand_in, p) = on_the_local_model(&mock);
     p.write("calc.py", "def add(a, b):\n    return a - b\n");
     p.write(
         "w.fabro",
@@ -1685,13 +1692,7 @@ fn the_local_model_is_held_to_one_call_a_turn_and_finishes_once_its_change_is_ch
 #[test]
 fn the_local_model_told_to_keep_the_tests_cannot_change_their_assertions() {
     let Some(mock) = Llmock::start() else { return };
-    let stand_in = tempfile::tempdir().unwrap();
-    let server = mock.as_llama_server(stand_in.path());
-    let model = stand_in.path().join("model.gguf");
-    std::fs::write(&model, "not a model: llmock answers").unwrap();
-    let p = Project::new()
-        .with_env("TRELLIS_LLAMA_SERVER", &server.display().to_string())
-        .with_env("TRELLIS_LOCAL_MODEL", &model.display().to_string());
+    let (_stand_in, p) = on_the_local_model(&mock);
     p.write("calc.py", "def add(a, b):\n    return a - b\n");
     let test = "import unittest\nfrom calc import add\n\n\nclass TestAdd(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n";
     p.write("test_calc.py", test);
@@ -1746,13 +1747,7 @@ fn the_local_model_told_to_keep_the_tests_cannot_change_their_assertions() {
 #[test]
 fn the_local_model_cannot_rewrite_away_a_function_other_files_use() {
     let Some(mock) = Llmock::start() else { return };
-    let stand_in = tempfile::tempdir().unwrap();
-    let server = mock.as_llama_server(stand_in.path());
-    let model = stand_in.path().join("model.gguf");
-    std::fs::write(&model, "not a model: llmock answers").unwrap();
-    let p = Project::new()
-        .with_env("TRELLIS_LLAMA_SERVER", &server.display().to_string())
-        .with_env("TRELLIS_LOCAL_MODEL", &model.display().to_string());
+    let (_stand_in, p) = on_the_local_model(&mock);
     let util = "def get_total(prices):\n    return sum(prices)\n\n\ndef average(prices):\n    return get_total(prices) / len(prices)\n";
     p.write("util.py", util);
     p.write(
