@@ -269,9 +269,14 @@ fn keep_used_names(
     after: &str,
     task: &str,
 ) -> Result<(), String> {
+    /// The most names looked for: each is looked for on every line of up to [`RENAMED_FILES`]
+    /// files.
+    const MOST: usize = 20;
+    let defined = defined_names(before);
     let names: Vec<String> = removed_words(before, after)
         .into_iter()
-        .filter(|name| !names_word(task, name) && defines(before, name))
+        .filter(|name| defined.contains(name) && !names_word(task, name))
+        .take(MOST)
         .map(str::to_owned)
         .collect();
     let (places, more) = places_naming(work_dir, &names, Some(path));
@@ -477,43 +482,47 @@ fn places_naming(
     (places, more)
 }
 
-/// Whether `text` defines `name` on a line of its own: `def name`, `class name`, `fn name`,
+/// The names `text` defines, each on a line of its own: `def name`, `class name`, `fn name`,
 /// `function name`, `struct`, `enum`, `trait`, `type`, `const`, `let`, `var` or `static` (after
 /// `pub`, `pub(crate)`, `export`, `async` or `unsafe`), or `name =` at the start of a line.
-fn defines(text: &str, name: &str) -> bool {
+fn defined_names(text: &str) -> std::collections::HashSet<&str> {
     const KEYWORDS: [&str; 12] = [
         "def", "class", "fn", "function", "struct", "enum", "trait", "type", "const", "let", "var",
         "static",
     ];
     const PREFIXES: [&str; 5] = ["pub(crate)", "pub", "export", "async", "unsafe"];
-    let word_char = |c: char| c.is_alphanumeric() || c == '_';
-    let starts_with_name = |rest: &str| {
-        rest.strip_prefix(name)
-            .is_some_and(|after| !after.starts_with(word_char))
-    };
-    text.lines().any(|line| {
-        let mut rest = line.trim_start();
-        while let Some(after) = PREFIXES.iter().find_map(|p| {
-            rest.strip_prefix(p)
-                .filter(|after| after.starts_with(' '))
-                .map(str::trim_start)
-        }) {
-            rest = after;
-        }
-        let keyword = KEYWORDS.iter().find_map(|k| {
-            rest.strip_prefix(k)
-                .filter(|after| after.starts_with(' '))
-                .map(str::trim_start)
-        });
-        match keyword {
-            Some(after) => starts_with_name(after.trim_start_matches("mut ")),
-            None => {
-                starts_with_name(rest)
-                    && rest[name.len()..].trim_start().starts_with('=')
-                    && !rest[name.len()..].trim_start().starts_with("==")
+    /// The word `rest` starts with.
+    fn word(rest: &str) -> &str {
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        &rest[..end]
+    }
+    /// What follows the word `w` that `rest` starts with, and the spaces after it.
+    fn after_word<'a>(rest: &'a str, w: &str) -> Option<&'a str> {
+        rest.strip_prefix(w)
+            .filter(|after| after.starts_with(' '))
+            .map(str::trim_start)
+    }
+    text.lines()
+        .filter_map(|line| {
+            let mut rest = line.trim_start();
+            while let Some(after) = PREFIXES.iter().find_map(|p| after_word(rest, p)) {
+                rest = after;
             }
-        }
-    })
+            let name = if let Some(after) = KEYWORDS.iter().find_map(|k| after_word(rest, k)) {
+                word(after.strip_prefix("mut ").unwrap_or(after))
+            } else {
+                let name = word(rest);
+                let then = rest[name.len()..].trim_start();
+                if !then.starts_with('=') || then.starts_with("==") {
+                    return None;
+                }
+                name
+            };
+            (!name.is_empty()).then_some(name)
+        })
+        .collect()
 }
 
 /// Whether `line` holds `name` as a whole word.
@@ -1297,9 +1306,11 @@ mod tests {
             "{}",
             out.content
         );
-        assert!(defines(util, "average") && defines("  pub async fn run(", "run"));
-        assert!(defines("LIMIT = 3\n", "LIMIT") && defines("let mut total = 0;", "total"));
-        assert!(!defines(util, "len") && !defines("average == 3\nprint(average(p))", "average"));
+        assert_eq!(
+            defined_names("def f(x):\n  pub async fn run() {}\nLIMIT = 3\nlet mut total = 0;\n"),
+            ["f", "run", "LIMIT", "total"].into()
+        );
+        assert!(defined_names("average == 3\nprint(average(p))\nreturn len(p)\n").is_empty());
         // A name no other file uses (`len`) may go.
         let out = write(
             "def compute_total(prices):\n    return sum(prices)\n\n\ndef average(prices):\n    return 0\n",
