@@ -180,8 +180,10 @@ pub const MAX_FILE_BYTES: u64 = 64 << 20;
 /// only if it is a regular file with one name: a FIFO, a device or a socket is refused without
 /// blocking (it is opened non-blocking and looked at before anything is read), and so is a file with
 /// a second hard link, which could be a file from outside the working directory under a name inside
-/// it. A file to write that does not exist is created.
+/// it, and one that turns out to lie elsewhere than `path` once open (a folder on its way changed
+/// since `path` was resolved). A file to write that does not exist is created.
 pub fn open_file(path: &Path, shown: &str, write: bool) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd as _;
     use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
     let not_regular = || {
         format!(
@@ -222,6 +224,17 @@ pub fn open_file(path: &Path, shown: &str, write: bool) -> Result<std::fs::File,
         return Err(format!(
             "`{shown}` is {} bytes, more than the file tools read ({MAX_FILE_BYTES}); use the shell to look at part of it",
             meta.len()
+        ));
+    }
+    // `path` was resolved before it was opened: a folder on its way swapped for a link in between
+    // (by a command the agent left running) would have led the open elsewhere, with `O_NOFOLLOW`
+    // guarding the last name only. Where the open file really is settles it (Linux's
+    // `/proc/self/fd`; where that cannot be asked, the resolved path stands).
+    if let Ok(at) = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        && at != path
+    {
+        return Err(format!(
+            "`{shown}` led elsewhere as it was opened (a folder on its way was changed meanwhile); the file tools do not follow it"
         ));
     }
     Ok(file)
@@ -341,5 +354,48 @@ mod tests {
                 "{path}: {error}"
             );
         }
+    }
+
+    #[test]
+    fn a_folder_swapped_for_a_link_between_resolving_and_opening_does_not_lead_out() {
+        use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+        use std::io::Read as _;
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("f"), "secret").unwrap();
+        let (dir, work) = work_dir();
+        let root = work.root().to_owned();
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::fs::write(root.join("d/f"), "mine").unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("away")).unwrap();
+        // A command left running swaps `d` for a link out of the working directory and back.
+        let (d, away) = (root.join("d"), root.join("away"));
+        let swap = move || renameat2(AT_FDCWD, &d, AT_FDCWD, &away, RenameFlags::RENAME_EXCHANGE);
+        if swap().and_then(|()| swap()).is_err() {
+            return;
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && swap().is_ok() {}
+            })
+        };
+        // Without the look at where the open file is, reads got "secret" here.
+        for _ in 0..5_000 {
+            let Ok(path) = work.resolve("d/f") else {
+                continue;
+            };
+            if let Ok(mut file) = open_file(&path, "d/f", false) {
+                let mut text = String::new();
+                file.read_to_string(&mut text).unwrap();
+                assert_eq!(
+                    text, "mine",
+                    "read through a link out of the working directory"
+                );
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        swapper.join().unwrap();
+        drop(dir);
     }
 }

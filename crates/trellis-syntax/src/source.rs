@@ -134,7 +134,29 @@ pub fn read_found_text(path: &Path, within: &Path) -> std::io::Result<String> {
             ),
         ));
     }
-    text_read(open_regular(&real).and_then(|(file, size)| read_bounded(file, size)))
+    let opened = open_regular(&real).and_then(|(file, size)| {
+        // The check above and the open are two steps: a folder on the way swapped for a link in
+        // between would lead the open elsewhere. Where the file opened really is settles it.
+        match opened_at(&file) {
+            Some(at) if !at.starts_with(&root) => Err(Unread::Io(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "it led outside {} (to {}) as it was opened, where Trellis does not follow it",
+                    root.display(),
+                    at.display()
+                ),
+            ))),
+            _ => Ok((file, size)),
+        }
+    });
+    text_read(opened.and_then(|(file, size)| read_bounded(file, size)))
+}
+
+/// Where an open file is, as the kernel knows it (Linux's `/proc/self/fd`); none where that cannot
+/// be asked.
+fn opened_at(file: &std::fs::File) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd as _;
+    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
 }
 
 /// What [`read_text`] and [`read_found_text`] answer for what [`read_bounded`] read.
@@ -391,6 +413,41 @@ mod tests {
                 .kind(),
             std::io::ErrorKind::PermissionDenied
         );
+    }
+
+    #[test]
+    fn a_folder_swapped_for_a_link_while_a_file_is_looked_for_does_not_lead_the_read_out() {
+        use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("f"), "secret").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::fs::write(root.join("d/f"), "mine").unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("away")).unwrap();
+        // `d` is a folder, then a link out of the tree, then a folder again, as fast as a process
+        // can swap the two names (where the file system can swap them).
+        let (d, away) = (root.join("d"), root.join("away"));
+        let swap = move || renameat2(AT_FDCWD, &d, AT_FDCWD, &away, RenameFlags::RENAME_EXCHANGE);
+        if swap().and_then(|()| swap()).is_err() {
+            return;
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && swap().is_ok() {}
+            })
+        };
+        // Without the second look, each of three runs of this test read "secret" here.
+        for _ in 0..5_000 {
+            match read_found_text(&root.join("d/f"), &root) {
+                Ok(text) => assert_eq!(text, "mine", "read through a link out of the tree"),
+                Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}"),
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        swapper.join().unwrap();
     }
 
     #[test]
