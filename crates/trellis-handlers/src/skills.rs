@@ -243,24 +243,44 @@ const PROJECT_DIRECTORIES: [&str; 6] = [
     ".sweny/skills",
 ];
 
+/// A directory skills are looked for in, and the folder its skills must lie in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkillDir {
+    pub path: PathBuf,
+    /// The user's own directory may lead anywhere the user chose; a project's (a cloned
+    /// repository's) must stay inside the project, links and all.
+    pub within: PathBuf,
+}
+
 /// The directories searched, in order (later ones win).
-pub fn directories(work_dir: &Path, home: Option<&Path>) -> Vec<PathBuf> {
+pub fn directories(work_dir: &Path, home: Option<&Path>) -> Vec<SkillDir> {
     let project = work_dir
         .ancestors()
         .find(|dir| dir.join(".git").exists())
         .unwrap_or(work_dir);
-    home.map(|home| home.join(".fabro/skills"))
+    let users = home.map(|home| {
+        let path = home.join(".fabro/skills");
+        SkillDir {
+            within: path.clone(),
+            path,
+        }
+    });
+    users
         .into_iter()
-        .chain(PROJECT_DIRECTORIES.iter().map(|dir| project.join(dir)))
+        .chain(PROJECT_DIRECTORIES.iter().map(|dir| SkillDir {
+            path: project.join(dir),
+            within: project.to_owned(),
+        }))
         .collect()
 }
 
 impl Skills {
     /// The skills in `dirs` (the first one the user's own when `users_first`); a `SKILL.md` that
-    /// cannot be read is skipped.
-    pub fn discover(dirs: &[PathBuf], users_first: bool) -> Self {
+    /// cannot be read, or lies outside its directory's `within` (a project's skill folder that is
+    /// a link out of the project), is skipped.
+    pub fn discover(dirs: &[SkillDir], users_first: bool) -> Self {
         let mut by_name = BTreeMap::new();
-        for (index, dir) in dirs.iter().enumerate() {
+        for (index, SkillDir { path: dir, within }) in dirs.iter().enumerate() {
             let Ok(entries) = std::fs::read_dir(dir) else {
                 continue;
             };
@@ -278,7 +298,7 @@ impl Skills {
                 .collect();
             paths.sort();
             for path in paths {
-                if let Some(mut skill) = trellis_syntax::read_found_text(&path, dir)
+                if let Some(mut skill) = trellis_syntax::read_found_text(&path, within)
                     .ok()
                     .and_then(|text| parse(&text, &path))
                 {
@@ -917,6 +937,34 @@ mod tests {
         .unwrap();
         let skills = Skills::discover(&directories(root.path(), None), false);
         assert!(skills.is_empty());
+        // Nor is a project's whole skill folder that is a link out of the project, while one to
+        // a folder inside it, and the user's own, are followed.
+        let project = tempfile::tempdir().unwrap();
+        std::fs::create_dir(project.path().join(".fabro")).unwrap();
+        std::os::unix::fs::symlink(
+            elsewhere.path().join("x"),
+            project.path().join(".fabro/skills"),
+        )
+        .unwrap();
+        assert!(Skills::discover(&directories(project.path(), None), false).is_empty());
+        skill_file(
+            project.path(),
+            "shared",
+            "kept",
+            "---\nname: kept\n---\nMine.\n",
+        );
+        std::os::unix::fs::symlink("shared", project.path().join("skills")).unwrap();
+        let home = tempfile::tempdir().unwrap();
+        std::fs::create_dir(home.path().join(".fabro")).unwrap();
+        std::os::unix::fs::symlink(
+            elsewhere.path().join("x"),
+            home.path().join(".fabro/skills"),
+        )
+        .unwrap();
+        let skills = Skills::discover(&directories(project.path(), Some(home.path())), true);
+        let names: Vec<&str> = skills.by_name.keys().map(String::as_str).collect();
+        assert_eq!(names, ["kept", "leak"]);
+        assert!(skills.get("leak").unwrap().users_own);
     }
 
     #[test]
