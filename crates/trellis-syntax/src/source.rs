@@ -417,7 +417,6 @@ mod tests {
 
     #[test]
     fn a_folder_swapped_for_a_link_while_a_file_is_looked_for_does_not_lead_the_read_out() {
-        use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("f"), "secret").unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -425,19 +424,9 @@ mod tests {
         std::fs::create_dir(root.join("d")).unwrap();
         std::fs::write(root.join("d/f"), "mine").unwrap();
         std::os::unix::fs::symlink(outside.path(), root.join("away")).unwrap();
-        // `d` is a folder, then a link out of the tree, then a folder again, as fast as a process
-        // can swap the two names (where the file system can swap them).
-        let (d, away) = (root.join("d"), root.join("away"));
-        let swap = move || renameat2(AT_FDCWD, &d, AT_FDCWD, &away, RenameFlags::RENAME_EXCHANGE);
-        if swap().and_then(|()| swap()).is_err() {
+        // `d` is a folder, then a link out of the tree, then a folder again.
+        let Some(_swapping) = trellis_test::swapping(&root.join("d"), &root.join("away")) else {
             return;
-        }
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let swapper = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) && swap().is_ok() {}
-            })
         };
         // Without the second look, each of three runs of this test read "secret" here.
         for _ in 0..5_000 {
@@ -446,8 +435,6 @@ mod tests {
                 Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}"),
             }
         }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        swapper.join().unwrap();
     }
 
     #[test]

@@ -11,9 +11,11 @@
 pub mod http;
 mod llmock;
 mod peers;
+mod swap;
 mod temporal;
 pub mod workflows;
 
 pub use llmock::Llmock;
 pub use peers::{LocalModelFiles, cache_dir, local_model_files, missing_peer};
+pub use swap::{Swapping, swapping};
 pub use temporal::TemporalServer;
