@@ -359,15 +359,9 @@ mod tests {
     #[test]
     fn a_folder_swapped_for_a_link_between_resolving_and_opening_does_not_lead_out() {
         use std::io::Read as _;
-        let outside = tempfile::tempdir().unwrap();
-        std::fs::write(outside.path().join("f"), "secret").unwrap();
         let (_dir, work) = work_dir();
-        let root = work.root();
-        std::fs::create_dir(root.join("d")).unwrap();
-        std::fs::write(root.join("d/f"), "mine").unwrap();
-        std::os::unix::fs::symlink(outside.path(), root.join("away")).unwrap();
         // A command left running swaps `d` for a link out of the working directory and back.
-        let Some(_swapping) = trellis_test::swapping(&root.join("d"), &root.join("away")) else {
+        let Some(_swapping) = trellis_test::folder_swapped_for_a_link_out(work.root()) else {
             return;
         };
         // Without the look at where the open file is, reads got "secret" here.

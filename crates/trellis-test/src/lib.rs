@@ -17,5 +17,5 @@ pub mod workflows;
 
 pub use llmock::Llmock;
 pub use peers::{LocalModelFiles, cache_dir, local_model_files, missing_peer};
-pub use swap::{Swapping, swapping};
+pub use swap::{Swapping, folder_swapped_for_a_link_out, swapping};
 pub use temporal::TemporalServer;

@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub struct Swapping {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The folder outside that [`folder_swapped_for_a_link_out`] made.
+    outside: Option<tempfile::TempDir>,
 }
 
 /// Starts swapping `a` and `b` (each a file, folder or link; both must exist), each swap one atomic
@@ -26,7 +28,22 @@ pub fn swapping(a: &Path, b: &Path) -> Option<Swapping> {
     Some(Swapping {
         stop,
         thread: Some(thread),
+        outside: None,
     })
+}
+
+/// The race a path check must win: in `root`, `d/f` holds `mine`, and `d` is swapped back and forth
+/// with `away`, a link to a folder elsewhere whose `f` holds `secret`. None where the file system
+/// cannot swap names in one step.
+pub fn folder_swapped_for_a_link_out(root: &Path) -> Option<Swapping> {
+    let outside = tempfile::tempdir().ok()?;
+    std::fs::write(outside.path().join("f"), "secret").ok()?;
+    std::fs::create_dir(root.join("d")).ok()?;
+    std::fs::write(root.join("d/f"), "mine").ok()?;
+    std::os::unix::fs::symlink(outside.path(), root.join("away")).ok()?;
+    let mut swapping = swapping(&root.join("d"), &root.join("away"))?;
+    swapping.outside = Some(outside);
+    Some(swapping)
 }
 
 impl Drop for Swapping {
