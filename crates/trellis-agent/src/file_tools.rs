@@ -9,7 +9,7 @@
 
 use std::fmt::Write as _;
 use std::io::{Read as _, Write as _};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use grep::regex::RegexMatcherBuilder;
@@ -305,15 +305,25 @@ fn keep_used_names(
 /// tests" deletes the failing assertion, changes its expected value, or rewrites the file without
 /// its test module, and the tests pass.
 fn keep_tests(path: &str, before: &str, after: &str) -> Result<(), String> {
-    /// The most lines the refusal quotes.
-    const SHOWN: usize = 3;
     let taken = test_lines_taken_out(before, after);
     if taken.is_empty() {
         return Ok(());
     }
+    Err(format!(
+        "{}\nKeep those lines exactly as they are and change the code they test instead. `{path}` \
+         is unchanged.",
+        tests_taken_out(path, "this change takes", &taken)
+    ))
+}
+
+/// The start of what the model is told when `what` (`this change takes`) out the test lines
+/// `taken` of `path`, the first few of them quoted.
+fn tests_taken_out(path: &str, what: &str, taken: &[&str]) -> String {
+    /// The most lines quoted.
+    const SHOWN: usize = 3;
     let mut message = format!(
-        "Refused: the task says not to change the tests, and this change takes out {} test \
-         line(s) of `{path}`:",
+        "Refused: the task says not to change the tests, and {what} out {} test line(s) of \
+         `{path}`:",
         taken.len()
     );
     for line in taken.iter().take(SHOWN) {
@@ -322,12 +332,7 @@ fn keep_tests(path: &str, before: &str, after: &str) -> Result<(), String> {
     if taken.len() > SHOWN {
         let _ = write!(message, "\n(and {} more)", taken.len() - SHOWN);
     }
-    let _ = write!(
-        message,
-        "\nKeep those lines exactly as they are and change the code they test instead. `{path}` \
-         is unchanged."
-    );
-    Err(message)
+    message
 }
 
 /// The test lines of `before` that `after` no longer holds, each once, in order: lines that assert
@@ -450,24 +455,10 @@ fn places_naming(
     if names.is_empty() {
         return (places, more);
     }
-    let files = work_dir
-        .walk(work_dir.root())
-        .build()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
-        .filter(|e| e.metadata().is_ok_and(|m| m.len() <= RENAMED_FILE_BYTES))
-        .take(RENAMED_FILES);
-    for entry in files {
-        if work_dir.stopped() {
-            return (Vec::new(), 0);
-        }
-        if except.is_some_and(|except| entry.path() == except) {
+    for (path, shown, text) in small_text_files(work_dir) {
+        if except.is_some_and(|except| path == except) {
             continue;
         }
-        let shown = work_dir.relative(entry.path());
-        let Ok(Ok(text)) = read_whole(entry.path(), &shown).map(String::from_utf8) else {
-            continue;
-        };
         for (n, line) in text.lines().enumerate() {
             if names.iter().any(|name| names_word(line, name)) {
                 if places.len() == RENAMED_PLACES {
@@ -479,7 +470,74 @@ fn places_naming(
             }
         }
     }
+    if work_dir.stopped() {
+        return (Vec::new(), 0);
+    }
     (places, more)
+}
+
+/// The working directory's UTF-8 text files, as (path, path shown, text): at most
+/// [`RENAMED_FILES`] files of at most [`RENAMED_FILE_BYTES`] (the walk honours `.gitignore`), and
+/// none more once the stage stops.
+fn small_text_files(work_dir: &WorkDir) -> impl Iterator<Item = (PathBuf, String, String)> + '_ {
+    work_dir
+        .walk(work_dir.root())
+        .build()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+        .filter(|e| e.metadata().is_ok_and(|m| m.len() <= RENAMED_FILE_BYTES))
+        .take(RENAMED_FILES)
+        .take_while(|_| !work_dir.stopped())
+        .filter_map(|entry| {
+            let shown = work_dir.relative(entry.path());
+            let text = String::from_utf8(read_whole(entry.path(), &shown).ok()?).ok()?;
+            Some((entry.into_path(), shown, text))
+        })
+}
+
+/// The files of the working directory that hold test lines ([`test_lines_taken_out`]), with what
+/// they hold: kept before a command runs when the task says not to change the tests
+/// ([`put_back_tests`]). The files [`small_text_files`] reads.
+pub fn test_files(work_dir: &WorkDir) -> Vec<(String, String)> {
+    small_text_files(work_dir)
+        .filter(|(_, _, text)| !test_lines_taken_out(text, "").is_empty())
+        .map(|(_, shown, text)| (shown, text))
+        .collect()
+}
+
+/// After a command, when the task says not to change the tests: each of the `kept` files
+/// ([`test_files`]) that the command took test lines out of — deleted, given another expected
+/// value, or the file removed — is put back as it was. What the model is told, when any was.
+pub fn put_back_tests(work_dir: &WorkDir, kept: Vec<(String, String)>) -> Option<String> {
+    let mut told = String::new();
+    for (shown, before) in kept {
+        let Ok(path) = work_dir.resolve_writable(&shown) else {
+            continue;
+        };
+        let now = read_whole(&path, &shown)
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .unwrap_or_default();
+        let taken = test_lines_taken_out(&before, &now);
+        if taken.is_empty() {
+            continue;
+        }
+        let put_back = path
+            .parent()
+            .is_none_or(|parent| std::fs::create_dir_all(parent).is_ok())
+            && write_whole(&path, &shown, before.as_bytes()).is_ok();
+        let _ = write!(
+            told,
+            "\n{}\n`{shown}` {}: keep the tests as they are and change the code they test instead.",
+            tests_taken_out(&shown, "this command took", &taken),
+            if put_back {
+                "was put back as it was"
+            } else {
+                "could not be put back"
+            }
+        );
+    }
+    (!told.is_empty()).then_some(told)
 }
 
 /// The names `text` defines, each on a line of its own: `def name`, `class name`, `fn name`,
@@ -1135,6 +1193,54 @@ mod tests {
         );
         // Without the rule, the rewrite is the model's to make.
         run(Tool::WriteFile, &work, &rewrite, &Kept::default()).unwrap();
+    }
+
+    #[test]
+    fn test_lines_a_command_took_out_are_put_back_and_other_changes_stay() {
+        let (dir, work) = setup();
+        let file = |name: &str| dir.path().join(name);
+        let test = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n";
+        std::fs::write(file("test_calc.py"), test).unwrap();
+        std::fs::create_dir(file("tests")).unwrap();
+        std::fs::write(file("tests/test_more.py"), test).unwrap();
+        std::fs::write(file("calc.py"), "def add(a, b):\n    return a - b\n").unwrap();
+        let kept = test_files(&work);
+        let mut names: Vec<&str> = kept.iter().map(|(name, _)| name.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["test_calc.py", "tests/test_more.py"]);
+        // A command (`sed -i`, `rm -r`) weakens one test file, removes the other's folder, and
+        // changes the code; another adds a test.
+        std::fs::write(file("test_calc.py"), test.replace("== 5", "== -1")).unwrap();
+        std::fs::remove_dir_all(file("tests")).unwrap();
+        std::fs::write(file("calc.py"), "def add(a, b):\n    return a + b\n").unwrap();
+        let told = put_back_tests(&work, kept).unwrap();
+        assert!(
+            told.contains(
+                "this command took out 1 test line(s) of `test_calc.py`:\nassert add(2, 3) == 5\n\
+                 `test_calc.py` was put back as it was"
+            ),
+            "{told}"
+        );
+        assert!(
+            told.contains("of `tests/test_more.py`:\ndef test_add():\n"),
+            "{told}"
+        );
+        assert_eq!(std::fs::read_to_string(file("test_calc.py")).unwrap(), test);
+        assert_eq!(
+            std::fs::read_to_string(file("tests/test_more.py")).unwrap(),
+            test
+        );
+        assert_eq!(
+            std::fs::read_to_string(file("calc.py")).unwrap(),
+            "def add(a, b):\n    return a + b\n"
+        );
+        let kept = test_files(&work);
+        std::fs::write(
+            file("test_calc.py"),
+            format!("{test}    assert add(0, 0) == 0\n"),
+        )
+        .unwrap();
+        assert_eq!(put_back_tests(&work, kept), None);
     }
 
     #[test]

@@ -466,7 +466,8 @@ impl Toolbox {
 
     /// Holds the writing tools to a coached model's `task` from now on: when it says not to change
     /// the tests (`without changing the tests`, `Do not change test_calc.py`), a `write_file` or
-    /// `edit_file` that would take out a test line is refused; and a `write_file` over a file that
+    /// `edit_file` that would take out a test line is refused, and a `shell` command that took one
+    /// out has the files it changed so put back; and a `write_file` over a file that
     /// would take out a name the file defines, which the task does not name and another file still
     /// uses, is refused.
     pub fn keep_for(&self, task: &str) {
@@ -699,7 +700,15 @@ impl Toolbox {
             .timeout_ms
             .map_or(SHELL_DEFAULT_TIMEOUT, Duration::from_millis)
             .min(SHELL_MAX_TIMEOUT);
-        shell::run(&ShellCommand {
+        // When the task says not to change the tests, a command may not either (`sed -i`, `rm`):
+        // the files holding tests are kept first, and put back if it took test lines out.
+        let tests = if self.kept.lock().tests {
+            let work_dir = self.work_dir.clone();
+            blocking(move || file_tools::test_files(&work_dir)).await
+        } else {
+            Vec::new()
+        };
+        let mut output = shell::run(&ShellCommand {
             dir: self.work_dir.root(),
             command: &args.command,
             timeout,
@@ -708,7 +717,17 @@ impl Toolbox {
             sandbox: &self.sandbox.0,
             policy: &self.sandbox.1,
         })
-        .await
+        .await;
+        if !tests.is_empty() {
+            let work_dir = self.work_dir.clone();
+            if let Some(told) = blocking(move || file_tools::put_back_tests(&work_dir, tests)).await
+            {
+                output.content.push_str(&told);
+                output.is_error = true;
+                output.note = Some("tests put back".to_owned());
+            }
+        }
+        output
     }
 }
 

@@ -1687,8 +1687,9 @@ fn the_local_model_is_held_to_one_call_a_turn_and_finishes_once_its_change_is_ch
 }
 
 /// A task that says not to change the tests keeps them: the local model's rewrite of the test with
-/// another expected value is refused, with the lines it took out, and the file stays as it was; the
-/// fix of the code then goes through.
+/// another expected value is refused, with the lines it took out, and the file stays as it was; a
+/// command that does the same (`sed -i`) has the file put back; the fix of the code then goes
+/// through.
 #[test]
 fn the_local_model_told_to_keep_the_tests_cannot_change_their_assertions() {
     let Some(mock) = Llmock::start() else { return };
@@ -1710,6 +1711,11 @@ fn the_local_model_told_to_keep_the_tests_cannot_change_their_assertions() {
             &json!({ "path": "test_calc.py", "content": weakened })
         ),
         local_call(
+            "Another way.",
+            "shell",
+            &json!({ "command": "sed -i 's/5)/-1)/' test_calc.py && python3 -m unittest test_calc" })
+        ),
+        local_call(
             "Then the code.",
             "edit_file",
             &json!({ "path": "calc.py", "old_string": "a - b", "new_string": "a + b" })
@@ -1726,7 +1732,7 @@ fn the_local_model_told_to_keep_the_tests_cannot_change_their_assertions() {
     assert_eq!(p.read("test_calc.py"), test);
     assert_eq!(p.read("calc.py"), "def add(a, b):\n    return a + b\n");
     let bodies = mock.bodies();
-    assert_eq!(bodies.len(), 4, "{bodies:#?}");
+    assert_eq!(bodies.len(), 5, "{bodies:#?}");
     let refused = last_text(&bodies[1]);
     assert!(
         refused.contains(
@@ -1735,10 +1741,19 @@ fn the_local_model_told_to_keep_the_tests_cannot_change_their_assertions() {
         ),
         "{refused}"
     );
+    let put_back = last_text(&bodies[2]);
     assert!(
-        last_text(&bodies[3]).contains("[exit 0]"),
+        put_back.contains(
+            "Refused: the task says not to change the tests, and this command took out 1 test \
+             line(s) of `test_calc.py`:\nself.assertEqual(add(2, 3), 5)\n`test_calc.py` was put \
+             back as it was"
+        ),
+        "{put_back}"
+    );
+    assert!(
+        last_text(&bodies[4]).contains("[exit 0]"),
         "{}",
-        last_text(&bodies[3])
+        last_text(&bodies[4])
     );
 }
 
