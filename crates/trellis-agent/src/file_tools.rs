@@ -35,7 +35,8 @@ const GLOB_MAX: usize = 5_000;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Kept {
     /// The task says not to change the tests: a write or an edit that takes out a test line (an
-    /// assertion, a test's declaration) is refused ([`test_lines_taken_out`]).
+    /// assertion, a test's declaration) or turns a test off is refused ([`test_lines_taken_out`],
+    /// [`skips_added`]).
     pub tests: bool,
     /// The task of a coached model: a `write_file` over a file that takes out a name the file
     /// defines, which this does not name and another file still uses, is refused
@@ -305,34 +306,84 @@ fn keep_used_names(
 /// tests" deletes the failing assertion, changes its expected value, or rewrites the file without
 /// its test module, and the tests pass.
 fn keep_tests(path: &str, before: &str, after: &str) -> Result<(), String> {
-    let taken = test_lines_taken_out(before, after);
-    if taken.is_empty() {
-        return Ok(());
+    match tests_weakened(path, before, after, false) {
+        None => Ok(()),
+        Some(told) => Err(format!(
+            "{told}\nKeep the tests exactly as they are and change the code they test instead. \
+             `{path}` is unchanged."
+        )),
     }
-    Err(format!(
-        "{}\nKeep those lines exactly as they are and change the code they test instead. `{path}` \
-         is unchanged.",
-        tests_taken_out(path, "this change takes", &taken)
-    ))
 }
 
-/// The start of what the model is told when `what` (`this change takes`) out the test lines
-/// `taken` of `path`, the first few of them quoted.
-fn tests_taken_out(path: &str, what: &str, taken: &[&str]) -> String {
+/// What the model is told first when a change of `path` (a command's, `by_command`) from `before`
+/// to `after` takes test lines out or turns tests off ([`test_lines_taken_out`],
+/// [`skips_added`]), the first few of those lines quoted; none when it does neither.
+fn tests_weakened(path: &str, before: &str, after: &str, by_command: bool) -> Option<String> {
     /// The most lines quoted.
     const SHOWN: usize = 3;
+    let taken = test_lines_taken_out(before, after);
+    let (what, lines) = match (taken.is_empty(), by_command) {
+        (false, false) => ("this change takes out", taken),
+        (false, true) => ("this command took out", taken),
+        (true, false) => (
+            "this change turns off tests with",
+            skips_added(before, after),
+        ),
+        (true, true) => (
+            "this command turned off tests with",
+            skips_added(before, after),
+        ),
+    };
+    if lines.is_empty() {
+        return None;
+    }
     let mut message = format!(
-        "Refused: the task says not to change the tests, and {what} out {} test line(s) of \
-         `{path}`:",
-        taken.len()
+        "Refused: the task says not to change the tests, and {what} {} test line(s) of `{path}`:",
+        lines.len()
     );
-    for line in taken.iter().take(SHOWN) {
+    for line in lines.iter().take(SHOWN) {
         let _ = write!(message, "\n{line}");
     }
-    if taken.len() > SHOWN {
-        let _ = write!(message, "\n(and {} more)", taken.len() - SHOWN);
+    if lines.len() > SHOWN {
+        let _ = write!(message, "\n(and {} more)", lines.len() - SHOWN);
     }
-    message
+    Some(message)
+}
+
+/// The lines of `after` that turn a test off and `before` did not hold (as many times): `#[ignore]`,
+/// `@unittest.skip…`, `@pytest.mark.skip…`/`xfail`, `self.skipTest(`, `pytest.skip(`, `it.skip(`,
+/// `test.skip(`, `describe.skip(`, `xit(`, compared with the whitespace around them taken off.
+fn skips_added<'a>(before: &str, after: &'a str) -> Vec<&'a str> {
+    const SKIPS: [&str; 11] = [
+        "#[ignore",
+        "@unittest.skip",
+        "@pytest.mark.skip",
+        "@pytest.mark.xfail",
+        "self.skipTest(",
+        "pytest.skip(",
+        "it.skip(",
+        "test.skip(",
+        "describe.skip(",
+        "xit(",
+        "@skip",
+    ];
+    let is_skip = |line: &&str| SKIPS.iter().any(|skip| line.starts_with(skip));
+    let mut had: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for line in before.lines().map(str::trim).filter(is_skip) {
+        *had.entry(line).or_default() += 1;
+    }
+    after
+        .lines()
+        .map(str::trim)
+        .filter(is_skip)
+        .filter(|line| match had.get_mut(line) {
+            Some(count) if *count > 0 => {
+                *count -= 1;
+                false
+            }
+            _ => true,
+        })
+        .collect()
 }
 
 /// The test lines of `before` that `after` no longer holds, each once, in order: lines that assert
@@ -507,7 +558,7 @@ pub fn test_files(work_dir: &WorkDir) -> Vec<(String, String)> {
 
 /// After a command, when the task says not to change the tests: each of the `kept` files
 /// ([`test_files`]) that the command took test lines out of — deleted, given another expected
-/// value, or the file removed — is put back as it was. What the model is told, when any was.
+/// value, or the file removed — or turned tests off in (`#[ignore]`), is put back as it was. What the model is told, when any was.
 pub fn put_back_tests(work_dir: &WorkDir, kept: Vec<(String, String)>) -> Option<String> {
     let mut told = String::new();
     for (shown, before) in kept {
@@ -518,10 +569,9 @@ pub fn put_back_tests(work_dir: &WorkDir, kept: Vec<(String, String)>) -> Option
             .ok()
             .and_then(|bytes| String::from_utf8(bytes).ok())
             .unwrap_or_default();
-        let taken = test_lines_taken_out(&before, &now);
-        if taken.is_empty() {
+        let Some(weakened) = tests_weakened(&shown, &before, &now, true) else {
             continue;
-        }
+        };
         let put_back = path
             .parent()
             .is_none_or(|parent| std::fs::create_dir_all(parent).is_ok())
@@ -529,7 +579,7 @@ pub fn put_back_tests(work_dir: &WorkDir, kept: Vec<(String, String)>) -> Option
         let _ = write!(
             told,
             "\n{}\n`{shown}` {}: keep the tests as they are and change the code they test instead.",
-            tests_taken_out(&shown, "this command took", &taken),
+            weakened,
             if put_back {
                 "was put back as it was"
             } else {
@@ -1185,6 +1235,16 @@ mod tests {
             ),
             "{err}"
         );
+        // Nor may a test be turned off.
+        let ignore = json!({"path": "src/area.rs", "old_string": "#[test]", "new_string": "#[test]\n#[ignore]"});
+        let err = run(Tool::EditFile, &work, &ignore, &kept).unwrap_err();
+        assert!(
+            err.starts_with(
+                "Refused: the task says not to change the tests, and this change turns off tests \
+                 with 1 test line(s) of `src/area.rs`:\n#[ignore]\nKeep the tests exactly"
+            ),
+            "{err}"
+        );
         let edit = json!({"path": "src/area.rs", "old_string": "w + h", "new_string": "w * h"});
         run(Tool::EditFile, &work, &edit, &kept).unwrap();
         assert_eq!(
@@ -1234,13 +1294,20 @@ mod tests {
             std::fs::read_to_string(file("calc.py")).unwrap(),
             "def add(a, b):\n    return a + b\n"
         );
+        // A test added is no weakening; a test turned off is.
         let kept = test_files(&work);
-        std::fs::write(
-            file("test_calc.py"),
-            format!("{test}    assert add(0, 0) == 0\n"),
-        )
-        .unwrap();
+        let more = format!("{test}    assert add(0, 0) == 0\n");
+        std::fs::write(file("test_calc.py"), &more).unwrap();
         assert_eq!(put_back_tests(&work, kept), None);
+        let kept = test_files(&work);
+        let skipped = more.replace("def test_add", "@pytest.mark.skip\ndef test_add");
+        std::fs::write(file("test_calc.py"), skipped).unwrap();
+        let told = put_back_tests(&work, kept).unwrap();
+        assert!(
+            told.contains("this command turned off tests with 1 test line(s) of `test_calc.py`"),
+            "{told}"
+        );
+        assert_eq!(std::fs::read_to_string(file("test_calc.py")).unwrap(), more);
     }
 
     #[test]

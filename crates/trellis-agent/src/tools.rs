@@ -907,7 +907,7 @@ mod tests {
         assert_eq!(
             out.content,
             "Refused: the task says not to change the tests, and this change takes out 1 test \
-             line(s) of `test_calc.py`:\nself.assertEqual(add(2, 3), 5)\nKeep those lines \
+             line(s) of `test_calc.py`:\nself.assertEqual(add(2, 3), 5)\nKeep the tests \
              exactly as they are and change the code they test instead. `test_calc.py` is \
              unchanged."
         );
