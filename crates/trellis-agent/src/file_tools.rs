@@ -557,8 +557,9 @@ pub fn test_files(work_dir: &WorkDir) -> Vec<(String, String)> {
 }
 
 /// After a command, when the task says not to change the tests: each of the `kept` files
-/// ([`test_files`]) that the command took test lines out of — deleted, given another expected
-/// value, or the file removed — or turned tests off in (`#[ignore]`), is put back as it was. What the model is told, when any was.
+/// ([`test_files`]) that the command took test lines out of (deleted, given another expected
+/// value, or the file removed) or turned a test off in (`#[ignore]`) is put back as it was. What
+/// the model is told, when any was.
 pub fn put_back_tests(work_dir: &WorkDir, kept: Vec<(String, String)>) -> Option<String> {
     let mut told = String::new();
     for (shown, before) in kept {

@@ -117,7 +117,9 @@ pub fn read_text(path: &Path) -> std::io::Result<String> {
 /// forever, a link to a device (`/dev/zero`) would be read to the limit, and a link to a file
 /// elsewhere (`~/.git-credentials`) would have Trellis read the user's secrets for whoever planted
 /// it — into a parse error's quoted line, or a model's prompt. A path that leads out of `within`
-/// (a link to `/dev/zero` included) is an error of kind [`std::io::ErrorKind::PermissionDenied`];
+/// (a link to `/dev/zero` included, or one a folder on the way leads to only once the path was
+/// checked: where the open file lies is looked at again) is an error of kind
+/// [`std::io::ErrorKind::PermissionDenied`];
 /// inside it, a pipe, a device or a folder is one of kind [`std::io::ErrorKind::InvalidInput`] that
 /// says what it is; a file that is not there is `NotFound` (or `NotADirectory`, when a folder on
 /// its way is a file).
