@@ -125,8 +125,7 @@ fn write_file(work_dir: &WorkDir, args: &WriteArgs, kept: &Kept) -> Result<ToolO
         return Err(format!("`{}` is a folder", args.path));
     }
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| format!("cannot create the folders of `{}`: {e}", args.path))?;
+        work_dir::create_folders(parent, &args.path)?;
     }
     if holds(&path, &args.path, &args.content) {
         return Ok(ToolOutput::ok(format!(
@@ -575,7 +574,7 @@ pub fn put_back_tests(work_dir: &WorkDir, kept: Vec<(String, String)>) -> Option
         };
         let put_back = path
             .parent()
-            .is_none_or(|parent| std::fs::create_dir_all(parent).is_ok())
+            .is_none_or(|parent| work_dir::create_folders(parent, &shown).is_ok())
             && write_whole(&path, &shown, before.as_bytes()).is_ok();
         let _ = write!(
             told,

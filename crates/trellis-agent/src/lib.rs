@@ -26,4 +26,4 @@ pub use tools::{
     Category, EXTERNAL_LIMIT, ExternalTools, Tool, ToolOutput, Toolbox, combined, filtered,
 };
 pub use truncate::{Keep, Limit};
-pub use work_dir::{WorkDir, open_file};
+pub use work_dir::{WorkDir, create_folders, open_file};

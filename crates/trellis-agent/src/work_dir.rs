@@ -184,7 +184,7 @@ pub const MAX_FILE_BYTES: u64 = 64 << 20;
 /// since `path` was resolved). A file to write that does not exist is created.
 pub fn open_file(path: &Path, shown: &str, write: bool) -> Result<std::fs::File, String> {
     use std::os::fd::AsRawFd as _;
-    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+    use std::os::unix::fs::MetadataExt as _;
     let not_regular = || {
         format!(
             "`{shown}` is not a regular file (a FIFO, a device or a socket); the file tools read and write regular files only"
@@ -198,13 +198,13 @@ pub fn open_file(path: &Path, shown: &str, write: bool) -> Result<std::fs::File,
     {
         return Err(not_regular());
     }
-    let file = std::fs::OpenOptions::new()
-        .read(!write)
-        .write(write)
-        .create(write)
-        .custom_flags((nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_NOFOLLOW).bits())
-        .open(path)
-        .map_err(|e| format!("cannot open `{shown}`: {e}"))?;
+    let file = open_without_links(path, write).map_err(|e| {
+        if e.raw_os_error() == Some(nix::libc::ELOOP) {
+            led_elsewhere(shown)
+        } else {
+            format!("cannot open `{shown}`: {e}")
+        }
+    })?;
     let meta = file
         .metadata()
         .map_err(|e| format!("cannot read `{shown}`: {e}"))?;
@@ -233,11 +233,85 @@ pub fn open_file(path: &Path, shown: &str, write: bool) -> Result<std::fs::File,
     if let Ok(at) = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
         && at != path
     {
-        return Err(format!(
-            "`{shown}` led elsewhere as it was opened (a folder on its way was changed meanwhile); the file tools do not follow it"
-        ));
+        return Err(led_elsewhere(shown));
     }
     Ok(file)
+}
+
+fn led_elsewhere(shown: &str) -> String {
+    format!(
+        "`{shown}` led elsewhere as it was opened (a folder on its way was changed meanwhile); the file tools do not follow it"
+    )
+}
+
+/// Opens `path` (created if `write`), following no link on its way: a resolved path holds none, so
+/// one there now is a folder swapped for a link since (`ELOOP`). Where the kernel cannot be asked
+/// so (`openat2` is Linux 5.6 and later, and a seccomp filter may refuse it), an open that follows
+/// no link in the last name only.
+fn open_without_links(path: &Path, write: bool) -> std::io::Result<std::fs::File> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let flags = OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let how = OpenHow::new().resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
+    // A mode goes with `O_CREAT` only (the kernel refuses one otherwise).
+    let how = if write {
+        how.flags(flags | OFlag::O_WRONLY | OFlag::O_CREAT)
+            .mode(nix::sys::stat::Mode::from_bits_truncate(0o666))
+    } else {
+        how.flags(flags | OFlag::O_RDONLY)
+    };
+    match nix::fcntl::openat2(nix::fcntl::AT_FDCWD, path, how) {
+        Ok(fd) => Ok(std::fs::File::from(fd)),
+        Err(nix::errno::Errno::ENOSYS | nix::errno::Errno::EPERM) => std::fs::OpenOptions::new()
+            .read(!write)
+            .write(write)
+            .create(write)
+            .custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW).bits())
+            .open(path),
+        Err(errno) => Err(errno.into()),
+    }
+}
+
+/// Creates the resolved folder `path` and the folders on its way, as `create_dir_all` does, but
+/// following no link: a resolved path holds none, so one there now is a folder swapped for a link
+/// since, which would have the folders made elsewhere. Where the kernel cannot be asked so
+/// (`openat2`), as `create_dir_all` does.
+pub fn create_folders(path: &Path, shown: &str) -> Result<(), String> {
+    use nix::errno::Errno;
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
+    let cannot = |e: std::io::Error| format!("cannot create the folders of `{shown}`: {e}");
+    let mut folder = match openat2(nix::fcntl::AT_FDCWD, "/", how) {
+        Ok(root) => root,
+        Err(Errno::ENOSYS | Errno::EPERM) => return std::fs::create_dir_all(path).map_err(cannot),
+        Err(errno) => return Err(cannot(errno.into())),
+    };
+    for name in path.components().filter_map(|c| match c {
+        std::path::Component::Normal(name) => Some(name),
+        _ => None,
+    }) {
+        let next = match openat2(&folder, name, how) {
+            Err(Errno::ENOENT) => {
+                match nix::sys::stat::mkdirat(
+                    &folder,
+                    name,
+                    nix::sys::stat::Mode::from_bits_truncate(0o777),
+                ) {
+                    Ok(()) | Err(Errno::EEXIST) => openat2(&folder, name, how),
+                    Err(errno) => Err(errno),
+                }
+            }
+            opened => opened,
+        };
+        folder = match next {
+            Ok(next) => next,
+            Err(Errno::ELOOP) => return Err(led_elsewhere(shown)),
+            Err(errno) => return Err(cannot(errno.into())),
+        };
+    }
+    Ok(())
 }
 
 /// `path` with `.` and `..` applied, or `None` when `..` climbs above the file system root.
@@ -378,5 +452,25 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn folders_and_files_made_while_a_folder_is_swapped_for_a_link_are_never_made_outside() {
+        let (_dir, work) = work_dir();
+        let Some(swapping) = trellis_test::folder_swapped_for_a_link_out(work.root()) else {
+            return;
+        };
+        // Without the folders made one by one, following no link, some were made there.
+        for n in 0..2_000 {
+            let folder = work.root().join(format!("d/made{n}/deeper"));
+            if create_folders(&folder, "made").is_ok() {
+                let _ = open_file(&folder.join("new.txt"), "new.txt", true);
+            }
+        }
+        let made: Vec<_> = std::fs::read_dir(swapping.outside().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(made, ["f"], "made outside the working directory");
     }
 }

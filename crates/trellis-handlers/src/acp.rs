@@ -437,15 +437,11 @@ struct Served {
     run_id: String,
 }
 
-/// Writes `content` to the resolved `path` (shown as `shown`), creating its folder.
-#[allow(
-    clippy::disallowed_methods,
-    reason = "runs on the blocking pool (Served::write)"
-)]
+/// Writes `content` to the resolved `path` (shown as `shown`), creating its folder. Runs on the
+/// blocking pool (`Served::write`).
 fn write_file(path: &Path, shown: &str, content: &str) -> Result<(), String> {
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| format!("cannot create the folder of `{shown}`: {e}"))?;
+        trellis_agent::create_folders(parent, shown)?;
     }
     let mut file = trellis_agent::open_file(path, shown, true)?;
     file.set_len(0)

@@ -46,6 +46,13 @@ pub fn folder_swapped_for_a_link_out(root: &Path) -> Option<Swapping> {
     Some(swapping)
 }
 
+impl Swapping {
+    /// The folder outside that [`folder_swapped_for_a_link_out`] made.
+    pub fn outside(&self) -> Option<&Path> {
+        self.outside.as_ref().map(tempfile::TempDir::path)
+    }
+}
+
 impl Drop for Swapping {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
