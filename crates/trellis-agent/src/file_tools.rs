@@ -321,21 +321,22 @@ fn tests_weakened(path: &str, before: &str, after: &str, by_command: bool) -> Op
     /// The most lines quoted.
     const SHOWN: usize = 3;
     let taken = test_lines_taken_out(before, after);
-    let (what, lines) = match (taken.is_empty(), by_command) {
-        (false, false) => ("this change takes out", taken),
-        (false, true) => ("this command took out", taken),
-        (true, false) => (
-            "this change turns off tests with",
+    let (lines, [now, then]) = if taken.is_empty() {
+        (
             skips_added(before, after),
-        ),
-        (true, true) => (
-            "this command turned off tests with",
-            skips_added(before, after),
-        ),
+            ["turns off tests with", "turned off tests with"],
+        )
+    } else {
+        (taken, ["takes out", "took out"])
     };
     if lines.is_empty() {
         return None;
     }
+    let what = if by_command {
+        format!("this command {then}")
+    } else {
+        format!("this change {now}")
+    };
     let mut message = format!(
         "Refused: the task says not to change the tests, and {what} {} test line(s) of `{path}`:",
         lines.len()

@@ -467,9 +467,8 @@ impl Toolbox {
     /// Holds the writing tools to a coached model's `task` from now on: when it says not to change
     /// the tests (`without changing the tests`, `Do not change test_calc.py`), a `write_file` or
     /// `edit_file` that would take out a test line or turn a test off is refused, and a file a
-    /// `shell` command so changed is put back; and a `write_file` over a file that
-    /// would take out a name the file defines, which the task does not name and another file still
-    /// uses, is refused.
+    /// `shell` command so changed is put back; and a `write_file` over a file that would take out a
+    /// name the file defines, which the task does not name and another file still uses, is refused.
     pub fn keep_for(&self, task: &str) {
         *self.kept.lock() = file_tools::Kept {
             tests: forbids_test_changes(task),

@@ -180,10 +180,9 @@ pub const MAX_FILE_BYTES: u64 = 64 << 20;
 /// only if it is a regular file with one name: a FIFO, a device or a socket is refused without
 /// blocking (it is opened non-blocking and looked at before anything is read), and so is a file with
 /// a second hard link, which could be a file from outside the working directory under a name inside
-/// it, and one that turns out to lie elsewhere than `path` once open (a folder on its way changed
-/// since `path` was resolved). A file to write that does not exist is created.
+/// it, and one a link on its way would lead elsewhere (a folder on its way changed since `path` was
+/// resolved: `open_without_links`). A file to write that does not exist is created.
 pub fn open_file(path: &Path, shown: &str, write: bool) -> Result<std::fs::File, String> {
-    use std::os::fd::AsRawFd as _;
     use std::os::unix::fs::MetadataExt as _;
     let not_regular = || {
         format!(
@@ -226,18 +225,10 @@ pub fn open_file(path: &Path, shown: &str, write: bool) -> Result<std::fs::File,
             meta.len()
         ));
     }
-    // `path` was resolved before it was opened: a folder on its way swapped for a link in between
-    // (by a command the agent left running) would have led the open elsewhere, with `O_NOFOLLOW`
-    // guarding the last name only. Where the open file really is settles it (Linux's
-    // `/proc/self/fd`; where that cannot be asked, the resolved path stands).
-    if let Ok(at) = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
-        && at != path
-    {
-        return Err(led_elsewhere(shown));
-    }
     Ok(file)
 }
 
+/// What the model is told of a path a link on its way would have led elsewhere.
 fn led_elsewhere(shown: &str) -> String {
     format!(
         "`{shown}` led elsewhere as it was opened (a folder on its way was changed meanwhile); the file tools do not follow it"
@@ -245,11 +236,13 @@ fn led_elsewhere(shown: &str) -> String {
 }
 
 /// Opens `path` (created if `write`), following no link on its way: a resolved path holds none, so
-/// one there now is a folder swapped for a link since (`ELOOP`). Where the kernel cannot be asked
-/// so (`openat2` is Linux 5.6 and later, and a seccomp filter may refuse it), an open that follows
-/// no link in the last name only.
+/// one there now is a folder swapped for a link since (by a command the agent left running), and
+/// the open fails with `ELOOP`. Where the kernel cannot be asked so ([`without_links`]), an open
+/// that follows no link in the last name, and then the place of the open file asked of the kernel
+/// (`/proc/self/fd`): anywhere but `path` fails the same way.
 fn open_without_links(path: &Path, write: bool) -> std::io::Result<std::fs::File> {
     use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+    use std::os::fd::AsRawFd as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let flags = OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let how = OpenHow::new().resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
@@ -260,15 +253,31 @@ fn open_without_links(path: &Path, write: bool) -> std::io::Result<std::fs::File
     } else {
         how.flags(flags | OFlag::O_RDONLY)
     };
-    match nix::fcntl::openat2(nix::fcntl::AT_FDCWD, path, how) {
-        Ok(fd) => Ok(std::fs::File::from(fd)),
-        Err(nix::errno::Errno::ENOSYS | nix::errno::Errno::EPERM) => std::fs::OpenOptions::new()
-            .read(!write)
-            .write(write)
-            .create(write)
-            .custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW).bits())
-            .open(path),
-        Err(errno) => Err(errno.into()),
+    if let Some(opened) = without_links(nix::fcntl::AT_FDCWD, path, how) {
+        return Ok(std::fs::File::from(opened?));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(!write)
+        .write(write)
+        .create(write)
+        .custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW).bits())
+        .open(path)?;
+    match std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
+        Ok(at) if at != path => Err(std::io::Error::from_raw_os_error(nix::libc::ELOOP)),
+        _ => Ok(file),
+    }
+}
+
+/// `openat2` of `name` in `at` as `how` says; none where the kernel cannot be asked (`ENOSYS`
+/// before Linux 5.6, `EPERM` from a seccomp filter).
+fn without_links<Fd: std::os::fd::AsFd>(
+    at: Fd,
+    name: &(impl nix::NixPath + ?Sized),
+    how: nix::fcntl::OpenHow,
+) -> Option<std::io::Result<std::os::fd::OwnedFd>> {
+    match nix::fcntl::openat2(at, name, how) {
+        Err(nix::errno::Errno::ENOSYS | nix::errno::Errno::EPERM) => None,
+        opened => Some(opened.map_err(std::io::Error::from)),
     }
 }
 
@@ -277,39 +286,34 @@ fn open_without_links(path: &Path, write: bool) -> std::io::Result<std::fs::File
 /// since, which would have the folders made elsewhere. Where the kernel cannot be asked so
 /// (`openat2`), as `create_dir_all` does.
 pub fn create_folders(path: &Path, shown: &str) -> Result<(), String> {
-    use nix::errno::Errno;
-    use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
     let how = OpenHow::new()
         .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
         .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
-    let cannot = |e: std::io::Error| format!("cannot create the folders of `{shown}`: {e}");
-    let mut folder = match openat2(nix::fcntl::AT_FDCWD, "/", how) {
-        Ok(root) => root,
-        Err(Errno::ENOSYS | Errno::EPERM) => return std::fs::create_dir_all(path).map_err(cannot),
-        Err(errno) => return Err(cannot(errno.into())),
+    let failed = |e: std::io::Error| {
+        if e.raw_os_error() == Some(nix::libc::ELOOP) {
+            led_elsewhere(shown)
+        } else {
+            format!("cannot create the folders of `{shown}`: {e}")
+        }
     };
+    let Some(root) = without_links(nix::fcntl::AT_FDCWD, "/", how) else {
+        return std::fs::create_dir_all(path).map_err(failed);
+    };
+    let mut folder = root.map_err(failed)?;
     for name in path.components().filter_map(|c| match c {
         std::path::Component::Normal(name) => Some(name),
         _ => None,
     }) {
-        let next = match openat2(&folder, name, how) {
-            Err(Errno::ENOENT) => {
-                match nix::sys::stat::mkdirat(
-                    &folder,
-                    name,
-                    nix::sys::stat::Mode::from_bits_truncate(0o777),
-                ) {
-                    Ok(()) | Err(Errno::EEXIST) => openat2(&folder, name, how),
-                    Err(errno) => Err(errno),
-                }
-            }
-            opened => opened,
-        };
-        folder = match next {
-            Ok(next) => next,
-            Err(Errno::ELOOP) => return Err(led_elsewhere(shown)),
-            Err(errno) => return Err(cannot(errno.into())),
-        };
+        let mut next = nix::fcntl::openat2(&folder, name, how);
+        if matches!(next, Err(nix::errno::Errno::ENOENT)) {
+            let mode = nix::sys::stat::Mode::from_bits_truncate(0o777);
+            next = match nix::sys::stat::mkdirat(&folder, name, mode) {
+                Ok(()) | Err(nix::errno::Errno::EEXIST) => nix::fcntl::openat2(&folder, name, how),
+                Err(errno) => Err(errno),
+            };
+        }
+        folder = next.map_err(|errno| failed(errno.into()))?;
     }
     Ok(())
 }
