@@ -181,7 +181,7 @@ pub const MAX_FILE_BYTES: u64 = 64 << 20;
 /// blocking (it is opened non-blocking and looked at before anything is read), and so is a file with
 /// a second hard link, which could be a file from outside the working directory under a name inside
 /// it, and one a link on its way would lead elsewhere (a folder on its way changed since `path` was
-/// resolved: `open_without_links`). A file to write that does not exist is created.
+/// resolved: [`trellis_process::files::open_resolved`]). A file to write that does not exist is created.
 pub fn open_file(path: &Path, shown: &str, write: bool) -> Result<std::fs::File, String> {
     use std::os::unix::fs::MetadataExt as _;
     let not_regular = || {
@@ -197,8 +197,8 @@ pub fn open_file(path: &Path, shown: &str, write: bool) -> Result<std::fs::File,
     {
         return Err(not_regular());
     }
-    let file = open_without_links(path, write).map_err(|e| {
-        if e.raw_os_error() == Some(nix::libc::ELOOP) {
+    let file = trellis_process::files::open_resolved(path, write).map_err(|e| {
+        if trellis_process::files::led_elsewhere(&e) {
             led_elsewhere(shown)
         } else {
             format!("cannot open `{shown}`: {e}")
@@ -235,69 +235,24 @@ fn led_elsewhere(shown: &str) -> String {
     )
 }
 
-/// Opens `path` (created if `write`), following no link on its way: a resolved path holds none, so
-/// one there now is a folder swapped for a link since (by a command the agent left running), and
-/// the open fails with `ELOOP`. Where the kernel cannot be asked so ([`without_links`]), an open
-/// that follows no link in the last name, and then the place of the open file asked of the kernel
-/// (`/proc/self/fd`): anywhere but `path` fails the same way.
-fn open_without_links(path: &Path, write: bool) -> std::io::Result<std::fs::File> {
-    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
-    use std::os::fd::AsRawFd as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let flags = OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let how = OpenHow::new().resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
-    // A mode goes with `O_CREAT` only (the kernel refuses one otherwise).
-    let how = if write {
-        how.flags(flags | OFlag::O_WRONLY | OFlag::O_CREAT)
-            .mode(nix::sys::stat::Mode::from_bits_truncate(0o666))
-    } else {
-        how.flags(flags | OFlag::O_RDONLY)
-    };
-    if let Some(opened) = without_links(nix::fcntl::AT_FDCWD, path, how) {
-        return Ok(std::fs::File::from(opened?));
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(!write)
-        .write(write)
-        .create(write)
-        .custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW).bits())
-        .open(path)?;
-    match std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
-        Ok(at) if at != path => Err(std::io::Error::from_raw_os_error(nix::libc::ELOOP)),
-        _ => Ok(file),
-    }
-}
-
-/// `openat2` of `name` in `at` as `how` says; none where the kernel cannot be asked (`ENOSYS`
-/// before Linux 5.6, `EPERM` from a seccomp filter).
-fn without_links<Fd: std::os::fd::AsFd>(
-    at: Fd,
-    name: &(impl nix::NixPath + ?Sized),
-    how: nix::fcntl::OpenHow,
-) -> Option<std::io::Result<std::os::fd::OwnedFd>> {
-    match nix::fcntl::openat2(at, name, how) {
-        Err(nix::errno::Errno::ENOSYS | nix::errno::Errno::EPERM) => None,
-        opened => Some(opened.map_err(std::io::Error::from)),
-    }
-}
-
 /// Creates the resolved folder `path` and the folders on its way, as `create_dir_all` does, but
 /// following no link: a resolved path holds none, so one there now is a folder swapped for a link
 /// since, which would have the folders made elsewhere. Where the kernel cannot be asked so
 /// (`openat2`), as `create_dir_all` does.
 pub fn create_folders(path: &Path, shown: &str) -> Result<(), String> {
     use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+    use trellis_process::files::{led_elsewhere as swapped, openat_following_no_link};
     let how = OpenHow::new()
         .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
         .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
     let failed = |e: std::io::Error| {
-        if e.raw_os_error() == Some(nix::libc::ELOOP) {
+        if swapped(&e) {
             led_elsewhere(shown)
         } else {
             format!("cannot create the folders of `{shown}`: {e}")
         }
     };
-    let Some(root) = without_links(nix::fcntl::AT_FDCWD, "/", how) else {
+    let Some(root) = openat_following_no_link(nix::fcntl::AT_FDCWD, "/", how) else {
         return std::fs::create_dir_all(path).map_err(failed);
     };
     let mut folder = root.map_err(failed)?;
@@ -439,7 +394,7 @@ mod tests {
         use std::io::Read as _;
         let (_dir, work) = work_dir();
         // A command left running swaps `d` for a link out of the working directory and back.
-        let Some(_swapping) = trellis_test::folder_swapped_for_a_link_out(work.root()) else {
+        let Some(swapping) = trellis_test::folder_swapped_for_a_link_out(work.root()) else {
             return;
         };
         // Without the look at where the open file is, reads got "secret" here.
@@ -456,6 +411,7 @@ mod tests {
                 );
             }
         }
+        assert_eq!(swapping.opened_outside(), 0, "a file outside was opened");
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //! - [`reaper`]: what ends everything an unconfined child started, however it left; [`spawner`]:
 //!   one reaper process that forks the reaper of each command; [`child`]: a child started either way.
 //! - [`port`]: a free loopback port for a server a run starts.
+//! - [`files`]: opening a file by a resolved path so that no folder swapped for a link since leads
+//!   the open elsewhere (the agent's file tools, the files a run finds in its working directory).
 //! - [`task`]: blocking work on the blocking pool, and [`backoff`]: how long to wait before a retry.
 //!
 //! It sits at the bottom of the process side of the workspace: `trellis-llm`, `trellis-agent`,
@@ -18,6 +20,7 @@
 
 pub mod backoff;
 pub mod child;
+pub mod files;
 pub mod group;
 pub mod port;
 pub mod reaper;

@@ -75,10 +75,15 @@ fn open_regular(path: &Path) -> Result<(std::fs::File, u64), Unread> {
         .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
         .open(path)
         .map_err(Unread::Io)?;
+    regular(file)
+}
+
+/// `file` and its size when it is a regular file (reads of one never wait, whatever flag it was
+/// opened with).
+fn regular(file: std::fs::File) -> Result<(std::fs::File, u64), Unread> {
     let meta = file.metadata().map_err(Unread::Io)?;
     match non_regular(&meta) {
         Some(what) => Err(Unread::NotAFile(what)),
-        // Reads of a regular file never wait, whatever the flag says.
         None => Ok((file, meta.len())),
     }
 }
@@ -118,7 +123,7 @@ pub fn read_text(path: &Path) -> std::io::Result<String> {
 /// elsewhere (`~/.git-credentials`) would have Trellis read the user's secrets for whoever planted
 /// it — into a parse error's quoted line, or a model's prompt. A path that leads out of `within`
 /// (a link to `/dev/zero` included, or one a folder on the way leads to only once the path was
-/// checked: where the open file lies is looked at again) is an error of kind
+/// checked: the open follows no link, so nothing outside is even opened) is an error of kind
 /// [`std::io::ErrorKind::PermissionDenied`];
 /// inside it, a pipe, a device or a folder is one of kind [`std::io::ErrorKind::InvalidInput`] that
 /// says what it is; a file that is not there is `NotFound` (or `NotADirectory`, when a folder on
@@ -136,29 +141,27 @@ pub fn read_found_text(path: &Path, within: &Path) -> std::io::Result<String> {
             ),
         ));
     }
-    let opened = open_regular(&real).and_then(|(file, size)| {
-        // The check above and the open are two steps: a folder on the way swapped for a link in
-        // between would lead the open elsewhere. Where the file opened really is settles it.
-        match opened_at(&file) {
-            Some(at) if !at.starts_with(&root) => Err(Unread::Io(std::io::Error::new(
+    // The check above and the open are two steps: a folder on the way swapped for a link in
+    // between would lead the open elsewhere. `real` holds no link, so the open follows none.
+    let opened = trellis_process::files::open_resolved(&real, false).map_err(|e| {
+        if trellis_process::files::led_elsewhere(&e) {
+            std::io::Error::new(
                 std::io::ErrorKind::PermissionDenied,
                 format!(
-                    "it led outside {} (to {}) as it was opened, where Trellis does not follow it",
-                    root.display(),
-                    at.display()
+                    "it led elsewhere as it was opened (a folder on its way was changed for a link after it was found inside {}), where Trellis does not follow it",
+                    root.display()
                 ),
-            ))),
-            _ => Ok((file, size)),
+            )
+        } else {
+            e
         }
     });
-    text_read(opened.and_then(|(file, size)| read_bounded(file, size)))
-}
-
-/// Where an open file is, as the kernel knows it (Linux's `/proc/self/fd`); none where that cannot
-/// be asked.
-fn opened_at(file: &std::fs::File) -> Option<PathBuf> {
-    use std::os::fd::AsRawFd as _;
-    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
+    text_read(
+        opened
+            .map_err(Unread::Io)
+            .and_then(regular)
+            .and_then(|(file, size)| read_bounded(file, size)),
+    )
 }
 
 /// What [`read_text`] and [`read_found_text`] answer for what [`read_bounded`] read.
@@ -422,16 +425,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
         // `d` is a folder, then a link out of the tree, then a folder again.
-        let Some(_swapping) = trellis_test::folder_swapped_for_a_link_out(&root) else {
+        let Some(swapping) = trellis_test::folder_swapped_for_a_link_out(&root) else {
             return;
         };
-        // Without the second look, each of three runs of this test read "secret" here.
+        // Without the second look, each of three runs of this test read "secret" here; with the
+        // look after a plain open (before the open followed no link), it was opened, not read.
         for _ in 0..5_000 {
             match read_found_text(&root.join("d/f"), &root) {
                 Ok(text) => assert_eq!(text, "mine", "read through a link out of the tree"),
                 Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}"),
             }
         }
+        assert_eq!(swapping.opened_outside(), 0, "a file outside was opened");
     }
 
     #[test]

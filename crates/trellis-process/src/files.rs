@@ -1,0 +1,108 @@
+//! Opening a file by a path that was resolved (every link on its way followed, `.` and `..` taken
+//! out) and then checked to lie where it may, so that what is opened is that file. The check and
+//! the open are two steps: a folder on the way swapped for a link in between (by a command an agent
+//! left running, a parallel branch) would lead a plain open elsewhere. A resolved path holds no link,
+//! so one found on the way as the file is opened is such a swap, and the open follows none.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+
+/// Opens the resolved `path` for reading, or for writing when `write` (created when missing),
+/// following no link on its way: one there is a folder swapped for a link since `path` was resolved,
+/// and the open fails with `ELOOP` ([`led_elsewhere`]), having opened nothing. It opens without
+/// waiting (a FIFO would wait for a writer forever), so the caller looks at what it opened (a
+/// regular file?) before it reads or writes. Where the kernel cannot be asked so
+/// ([`openat_following_no_link`]), a plain open that follows no link in the last name, and then the
+/// place of the open file asked of the kernel (`/proc/self/fd`): anywhere but `path` fails the same
+/// way, though then something elsewhere was opened before it was refused. It blocks as any open
+/// does: off an async path, the caller's to see to.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "an open as its callers would make themselves, where they may block"
+)]
+pub fn open_resolved(path: &Path, write: bool) -> io::Result<File> {
+    use std::os::fd::AsRawFd as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let flags = OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let how = OpenHow::new().resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
+    // A mode goes with `O_CREAT` only (the kernel refuses one otherwise).
+    let how = if write {
+        how.flags(flags | OFlag::O_WRONLY | OFlag::O_CREAT)
+            .mode(nix::sys::stat::Mode::from_bits_truncate(0o666))
+    } else {
+        how.flags(flags | OFlag::O_RDONLY)
+    };
+    if let Some(opened) = openat_following_no_link(nix::fcntl::AT_FDCWD, path, how) {
+        return Ok(File::from(opened?));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(!write)
+        .write(write)
+        .create(write)
+        .custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW).bits())
+        .open(path)?;
+    match std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
+        Ok(at) if at != path => Err(io::Error::from_raw_os_error(libc::ELOOP)),
+        _ => Ok(file),
+    }
+}
+
+/// Whether an open by [`open_resolved`] (or [`openat_following_no_link`]) failed because a link was
+/// found on the way: a folder swapped for a link since the path was resolved.
+pub fn led_elsewhere(error: &io::Error) -> bool {
+    error.raw_os_error() == Some(libc::ELOOP)
+}
+
+/// `openat2` of `name` in the folder `at` as `how` says; none where the kernel cannot be asked
+/// (`ENOSYS` before Linux 5.6, `EPERM` from a seccomp filter), for the caller to do without.
+pub fn openat_following_no_link<Fd: AsFd>(
+    at: Fd,
+    name: &(impl nix::NixPath + ?Sized),
+    how: OpenHow,
+) -> Option<io::Result<OwnedFd>> {
+    match nix::fcntl::openat2(at, name, how) {
+        Err(nix::errno::Errno::ENOSYS | nix::errno::Errno::EPERM) => None,
+        opened => Some(opened.map_err(io::Error::from)),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "the tests set up files")]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resolved_path_opens_and_a_link_on_its_way_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::fs::write(root.join("d/f"), "mine").unwrap();
+        std::os::unix::fs::symlink(root.join("d"), root.join("link")).unwrap();
+        assert_eq!(
+            std::io::read_to_string(open_resolved(&root.join("d/f"), false).unwrap()).unwrap(),
+            "mine"
+        );
+        let refused = open_resolved(&root.join("link/f"), false).unwrap_err();
+        assert!(led_elsewhere(&refused), "{refused}");
+        // Writing creates the file, and the same link refuses a write too.
+        open_resolved(&root.join("d/new"), true).unwrap();
+        assert!(root.join("d/new").is_file());
+        let refused = open_resolved(&root.join("link/other"), true).unwrap_err();
+        assert!(led_elsewhere(&refused), "{refused}");
+        assert!(!root.join("d/other").exists());
+    }
+
+    #[test]
+    fn a_fifo_opens_without_waiting() {
+        use std::os::unix::fs::FileTypeExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        nix::unistd::mkfifo(&root.join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let file = open_resolved(&root.join("pipe"), false).unwrap();
+        assert!(file.metadata().unwrap().file_type().is_fifo());
+    }
+}
