@@ -16,7 +16,8 @@
 //! - [`task`]: blocking work on the blocking pool, and [`backoff`]: how long to wait before a retry.
 //!
 //! It sits at the bottom of the process side of the workspace: `trellis-llm`, `trellis-agent`,
-//! `trellis-handlers` and `trellis-run` build on it, and it depends on no other Trellis crate. The engine uses it for [`task`] and [`backoff`] alone.
+//! `trellis-handlers` and `trellis-run` build on it (and `trellis-syntax`, for [`files`] alone), and
+//! it depends on no other Trellis crate. The engine uses it for [`task`] and [`backoff`] alone.
 
 pub mod backoff;
 pub mod child;

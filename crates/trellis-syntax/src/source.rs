@@ -428,8 +428,8 @@ mod tests {
         let Some(swapping) = trellis_test::folder_swapped_for_a_link_out(&root) else {
             return;
         };
-        // Without the second look, each of three runs of this test read "secret" here; with the
-        // look after a plain open (before the open followed no link), it was opened, not read.
+        // Without the second look, each of three runs of this test read "secret" here; with only
+        // that look after a plain open, each run opened it (and read nothing).
         for _ in 0..5_000 {
             match read_found_text(&root.join("d/f"), &root) {
                 Ok(text) => assert_eq!(text, "mine", "read through a link out of the tree"),
