@@ -945,10 +945,25 @@ struct GrepArgs {
 
 fn grep(work_dir: &WorkDir, args: &GrepArgs) -> Result<ToolOutput, String> {
     let root = work_dir.resolve(args.path.as_deref().unwrap_or(""))?;
-    let matcher = RegexMatcherBuilder::new()
-        .case_insensitive(args.case_insensitive)
-        .build(&args.pattern)
-        .map_err(|e| format!("invalid regular expression `{}`: {e}", args.pattern))?;
+    // A pattern that is no regular expression is text to find as it is (a line of code, with its
+    // brackets): searched so, and the answer says so.
+    let mut builder = RegexMatcherBuilder::new();
+    builder.case_insensitive(args.case_insensitive);
+    let (matcher, as_text) = match builder.build(&args.pattern) {
+        Ok(matcher) => (matcher, false),
+        Err(_) => (
+            builder
+                .fixed_strings(true)
+                .build(&args.pattern)
+                .map_err(|e| format!("cannot search for `{}`: {e}", args.pattern))?,
+            true,
+        ),
+    };
+    let as_text = if as_text {
+        " (not a regular expression, so searched for as plain text)"
+    } else {
+        ""
+    };
     let mut walk = work_dir.walk(&root);
     if let Some(glob) = &args.glob {
         let mut overrides = ignore::overrides::OverrideBuilder::new(&root);
@@ -999,7 +1014,7 @@ fn grep(work_dir: &WorkDir, args: &GrepArgs) -> Result<ToolOutput, String> {
         }
     }
     if hits == 0 {
-        let mut answer = format!("no matches for `{}`", args.pattern);
+        let mut answer = format!("no matches for `{}`{as_text}", args.pattern);
         let files = files_named_by(work_dir, &args.pattern);
         if !files.is_empty() {
             // A small model greps for `notes/*.txt` to see whether there are such files, and
@@ -1013,6 +1028,9 @@ fn grep(work_dir: &WorkDir, args: &GrepArgs) -> Result<ToolOutput, String> {
             );
         }
         return Ok(ToolOutput::ok(answer));
+    }
+    if !as_text.is_empty() {
+        out = format!("`{}`{as_text}:\n{out}", args.pattern);
     }
     Ok(ToolOutput {
         seen: found,
@@ -1653,8 +1671,20 @@ mod tests {
         )
         .unwrap();
         assert!(none.content.starts_with("no matches"), "{}", none.content);
-        let bad = call(&work, Tool::Grep, &json!({"pattern": "("})).unwrap_err();
-        assert!(bad.contains("invalid regular expression"), "{bad}");
+        // Not a regular expression: searched for as it is written.
+        let text = call(&work, Tool::Grep, &json!({"pattern": "add(a: i32"})).unwrap();
+        assert_eq!(
+            text.content,
+            "`add(a: i32` (not a regular expression, so searched for as plain text):\n\
+             src/lib.rs:1:pub fn add(a: i32, b: i32) -> i32 {\n"
+        );
+        let none = call(&work, Tool::Grep, &json!({"pattern": "sub("})).unwrap();
+        assert!(
+            none.content
+                .starts_with("no matches for `sub(` (not a regular expression"),
+            "{}",
+            none.content
+        );
     }
 
     #[test]
