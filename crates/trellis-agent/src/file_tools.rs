@@ -950,19 +950,14 @@ fn grep(work_dir: &WorkDir, args: &GrepArgs) -> Result<ToolOutput, String> {
     let mut builder = RegexMatcherBuilder::new();
     builder.case_insensitive(args.case_insensitive);
     let (matcher, as_text) = match builder.build(&args.pattern) {
-        Ok(matcher) => (matcher, false),
+        Ok(matcher) => (matcher, ""),
         Err(_) => (
             builder
                 .fixed_strings(true)
                 .build(&args.pattern)
                 .map_err(|e| format!("cannot search for `{}`: {e}", args.pattern))?,
-            true,
+            " (not a regular expression, so searched for as plain text)",
         ),
-    };
-    let as_text = if as_text {
-        " (not a regular expression, so searched for as plain text)"
-    } else {
-        ""
     };
     let mut walk = work_dir.walk(&root);
     if let Some(glob) = &args.glob {

@@ -235,42 +235,16 @@ fn led_elsewhere(shown: &str) -> String {
     )
 }
 
-/// Creates the resolved folder `path` and the folders on its way, as `create_dir_all` does, but
-/// following no link: a resolved path holds none, so one there now is a folder swapped for a link
-/// since, which would have the folders made elsewhere. Where the kernel cannot be asked so
-/// (`openat2`), as `create_dir_all` does.
+/// Creates the resolved folder `path` and the folders on its way, following no link
+/// ([`trellis_process::files::create_folders`]), with the message the model is shown when it cannot.
 pub fn create_folders(path: &Path, shown: &str) -> Result<(), String> {
-    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
-    use trellis_process::files::{led_elsewhere as swapped, openat_following_no_link};
-    let how = OpenHow::new()
-        .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
-        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
-    let failed = |e: std::io::Error| {
-        if swapped(&e) {
+    trellis_process::files::create_folders(path).map_err(|e| {
+        if trellis_process::files::led_elsewhere(&e) {
             led_elsewhere(shown)
         } else {
             format!("cannot create the folders of `{shown}`: {e}")
         }
-    };
-    let Some(root) = openat_following_no_link(nix::fcntl::AT_FDCWD, "/", how) else {
-        return std::fs::create_dir_all(path).map_err(failed);
-    };
-    let mut folder = root.map_err(failed)?;
-    for name in path.components().filter_map(|c| match c {
-        std::path::Component::Normal(name) => Some(name),
-        _ => None,
-    }) {
-        let mut next = nix::fcntl::openat2(&folder, name, how);
-        if matches!(next, Err(nix::errno::Errno::ENOENT)) {
-            let mode = nix::sys::stat::Mode::from_bits_truncate(0o777);
-            next = match nix::sys::stat::mkdirat(&folder, name, mode) {
-                Ok(()) | Err(nix::errno::Errno::EEXIST) => nix::fcntl::openat2(&folder, name, how),
-                Err(errno) => Err(errno),
-            };
-        }
-        folder = next.map_err(|errno| failed(errno.into()))?;
-    }
-    Ok(())
+    })
 }
 
 /// `path` with `.` and `..` applied, or `None` when `..` climbs above the file system root.

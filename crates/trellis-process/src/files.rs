@@ -1,8 +1,8 @@
-//! Opening a file by a path that was resolved (every link on its way followed, `.` and `..` taken
-//! out) and then checked to lie where it may, so that what is opened is that file. The check and
-//! the open are two steps: a folder on the way swapped for a link in between (by a command an agent
-//! left running, a parallel branch) would lead a plain open elsewhere. A resolved path holds no link,
-//! so one found on the way as the file is opened is such a swap, and the open follows none.
+//! Opening a file, or making folders, by a path that was resolved (every link on its way followed,
+//! `.` and `..` taken out) and then checked to lie where it may, so that what is opened or made is
+//! there. The check and the open are two steps: a folder on the way swapped for a link in between
+//! (by a command an agent left running, a parallel branch) would lead a plain open elsewhere. A
+//! resolved path holds no link, so one found on the way is such a swap, and nothing here follows one.
 
 use std::fs::File;
 use std::io;
@@ -70,6 +70,39 @@ pub fn openat_following_no_link<Fd: AsFd>(
     }
 }
 
+/// Creates the resolved folder `path` and the folders on its way, as `create_dir_all` does, but
+/// following no link: a resolved path holds none, so one there now is a folder swapped for a link
+/// since, which would have the folders made elsewhere (`ELOOP`, [`led_elsewhere`]). Where the kernel
+/// cannot be asked so ([`openat_following_no_link`]), as `create_dir_all` does.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the fallback makes folders as its callers would themselves, where they may block"
+)]
+pub fn create_folders(path: &Path) -> io::Result<()> {
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
+    let Some(root) = openat_following_no_link(nix::fcntl::AT_FDCWD, "/", how) else {
+        return std::fs::create_dir_all(path);
+    };
+    let mut folder = root?;
+    for name in path.components().filter_map(|c| match c {
+        std::path::Component::Normal(name) => Some(name),
+        _ => None,
+    }) {
+        let mut next = nix::fcntl::openat2(&folder, name, how);
+        if matches!(next, Err(nix::errno::Errno::ENOENT)) {
+            let mode = nix::sys::stat::Mode::from_bits_truncate(0o777);
+            next = match nix::sys::stat::mkdirat(&folder, name, mode) {
+                Ok(()) | Err(nix::errno::Errno::EEXIST) => nix::fcntl::openat2(&folder, name, how),
+                Err(errno) => Err(errno),
+            };
+        }
+        folder = next?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 #[allow(clippy::disallowed_methods, reason = "the tests set up files")]
 mod tests {
@@ -94,6 +127,12 @@ mod tests {
         let refused = open_resolved(&root.join("link/other"), true).unwrap_err();
         assert!(led_elsewhere(&refused), "{refused}");
         assert!(!root.join("d/other").exists());
+        // Folders are made one by one, and not through the link either.
+        create_folders(&root.join("d/a/b")).unwrap();
+        assert!(root.join("d/a/b").is_dir());
+        let refused = create_folders(&root.join("link/c/d")).unwrap_err();
+        assert!(led_elsewhere(&refused), "{refused}");
+        assert!(!root.join("d/c").exists());
     }
 
     #[test]

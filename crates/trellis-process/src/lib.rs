@@ -11,8 +11,8 @@
 //! - [`reaper`]: what ends everything an unconfined child started, however it left; [`spawner`]:
 //!   one reaper process that forks the reaper of each command; [`child`]: a child started either way.
 //! - [`port`]: a free loopback port for a server a run starts.
-//! - [`files`]: opening a file by a resolved path so that no folder swapped for a link since leads
-//!   the open elsewhere (the agent's file tools, the files a run finds in its working directory).
+//! - [`files`]: opening a file, or making folders, by a resolved path so that no folder swapped for
+//!   a link since leads them elsewhere (the agent's file tools, the files a run finds in its working directory).
 //! - [`task`]: blocking work on the blocking pool, and [`backoff`]: how long to wait before a retry.
 //!
 //! It sits at the bottom of the process side of the workspace: `trellis-llm`, `trellis-agent`,
