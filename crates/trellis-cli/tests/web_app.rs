@@ -66,15 +66,14 @@ impl Driver {
     }
 
     /// Whether chromedriver's `/status` on `port` says it is ready (what answers there may be
-    /// another test's server).
+    /// another test's server); a connection reset while it starts counts as not ready yet.
     fn ready(port: u16) -> bool {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-            && serde_json::from_slice::<serde_json::Value>(
-                &trellis_test::http::Request::new(port, "GET", "/status")
-                    .send()
-                    .body,
-            )
-            .is_ok_and(|status| status["value"]["ready"] == true)
+        trellis_test::http::Request::new(port, "GET", "/status")
+            .try_send()
+            .is_ok_and(|answer| {
+                serde_json::from_slice::<serde_json::Value>(&answer.body)
+                    .is_ok_and(|status| status["value"]["ready"] == true)
+            })
     }
 }
 

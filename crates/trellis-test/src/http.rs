@@ -170,11 +170,9 @@ impl<'a> Request<'a> {
         self
     }
 
-    fn connect(&self) -> TcpStream {
-        let stream = TcpStream::connect(("127.0.0.1", self.port)).expect("the server accepts");
-        stream
-            .set_read_timeout(Some(Duration::from_mins(1)))
-            .unwrap();
+    fn connect(&self) -> std::io::Result<TcpStream> {
+        let stream = TcpStream::connect(("127.0.0.1", self.port))?;
+        stream.set_read_timeout(Some(Duration::from_mins(1)))?;
         let mut head = format!(
             "{} {} HTTP/1.1\r\nConnection: close\r\n",
             self.method, self.path
@@ -195,17 +193,26 @@ impl<'a> Request<'a> {
             let _ = write!(head, "Content-Length: {}\r\n", body.len());
         }
         head.push_str("\r\n");
-        let mut writer = stream.try_clone().unwrap();
-        writer.write_all(head.as_bytes()).unwrap();
+        let mut writer = stream.try_clone()?;
+        writer.write_all(head.as_bytes())?;
         // A server may answer (413) before it has read a large body; the answer still counts.
         let _ = writer.write_all(&body);
-        stream
+        Ok(stream)
     }
 
-    /// Sends the request and reads the whole answer.
+    /// Sends the request and reads the whole answer; panics when the server cannot be reached or
+    /// answers no HTTP.
     pub fn send(self) -> Response {
-        let mut reader = BufReader::new(self.connect());
-        let (status, headers) = read_head(&mut reader);
+        self.try_send()
+            .unwrap_or_else(|e| panic!("no answer from 127.0.0.1:{}: {e}", self.port))
+    }
+
+    /// Sends the request and reads the whole answer, or says why there is none (nothing listens,
+    /// the connection was reset, what came back is no HTTP): for probes of a server that may not
+    /// be up yet.
+    pub fn try_send(&self) -> std::io::Result<Response> {
+        let mut reader = BufReader::new(self.connect()?);
+        let (status, headers) = read_head(&mut reader)?;
         let chunked = headers
             .iter()
             .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
@@ -223,17 +230,17 @@ impl<'a> Request<'a> {
         } else {
             let _ = reader.read_to_end(&mut body);
         }
-        Response {
+        Ok(Response {
             status,
             headers,
             body,
-        }
+        })
     }
 
     /// Sends the request and returns the open event stream.
     pub fn stream(self) -> EventStream {
-        let mut reader = BufReader::new(self.connect());
-        let (status, headers) = read_head(&mut reader);
+        let mut reader = BufReader::new(self.connect().expect("the server accepts"));
+        let (status, headers) = read_head(&mut reader).expect("an HTTP answer");
         let chunked = headers
             .iter()
             .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
@@ -249,18 +256,23 @@ impl<'a> Request<'a> {
     }
 }
 
-fn read_head(reader: &mut impl BufRead) -> (u16, Vec<(String, String)>) {
+fn read_head(reader: &mut impl BufRead) -> std::io::Result<(u16, Vec<(String, String)>)> {
     let mut line = String::new();
-    reader.read_line(&mut line).expect("a status line");
+    reader.read_line(&mut line)?;
     let status = line
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP status line: {line:?}"));
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("not an HTTP status line: {line:?}"),
+            )
+        })?;
     let mut headers = Vec::new();
     loop {
         line.clear();
-        reader.read_line(&mut line).expect("a header line");
+        reader.read_line(&mut line)?;
         let trimmed = line.trim_end();
         if trimmed.is_empty() {
             break;
@@ -269,7 +281,7 @@ fn read_head(reader: &mut impl BufRead) -> (u16, Vec<(String, String)>) {
             headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
         }
     }
-    (status, headers)
+    Ok((status, headers))
 }
 
 /// Decodes a chunked body.

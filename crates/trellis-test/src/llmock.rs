@@ -1,8 +1,6 @@
 //! A running `llmock serve` on a free loopback port, stopped when dropped. It speaks the providers'
 //! real HTTP APIs and takes scripted faults through its admin API (`/_llmock/scenario`).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -144,31 +142,15 @@ fn health(port: u16) -> Option<String> {
     request(port, "GET", "/health", "")
 }
 
-/// A minimal HTTP/1.1 exchange; the admin API needs nothing more.
+/// The body of a 2xx answer to a request to llmock's admin API on `port`, or `None` when there is
+/// none (not up yet, or refused).
 fn request(port: u16, method: &str, path: &str, body: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
+    let answer = crate::http::Request::new(port, method, path)
+        .header("Content-Type", "application/json")
+        .body(body.as_bytes().to_vec())
+        .try_send()
         .ok()?;
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    if !head.starts_with("HTTP/1.1 2") {
-        return None;
-    }
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        return Some(dechunk(body));
-    }
-    Some(body.to_owned())
+    (200..300).contains(&answer.status).then(|| answer.text())
 }
 
 /// Python forwarding every connection to port `argv[1]` on to port `argv[2]` (no single quotes: it
@@ -199,21 +181,6 @@ while True:
     for source, sink in ((client, upstream), (upstream, client)):
         threading.Thread(target=pipe, args=(source, sink), daemon=True).start()
 "#;
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if size == 0 || rest.len() < size {
-            break;
-        }
-        out.push_str(&rest[..size]);
-        body = rest[size..].trim_start_matches("\r\n");
-    }
-    out
-}
 
 impl Drop for Llmock {
     fn drop(&mut self) {
