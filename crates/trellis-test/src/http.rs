@@ -136,6 +136,8 @@ pub struct Request<'a> {
     pub path: &'a str,
     pub headers: Vec<(&'a str, String)>,
     pub body: Option<Vec<u8>>,
+    /// How long a read of the answer may wait (a minute unless said).
+    pub timeout: Duration,
 }
 
 impl<'a> Request<'a> {
@@ -146,7 +148,15 @@ impl<'a> Request<'a> {
             path,
             headers: Vec::new(),
             body: None,
+            timeout: Duration::from_mins(1),
         }
+    }
+
+    /// How long a read of the answer may wait.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
     }
 
     #[must_use]
@@ -172,7 +182,7 @@ impl<'a> Request<'a> {
 
     fn connect(&self) -> std::io::Result<TcpStream> {
         let stream = TcpStream::connect(("127.0.0.1", self.port))?;
-        stream.set_read_timeout(Some(Duration::from_mins(1)))?;
+        stream.set_read_timeout(Some(self.timeout))?;
         let mut head = format!(
             "{} {} HTTP/1.1\r\nConnection: close\r\n",
             self.method, self.path

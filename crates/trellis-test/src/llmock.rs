@@ -148,6 +148,7 @@ fn request(port: u16, method: &str, path: &str, body: &str) -> Option<String> {
     let answer = crate::http::Request::new(port, method, path)
         .header("Content-Type", "application/json")
         .body(body.as_bytes().to_vec())
+        .timeout(Duration::from_secs(10))
         .try_send()
         .ok()?;
     (200..300).contains(&answer.status).then(|| answer.text())
