@@ -73,12 +73,19 @@ pub fn openat_following_no_link<Fd: AsFd>(
 /// Creates the resolved folder `path` and the folders on its way, as `create_dir_all` does, but
 /// following no link: a resolved path holds none, so one there now is a folder swapped for a link
 /// since, which would have the folders made elsewhere (`ELOOP`, [`led_elsewhere`]). Where the kernel
-/// cannot be asked so ([`openat_following_no_link`]), as `create_dir_all` does.
+/// cannot be asked so ([`openat_following_no_link`]), as `create_dir_all` does. A relative path is
+/// refused (`InvalidInput`): it was not resolved.
 #[allow(
     clippy::disallowed_methods,
     reason = "the fallback makes folders as its callers would themselves, where they may block"
 )]
 pub fn create_folders(path: &Path) -> io::Result<()> {
+    if !path.is_absolute() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("`{}` is not a resolved path", path.display()),
+        ));
+    }
     let how = OpenHow::new()
         .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
         .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
@@ -133,6 +140,8 @@ mod tests {
         let refused = create_folders(&root.join("link/c/d")).unwrap_err();
         assert!(led_elsewhere(&refused), "{refused}");
         assert!(!root.join("d/c").exists());
+        let relative = create_folders(Path::new("d/e")).unwrap_err();
+        assert_eq!(relative.kind(), io::ErrorKind::InvalidInput);
     }
 
     #[test]

@@ -210,6 +210,13 @@ impl<'a> Request<'a> {
         Ok(stream)
     }
 
+    /// Sends the request and reads the answer's status and headers, leaving the body to read.
+    fn head(&self) -> std::io::Result<(BufReader<TcpStream>, u16, Headers)> {
+        let mut reader = BufReader::new(self.connect()?);
+        let (status, headers) = read_head(&mut reader)?;
+        Ok((reader, status, headers))
+    }
+
     /// Sends the request and reads the whole answer; panics when the server cannot be reached or
     /// answers no HTTP.
     pub fn send(self) -> Response {
@@ -221,11 +228,8 @@ impl<'a> Request<'a> {
     /// the connection was reset, what came back is no HTTP): for probes of a server that may not
     /// be up yet.
     pub fn try_send(&self) -> std::io::Result<Response> {
-        let mut reader = BufReader::new(self.connect()?);
-        let (status, headers) = read_head(&mut reader)?;
-        let chunked = headers
-            .iter()
-            .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+        let (mut reader, status, headers) = self.head()?;
+        let chunked = chunked(&headers);
         let length = headers
             .iter()
             .find(|(n, _)| n == "content-length")
@@ -249,12 +253,10 @@ impl<'a> Request<'a> {
 
     /// Sends the request and returns the open event stream.
     pub fn stream(self) -> EventStream {
-        let mut reader = BufReader::new(self.connect().expect("the server accepts"));
-        let (status, headers) = read_head(&mut reader).expect("an HTTP answer");
-        let chunked = headers
-            .iter()
-            .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
-        let body: Box<dyn Read + Send> = if chunked {
+        let (reader, status, headers) = self
+            .head()
+            .unwrap_or_else(|e| panic!("no answer from 127.0.0.1:{}: {e}", self.port));
+        let body: Box<dyn Read + Send> = if chunked(&headers) {
             Box::new(Chunked::new(reader))
         } else {
             Box::new(reader)
@@ -266,7 +268,17 @@ impl<'a> Request<'a> {
     }
 }
 
-fn read_head(reader: &mut impl BufRead) -> std::io::Result<(u16, Vec<(String, String)>)> {
+/// Whether the body comes in chunks.
+fn chunked(headers: &[(String, String)]) -> bool {
+    headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"))
+}
+
+/// An answer's headers, names lower-cased.
+type Headers = Vec<(String, String)>;
+
+fn read_head(reader: &mut impl BufRead) -> std::io::Result<(u16, Headers)> {
     let mut line = String::new();
     reader.read_line(&mut line)?;
     let status = line
