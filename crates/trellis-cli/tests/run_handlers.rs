@@ -105,6 +105,39 @@ fn a_gate_timeout_takes_the_default_choice() {
     assert_eq!(run.stages(), ["start", "approve", "hold", "exit"]);
 }
 
+/// With nobody to answer (no terminal, no answers file), a timed gate's time runs out at once: the
+/// same outcome as waiting it out — its default, or its failure without one — without the wait.
+#[test]
+fn a_timed_gate_nobody_can_answer_does_not_wait_out_its_timeout() {
+    let p = Project::new();
+    let timed = |extra: &str| {
+        GATE.replace(
+            "label=\"Ship it?\"",
+            &format!("label=\"Ship it?\", timeout=\"1h\"{extra}"),
+        )
+    };
+    p.write("default.fabro", &timed(", human.default_choice=\"H\""));
+    p.write("none.fabro", &timed(""));
+    let started = std::time::Instant::now();
+    let run = p.run("default.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.stages(), ["start", "approve", "hold", "exit"]);
+    let answered = run.events_named("HumanGateAnswered");
+    assert_eq!(answered.len(), 1);
+    assert_eq!(answered[0]["default_after_timeout"], true);
+    let failed = p.run("none.fabro", &[]);
+    assert_eq!(failed.events_named("StageFailed").len(), 1);
+    assert!(
+        failed.stderr().contains(
+            "no answer to `approve` before its timeout, and no usable human.default_choice"
+        ),
+        "{}",
+        failed.stderr()
+    );
+    // An hour each had they waited.
+    assert!(started.elapsed() < Duration::from_secs(120));
+}
+
 fn fan(policy: &str, branches: &str) -> String {
     format!(
         "digraph P {{

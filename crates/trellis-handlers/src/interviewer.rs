@@ -139,18 +139,16 @@ impl Interviewer for Console {
     }
 }
 
-/// Never answers in time: a gate with a `timeout` takes its default, one without waits for input. Used
-/// for non-interactive runs.
+/// Nobody is there to answer (a non-interactive run): a gate with a `timeout` has its time run out at
+/// once — nobody could answer before it ends, so waiting it out would only delay the same outcome
+/// (its default, or its failure without one) — and a gate without one waits for input.
 pub struct Unattended;
 
 #[async_trait]
 impl Interviewer for Unattended {
     async fn ask(&self, question: &Question) -> Answer {
         match question.timeout {
-            Some(limit) => {
-                tokio::time::sleep(limit).await;
-                Answer::TimedOut
-            }
+            Some(_) => Answer::TimedOut,
             None => Answer::Unavailable,
         }
     }
