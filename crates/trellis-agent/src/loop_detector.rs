@@ -1,4 +1,4 @@
-//! Loop detection, by four rules.
+//! Loop detection, by five rules.
 //!
 //! - **Repeats are not run.** A call identical to an earlier one (the same tool, the same arguments)
 //!   with nothing in between that may have changed anything — no call of a tool that writes or runs
@@ -21,9 +21,16 @@
 //!   told so (the write stands). A small model alternates two edits with the tests in between
 //!   (`12` → `15`, test, `15` → `12`, test), a cycle of four calls that writes every time, which
 //!   the first rule lets through and the second, looking for periods up to three, does not see.
+//! - **A call that keeps failing the same way is named.** A call that failed (a command that
+//!   exited non-zero, a tool that answered with an error) with the very result it gave the last
+//!   time it ran, and the time before — [`SAME_FAILURES`] times in a row, whatever ran in between —
+//!   was not changed by what the model did in between: it is told so, and each further identical
+//!   failure tells it again. A small model edits one file and runs the same wrong check after each
+//!   edit (`node shop.js`, "Cannot find module", 13 times): each edit is new and writes, so the
+//!   other rules let it through.
 //!
-//! Each refusal, cycle and undone change is an `Agent.LoopDetected` event and a warning; a session
-//! stops after [`crate::session::LOOP_WARNINGS`] of them.
+//! Each refusal, cycle, undone change and failure repeated is an `Agent.LoopDetected` event and a
+//! warning; a session stops after [`crate::session::LOOP_WARNINGS`] of them.
 
 use std::collections::HashMap;
 
@@ -31,6 +38,9 @@ use serde_json::Value;
 
 /// How many times an identical call runs before its repeats are refused.
 pub const RUNS_OF_A_CALL: u32 = 2;
+
+/// How many times in a row a call fails with the same result before the model is told.
+pub const SAME_FAILURES: u32 = 3;
 
 /// How many recent calls are compared.
 pub const WINDOW: usize = 10;
@@ -51,6 +61,29 @@ pub struct LoopDetector {
     /// Contents written files have had (a file and a fingerprint): the number of the last call
     /// they were seen at.
     contents: HashMap<(String, u64), usize>,
+    /// Calls whose last run failed: a fingerprint of the result, and how many runs in a row gave
+    /// it.
+    failing: HashMap<String, (u64, u32)>,
+}
+
+/// A call that failed with the same result [`SAME_FAILURES`] or more times in a row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SameFailure {
+    /// The call as the model is reminded of it: a command, or the tool's name.
+    pub call: String,
+    pub times: u32,
+}
+
+impl SameFailure {
+    /// The warning the model is sent; `finishing` says how it ends the task.
+    pub fn warning(&self, finishing: &str) -> String {
+        format!(
+            "Loop detected: {} failed {} times in a row with the same output — what you changed \
+             in between did not change its failure. Read what it reports and change what that is \
+             about, or check the task another way — or, if the task is done, {finishing}.",
+            self.call, self.times
+        )
+    }
 }
 
 /// A write that put a file back to what it held before.
@@ -167,6 +200,37 @@ impl LoopDetector {
             }),
             _ => None,
         }
+    }
+
+    /// After a call ran, whether it `failed` and with what `output`: the failure it repeats when it
+    /// failed the same way [`SAME_FAILURES`] or more times in a row. `shown` is how the model is
+    /// reminded of the call.
+    pub fn ran(
+        &mut self,
+        (tool, arguments): (&str, &Value),
+        failed: bool,
+        output: &str,
+        shown: impl FnOnce() -> String,
+    ) -> Option<SameFailure> {
+        let key = key(tool, arguments);
+        if !failed {
+            self.failing.remove(&key);
+            return None;
+        }
+        let result = std::hash::BuildHasher::hash_one(
+            &std::hash::BuildHasherDefault::<std::hash::DefaultHasher>::default(),
+            output,
+        );
+        let entry = self.failing.entry(key).or_insert((result, 0));
+        if entry.0 == result {
+            entry.1 += 1;
+        } else {
+            *entry = (result, 1);
+        }
+        (entry.1 >= SAME_FAILURES).then(|| SameFailure {
+            call: shown(),
+            times: entry.1,
+        })
     }
 
     /// After a call ran: the cycle it completes, if any.
@@ -339,6 +403,50 @@ mod tests {
                 .contains("as its old_string and new_string are the same"),
             "{}",
             repeat.refusal("answer")
+        );
+    }
+
+    #[test]
+    fn a_call_failing_the_same_way_three_times_in_a_row_is_named_each_time_after() {
+        let mut detector = LoopDetector::default();
+        let check = json!({ "command": "node shop.js" });
+        let mut ran = |failed: bool, output: &str| {
+            detector
+                .ran(("shell", &check), failed, output, || {
+                    "`node shop.js`".into()
+                })
+                .map(|f| f.times)
+        };
+        // Edits in between (each new, each writing) change nothing of it.
+        assert_eq!(ran(true, "Cannot find module"), None);
+        assert_eq!(ran(true, "Cannot find module"), None);
+        assert_eq!(ran(true, "Cannot find module"), Some(3));
+        assert_eq!(ran(true, "Cannot find module"), Some(4));
+        // Another failure starts the count again, and so does a success.
+        assert_eq!(ran(true, "SyntaxError"), None);
+        assert_eq!(ran(true, "SyntaxError"), None);
+        assert_eq!(ran(false, "10"), None);
+        assert_eq!(ran(true, "SyntaxError"), None);
+        assert_eq!(ran(true, "SyntaxError"), None);
+        assert_eq!(ran(true, "SyntaxError"), Some(3));
+        // Another call has a count of its own.
+        let other = json!({ "command": "node shop.js --all" });
+        for _ in 0..2 {
+            assert_eq!(
+                detector.ran(("shell", &other), true, "SyntaxError", String::new),
+                None
+            );
+        }
+        let warning = SameFailure {
+            call: "`node shop.js`".into(),
+            times: 3,
+        }
+        .warning("call finish");
+        assert!(
+            warning.starts_with(
+                "Loop detected: `node shop.js` failed 3 times in a row with the same output"
+            ),
+            "{warning}"
         );
     }
 

@@ -15,7 +15,7 @@ use trellis_llm::{
 };
 
 use crate::compaction;
-use crate::loop_detector::{LoopDetector, Repeat};
+use crate::loop_detector::{LoopDetector, Repeat, SameFailure};
 use crate::tools::{Tool, ToolOutput, Toolbox};
 
 /// How the session reaches its model: one call, made and reported by the caller.
@@ -259,22 +259,26 @@ command that shows the task works with shell (the tests, or the program or scrip
 names); call finish once it succeeds.";
 
 /// What a coached model's `finish` is answered with, once, when the last command run after its
-/// last change failed: a small model takes having run the check for having passed it. A long
-/// command is named by the start of its first line.
+/// last change failed: a small model takes having run the check for having passed it.
 fn failed_check(command: &str) -> String {
-    const SHOWN: usize = 80;
-    let command = command.trim();
-    let first = command.lines().next().unwrap_or_default().trim_end();
-    let command = match first.char_indices().nth(SHOWN) {
-        Some((end, _)) => format!("{}…", &first[..end]),
-        None if first.len() < command.len() => format!("{first}…"),
-        None => first.to_owned(),
-    };
+    let command = short_command(command);
     format!(
         "Not finished: `{command}` failed after your last change. Read what it reported, fix \
          that, and run it again; call finish once it succeeds. If it was meant to fail, call \
          finish again."
     )
+}
+
+/// A command as the model is reminded of it: the start of its first line.
+fn short_command(command: &str) -> String {
+    const SHOWN: usize = 80;
+    let command = command.trim();
+    let first = command.lines().next().unwrap_or_default().trim_end();
+    match first.char_indices().nth(SHOWN) {
+        Some((end, _)) => format!("{}…", &first[..end]),
+        None if first.len() < command.len() => format!("{first}…"),
+        None => first.to_owned(),
+    }
 }
 
 /// What a coached model's `finish` is answered with, once, when a file its task names, which did
@@ -841,6 +845,24 @@ impl Session {
                 .zip(before)
             {
                 let shown = self.settle(call, &output, ran).await;
+                let same_failure = (ran && !unseen)
+                    .then(|| {
+                        let failed = output.is_error
+                            || (self.toolbox.find(call) == Some(Tool::Shell)
+                                && !crate::shell::succeeded(&output));
+                        self.detector.ran(
+                            (&call.name, &call.arguments),
+                            failed,
+                            &output.content,
+                            || match call.arguments["command"].as_str() {
+                                Some(command) if call.name == Tool::Shell.name() => {
+                                    format!("`{}`", short_command(command))
+                                }
+                                _ => format!("this `{}` call", call.name),
+                            },
+                        )
+                    })
+                    .flatten();
                 blind |= self.coach && ran && self.toolbox.may_change(call);
                 observer.on_event(AgentEvent::ToolCallCompleted {
                     call_id: call.id.clone(),
@@ -859,8 +881,9 @@ impl Session {
                     is_error: output.is_error,
                 }));
                 let wrote = ran && !output.is_error;
-                if let Some((period, tools, told)) =
-                    self.loop_after(call, repeat, unseen, (wrote, before)).await
+                if let Some((period, tools, told)) = self
+                    .loop_after(call, repeat, unseen, (wrote, before), same_failure)
+                    .await
                 {
                     observer.on_event(AgentEvent::LoopDetected { period, tools });
                     self.loops += 1;
@@ -967,15 +990,16 @@ impl Session {
     }
 
     /// The loop a call completes, with its period, its tools and the warning to send, if any: a
-    /// refused repeat (its refusal is the warning), a cycle of calls, or — for a call that ran
-    /// without error (`wrote`), its file holding `before` then — a change undone
-    /// (`loop_detector`).
+    /// refused repeat (its refusal is the warning), a cycle of calls, a failure repeated
+    /// (`same_failure`), or — for a call that ran without error (`wrote`), its file holding
+    /// `before` then — a change undone (`loop_detector`).
     async fn loop_after(
         &mut self,
         call: &ToolCall,
         repeat: Option<Repeat>,
         unseen: bool,
         (wrote, before): (bool, Option<(String, u64)>),
+        same_failure: Option<SameFailure>,
     ) -> Option<(usize, Vec<String>, Option<String>)> {
         if let Some(repeat) = repeat {
             return Some((repeat.period, vec![repeat.tool], None));
@@ -986,6 +1010,10 @@ impl Session {
         if let Some(found) = self.detector.record(&call.name, &call.arguments) {
             let warning = found.warning(self.finishing());
             return Some((found.period, found.tools, Some(warning)));
+        }
+        if let Some(failure) = same_failure {
+            let warning = failure.warning(self.finishing());
+            return Some((1, vec![call.name.clone()], Some(warning)));
         }
         if !wrote {
             return None;

@@ -639,6 +639,53 @@ fn a_write_that_undoes_a_change_is_named_to_the_model_and_the_third_stops_the_st
     assert!(!bodies.iter().any(|b| b.to_string().contains("Not run")));
 }
 
+#[test]
+fn a_check_that_keeps_failing_the_same_way_between_new_edits_is_named_and_the_third_time_stops_the_stage()
+ {
+    // A new edit each time (each writes, none undoes another), and after each the same wrong check,
+    // failing the same way: as the local model went round for 3 minutes.
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write("w.fabro", &one_agent(""));
+    let script: Vec<Value> = (0..8)
+        .flat_map(|i| {
+            [
+                call(
+                    "write_file",
+                    json!({ "path": "count.txt", "content": format!("{}", 43 + i) }),
+                ),
+                call("shell", json!({ "command": "cat shop.js" })),
+            ]
+        })
+        .collect();
+    mock.scenario(&Value::Array(script));
+    let run = p.run("w.fabro", &[]);
+    assert_stopped_for_looping(&run);
+    let detected = run.events_named("Agent.LoopDetected");
+    assert_eq!(detected.len(), 3);
+    assert!(detected.iter().all(|e| e["tools"] == json!(["shell"])));
+    // The check's third identical failure (the sixth call) was named to the model, and each after
+    // it; the session stopped at the fifth (the tenth call). Every call ran.
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 10);
+    assert!(!bodies[5].to_string().contains("Loop detected"));
+    for (body, times) in [(&bodies[6], 3), (&bodies[8], 4)] {
+        let told = body["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .to_string();
+        assert!(
+            told.contains(&format!(
+                "Loop detected: `cat shop.js` failed {times} times in a row with the same output"
+            )),
+            "{told}"
+        );
+    }
+    assert!(!bodies.iter().any(|b| b.to_string().contains("Not run")));
+}
+
 /// The `fix` stage failed because its model kept repeating itself after three warnings.
 fn assert_stopped_for_looping(run: &Run) {
     let status = status(run, "fix");
