@@ -61,9 +61,9 @@ pub struct LoopDetector {
     /// Contents written files have had (a file and a fingerprint): the number of the last call
     /// they were seen at.
     contents: HashMap<(String, u64), usize>,
-    /// Calls whose last run failed: a fingerprint of the result, and how many runs in a row gave
-    /// it.
-    failing: HashMap<String, (u64, u32)>,
+    /// Calls whose last run failed: a fingerprint of the result, how many runs in a row gave it,
+    /// and the number of the last.
+    failing: HashMap<String, (u64, u32, usize)>,
 }
 
 /// A call that failed with the same result [`SAME_FAILURES`] or more times in a row.
@@ -72,6 +72,8 @@ pub struct SameFailure {
     /// The call as the model is reminded of it: a command, or the tool's name.
     pub call: String,
     pub times: u32,
+    /// How many calls back it failed last.
+    pub period: usize,
 }
 
 impl SameFailure {
@@ -221,15 +223,18 @@ impl LoopDetector {
             &std::hash::BuildHasherDefault::<std::hash::DefaultHasher>::default(),
             output,
         );
-        let entry = self.failing.entry(key).or_insert((result, 0));
-        if entry.0 == result {
-            entry.1 += 1;
+        let calls = self.calls;
+        let (last, times, at) = self.failing.entry(key).or_insert((result, 0, calls));
+        let period = calls - std::mem::replace(at, calls);
+        if *last == result {
+            *times += 1;
         } else {
-            *entry = (result, 1);
+            (*last, *times) = (result, 1);
         }
-        (entry.1 >= SAME_FAILURES).then(|| SameFailure {
+        (*times >= SAME_FAILURES).then(|| SameFailure {
             call: shown(),
-            times: entry.1,
+            times: *times,
+            period,
         })
     }
 
@@ -440,6 +445,7 @@ mod tests {
         let warning = SameFailure {
             call: "`node shop.js`".into(),
             times: 3,
+            period: 2,
         }
         .warning("call finish");
         assert!(

@@ -844,25 +844,7 @@ impl Session {
                 .zip(repeats)
                 .zip(before)
             {
-                let shown = self.settle(call, &output, ran).await;
-                let same_failure = (ran && !unseen)
-                    .then(|| {
-                        let failed = output.is_error
-                            || (self.toolbox.find(call) == Some(Tool::Shell)
-                                && !crate::shell::succeeded(&output));
-                        self.detector.ran(
-                            (&call.name, &call.arguments),
-                            failed,
-                            &output.content,
-                            || match call.arguments["command"].as_str() {
-                                Some(command) if call.name == Tool::Shell.name() => {
-                                    format!("`{}`", short_command(command))
-                                }
-                                _ => format!("this `{}` call", call.name),
-                            },
-                        )
-                    })
-                    .flatten();
+                let (shown, same_failure) = self.settle(call, &output, ran).await;
                 blind |= self.coach && ran && self.toolbox.may_change(call);
                 observer.on_event(AgentEvent::ToolCallCompleted {
                     call_id: call.id.clone(),
@@ -880,9 +862,9 @@ impl Session {
                     content: shown,
                     is_error: output.is_error,
                 }));
-                let wrote = ran && !output.is_error;
+                let wrote = (ran && !output.is_error, before);
                 if let Some((period, tools, told)) = self
-                    .loop_after(call, repeat, unseen, (wrote, before), same_failure)
+                    .loop_after(call, repeat, unseen, wrote, same_failure)
                     .await
                 {
                     observer.on_event(AgentEvent::LoopDetected { period, tools });
@@ -903,10 +885,17 @@ impl Session {
         parts
     }
 
-    /// After a call: what it leaves behind (files touched, a failed edit for the loop detector) and
+    /// After a call: what it leaves behind (files touched, a failed edit for the loop detector),
     /// what the model is shown of its output (cut to the tool's limit; for a coached model, a
-    /// command that succeeded after a file was written with [`DONE_HINT`]).
-    async fn settle(&mut self, call: &ToolCall, output: &ToolOutput, ran: bool) -> String {
+    /// command that succeeded after a file was written with [`DONE_HINT`]), and the failure it
+    /// repeats ([`Session::failed_again`]).
+    async fn settle(
+        &mut self,
+        call: &ToolCall,
+        output: &ToolOutput,
+        ran: bool,
+    ) -> (String, Option<SameFailure>) {
+        let again = self.failed_again(call, output, ran);
         // An edit that ran and failed (and so changed nothing) fails the same way on the same
         // content.
         if ran
@@ -954,7 +943,32 @@ impl Session {
             self.lately.check = Check::Done;
             self.lately.failed = None;
         }
-        shown
+        (shown, again)
+    }
+
+    /// After a call: the failure it repeats, when it ran (`ran`) and failed (a command exiting
+    /// non-zero, a tool answering with an error) the same way as the last times it ran
+    /// (`loop_detector`).
+    fn failed_again(
+        &mut self,
+        call: &ToolCall,
+        output: &ToolOutput,
+        ran: bool,
+    ) -> Option<SameFailure> {
+        if !ran {
+            return None;
+        }
+        let shell = self.toolbox.find(call) == Some(Tool::Shell);
+        let failed = output.is_error || (shell && !crate::shell::succeeded(output));
+        self.detector.ran(
+            (&call.name, &call.arguments),
+            failed,
+            &output.content,
+            || match call.arguments["command"].as_str() {
+                Some(command) if shell => format!("`{}`", short_command(command)),
+                _ => format!("this `{}` call", call.name),
+            },
+        )
     }
 
     /// Where the group of calls starting at `index` ends: consecutive calls that only read run
@@ -1013,7 +1027,7 @@ impl Session {
         }
         if let Some(failure) = same_failure {
             let warning = failure.warning(self.finishing());
-            return Some((1, vec![call.name.clone()], Some(warning)));
+            return Some((failure.period, vec![call.name.clone()], Some(warning)));
         }
         if !wrote {
             return None;

@@ -553,6 +553,36 @@ fn result_texts(body: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The last message of a request the model got, as JSON text.
+fn last_message(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .to_string()
+}
+
+/// A script of `first(i)` then `second`, `times` times.
+fn alternating(times: usize, first: impl Fn(usize) -> Value, second: &Value) -> Vec<Value> {
+    (0..times)
+        .flat_map(|i| [first(i), second.clone()])
+        .collect()
+}
+
+/// The stage stopped at the third loop warning, each named for `tool` with `period`.
+fn assert_three_loops_of(run: &Run, tool: &str, period: usize) {
+    assert_stopped_for_looping(run);
+    let detected = run.events_named("Agent.LoopDetected");
+    assert_eq!(detected.len(), 3);
+    assert!(
+        detected
+            .iter()
+            .all(|e| e["tools"] == json!([tool]) && e["period"] == period),
+        "{detected:?}"
+    );
+}
+
 #[test]
 fn a_cycle_that_writes_is_named_to_the_model() {
     // Two commands alternately, ten times: each may change something (the first writes a file),
@@ -560,14 +590,11 @@ fn a_cycle_that_writes_is_named_to_the_model() {
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
     p.write("w.fabro", &one_agent(""));
-    let mut script: Vec<Value> = (0..5)
-        .flat_map(|_| {
-            [
-                call("shell", json!({ "command": "echo x > a.txt" })),
-                call("shell", json!({ "command": "cat a.txt" })),
-            ]
-        })
-        .collect();
+    let mut script = alternating(
+        5,
+        |_| call("shell", json!({ "command": "echo x > a.txt" })),
+        &call("shell", json!({ "command": "cat a.txt" })),
+    );
     script.push(answer("I was going round in circles."));
     mock.scenario(&Value::Array(script));
     let run = p.run("w.fabro", &[]);
@@ -603,34 +630,19 @@ fn a_write_that_undoes_a_change_is_named_to_the_model_and_the_third_stops_the_st
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
     p.write("w.fabro", &one_agent(""));
-    let script: Vec<Value> = (0..5)
-        .flat_map(|_| {
-            [
-                call("write_file", json!({ "path": "a.txt", "content": "x" })),
-                call("shell", json!({ "command": "echo y > a.txt" })),
-            ]
-        })
-        .collect();
+    let script = alternating(
+        5,
+        |_| call("write_file", json!({ "path": "a.txt", "content": "x" })),
+        &call("shell", json!({ "command": "echo y > a.txt" })),
+    );
     mock.scenario(&Value::Array(script));
     let run = p.run("w.fabro", &[]);
-    assert_stopped_for_looping(&run);
-    let detected = run.events_named("Agent.LoopDetected");
-    assert_eq!(detected.len(), 3);
-    assert!(
-        detected
-            .iter()
-            .all(|e| e["tools"] == json!(["write_file"]) && e["period"] == 2)
-    );
+    assert_three_loops_of(&run, "write_file", 2);
     // Stopped right after the third undoing (the seventh call); the model was told at the first
     // (the third call), and nothing was refused.
     let bodies = mock.bodies();
     assert_eq!(bodies.len(), 7);
-    let told = bodies[3]["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .to_string();
+    let told = last_message(&bodies[3]);
     assert!(
         told.contains("Loop detected: `a.txt` now holds what it held 2 call(s) ago"),
         "{told}"
@@ -647,35 +659,26 @@ fn a_check_that_keeps_failing_the_same_way_between_new_edits_is_named_and_the_th
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
     p.write("w.fabro", &one_agent(""));
-    let script: Vec<Value> = (0..8)
-        .flat_map(|i| {
-            [
-                call(
-                    "write_file",
-                    json!({ "path": "count.txt", "content": format!("{}", 43 + i) }),
-                ),
-                call("shell", json!({ "command": "cat shop.js" })),
-            ]
-        })
-        .collect();
+    let script = alternating(
+        8,
+        |i| {
+            call(
+                "write_file",
+                json!({ "path": "count.txt", "content": format!("{}", 43 + i) }),
+            )
+        },
+        &call("shell", json!({ "command": "cat shop.js" })),
+    );
     mock.scenario(&Value::Array(script));
     let run = p.run("w.fabro", &[]);
-    assert_stopped_for_looping(&run);
-    let detected = run.events_named("Agent.LoopDetected");
-    assert_eq!(detected.len(), 3);
-    assert!(detected.iter().all(|e| e["tools"] == json!(["shell"])));
+    assert_three_loops_of(&run, "shell", 2);
     // The check's third identical failure (the sixth call) was named to the model, and each after
     // it; the session stopped at the fifth (the tenth call). Every call ran.
     let bodies = mock.bodies();
     assert_eq!(bodies.len(), 10);
     assert!(!bodies[5].to_string().contains("Loop detected"));
     for (body, times) in [(&bodies[6], 3), (&bodies[8], 4)] {
-        let told = body["messages"]
-            .as_array()
-            .unwrap()
-            .last()
-            .unwrap()
-            .to_string();
+        let told = last_message(body);
         assert!(
             told.contains(&format!(
                 "Loop detected: `cat shop.js` failed {times} times in a row with the same output"

@@ -135,7 +135,7 @@ fn a_timed_gate_nobody_can_answer_does_not_wait_out_its_timeout() {
         failed.stderr()
     );
     // An hour each had they waited.
-    assert!(started.elapsed() < Duration::from_secs(120));
+    assert!(started.elapsed() < Duration::from_mins(2));
 }
 
 fn fan(policy: &str, branches: &str) -> String {
