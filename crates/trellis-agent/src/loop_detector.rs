@@ -26,7 +26,7 @@
 //!   time it ran, and the time before — [`SAME_FAILURES`] times in a row, whatever ran in between —
 //!   was not changed by what the model did in between: it is told so, and each further identical
 //!   failure tells it again. A small model edits one file and runs the same wrong check after each
-//!   edit (`node shop.js`, "Cannot find module", 13 times): each edit is new and writes, so the
+//!   edit (`node shop.js`, "Cannot find module", 10 times): each edit is new and writes, so the
 //!   other rules let it through.
 //!
 //! Each refusal, cycle, undone change and failure repeated is an `Agent.LoopDetected` event and a
