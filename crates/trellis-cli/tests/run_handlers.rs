@@ -125,6 +125,12 @@ fn a_timed_gate_nobody_can_answer_does_not_wait_out_its_timeout() {
     let answered = run.events_named("HumanGateAnswered");
     assert_eq!(answered.len(), 1);
     assert_eq!(answered[0]["default_after_timeout"], true);
+    assert!(
+        run.stderr()
+            .contains("  · approve: nobody answered in time; took its default, [H] Hold"),
+        "{}",
+        run.stderr()
+    );
     let failed = p.run("none.fabro", &[]);
     assert_eq!(failed.events_named("StageFailed").len(), 1);
     assert!(

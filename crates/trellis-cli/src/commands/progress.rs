@@ -332,7 +332,18 @@ impl EventSink for Progress {
                 running.asking = true;
                 self.erase(&mut running);
             }
-            EventKind::HumanGateAnswered { .. } => self.running.lock().asking = false,
+            EventKind::HumanGateAnswered {
+                label,
+                default_after_timeout,
+                ..
+            } => {
+                self.running.lock().asking = false;
+                if *default_after_timeout {
+                    self.line(&format!(
+                        "  · {node}: nobody answered in time; took its default, {label}"
+                    ));
+                }
+            }
             EventKind::ModelWarning { message } | EventKind::AgentError { message } => {
                 self.line(&format!("  ! {node}: {message}"));
             }
