@@ -692,12 +692,9 @@ fn holds(path: &Path, shown: &str, content: &str) -> bool {
 /// A fingerprint of a file's content, read as the file tools read it (none when they would not):
 /// what the loop detector compares failed edits by.
 pub fn fingerprint(work_dir: &WorkDir, path: &str) -> Option<u64> {
-    use std::hash::{Hash as _, Hasher as _};
     let resolved = work_dir.resolve(path).ok()?;
     let content = read_whole(&resolved, path).ok()?;
-    let mut hasher = std::hash::DefaultHasher::new();
-    content.hash(&mut hasher);
-    Some(hasher.finish())
+    Some(crate::loop_detector::fingerprint(&content))
 }
 
 /// What an `edit_file` call may name as the `old_string` of one file ([`edit_targets`]).

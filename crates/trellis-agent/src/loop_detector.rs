@@ -122,6 +122,14 @@ pub struct Repeat {
     pub same_text: bool,
 }
 
+/// A fingerprint of a result or a file's content: what the detector compares them by.
+pub fn fingerprint(content: &[u8]) -> u64 {
+    std::hash::BuildHasher::hash_one(
+        &std::hash::BuildHasherDefault::<std::hash::DefaultHasher>::default(),
+        content,
+    )
+}
+
 /// One call as the detector compares it.
 fn key(tool: &str, arguments: &Value) -> String {
     format!("{tool}\u{0}{arguments}")
@@ -219,10 +227,7 @@ impl LoopDetector {
             self.failing.remove(&key);
             return None;
         }
-        let result = std::hash::BuildHasher::hash_one(
-            &std::hash::BuildHasherDefault::<std::hash::DefaultHasher>::default(),
-            output,
-        );
+        let result = fingerprint(output.as_bytes());
         let calls = self.calls;
         let (last, times, at) = self.failing.entry(key).or_insert((result, 0, calls));
         let period = calls - std::mem::replace(at, calls);

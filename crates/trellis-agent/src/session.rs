@@ -895,7 +895,6 @@ impl Session {
         output: &ToolOutput,
         ran: bool,
     ) -> (String, Option<SameFailure>) {
-        let again = self.failed_again(call, output, ran);
         // An edit that ran and failed (and so changed nothing) fails the same way on the same
         // content.
         if ran
@@ -906,6 +905,14 @@ impl Session {
                 .edit_failed(&call.name, &call.arguments, content);
         }
         let tool = self.toolbox.find(call);
+        // A command fails by its exit code, any other call by answering with an error.
+        let failed = match tool {
+            Some(Tool::Shell) => !crate::shell::succeeded(output),
+            _ => output.is_error,
+        };
+        let again = ran
+            .then(|| self.failed_again(call, tool, (failed, output)))
+            .flatten();
         let mut shown = match tool {
             Some(tool) => tool.limit().apply(&output.content),
             None => crate::tools::EXTERNAL_LIMIT.apply(&output.content),
@@ -913,7 +920,7 @@ impl Session {
         self.track(output);
         self.lately.ran_since_user |= ran;
         if ran && tool == Some(Tool::Shell) {
-            if crate::shell::succeeded(output) {
+            if !failed {
                 if self.coach && self.lately.check != Check::Done {
                     shown = format!("{shown}\n{DONE_HINT}{}.", self.finishing());
                 }
@@ -946,26 +953,20 @@ impl Session {
         (shown, again)
     }
 
-    /// After a call: the failure it repeats, when it ran (`ran`) and failed (a command exiting
-    /// non-zero, a tool answering with an error) the same way as the last times it ran
-    /// (`loop_detector`).
+    /// After a call of `tool` ran, whether it `failed` and with what output: the failure it
+    /// repeats, when it failed the same way as the last times it ran (`loop_detector`).
     fn failed_again(
         &mut self,
         call: &ToolCall,
-        output: &ToolOutput,
-        ran: bool,
+        tool: Option<Tool>,
+        (failed, output): (bool, &ToolOutput),
     ) -> Option<SameFailure> {
-        if !ran {
-            return None;
-        }
-        let shell = self.toolbox.find(call) == Some(Tool::Shell);
-        let failed = output.is_error || (shell && !crate::shell::succeeded(output));
         self.detector.ran(
             (&call.name, &call.arguments),
             failed,
             &output.content,
-            || match call.arguments["command"].as_str() {
-                Some(command) if shell => format!("`{}`", short_command(command)),
+            || match (tool, call.arguments["command"].as_str()) {
+                (Some(Tool::Shell), Some(command)) => format!("`{}`", short_command(command)),
                 _ => format!("this `{}` call", call.name),
             },
         )
