@@ -107,6 +107,14 @@ const COMMAND_TIMEOUT: Duration = Duration::from_mins(1);
 const PROMPT_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl HookSpec {
+    /// How messages name the hook: its `name`, else its `id`, else its event.
+    pub fn shown_name(&self) -> &str {
+        self.name
+            .as_deref()
+            .or(self.id.as_deref())
+            .unwrap_or(&self.event)
+    }
+
     /// Whether the hook can run; the problem otherwise.
     pub fn check(&self) -> Result<(), String> {
         self.checked(&|_: &str| None).map(drop)

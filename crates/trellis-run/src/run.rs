@@ -582,27 +582,11 @@ fn run_hooks(
 /// earlier one replaces it where it stood, others follow in order. The layers: the user's config file
 /// (`[[hooks]]`), the project's `.fabro/project.toml` in the working directory (`[[hooks]]` and
 /// `[[run.hooks]]`), the run file. A layer's hook that does not check is an error naming its file.
-#[allow(
-    clippy::disallowed_methods,
-    reason = "runs on the blocking pool, when the run is wired"
-)]
 fn hook_layers(
     config: &Config,
     work_dir: &Path,
     run_file: Option<&RunFile>,
 ) -> Result<Vec<HookSpec>, RunError> {
-    #[derive(serde::Deserialize, Default)]
-    struct Project {
-        #[serde(default)]
-        hooks: Vec<HookSpec>,
-        #[serde(default)]
-        run: ProjectRun,
-    }
-    #[derive(serde::Deserialize, Default)]
-    struct ProjectRun {
-        #[serde(default)]
-        hooks: Vec<HookSpec>,
-    }
     let problem = |source: &Path, problem: String| RunError::Hooks {
         problems: format!("{}: {problem}", source.display()),
     };
@@ -617,46 +601,11 @@ fn hook_layers(
                 format!("[[hooks]]: {e}"),
             )
         })?;
-    let project_path = work_dir.join(crate::run_file::PROJECT_FILE);
-    let project: Project = match trellis_syntax::read_found_text(&project_path, work_dir) {
-        Ok(text) => toml::from_str(&text).map_err(|e| problem(&project_path, e.to_string()))?,
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-            ) =>
-        {
-            Project::default()
-        }
-        // Its hooks would silently not run. A link out of the project may be the user's own: say
-        // where such hooks go.
-        Err(e) => {
-            let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
-                "; hooks of your own go in your config file or a run file you name"
-            } else {
-                ""
-            };
-            return Err(problem(&project_path, format!("cannot read it: {e}{hint}")));
-        }
-    };
-    let project: Vec<HookSpec> = project.hooks.into_iter().chain(project.run.hooks).collect();
-    // A file in the working directory is anyone's to write (a stage's, a cloned repository's): its
-    // hooks run confined, whatever they say.
-    if let Some(hook) = project.iter().find(|h| h.sandbox == Some(false)) {
-        return Err(problem(
-            &project_path,
-            format!(
-                "hook `{}` asks to run outside the sandbox (`sandbox = false`); only the hooks of your config file and of a run file you name may",
-                hook.name
-                    .as_deref()
-                    .or(hook.id.as_deref())
-                    .unwrap_or(&hook.event)
-            ),
-        ));
-    }
+    let project = crate::run_file::ProjectFile::read(work_dir)
+        .map_err(|problems| RunError::Hooks { problems })?;
     let layers = [
         (config.file.clone(), user),
-        (Some(project_path), project),
+        project.map_or((None, Vec::new()), |p| (Some(p.path), p.hooks)),
         (
             run_file.map(|f| f.path.clone()),
             run_file.map(|f| f.hooks.clone()).unwrap_or_default(),
@@ -668,13 +617,7 @@ fn hook_layers(
             if let Err(e) = hook.check() {
                 return Err(problem(
                     source.as_deref().unwrap_or(Path::new("hooks")),
-                    format!(
-                        "hook `{}`: {e}",
-                        hook.name
-                            .as_deref()
-                            .or(hook.id.as_deref())
-                            .unwrap_or(&hook.event)
-                    ),
+                    format!("hook `{}`: {e}", hook.shown_name()),
                 ));
             }
             let same = hook

@@ -239,44 +239,109 @@ pub fn open_blocking(
 /// Where a project's Fabro settings are, in its working directory: Trellis runs their hooks.
 pub const PROJECT_FILE: &str = ".fabro/project.toml";
 
-/// What a project's `.fabro/project.toml` in `work_dir` sets that Trellis does not apply: only its
-/// hooks are read (merged with the config file's and the run file's), so its other settings are
-/// named in a warning rather than silently passed over.
-pub fn project_file_warnings(work_dir: &Path) -> Vec<Problem> {
-    let path = work_dir.join(PROJECT_FILE);
-    let Ok(text) = trellis_syntax::read_found_text(&path, work_dir) else {
-        return Vec::new();
-    };
-    // A file that is not TOML stops the run where its hooks are read, with the parser's message:
-    // nothing to add here.
-    let Ok(table) = toml::from_str::<toml::Table>(&text) else {
-        return Vec::new();
-    };
-    let mut unused = Vec::new();
-    for (key, value) in &table {
-        match (key.as_str(), value) {
-            ("hooks" | "_version" | "version", _) => {}
-            ("run", toml::Value::Table(run)) => unused.extend(
-                run.keys()
-                    .filter(|k| *k != "hooks")
-                    .map(|k| format!("run.{k}")),
-            ),
-            _ => unused.push(key.clone()),
+/// A project's `.fabro/project.toml`, read once: the hooks Trellis runs (its `[[hooks]]` and
+/// `[[run.hooks]]`, merged with the config file's and the run file's), and the settings it does not
+/// apply, which are named in a warning rather than silently passed over.
+#[derive(Debug)]
+pub struct ProjectFile {
+    /// Where it is.
+    pub path: PathBuf,
+    /// Its hooks, `[[hooks]]` then `[[run.hooks]]`.
+    pub hooks: Vec<HookSpec>,
+    /// The keys it sets that Trellis does not apply (`run.goal`, `vars`, ...).
+    unused: Vec<String>,
+}
+
+impl ProjectFile {
+    /// The project file in `work_dir`, or `None` when there is none. An error (naming the file)
+    /// when it cannot be read or is not TOML, or when one of its hooks asks to run outside the
+    /// sandbox: a file in the working directory is anyone's to write (a stage's, a cloned
+    /// repository's), so its hooks run confined, whatever they say.
+    pub fn read(work_dir: &Path) -> Result<Option<Self>, String> {
+        #[derive(Deserialize)]
+        struct Layout {
+            #[serde(default)]
+            hooks: Vec<HookSpec>,
+            #[serde(default)]
+            run: RunPart,
         }
+        #[derive(Deserialize, Default)]
+        #[serde(expecting = "a table (`[run]`)")]
+        struct RunPart {
+            #[serde(default)]
+            hooks: Vec<HookSpec>,
+        }
+        let path = work_dir.join(PROJECT_FILE);
+        let text = match trellis_syntax::read_found_text(&path, work_dir) {
+            Ok(text) => text,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(None);
+            }
+            // Its hooks would silently not run. A link out of the project may be the user's own:
+            // say where such hooks go.
+            Err(e) => {
+                let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+                    "; hooks of your own go in your config file or a run file you name"
+                } else {
+                    ""
+                };
+                return Err(format!("{}: cannot read it: {e}{hint}", path.display()));
+            }
+        };
+        let fail = |problem: String| format!("{}: {problem}", path.display());
+        let layout: Layout = toml::from_str(&text).map_err(|e| fail(e.to_string()))?;
+        let table: toml::Table = toml::from_str(&text).map_err(|e| fail(e.to_string()))?;
+        let hooks: Vec<HookSpec> = layout.hooks.into_iter().chain(layout.run.hooks).collect();
+        let mut unused = Vec::new();
+        for (key, value) in &table {
+            match (key.as_str(), value) {
+                ("hooks" | "_version" | "version", _) => {}
+                ("run", toml::Value::Table(run)) => unused.extend(
+                    run.keys()
+                        .filter(|k| *k != "hooks")
+                        .map(|k| format!("run.{k}")),
+                ),
+                _ => unused.push(key.clone()),
+            }
+        }
+        if let Some(hook) = hooks.iter().find(|h| h.sandbox == Some(false)) {
+            return Err(fail(format!(
+                "hook `{}` asks to run outside the sandbox (`sandbox = false`); only the hooks of your config file and of a run file you name may",
+                hook.shown_name()
+            )));
+        }
+        Ok(Some(Self {
+            path,
+            hooks,
+            unused,
+        }))
     }
-    if unused.is_empty() {
-        return Vec::new();
+
+    /// A warning naming the settings Trellis does not apply, if it sets any.
+    pub fn warnings(&self) -> Vec<Problem> {
+        if self.unused.is_empty() {
+            return Vec::new();
+        }
+        vec![warning(format!(
+            "{}: Trellis reads only a project file's hooks; {} not applied (put run settings in a run file)",
+            self.path.display(),
+            self.unused
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+                + if self.unused.len() == 1 {
+                    " is"
+                } else {
+                    " are"
+                }
+        ))]
     }
-    vec![warning(format!(
-        "{}: Trellis reads only a project file's hooks; {} not applied (put run settings in a run file)",
-        path.display(),
-        unused
-            .iter()
-            .map(|k| format!("`{k}`"))
-            .collect::<Vec<_>>()
-            .join(", ")
-            + if unused.len() == 1 { " is" } else { " are" }
-    ))]
 }
 
 /// Whether a path names a run file (by its extension).

@@ -356,8 +356,12 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let temporal = args.temporal.target()?;
     let work_dir = work_dir(run_file.as_ref())?;
     let origin = args.temporal.origin(temporal.as_ref(), &work_dir)?;
-    for warning in trellis_run::run_file::project_file_warnings(&work_dir) {
-        eprintln!("{warning}");
+    // A project file that cannot be read or checked stops the run where its hooks are wired, with
+    // the reason: only its warnings are printed here.
+    if let Ok(Some(project)) = trellis_run::run_file::ProjectFile::read(&work_dir) {
+        for warning in project.warnings() {
+            eprintln!("{warning}");
+        }
     }
     let mut request = NewRun {
         path: run_file
