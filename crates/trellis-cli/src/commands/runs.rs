@@ -16,9 +16,9 @@ pub struct RunsArgs {
     /// Where run records live [default: `$TRELLIS_RUNS_DIR` or `~/.trellis/runs`].
     #[arg(long, value_name = "DIR")]
     runs_dir: Option<PathBuf>,
-    /// How many runs to list, newest first.
-    #[arg(long, default_value_t = 20)]
-    limit: usize,
+    /// How many runs to list, newest first (at least 1).
+    #[arg(long, default_value = "20")]
+    limit: std::num::NonZeroUsize,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -95,7 +95,7 @@ pub fn cancel(args: &CancelArgs) -> anyhow::Result<ExitCode> {
 pub fn runs(args: &RunsArgs) -> anyhow::Result<ExitCode> {
     let runs_dir = resolve_runs_dir(args.runs_dir.clone());
     let mut rows = Vec::new();
-    for path in list_runs(&runs_dir).into_iter().take(args.limit) {
+    for path in list_runs(&runs_dir).into_iter().take(args.limit.get()) {
         let record = RunDir::open(&path.display().to_string(), &runs_dir)?;
         let mut meta = match record.meta() {
             Ok(meta) => meta,
