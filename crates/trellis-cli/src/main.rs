@@ -123,6 +123,20 @@ fn described(error: &anyhow::Error) -> String {
     text
 }
 
+/// `trellis completions SHELL`. The script is written whole into memory first: `clap_complete`
+/// panics when it cannot write (`trellis completions fish | head`), and a write here ends as any
+/// other command's does when its reader has gone.
+fn completions(shell: clap_complete::Shell) -> anyhow::Result<ExitCode> {
+    use clap::CommandFactory as _;
+    use std::io::Write as _;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "trellis", &mut script);
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(&script)?;
+    stdout.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     // `trellis __reap PROGRAM ARGS...`: the reaper an unconfined command runs under (never typed by
     // a user; see `trellis_process::reaper`).
@@ -151,16 +165,7 @@ fn main() -> ExitCode {
         Command::Models(args) => commands::models::run(&args),
         Command::Serve(args) => commands::serve::run(&args),
         Command::Worker(args) => commands::temporal::worker(&args),
-        Command::Completions { shell } => {
-            use clap::CommandFactory as _;
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "trellis",
-                &mut std::io::stdout(),
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Completions { shell } => completions(shell),
     };
     match result {
         Ok(code) => code,

@@ -39,3 +39,19 @@ fn the_bash_script_parses_and_names_every_subcommand() {
     let unknown = p.command(&["completions", "tcsh"]).output().unwrap();
     assert_eq!(unknown.status.code(), Some(2));
 }
+
+/// Regression: `trellis completions fish | head -3` panicked with a backtrace when the reader had
+/// gone; it ends quietly, with the status a SIGPIPE gives, as every other command does.
+#[test]
+fn a_reader_that_has_gone_ends_the_script_quietly() {
+    let p = Project::new();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = p
+        .command(&["completions", "fish"])
+        .stdout(writer)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(141));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
