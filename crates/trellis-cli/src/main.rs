@@ -9,6 +9,8 @@
 
 mod commands;
 
+use trellis_process::note;
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -171,7 +173,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) if stdout_closed(&error) => ExitCode::from(CLOSED_STDOUT),
         Err(error) => {
-            eprintln!("error: {}", described(&error));
+            note!("error: {}", described(&error));
             ExitCode::from(2)
         }
     }

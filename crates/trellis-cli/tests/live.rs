@@ -142,6 +142,26 @@ fn run_verbose_streams_every_line_and_the_live_block_shows_the_latest_one() {
     assert!(stderr.contains("✓ fetch"));
 }
 
+/// Regression: `trellis run w.fabro 2>&1 | head -1` ended the run with a panic at the second line of
+/// progress, the run left interrupted at its start. The progress is for whoever watches: once they
+/// have gone it goes unseen, and the run carries on to its end.
+#[test]
+fn a_run_whose_watcher_has_gone_carries_on_to_its_end() {
+    let p = chatty();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = p
+        .command(&["run", "chatty.fabro", "--verbose"])
+        .env("TRELLIS_PROGRESS", "live")
+        .stderr(writer)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("succeeded: 3 stages"), "{stdout}");
+    assert!(fetch_ended(&p));
+}
+
 const KEY: &str = "sk-ant-test-steer-0000";
 
 #[test]

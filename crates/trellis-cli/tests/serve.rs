@@ -908,3 +908,24 @@ fn a_run_file_under_workflows_starts_a_run_with_its_inputs_and_hooks() {
         refused.text()
     );
 }
+
+/// Regression: with nobody reading the server's standard error any more (`trellis serve 2>&1 | head
+/// -1`), the line it writes when a run ends panicked, and the run stayed live for its watchers. The
+/// run ends, is let go of, and its event stream ends.
+#[test]
+fn a_server_whose_watcher_has_gone_lets_its_finished_runs_go() {
+    let p = project_with(&[("steps.fabro", STEPS)]);
+    let server = Serve::start_unwatched(&p);
+    let id = server.start_run("steps.fabro");
+    server.wait_for_status(&id, "succeeded");
+    wait_for("the run to be let go of", Duration::from_secs(10), || {
+        server.run(&id)["live"] == json!(false)
+    });
+    let events = server.events_to_end(&id, None);
+    assert_eq!(
+        names(&events).last().map(String::as_str),
+        Some("WorkflowRunCompleted")
+    );
+    // And it still serves.
+    assert_eq!(server.get("/api/runs").status, 200);
+}

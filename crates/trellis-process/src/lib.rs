@@ -14,6 +14,8 @@
 //! - [`files`]: opening a file, or making folders, by a resolved path so that no folder swapped for
 //!   a link since leads them elsewhere (the agent's file tools, the files a run finds in its working directory).
 //! - [`task`]: blocking work on the blocking pool, and [`backoff`]: how long to wait before a retry.
+//! - [`note!`] and [`shown_on_stderr`]: this process's own messages on standard error, which never
+//!   end it once nobody reads them.
 //!
 //! It sits at the bottom of the process side of the workspace: `trellis-llm`, `trellis-agent`,
 //! `trellis-handlers` and `trellis-run` build on it (and `trellis-syntax`, for [`files`] alone), and
@@ -29,3 +31,24 @@ pub mod sandbox;
 pub mod secrets;
 pub mod spawner;
 pub mod task;
+
+/// Writes `text` on this process's standard error at once, or nowhere when nobody reads it any more:
+/// where `eprint!` panics once its reader has gone (`trellis run w.fabro 2>&1 | head`), the process
+/// carries on — a run to its end and its record, a server to let go of a finished run.
+pub fn shown_on_stderr(text: &str) {
+    use std::io::Write as _;
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes());
+    let _ = err.flush();
+}
+
+/// A line on standard error, as `eprintln!` writes it, through [`shown_on_stderr`].
+#[macro_export]
+macro_rules! note {
+    () => {
+        $crate::shown_on_stderr("\n")
+    };
+    ($($arg:tt)*) => {
+        $crate::shown_on_stderr(&format!("{}\n", format_args!($($arg)*)))
+    };
+}

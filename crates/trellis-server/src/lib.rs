@@ -93,7 +93,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let server = Server::new(&config);
     let recovered = trellis_run::mark_interrupted(&server.runs_dir).await;
     if recovered > 0 {
-        eprintln!(
+        trellis_process::note!(
             "{recovered} run(s) were left running by a process that is gone: marked interrupted (resume them from the app or the API)"
         );
     }
@@ -103,7 +103,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     } else {
         "/"
     };
-    eprintln!(
+    trellis_process::note!(
         "trellis serve: http://{address}{token_hint}  (runs: {})\n  sandbox: {}",
         config.runs_dir.display(),
         config.sandbox.describe()
@@ -112,7 +112,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         let server = server.clone();
         async move {
             shutdown_signal().await;
-            eprintln!(
+            trellis_process::note!(
                 "trellis serve: stopping; cancelling the runs it is running (resume them later)"
             );
             server.stop();

@@ -206,7 +206,7 @@ impl Server {
         }
         let reaped = resumable.reap().await;
         if reaped > 0 {
-            eprintln!(
+            trellis_process::note!(
                 "run {run_id}: stopped {reaped} command(s) left running by the interrupted run"
             );
         }
@@ -241,10 +241,10 @@ impl Server {
                         .error
                         .map(|e| format!(": {e}"))
                         .unwrap_or_default();
-                    eprintln!("run {id} {}{error}", finished.status.as_str());
+                    trellis_process::note!("run {id} {}{error}", finished.status.as_str());
                 }
-                Ok(Err(error)) => eprintln!("run {id} could not finish its record: {error}"),
-                Err(failure) => eprintln!(
+                Ok(Err(error)) => trellis_process::note!("run {id} could not finish its record: {error}"),
+                Err(failure) => trellis_process::note!(
                     "run {id} stopped abnormally ({failure}); its record is kept and it can be resumed"
                 ),
             }

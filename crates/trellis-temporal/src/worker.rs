@@ -503,7 +503,7 @@ impl Stages {
             })),
         };
         let run = resumable.into_run(loaded, wiring).await?;
-        eprintln!(
+        trellis_process::note!(
             "run {}: {} from its checkpoint",
             run.id(),
             run.workflow_name()
@@ -518,7 +518,7 @@ impl Stages {
                 .await
                 .map_err(StageError::from);
             if let Ok(finished) = &ended {
-                eprintln!(
+                trellis_process::note!(
                     "run {}: {} after {} stages",
                     finished.run_id,
                     finished.status.as_str(),

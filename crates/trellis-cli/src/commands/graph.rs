@@ -45,7 +45,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let (file, compiled) = match trellis_workflow::load(&args.file, &options) {
         Ok(loaded) => loaded,
         Err(error) => {
-            eprintln!("error: {error}");
+            trellis_process::note!("error: {error}");
             return Ok(ExitCode::from(EXIT_USAGE));
         }
     };
@@ -56,7 +56,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             &compiled.diagnostics,
             args.color.for_stderr(),
         )?;
-        eprintln!("error: {} is not valid; fix the errors above", file.name());
+        trellis_process::note!("error: {} is not valid; fix the errors above", file.name());
         return Ok(ExitCode::from(EXIT_INVALID));
     };
     match args.format {
@@ -66,7 +66,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             match trellis_server::graph::render_svg(&picture) {
                 Ok((svg, _)) => print!("{svg}"),
                 Err(error) => {
-                    eprintln!("error: {error}");
+                    trellis_process::note!("error: {error}");
                     return Ok(ExitCode::from(EXIT_USAGE));
                 }
             }

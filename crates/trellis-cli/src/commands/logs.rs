@@ -89,7 +89,7 @@ pub fn logs(args: &LogsArgs) -> anyhow::Result<ExitCode> {
             }
             if several && headed != Some(i) {
                 let dir = stage.output.dir().file_name().unwrap_or_default();
-                eprintln!("── {} ({}) ──", stage.node, dir.to_string_lossy());
+                trellis_process::note!("── {} ({}) ──", stage.node, dir.to_string_lossy());
                 headed = Some(i);
             }
             print_chunks(&chunks)?;

@@ -140,14 +140,13 @@ impl Progress {
             }
         }
         running.drawn = block.lines().count();
-        eprint!("{block}");
-        let _ = std::io::stderr().flush();
+        trellis_process::shown_on_stderr(&block);
     }
 
     /// Erases the live block, leaving the cursor where it began.
     fn erase(&self, running: &mut Running) {
         if self.interactive && running.drawn > 0 {
-            eprint!("{}", "\x1b[1A\x1b[2K".repeat(running.drawn));
+            trellis_process::shown_on_stderr(&"\x1b[1A\x1b[2K".repeat(running.drawn));
             running.drawn = 0;
         }
     }
@@ -155,20 +154,19 @@ impl Progress {
     fn line(&self, text: &str) {
         let mut running = self.running.lock();
         if running.mid_text {
-            eprintln!();
+            trellis_process::note!();
             running.mid_text = false;
         }
         self.erase(&mut running);
         // Reasons, messages and tool targets are what stages and models wrote.
-        eprintln!("{}", super::printable(text));
+        trellis_process::note!("{}", super::printable(text));
     }
 
     fn stream(&self, text: &str) {
         let mut running = self.running.lock();
         self.erase(&mut running);
         running.mid_text = true;
-        eprint!("{text}");
-        let _ = std::io::stderr().flush();
+        trellis_process::shown_on_stderr(text);
     }
 
     /// A stage began: it shows in the live block, with its output once it writes some.

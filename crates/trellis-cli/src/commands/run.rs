@@ -152,7 +152,7 @@ fn wrong_answers(options: &RunOptions, loaded: &Loaded) -> anyhow::Result<bool> 
     };
     let problems = trellis_handlers::human::check_answers(workflow, &answers);
     for problem in &problems {
-        eprintln!("error: {problem}");
+        trellis_process::note!("error: {problem}");
     }
     Ok(!problems.is_empty())
 }
@@ -295,7 +295,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let (given, inputs) = match given_inputs(args) {
         Ok(given) => given,
         Err(problem) => {
-            eprintln!("error: {problem}");
+            trellis_process::note!("error: {problem}");
             return Ok(ExitCode::from(EXIT_USAGE));
         }
     };
@@ -310,13 +310,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let opened = match trellis_run::open_blocking(&args.file, options) {
         Ok(opened) => opened,
         Err(error @ (RunError::Source(_) | RunError::RunFile { .. })) => {
-            eprintln!("error: {error}");
+            trellis_process::note!("error: {error}");
             return Ok(ExitCode::from(EXIT_USAGE));
         }
         Err(error) => return Err(error.into()),
     };
     for warning in &opened.warnings {
-        eprintln!("{warning}");
+        trellis_process::note!("{warning}");
     }
     let Opened {
         loaded,
@@ -347,7 +347,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             Ok(None) => {}
             Err(problems) => {
                 for problem in problems {
-                    eprintln!("error: {problem}");
+                    trellis_process::note!("error: {problem}");
                 }
                 return Ok(ExitCode::from(EXIT_USAGE));
             }
@@ -360,7 +360,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     // the reason: only its warnings are printed here.
     if let Ok(Some(project)) = trellis_run::run_file::ProjectFile::read(&work_dir) {
         for warning in project.warnings() {
-            eprintln!("{warning}");
+            trellis_process::note!("{warning}");
         }
     }
     let mut request = NewRun {
@@ -421,7 +421,7 @@ fn start(
                 None => Box::pin(execute(run, &args.options)).await,
             },
             Err(error @ RunError::Invalid { .. }) => {
-                eprintln!("error: {error}");
+                trellis_process::note!("error: {error}");
                 Ok(ExitCode::from(EXIT_INVALID))
             }
             Err(error) => Err(error.into()),
@@ -447,7 +447,7 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
         }
         let resumable = Resumable::open(&args.run, &runs_dir).await?;
         if let Some(status) = resumable.finished() {
-            eprintln!(
+            trellis_process::note!(
                 "run {} already {}; nothing to resume",
                 resumable.id(),
                 status.as_str()
@@ -460,7 +460,9 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
         }
         let reaped = resumable.reap().await;
         if reaped > 0 && !args.options.json {
-            eprintln!("stopped {reaped} command(s) left running by the interrupted run");
+            trellis_process::note!(
+                "stopped {reaped} command(s) left running by the interrupted run"
+            );
         }
         let loaded = resumable.load().await?;
         show_diagnostics(&loaded, args.options.color)?;
@@ -474,7 +476,9 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
         {
             Ok(run) => Box::pin(execute(run, &args.options)).await,
             Err(RunError::Invalid { .. }) => {
-                eprintln!("error: the workflow saved with run {id} no longer compiles");
+                trellis_process::note!(
+                    "error: the workflow saved with run {id} no longer compiles"
+                );
                 Ok(ExitCode::from(EXIT_INVALID))
             }
             Err(error) => Err(error.into()),
@@ -486,7 +490,7 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
 async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     if !options.json {
-        eprintln!(
+        trellis_process::note!(
             "Run {} of {}\n  record: {}\n  sandbox: {}",
             run.id(),
             super::printable(run.workflow_name()),
@@ -509,7 +513,7 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
         log_error,
     } = finished;
     if let Some(log_error) = &log_error {
-        eprintln!("error: the event log of run {run_id} is incomplete: {log_error}");
+        trellis_process::note!("error: the event log of run {run_id} is incomplete: {log_error}");
     }
     report(
         &Summary {
@@ -632,7 +636,7 @@ async fn stop_signal(stop: Stop) -> Option<u8> {
     // kernel), the process ends anyway: its record is durable at every step.
     std::thread::spawn(move || {
         std::thread::sleep(STOP_GRACE);
-        eprintln!(
+        trellis_process::note!(
             "trellis: still stopping {} s after the signal; exiting now (resume the run later)",
             STOP_GRACE.as_secs()
         );

@@ -69,7 +69,7 @@ pub fn cancel(args: &CancelArgs) -> anyhow::Result<ExitCode> {
     let meta = record.meta()?;
     let id = &meta.run_id;
     let not_running = || {
-        eprintln!(
+        trellis_process::note!(
             "run {id} is not running ({})",
             record.status(&meta).as_str()
         );
@@ -80,7 +80,7 @@ pub fn cancel(args: &CancelArgs) -> anyhow::Result<ExitCode> {
             return not_running();
         }
         super::on_runtime(trellis_temporal::cancel(target, id))??;
-        eprintln!("cancelling run {id} on Temporal");
+        trellis_process::note!("cancelling run {id} on Temporal");
         return Ok(ExitCode::SUCCESS);
     }
     let Some(pid) = trellis_run::interrupt_owner(&record)
@@ -88,7 +88,7 @@ pub fn cancel(args: &CancelArgs) -> anyhow::Result<ExitCode> {
     else {
         return not_running();
     };
-    eprintln!("cancelling run {id} (process {pid})");
+    trellis_process::note!("cancelling run {id} (process {pid})");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -100,7 +100,7 @@ pub fn runs(args: &RunsArgs) -> anyhow::Result<ExitCode> {
         let mut meta = match record.meta() {
             Ok(meta) => meta,
             Err(error) => {
-                eprintln!("warning: {error}; that run is left out");
+                trellis_process::note!("warning: {error}; that run is left out");
                 continue;
             }
         };
@@ -389,7 +389,7 @@ pub fn events(args: &EventsArgs) -> anyhow::Result<ExitCode> {
         // Nobody will write more: the process that ran it is gone.
         if !running && events.is_empty() {
             let id = record.meta().map(|m| m.run_id).unwrap_or_default();
-            eprintln!(
+            trellis_process::note!(
                 "the run was interrupted: the process running it is gone; continue it with `trellis resume {id}`"
             );
             return Ok(ExitCode::SUCCESS);
@@ -404,7 +404,7 @@ fn warn_damaged(record: &RunDir, damaged: &[usize]) {
         return;
     }
     let numbers: Vec<String> = damaged.iter().map(ToString::to_string).collect();
-    eprintln!(
+    trellis_process::note!(
         "warning: {} has lines that are not events (line {}); they are skipped",
         record.events_path().display(),
         numbers.join(", ")

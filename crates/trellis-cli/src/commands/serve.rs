@@ -56,9 +56,10 @@ fn token(args: &Args) -> anyhow::Result<Option<String>> {
     }
     let token = trellis_process::secrets::random_token()
         .context("cannot read /dev/urandom to generate a token")?;
-    eprintln!(
+    trellis_process::note!(
         "trellis serve: no token was given for {}, so this one was generated (it is shown only now):\n  {token}\n  open http://{}/?token={token}",
-        args.listen, args.listen
+        args.listen,
+        args.listen
     );
     Ok(Some(token))
 }

@@ -26,14 +26,17 @@ pub fn steer(args: &SteerArgs) -> anyhow::Result<ExitCode> {
     let record = RunDir::open(&args.run, &runs_dir)?;
     match trellis_run::steer(&record, &args.message, args.node.as_deref()) {
         Ok(steered) => {
-            eprintln!(
+            trellis_process::note!(
                 "sent to {} ({}): its model reads it before its next call (see `trellis logs {} {}`)",
-                steered.node, steered.dir, args.run, steered.node
+                steered.node,
+                steered.dir,
+                args.run,
+                steered.node
             );
             Ok(ExitCode::SUCCESS)
         }
         Err(error) => {
-            eprintln!("error: not sent: {error}");
+            trellis_process::note!("error: not sent: {error}");
             Ok(ExitCode::from(1))
         }
     }

@@ -92,7 +92,7 @@ impl TemporalArgs {
         );
         let origin = trellis_temporal::workspace::origin(work_dir).map_err(anyhow::Error::msg)?;
         if origin.uncommitted {
-            eprintln!(
+            trellis_process::note!(
                 "warning: {} has uncommitted changes; the run starts from its last commit, without them",
                 work_dir.display()
             );
@@ -143,7 +143,7 @@ pub struct WorkerArgs {
 pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
     let config = trellis_llm::config::Config::load()?.temporal;
     let Some(address) = args.temporal.clone().or(config.address) else {
-        eprintln!(
+        trellis_process::note!(
             "error: trellis worker needs the Temporal service's address: --temporal HOST:PORT, or `address` under `[temporal]` in the config file"
         );
         return Ok(ExitCode::from(super::EXIT_USAGE));
@@ -193,10 +193,10 @@ pub fn worker(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
                 _ = interrupt.recv() => {}
                 _ = terminate.recv() => {}
             }
-            eprintln!("worker stopping: its runs are handed to other workers");
+            trellis_process::note!("worker stopping: its runs are handed to other workers");
         };
         trellis_temporal::worker::run_worker(config, shutdown, |identity| {
-            eprintln!(
+            trellis_process::note!(
                 "worker {identity} polling `{}` in namespace `{}` at {} ({slots} slots)\n  runs: {serves}\n  sandbox: {describe}",
                 target.task_queue, target.namespace, target.address
             );
@@ -258,7 +258,7 @@ pub async fn submit(
         return Ok(ExitCode::SUCCESS);
     }
     if !options.json() {
-        eprintln!(
+        trellis_process::note!(
             "Run {run_id} of {workflow}\n  record: {}\n  on Temporal: {} (namespace `{}`, queue `{}`)",
             record.root().display(),
             target.address,
@@ -266,7 +266,7 @@ pub async fn submit(
             target.task_queue
         );
         if let Some(remote) = kept_on {
-            eprintln!(
+            trellis_process::note!(
                 "  working tree: {} at {remote}",
                 trellis_temporal::workspace::run_ref(&run_id)
             );
@@ -291,7 +291,7 @@ pub async fn resume(
 ) -> anyhow::Result<ExitCode> {
     let meta = record.meta()?;
     if meta.status.is_finished() {
-        eprintln!(
+        trellis_process::note!(
             "run {} already {}; nothing to resume",
             meta.run_id,
             meta.status.as_str()
@@ -313,9 +313,10 @@ pub async fn resume(
     } else if let Some(answers) = options.gates()?.answers {
         trellis_temporal::answer(target, &meta.run_id, answers).await?;
     } else if meta.status == RunStatus::WaitingForInput {
-        eprintln!(
+        trellis_process::note!(
             "run {} waits for input on Temporal; answer with: trellis resume {} --answers FILE",
-            meta.run_id, meta.run_id
+            meta.run_id,
+            meta.run_id
         );
         return Ok(ExitCode::from(super::run::EXIT_WAITING));
     }
@@ -358,9 +359,9 @@ async fn follow(
             }
             _ = interrupt.recv(), if !cancelled => {
                 cancelled = true;
-                eprintln!("cancelling run {run_id} on Temporal…");
+                trellis_process::note!("cancelling run {run_id} on Temporal…");
                 if let Err(error) = trellis_temporal::cancel(target, &run_id).await {
-                    eprintln!("error: {error}");
+                    trellis_process::note!("error: {error}");
                 }
             }
         }
@@ -409,7 +410,7 @@ async fn gate_times_out(target: &Target, run_id: &str) -> bool {
 /// Records a run no worker will finish as failed.
 fn mark_failed(record: &RunDir) {
     if let Err(error) = trellis_run::settle(record, RunStatus::Failed) {
-        eprintln!("error: cannot record the run as failed: {error}");
+        trellis_process::note!("error: cannot record the run as failed: {error}");
     }
 }
 

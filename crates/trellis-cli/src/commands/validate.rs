@@ -50,7 +50,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let mut inputs = std::collections::BTreeMap::new();
     for pair in &args.input {
         let Some((key, value)) = pair.split_once('=').filter(|(k, _)| !k.trim().is_empty()) else {
-            eprintln!("error: --input expects KEY=VALUE, found `{pair}`");
+            trellis_process::note!("error: --input expects KEY=VALUE, found `{pair}`");
             return Ok(ExitCode::from(EXIT_USAGE));
         };
         inputs.insert(key.trim().to_owned(), value.to_owned());
@@ -71,7 +71,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                     OutputFormat::Json => documents.push(
                         json!({ "file": path.display().to_string(), "valid": false, "error": error.to_string() }),
                     ),
-                    OutputFormat::Text => eprintln!("error: {error}"),
+                    OutputFormat::Text => trellis_process::note!("error: {error}"),
                 }
                 continue;
             }

@@ -27,6 +27,16 @@ impl Serve {
     /// Starts the server on `port`, or — when another test's server took that port first — on
     /// another free one: a server counts as started once it says where it listens.
     pub fn start_with(project: &Project, port: u16, extra: &[&str]) -> Self {
+        Self::launch(project, port, extra, true)
+    }
+
+    /// Starts the server and then stops reading what it writes on standard error, as `trellis serve
+    /// 2>&1 | head -1` does.
+    pub fn start_unwatched(project: &Project) -> Self {
+        Self::launch(project, free_port(), &[], false)
+    }
+
+    fn launch(project: &Project, port: u16, extra: &[&str], watched: bool) -> Self {
         let mut port = port;
         for _ in 0..5 {
             let listen = format!("127.0.0.1:{port}");
@@ -45,7 +55,9 @@ impl Serve {
                 .map_while(Result::ok)
                 .any(|line| line.starts_with("trellis serve: http://"));
             // Keep reading, so the server never blocks on a full pipe.
-            std::thread::spawn(move || lines.for_each(drop));
+            if watched {
+                std::thread::spawn(move || lines.for_each(drop));
+            }
             if listening {
                 return Self { child, port };
             }
