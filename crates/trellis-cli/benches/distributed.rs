@@ -126,7 +126,9 @@ fn followed(dir: &Path, file: &str, extra: &[&str]) -> f64 {
 
 fn main() {
     let Some(server) = TemporalServer::start() else {
-        eprintln!("distributed: the Temporal CLI is missing; run scripts/test-peers.sh");
+        trellis_process::note!(
+            "distributed: the Temporal CLI is missing; run scripts/test-peers.sh"
+        );
         return;
     };
     let dir = tempfile::tempdir().unwrap();

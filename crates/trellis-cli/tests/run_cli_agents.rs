@@ -5,6 +5,10 @@
 //! checks the run record, the events, `files_touched` and what the CLI was given.
 
 #![allow(
+    clippy::disallowed_macros,
+    reason = "a test's message, which the test harness captures as it captures eprintln! alone"
+)]
+#![allow(
     clippy::disallowed_methods,
     reason = "tests set up and read files around the code they run"
 )]

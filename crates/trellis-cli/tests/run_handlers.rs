@@ -2,6 +2,10 @@
 //! through the real binary.
 
 #![allow(
+    clippy::disallowed_macros,
+    reason = "a test's message, which the test harness captures as it captures eprintln! alone"
+)]
+#![allow(
     clippy::disallowed_methods,
     reason = "tests and benchmarks set up and read files around the code they run"
 )]

@@ -4,6 +4,10 @@
 //! words vary; the run record's shape does not.
 
 #![allow(
+    clippy::disallowed_macros,
+    reason = "a test's message, which the test harness captures as it captures eprintln! alone"
+)]
+#![allow(
     clippy::disallowed_methods,
     reason = "tests and benchmarks set up and read files around the code they run"
 )]

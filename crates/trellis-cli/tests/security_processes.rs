@@ -4,6 +4,10 @@
 //! `env -i`), writes outside the working directory, and the agent's file tools on a FIFO or a device.
 
 #![allow(
+    clippy::disallowed_macros,
+    reason = "a test's message, which the test harness captures as it captures eprintln! alone"
+)]
+#![allow(
     clippy::disallowed_methods,
     reason = "tests and benchmarks set up and read files around the code they run"
 )]

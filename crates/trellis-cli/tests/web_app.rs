@@ -5,6 +5,10 @@
 //! (`target/tmp/web-app-*.png`).
 
 #![allow(
+    clippy::disallowed_macros,
+    reason = "a test's message, which the test harness captures as it captures eprintln! alone"
+)]
+#![allow(
     clippy::disallowed_methods,
     reason = "tests set up and read files around the binary they run"
 )]

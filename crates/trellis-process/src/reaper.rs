@@ -219,7 +219,7 @@ pub fn main(args: &[OsString]) -> i32 {
     match command_of(args) {
         Ok((confinement, command)) => supervise(confinement, command, std::io::stdin()),
         Err(problem) => {
-            eprintln!("trellis {REAPER_ARG}: {problem}");
+            crate::note!("trellis {REAPER_ARG}: {problem}");
             2
         }
     }
@@ -255,20 +255,20 @@ pub(crate) fn supervise(
         && let Err(problem) = confinement.apply()
     {
         // Never run a command unconfined that was meant to be confined.
-        eprintln!("trellis {REAPER_ARG}: cannot apply the Landlock sandbox: {problem}");
+        crate::note!("trellis {REAPER_ARG}: cannot apply the Landlock sandbox: {problem}");
         return 126;
     }
     let exits = match child_exits() {
         Ok(exits) => exits,
         Err(errno) => {
-            eprintln!("trellis {REAPER_ARG}: cannot watch for the command's end: {errno}");
+            crate::note!("trellis {REAPER_ARG}: cannot watch for the command's end: {errno}");
             return 126;
         }
     };
     let mut child = match command.stdin(Stdio::null()).spawn() {
         Ok(child) => child,
         Err(error) => {
-            eprintln!("{program}: {error}");
+            crate::note!("{program}: {error}");
             return if error.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {

@@ -576,12 +576,12 @@ fn reap(request: Result<Decoded, String>, fds: [OwnedFd; FDS]) -> i32 {
                 crate::reaper::supervise(confinement, command, std::fs::File::from(stop))
             }
             Err(problem) => {
-                eprintln!("trellis {SPAWNER_ARG}: {problem}");
+                crate::note!("trellis {SPAWNER_ARG}: {problem}");
                 2
             }
         },
         Err(problem) => {
-            eprintln!("trellis {SPAWNER_ARG}: {problem}");
+            crate::note!("trellis {SPAWNER_ARG}: {problem}");
             2
         }
     };

@@ -16,6 +16,10 @@ pub fn cache_dir() -> PathBuf {
 
 /// Reports a peer that is not installed: a skip (with the reason printed), or a failure when
 /// `TRELLIS_REQUIRE_PEERS=1`. Returns so the caller can `return` after it.
+#[allow(
+    clippy::disallowed_macros,
+    reason = "a test's message, which the test harness captures as it captures eprintln! alone"
+)]
 pub fn missing_peer(what: &str) {
     let message = format!("{what} is not installed; run scripts/test-peers.sh");
     assert!(

@@ -186,6 +186,10 @@ mod tests {
     }
 
     #[test]
+    #[allow(
+        clippy::disallowed_macros,
+        reason = "a test's message, which the test harness captures as it captures eprintln! alone"
+    )]
     fn git_changes_and_commits_are_touched_and_the_runs_directory_is_not() {
         if Command::new("git").arg("--version").output().is_err() {
             eprintln!("skipping: git is not installed");
