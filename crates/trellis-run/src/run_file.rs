@@ -239,7 +239,7 @@ pub fn open_blocking(
 /// Where a project's Fabro settings are, in its working directory: Trellis runs their hooks.
 pub const PROJECT_FILE: &str = ".fabro/project.toml";
 
-/// A project's `.fabro/project.toml`, read once: the hooks Trellis runs (its `[[hooks]]` and
+/// A project's `.fabro/project.toml`, understood in one place: the hooks Trellis runs (its `[[hooks]]` and
 /// `[[run.hooks]]`, merged with the config file's and the run file's), and the settings it does not
 /// apply, which are named in a warning rather than silently passed over.
 #[derive(Debug)]
