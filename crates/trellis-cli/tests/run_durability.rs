@@ -239,6 +239,35 @@ fn a_run_killed_during_a_fan_out_resumes_each_branch_where_it_stopped() {
     );
 }
 
+/// Regression: a wait meant to end after the year 9999 (`duration="9999999999h"`, a typo the
+/// duration format allows) panicked writing its end; it waits, its end kept as the last moment a
+/// record's time can say.
+#[test]
+fn a_wait_beyond_what_a_time_can_say_waits_until_the_last_one() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        "digraph W { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         pause [shape=insulator, duration=\"9999999999h\"]\n start -> pause -> exit }",
+    );
+    let mut child = p.spawn_run("w.fabro");
+    p.wait_for_event("StageStarted", "pause");
+    let until = p.only_run().join("stages/002-pause@1/wait.json");
+    wait_for(
+        "the wait's end to be written",
+        Duration::from_secs(10),
+        || until.exists(),
+    );
+    assert_eq!(
+        run_support::read_json(&until)["until"],
+        "9999-12-31T23:59:59.000Z"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(child.try_wait().unwrap().is_none(), "the run still waits");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 #[test]
 fn a_wait_resumed_after_a_kill_ends_when_the_first_would_have() {
     let p = Project::new();

@@ -27,7 +27,10 @@ impl WaitHandler {
         {
             let now = stage.services.clock.now();
             let (dir, node, visit) = (stage.dir.to_path_buf(), stage.node.id.clone(), stage.visit);
-            let fresh = now + config.duration;
+            let last = SystemTime::UNIX_EPOCH + LAST_KEPT_END;
+            let fresh = now
+                .checked_add(config.duration)
+                .map_or(last, |end| end.min(last));
             let until = blocking(move || wait_until(&dir, &node, visit, fresh)).await;
             let left = until.duration_since(now).unwrap_or(Duration::ZERO);
             // A pacer with timers of its own (Temporal) keeps a wait's time: the run parks.
@@ -43,6 +46,10 @@ impl WaitHandler {
         Outcome::success().into()
     }
 }
+
+/// The latest end a wait keeps (after the epoch), the last moment an RFC 3339 time can write (9999-12-31T23:59:59Z):
+/// a wait meant to end later (`duration="9999999999h"`) ends then, which is as good as never.
+const LAST_KEPT_END: Duration = Duration::from_secs(253_402_300_799);
 
 /// The shortest wait a pacer is offered: a shorter one is slept here.
 const KEPT_FROM: Duration = Duration::from_secs(1);
