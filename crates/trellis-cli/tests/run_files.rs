@@ -205,6 +205,36 @@ const SHIP: &str = r#"digraph Ship {
 }
 "#;
 
+/// Regression: a working directory named with `..` was kept as written, which the sandbox may fail
+/// to enter (`../../../../tmp/escape`: "bwrap: Can't chdir"). It is resolved whole: the stages run
+/// there and the record names it plainly.
+#[test]
+fn a_run_files_working_directory_named_with_dot_dots_is_resolved() {
+    let p = Project::new();
+    p.write(
+        "flows/w.fabro",
+        "digraph W { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         make [shape=parallelogram, script=\"echo made > made.txt\"]\n \
+         start -> make -> exit [condition=\"outcome=success\"] }",
+    );
+    p.write(
+        "flows/run.toml",
+        "graph = \"w.fabro\"\n[run]\nworking_dir = \"../elsewhere/../work/here/..\"\n",
+    );
+    let run = p.run("flows/run.toml", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let work = p.path().join("work");
+    assert_eq!(
+        std::fs::read_to_string(work.join("made.txt")).unwrap(),
+        "made\n"
+    );
+    let recorded = run_support::read_json(&run.record().join("run.json"));
+    assert_eq!(
+        recorded["settings"]["work_dir"],
+        work.canonicalize().unwrap().display().to_string()
+    );
+}
+
 #[test]
 fn a_run_file_with_every_section_validates_and_runs() {
     let p = Project::new().with_env("TEST_REGION", "eu");

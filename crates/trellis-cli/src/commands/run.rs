@@ -284,7 +284,13 @@ fn work_dir(run_file: Option<&trellis_run::RunFile>) -> anyhow::Result<PathBuf> 
                     dir.display()
                 )
             })?;
-            std::path::absolute(&dir)?
+            // Resolved whole (`../work`, a link): the sandbox binds and enters it by this path.
+            dir.canonicalize().with_context(|| {
+                format!(
+                    "cannot resolve the run file's working directory {}",
+                    dir.display()
+                )
+            })?
         }
         None => std::env::current_dir()?,
     })
