@@ -1,10 +1,12 @@
 //! The agent task suite: small coding tasks, each one agent node on the local model (Qwen2.5-Coder
 //! 1.5B), judged by a command rather than by the agent's word; beside it, the same tasks on the same
-//! model through a peer agent, `mini-swe-agent` (from `PyPI`, in a venv under `~/.cache/trellis/`), talking
-//! to a llama-server started the way Trellis starts its own. Printed, never asserted.
+//! model through two peer agents, `mini-swe-agent` and `aider` (each from `PyPI`, in a venv under
+//! `~/.cache/trellis/`), talking to a llama-server started the way Trellis starts its own. Printed,
+//! never asserted.
 //!
 //! `cargo bench -p trellis-cli --bench agent_tasks` (all tasks; `TRELLIS_AGENT_TASKS=fix-add,rename`
-//! for some of them; `TRELLIS_AGENT_PEER=0` for Trellis alone).
+//! for some of them; `TRELLIS_AGENT_PEER=0` for Trellis alone, `TRELLIS_AGENT_PEER=aider` or `=mini`
+//! for one peer).
 //!
 //! Each task is a folder of `benches/agent_tasks/`: `task.md` (what the agent is asked), `files/`
 //! (the working directory it starts from) and `check.sh` (run by bash in the working directory
@@ -28,7 +30,52 @@ const TASK_TIME: Duration = Duration::from_mins(3);
 const TURNS: u32 = 30;
 /// The context window both agents' servers get: Trellis's default for the local model.
 const CONTEXT: u32 = 16_384;
-const PEER_VERSION: &str = "2.4.6";
+/// The peers, each at the version the README's figures were taken with.
+const MINI_VERSION: &str = "2.4.6";
+const AIDER_VERSION: &str = "0.86.2";
+
+/// A peer agent: how it is named, installed and run.
+#[derive(Clone, Copy)]
+enum Peer {
+    Mini,
+    Aider,
+}
+
+impl Peer {
+    const ALL: [Peer; 2] = [Peer::Mini, Peer::Aider];
+
+    /// Its short name (`TRELLIS_AGENT_PEER`, the rows).
+    fn name(self) -> &'static str {
+        match self {
+            Peer::Mini => "mini",
+            Peer::Aider => "aider",
+        }
+    }
+
+    /// Its package and version, as the report names it.
+    fn package(self) -> String {
+        match self {
+            Peer::Mini => format!("mini-swe-agent {MINI_VERSION}"),
+            Peer::Aider => format!("aider-chat {AIDER_VERSION}"),
+        }
+    }
+
+    /// Its program, installed once into a venv under `~/.cache/trellis/PACKAGE-VERSION/`.
+    fn install(self) -> Result<PathBuf, String> {
+        let (package, version, program) = match self {
+            Peer::Mini => ("mini-swe-agent", MINI_VERSION, "mini"),
+            Peer::Aider => ("aider-chat", AIDER_VERSION, "aider"),
+        };
+        installed(package, version, program)
+    }
+
+    fn run(self, program: &Path, server: &Server, task: &Path, dir: &Path) -> Outcome {
+        match self {
+            Peer::Mini => mini_run(program, server, task, dir),
+            Peer::Aider => aider_run(program, server, task, dir),
+        }
+    }
+}
 
 /// What one agent did on one task.
 #[derive(Default)]
@@ -77,15 +124,28 @@ fn main() {
     } else {
         work.path().to_path_buf()
     };
-    let peer = if std::env::var("TRELLIS_AGENT_PEER").as_deref() == Ok("0") {
-        Err("not asked for (TRELLIS_AGENT_PEER=0)".to_owned())
-    } else {
-        mini_swe_agent()
-    };
-    let server = peer
-        .as_ref()
-        .ok()
-        .map(|_| Server::start(&files.server, &files.default_model));
+    let asked = std::env::var("TRELLIS_AGENT_PEER").ok();
+    let peers: Vec<(Peer, Result<PathBuf, String>)> = Peer::ALL
+        .into_iter()
+        .map(|peer| {
+            let wanted = asked
+                .as_deref()
+                .is_none_or(|a| a.split(',').any(|name| name == peer.name()));
+            let program = if wanted {
+                peer.install()
+            } else {
+                Err(format!(
+                    "not asked for (TRELLIS_AGENT_PEER={})",
+                    asked.as_deref().unwrap_or_default()
+                ))
+            };
+            (peer, program)
+        })
+        .collect();
+    let server = peers
+        .iter()
+        .any(|(_, program)| program.is_ok())
+        .then(|| Server::start(&files.server, &files.default_model));
 
     println!(
         "agent tasks on Qwen2.5-Coder-1.5B (local), {} tasks; each judged by its check.sh",
@@ -95,22 +155,23 @@ fn main() {
     for task in &tasks {
         let dir = root.join(task);
         let ours = trellis(&dir, &work_path.join(format!("trellis-{task}")));
-        let theirs = match (&peer, &server) {
-            (Ok(mini), Some(server)) => Some(mini_run(
-                mini,
-                server,
-                &dir,
-                &work_path.join(format!("mini-{task}")),
-            )),
-            _ => None,
-        };
         println!("  {task:<16} trellis {}", line(&ours));
-        if let Some(theirs) = &theirs {
-            println!("  {:<16} mini    {}", "", line(theirs));
+        let mut theirs = Vec::new();
+        for (peer, program) in &peers {
+            let outcome = match (program, &server) {
+                (Ok(program), Some(server)) => {
+                    let dir_of_peer = work_path.join(format!("{}-{task}", peer.name()));
+                    let outcome = peer.run(program, server, &dir, &dir_of_peer);
+                    println!("  {:<16} {:<7} {}", "", peer.name(), line(&outcome));
+                    Some(outcome)
+                }
+                _ => None,
+            };
+            theirs.push(outcome);
         }
         rows.push((task.clone(), ours, theirs));
     }
-    report(&rows, peer.as_ref().err());
+    report(&rows, &peers);
 }
 
 /// One line of figures.
@@ -145,10 +206,10 @@ fn median(times: &[Duration]) -> Duration {
     }
 }
 
-/// A task's name and how each agent did.
-type Row = (String, Outcome, Option<Outcome>);
+/// A task's name and how each agent did: Trellis, then each peer in [`Peer::ALL`] that ran.
+type Row = (String, Outcome, Vec<Option<Outcome>>);
 
-fn report(rows: &[Row], peer_missing: Option<&String>) {
+fn report(rows: &[Row], peers: &[(Peer, Result<PathBuf, String>)]) {
     let total = |pick: &dyn Fn(&Row) -> Option<&Outcome>| {
         let outcomes: Vec<&Outcome> = rows.iter().filter_map(pick).collect();
         let solved = outcomes.iter().filter(|o| o.solved).count();
@@ -161,16 +222,20 @@ fn report(rows: &[Row], peer_missing: Option<&String>) {
         "trellis: {solved} of {count} solved [≥ 10 of 12], median {:.1}s per task [≤ 60 s]",
         median.as_secs_f64()
     );
-    match peer_missing {
-        None => {
-            let (peer_solved, peer_count, peer_median) = total(&|row| row.2.as_ref());
-            println!(
-                "mini-swe-agent {PEER_VERSION}: {peer_solved} of {peer_count} solved, median {:.1}s per task  [trellis ≥ it: {}]",
-                peer_median.as_secs_f64(),
-                if solved >= peer_solved { "yes" } else { "no" }
-            );
+    for (at, (peer, program)) in peers.iter().enumerate() {
+        match program {
+            Ok(_) => {
+                let (peer_solved, peer_count, peer_median) =
+                    total(&|row| row.2.get(at).and_then(Option::as_ref));
+                println!(
+                    "{}: {peer_solved} of {peer_count} solved, median {:.1}s per task  [trellis ≥ it: {}]",
+                    peer.package(),
+                    peer_median.as_secs_f64(),
+                    if solved >= peer_solved { "yes" } else { "no" }
+                );
+            }
+            Err(why) => println!("{}: skipped ({why})", peer.package()),
         }
-        Some(why) => println!("mini-swe-agent: skipped ({why})"),
     }
 }
 
@@ -406,6 +471,99 @@ fn mini_run(mini: &Path, server: &Server, task: &Path, dir: &Path) -> Outcome {
     }
 }
 
+/// The task through aider, on `server`: every file of the task's working directory added to its
+/// chat (as a user hands aider the files to work on), the task as its one message, its "whole"
+/// edit format (the model writes each file it changes whole; a 1.5B model's diffs do not apply),
+/// confirmations answered yes; no git, no repository map.
+fn aider_run(aider: &Path, server: &Server, task: &Path, dir: &Path) -> Outcome {
+    fresh(task, dir);
+    let prompt = std::fs::read_to_string(task.join("task.md")).expect("task.md");
+    let history = dir.with_extension("aider.md");
+    let mut command = Command::new(aider);
+    command
+        .args(["--model", "openai/qwen2.5-coder-1.5b"])
+        .arg("--openai-api-base")
+        .arg(format!("{}/v1", server.url))
+        .args(["--openai-api-key", "none", "--edit-format", "whole"])
+        .args([
+            "--yes-always",
+            "--no-git",
+            "--no-auto-commits",
+            "--map-tokens",
+            "0",
+        ])
+        .args([
+            "--no-show-model-warnings",
+            "--no-check-update",
+            "--analytics-disable",
+        ])
+        .args(["--no-stream", "--no-pretty", "--no-show-release-notes"])
+        .arg("--chat-history-file")
+        .arg(&history)
+        .arg("--input-history-file")
+        .arg(dir.with_extension("aider.input"))
+        .args(["--message", prompt.trim()])
+        .args(files_under(dir))
+        .current_dir(dir)
+        // Its model price list is fetched from the network unless told to use its own copy.
+        .env("LITELLM_LOCAL_MODEL_COST_MAP", "True");
+    let (finished, took) = run_for_task_time(command);
+    let history = std::fs::read_to_string(&history).unwrap_or_default();
+    // `> Tokens: 1.2k sent, 84 received.` after each model call (aider rounds to hundreds past
+    // a thousand).
+    let calls: Vec<(u64, u64)> = history
+        .lines()
+        .filter_map(|l| l.trim_start_matches("> ").strip_prefix("Tokens: "))
+        .map(|l| {
+            let count = |word: &str| {
+                l.split(", ")
+                    .find_map(|part| part.trim_end_matches(['.', ' ']).strip_suffix(word))
+                    .map_or(0, aider_count)
+            };
+            (count(" sent"), count(" received"))
+        })
+        .collect();
+    let solved = judged(task, dir);
+    Outcome {
+        solved,
+        took,
+        turns: calls.len() as u64,
+        tool_calls: history.matches("> Applied edit to ").count() as u64,
+        input: calls.iter().map(|c| c.0).sum(),
+        cached: 0,
+        output: calls.iter().map(|c| c.1).sum(),
+        note: note(finished, solved, None),
+    }
+}
+
+/// A count as aider prints it: `84`, or `1.2k` past a thousand.
+fn aider_count(text: &str) -> u64 {
+    let text = text.trim();
+    let Some(thousands) = text.strip_suffix('k') else {
+        return text.parse().unwrap_or(0);
+    };
+    let (whole, tenths) = thousands.split_once('.').unwrap_or((thousands, "0"));
+    whole.parse::<u64>().unwrap_or(0) * 1000 + tenths.parse::<u64>().unwrap_or(0) * 100
+}
+
+/// Every file under `dir`, as paths relative to it.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if let Ok(relative) = path.strip_prefix(dir) {
+                files.push(relative.to_path_buf());
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
 /// Why an agent's task ended unsolved, in a few words: stopped at the time limit, else what it said.
 fn note(finished: bool, solved: bool, why: Option<&str>) -> String {
     if !finished {
@@ -417,12 +575,13 @@ fn note(finished: bool, solved: bool, why: Option<&str>) -> String {
     }
 }
 
-/// mini-swe-agent in a venv made once under `~/.cache/trellis/mini-swe-agent-VERSION/`.
-fn mini_swe_agent() -> Result<PathBuf, String> {
-    let venv = trellis_test::cache_dir().join(format!("mini-swe-agent-{PEER_VERSION}"));
-    let mini = venv.join("bin/mini");
-    if mini.is_file() {
-        return Ok(mini);
+/// `program` of `package` at `version`, in a venv made once under
+/// `~/.cache/trellis/PACKAGE-VERSION/`.
+fn installed(package: &str, version: &str, program: &str) -> Result<PathBuf, String> {
+    let venv = trellis_test::cache_dir().join(format!("{package}-{version}"));
+    let path = venv.join("bin").join(program);
+    if path.is_file() {
+        return Ok(path);
     }
     let made = Command::new("python3")
         .args(["-m", "venv"])
@@ -433,14 +592,12 @@ fn mini_swe_agent() -> Result<PathBuf, String> {
         return Err("python3 -m venv failed".to_owned());
     }
     let installed = Command::new(venv.join("bin/pip"))
-        .args(["install", "-q", &format!("mini-swe-agent=={PEER_VERSION}")])
+        .args(["install", "-q", &format!("{package}=={version}")])
         .status()
         .map_err(|e| format!("pip: {e}"))?;
-    if installed.success() && mini.is_file() {
-        Ok(mini)
+    if installed.success() && path.is_file() {
+        Ok(path)
     } else {
-        Err(format!(
-            "pip could not install mini-swe-agent=={PEER_VERSION}"
-        ))
+        Err(format!("pip could not install {package}=={version}"))
     }
 }
