@@ -9,8 +9,6 @@
 
 mod commands;
 
-use trellis_process::note;
-
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -173,7 +171,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) if stdout_closed(&error) => ExitCode::from(CLOSED_STDOUT),
         Err(error) => {
-            note!("error: {}", described(&error));
+            trellis_process::note!("error: {}", described(&error));
             ExitCode::from(2)
         }
     }

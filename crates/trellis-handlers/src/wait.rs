@@ -47,8 +47,9 @@ impl WaitHandler {
     }
 }
 
-/// The latest end a wait keeps (after the epoch), the last moment an RFC 3339 time can write (9999-12-31T23:59:59Z):
-/// a wait meant to end later (`duration="9999999999h"`) ends then, which is as good as never.
+/// The latest end a wait keeps (after the epoch): the last moment an RFC 3339 time can write,
+/// 9999-12-31T23:59:59Z. A wait meant to end later (`duration="9999999999h"`) ends then, which is
+/// as good as never.
 const LAST_KEPT_END: Duration = Duration::from_secs(253_402_300_799);
 
 /// The shortest wait a pacer is offered: a shorter one is slept here.
