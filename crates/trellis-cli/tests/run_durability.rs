@@ -239,18 +239,17 @@ fn a_run_killed_during_a_fan_out_resumes_each_branch_where_it_stopped() {
     );
 }
 
-/// Regression: a wait meant to end after the year 9999 (`duration="9999999999h"`, a typo the
-/// duration format allows) panicked writing its end; it waits, its end kept as the last moment a
-/// record's time can say.
-#[test]
-fn a_wait_beyond_what_a_time_can_say_waits_until_the_last_one() {
-    let p = Project::new();
+/// A run of one wait of `duration`, started in `p` and waiting: its process, and the `wait.json`
+/// its wait has written its end to.
+fn waiting(p: &Project, duration: &str) -> (std::process::Child, std::path::PathBuf) {
     p.write(
         "w.fabro",
-        "digraph W { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
-         pause [shape=insulator, duration=\"9999999999h\"]\n start -> pause -> exit }",
+        &format!(
+            "digraph W {{ start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+             pause [shape=insulator, duration=\"{duration}\"]\n start -> pause -> exit }}"
+        ),
     );
-    let mut child = p.spawn_run("w.fabro");
+    let child = p.spawn_run("w.fabro");
     p.wait_for_event("StageStarted", "pause");
     let until = p.only_run().join("stages/002-pause@1/wait.json");
     wait_for(
@@ -258,6 +257,16 @@ fn a_wait_beyond_what_a_time_can_say_waits_until_the_last_one() {
         Duration::from_secs(10),
         || until.exists(),
     );
+    (child, until)
+}
+
+/// Regression: a wait meant to end after the year 9999 (`duration="9999999999h"`, a typo the
+/// duration format allows) panicked writing its end; it waits, its end kept as the last moment a
+/// record's time can say.
+#[test]
+fn a_wait_beyond_what_a_time_can_say_waits_until_the_last_one() {
+    let p = Project::new();
+    let (mut child, until) = waiting(&p, "9999999999h");
     assert_eq!(
         run_support::read_json(&until)["until"],
         "9999-12-31T23:59:59.000Z"
@@ -271,20 +280,8 @@ fn a_wait_beyond_what_a_time_can_say_waits_until_the_last_one() {
 #[test]
 fn a_wait_resumed_after_a_kill_ends_when_the_first_would_have() {
     let p = Project::new();
-    p.write(
-        "w.fabro",
-        "digraph W { start [shape=Mdiamond]\n exit [shape=Msquare]\n \
-         pause [shape=insulator, duration=\"3s\"]\n start -> pause -> exit }",
-    );
-    let mut child = p.spawn_run("w.fabro");
-    p.wait_for_event("StageStarted", "pause");
+    let (mut child, first) = waiting(&p, "3s");
     let record = p.only_run();
-    let first = record.join("stages/002-pause@1/wait.json");
-    wait_for(
-        "the wait's end to be written",
-        Duration::from_secs(10),
-        || first.exists(),
-    );
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let until = run_support::read_json(&first)["until"].clone();
