@@ -42,6 +42,9 @@ pub struct Kept {
     /// defines, which this does not name and another file still uses, is refused
     /// ([`keep_used_names`]).
     pub used_names_but: Option<std::sync::Arc<str>>,
+    /// With `used_names_but`: such a name is kept even when no other file uses it
+    /// ([`Toolbox::keep_definitions`](crate::Toolbox::keep_definitions)).
+    pub definitions: bool,
 }
 
 /// Runs a file tool; `Err` is the error result's text.
@@ -146,6 +149,7 @@ fn write_file(work_dir: &WorkDir, args: &WriteArgs, kept: &Kept) -> Result<ToolO
             keep_tests(&args.path, before, &args.content)?;
         }
         if let Some(task) = &kept.used_names_but {
+            let task = (&**task, kept.definitions);
             keep_used_names(work_dir, (&path, &args.path), before, &args.content, task)?;
         }
     }
@@ -259,15 +263,15 @@ fn edit_file(work_dir: &WorkDir, args: &EditArgs, kept: &Kept) -> Result<ToolOut
 }
 
 /// The refusal of a rewrite of `path` (`shown` as given) from `before` to `after` that takes out
-/// names `before` defines, which `task` does not name and other files still name: told to rename
-/// one function, a small model rewrote the file as that function alone, and the program's other
-/// imports broke.
+/// names `before` defines, which `task` does not name and other files still name — or, `all`, any
+/// such name: told to rename one function, a small model rewrote the file as that function alone,
+/// and the program's other imports broke.
 fn keep_used_names(
     work_dir: &WorkDir,
     (path, shown): (&Path, &str),
     before: &str,
     after: &str,
-    task: &str,
+    (task, all): (&str, bool),
 ) -> Result<(), String> {
     /// The most names looked for: each is looked for on every line of up to [`RENAMED_FILES`]
     /// files.
@@ -280,15 +284,21 @@ fn keep_used_names(
         .map(str::to_owned)
         .collect();
     let (places, more) = places_naming(work_dir, &names, Some(path));
-    if places.is_empty() {
+    if places.is_empty() && (!all || names.is_empty()) {
         return Ok(());
     }
     let quoted = quoted(&names);
-    let mut message = format!(
-        "Refused: this rewrite of `{shown}` takes out {quoted}, which the task does not ask for \
-         and other files still use:\n{}\n",
-        places.join("\n")
-    );
+    let mut message = if places.is_empty() {
+        format!(
+            "Refused: this rewrite of `{shown}` takes out {quoted}, which the task does not ask for.\n"
+        )
+    } else {
+        format!(
+            "Refused: this rewrite of `{shown}` takes out {quoted}, which the task does not ask \
+             for and other files still use:\n{}\n",
+            places.join("\n")
+        )
+    };
     if more > 0 {
         let _ = writeln!(message, "(and {more} more lines)");
     }
@@ -490,6 +500,41 @@ fn still_named(work_dir: &WorkDir, names: &[String]) -> String {
 fn quoted(names: &[String]) -> String {
     let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
     quoted.join(" and ")
+}
+
+/// For a Python traceback in `output` that ends in `NameError: name 'X' is not defined` raised in
+/// a file of the working directory that does not define `X`, while another of its Python files
+/// does: the import to add. A small model that wrote a test without importing what it tests
+/// read the `NameError` as the function missing, and wrote the function again.
+pub fn missing_import(work_dir: &WorkDir, output: &str) -> Option<String> {
+    let (before, after) = output.rsplit_once("NameError: name '")?;
+    let (name, _) = after.split_once("' is not defined")?;
+    if name.is_empty() || !name.chars().all(|c| c == '_' || c.is_alphanumeric()) {
+        return None;
+    }
+    let raised = before
+        .lines()
+        .rev()
+        .find_map(|line| line.trim().strip_prefix("File \"")?.split_once('"'))?
+        .0;
+    let raised = work_dir.resolve(raised).ok()?;
+    let mut defining = None;
+    for (path, shown, text) in small_text_files(work_dir) {
+        if path.extension().is_none_or(|e| e != "py") || !defined_names(&text).contains(name) {
+            continue;
+        }
+        if path == raised {
+            return None;
+        }
+        defining = defining.or(Some(shown));
+    }
+    let defining = defining?;
+    let module = defining.strip_suffix(".py")?.replace('/', ".");
+    let file = work_dir.relative(&raised);
+    Some(format!(
+        "`{file}` uses `{name}` without importing it, and `{defining}` defines it: add `from \
+         {module} import {name}` at the top of `{file}`."
+    ))
 }
 
 /// The lines of the working directory's text files (but `except`) that name any of `names` as a
@@ -830,6 +875,44 @@ pub fn named_files(
         next.clone_from(content);
         scanned += 1;
     }
+}
+
+/// Every file of the working directory, with its text, when it holds at most `count` files (its
+/// ignored files left out) and each is a UTF-8 text file of at most `each` bytes, `total` in all;
+/// else none.
+pub fn project_files(
+    work_dir: &WorkDir,
+    (count, each, total): (usize, u64, usize),
+) -> Vec<(String, String)> {
+    let mut paths = Vec::new();
+    for entry in work_dir.walk(work_dir.root()).build() {
+        if work_dir.stopped() {
+            return Vec::new();
+        }
+        let Ok(entry) = entry else {
+            return Vec::new();
+        };
+        if entry.file_type().is_some_and(|t| t.is_file()) {
+            if paths.len() == count {
+                return Vec::new();
+            }
+            paths.push(work_dir.relative(entry.path()));
+        }
+    }
+    paths.sort();
+    let mut files = Vec::new();
+    let mut used = 0;
+    for path in paths {
+        let Some((relative, content)) = named_file(work_dir, &path, each) else {
+            return Vec::new();
+        };
+        used += content.len();
+        if used > total {
+            return Vec::new();
+        }
+        files.push((relative, content));
+    }
+    files
 }
 
 /// The file `word` names (its path relative to the working directory, and its text), when it is a
@@ -1500,6 +1583,27 @@ mod tests {
             "def compute_total(prices):\n    return sum(prices)\n\n\ndef average(prices):\n    return 0\n",
         );
         assert!(out.is_ok(), "{out:?}");
+        // In a first answer, which writes files whole, a name no other file uses is kept too.
+        std::fs::write(
+            dir.path().join("primes.py"),
+            "def is_prime(n):\n    raise NotImplementedError\n\n\ndef primes_below(limit):\n    return []\n",
+        )
+        .unwrap();
+        let whole = Kept {
+            definitions: true,
+            ..kept.clone()
+        };
+        let args = WriteArgs {
+            path: "primes.py".into(),
+            content: "def is_prime(n):\n    return n > 1\n".into(),
+        };
+        assert_eq!(
+            write_file(&work_dir, &args, &whole).unwrap_err(),
+            "Refused: this rewrite of `primes.py` takes out `primes_below`, which the task does \
+             not ask for.\nWrite `primes.py` again with `primes_below` kept in it, or change only \
+             the lines the task is about with edit_file. `primes.py` is unchanged."
+        );
+        assert!(write_file(&work_dir, &args, &kept).is_ok());
         // A class the file defines is guarded as a function is, called there or not.
         std::fs::write(dir.path().join("cart.py"), "class Cart:\n    pass\n").unwrap();
         std::fs::write(dir.path().join("shop.py"), "from cart import Cart\n").unwrap();
@@ -1774,6 +1878,74 @@ mod tests {
             std::fs::read_to_string(outside.path().join("secret.txt")).unwrap(),
             "the secret\n"
         );
+    }
+
+    #[test]
+    fn a_name_error_in_a_file_that_does_not_import_the_name_another_defines_names_the_import() {
+        let (d, work) = setup();
+        std::fs::create_dir(d.path().join("text")).unwrap();
+        std::fs::write(
+            d.path().join("text/words.py"),
+            "def count_words(t):\n    return 0\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.path().join("test_words.py"),
+            "import unittest\nx = count_words('a')\n",
+        )
+        .unwrap();
+        let traceback = |file: &str, name: &str| {
+            format!(
+                "Traceback (most recent call last):\n  File \"/usr/lib/python3/unittest/case.py\", line 58, in run\n  File \"{file}\", line 2, in <module>\n    x = count_words('a')\nNameError: name '{name}' is not defined\n"
+            )
+        };
+        let test = d.path().join("test_words.py").display().to_string();
+        assert_eq!(
+            missing_import(&work, &traceback(&test, "count_words")).as_deref(),
+            Some(
+                "`test_words.py` uses `count_words` without importing it, and `text/words.py` \
+                 defines it: add `from text.words import count_words` at the top of \
+                 `test_words.py`."
+            )
+        );
+        // A name no file defines, one the raising file defines itself, or a file outside.
+        assert_eq!(
+            missing_import(&work, &traceback(&test, "reverse_words")),
+            None
+        );
+        let words = d.path().join("text/words.py").display().to_string();
+        assert_eq!(
+            missing_import(&work, &traceback(&words, "count_words")),
+            None
+        );
+        assert_eq!(
+            missing_import(&work, &traceback("/etc/x.py", "count_words")),
+            None
+        );
+        assert_eq!(
+            missing_import(&work, "NameError: name 'count_words' is not defined"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_small_projects_files_are_all_of_it_or_none() {
+        let (d, work) = setup();
+        let paths = |limits| -> Vec<String> {
+            project_files(&work, limits)
+                .into_iter()
+                .map(|(p, _)| p)
+                .collect()
+        };
+        // Ignored and hidden files are not the project's.
+        assert_eq!(paths((4, 8192, 16384)), ["src/lib.rs"]);
+        std::fs::write(d.path().join("a.py"), "x = 1\n").unwrap();
+        assert_eq!(paths((4, 8192, 16384)), ["a.py", "src/lib.rs"]);
+        // More files than the count, one too large, or too many bytes in all: none.
+        assert!(paths((1, 8192, 16384)).is_empty());
+        assert!(paths((4, 8192, 50)).is_empty());
+        std::fs::write(d.path().join("b.txt"), "x".repeat(9000)).unwrap();
+        assert!(paths((4, 8192, 16384)).is_empty());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use trellis_llm::{
-    Message, Part, Request, Response, Role, StopReason, ToolCall, ToolDef, ToolResult,
+    Message, Part, Request, Response, Role, StopReason, ToolCall, ToolChoice, ToolDef, ToolResult,
 };
 
 use crate::compaction;
@@ -185,6 +185,14 @@ pub struct Settings {
     /// once when nothing has run since the user's message (`NOT_FINISHED`) and once after each
     /// change no command has succeeded since (`UNCHECKED`).
     pub coach: bool,
+    /// The model's first answer in a new session is text that writes every file it creates or
+    /// changes whole — its path alone on a line, then its content in a fenced block, as the
+    /// prompt shows — and calls no tool. Those files are written as `write_file` calls (their
+    /// refusals kept: a test the task says not to change), their results sent back with this
+    /// text: how to go on, with the tools. A small model writes a whole file far better as a
+    /// block than as a JSON string, and at once, before a course of small edits goes astray
+    /// (docs/agent-tasks.md).
+    pub draft: Option<String>,
 }
 
 /// Answers cut short at the output limit in a row that are answered with a request to answer
@@ -224,7 +232,26 @@ first; call this again if it is still needed.";
 /// the model ends the task ([`Session::finishing`]) goes at the end.
 pub const DONE_HINT: &str = "The command succeeded. If that shows the task is done, ";
 
-/// The tool a model that must call a tool every turn ([`Request::require_tool`]) ends the session
+/// What a model's first answer is followed by when it held code blocks but wrote no file
+/// ([`Settings::draft`]).
+pub const NOTHING_DRAFTED: &str = "No file was written: a block is written only when the line \
+                                   before it is the file's path alone. ";
+
+/// Why a coached model's `finish` is refused, once, when its first answer held code blocks but
+/// wrote no file and no file has been written since: the model went on to run the file as it was,
+/// and finished on nothing done.
+pub const NOT_CHANGED: &str = "Not finished: no file has been changed yet — the code in your first \
+                                answer was not written. Write it into the file with write_file or \
+                                edit_file, and check it. If the task needs no change, call finish \
+                                again.";
+
+/// What a coached model is told after it read back the file it last wrote, before how to finish:
+/// a read-back is the check of a file the task asks for (a summary, a config), and without this
+/// the model went on changing it.
+pub const READ_BACK_HINT: &str = "That is the file as you wrote it. If it is what the task asks \
+                                  for, ";
+
+/// The tool a model that must call a tool every turn ([`ToolChoice::Required`]) ends the session
 /// with: its summary is the session's answer.
 pub const FINISH: &str = "finish";
 
@@ -323,6 +350,9 @@ struct Lately {
     ran_since_user: bool,
     /// A file was written since the user's last message.
     wrote_since_user: bool,
+    /// The first answer held code blocks but wrote no file, until `finish` was refused once for
+    /// it ([`NOT_CHANGED`]).
+    drafted_nothing: bool,
     /// Whether a file was written since a command last succeeded.
     check: Check,
     /// The command of the last `shell` call, when it failed after a change no command has checked
@@ -366,6 +396,8 @@ pub struct Session {
     loops: u32,
     /// Whether the model is coached ([`Settings::coach`]).
     coach: bool,
+    /// What follows the first answer, while it is still to come ([`Settings::draft`]).
+    draft: Option<String>,
     /// What the session did lately, for coaching.
     lately: Lately,
     /// The template's temperature, and whether the model decodes greedily without one.
@@ -388,8 +420,9 @@ impl Session {
         settings: Settings,
     ) -> Self {
         toolbox.remember(&history);
+        let history_was_empty = history.is_empty();
         let mut tools = toolbox.definitions();
-        if settings.template.require_tool {
+        if settings.template.tool_choice == ToolChoice::Required {
             tools.push(finish_definition());
         }
         Self {
@@ -410,6 +443,7 @@ impl Session {
             max_turns: None,
             loops: 0,
             coach: settings.coach,
+            draft: settings.draft.filter(|_| history_was_empty),
             lately: Lately::default(),
             temperature: (settings.template.temperature, settings.greedy),
             measured: None,
@@ -498,7 +532,7 @@ impl Session {
         if self.coach {
             self.toolbox.keep_for(task);
         }
-        if self.coach && self.request.require_tool {
+        if self.coach && self.must_call() {
             self.lately.wanted = self.toolbox.missing_files(task).await;
             self.lately.values = self.toolbox.missing_values(task).await;
             task.clone_into(&mut self.lately.task);
@@ -518,6 +552,9 @@ impl Session {
         let mut nudged = false;
         self.lately.ran_since_user = false;
         self.lately.wrote_since_user = false;
+        if let Some(then) = self.draft.take() {
+            self.draft(model, observer, then, &mut last_text).await?;
+        }
         loop {
             if let Some(max) = self.max_turns
                 && self.turns >= max
@@ -527,22 +564,7 @@ impl Session {
                     last_text,
                 });
             }
-            self.turns += 1;
-            observer.on_event(AgentEvent::TurnStarted { turn: self.turns });
-            self.deliver_steering(observer).await;
-            self.compact_if_needed(model, observer).await;
-            let response = self.ask(model, observer).await?;
-            observer.on_event(AgentEvent::TurnAnswered {
-                turn: self.turns,
-                usage: response.usage,
-            });
-            if !response.text.is_empty() {
-                last_text.clone_from(&response.text);
-                observer.on_event(AgentEvent::Text {
-                    turn: self.turns,
-                    text: response.text.clone(),
-                });
-            }
+            let response = self.turn(model, observer, &mut last_text).await?;
             self.request.messages.push(assistant_message(&response));
             let refused = match self.finish(&response, &mut nudged).await {
                 Some(Ok(finished)) => return Ok(finished),
@@ -594,7 +616,7 @@ impl Session {
                 .filter(|c| refused.is_none() || c.name != FINISH)
                 .cloned()
                 .collect();
-            let mut parts = self.run_tools(&calls, observer).await;
+            let mut parts = self.run_tools(&calls, observer, self.coach).await;
             parts.extend(refused);
             self.request.messages.push(Message {
                 role: Role::User,
@@ -610,6 +632,69 @@ impl Session {
         }
     }
 
+    /// One turn's answer: steering delivered and the history compacted before the request, the
+    /// turn's events around it; its text kept in `last_text`.
+    async fn turn<M: Model>(
+        &mut self,
+        model: &mut M,
+        observer: &dyn Observer,
+        last_text: &mut String,
+    ) -> Result<Response, Stop<M::Error>> {
+        self.turns += 1;
+        observer.on_event(AgentEvent::TurnStarted { turn: self.turns });
+        self.deliver_steering(observer).await;
+        self.compact_if_needed(model, observer).await;
+        let response = self.ask(model, observer).await?;
+        observer.on_event(AgentEvent::TurnAnswered {
+            turn: self.turns,
+            usage: response.usage,
+        });
+        if !response.text.is_empty() {
+            last_text.clone_from(&response.text);
+            observer.on_event(AgentEvent::Text {
+                turn: self.turns,
+                text: response.text.clone(),
+            });
+        }
+        Ok(response)
+    }
+
+    /// The first answer of a new session ([`Settings::draft`]): text, no call; the files it writes
+    /// whole are written, and their results sent back with `then`.
+    async fn draft<M: Model>(
+        &mut self,
+        model: &mut M,
+        observer: &dyn Observer,
+        then: String,
+        last_text: &mut String,
+    ) -> Result<(), Stop<M::Error>> {
+        let choice = std::mem::replace(&mut self.request.tool_choice, ToolChoice::None);
+        let response = self.turn(model, observer, last_text).await;
+        self.request.tool_choice = choice;
+        let response = response?;
+        let calls = drafted_files(&response.text, &self.toolbox);
+        let mut answer = assistant_message(&response);
+        answer
+            .parts
+            .extend(calls.iter().cloned().map(Part::ToolCall));
+        self.request.messages.push(answer);
+        self.toolbox.keep_definitions(true);
+        let mut parts = self.run_tools(&calls, observer, false).await;
+        self.toolbox.keep_definitions(false);
+        let then = if calls.is_empty() && response.text.contains("```") {
+            self.lately.drafted_nothing = true;
+            format!("{NOTHING_DRAFTED}{then}")
+        } else {
+            then
+        };
+        parts.push(Part::Text { text: then });
+        self.request.messages.push(Message {
+            role: Role::User,
+            parts,
+        });
+        Ok(())
+    }
+
     /// A `finish` call in `response`, answered. Alone, it ends the session with its summary as
     /// the answer (`Ok`) — unless the model is coached, ran nothing since the user's message and
     /// was not told so yet ([`NOT_FINISHED`]), a file the task names is still missing
@@ -621,7 +706,7 @@ impl Session {
         response: &Response,
         nudged: &mut bool,
     ) -> Option<Result<Response, Part>> {
-        if !self.request.require_tool {
+        if !self.must_call() {
             return None;
         }
         let call = response.tool_calls.iter().find(|c| c.name == FINISH)?;
@@ -630,6 +715,11 @@ impl Session {
         } else if self.coach && !*nudged && !self.lately.ran_since_user {
             *nudged = true;
             Some(NOT_FINISHED.to_owned())
+        } else if self.coach
+            && std::mem::take(&mut self.lately.drafted_nothing)
+            && self.files.is_empty()
+        {
+            Some(NOT_CHANGED.to_owned())
         } else if let Some(missing) = self.still_missing().await {
             Some(missing_file(&missing))
         } else if let Some(value) = self.value_still_missing().await {
@@ -708,8 +798,13 @@ impl Session {
     }
 
     /// How the model ends the task, as the session's messages to it say it.
+    /// Whether every answer must call a tool ([`ToolChoice::Required`]).
+    fn must_call(&self) -> bool {
+        self.request.tool_choice == ToolChoice::Required
+    }
+
     fn finishing(&self) -> &'static str {
-        if self.request.require_tool {
+        if self.must_call() {
             "call finish now with a short summary"
         } else {
             "answer now with a short summary, without calling a tool"
@@ -734,7 +829,7 @@ impl Session {
         model: &mut M,
         observer: &dyn Observer,
     ) -> Result<Response, Stop<M::Error>> {
-        if self.request.require_tool {
+        if self.must_call() {
             self.request.narrowed = self.toolbox.narrowed().await;
         }
         let mut preserved = compaction::PRESERVED_TURNS;
@@ -781,14 +876,20 @@ impl Session {
         }
     }
 
-    /// Runs a turn's calls in order, consecutive read-only calls together; returns the result parts
-    /// (and a loop warning, when the calls complete one).
-    async fn run_tools(&mut self, calls: &[ToolCall], observer: &dyn Observer) -> Vec<Part> {
+    /// Runs a turn's calls in order, consecutive read-only calls together — or, `one_change` at a
+    /// time, none after the first that changed something; returns the result parts (and a loop
+    /// warning, when the calls complete one).
+    async fn run_tools(
+        &mut self,
+        calls: &[ToolCall],
+        observer: &dyn Observer,
+        one_change: bool,
+    ) -> Vec<Part> {
         let mut parts = Vec::new();
         let mut warning = None;
         let mut looped = false;
         let mut index = 0;
-        // A coached model's calls after one that changed things are not run.
+        // Calls after one that changed things are not run, one change at a time.
         let mut blind = false;
         while index < calls.len() {
             let end = self.group_end(calls, index);
@@ -845,7 +946,7 @@ impl Session {
                 .zip(before)
             {
                 let (shown, same_failure) = self.settle(call, &output, ran).await;
-                blind |= self.coach && ran && self.toolbox.may_change(call);
+                blind |= one_change && ran && self.toolbox.may_change(call);
                 observer.on_event(AgentEvent::ToolCallCompleted {
                     call_id: call.id.clone(),
                     tool: call.name.clone(),
@@ -920,14 +1021,21 @@ impl Session {
         self.track(output);
         self.lately.ran_since_user |= ran;
         if ran && tool == Some(Tool::Shell) {
-            if !failed {
+            if failed {
+                if self.lately.check != Check::Done {
+                    self.lately.failed = call.arguments["command"].as_str().map(str::to_owned);
+                }
+                if self.coach
+                    && let Some(import) = self.toolbox.missing_import(&output.content).await
+                {
+                    shown = format!("{shown}\n{import}");
+                }
+            } else {
                 if self.coach && self.lately.check != Check::Done {
                     shown = format!("{shown}\n{DONE_HINT}{}.", self.finishing());
                 }
                 self.lately.check = Check::Done;
                 self.lately.failed = None;
-            } else if self.lately.check != Check::Done {
-                self.lately.failed = call.arguments["command"].as_str().map(str::to_owned);
             }
         }
         // Reading back the file last written (whole, or the lines of it `grep` finds) checks that
@@ -947,6 +1055,9 @@ impl Session {
             && self.last_touched.as_deref()
                 == Some(self.toolbox.work_dir().relative(&read).as_str())
         {
+            if self.coach && tool == Some(Tool::ReadFile) && self.lately.check != Check::Done {
+                shown = format!("{shown}\n{READ_BACK_HINT}{}.", self.finishing());
+            }
             self.lately.check = Check::Done;
             self.lately.failed = None;
         }
@@ -1189,7 +1300,7 @@ impl Session {
             Some(last) if last.role == Role::User => last.parts.extend(asked.parts),
             _ => request.messages.push(asked),
         }
-        request.require_tool = false;
+        request.tool_choice = ToolChoice::Auto;
         request.narrowed.clear();
         request.response_schema = None;
         let room = u32::try_from(room).unwrap_or(u32::MAX);
@@ -1223,6 +1334,22 @@ impl Session {
                 most.min(compaction::SUMMARY_MAX_TOKENS)
             })
     }
+}
+
+/// The files `text` writes whole ([`Settings::draft`]), as `write_file` calls written as text.
+fn drafted_files(text: &str, toolbox: &Toolbox) -> Vec<ToolCall> {
+    if !toolbox.offers(Tool::WriteFile) {
+        return Vec::new();
+    }
+    trellis_llm::text_tool_calls::drafted_files(text)
+        .into_iter()
+        .enumerate()
+        .map(|(index, (path, content))| ToolCall {
+            id: trellis_llm::text_tool_calls::text_call_id(index),
+            name: Tool::WriteFile.name().to_owned(),
+            arguments: json!({ "path": path, "content": content }),
+        })
+        .collect()
 }
 
 fn target(toolbox: &Toolbox, call: &ToolCall) -> String {
@@ -1394,7 +1521,7 @@ mod tests {
         let toolbox = Toolbox::new(WorkDir::new(dir).unwrap(), None, &[]);
         let settings = Settings {
             template: Request {
-                require_tool: true,
+                tool_choice: ToolChoice::Required,
                 ..Request::default()
             },
             coach: true,
@@ -1559,7 +1686,7 @@ mod tests {
         assert!(answer.tool_calls.is_empty());
         assert_eq!(model.asked.len(), 6);
         let asked = &model.asked[0];
-        assert!(asked.require_tool);
+        assert_eq!(asked.tool_choice, ToolChoice::Required);
         assert!(
             asked.tools.iter().any(|t| t.name == FINISH),
             "finish is offered"
@@ -1784,6 +1911,133 @@ mod tests {
             .await
             .unwrap();
         (answer, model.asked)
+    }
+
+    #[tokio::test]
+    async fn a_drafting_model_writes_its_files_whole_in_its_first_answer_then_calls_tools() {
+        let dir = tempfile::tempdir().unwrap();
+        for (file, text) in [
+            ("util.py", "def get_total(p):\n    return sum(p)\n"),
+            (
+                "main.py",
+                "from util import get_total\nprint(get_total([1]))\n",
+            ),
+            (
+                "test_util.py",
+                "from util import get_total\nassert get_total([2]) == 2\n",
+            ),
+        ] {
+            tokio::fs::write(dir.path().join(file), text).await.unwrap();
+        }
+        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
+        let settings = Settings {
+            template: Request {
+                tool_choice: ToolChoice::Required,
+                ..Request::default()
+            },
+            coach: true,
+            draft: Some("From now on, call one tool an answer.".into()),
+            ..Settings::default()
+        };
+        let mut session = Session::new(toolbox, None, Vec::new(), settings);
+        let task =
+            "Rename get_total to compute_total in util.py and main.py. Do not change the tests.";
+        session.set_task(task).await;
+        // Shown with the task, so read.
+        let shown = session.toolbox().named_files(task).await.unwrap();
+        assert!(shown.starts_with("The project's files, as they are now:\n\nmain.py\n```\n"));
+        let draft = "Rename it in both files:\n\nutil.py\n```\ndef compute_total(p):\n    return \
+                     sum(p)\n```\n\nHere is the updated `main.py`:\n```python\nfrom util import \
+                     compute_total\nprint(compute_total([1]))\n```\n\ntest_util.py\n```\nassert \
+                     True\n```\n\nmain.py\n```\nthe file's whole new content\n```\n";
+        let answers = vec![
+            response(draft, &[]),
+            response("", &[("shell", json!({ "command": "python3 main.py" }))]),
+            response("", &[(FINISH, json!({ "summary": "Renamed." }))]),
+        ];
+        let (answer, asked) = scripted(&mut session, task, answers).await;
+        assert_eq!(answer.text, "Renamed.");
+        // The first answer is asked for as text, the tools shown all the same; then calls again.
+        assert_eq!(asked[0].tool_choice, ToolChoice::None);
+        assert_eq!(asked[0].tools, asked[1].tools);
+        assert_eq!(asked[1].tool_choice, ToolChoice::Required);
+        // Each file written whole once, with its first block; the test kept, as the task says.
+        let read = |file: &str| tokio::fs::read_to_string(dir.path().join(file));
+        assert_eq!(
+            read("util.py").await.unwrap(),
+            "def compute_total(p):\n    return sum(p)\n"
+        );
+        assert_eq!(
+            read("main.py").await.unwrap(),
+            "from util import compute_total\nprint(compute_total([1]))\n"
+        );
+        let test = read("test_util.py").await.unwrap();
+        assert!(test.contains("assert get_total([2]) == 2"));
+        // The model is shown what each write did, then how to go on; its answer stays as it was.
+        let results = last_results(&asked[1]);
+        assert_eq!(results.len(), 3, "{results:?}");
+        assert!(
+            results[0].0.starts_with("wrote") && !results[0].1,
+            "{results:?}"
+        );
+        assert!(
+            results[2].0.starts_with("Refused") && results[2].1,
+            "{results:?}"
+        );
+        let shown = asked[1].messages.last().unwrap();
+        assert!(matches!(
+            shown.parts.last(),
+            Some(Part::Text { text }) if text == "From now on, call one tool an answer."
+        ));
+        assert_eq!(asked[1].messages[1].text(), draft);
+        // Each request is the last one and what came since.
+        for pair in asked.windows(2) {
+            assert_eq!(
+                pair[0].messages[..],
+                pair[1].messages[..pair[0].messages.len()]
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_first_answer_whose_code_was_not_written_is_said_so_and_finish_refused_once() {
+        let dir = tempfile::tempdir().unwrap();
+        tokio::fs::write(
+            dir.path().join("primes.py"),
+            "def is_prime(n):\n    raise NotImplementedError\n",
+        )
+        .await
+        .unwrap();
+        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
+        let settings = Settings {
+            template: Request {
+                tool_choice: ToolChoice::Required,
+                ..Request::default()
+            },
+            coach: true,
+            draft: Some("Go on.".into()),
+            ..Settings::default()
+        };
+        let mut session = Session::new(toolbox, None, Vec::new(), settings);
+        let finish = response("", &[(FINISH, json!({ "summary": "Done." }))]);
+        let answers = vec![
+            response(
+                "Here is `is_prime`:\n```python\ndef is_prime(n):\n    return n > 1\n```\n",
+                &[],
+            ),
+            response("", &[("shell", json!({ "command": "python3 primes.py" }))]),
+            finish.clone(),
+            finish,
+        ];
+        let (answer, asked) =
+            scripted(&mut session, "Implement is_prime in primes.py.", answers).await;
+        assert_eq!(answer.text, "Done.");
+        assert_eq!(asked.len(), 4);
+        assert!(matches!(
+            asked[1].messages.last().unwrap().parts.last(),
+            Some(Part::Text { text }) if *text == format!("{NOTHING_DRAFTED}Go on.")
+        ));
+        assert_eq!(last_results(&asked[3]), [(NOT_CHANGED.to_owned(), true)]);
     }
 
     #[tokio::test]
@@ -2037,7 +2291,7 @@ mod tests {
             last.parts.last(),
             Some(Part::Text { text }) if text == compaction::SUMMARY_REQUEST
         ));
-        assert!(!asked.require_tool);
+        assert_eq!(asked.tool_choice, ToolChoice::Auto);
         // About 1,800 tokens are left; a summary is held to 1,024.
         assert_eq!(asked.max_tokens, Some(compaction::SUMMARY_MAX_TOKENS));
         // The history from then on opens with that summary.

@@ -417,20 +417,36 @@ impl Toolbox {
 
     /// The small text files of the working directory that `task` names, as they are now, to put
     /// after the task (a step fewer, and a small model copies from what it was shown rather than
-    /// guessing): counted as seen, as if read. None when it names none, or `read_file` is not
-    /// offered.
+    /// guessing) — or every file of a project this small (at most 4 files: a task
+    /// that names one file may need the others, the module it imports, every use of a name it
+    /// renames): counted as seen, as if read. None when it names none in a larger project, or
+    /// `read_file` is not offered.
     pub async fn named_files(&self, task: &str) -> Option<String> {
         if !self.offers(Tool::ReadFile) {
             return None;
         }
         let (work_dir, task) = (self.work_dir.clone(), task.to_owned());
-        let files =
-            blocking(move || file_tools::named_files(&work_dir, &task, NAMED_FILES_LIMITS)).await;
+        let (whole, files) = blocking(move || {
+            let project = file_tools::project_files(&work_dir, NAMED_FILES_LIMITS);
+            if project.is_empty() {
+                (
+                    false,
+                    file_tools::named_files(&work_dir, &task, NAMED_FILES_LIMITS),
+                )
+            } else {
+                (true, project)
+            }
+        })
+        .await;
         if files.is_empty() {
             return None;
         }
         let mut known = self.known.lock();
-        let mut out = String::from("The files the task names, as they are now:");
+        let mut out = String::from(if whole {
+            "The project's files, as they are now:"
+        } else {
+            "The files the task names, as they are now:"
+        });
         for (path, content) in files {
             let fence = fence_for(&content);
             let end = if content.ends_with('\n') || content.is_empty() {
@@ -438,10 +454,17 @@ impl Toolbox {
             } else {
                 "\n"
             };
-            let _ = write!(out, "\n\n`{path}`:\n{fence}\n{content}{end}{fence}");
+            let _ = write!(out, "\n\n{path}\n{fence}\n{content}{end}{fence}");
             known.insert(path);
         }
         Some(out)
+    }
+
+    /// The import a failed command's `output` shows missing: a Python `NameError` raised in a file
+    /// that does not import a name another file of the working directory defines.
+    pub async fn missing_import(&self, output: &str) -> Option<String> {
+        let (work_dir, output) = (self.work_dir.clone(), output.to_owned());
+        blocking(move || file_tools::missing_import(&work_dir, &output)).await
     }
 
     /// The numbers of three digits or more that `task` names (a port, a limit, a year) and that
@@ -473,7 +496,16 @@ impl Toolbox {
         *self.kept.lock() = file_tools::Kept {
             tests: forbids_test_changes(task),
             used_names_but: Some(task.into()),
+            definitions: false,
         };
+    }
+
+    /// While `on`, a `write_file` over a file that takes out a name the file defines, which the
+    /// task ([`Toolbox::keep_for`]) does not name, is refused even when no other file uses it: for
+    /// a model's first answer, which writes files whole, and whose block is often just the part of
+    /// the file it had in mind.
+    pub fn keep_definitions(&self, on: bool) {
+        self.kept.lock().definitions = on;
     }
 
     /// Counts as seen the files a conversation being continued read, wrote or edited without error

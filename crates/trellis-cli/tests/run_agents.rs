@@ -83,6 +83,7 @@ fn an_agent_reads_edits_runs_a_command_and_answers() {
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
     lib_rs(&p);
+    crowd(&p);
     p.write("w.fabro", &one_agent(""));
     mock.scenario(&json!([
         call("read_file", json!({ "path": "src/lib.rs" })),
@@ -173,7 +174,7 @@ fn an_agent_reads_edits_runs_a_command_and_answers() {
     );
     assert!(
         stage_file(&run, "fix", "prompt.md")
-            .ends_with("Fix add in src/lib.rs\n\nThe files the task names, as they are now:\n\n`src/lib.rs`:\n```\npub fn add(a: i32, b: i32) -> i32 {\n    a - b\n}\n```")
+            .ends_with("Fix add in src/lib.rs\n\nThe files the task names, as they are now:\n\nsrc/lib.rs\n```\npub fn add(a: i32, b: i32) -> i32 {\n    a - b\n}\n```")
     );
     let transcript: Vec<Value> = stage_file(&run, "fix", "transcript.jsonl")
         .lines()
@@ -850,6 +851,7 @@ fn a_blind_overwrite_is_refused_until_the_file_is_read() {
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
     lib_rs(&p);
+    crowd(&p);
     // The prompt does not name the file, so the model has not been shown it.
     p.write(
         "w.fabro",
@@ -888,6 +890,7 @@ fn the_files_the_prompt_names_are_shown_with_it_and_count_as_read() {
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
     lib_rs(&p);
+    crowd(&p);
     p.write("notes.txt", "unrelated\n");
     p.write("w.fabro", &one_agent(""));
     let fixed = "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n";
@@ -902,7 +905,7 @@ fn the_files_the_prompt_names_are_shown_with_it_and_count_as_read() {
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     assert_eq!(p.read("src/lib.rs"), fixed);
     let bodies = mock.bodies();
-    let shown = "Fix add in src/lib.rs\n\nThe files the task names, as they are now:\n\n`src/lib.rs`:\n```\n\
+    let shown = "Fix add in src/lib.rs\n\nThe files the task names, as they are now:\n\nsrc/lib.rs\n```\n\
                  pub fn add(a: i32, b: i32) -> i32 {\n    a - b\n}\n```";
     let first = bodies[0].to_string();
     let opening = &bodies[0]["messages"][0]["content"];
@@ -1029,6 +1032,7 @@ fn a_second_node_on_the_thread_continues_the_live_session() {
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
     lib_rs(&p);
+    crowd(&p);
     p.write(
         "w.fabro",
         &workflow(
@@ -1180,6 +1184,7 @@ fn a_small_context_window_forces_compaction() {
 fn ahead_of_a_full_window_the_summary_is_asked_at_the_end_of_the_conversation() {
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
+    crowd(&p);
     p.write(
         ".config/trellis/config.toml",
         "[providers.anthropic]\ncontext_window = 8000\n",
@@ -1587,6 +1592,20 @@ fn local_call(thought: &str, name: &str, arguments: &Value) -> Value {
     json!({ "type": "reply", "text": text, "times": 1 })
 }
 
+/// Files enough that the project is not shown whole after the task (it holds more than 4): only
+/// the files the prompt names are.
+fn crowd(p: &Project) {
+    for n in 1..=4 {
+        p.write(&format!("notes/{n}.md"), "A note.\n");
+    }
+}
+
+/// The local model's first answer in a new session: text that writes files whole, each after its
+/// path on a line of its own.
+fn local_draft(text: &str) -> Value {
+    json!({ "type": "reply", "text": text, "times": 1 })
+}
+
 /// The text of the last message of an OpenAI-style request (the local model's results come back as
 /// text, since it wrote its calls as text).
 fn last_text(body: &Value) -> String {
@@ -1623,23 +1642,39 @@ fn edits_are_held_to_lines_of_calc_py(bodies: &[Value]) {
 }
 
 /// The system prompt and the tools are what every session shares (llama-server's prompt cache keeps
-/// them from run to run); what is this stage's alone — the directory's files, how to call a tool,
-/// with an example — opens the first user message, before the task.
-fn opens_with_what_sessions_share_then_the_stages_own(body: &Value) {
+/// them from run to run); what is this stage's alone — the directory's files, how to write them in
+/// the first answer, with an example — opens the first user message, before the task and the
+/// project's files. That answer is asked for as text (the tools shown all the same), and the next
+/// request says how to call a tool from then on.
+fn first_answer_is_text_that_writes_files(bodies: &[Value]) {
+    let body = &bodies[0];
     let system = body["messages"][0]["content"].as_str().unwrap();
     assert!(system.starts_with("You are a coding agent"), "{system}");
     assert!(!system.contains("calc.py"), "{system}");
     let opening = body["messages"][1]["content"].as_str().unwrap();
     assert!(
-        opening.starts_with("The working directory holds:\ncalc.py\n"),
+        opening.starts_with(
+            "The working directory holds:\ncalc.py\nw.fabro\n\nFirst answer without calling a tool."
+        ),
         "{opening}"
     );
-    let hint = opening
-        .find("call finish with a one-sentence summary")
-        .expect(opening);
+    let example = opening.find("\ncalc.py\n```\n").expect(opening);
+    let task = opening.find("Fix add in calc.py").unwrap();
+    assert!(example < task, "{opening}");
     assert!(
-        hint < opening.find("Fix add in calc.py").unwrap(),
+        opening[task..].contains("\n\nThe project's files, as they are now:\n\ncalc.py\n```\ndef add(a, b):\n    return a - b\n```"),
         "{opening}"
+    );
+    assert_eq!(body["tool_choice"], "none");
+    assert!(body.get("response_format").is_none(), "{body}");
+    assert_eq!(body["tools"], bodies[1]["tools"]);
+    let sent = |body: &Value| body["messages"].as_array().unwrap().clone();
+    assert_eq!(sent(body)[..], sent(&bodies[1])[..sent(body).len()]);
+    let then = last_text(&bodies[1]);
+    assert!(
+        then.starts_with("From now on, answer every time with one JSON object")
+            && then.ends_with("call finish with a one-sentence summary."),
+        "{then}"
     );
 }
 
@@ -1656,6 +1691,7 @@ fn the_local_model_is_held_to_one_call_a_turn_and_finishes_once_its_change_is_ch
     let finish =
         |summary: &str| local_call("It is done.", "finish", &json!({ "summary": summary }));
     mock.scenario(&json!([
+        local_draft("First I look at calc.py with the tools."),
         finish("Fixed already."),
         local_call(
             "First I read it.",
@@ -1684,9 +1720,11 @@ fn the_local_model_is_held_to_one_call_a_turn_and_finishes_once_its_change_is_ch
     );
 
     let bodies = mock.bodies();
-    assert_eq!(bodies.len(), 6, "{bodies:#?}");
-    // Every answer is held by a grammar to one call of the agent's tools or `finish`: a thought
-    // first, then the tool's name and arguments under its own schema.
+    assert_eq!(bodies.len(), 7, "{bodies:#?}");
+    first_answer_is_text_that_writes_files(&bodies);
+    // Every later answer is held by a grammar to one call of the agent's tools or `finish`: a
+    // thought first, then the tool's name and arguments under its own schema.
+    let bodies = &bodies[1..];
     let tools: Vec<&str> = bodies[0]["tools"]
         .as_array()
         .unwrap()
@@ -1708,8 +1746,7 @@ fn the_local_model_is_held_to_one_call_a_turn_and_finishes_once_its_change_is_ch
         calls[1]["properties"]["arguments"]["required"],
         json!(["path", "content"])
     );
-    edits_are_held_to_lines_of_calc_py(&bodies);
-    opens_with_what_sessions_share_then_the_stages_own(&bodies[0]);
+    edits_are_held_to_lines_of_calc_py(bodies);
     // `finish` before anything was done, and after a write nothing checked, is refused once each;
     // the check that passes says to call finish.
     assert!(last_text(&bodies[1]).contains("Not finished: nothing has been done yet"));
@@ -1755,11 +1792,7 @@ fn the_local_model_told_to_keep_the_tests_cannot_change_their_assertions() {
     );
     let weakened = test.replace("5)", "-1)");
     mock.scenario(&json!([
-        local_call(
-            "The test expects the wrong value.",
-            "write_file",
-            &json!({ "path": "test_calc.py", "content": weakened })
-        ),
+        local_draft(&format!("The test expects the wrong value.\n\ntest_calc.py\n```\n{weakened}```\n")),
         local_call(
             "Another way.",
             "shell",
@@ -1826,11 +1859,7 @@ fn the_local_model_cannot_rewrite_away_a_function_other_files_use() {
         ),
     );
     mock.scenario(&json!([
-        local_call(
-            "Rewrite util.py.",
-            "write_file",
-            &json!({ "path": "util.py", "content": "def compute_total(prices):\n    return sum(prices)\n" })
-        ),
+        local_draft("Rewrite util.py.\n\nutil.py\n```\ndef compute_total(prices):\n    return sum(prices)\n```\n"),
         local_call(
             "Keep average.",
             "write_file",

@@ -24,7 +24,7 @@ use trellis_agent::subagents::{self, Ending, Spawned, SubAgents};
 use trellis_agent::{AgentEvent, ExternalTools, Observer, Session, Stop, Tool, Toolbox, WorkDir};
 use trellis_engine::event::{EventKind, ToolCallEnd};
 use trellis_engine::{Attempt, Emitter, FailureClass, Handler, Outcome, Stage};
-use trellis_llm::{Client, Request};
+use trellis_llm::{Client, Request, ToolChoice};
 use trellis_process::group::STAGE_DIR_VAR;
 use trellis_process::sandbox::Sandbox;
 use trellis_process::secrets;
@@ -108,6 +108,114 @@ fn first_look(overview: &str, task: &str) -> serde_json::Value {
             "thought": "First I look at what the directory holds.",
             "name": "list_dir",
             "arguments": { "path": "." },
+        }),
+    }
+}
+
+/// How the local model's first answer in a new session writes files ([`trellis_agent::Settings::draft`]),
+/// shown with the path it most likely writes ([`example_path`]): as aider asks (docs/agent-tasks.md),
+/// the change said in a few words first — without it the model planned less.
+fn local_draft_hint(overview: &str, task: &str) -> String {
+    format!(
+        "First answer without calling a tool. Say in a few words what has to change, then write \
+         every file you create or change whole: its path alone on a line, then its complete new \
+         content in a fenced code block, like this:\n\n{path}\n```\nthe file's whole new \
+         content\n```\n\nThe files are then written for you, and you go on with the tools: run \
+         the check that shows the task is done, fix what it shows, and call {finish}.",
+        path = example_path(overview, task),
+        finish = trellis_agent::FINISH,
+    )
+}
+
+/// What the local model is told after its first answer ([`local_draft_hint`]) wrote its files:
+/// how to call a tool from then on, shown with a check to run ([`first_check`]).
+fn local_calls_after_draft(overview: &str, task: &str) -> String {
+    let example = serde_json::to_string_pretty(&first_check(overview, task)).unwrap_or_default();
+    format!(
+        "From now on, answer every time with one JSON object and nothing else: a short thought \
+         (what you do next, and why), then the name and arguments of one tool to call. For \
+         example:\n{example}\nThe tool's result comes back in the next message. Run the check \
+         that shows the task is done and fix what it shows: to change a file, write_file its \
+         whole new content or edit_file one exact part of it. When the task is done and checked, \
+         call {finish} with a one-sentence summary.",
+        finish = trellis_agent::FINISH,
+    )
+}
+
+/// The words of `task` that name files: a path with an extension of letters (`fizzbuzz.py`,
+/// `src/lib.rs`), in the order named.
+fn task_paths(task: &str) -> Vec<&str> {
+    task.split_whitespace()
+        .map(trellis_agent::bare_path)
+        .filter(|word| {
+            word.rsplit_once('.').is_some_and(|(stem, extension)| {
+                !stem.is_empty()
+                    && !extension.is_empty()
+                    && extension.chars().all(|c| c.is_ascii_alphabetic())
+            }) && !word.starts_with('-')
+                && !word.contains("://")
+        })
+        .collect()
+}
+
+/// The file the first answer is shown writing ([`local_draft_hint`]): of the files the task
+/// names, leaving tests out (a task rarely asks for them to change, and the model copies the
+/// example's path), the first that does not exist yet (what the task asks to be made), else the
+/// first; else the overview's first such file; else `main.py`.
+fn example_path(overview: &str, task: &str) -> String {
+    let listed: Vec<&str> = overview.lines().collect();
+    let named: Vec<&str> = task_paths(task)
+        .into_iter()
+        .filter(|path| !path.contains("test"))
+        .collect();
+    named
+        .iter()
+        .find(|path| !listed.contains(path))
+        .or(named.first())
+        .copied()
+        .or_else(|| {
+            listed.into_iter().find(|line| {
+                !line.ends_with('/') && !line.starts_with("[…") && !line.contains("test")
+            })
+        })
+        .unwrap_or("main.py")
+        .to_owned()
+}
+
+/// The call shown after the first answer ([`local_calls_after_draft`]): the command the task
+/// names in backticks; else, when it names a Python test file, running the tests (`unittest`
+/// finds `test*.py`); else running the example file when it is a Python or shell script; else
+/// reading it back. The model runs the command it is shown as it is.
+fn first_check(overview: &str, task: &str) -> serde_json::Value {
+    let named = task
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .find(|quoted| quoted.trim().contains(' '))
+        .map(str::trim);
+    let path = example_path(overview, task);
+    let tests = task_paths(task)
+        .into_iter()
+        .any(|path| path.contains("test") && path.rsplit_once('.').is_some_and(|(_, e)| e == "py"))
+        .then(|| "python3 -m unittest".to_owned());
+    let command = named.map(str::to_owned).or(tests).or_else(|| {
+        let program = match path.rsplit_once('.')?.1 {
+            "py" => "python3",
+            "sh" => "bash",
+            _ => return None,
+        };
+        Some(format!("{program} {path}"))
+    });
+    match command {
+        Some(command) => serde_json::json!({
+            "thought": "Now I run it, to check the change.",
+            "name": "shell",
+            "arguments": { "command": command },
+        }),
+        None => serde_json::json!({
+            "thought": "Now I read the file back, to check the change.",
+            "name": "read_file",
+            "arguments": { "path": path },
         }),
     }
 }
@@ -1045,6 +1153,9 @@ struct SessionBase {
     /// What the system prompt says of this stage alone: the working directory's files, and for
     /// the local model how to call a tool.
     session: String,
+    /// For the local model, a new session's instead, and what it is told after its first answer
+    /// ([`local_draft_hint`]).
+    draft: Option<(String, String)>,
     settings: trellis_agent::Settings,
 }
 
@@ -1098,6 +1209,12 @@ impl SessionBase {
         } else {
             format!("The working directory holds:\n{overview}")
         };
+        let draft = local.then(|| {
+            (
+                format!("{session}\n\n{}", local_draft_hint(&overview, task)),
+                local_calls_after_draft(&overview, task),
+            )
+        });
         if local {
             session = format!("{session}\n\n{}", local_calls_hint(&overview, task));
         }
@@ -1105,17 +1222,23 @@ impl SessionBase {
             template: Request {
                 max_tokens: llm.max_tokens.or(Some(DEFAULT_TURN_TOKENS)),
                 reasoning_effort: Some(effort(llm.effort())),
-                require_tool: local,
+                tool_choice: if local {
+                    ToolChoice::Required
+                } else {
+                    ToolChoice::Auto
+                },
                 ..Request::default()
             },
             context_window: client.context_window(&call.resolved).map(u64::from),
             greedy: local,
             coach: local,
+            draft: None,
         };
         Self {
             toolbox,
             system,
             session,
+            draft,
             settings,
         }
     }
@@ -1130,13 +1253,14 @@ impl SessionBase {
     ) -> Session {
         let mut toolbox = self.toolbox.clone();
         toolbox.external = trellis_agent::combined(external);
-        let mut session = Session::new(
-            toolbox,
-            Some(self.system.clone()),
-            history,
-            self.settings.clone(),
-        );
-        session.set_system_session(Some(self.session.clone()));
+        let mut settings = self.settings.clone();
+        let mut system_session = self.session.clone();
+        if let Some((first, then)) = self.draft.as_ref().filter(|_| history.is_empty()) {
+            system_session.clone_from(first);
+            settings.draft = Some(then.clone());
+        }
+        let mut session = Session::new(toolbox, Some(self.system.clone()), history, settings);
+        session.set_system_session(Some(system_session));
         session.limit_turns(max_turns);
         session
     }
@@ -1394,7 +1518,7 @@ async fn read_routing(
 
 #[cfg(test)]
 mod tests {
-    use super::first_look;
+    use super::{example_path, first_check, first_look, local_draft_hint};
 
     #[test]
     #[allow(
@@ -1422,6 +1546,51 @@ mod tests {
                 r#"{"preferred_label": "yes"}"#.to_owned()
             )]
         );
+    }
+
+    #[test]
+    fn a_first_answer_is_shown_writing_the_file_the_task_asks_for_and_then_checking_it() {
+        let overview = "README.md\ncalc.py\ntest_calc.py\nnotes/\nnotes/a.txt";
+        let shown = |task: &str| {
+            let call = first_check(overview, task);
+            let argument = &call["arguments"]
+                .as_object()
+                .unwrap()
+                .values()
+                .next()
+                .unwrap();
+            (
+                example_path(overview, task),
+                format!("{} {argument}", call["name"]),
+            )
+        };
+        // A file still to be made, before one there is; tests left out.
+        assert_eq!(
+            shown("Summarise README.md into SUMMARY.md."),
+            ("SUMMARY.md".into(), r#""read_file" "SUMMARY.md""#.into())
+        );
+        // The command the task names is the check.
+        assert_eq!(
+            shown(
+                "The test in test_calc.py fails. Fix calc.py so that `python3 -m unittest test_calc` passes."
+            ),
+            (
+                "calc.py".into(),
+                r#""shell" "python3 -m unittest test_calc""#.into()
+            )
+        );
+        assert_eq!(
+            shown("Write backup.sh, version 1.2, and run it."),
+            ("backup.sh".into(), r#""shell" "bash backup.sh""#.into())
+        );
+        assert_eq!(
+            shown("Add reverse_words to words.py, with a test in test_words.py."),
+            ("words.py".into(), r#""shell" "python3 -m unittest""#.into())
+        );
+        // Naming none: the overview's first file, else main.py.
+        assert_eq!(shown("Make it faster.").0, "README.md");
+        assert_eq!(example_path("", "Make it --faster."), "main.py");
+        assert!(local_draft_hint(overview, "Fix calc.py.").contains("\ncalc.py\n```\n"));
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub use error::{ErrorKind, LlmError};
 pub use http::{Secret, Transport, client as http_client};
 pub use message::{
     Message, Part, ReasoningEffort, Request, Response, ResponseSchema, Role, StopReason,
-    StreamEvent, ToolCall, ToolDef, ToolResult, Usage,
+    StreamEvent, ToolCall, ToolChoice, ToolDef, ToolResult, Usage,
 };
 pub use provider::{OnEvent, Provider};
 pub use retry::{MAX_RETRY_AFTER, RetryPolicy};

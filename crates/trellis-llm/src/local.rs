@@ -513,7 +513,7 @@ impl Provider for LocalProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{Message, ToolDef};
+    use crate::message::{Message, ToolChoice, ToolDef};
 
     #[test]
     fn an_opening_is_the_system_prompt_and_the_tools_alone() {
@@ -529,7 +529,7 @@ mod tests {
             messages: vec![Message::user("Fix a.py; the key is s3cr3t.")],
             tools: vec![tool.clone()],
             max_tokens: Some(4096),
-            require_tool: true,
+            tool_choice: ToolChoice::Required,
             cache_prompt: true,
             ..Request::default()
         };

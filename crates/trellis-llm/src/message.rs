@@ -130,12 +130,10 @@ pub struct Request {
     /// by themselves.
     #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub cache_prompt: bool,
-    /// The answer must call one of the tools (OpenAI's `tool_choice: "required"`, Anthropic's
-    /// `any`, Gemini's `ANY`). On llama-server the answer is held by a grammar to one call written
-    /// as JSON — a short `thought`, then the tool's `name` and `arguments` matching its schema — so
-    /// a small model cannot write a malformed call or answer with prose.
-    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
-    pub require_tool: bool,
+    /// Whether the answer may call a tool ([`ToolChoice`]); the tools are offered, and so shown
+    /// to the model, either way.
+    #[serde(skip_serializing_if = "ToolChoice::is_auto", default)]
+    pub tool_choice: ToolChoice,
     /// For this turn, by tool name, a schema narrower than the tool's own that a required call's
     /// arguments must match where a grammar holds the call (llama-server): the arguments the
     /// session knows can work (an edit's `old_string` one of the lines of a file it has seen).
@@ -153,6 +151,29 @@ impl Request {
             (Some(text), None) | (None, Some(text)) => Some(text.into()),
             (None, None) => None,
         }
+    }
+}
+
+/// Whether an answer may, must or must not call one of the request's tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides.
+    #[default]
+    Auto,
+    /// The answer calls one of the tools (OpenAI's `tool_choice: "required"`, Anthropic's `any`,
+    /// Gemini's `ANY`). On llama-server the answer is held by a grammar to one call written as
+    /// JSON — a short `thought`, then the tool's `name` and `arguments` matching its schema — so a
+    /// small model cannot write a malformed call or answer with prose.
+    Required,
+    /// The answer is text, and a call written in it is not taken for one (OpenAI's and Anthropic's
+    /// `none`, Gemini's `NONE`): the tools stay in the prompt, so a prompt cache still serves it.
+    None,
+}
+
+impl ToolChoice {
+    pub fn is_auto(&self) -> bool {
+        *self == ToolChoice::Auto
     }
 }
 

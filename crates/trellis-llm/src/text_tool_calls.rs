@@ -4,7 +4,9 @@
 //! one shaped like a call (a `name` and an `arguments` object) naming a tool that is not offered — the
 //! session answers that with the list of tools it has, rather than taking the block for an answer.
 //! A file's path alone on a line, then a fenced block, is that file's whole new content: a
-//! `write_file` call (the "whole file" format small coding models know), when that tool is offered.
+//! `write_file` call (the "whole file" format small coding models know), when that tool is offered;
+//! so is a block whose first line is a comment holding the path alone (`# fizzbuzz.py`), without
+//! that line.
 //! An answer that is a call object alone, unfenced, is a call too (what llama-server's grammar
 //! holds an answer to when a call is required).
 
@@ -28,7 +30,7 @@ pub fn parse(text: &str, offered: &[&str]) -> Vec<ToolCall> {
     }
     for (path, content) in whole_files(text, offered) {
         calls.push(ToolCall {
-            id: format!("{TEXT_CALL_PREFIX}{}", calls.len()),
+            id: text_call_id(calls.len()),
             name: WRITE_FILE.to_owned(),
             arguments: serde_json::json!({ "path": path, "content": content }),
         });
@@ -47,7 +49,8 @@ fn bare(text: &str) -> Option<&str> {
 const WRITE_FILE: &str = "write_file";
 
 /// The files written whole in `text`: a line that is only a path (in backticks or bold, with a colon
-/// after it, or bare), then a fenced block that is not a call. None unless `write_file` is offered.
+/// after it, or bare), then a fenced block that is not a call; or a block whose first line is a
+/// comment (`#` or `//`) that is only a path, without that line. None unless `write_file` is offered.
 fn whole_files<'a>(text: &'a str, offered: &[&str]) -> Vec<(&'a str, &'a str)> {
     if !offered.contains(&WRITE_FILE) {
         return Vec::new();
@@ -55,13 +58,62 @@ fn whole_files<'a>(text: &'a str, offered: &[&str]) -> Vec<(&'a str, &'a str)> {
     blocks(text)
         .into_iter()
         .filter_map(|block| {
-            let path = as_path(block.before?)?;
-            let is_call = values(block.body)
+            let (path, body) = match block.before.and_then(as_path) {
+                Some(path) => (path, block.body),
+                None => commented_path(block.body)?,
+            };
+            let is_call = values(body)
                 .iter()
                 .any(|v| to_call(v, offered, 0).is_some());
-            (!is_call).then_some((path, block.body))
+            (!is_call).then_some((path, body))
         })
         .collect()
+}
+
+/// The files an answer that was asked to write files whole writes, each with its first block (a
+/// small model restates a file, or copies the example it was shown after it): as [`parse`] finds
+/// them, and also a block below a line ending with a colon that names one path in backticks
+/// (`` Here is the updated `words.py` file: ``).
+pub fn drafted_files(text: &str) -> Vec<(&str, &str)> {
+    let mut files: Vec<(&str, &str)> = Vec::new();
+    for block in blocks(text) {
+        let named = block
+            .before
+            .and_then(|line| as_path(line).or_else(|| introduced(line)));
+        let Some((path, body)) = named
+            .map(|path| (path, block.body))
+            .or_else(|| commented_path(block.body))
+        else {
+            continue;
+        };
+        let is_call = values(body).iter().any(|v| to_call(v, &[], 0).is_some());
+        if !is_call && !files.iter().any(|(p, _)| *p == path) {
+            files.push((path, body));
+        }
+    }
+    files
+}
+
+/// The path a line ending with a colon introduces: the one path it names in backticks.
+fn introduced(line: &str) -> Option<&str> {
+    let line = line.trim().trim_end_matches('*');
+    if !line.ends_with(':') {
+        return None;
+    }
+    let mut paths = line.split('`').skip(1).step_by(2).filter_map(as_path);
+    let path = paths.next()?;
+    paths.next().is_none().then_some(path)
+}
+
+/// A block's body whose first line is a comment that is a path and nothing else: the path, and
+/// the body after that line.
+fn commented_path(body: &str) -> Option<(&str, &str)> {
+    let (first, rest) = body.split_once('\n')?;
+    let comment = first
+        .trim()
+        .strip_prefix("//")
+        .or_else(|| first.trim().strip_prefix('#'))?;
+    Some((as_path(comment)?, rest))
 }
 
 /// A line that is a file's path and nothing else, without its decoration.
@@ -91,6 +143,11 @@ fn values(body: &str) -> Vec<Value> {
 
 /// The id prefix of calls found in text.
 const TEXT_CALL_PREFIX: &str = "text_call_";
+
+/// The id of the `index`th call found in an answer's text.
+pub fn text_call_id(index: usize) -> String {
+    format!("{TEXT_CALL_PREFIX}{index}")
+}
 
 /// Whether a call (by its id) was written as text rather than through the API.
 pub fn is_text_call(id: &str) -> bool {
@@ -134,7 +191,7 @@ fn to_call(value: &Value, offered: &[&str], index: usize) -> Option<ToolCall> {
         None => Value::Object(serde_json::Map::new()),
     };
     Some(ToolCall {
-        id: format!("{TEXT_CALL_PREFIX}{index}"),
+        id: text_call_id(index),
         name: name.to_owned(),
         arguments,
     })
@@ -167,7 +224,8 @@ fn fenced(text: &str) -> Vec<&str> {
 
 /// A closed fenced block.
 struct Block<'a> {
-    /// The line before its opening fence, when the fence starts a line and one comes before.
+    /// The line before its opening fence (one blank line between skipped), when the fence starts
+    /// a line and one comes before.
     before: Option<&'a str>,
     lang: &'a str,
     body: &'a str,
@@ -312,5 +370,54 @@ mod tests {
         let calls = parse(call, &offered);
         assert_eq!((calls.len(), calls[0].name.as_str()), (1, "read_file"));
         assert!(parse("a.py\n```\nx = 1\n```", &["read_file"]).is_empty());
+    }
+
+    #[test]
+    fn a_draft_writes_each_file_with_its_first_block_and_calls_none() {
+        let text = "Here is `calc.py`, fixed:\n```python\ndef add(a, b):\n    return a + \
+                    b\n```\nHere is the updated `words.py` file (run `python3 -m unittest`):\n```\n\
+                    w = 1\n```\n\nnotes.md\n\n```\nhello\n```\nnotes.md\n```\nthe file's whole new \
+                    content\n```\n```json\n{\"name\": \"write_file\", \"arguments\": {\"path\": \
+                    \"x.txt\", \"content\": \"1\"}}\n```\nRun `a.py` and `b.py`:\n```sh\npython3 \
+                    a.py\n```\n";
+        assert_eq!(
+            drafted_files(text),
+            [
+                ("calc.py", "def add(a, b):\n    return a + b\n"),
+                ("words.py", "w = 1\n"),
+                ("notes.md", "hello\n"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_block_opening_with_a_comment_that_is_a_path_writes_that_file_without_it() {
+        let offered = ["write_file"];
+        for (text, path, content) in [
+            (
+                "Here it is:\n```python\n# fizzbuzz.py\nprint(1)\n```",
+                "fizzbuzz.py",
+                "print(1)\n",
+            ),
+            ("```js\n// src/a.js\nf();\n```", "src/a.js", "f();\n"),
+            // A path line before the block wins over the comment, which stays.
+            ("b.py\n```\n# a.py\nx\n```", "b.py", "# a.py\nx\n"),
+        ] {
+            let calls = parse(text, &offered);
+            assert_eq!(calls.len(), 1, "{text}");
+            assert_eq!(
+                calls[0].arguments,
+                serde_json::json!({ "path": path, "content": content }),
+                "{text}"
+            );
+        }
+        // A comment that is not a path alone.
+        for text in [
+            "```bash\n# Output of the check\npath/to/greet.py\n```",
+            "```python\n# see a.py\nx\n```",
+            "```python\n#!/usr/bin/env python3\nx\n```",
+        ] {
+            assert!(parse(text, &offered).is_empty(), "{text}");
+        }
     }
 }

@@ -9,7 +9,9 @@ use serde_json::{Value, json};
 
 use crate::error::{ErrorKind, LlmError};
 use crate::http::Transport;
-use crate::message::{Part, Request, Response, Role, StopReason, StreamEvent, ToolCall, Usage};
+use crate::message::{
+    Part, Request, Response, Role, StopReason, StreamEvent, ToolCall, ToolChoice, Usage,
+};
 use crate::provider::{OnEvent, Provider};
 
 /// Anthropic requires `max_tokens`; this is used when a node sets none.
@@ -91,8 +93,12 @@ impl Anthropic {
                 "input_schema": format.schema,
             }));
             body["tool_choice"] = json!({ "type": "tool", "name": format.name });
-        } else if request.require_tool && !tools.is_empty() {
-            body["tool_choice"] = json!({ "type": "any" });
+        } else if !tools.is_empty() {
+            match request.tool_choice {
+                ToolChoice::Auto => {}
+                ToolChoice::Required => body["tool_choice"] = json!({ "type": "any" }),
+                ToolChoice::None => body["tool_choice"] = json!({ "type": "none" }),
+            }
         }
         if !tools.is_empty() {
             body["tools"] = Value::Array(tools);

@@ -7,7 +7,9 @@ use serde_json::{Value, json};
 
 use crate::error::{ErrorKind, LlmError};
 use crate::http::Transport;
-use crate::message::{Part, Request, Response, Role, StopReason, StreamEvent, ToolCall, Usage};
+use crate::message::{
+    Part, Request, Response, Role, StopReason, StreamEvent, ToolCall, ToolChoice, Usage,
+};
 use crate::provider::{OnEvent, Provider};
 use crate::providers::openai_chat::ChunkError;
 
@@ -59,8 +61,13 @@ impl Gemini {
                 .map(|t| json!({ "name": t.name, "description": t.description, "parameters": t.parameters }))
                 .collect();
             body["tools"] = json!([{ "functionDeclarations": declarations }]);
-            if request.require_tool {
-                body["toolConfig"] = json!({ "functionCallingConfig": { "mode": "ANY" } });
+            let mode = match request.tool_choice {
+                ToolChoice::Auto => None,
+                ToolChoice::Required => Some("ANY"),
+                ToolChoice::None => Some("NONE"),
+            };
+            if let Some(mode) = mode {
+                body["toolConfig"] = json!({ "functionCallingConfig": { "mode": mode } });
             }
         }
         let mut config = serde_json::Map::new();

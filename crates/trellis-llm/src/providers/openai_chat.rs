@@ -12,7 +12,9 @@ use serde_json::{Value, json};
 
 use crate::error::{ErrorKind, LlmError};
 use crate::http::Transport;
-use crate::message::{Part, Request, Response, Role, StopReason, StreamEvent, ToolCall, Usage};
+use crate::message::{
+    Part, Request, Response, Role, StopReason, StreamEvent, ToolCall, ToolChoice, Usage,
+};
 use crate::provider::{OnEvent, Provider};
 use crate::text_tool_calls;
 
@@ -66,8 +68,13 @@ impl OpenAiChat {
             .iter()
             .map(|t| json!({ "type": "function", "function": { "name": t.name, "description": t.description, "parameters": t.parameters } }))
             .collect();
-        if !request.require_tool {
-            return;
+        match request.tool_choice {
+            ToolChoice::Auto => return,
+            ToolChoice::None => {
+                body["tool_choice"] = json!("none");
+                return;
+            }
+            ToolChoice::Required => {}
         }
         if self.llama_server && request.response_schema.is_none() {
             // Its own tool-call grammar depends on the chat template and does not hold every model
@@ -332,7 +339,8 @@ impl Provider for OpenAiChat {
         let mut finish: Option<String> = None;
         let mut model = request.model.clone();
         let offered: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
-        let watch_text_calls = self.text_tool_calls && !offered.is_empty();
+        let watch_text_calls =
+            self.text_tool_calls && !offered.is_empty() && request.tool_choice != ToolChoice::None;
         let mut checked = 0;
         while let Some(event) = stream.next().await {
             let event = event?;
@@ -653,7 +661,7 @@ mod tests {
                 description: "Read a file.".into(),
                 parameters: json!({ "type": "object", "properties": { "path": { "type": "string" } } }),
             }],
-            require_tool: true,
+            tool_choice: ToolChoice::Required,
             ..Request::default()
         };
         let transport = || Transport::new("x", "http://127.0.0.1:9/v1", None);

@@ -8,7 +8,9 @@ use serde_json::{Value, json};
 use crate::error::{ErrorKind, LlmError};
 use crate::http::SseStream;
 use crate::http::Transport;
-use crate::message::{Part, Request, Response, Role, StopReason, StreamEvent, ToolCall};
+use crate::message::{
+    Part, Request, Response, Role, StopReason, StreamEvent, ToolCall, ToolChoice,
+};
 use crate::provider::{OnEvent, Provider};
 use crate::providers::openai_chat::{CachedTokens, ReasoningTokens, openai_usage};
 
@@ -63,8 +65,10 @@ impl OpenAiResponses {
                 .iter()
                 .map(|t| json!({ "type": "function", "name": t.name, "description": t.description, "parameters": t.parameters }))
                 .collect();
-            if request.require_tool {
-                body["tool_choice"] = json!("required");
+            match request.tool_choice {
+                ToolChoice::Auto => {}
+                ToolChoice::Required => body["tool_choice"] = json!("required"),
+                ToolChoice::None => body["tool_choice"] = json!("none"),
             }
         }
         if let Some(max) = request.max_tokens {
