@@ -502,38 +502,59 @@ fn quoted(names: &[String]) -> String {
     quoted.join(" and ")
 }
 
-/// For a Python traceback in `output` that ends in `NameError: name 'X' is not defined` raised in
-/// a file of the working directory that does not define `X`, while another of its Python files
-/// does: the import to add. A small model that wrote a test without importing what it tests
-/// read the `NameError` as the function missing, and wrote the function again.
+/// For Python tracebacks in `output` ending in `NameError: name 'X' is not defined`, raised in a
+/// file of the working directory that does not define `X` while another of its Python files does:
+/// the import to add, every such name of the last raising file in one line. A small model that
+/// wrote a test without importing what it tests read the `NameError` as the function missing, and
+/// wrote the function again.
 pub fn missing_import(work_dir: &WorkDir, output: &str) -> Option<String> {
-    let (before, after) = output.rsplit_once("NameError: name '")?;
-    let (name, _) = after.split_once("' is not defined")?;
-    if name.is_empty() || !name.chars().all(|c| c == '_' || c.is_alphanumeric()) {
-        return None;
+    // Each error's name and the file whose frame comes last before it.
+    let mut errors: Vec<(&str, &str)> = Vec::new();
+    let mut frame = None;
+    for line in output.lines() {
+        let line = line.trim();
+        if let Some(file) = line.strip_prefix("File \"").and_then(|l| l.split_once('"')) {
+            frame = Some(file.0);
+        } else if let Some(rest) = line.strip_prefix("NameError: name '")
+            && let Some((name, _)) = rest.split_once("' is not defined")
+            && !name.is_empty()
+            && name.chars().all(|c| c == '_' || c.is_alphanumeric())
+            && let Some(file) = frame
+        {
+            errors.push((name, file));
+        }
     }
-    let raised = before
-        .lines()
-        .rev()
-        .find_map(|line| line.trim().strip_prefix("File \"")?.split_once('"'))?
-        .0;
+    let (_, raised) = *errors.last()?;
+    let mut names: Vec<&str> = errors
+        .iter()
+        .filter(|(_, file)| *file == raised)
+        .map(|(name, _)| *name)
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|name| seen.insert(*name));
     let raised = work_dir.resolve(raised).ok()?;
     let mut defining = None;
     for (path, shown, text) in small_text_files(work_dir) {
-        if path.extension().is_none_or(|e| e != "py") || !defined_names(&text).contains(name) {
+        if path.extension().is_none_or(|e| e != "py") {
             continue;
         }
+        let defined = defined_names(&text);
         if path == raised {
-            return None;
+            names.retain(|name| !defined.contains(name));
+        } else if defining.is_none() && names.iter().all(|name| defined.contains(name)) {
+            defining = Some(shown);
         }
-        defining = defining.or(Some(shown));
     }
-    let defining = defining?;
+    let defining = defining.filter(|_| !names.is_empty())?;
     let module = defining.strip_suffix(".py")?.replace('/', ".");
     let file = work_dir.relative(&raised);
+    let them = if names.len() == 1 { "it" } else { "them" };
+    let shown: Vec<String> = names.iter().map(|&n| n.to_owned()).collect();
     Some(format!(
-        "`{file}` uses `{name}` without importing it, and `{defining}` defines it: add `from \
-         {module} import {name}` at the top of `{file}`."
+        "`{file}` uses {} without importing {them}, and `{defining}` defines {them}: add `from \
+         {module} import {}` at the top of `{file}`.",
+        quoted(&shown),
+        names.join(", ")
     ))
 }
 
@@ -878,8 +899,9 @@ pub fn named_files(
 }
 
 /// Every file of the working directory, with its text, when it holds at most `count` files (its
-/// ignored files left out) and each is a UTF-8 text file of at most `each` bytes, `total` in all;
-/// else none.
+/// ignored files and `.fabro` workflows left out: a workflow's prompts are not the project's
+/// work, and the model would read its task again there) and each is a UTF-8 text file of at most
+/// `each` bytes, `total` in all; else none.
 pub fn project_files(
     work_dir: &WorkDir,
     (count, each, total): (usize, u64, usize),
@@ -892,7 +914,9 @@ pub fn project_files(
         let Ok(entry) = entry else {
             return Vec::new();
         };
-        if entry.file_type().is_some_and(|t| t.is_file()) {
+        if entry.file_type().is_some_and(|t| t.is_file())
+            && entry.path().extension().is_none_or(|e| e != "fabro")
+        {
             if paths.len() == count {
                 return Vec::new();
             }
@@ -1589,13 +1613,13 @@ mod tests {
             "def is_prime(n):\n    raise NotImplementedError\n\n\ndef primes_below(limit):\n    return []\n",
         )
         .unwrap();
-        let whole = Kept {
-            definitions: true,
-            ..kept.clone()
-        };
         let args = WriteArgs {
             path: "primes.py".into(),
             content: "def is_prime(n):\n    return n > 1\n".into(),
+        };
+        let whole = Kept {
+            definitions: true,
+            ..kept.clone()
         };
         assert_eq!(
             write_file(&work_dir, &args, &whole).unwrap_err(),
@@ -1908,9 +1932,24 @@ mod tests {
                  `test_words.py`."
             )
         );
+        // Every name the same file lacks, in one import.
+        std::fs::write(
+            d.path().join("text/words.py"),
+            "def count_words(t):\n    return 0\n\n\ndef reverse_words(t):\n    return t\n",
+        )
+        .unwrap();
+        let both = traceback(&test, "count_words") + &traceback(&test, "reverse_words");
+        assert_eq!(
+            missing_import(&work, &both).as_deref(),
+            Some(
+                "`test_words.py` uses `count_words` and `reverse_words` without importing them, \
+                 and `text/words.py` defines them: add `from text.words import count_words, \
+                 reverse_words` at the top of `test_words.py`."
+            )
+        );
         // A name no file defines, one the raising file defines itself, or a file outside.
         assert_eq!(
-            missing_import(&work, &traceback(&test, "reverse_words")),
+            missing_import(&work, &traceback(&test, "split_words")),
             None
         );
         let words = d.path().join("text/words.py").display().to_string();
@@ -1940,6 +1979,7 @@ mod tests {
         // Ignored and hidden files are not the project's.
         assert_eq!(paths((4, 8192, 16384)), ["src/lib.rs"]);
         std::fs::write(d.path().join("a.py"), "x = 1\n").unwrap();
+        std::fs::write(d.path().join("w.fabro"), "digraph W {}\n").unwrap();
         assert_eq!(paths((4, 8192, 16384)), ["a.py", "src/lib.rs"]);
         // More files than the count, one too large, or too many bytes in all: none.
         assert!(paths((1, 8192, 16384)).is_empty());

@@ -1516,6 +1516,22 @@ mod tests {
         Session::new(toolbox, None, Vec::new(), settings)
     }
 
+    /// A coached session that must call a tool every turn, whose first answer writes files whole
+    /// and is followed by `then`.
+    fn drafting(dir: &std::path::Path, then: &str) -> Session {
+        let toolbox = Toolbox::new(WorkDir::new(dir).unwrap(), None, &[]);
+        let settings = Settings {
+            template: Request {
+                tool_choice: ToolChoice::Required,
+                ..Request::default()
+            },
+            coach: true,
+            draft: Some(then.into()),
+            ..Settings::default()
+        };
+        Session::new(toolbox, None, Vec::new(), settings)
+    }
+
     /// A coached session that must call a tool every turn, ending with `finish`.
     fn coached_to_finish(dir: &std::path::Path) -> Session {
         let toolbox = Toolbox::new(WorkDir::new(dir).unwrap(), None, &[]);
@@ -1929,22 +1945,12 @@ mod tests {
         ] {
             tokio::fs::write(dir.path().join(file), text).await.unwrap();
         }
-        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
-        let settings = Settings {
-            template: Request {
-                tool_choice: ToolChoice::Required,
-                ..Request::default()
-            },
-            coach: true,
-            draft: Some("From now on, call one tool an answer.".into()),
-            ..Settings::default()
-        };
-        let mut session = Session::new(toolbox, None, Vec::new(), settings);
+        let mut session = drafting(dir.path(), "From now on, call one tool an answer.");
         let task =
             "Rename get_total to compute_total in util.py and main.py. Do not change the tests.";
         session.set_task(task).await;
         // Shown with the task, so read.
-        let shown = session.toolbox().named_files(task).await.unwrap();
+        let shown = session.toolbox().named_files(task, true).await.unwrap();
         assert!(shown.starts_with("The project's files, as they are now:\n\nmain.py\n```\n"));
         let draft = "Rename it in both files:\n\nutil.py\n```\ndef compute_total(p):\n    return \
                      sum(p)\n```\n\nHere is the updated `main.py`:\n```python\nfrom util import \
@@ -2008,17 +2014,7 @@ mod tests {
         )
         .await
         .unwrap();
-        let toolbox = Toolbox::new(WorkDir::new(dir.path()).unwrap(), None, &[]);
-        let settings = Settings {
-            template: Request {
-                tool_choice: ToolChoice::Required,
-                ..Request::default()
-            },
-            coach: true,
-            draft: Some("Go on.".into()),
-            ..Settings::default()
-        };
-        let mut session = Session::new(toolbox, None, Vec::new(), settings);
+        let mut session = drafting(dir.path(), "Go on.");
         let finish = response("", &[(FINISH, json!({ "summary": "Done." }))]);
         let answers = vec![
             response(

@@ -417,17 +417,21 @@ impl Toolbox {
 
     /// The small text files of the working directory that `task` names, as they are now, to put
     /// after the task (a step fewer, and a small model copies from what it was shown rather than
-    /// guessing) — or every file of a project this small (at most 4 files: a task
-    /// that names one file may need the others, the module it imports, every use of a name it
-    /// renames): counted as seen, as if read. None when it names none in a larger project, or
-    /// `read_file` is not offered.
-    pub async fn named_files(&self, task: &str) -> Option<String> {
+    /// guessing) — or, `whole_project`, every file of a project this small (at most 4 files: a
+    /// task that names one file may need the others, the module it imports, every use of a name
+    /// it renames): counted as seen, as if read. None when it names none (in a larger project),
+    /// or `read_file` is not offered.
+    pub async fn named_files(&self, task: &str, whole_project: bool) -> Option<String> {
         if !self.offers(Tool::ReadFile) {
             return None;
         }
         let (work_dir, task) = (self.work_dir.clone(), task.to_owned());
         let (whole, files) = blocking(move || {
-            let project = file_tools::project_files(&work_dir, NAMED_FILES_LIMITS);
+            let project = if whole_project {
+                file_tools::project_files(&work_dir, NAMED_FILES_LIMITS)
+            } else {
+                Vec::new()
+            };
             if project.is_empty() {
                 (
                     false,

@@ -83,7 +83,6 @@ fn an_agent_reads_edits_runs_a_command_and_answers() {
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
     lib_rs(&p);
-    crowd(&p);
     p.write("w.fabro", &one_agent(""));
     mock.scenario(&json!([
         call("read_file", json!({ "path": "src/lib.rs" })),
@@ -851,7 +850,6 @@ fn a_blind_overwrite_is_refused_until_the_file_is_read() {
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
     lib_rs(&p);
-    crowd(&p);
     // The prompt does not name the file, so the model has not been shown it.
     p.write(
         "w.fabro",
@@ -890,7 +888,6 @@ fn the_files_the_prompt_names_are_shown_with_it_and_count_as_read() {
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
     lib_rs(&p);
-    crowd(&p);
     p.write("notes.txt", "unrelated\n");
     p.write("w.fabro", &one_agent(""));
     let fixed = "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n";
@@ -1032,7 +1029,6 @@ fn a_second_node_on_the_thread_continues_the_live_session() {
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
     lib_rs(&p);
-    crowd(&p);
     p.write(
         "w.fabro",
         &workflow(
@@ -1184,7 +1180,6 @@ fn a_small_context_window_forces_compaction() {
 fn ahead_of_a_full_window_the_summary_is_asked_at_the_end_of_the_conversation() {
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
-    crowd(&p);
     p.write(
         ".config/trellis/config.toml",
         "[providers.anthropic]\ncontext_window = 8000\n",
@@ -1590,14 +1585,6 @@ fn on_the_local_model(mock: &Llmock) -> (tempfile::TempDir, Project) {
 fn local_call(thought: &str, name: &str, arguments: &Value) -> Value {
     let text = json!({ "thought": thought, "name": name, "arguments": arguments }).to_string();
     json!({ "type": "reply", "text": text, "times": 1 })
-}
-
-/// Files enough that the project is not shown whole after the task (it holds more than 4): only
-/// the files the prompt names are.
-fn crowd(p: &Project) {
-    for n in 1..=4 {
-        p.write(&format!("notes/{n}.md"), "A note.\n");
-    }
 }
 
 /// The local model's first answer in a new session: text that writes files whole, each after its

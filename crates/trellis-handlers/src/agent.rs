@@ -632,7 +632,13 @@ impl AgentHandler {
             (&opening.prompt, listing),
         )
         .await;
-        if let Some(files) = base.toolbox.named_files(&opening.prompt).await {
+        // The local model is shown all of a small project: its first answer writes files whole.
+        let whole_project = base.settings.coach;
+        if let Some(files) = base
+            .toolbox
+            .named_files(&opening.prompt, whole_project)
+            .await
+        {
             opening.prompt = format!("{}\n\n{files}", opening.prompt);
         }
         write_stage_file(stage, "prompt.md", &opening.prompt).await;
