@@ -58,10 +58,7 @@ fn whole_files<'a>(text: &'a str, offered: &[&str]) -> Vec<(&'a str, &'a str)> {
     blocks(text)
         .into_iter()
         .filter_map(|block| {
-            let (path, body) = match block.before.and_then(as_path) {
-                Some(path) => (path, block.body),
-                None => commented_path(block.body)?,
-            };
+            let (path, body) = block.file(false)?;
             let is_call = values(body)
                 .iter()
                 .any(|v| to_call(v, offered, 0).is_some());
@@ -71,24 +68,38 @@ fn whole_files<'a>(text: &'a str, offered: &[&str]) -> Vec<(&'a str, &'a str)> {
 }
 
 /// The files an answer that was asked to write files whole writes, each with its first block (a
-/// small model restates a file, or copies the example it was shown after it): as [`parse`] finds
-/// them, and also a block below a line ending with a colon that names one path in backticks
-/// (`` Here is the updated `words.py` file: ``).
-pub fn drafted_files(text: &str) -> Vec<(&str, &str)> {
-    let mut files: Vec<(&str, &str)> = Vec::new();
+/// small model restates a file, or copies the example it was shown after it, or shows what a
+/// command would print): as [`parse`] finds them, a block below a line ending with a colon that
+/// names one path in backticks (`` Here is the updated `words.py` file: ``), and a `write_file`
+/// call written out in a block (a path and a content), in the order written.
+pub fn drafted_files(text: &str) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = Vec::new();
     for block in blocks(text) {
-        let named = block
-            .before
-            .and_then(|line| as_path(line).or_else(|| introduced(line)));
-        let Some((path, body)) = named
-            .map(|path| (path, block.body))
-            .or_else(|| commented_path(block.body))
-        else {
-            continue;
+        let calls: Vec<ToolCall> = values(block.body)
+            .iter()
+            .filter_map(|v| to_call(v, &[WRITE_FILE], 0))
+            .collect();
+        let written: Vec<(String, String)> = if calls.is_empty() {
+            block
+                .file(true)
+                .map(|(path, body)| (path.to_owned(), body.to_owned()))
+                .into_iter()
+                .collect()
+        } else {
+            calls
+                .iter()
+                .filter(|call| call.name == WRITE_FILE)
+                .filter_map(|call| {
+                    let path = as_path(call.arguments["path"].as_str()?)?;
+                    let content = call.arguments["content"].as_str()?;
+                    Some((path.to_owned(), content.to_owned()))
+                })
+                .collect()
         };
-        let is_call = values(body).iter().any(|v| to_call(v, &[], 0).is_some());
-        if !is_call && !files.iter().any(|(p, _)| *p == path) {
-            files.push((path, body));
+        for (path, body) in written {
+            if !files.iter().any(|(p, _)| *p == path) {
+                files.push((path, body));
+            }
         }
     }
     files
@@ -229,6 +240,22 @@ struct Block<'a> {
     before: Option<&'a str>,
     lang: &'a str,
     body: &'a str,
+}
+
+impl<'a> Block<'a> {
+    /// The file the block writes whole, and its content: named by the line before it that is a
+    /// path alone — or, `introduced_too`, a line ending with a colon that names one
+    /// ([`introduced`]) — else by a first line that is a comment holding a path alone, without
+    /// that line.
+    fn file(&self, introduced_too: bool) -> Option<(&'a str, &'a str)> {
+        let named = self.before.and_then(|line| {
+            as_path(line).or_else(|| introduced_too.then(|| introduced(line)).flatten())
+        });
+        match named {
+            Some(path) => Some((path, self.body)),
+            None => commented_path(self.body),
+        }
+    }
 }
 
 fn blocks(text: &str) -> Vec<Block<'_>> {
@@ -380,14 +407,26 @@ mod tests {
                     content\n```\n```json\n{\"name\": \"write_file\", \"arguments\": {\"path\": \
                     \"x.txt\", \"content\": \"1\"}}\n```\nRun `a.py` and `b.py`:\n```sh\npython3 \
                     a.py\n```\n";
+        let owned = |files: &[(&str, &str)]| -> Vec<(String, String)> {
+            files
+                .iter()
+                .map(|(p, c)| ((*p).to_owned(), (*c).to_owned()))
+                .collect()
+        };
         assert_eq!(
             drafted_files(text),
-            [
+            owned(&[
                 ("calc.py", "def add(a, b):\n    return a + b\n"),
                 ("words.py", "w = 1\n"),
                 ("notes.md", "hello\n"),
-            ]
+                ("x.txt", "1"),
+            ])
         );
+        // A write_file call written out comes first, before a block showing what the file holds.
+        let shown = "Write `hello.txt` with:\n```json\n{\"name\": \"write_file\", \"arguments\": {\"path\": \
+                     \"hello.txt\", \"content\": \"Hello\"}}\n```\nThen `hello.txt` holds:\n```\n\
+                     hello.txt\n```\n";
+        assert_eq!(drafted_files(shown), owned(&[("hello.txt", "Hello")]));
     }
 
     #[test]
