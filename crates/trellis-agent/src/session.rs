@@ -1519,21 +1519,16 @@ mod tests {
     /// A coached session that must call a tool every turn, whose first answer writes files whole
     /// and is followed by `then`.
     fn drafting(dir: &std::path::Path, then: &str) -> Session {
-        let toolbox = Toolbox::new(WorkDir::new(dir).unwrap(), None, &[]);
-        let settings = Settings {
-            template: Request {
-                tool_choice: ToolChoice::Required,
-                ..Request::default()
-            },
-            coach: true,
-            draft: Some(then.into()),
-            ..Settings::default()
-        };
-        Session::new(toolbox, None, Vec::new(), settings)
+        must_call(dir, Some(then.into()))
     }
 
     /// A coached session that must call a tool every turn, ending with `finish`.
     fn coached_to_finish(dir: &std::path::Path) -> Session {
+        must_call(dir, None)
+    }
+
+    /// A coached session that must call a tool every turn, with `draft` ([`Settings::draft`]).
+    fn must_call(dir: &std::path::Path, draft: Option<String>) -> Session {
         let toolbox = Toolbox::new(WorkDir::new(dir).unwrap(), None, &[]);
         let settings = Settings {
             template: Request {
@@ -1541,6 +1536,7 @@ mod tests {
                 ..Request::default()
             },
             coach: true,
+            draft,
             ..Settings::default()
         };
         Session::new(toolbox, None, Vec::new(), settings)
