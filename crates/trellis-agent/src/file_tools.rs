@@ -17,6 +17,7 @@ use grep::searcher::{BinaryDetection, SearcherBuilder, sinks::UTF8};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::definitions::{self, defined_names};
 use crate::tools::{Tool, ToolOutput, parse_args};
 use crate::work_dir::{self, WorkDir};
 
@@ -38,13 +39,11 @@ pub struct Kept {
     /// assertion, a test's declaration) or turns a test off is refused ([`test_lines_taken_out`],
     /// [`skips_added`]).
     pub tests: bool,
-    /// The task of a coached model: a `write_file` over a file that takes out a name the file
-    /// defines, which this does not name and another file still uses, is refused
-    /// ([`keep_used_names`]).
+    /// The task of a coached model: a `write_file` over a file that leaves out a top-level
+    /// definition of it, which this does not name, keeps it ([`definitions::merge`]); one that
+    /// takes out another name the file defines, which this does not name and another file still
+    /// uses, is refused ([`keep_used_names`]).
     pub used_names_but: Option<std::sync::Arc<str>>,
-    /// With `used_names_but`: such a name is kept even when no other file uses it
-    /// ([`Toolbox::keep_definitions`](crate::Toolbox::keep_definitions)).
-    pub definitions: bool,
 }
 
 /// Runs a file tool; `Err` is the error result's text.
@@ -144,22 +143,37 @@ fn write_file(work_dir: &WorkDir, args: &WriteArgs, kept: &Kept) -> Result<ToolO
         .then(|| read_whole(&path, &args.path).ok())
         .flatten()
         .and_then(|bytes| String::from_utf8(bytes).ok());
+    let mut content = std::borrow::Cow::Borrowed(args.content.as_str());
+    let mut put_back = Vec::new();
     if let Some(before) = &before {
-        if kept.tests {
-            keep_tests(&args.path, before, &args.content)?;
-        }
         if let Some(task) = &kept.used_names_but {
-            let task = (&**task, kept.definitions);
-            keep_used_names(work_dir, (&path, &args.path), before, &args.content, task)?;
+            if let Some(merged) = definitions::merge(before, &content, task) {
+                content = merged.text.into();
+                put_back = merged.kept;
+            }
+            keep_used_names(work_dir, (&path, &args.path), before, &content, task)?;
+        }
+        if kept.tests {
+            keep_tests(&args.path, before, &content)?;
         }
     }
-    write_whole(&path, &args.path, args.content.as_bytes())?;
-    let mut out = format!("wrote {} bytes to {}", args.content.len(), args.path);
+    write_whole(&path, &args.path, content.as_bytes())?;
+    let mut out = format!("wrote {} bytes to {}", content.len(), args.path);
+    if !put_back.is_empty() {
+        let (them, were) = if put_back.len() == 1 {
+            ("it", "it was")
+        } else {
+            ("them", "they were")
+        };
+        let _ = write!(
+            out,
+            ", keeping {} as {were}: your content left {them} out, and the task does not ask for \
+             {them} to go",
+            quoted(&put_back)
+        );
+    }
     if let Some(before) = before {
-        out.push_str(&still_named(
-            work_dir,
-            &removed_names(&before, &args.content),
-        ));
+        out.push_str(&still_named(work_dir, &removed_names(&before, &content)));
     }
     Ok(touched(out, work_dir, &path))
 }
@@ -263,15 +277,15 @@ fn edit_file(work_dir: &WorkDir, args: &EditArgs, kept: &Kept) -> Result<ToolOut
 }
 
 /// The refusal of a rewrite of `path` (`shown` as given) from `before` to `after` that takes out
-/// names `before` defines, which `task` does not name and other files still name — or, `all`, any
-/// such name: told to rename one function, a small model rewrote the file as that function alone,
-/// and the program's other imports broke.
+/// names `before` defines, which `task` does not name and other files still name: told to rename
+/// one function, a small model rewrote the file as that function alone, and the program's other
+/// imports broke. (A top-level definition left out is put back before this: [`definitions::merge`].)
 fn keep_used_names(
     work_dir: &WorkDir,
     (path, shown): (&Path, &str),
     before: &str,
     after: &str,
-    (task, all): (&str, bool),
+    task: &str,
 ) -> Result<(), String> {
     /// The most names looked for: each is looked for on every line of up to [`RENAMED_FILES`]
     /// files.
@@ -284,21 +298,15 @@ fn keep_used_names(
         .map(str::to_owned)
         .collect();
     let (places, more) = places_naming(work_dir, &names, Some(path));
-    if places.is_empty() && (!all || names.is_empty()) {
+    if places.is_empty() {
         return Ok(());
     }
     let quoted = quoted(&names);
-    let mut message = if places.is_empty() {
-        format!(
-            "Refused: this rewrite of `{shown}` takes out {quoted}, which the task does not ask for.\n"
-        )
-    } else {
-        format!(
-            "Refused: this rewrite of `{shown}` takes out {quoted}, which the task does not ask \
-             for and other files still use:\n{}\n",
-            places.join("\n")
-        )
-    };
+    let mut message = format!(
+        "Refused: this rewrite of `{shown}` takes out {quoted}, which the task does not ask for \
+         and other files still use:\n{}\n",
+        places.join("\n")
+    );
     if more > 0 {
         let _ = writeln!(message, "(and {more} more lines)");
     }
@@ -534,6 +542,7 @@ pub fn missing_import(work_dir: &WorkDir, output: &str) -> Option<String> {
     names.retain(|name| seen.insert(*name));
     let raised = work_dir.resolve(raised).ok()?;
     let mut defining = None;
+    let mut raising = String::new();
     for (path, shown, text) in small_text_files(work_dir) {
         if path.extension().is_none_or(|e| e != "py") {
             continue;
@@ -541,6 +550,7 @@ pub fn missing_import(work_dir: &WorkDir, output: &str) -> Option<String> {
         let defined = defined_names(&text);
         if path == raised {
             names.retain(|name| !defined.contains(name));
+            raising = text;
         } else if defining.is_none() && names.iter().all(|name| defined.contains(name)) {
             defining = Some(shown);
         }
@@ -550,12 +560,59 @@ pub fn missing_import(work_dir: &WorkDir, output: &str) -> Option<String> {
     let file = work_dir.relative(&raised);
     let them = if names.len() == 1 { "it" } else { "them" };
     let shown: Vec<String> = names.iter().map(|&n| n.to_owned()).collect();
-    Some(format!(
-        "`{file}` uses {} without importing {them}, and `{defining}` defines {them}: add `from \
-         {module} import {}` at the top of `{file}`.",
+    let import = format!("from {module} import {}", names.join(", "));
+    let mut told = format!(
+        "`{file}` uses {} without importing {them}, and `{defining}` defines {them}: add \
+         `{import}` at the top of `{file}`.",
         quoted(&shown),
-        names.join(", ")
-    ))
+    );
+    if let Some((old, new)) = import_edit(&raising, &import) {
+        let call = serde_json::json!({
+            "thought": format!("I add the missing import to {file}."),
+            "name": Tool::EditFile.name(),
+            "arguments": { "path": file, "old_string": old, "new_string": new },
+        });
+        let _ = write!(told, " With edit_file:\n{call}");
+    }
+    Some(told)
+}
+
+/// The `edit_file` strings that put `import` into a Python file holding `text`: after its first
+/// `import` line, or before its first line, when that line is in it once. A small model copies a
+/// call it is shown; told only what to add, it ran the failing check again.
+fn import_edit(text: &str, import: &str) -> Option<(String, String)> {
+    let imports = text
+        .lines()
+        .find(|line| line.starts_with("import ") || line.starts_with("from "));
+    let (line, new) = if let Some(line) = imports {
+        (line, format!("{line}\n{import}"))
+    } else {
+        let line = text.lines().find(|line| !line.trim().is_empty())?;
+        (line, format!("{import}\n{line}"))
+    };
+    (text.matches(line).count() == 1).then(|| (line.to_owned(), new))
+}
+
+/// The one source file of the working directory (not prose: `.md`, `.txt`, `.rst`) that defines at
+/// its top level every name `code` defines there, when `code` defines any: where a block of code a
+/// model wrote without naming its file goes (`def is_prime(n): …` after "Here's the implementation
+/// of the `is_prime` function:"). None when no file does, or more than one.
+pub fn defining_file(work_dir: &WorkDir, code: &str) -> Option<String> {
+    const PROSE: [&str; 3] = ["md", "txt", "rst"];
+    let names = definitions::top_level_names(code);
+    if names.is_empty() {
+        return None;
+    }
+    let mut defining = small_text_files(work_dir).filter(|(path, _, text)| {
+        path.extension()
+            .is_none_or(|e| !PROSE.iter().any(|prose| e == *prose))
+            && {
+                let defined = definitions::top_level_names(text);
+                names.iter().all(|name| defined.contains(name))
+            }
+    });
+    let (_, shown, _) = defining.next()?;
+    defining.next().is_none().then_some(shown)
 }
 
 /// The lines of the working directory's text files (but `except`) that name any of `names` as a
@@ -657,51 +714,8 @@ pub fn put_back_tests(work_dir: &WorkDir, kept: Vec<(String, String)>) -> Option
     (!told.is_empty()).then_some(told)
 }
 
-/// The names `text` defines, each on a line of its own: `def name`, `class name`, `fn name`,
-/// `function name`, `struct`, `enum`, `trait`, `type`, `const`, `let`, `var` or `static` (after
-/// `pub`, `pub(crate)`, `export`, `async` or `unsafe`), or `name =` at the start of a line.
-fn defined_names(text: &str) -> std::collections::HashSet<&str> {
-    const KEYWORDS: [&str; 12] = [
-        "def", "class", "fn", "function", "struct", "enum", "trait", "type", "const", "let", "var",
-        "static",
-    ];
-    const PREFIXES: [&str; 5] = ["pub(crate)", "pub", "export", "async", "unsafe"];
-    /// The word `rest` starts with.
-    fn word(rest: &str) -> &str {
-        let end = rest
-            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-            .unwrap_or(rest.len());
-        &rest[..end]
-    }
-    /// What follows the word `w` that `rest` starts with, and the spaces after it.
-    fn after_word<'a>(rest: &'a str, w: &str) -> Option<&'a str> {
-        rest.strip_prefix(w)
-            .filter(|after| after.starts_with(' '))
-            .map(str::trim_start)
-    }
-    text.lines()
-        .filter_map(|line| {
-            let mut rest = line.trim_start();
-            while let Some(after) = PREFIXES.iter().find_map(|p| after_word(rest, p)) {
-                rest = after;
-            }
-            let name = if let Some(after) = KEYWORDS.iter().find_map(|k| after_word(rest, k)) {
-                word(after.strip_prefix("mut ").unwrap_or(after))
-            } else {
-                let name = word(rest);
-                let then = rest[name.len()..].trim_start();
-                if !then.starts_with('=') || then.starts_with("==") {
-                    return None;
-                }
-                name
-            };
-            (!name.is_empty()).then_some(name)
-        })
-        .collect()
-}
-
 /// Whether `line` holds `name` as a whole word.
-fn names_word(line: &str, name: &str) -> bool {
+pub(crate) fn names_word(line: &str, name: &str) -> bool {
     let word_char = |c: char| c.is_alphanumeric() || c == '_';
     line.match_indices(name).any(|(at, _)| {
         !line[..at].chars().next_back().is_some_and(word_char)
@@ -1551,7 +1565,7 @@ mod tests {
     }
 
     #[test]
-    fn a_rewrite_taking_out_a_name_others_use_that_the_task_does_not_name_is_refused() {
+    fn a_rewrite_leaving_definitions_out_keeps_them_and_one_taking_out_a_used_name_is_refused() {
         let util = "def get_total(prices):\n    return sum(prices)\n\n\ndef average(prices):\n    return get_total(prices) / len(prices)\n";
         let (dir, work_dir) = with_files(&[
             ("util.py", util),
@@ -1566,91 +1580,58 @@ mod tests {
             ),
             ..Kept::default()
         };
-        let write = |content: &str| {
+        let write = |path: &str, content: &str| {
             let args = WriteArgs {
-                path: "util.py".into(),
+                path: path.into(),
                 content: content.into(),
             };
             write_file(&work_dir, &args, &kept)
         };
-        // The rename of get_total is the task; taking out average is not.
-        let err = write("def compute_total(prices):\n    return sum(prices) / len(prices)\n")
-            .unwrap_err();
+        let read = |path: &str| std::fs::read_to_string(dir.path().join(path)).unwrap();
+        // The rename of get_total is the task; leaving out average is not, so it is kept.
+        let out = write(
+            "util.py",
+            "def compute_total(prices):\n    return sum(prices)\n",
+        )
+        .unwrap();
         assert_eq!(
-            err,
-            "Refused: this rewrite of `util.py` takes out `average`, which the task does not ask \
-             for and other files still use:\n\
-             main.py:1: from util import get_total, average\n\
-             main.py:2: print(get_total([3]), average([3]))\n\
-             Write `util.py` again with `average` kept in it, or change only the lines the task \
-             is about with edit_file. `util.py` is unchanged."
+            out.content,
+            "wrote 115 bytes to util.py, keeping `average` as it was: your content left it out, \
+             and the task does not ask for it to go"
         );
         assert_eq!(
-            std::fs::read_to_string(dir.path().join("util.py")).unwrap(),
-            util
+            read("util.py"),
+            "def average(prices):\n    return get_total(prices) / len(prices)\n\ndef \
+             compute_total(prices):\n    return sum(prices)\n"
         );
-        // With average kept, the rewrite goes through, and says where get_total is still named.
-        let out = write(&util.replace("get_total", "compute_total")).unwrap();
+        // Written whole, as it is.
+        let out = write("util.py", &util.replace("get_total", "compute_total")).unwrap();
         assert!(
-            out.content
-                .contains("This change took out `get_total`, which these lines still name"),
+            out.content.starts_with("wrote 120 bytes to util.py\n"),
             "{}",
             out.content
         );
+        // Not coached: as written.
+        let args = WriteArgs {
+            path: "util.py".into(),
+            content: "x = 1\n".into(),
+        };
+        write_file(&work_dir, &args, &Kept::default()).unwrap();
+        assert_eq!(read("util.py"), "x = 1\n");
+        // A method another file calls, taken out of its class, is refused.
+        let cart = "class Cart:\n    def total(self):\n        return 0\n";
+        std::fs::write(dir.path().join("cart.py"), cart).unwrap();
+        std::fs::write(dir.path().join("shop.py"), "print(Cart().total())\n").unwrap();
+        let err = write("cart.py", "class Cart:\n    pass\n").unwrap_err();
         assert_eq!(
-            defined_names("def f(x):\n  pub async fn run() {}\nLIMIT = 3\nlet mut total = 0;\n"),
-            ["f", "run", "LIMIT", "total"].into()
+            err,
+            "Refused: this rewrite of `cart.py` takes out `total`, which the task does not ask \
+             for and other files still use:\n\
+             shop.py:1: print(Cart().total())\n\
+             Write `cart.py` again with `total` kept in it, or change only the lines the task \
+             is about with edit_file. `cart.py` is unchanged."
         );
-        assert!(defined_names("average == 3\nprint(average(p))\nreturn len(p)\n").is_empty());
-        // A name no other file uses (`len`) may go.
-        let out = write(
-            "def compute_total(prices):\n    return sum(prices)\n\n\ndef average(prices):\n    return 0\n",
-        );
-        assert!(out.is_ok(), "{out:?}");
-        // In a first answer, which writes files whole, a name no other file uses is kept too.
-        std::fs::write(
-            dir.path().join("primes.py"),
-            "def is_prime(n):\n    raise NotImplementedError\n\n\ndef primes_below(limit):\n    return []\n",
-        )
-        .unwrap();
-        let args = WriteArgs {
-            path: "primes.py".into(),
-            content: "def is_prime(n):\n    return n > 1\n".into(),
-        };
-        let whole = Kept {
-            definitions: true,
-            ..kept.clone()
-        };
-        assert_eq!(
-            write_file(&work_dir, &args, &whole).unwrap_err(),
-            "Refused: this rewrite of `primes.py` takes out `primes_below`, which the task does \
-             not ask for.\nWrite `primes.py` again with `primes_below` kept in it, or change only \
-             the lines the task is about with edit_file. `primes.py` is unchanged."
-        );
-        assert!(write_file(&work_dir, &args, &kept).is_ok());
-        // A class the file defines is guarded as a function is, called there or not.
-        std::fs::write(dir.path().join("cart.py"), "class Cart:\n    pass\n").unwrap();
-        std::fs::write(dir.path().join("shop.py"), "from cart import Cart\n").unwrap();
-        let args = WriteArgs {
-            path: "cart.py".into(),
-            content: "class Basket:\n    pass\n".into(),
-        };
-        let err = write_file(&work_dir, &args, &kept).unwrap_err();
-        assert!(err.contains("takes out `Cart`"), "{err}");
-        // A rewrite taking out more names than a rename would is refused all the same.
-        let many = ["one_a", "one_b", "one_c", "one_d"];
-        let defined = many.map(|n| format!("def {n}():\n    pass\n")).concat();
-        std::fs::write(dir.path().join("many.py"), &defined).unwrap();
-        std::fs::write(dir.path().join("uses.py"), many.join("()\n") + "()\n").unwrap();
-        let args = WriteArgs {
-            path: "many.py".into(),
-            content: "pass\n".into(),
-        };
-        let err = write_file(&work_dir, &args, &kept).unwrap_err();
-        assert!(
-            err.contains("takes out `one_a` and `one_b` and `one_c` and `one_d`"),
-            "{err}"
-        );
+        assert_eq!(read("cart.py"), cart);
     }
 
     #[test]
@@ -1929,7 +1910,10 @@ mod tests {
             Some(
                 "`test_words.py` uses `count_words` without importing it, and `text/words.py` \
                  defines it: add `from text.words import count_words` at the top of \
-                 `test_words.py`."
+                 `test_words.py`. With edit_file:\n{\"thought\":\"I add the missing import to \
+                 test_words.py.\",\"name\":\"edit_file\",\"arguments\":{\"path\":\"test_words.py\",\
+                 \"old_string\":\"import unittest\",\"new_string\":\"import unittest\\nfrom \
+                 text.words import count_words\"}}"
             )
         );
         // Every name the same file lacks, in one import.
@@ -1944,9 +1928,19 @@ mod tests {
             Some(
                 "`test_words.py` uses `count_words` and `reverse_words` without importing them, \
                  and `text/words.py` defines them: add `from text.words import count_words, \
-                 reverse_words` at the top of `test_words.py`."
+                 reverse_words` at the top of `test_words.py`. With edit_file:\n{\"thought\":\"I \
+                 add the missing import to test_words.py.\",\"name\":\"edit_file\",\"arguments\":\
+                 {\"path\":\"test_words.py\",\"old_string\":\"import unittest\",\"new_string\":\
+                 \"import unittest\\nfrom text.words import count_words, reverse_words\"}}"
             )
         );
+        // Without an import line, the import goes first; no call when that line is there twice.
+        assert_eq!(
+            import_edit("x = 1\n", "import a"),
+            Some(("x = 1".to_owned(), "import a\nx = 1".to_owned()))
+        );
+        assert_eq!(import_edit("x = 1\nx = 1\n", "import a"), None);
+        assert_eq!(import_edit("", "import a"), None);
         // A name no file defines, one the raising file defines itself, or a file outside.
         assert_eq!(
             missing_import(&work, &traceback(&test, "split_words")),

@@ -9,6 +9,7 @@
 //! other process a run starts does.
 
 mod compaction;
+mod definitions;
 mod file_tools;
 mod loop_detector;
 mod session;

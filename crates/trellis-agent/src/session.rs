@@ -672,15 +672,13 @@ impl Session {
         let response = self.turn(model, observer, last_text).await;
         self.request.tool_choice = choice;
         let response = response?;
-        let calls = drafted_files(&response.text, &self.toolbox);
+        let calls = drafted_files(&response.text, &self.toolbox).await;
         let mut answer = assistant_message(&response);
         answer
             .parts
             .extend(calls.iter().cloned().map(Part::ToolCall));
         self.request.messages.push(answer);
-        self.toolbox.keep_definitions(true);
         let mut parts = self.run_tools(&calls, observer, false).await;
-        self.toolbox.keep_definitions(false);
         let then = if calls.is_empty() && response.text.contains("```") {
             self.lately.drafted_nothing = true;
             format!("{NOTHING_DRAFTED}{then}")
@@ -1336,12 +1334,27 @@ impl Session {
     }
 }
 
-/// The files `text` writes whole ([`Settings::draft`]), as `write_file` calls written as text.
-fn drafted_files(text: &str, toolbox: &Toolbox) -> Vec<ToolCall> {
+/// The files `text` writes whole ([`Settings::draft`]), as `write_file` calls written as text: a
+/// block naming no file goes to the one file that defines what it defines
+/// ([`Toolbox::defining_file`]), which keeps what the block leaves out.
+async fn drafted_files(text: &str, toolbox: &Toolbox) -> Vec<ToolCall> {
     if !toolbox.offers(Tool::WriteFile) {
         return Vec::new();
     }
-    trellis_llm::text_tool_calls::drafted_files(text)
+    let mut files: Vec<(String, String)> = Vec::new();
+    for (path, content) in trellis_llm::text_tool_calls::drafted_files(text) {
+        let path = match path {
+            Some(path) => path,
+            None => match toolbox.defining_file(&content).await {
+                Some(path) => path,
+                None => continue,
+            },
+        };
+        if !files.iter().any(|(p, _)| *p == path) {
+            files.push((path, content));
+        }
+    }
+    files
         .into_iter()
         .enumerate()
         .map(|(index, (path, content))| ToolCall {
@@ -2013,10 +2026,7 @@ mod tests {
         let mut session = drafting(dir.path(), "Go on.");
         let finish = response("", &[(FINISH, json!({ "summary": "Done." }))]);
         let answers = vec![
-            response(
-                "Here is `is_prime`:\n```python\ndef is_prime(n):\n    return n > 1\n```\n",
-                &[],
-            ),
+            response("Then it works:\n```python\nprint(is_prime(7))\n```\n", &[]),
             response("", &[("shell", json!({ "command": "python3 primes.py" }))]),
             finish.clone(),
             finish,
@@ -2030,6 +2040,50 @@ mod tests {
             Some(Part::Text { text }) if *text == format!("{NOTHING_DRAFTED}Go on.")
         ));
         assert_eq!(last_results(&asked[3]), [(NOT_CHANGED.to_owned(), true)]);
+    }
+
+    #[tokio::test]
+    async fn a_first_answers_block_naming_no_file_goes_to_the_one_defining_what_it_defines() {
+        let dir = tempfile::tempdir().unwrap();
+        let primes = "def is_prime(n):\n    raise NotImplementedError\n\n\ndef primes_below(limit):\n    return [n for n in range(limit) if is_prime(n)]\n";
+        tokio::fs::write(dir.path().join("primes.py"), primes)
+            .await
+            .unwrap();
+        // Another file that defines it too but is prose, and one that only uses it.
+        tokio::fs::write(dir.path().join("NOTES.md"), "def is_prime(n):\n")
+            .await
+            .unwrap();
+        tokio::fs::write(dir.path().join("main.py"), "print(is_prime(7))\n")
+            .await
+            .unwrap();
+        let mut session = drafting(dir.path(), "Go on.");
+        let task = "Implement is_prime in primes.py.";
+        session.set_task(task).await;
+        session.toolbox().named_files(task, true).await.unwrap();
+        let answers = vec![
+            response(
+                "Here is `is_prime`:\n```python\ndef is_prime(n):\n    return n > 1\n```\n",
+                &[],
+            ),
+            response("", &[("shell", json!({ "command": "python3 primes.py" }))]),
+            response("", &[(FINISH, json!({ "summary": "Done." }))]),
+        ];
+        let (_, asked) = scripted(&mut session, task, answers).await;
+        assert_eq!(
+            tokio::fs::read_to_string(dir.path().join("primes.py"))
+                .await
+                .unwrap(),
+            primes.replace("raise NotImplementedError\n\n", "return n > 1\n")
+        );
+        assert_eq!(
+            last_results(&asked[1]),
+            [(
+                "wrote 112 bytes to primes.py, keeping `primes_below` as it was: your content left \
+                 it out, and the task does not ask for it to go"
+                    .to_owned(),
+                false
+            )]
+        );
     }
 
     #[tokio::test]

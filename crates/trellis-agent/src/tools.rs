@@ -471,6 +471,13 @@ impl Toolbox {
         blocking(move || file_tools::missing_import(&work_dir, &output)).await
     }
 
+    /// The one file of the working directory that defines at its top level every name `code`
+    /// defines there ([`file_tools::defining_file`]).
+    pub async fn defining_file(&self, code: &str) -> Option<String> {
+        let (work_dir, code) = (self.work_dir.clone(), code.to_owned());
+        blocking(move || file_tools::defining_file(&work_dir, &code)).await
+    }
+
     /// The numbers of three digits or more that `task` names (a port, a limit, a year) and that
     /// none of the files it names holds: what the task wants written into them. Empty when it names
     /// no file that exists, or no such number.
@@ -494,22 +501,14 @@ impl Toolbox {
     /// Holds the writing tools to a coached model's `task` from now on: when it says not to change
     /// the tests (`without changing the tests`, `Do not change test_calc.py`), a `write_file` or
     /// `edit_file` that would take out a test line or turn a test off is refused, and a file a
-    /// `shell` command so changed is put back; and a `write_file` over a file that would take out a
+    /// `shell` command so changed is put back; a `write_file` over a file that leaves out a
+    /// top-level definition the task does not name keeps it; and one that would take out another
     /// name the file defines, which the task does not name and another file still uses, is refused.
     pub fn keep_for(&self, task: &str) {
         *self.kept.lock() = file_tools::Kept {
             tests: forbids_test_changes(task),
             used_names_but: Some(task.into()),
-            definitions: false,
         };
-    }
-
-    /// While `on`, a `write_file` over a file that takes out a name the file defines, which the
-    /// task ([`Toolbox::keep_for`]) does not name, is refused even when no other file uses it: for
-    /// a model's first answer, which writes files whole, and whose block is often just the part of
-    /// the file it had in mind.
-    pub fn keep_definitions(&self, on: bool) {
-        self.kept.lock().definitions = on;
     }
 
     /// Counts as seen the files a conversation being continued read, wrote or edited without error

@@ -1827,10 +1827,10 @@ fn the_local_model_told_to_keep_the_tests_cannot_change_their_assertions() {
     );
 }
 
-/// A coached model that rewrites a file without a function its task does not name, which another
-/// file still uses, has the write refused and is shown where that function is used.
+/// A coached model that rewrites a file as one function, leaving out one its task does not name,
+/// has that function kept (where it was) and is told so.
 #[test]
-fn the_local_model_cannot_rewrite_away_a_function_other_files_use() {
+fn the_local_model_rewriting_a_file_as_one_function_keeps_the_others() {
     let Some(mock) = Llmock::start() else { return };
     let (_stand_in, p) = on_the_local_model(&mock);
     let util = "def get_total(prices):\n    return sum(prices)\n\n\ndef average(prices):\n    return get_total(prices) / len(prices)\n";
@@ -1868,14 +1868,13 @@ fn the_local_model_cannot_rewrite_away_a_function_other_files_use() {
     );
     let bodies = mock.bodies();
     assert_eq!(bodies.len(), 5, "{bodies:#?}");
-    let refused = last_text(&bodies[1]);
+    let kept = last_text(&bodies[1]);
     assert!(
-        refused.contains(
-            "Refused: this rewrite of `util.py` takes out `average`, which the task does not ask \
-             for and other files still use:\nmain.py:1: from util import get_total, average\n\
-             main.py:3: print(get_total([3, 4, 5]), average([3, 4, 5]))\n"
+        kept.contains(
+            "Result of write_file:\nwrote 115 bytes to util.py, keeping `average` as it was: your \
+             content left it out, and the task does not ask for it to go\n\n"
         ),
-        "{refused}"
+        "{kept}"
     );
     assert!(
         last_text(&bodies[4]).contains("12 4.0\n[exit 0]"),

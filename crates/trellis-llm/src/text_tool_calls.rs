@@ -71,33 +71,36 @@ fn whole_files<'a>(text: &'a str, offered: &[&str]) -> Vec<(&'a str, &'a str)> {
 /// small model restates a file, or copies the example it was shown after it, or shows what a
 /// command would print): as [`parse`] finds them, a block below a line ending with a colon that
 /// names one path in backticks (`` Here is the updated `words.py` file: ``), and a `write_file`
-/// call written out in a block (a path and a content), in the order written.
-pub fn drafted_files(text: &str) -> Vec<(String, String)> {
-    let mut files: Vec<(String, String)> = Vec::new();
+/// call written out in a block (a path and a content), in the order written; and, without a path,
+/// each block that names no file and holds no call (`` Here's the implementation of the `is_prime`
+/// function: ``), for the caller to find its file by what it defines.
+pub fn drafted_files(text: &str) -> Vec<(Option<String>, String)> {
+    let mut files: Vec<(Option<String>, String)> = Vec::new();
     for block in blocks(text) {
-        let calls: Vec<ToolCall> = values(block.body)
+        let values = values(block.body);
+        let calls: Vec<ToolCall> = values
             .iter()
             .filter_map(|v| to_call(v, &[WRITE_FILE], 0))
             .collect();
-        let written: Vec<(String, String)> = if calls.is_empty() {
-            block
-                .file(true)
-                .map(|(path, body)| (path.to_owned(), body.to_owned()))
-                .into_iter()
-                .collect()
-        } else {
+        let written: Vec<(Option<String>, String)> = if !calls.is_empty() {
             calls
                 .iter()
                 .filter(|call| call.name == WRITE_FILE)
                 .filter_map(|call| {
                     let path = as_path(call.arguments["path"].as_str()?)?;
                     let content = call.arguments["content"].as_str()?;
-                    Some((path.to_owned(), content.to_owned()))
+                    Some((Some(path.to_owned()), content.to_owned()))
                 })
                 .collect()
+        } else if let Some((path, body)) = block.file(true) {
+            vec![(Some(path.to_owned()), body.to_owned())]
+        } else if values.is_empty() {
+            vec![(None, block.body.to_owned())]
+        } else {
+            Vec::new()
         };
         for (path, body) in written {
-            if !files.iter().any(|(p, _)| *p == path) {
+            if path.is_none() || !files.iter().any(|(p, _)| *p == path) {
                 files.push((path, body));
             }
         }
@@ -407,12 +410,13 @@ mod tests {
                     content\n```\n```json\n{\"name\": \"write_file\", \"arguments\": {\"path\": \
                     \"x.txt\", \"content\": \"1\"}}\n```\nRun `a.py` and `b.py`:\n```sh\npython3 \
                     a.py\n```\n";
-        let owned = |files: &[(&str, &str)]| -> Vec<(String, String)> {
+        let owned = |files: &[(&str, &str)]| -> Vec<(Option<String>, String)> {
             files
                 .iter()
-                .map(|(p, c)| ((*p).to_owned(), (*c).to_owned()))
+                .map(|(p, c)| ((!p.is_empty()).then(|| (*p).to_owned()), (*c).to_owned()))
                 .collect()
         };
+        // A block naming no file comes without a path.
         assert_eq!(
             drafted_files(text),
             owned(&[
@@ -420,6 +424,7 @@ mod tests {
                 ("words.py", "w = 1\n"),
                 ("notes.md", "hello\n"),
                 ("x.txt", "1"),
+                ("", "python3 a.py\n"),
             ])
         );
         // A write_file call written out comes first, before a block showing what the file holds.
