@@ -8,11 +8,13 @@ use std::collections::HashSet;
 /// `function name`, `struct`, `enum`, `trait`, `type`, `const`, `let`, `var` or `static` (after
 /// `pub`, `pub(crate)`, `export`, `async` or `unsafe`), or `name =` at the start of a line.
 pub fn defined_names(text: &str) -> HashSet<&str> {
-    text.lines().filter_map(defined_name).collect()
+    text.lines()
+        .filter_map(|line| defined_name(line, true))
+        .collect()
 }
 
-/// The name `line` defines ([`defined_names`]).
-fn defined_name(line: &str) -> Option<&str> {
+/// The name `line` defines ([`defined_names`]); `name =` only with `assigned`.
+fn defined_name(line: &str, assigned: bool) -> Option<&str> {
     const KEYWORDS: [&str; 12] = [
         "def", "class", "fn", "function", "struct", "enum", "trait", "type", "const", "let", "var",
         "static",
@@ -40,7 +42,7 @@ fn defined_name(line: &str) -> Option<&str> {
     } else {
         let name = word(rest);
         let then = rest[name.len()..].trim_start();
-        if !then.starts_with('=') || then.starts_with("==") {
+        if !assigned || !then.starts_with('=') || then.starts_with("==") {
             return None;
         }
         name
@@ -56,8 +58,10 @@ struct Piece<'a> {
     key: Key<'a>,
 }
 
-/// What a piece is matched by in another version of its file: the name its first line defines, or
-/// else that line itself (an import, `if __name__ == "__main__":`, `impl Cart {`).
+/// What a piece is matched by in another version of its file: the name its first line defines
+/// with a keyword (`def`, `class`, `fn`, …), or else that line itself (an import, `LIMIT = 3`,
+/// `if __name__ == "__main__":`, `impl Cart {`). A script's assignment is a step of it, which a
+/// rewrite may do another way; put back alone, it may need an import the rewrite dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Key<'a> {
     Name(&'a str),
@@ -99,7 +103,7 @@ fn pieces(text: &str) -> Vec<Piece<'_>> {
                 .find(|line| top_level(line) && !leads(line))
                 .or_else(|| text.lines().find(|line| !line.trim().is_empty()))
                 .unwrap_or_default();
-            let key = defined_name(head).map_or(Key::Line(head.trim()), Key::Name);
+            let key = defined_name(head, false).map_or(Key::Line(head.trim()), Key::Name);
             Piece { text, key }
         })
         .collect()
@@ -128,20 +132,27 @@ pub struct Merged {
 
 /// When `after`, written over a file that holds `before`, leaves out a top-level definition of it
 /// whose name `task` does not name: `after` with every top-level piece of `before` that it left out
-/// (definitions `task` does not name, and the rest: imports, a main block) put back, each after the
-/// piece of `after` that matches the nearest one before it in `before` (or first). A small model
-/// writes the one function it changed as the whole file (`is_prime` written over `primes.py`, its
-/// `primes_below` gone); a definition the task names may go (a rename). `None` when `after` leaves
-/// no such definition out.
+/// put back — the definitions `task` does not name, and, when `after` is definitions alone, the
+/// rest too (imports, a main block) — each after the piece of `after` that matches the nearest one
+/// above it in `before` (or first). A small model writes the one function it changed as the whole
+/// file (`is_prime` written over `primes.py`, its `primes_below` gone); a definition the task names
+/// may go (a rename). `None` when `after` leaves no such definition out.
 pub fn merge(before: &str, after: &str, task: &str) -> Option<Merged> {
     let old = pieces(before);
     let new = pieces(after);
     let in_new: HashSet<Key> = new.iter().map(|piece| piece.key).collect();
-    let named_in_task =
-        |key: &Key| matches!(key, Key::Name(name) if crate::file_tools::names_word(task, name));
+    // Content of definitions alone is a part of the file; with other lines of its own, it says
+    // what the rest of the file is (a fixed statement must not come back as it was).
+    let definitions_alone = new
+        .iter()
+        .all(|piece| matches!(piece.key, Key::Name(_)) || piece.text.trim().is_empty());
+    let put_back = |key: &Key| match key {
+        Key::Name(name) => !crate::file_tools::names_word(task, name),
+        Key::Line(_) => definitions_alone,
+    };
     let left_out: Vec<&Piece> = old
         .iter()
-        .filter(|piece| !in_new.contains(&piece.key) && !named_in_task(&piece.key))
+        .filter(|piece| !in_new.contains(&piece.key) && put_back(&piece.key))
         .collect();
     let kept: Vec<String> = left_out
         .iter()
@@ -191,21 +202,20 @@ pub fn merge(before: &str, after: &str, task: &str) -> Option<Merged> {
 }
 
 /// `parts` one after the other, each on lines of its own, a definition set apart from what is
-/// above it by a blank line.
+/// above it by a blank line, ending in one line end.
 fn joined(parts: &[&str]) -> String {
     let mut text = String::new();
     for part in parts {
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');
         }
-        if !text.is_empty() && !text.ends_with("\n\n") && defined_name(part).is_some() {
+        if !text.is_empty() && !text.ends_with("\n\n") && defined_name(part, false).is_some() {
             text.push('\n');
         }
         text.push_str(part);
     }
-    if !text.ends_with('\n') {
-        text.push('\n');
-    }
+    text.truncate(text.trim_end().len());
+    text.push('\n');
     text
 }
 
@@ -221,7 +231,9 @@ mod tests {
         );
         assert!(defined_names("average == 3\nprint(average(p))\nreturn len(p)\n").is_empty());
         assert_eq!(
-            top_level_names("import os\n\n@cache\ndef f(x):\n    y = 1\n\nclass A:\n    z = 2\n"),
+            top_level_names(
+                "import os\n\n@cache\ndef f(x):\n    y = 1\n\nclass A:\n    z = 2\nLIMIT = 3\n"
+            ),
             ["f", "A"]
         );
     }
@@ -254,6 +266,18 @@ mod tests {
         assert_eq!(
             merged.text,
             "import math\n\n\ndef is_prime(n):\n    return n > 1\n\ndef primes_below(limit):\n    return [n for n in range(limit) if is_prime(n)]\n\n\nif __name__ == \"__main__\":\n    print(primes_below(10))\n"
+        );
+        // Content with top-level lines of its own besides definitions: those of the file are not
+        // put back (a statement it fixes must not come back as it was).
+        let merged = merge(
+            primes,
+            "import sys\n\ndef is_prime(n):\n    return n > 1\n",
+            task,
+        )
+        .unwrap();
+        assert_eq!(
+            merged.text,
+            "import sys\n\ndef is_prime(n):\n    return n > 1\n\ndef primes_below(limit):\n    return [n for n in range(limit) if is_prime(n)]\n"
         );
         // The whole file written, or only a definition the task names left out: as written.
         assert_eq!(

@@ -129,28 +129,19 @@ fn write_file(work_dir: &WorkDir, args: &WriteArgs, kept: &Kept) -> Result<ToolO
     if let Some(parent) = path.parent() {
         work_dir::create_folders(parent, &args.path)?;
     }
-    if holds(&path, &args.path, &args.content) {
+    let (before, content, put_back) = to_write(&path, &args.path, &args.content, kept);
+    let unchanged = match &before {
+        Some(before) => *before == content,
+        None => holds(&path, &args.path, &content),
+    };
+    if unchanged {
         return Ok(ToolOutput::ok(format!(
             "{} already holds exactly this content: nothing changed",
             args.path
         )));
     }
-    // What the file held, for the names the new content takes out: a rename done by rewriting a
-    // file is told where the old name is still used, as one done by editing it is.
-    let before = path
-        .symlink_metadata()
-        .is_ok_and(|m| m.is_file() && m.len() <= RENAMED_FILE_BYTES)
-        .then(|| read_whole(&path, &args.path).ok())
-        .flatten()
-        .and_then(|bytes| String::from_utf8(bytes).ok());
-    let mut content = std::borrow::Cow::Borrowed(args.content.as_str());
-    let mut put_back = Vec::new();
     if let Some(before) = &before {
         if let Some(task) = &kept.used_names_but {
-            if let Some(merged) = definitions::merge(before, &content, task) {
-                content = merged.text.into();
-                put_back = merged.kept;
-            }
             keep_used_names(work_dir, (&path, &args.path), before, &content, task)?;
         }
         if kept.tests {
@@ -176,6 +167,32 @@ fn write_file(work_dir: &WorkDir, args: &WriteArgs, kept: &Kept) -> Result<ToolO
         out.push_str(&still_named(work_dir, &removed_names(&before, &content)));
     }
     Ok(touched(out, work_dir, &path))
+}
+
+/// What a `write_file` of `content` over `path` (`shown` as given) would leave in it: the file's
+/// text before (when it is a small text file: a rename done by rewriting a file is told where the
+/// old name is still used, as one done by editing it is), the content written, and the names of
+/// the definitions `content` left out that are kept ([`Kept::used_names_but`]).
+fn to_write<'a>(
+    path: &Path,
+    shown: &str,
+    content: &'a str,
+    kept: &Kept,
+) -> (Option<String>, std::borrow::Cow<'a, str>, Vec<String>) {
+    let before = path
+        .symlink_metadata()
+        .is_ok_and(|m| m.is_file() && m.len() <= RENAMED_FILE_BYTES)
+        .then(|| read_whole(path, shown).ok())
+        .flatten()
+        .and_then(|bytes| String::from_utf8(bytes).ok());
+    let merged = before
+        .as_deref()
+        .zip(kept.used_names_but.as_deref())
+        .and_then(|(before, task)| definitions::merge(before, content, task));
+    match merged {
+        Some(merged) => (before, merged.text.into(), merged.kept),
+        None => (before, content.into(), Vec::new()),
+    }
 }
 
 #[derive(Deserialize)]
@@ -756,11 +773,13 @@ fn nearest_line<'a>(text: &'a str, wanted: &str) -> Option<(usize, &'a str)> {
     (shared * 2 >= wanted.len() && shared > 0).then_some((n, line))
 }
 
-/// Whether a `write_file` of `content` to `path` would change nothing: the file holds it already.
-pub fn writes_nothing_new(work_dir: &WorkDir, path: &str, content: &str) -> bool {
-    work_dir
-        .resolve(path)
-        .is_ok_and(|resolved| holds(&resolved, path, content))
+/// Whether a `write_file` of `content` to `path` would change nothing: the file holds it already,
+/// with what `kept` keeps ([`to_write`]).
+pub fn writes_nothing_new(work_dir: &WorkDir, path: &str, content: &str, kept: &Kept) -> bool {
+    work_dir.resolve(path).is_ok_and(|resolved| {
+        let (_, content, _) = to_write(&resolved, path, content, kept);
+        holds(&resolved, path, &content)
+    })
 }
 
 fn holds(path: &Path, shown: &str, content: &str) -> bool {
@@ -991,41 +1010,51 @@ fn path_word(word: &str) -> Option<&str> {
     (word.contains('.') || word.contains('/')).then_some(word)
 }
 
-/// The extensions of the files a task may ask for by name ([`missing_files`]): a word such as
+/// The extensions of the files a task may ask for by name ([`named_paths`]): a word such as
 /// `e.g.` or `v1.2` is not taken for a file (nor a capitalised `.js`: `Node.js` is a name).
 const FILE_EXTENSIONS: &[&str] = &[
-    "c", "cfg", "conf", "cpp", "cs", "css", "csv", "go", "h", "hpp", "html", "ini", "java", "js",
-    "json", "jsx", "kt", "lua", "md", "php", "pl", "py", "rb", "rs", "rst", "sh", "sql", "swift",
-    "toml", "ts", "tsx", "txt", "xml", "yaml", "yml",
+    "c", "cfg", "conf", "cpp", "cs", "css", "csv", "dot", "fabro", "go", "h", "hpp", "html", "ini",
+    "java", "js", "json", "jsx", "kt", "lua", "md", "php", "pl", "py", "rb", "rs", "rst", "sh",
+    "sql", "swift", "toml", "ts", "tsx", "txt", "xml", "yaml", "yml",
 ];
 
-/// The files `text` names that are not in the working directory: each word that looks like a
-/// relative path ([`path_word`], no glob) to a file with a usual extension, which nothing is at. In
-/// the order named, each once.
-pub fn missing_files(work_dir: &WorkDir, text: &str) -> Vec<String> {
-    let mut missing: Vec<String> = Vec::new();
+/// The files `text` names: each word that looks like a relative path (a `.` or a `/` in it once
+/// quotes and punctuation are off; not a glob, an option or an address) to a file with a usual
+/// extension (`py`, `rs`, `json`, `txt`, …; not `Node.js`), in the order named, each once.
+pub fn named_paths(text: &str) -> Vec<&str> {
+    let mut named: Vec<&str> = Vec::new();
     for word in text.split_whitespace().filter_map(path_word) {
         let Some((stem, extension)) = word.rsplit_once('.') else {
             continue;
         };
         let name = stem.rsplit('/').next().unwrap_or(stem);
         if name.is_empty()
-            || word.starts_with('/')
+            || word.starts_with(['/', '-'])
             || word.contains(['*', '?'])
+            || word.contains("://")
             || !FILE_EXTENSIONS.contains(&extension)
             || (extension == "js" && name.starts_with(char::is_uppercase))
-            || missing.iter().any(|m| m == word)
+            || named.contains(&word)
         {
             continue;
         }
-        let absent = work_dir
-            .resolve(word)
-            .is_ok_and(|path| path.symlink_metadata().is_err());
-        if absent {
-            missing.push(word.to_owned());
-        }
+        named.push(word);
     }
-    missing
+    named
+}
+
+/// The files `text` names ([`named_paths`]) that are not in the working directory, in the order
+/// named.
+pub fn missing_files(work_dir: &WorkDir, text: &str) -> Vec<String> {
+    named_paths(text)
+        .into_iter()
+        .filter(|word| {
+            work_dir
+                .resolve(word)
+                .is_ok_and(|path| path.symlink_metadata().is_err())
+        })
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The whole of a regular file ([`work_dir::open_file`]).
@@ -1604,6 +1633,20 @@ mod tests {
             "def average(prices):\n    return get_total(prices) / len(prices)\n\ndef \
              compute_total(prices):\n    return sum(prices)\n"
         );
+        // The same again changes nothing, and counts as no change.
+        let partial = "def compute_total(prices):\n    return sum(prices)\n";
+        assert!(writes_nothing_new(&work_dir, "util.py", partial, &kept));
+        assert!(!writes_nothing_new(
+            &work_dir,
+            "util.py",
+            partial,
+            &Kept::default()
+        ));
+        let out = write("util.py", partial).unwrap();
+        assert_eq!(
+            out.content,
+            "util.py already holds exactly this content: nothing changed"
+        );
         // Written whole, as it is.
         let out = write("util.py", &util.replace("get_total", "compute_total")).unwrap();
         assert!(
@@ -2060,11 +2103,17 @@ mod tests {
     }
 
     #[test]
-    fn the_files_a_task_names_that_are_missing_are_those_with_a_usual_extension() {
+    fn the_files_a_task_names_are_those_with_a_usual_extension() {
         let (_d, work) = setup();
         let task = "Write backup.sh (e.g. with cp) that copies notes/*.txt into `out/list.txt`, \
                     as src/lib.rs does; see Node.js, version 1.2 and /etc/passwd.txt, and .txt \
                     files; then run ./backup.sh.";
         assert_eq!(missing_files(&work, task), ["backup.sh", "out/list.txt"]);
+        assert_eq!(
+            named_paths(&format!(
+                "{task} See https://x.org/a.py, --out=a.txt and w.fabro."
+            )),
+            ["backup.sh", "out/list.txt", "src/lib.rs", "w.fabro"]
+        );
     }
 }

@@ -19,9 +19,10 @@ mod tools;
 mod truncate;
 mod work_dir;
 
-pub use file_tools::bare_path;
+pub use file_tools::{bare_path, named_paths};
 pub use session::{
     AgentEvent, Approver, FINISH, Inbox, Model, Observer, STEERING_PREFIX, Session, Settings, Stop,
+    WHOLE_CONTENT,
 };
 pub use tools::{
     Category, EXTERNAL_LIMIT, ExternalTools, Tool, ToolOutput, Toolbox, combined, filtered,

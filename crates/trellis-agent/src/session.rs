@@ -232,6 +232,10 @@ first; call this again if it is still needed.";
 /// the model ends the task ([`Session::finishing`]) goes at the end.
 pub const DONE_HINT: &str = "The command succeeded. If that shows the task is done, ";
 
+/// What the example block of a first answer ([`Settings::draft`]) holds: a block that holds only
+/// this (the example copied) is not written.
+pub const WHOLE_CONTENT: &str = "the file's whole new content";
+
 /// What a model's first answer is followed by when it held code blocks but wrote no file
 /// ([`Settings::draft`]).
 pub const NOTHING_DRAFTED: &str = "No file was written: a block is written only when the line \
@@ -1334,15 +1338,18 @@ impl Session {
     }
 }
 
-/// The files `text` writes whole ([`Settings::draft`]), as `write_file` calls written as text: a
-/// block naming no file goes to the one file that defines what it defines
-/// ([`Toolbox::defining_file`]), which keeps what the block leaves out.
+/// The files `text` writes whole ([`Settings::draft`]), as `write_file` calls written as text,
+/// each with its first block: a block naming no file goes to the one file that defines what it
+/// defines ([`Toolbox::defining_file`]), which keeps what the block leaves out.
 async fn drafted_files(text: &str, toolbox: &Toolbox) -> Vec<ToolCall> {
     if !toolbox.offers(Tool::WriteFile) {
         return Vec::new();
     }
     let mut files: Vec<(String, String)> = Vec::new();
     for (path, content) in trellis_llm::text_tool_calls::drafted_files(text) {
+        if content.trim() == WHOLE_CONTENT {
+            continue;
+        }
         let path = match path {
             Some(path) => path,
             None => match toolbox.defining_file(&content).await {
@@ -1964,7 +1971,8 @@ mod tests {
         let draft = "Rename it in both files:\n\nutil.py\n```\ndef compute_total(p):\n    return \
                      sum(p)\n```\n\nHere is the updated `main.py`:\n```python\nfrom util import \
                      compute_total\nprint(compute_total([1]))\n```\n\ntest_util.py\n```\nassert \
-                     True\n```\n\nmain.py\n```\nthe file's whole new content\n```\n";
+                     True\n```\n\nmain.py\n```\nthe file's whole new content\n```\n\nnew.py\n```\nthe \
+                     file's whole new content\n```\n";
         let answers = vec![
             response(draft, &[]),
             response("", &[("shell", json!({ "command": "python3 main.py" }))]),
@@ -1986,6 +1994,8 @@ mod tests {
             read("main.py").await.unwrap(),
             "from util import compute_total\nprint(compute_total([1]))\n"
         );
+        // The example's block copied is not a file.
+        assert!(read("new.py").await.is_err());
         let test = read("test_util.py").await.unwrap();
         assert!(test.contains("assert get_total([2]) == 2"));
         // The model is shown what each write did, then how to go on; its answer stays as it was.

@@ -471,8 +471,9 @@ impl Toolbox {
         blocking(move || file_tools::missing_import(&work_dir, &output)).await
     }
 
-    /// The one file of the working directory that defines at its top level every name `code`
-    /// defines there ([`file_tools::defining_file`]).
+    /// The one source file of the working directory (not prose: `.md`, `.txt`, `.rst`) that
+    /// defines at its top level every name `code` defines there, when `code` defines any: where a
+    /// block of code a model wrote without naming its file goes.
     pub async fn defining_file(&self, code: &str) -> Option<String> {
         let (work_dir, code) = (self.work_dir.clone(), code.to_owned());
         blocking(move || file_tools::defining_file(&work_dir, &code)).await
@@ -624,7 +625,8 @@ impl Toolbox {
         .await
     }
 
-    /// Whether `call` is a `write_file` of what its file holds already: it changes nothing.
+    /// Whether `call` is a `write_file` of what its file holds already (with the definitions it
+    /// leaves out kept): it changes nothing.
     pub async fn writes_nothing_new(&self, call: &ToolCall) -> bool {
         if self.find(call) != Some(Tool::WriteFile) {
             return false;
@@ -637,7 +639,8 @@ impl Toolbox {
         };
         let (work_dir, path, content) =
             (self.work_dir.clone(), path.to_owned(), content.to_owned());
-        blocking(move || file_tools::writes_nothing_new(&work_dir, &path, &content)).await
+        let kept = self.kept.lock().clone();
+        blocking(move || file_tools::writes_nothing_new(&work_dir, &path, &content, &kept)).await
     }
 
     /// Whether `call` names an offered tool that only reads.

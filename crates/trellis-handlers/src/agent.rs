@@ -119,10 +119,10 @@ fn local_draft_hint(overview: &str, task: &str) -> String {
     format!(
         "First answer without calling a tool. Say in a few words what has to change, then write \
          every file you create or change whole: its path alone on a line, then its complete new \
-         content in a fenced code block, like this:\n\n{path}\n```\nthe file's whole new \
-         content\n```\n\nThe files are then written for you, and you go on with the tools: run \
+         content in a fenced code block, like this:\n\n{path}\n```\n{whole}\n```\n\nThe files are then written for you, and you go on with the tools: run \
          the check that shows the task is done, fix what it shows, and call {finish}.",
         path = example_path(overview, task),
+        whole = trellis_agent::WHOLE_CONTENT,
         finish = trellis_agent::FINISH,
     )
 }
@@ -142,29 +142,13 @@ fn local_calls_after_draft(overview: &str, task: &str) -> String {
     )
 }
 
-/// The words of `task` that name files: a path with an extension of letters (`fizzbuzz.py`,
-/// `src/lib.rs`), in the order named.
-fn task_paths(task: &str) -> Vec<&str> {
-    task.split_whitespace()
-        .map(trellis_agent::bare_path)
-        .filter(|word| {
-            word.rsplit_once('.').is_some_and(|(stem, extension)| {
-                !stem.is_empty()
-                    && !extension.is_empty()
-                    && extension.chars().all(|c| c.is_ascii_alphabetic())
-            }) && !word.starts_with('-')
-                && !word.contains("://")
-        })
-        .collect()
-}
-
 /// The file the first answer is shown writing ([`local_draft_hint`]): of the files the task
 /// names, leaving tests out (a task rarely asks for them to change, and the model copies the
 /// example's path), the first that does not exist yet (what the task asks to be made), else the
 /// first; else the overview's first such file; else `main.py`.
 fn example_path(overview: &str, task: &str) -> String {
     let listed: Vec<&str> = overview.lines().collect();
-    let named: Vec<&str> = task_paths(task)
+    let named: Vec<&str> = trellis_agent::named_paths(task)
         .into_iter()
         .filter(|path| !path.contains("test"))
         .collect();
@@ -183,18 +167,25 @@ fn example_path(overview: &str, task: &str) -> String {
 }
 
 /// The call shown after the first answer ([`local_calls_after_draft`]): the command the task
-/// names in backticks; else, when it names a Python test file, running the tests (`unittest`
-/// finds `test*.py`); else running the example file when it is a Python or shell script; else
-/// reading it back. The model runs the command it is shown as it is.
+/// names in backticks (one whose program there is: [`runnable`]); else, when it names a Python
+/// test file, running the tests (`unittest` finds `test*.py`); else running the example file when
+/// it is a Python or shell script; else reading it back. The model runs the command it is shown
+/// as it is.
 fn first_check(overview: &str, task: &str) -> serde_json::Value {
     let named = task
         .split('`')
         .skip(1)
         .step_by(2)
-        .find(|quoted| quoted.trim().contains(' '))
-        .map(str::trim);
+        .map(str::trim)
+        .find(|quoted| {
+            quoted.contains(' ')
+                && quoted
+                    .split_whitespace()
+                    .next()
+                    .is_some_and(|program| runnable(overview, program))
+        });
     let path = example_path(overview, task);
-    let tests = task_paths(task)
+    let tests = trellis_agent::named_paths(task)
         .into_iter()
         .any(|path| path.contains("test") && path.rsplit_once('.').is_some_and(|(_, e)| e == "py"))
         .then(|| "python3 -m unittest".to_owned());
@@ -218,6 +209,14 @@ fn first_check(overview: &str, task: &str) -> serde_json::Value {
             "arguments": { "path": path },
         }),
     }
+}
+
+/// Whether `program` starts a command: a file of the working directory's `overview`, or a program
+/// on `PATH` (`` Print `hello world` `` names no command).
+fn runnable(overview: &str, program: &str) -> bool {
+    let program = program.strip_prefix("./").unwrap_or(program);
+    overview.lines().any(|file| file == program)
+        || (!program.contains('/') && crate::command::on_path(program).is_some())
 }
 
 /// Files of the working directory listed in the system prompt.
@@ -1584,6 +1583,11 @@ mod tests {
                 "calc.py".into(),
                 r#""shell" "python3 -m unittest test_calc""#.into()
             )
+        );
+        // Backticks around words that are not a command.
+        assert_eq!(
+            shown("Make calc.py print `hello world`."),
+            ("calc.py".into(), r#""shell" "python3 calc.py""#.into())
         );
         assert_eq!(
             shown("Write backup.sh, version 1.2, and run it."),

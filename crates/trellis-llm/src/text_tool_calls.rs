@@ -67,15 +67,15 @@ fn whole_files<'a>(text: &'a str, offered: &[&str]) -> Vec<(&'a str, &'a str)> {
         .collect()
 }
 
-/// The files an answer that was asked to write files whole writes, each with its first block (a
-/// small model restates a file, or copies the example it was shown after it, or shows what a
-/// command would print): as [`parse`] finds them, a block below a line ending with a colon that
+/// The files an answer that was asked to write files whole writes, in the order written (a small
+/// model restates a file, or copies the example it was shown after it, or shows what a command
+/// would print: the caller keeps each file's first): as [`parse`] finds them, a block below a line ending with a colon that
 /// names one path in backticks (`` Here is the updated `words.py` file: ``), and a `write_file`
 /// call written out in a block (a path and a content), in the order written; and, without a path,
 /// each block that names no file and holds no call (`` Here's the implementation of the `is_prime`
 /// function: ``), for the caller to find its file by what it defines.
 pub fn drafted_files(text: &str) -> Vec<(Option<String>, String)> {
-    let mut files: Vec<(Option<String>, String)> = Vec::new();
+    let mut files = Vec::new();
     for block in blocks(text) {
         let values = values(block.body);
         let calls: Vec<ToolCall> = values
@@ -99,11 +99,7 @@ pub fn drafted_files(text: &str) -> Vec<(Option<String>, String)> {
         } else {
             Vec::new()
         };
-        for (path, body) in written {
-            if path.is_none() || !files.iter().any(|(p, _)| *p == path) {
-                files.push((path, body));
-            }
-        }
+        files.extend(written);
     }
     files
 }
@@ -403,7 +399,7 @@ mod tests {
     }
 
     #[test]
-    fn a_draft_writes_each_file_with_its_first_block_and_calls_none() {
+    fn a_draft_writes_its_files_blocks_in_order_and_calls_none() {
         let text = "Here is `calc.py`, fixed:\n```python\ndef add(a, b):\n    return a + \
                     b\n```\nHere is the updated `words.py` file (run `python3 -m unittest`):\n```\n\
                     w = 1\n```\n\nnotes.md\n\n```\nhello\n```\nnotes.md\n```\nthe file's whole new \
@@ -423,6 +419,7 @@ mod tests {
                 ("calc.py", "def add(a, b):\n    return a + b\n"),
                 ("words.py", "w = 1\n"),
                 ("notes.md", "hello\n"),
+                ("notes.md", "the file's whole new content\n"),
                 ("x.txt", "1"),
                 ("", "python3 a.py\n"),
             ])
@@ -431,7 +428,10 @@ mod tests {
         let shown = "Write `hello.txt` with:\n```json\n{\"name\": \"write_file\", \"arguments\": {\"path\": \
                      \"hello.txt\", \"content\": \"Hello\"}}\n```\nThen `hello.txt` holds:\n```\n\
                      hello.txt\n```\n";
-        assert_eq!(drafted_files(shown), owned(&[("hello.txt", "Hello")]));
+        assert_eq!(
+            drafted_files(shown),
+            owned(&[("hello.txt", "Hello"), ("hello.txt", "hello.txt\n")])
+        );
     }
 
     #[test]
