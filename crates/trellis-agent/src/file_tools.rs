@@ -584,11 +584,11 @@ pub fn missing_import(work_dir: &WorkDir, output: &str) -> Option<String> {
         quoted(&shown),
     );
     if let Some((old, new)) = import_edit(&raising, &import) {
-        let call = serde_json::json!({
-            "thought": format!("I add the missing import to {file}."),
-            "name": Tool::EditFile.name(),
-            "arguments": { "path": file, "old_string": old, "new_string": new },
-        });
+        let call = trellis_llm::text_tool_calls::written_call(
+            &format!("I add the missing import to {file}."),
+            Tool::EditFile.name(),
+            serde_json::json!({ "path": file, "old_string": old, "new_string": new }),
+        );
         let _ = write!(told, " With edit_file:\n{call}");
     }
     Some(told)

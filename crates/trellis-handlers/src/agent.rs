@@ -94,21 +94,21 @@ fn first_look(overview: &str, task: &str) -> serde_json::Value {
             .map(|file| (file, true))
     });
     match named {
-        Some((file, true)) => serde_json::json!({
-            "thought": "First I read the file, to see what to change.",
-            "name": "read_file",
-            "arguments": { "path": file },
-        }),
-        Some((folder, false)) => serde_json::json!({
-            "thought": "First I look at what the folder holds.",
-            "name": "list_dir",
-            "arguments": { "path": folder },
-        }),
-        None => serde_json::json!({
-            "thought": "First I look at what the directory holds.",
-            "name": "list_dir",
-            "arguments": { "path": "." },
-        }),
+        Some((file, true)) => trellis_llm::text_tool_calls::written_call(
+            "First I read the file, to see what to change.",
+            "read_file",
+            serde_json::json!({ "path": file }),
+        ),
+        Some((folder, false)) => trellis_llm::text_tool_calls::written_call(
+            "First I look at what the folder holds.",
+            "list_dir",
+            serde_json::json!({ "path": folder }),
+        ),
+        None => trellis_llm::text_tool_calls::written_call(
+            "First I look at what the directory holds.",
+            "list_dir",
+            serde_json::json!({ "path": "." }),
+        ),
     }
 }
 
@@ -198,16 +198,16 @@ fn first_check(overview: &str, task: &str) -> serde_json::Value {
         Some(format!("{program} {path}"))
     });
     match command {
-        Some(command) => serde_json::json!({
-            "thought": "Now I run it, to check the change.",
-            "name": "shell",
-            "arguments": { "command": command },
-        }),
-        None => serde_json::json!({
-            "thought": "Now I read the file back, to check the change.",
-            "name": "read_file",
-            "arguments": { "path": path },
-        }),
+        Some(command) => trellis_llm::text_tool_calls::written_call(
+            "Now I run it, to check the change.",
+            "shell",
+            serde_json::json!({ "command": command }),
+        ),
+        None => trellis_llm::text_tool_calls::written_call(
+            "Now I read the file back, to check the change.",
+            "read_file",
+            serde_json::json!({ "path": path }),
+        ),
     }
 }
 

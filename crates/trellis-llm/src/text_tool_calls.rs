@@ -151,6 +151,17 @@ fn values(body: &str) -> Vec<Value> {
         .collect()
 }
 
+/// A call as a model held to one call an answer writes it (the grammar of
+/// `providers::openai_chat`): a thought, then the tool's name and arguments — what an example
+/// shown to such a model looks like.
+pub fn written_call(thought: &str, name: &str, arguments: Value) -> Value {
+    let mut call = serde_json::Map::new();
+    call.insert("thought".to_owned(), thought.into());
+    call.insert("name".to_owned(), name.into());
+    call.insert("arguments".to_owned(), arguments);
+    Value::Object(call)
+}
+
 /// The id prefix of calls found in text.
 const TEXT_CALL_PREFIX: &str = "text_call_";
 
