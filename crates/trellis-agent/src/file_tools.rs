@@ -610,26 +610,40 @@ fn import_edit(text: &str, import: &str) -> Option<(String, String)> {
     (text.matches(line).count() == 1).then(|| (line.to_owned(), new))
 }
 
-/// The one source file of the working directory (not prose: `.md`, `.txt`, `.rst`) that defines at
-/// its top level every name `code` defines there, when `code` defines any: where a block of code a
-/// model wrote without naming its file goes (`def is_prime(n): …` after "Here's the implementation
-/// of the `is_prime` function:"). None when no file does, or more than one.
-pub fn defining_file(work_dir: &WorkDir, code: &str) -> Option<String> {
+/// For each of `codes`, the one source file of the working directory (not prose: `.md`, `.txt`,
+/// `.rst`) that defines at its top level every name that code defines there, when it defines any:
+/// where a block of code a model wrote without naming its file goes (`def is_prime(n): …` after
+/// "Here's the implementation of the `is_prime` function:"). None when no file does, or more than
+/// one. The files are read once for all the codes (an answer may hold hundreds of blocks).
+pub fn defining_files(work_dir: &WorkDir, codes: &[String]) -> Vec<Option<String>> {
     const PROSE: [&str; 3] = ["md", "txt", "rst"];
-    let names = definitions::top_level_names(code);
-    if names.is_empty() {
-        return None;
+    let wanted: Vec<Vec<&str>> = codes
+        .iter()
+        .map(|code| definitions::top_level_names(code))
+        .collect();
+    // Per code: the files found so far defining all its names (two is enough to say none).
+    let mut found: Vec<Vec<String>> = vec![Vec::new(); codes.len()];
+    if wanted.iter().all(Vec::is_empty) {
+        return vec![None; codes.len()];
     }
-    let mut defining = small_text_files(work_dir).filter(|(path, _, text)| {
-        path.extension()
-            .is_none_or(|e| !PROSE.iter().any(|prose| e == *prose))
-            && {
-                let defined = definitions::top_level_names(text);
-                names.iter().all(|name| defined.contains(name))
+    for (path, shown, text) in small_text_files(work_dir) {
+        if path
+            .extension()
+            .is_some_and(|e| PROSE.iter().any(|prose| e == *prose))
+        {
+            continue;
+        }
+        let defined = definitions::top_level_names(&text);
+        for (names, found) in wanted.iter().zip(&mut found) {
+            if !names.is_empty() && found.len() < 2 && names.iter().all(|n| defined.contains(n)) {
+                found.push(shown.clone());
             }
-    });
-    let (_, shown, _) = defining.next()?;
-    defining.next().is_none().then_some(shown)
+        }
+    }
+    found
+        .into_iter()
+        .map(|mut found| (found.len() == 1).then(|| found.remove(0)))
+        .collect()
 }
 
 /// The lines of the working directory's text files (but `except`) that name any of `names` as a

@@ -1340,22 +1340,25 @@ impl Session {
 
 /// The files `text` writes whole ([`Settings::draft`]), as `write_file` calls written as text,
 /// each with its first block: a block naming no file goes to the one file that defines what it
-/// defines ([`Toolbox::defining_file`]), which keeps what the block leaves out.
+/// defines ([`Toolbox::defining_files`]), which keeps what the block leaves out.
 async fn drafted_files(text: &str, toolbox: &Toolbox) -> Vec<ToolCall> {
     if !toolbox.offers(Tool::WriteFile) {
         return Vec::new();
     }
+    let drafted: Vec<(Option<String>, String)> = trellis_llm::text_tool_calls::drafted_files(text)
+        .into_iter()
+        .filter(|(_, content)| content.trim() != WHOLE_CONTENT)
+        .collect();
+    let unnamed: Vec<String> = drafted
+        .iter()
+        .filter(|(path, _)| path.is_none())
+        .map(|(_, content)| content.clone())
+        .collect();
+    let mut defining = toolbox.defining_files(unnamed).await.into_iter();
     let mut files: Vec<(String, String)> = Vec::new();
-    for (path, content) in trellis_llm::text_tool_calls::drafted_files(text) {
-        if content.trim() == WHOLE_CONTENT {
+    for (path, content) in drafted {
+        let Some(path) = path.or_else(|| defining.next().flatten()) else {
             continue;
-        }
-        let path = match path {
-            Some(path) => path,
-            None => match toolbox.defining_file(&content).await {
-                Some(path) => path,
-                None => continue,
-            },
         };
         if !files.iter().any(|(p, _)| *p == path) {
             files.push((path, content));

@@ -471,12 +471,12 @@ impl Toolbox {
         blocking(move || file_tools::missing_import(&work_dir, &output)).await
     }
 
-    /// The one source file of the working directory (not prose: `.md`, `.txt`, `.rst`) that
-    /// defines at its top level every name `code` defines there, when `code` defines any: where a
-    /// block of code a model wrote without naming its file goes.
-    pub async fn defining_file(&self, code: &str) -> Option<String> {
-        let (work_dir, code) = (self.work_dir.clone(), code.to_owned());
-        blocking(move || file_tools::defining_file(&work_dir, &code)).await
+    /// For each of `codes`, the one source file of the working directory (not prose: `.md`,
+    /// `.txt`, `.rst`) that defines at its top level every name that code defines there, when it
+    /// defines any: where a block of code a model wrote without naming its file goes.
+    pub async fn defining_files(&self, codes: Vec<String>) -> Vec<Option<String>> {
+        let work_dir = self.work_dir.clone();
+        blocking(move || file_tools::defining_files(&work_dir, &codes)).await
     }
 
     /// The numbers of three digits or more that `task` names (a port, a limit, a year) and that
