@@ -65,11 +65,10 @@ pub fn send(stage_dir: &Path, text: &str, sent_at: String) -> Result<(), SendErr
         text: text.to_owned(),
         sent_at,
     };
-    let temporary = inbox.join(format!(".{name}"));
     let written = serde_json::to_vec(&message)
         .map_err(io::Error::other)
-        .and_then(|bytes| fs::write(&temporary, bytes));
-    match written.and_then(|()| fs::rename(&temporary, inbox.join(&name))) {
+        .and_then(|bytes| trellis_process::files::write_whole(&inbox.join(&name), &bytes));
+    match written {
         Ok(()) => Ok(()),
         // The stage closed its inbox meanwhile: the message went nowhere.
         Err(e) if e.kind() == io::ErrorKind::NotFound => Err(SendError::NotTaking),

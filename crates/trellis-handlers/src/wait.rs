@@ -80,8 +80,9 @@ fn wait_until(dir: &Path, node: &str, visit: u32, fresh: SystemTime) -> SystemTi
         });
     let until = earlier.unwrap_or(fresh);
     let text = serde_json::json!({ "until": humantime::format_rfc3339_millis(until).to_string() });
+    // Whole or not at all: a run killed as this is written must find the end on resume, or none.
     // A wait whose end cannot be recorded still waits; it only starts over if interrupted.
-    let _ = std::fs::write(dir.join(WAIT_FILE), text.to_string());
+    let _ = trellis_process::files::write_whole(&dir.join(WAIT_FILE), text.to_string().as_bytes());
     until
 }
 

@@ -110,10 +110,63 @@ pub fn create_folders(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes `bytes` to `path` so that no reader, and no run resumed after a kill, sees part of them:
+/// written to a new hidden file beside it (`.name.tmp-<pid>-<n>`, made afresh, so a link planted
+/// under that name is not followed), then renamed over `path`. A kill leaves the old content or the
+/// new, whole, and at most a stray hidden file; it does not wait for the disk (a crash of the
+/// machine may lose both). It blocks: off an async path, the caller's to see to.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a write as its callers would make themselves, where they may block"
+)]
+pub fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write as _;
+    // Unique per write: two writers never share a temporary file.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = path.file_name().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("`{}` names no file", path.display()),
+        )
+    })?;
+    let mut hidden = std::ffi::OsString::from(".");
+    hidden.push(name);
+    hidden.push(format!(".tmp-{}-{n}", std::process::id()));
+    let temporary = path.with_file_name(hidden);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&temporary)
+        .and_then(|mut file| file.write_all(bytes))
+        .and_then(|()| std::fs::rename(&temporary, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written
+}
+
 #[cfg(test)]
 #[allow(clippy::disallowed_methods, reason = "the tests set up files")]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_whole_write_replaces_the_file_and_leaves_nothing_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wait.json");
+        std::fs::write(&path, "old").unwrap();
+        write_whole(&path, b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["wait.json"]);
+        // Into a folder that is gone: an error, and nothing made.
+        assert!(write_whole(&dir.path().join("gone/wait.json"), b"x").is_err());
+        assert!(write_whole(Path::new("/"), b"x").is_err());
+    }
 
     #[test]
     fn a_resolved_path_opens_and_a_link_on_its_way_does_not() {
