@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use crate::span::Span;
 
+/// The text of a name or value: up to 24 bytes inline, longer on the heap.
+pub type Text = compact_str::CompactString;
+
 /// Which surface syntax a document was written in. Some rules differ between them (cycles, terminals).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceFormat {
@@ -26,7 +29,7 @@ pub struct Document {
 /// A name as written, with its span.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ident {
-    pub name: String,
+    pub name: Text,
     pub span: Span,
 }
 
@@ -93,7 +96,7 @@ pub enum ValueKind {
 /// An attribute value: its text (unescaped), how it was written, and where.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Value {
-    pub text: String,
+    pub text: Text,
     pub kind: ValueKind,
     pub span: Span,
     /// For quoted strings: `(offset in text, offset in source)` after each escape, so spans inside the
@@ -103,7 +106,7 @@ pub struct Value {
 
 impl Value {
     /// A value whose text starts at `span.start` (+1 when quoted) with no escapes.
-    pub fn plain(text: impl Into<String>, kind: ValueKind, span: Span) -> Self {
+    pub fn plain(text: impl Into<Text>, kind: ValueKind, span: Span) -> Self {
         Self {
             text: text.into(),
             kind,

@@ -36,7 +36,7 @@
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
-use crate::ast::{Attr, Document, Ident, SourceFormat, Stmt, Value, ValueKind};
+use crate::ast::{Attr, Document, Ident, SourceFormat, Stmt, Text, Value, ValueKind};
 use crate::diagnostic::Diagnostic;
 use crate::dot::lexer::classify_word;
 use crate::span::Span;
@@ -275,7 +275,7 @@ pub fn parse_yaml(text: &str, default_name: &str, diagnostics: &mut Vec<Diagnost
     lowering.top_level(&entries, &mut document);
     if document.name.is_none() {
         document.name = Some(Ident {
-            name: default_name.to_owned(),
+            name: Text::from(default_name),
             span: header_span,
         });
     }
@@ -335,10 +335,10 @@ pub const WORKFLOW_TYPES: &[&str] = &[
 pub const INPUT_TYPES: &[&str] = &["string", "number", "boolean", "string[]"];
 
 /// An attribute the loader writes itself: `key` (at `key_span`) = `text` (a value of `kind` at `span`).
-fn made(key: &str, key_span: Span, text: impl Into<String>, kind: ValueKind, span: Span) -> Attr {
+fn made(key: &str, key_span: Span, text: impl Into<Text>, kind: ValueKind, span: Span) -> Attr {
     Attr {
         key: Ident {
-            name: key.to_owned(),
+            name: Text::from(key),
             span: key_span,
         },
         value: Value::plain(text, kind, span),
@@ -375,7 +375,7 @@ impl YamlLowering<'_> {
     fn attr(&mut self, key: &Node, value: &Node) -> Option<Attr> {
         let (name, key_span) = self.scalar(key, "a key")?;
         let key = Ident {
-            name,
+            name: name.into(),
             span: key_span,
         };
         let value = match value {
@@ -442,9 +442,10 @@ impl YamlLowering<'_> {
                 "id" => id = self.scalar(value, "id"),
                 "name" => name = self.scalar(value, "name"),
                 "start" | "entry" => {
-                    entry = self
-                        .scalar(value, "entry")
-                        .map(|(name, span)| Ident { name, span });
+                    entry = self.scalar(value, "entry").map(|(name, span)| Ident {
+                        name: name.into(),
+                        span,
+                    });
                 }
                 "nodes" => self.nodes(value),
                 "edges" => self.edges(value),
@@ -478,7 +479,10 @@ impl YamlLowering<'_> {
         // `id` names the workflow; `name` is then its label. A file with only `name` is named by it.
         match (id, name) {
             (Some((id, span)), name) => {
-                document.name = Some(Ident { name: id, span });
+                document.name = Some(Ident {
+                    name: id.into(),
+                    span,
+                });
                 if let Some((label, span)) = name {
                     self.stmts.insert(
                         0,
@@ -486,7 +490,12 @@ impl YamlLowering<'_> {
                     );
                 }
             }
-            (None, Some((name, span))) => document.name = Some(Ident { name, span }),
+            (None, Some((name, span))) => {
+                document.name = Some(Ident {
+                    name: name.into(),
+                    span,
+                });
+            }
             (None, None) => {}
         }
         if let Some(entry) = entry {
@@ -912,7 +921,10 @@ impl YamlLowering<'_> {
                 }
             };
             self.stmts.push(Stmt::Node {
-                id: Ident { name, span },
+                id: Ident {
+                    name: name.into(),
+                    span,
+                },
                 attrs,
             });
         }
@@ -952,11 +964,11 @@ impl YamlLowering<'_> {
                 (Some((from, from_span)), Some((to, to_span))) => self.stmts.push(Stmt::Edge {
                     chain: vec![
                         Ident {
-                            name: from,
+                            name: from.into(),
                             span: from_span,
                         },
                         Ident {
-                            name: to,
+                            name: to.into(),
                             span: to_span,
                         },
                     ],

@@ -4,7 +4,7 @@
 //! `class` lists into classes on the nodes inside (`"Loop A"` → `loop-a`). Values stay untyped here.
 
 use trellis_syntax::Span;
-use trellis_syntax::ast::{Attr, DefaultsTarget, Document, Ident, SourceFormat, Stmt};
+use trellis_syntax::ast::{Attr, DefaultsTarget, Document, Ident, SourceFormat, Stmt, Text};
 
 /// Attributes by name; a later assignment replaces an earlier one.
 pub(crate) type AttrMap = crate::small_map::SmallMap<Attr>;
@@ -14,7 +14,7 @@ pub(crate) struct FlatNode {
     pub attrs: AttrMap,
     /// Attributes written on the node itself (not inherited from `node [...]` defaults).
     pub explicit: crate::small_map::SmallMap<()>,
-    pub classes: Vec<String>,
+    pub classes: Vec<Text>,
     pub declared: bool,
 }
 
@@ -39,7 +39,7 @@ pub(crate) struct FlatGraph {
 struct Scope {
     node_defaults: AttrMap,
     edge_defaults: AttrMap,
-    classes: Vec<String>,
+    classes: Vec<Text>,
 }
 
 /// Turns a subgraph label into a class name: lower case, runs of other characters become `-`.
@@ -56,11 +56,11 @@ pub fn class_from_label(label: &str) -> String {
 }
 
 /// Splits a `class` attribute (`"a, b"`) into class names.
-pub fn split_classes(text: &str) -> impl Iterator<Item = String> + '_ {
+pub fn split_classes(text: &str) -> impl Iterator<Item = Text> + '_ {
     text.split([',', ' ', '\t', '\n'])
         .map(str::trim)
         .filter(|c| !c.is_empty())
-        .map(str::to_owned)
+        .map(Text::from)
 }
 
 struct Flattener {
@@ -106,7 +106,7 @@ fn statement_counts(stmts: &[Stmt]) -> (usize, usize) {
 
 /// The classes a subgraph gives every node mentioned inside it: its `label` (as a class name) and its
 /// `class` list, from `key=value` statements or `graph [...]`.
-fn subgraph_classes(stmts: &[Stmt]) -> Vec<String> {
+fn subgraph_classes(stmts: &[Stmt]) -> Vec<Text> {
     let mut classes = Vec::new();
     for attr in stmts.iter().flat_map(|stmt| match stmt {
         Stmt::Attr(attr) => std::slice::from_ref(attr),
@@ -118,7 +118,7 @@ fn subgraph_classes(stmts: &[Stmt]) -> Vec<String> {
         _ => &[],
     }) {
         match attr.key.name.as_str() {
-            "label" => classes.push(class_from_label(&attr.value.text)),
+            "label" => classes.push(class_from_label(&attr.value.text).into()),
             "class" => classes.extend(split_classes(&attr.value.text)),
             _ => {}
         }

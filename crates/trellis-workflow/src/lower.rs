@@ -82,12 +82,12 @@ fn sandbox_policy(r: &mut AttrReader<'_>, graph: &GraphConfig) -> SandboxPolicy 
 }
 
 fn text_map(attrs: &AttrMap) -> SmallMap<String> {
-    attrs.map_values(|a| a.value.text.clone())
+    attrs.map_values(|a| a.value.text.to_string())
 }
 
 /// The attributes' texts, moved out of them.
 fn into_texts(attrs: AttrMap) -> SmallMap<String> {
-    attrs.into_map_values(|a| a.value.text)
+    attrs.into_map_values(|a| a.value.text.into_string())
 }
 
 fn span_map(attrs: &AttrMap) -> SmallMap<trellis_syntax::Span> {
@@ -108,7 +108,7 @@ impl Lowerer<'_> {
         let name = flat
             .name
             .as_ref()
-            .map_or_else(|| "Workflow".to_owned(), |n| n.name.clone());
+            .map_or_else(|| "Workflow".to_owned(), |n| n.name.to_string());
         let format = flat.format;
         let mut workflow = Workflow::new(name, format, flat.header_span);
         workflow.reserve_nodes(flat.nodes.len());
@@ -294,7 +294,7 @@ impl Lowerer<'_> {
             HandlerKind::Conditional => NodeKind::Conditional,
         };
         let node = Node {
-            id: flat.id.name,
+            id: flat.id.name.into_string(),
             given_label,
             shape,
             classes: flat.classes.into_boxed_slice(),
@@ -319,7 +319,7 @@ impl Lowerer<'_> {
         for (key, heading) in [("rules", "Rules"), ("context", "Context")] {
             let Some(attr) = attrs.get(key) else { continue };
             let items: Vec<String> = serde_json::from_str(&attr.value.text)
-                .unwrap_or_else(|_| vec![attr.value.text.clone()]);
+                .unwrap_or_else(|_| vec![attr.value.text.to_string()]);
             let texts: Vec<String> = items
                 .into_iter()
                 .filter_map(|item| {
@@ -356,7 +356,7 @@ impl Lowerer<'_> {
                 if let Some(found) = style::lookup(sheet, property, id, shape, &flat.classes) {
                     let value = style::as_value(sheet_value, found);
                     let key = trellis_syntax::ast::Ident {
-                        name: (*property).to_owned(),
+                        name: (*property).into(),
                         span: value.span,
                     };
                     flat.attrs
@@ -385,7 +385,7 @@ impl Lowerer<'_> {
                 }
                 // Reported; the reference stands in for the text, so no rule says the prompt is
                 // missing (the workflow is invalid and never runs).
-                None => (None, attr.value.text.clone()),
+                None => (None, attr.value.text.to_string()),
             },
             None => (None, String::new()),
         };

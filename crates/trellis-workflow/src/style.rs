@@ -12,7 +12,7 @@ pub(crate) fn lookup<'a>(
     property: &str,
     id: &str,
     shape: &str,
-    classes: &[String],
+    classes: &[trellis_syntax::ast::Text],
 ) -> Option<&'a Spanned<String>> {
     let mut best: Option<(u8, &Spanned<String>)> = None;
     for rule in &sheet.rules {
@@ -62,7 +62,8 @@ mod tests {
             "* { model: a; } tab { model: b; } .x { model: c; } #n { model: d; } .y { model: e; }",
         );
         let model = |id: &str, shape: &str, classes: &[&str]| {
-            let classes: Vec<String> = classes.iter().map(|c| (*c).to_owned()).collect();
+            let classes: Vec<trellis_syntax::ast::Text> =
+                classes.iter().map(|c| (*c).into()).collect();
             lookup(&sheet, "model", id, shape, &classes).map(|v| v.value.clone())
         };
         assert_eq!(model("m", "box", &[]).as_deref(), Some("a"));

@@ -238,7 +238,7 @@ pub struct Node {
     pub given_label: Option<Box<str>>,
     /// The resolved shape (explicit, or the kind's); a kind's shape is shared, not copied.
     pub shape: crate::node_kind::Shape,
-    pub classes: Box<[String]>,
+    pub classes: Box<[trellis_syntax::ast::Text]>,
     pub kind: NodeKind,
     pub common: CommonConfig,
     /// Declared by a node statement (or in YAML `nodes`), not only mentioned by an edge.

@@ -35,7 +35,7 @@ pub enum TokenKind {
 /// A quoted string's unescaped text and its escape offset map (see `ast::Value::offset_map`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Quoted {
-    pub text: String,
+    pub text: crate::ast::Text,
     pub offset_map: Vec<(u32, u32)>,
 }
 
@@ -239,7 +239,7 @@ impl<'a> Lexer<'a> {
     }
 
     fn string(&mut self, start: usize) -> TokenKind {
-        let mut text = String::new();
+        let mut text = crate::ast::Text::default();
         let mut offset_map = Vec::new();
         self.pos += 1;
         loop {

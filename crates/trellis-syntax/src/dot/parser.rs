@@ -18,7 +18,7 @@
 //! skips to the next `;`, `}` or line break; inside an attribute list, to the next `,` or `]`.
 
 use crate::ast::{
-    Attr, DefaultsTarget, Document, Ident, SourceFormat, Stmt, Value, ValueKind, is_node_id,
+    Attr, DefaultsTarget, Document, Ident, SourceFormat, Stmt, Text, Value, ValueKind, is_node_id,
 };
 use crate::diagnostic::{Diagnostic, MAX_DIAGNOSTICS};
 use std::collections::VecDeque;
@@ -303,7 +303,7 @@ impl Parser<'_, '_> {
             TokenKind::Word(_) => {
                 self.bump();
                 Some(Ident {
-                    name: self.slice(token.span).to_owned(),
+                    name: Text::from(self.slice(token.span)),
                     span: token.span,
                 })
             }
@@ -444,7 +444,7 @@ impl Parser<'_, '_> {
             if let TokenKind::Word(_) = token.kind {
                 self.bump();
                 name = Some(Ident {
-                    name: self.slice(token.span).to_owned(),
+                    name: Text::from(self.slice(token.span)),
                     span: token.span,
                 });
             } else if let TokenKind::Str(quoted) = &token.kind {
@@ -499,7 +499,7 @@ impl Parser<'_, '_> {
     fn parse_node_id(&mut self) -> Option<Ident> {
         let span = self.peek().span;
         let (name, quoted) = match &self.peek().kind {
-            TokenKind::Word(_) => (self.slice(span).to_owned(), false),
+            TokenKind::Word(_) => (Text::from(self.slice(span)), false),
             TokenKind::Str(quoted) => (quoted.text.clone(), true),
             TokenKind::LBrace => {
                 let token = self.peek().clone();
@@ -646,7 +646,7 @@ impl Parser<'_, '_> {
         let span = self.peek().span;
         let key = match &self.peek().kind {
             TokenKind::Word(_) => Ident {
-                name: self.slice(span).to_owned(),
+                name: Text::from(self.slice(span)),
                 span,
             },
             TokenKind::Str(quoted) => Ident {

@@ -74,7 +74,7 @@ pub(crate) fn apply(graph: &mut FlatGraph, out: &mut Vec<Diagnostic>) {
                     )),
                 );
             }
-            (*canonical).clone_into(&mut attr.key.name);
+            attr.key.name = (*canonical).into();
             if explicit {
                 node.explicit.insert((*canonical).to_owned(), ());
             }

@@ -39,7 +39,7 @@ impl<'a> AttrReader<'a> {
     }
 
     pub fn string(&self, key: &str) -> Option<String> {
-        self.value(key).map(|v| v.text.clone())
+        self.value(key).map(|v| v.text.to_string())
     }
 
     fn report(&mut self, key: &str, value: &Value, expected: &str, help: Option<String>) {

@@ -145,13 +145,14 @@ pub(crate) fn expand_attributes(
             attr.value.span,
             &|| "the graph's goal".to_owned(),
             out,
-        );
+        )
+        .into();
     }
     let goal = goal_override.map(str::to_owned).or_else(|| {
         graph
             .graph_attrs
             .get("goal")
-            .map(|attr| attr.value.text.clone())
+            .map(|attr| attr.value.text.to_string())
     });
     let vars = Vars {
         goal: goal.as_deref(),
@@ -191,7 +192,8 @@ fn expand_map(attrs: &mut AttrMap, vars: Vars<'_>, place: Place<'_>, out: &mut V
         }
         let text = &attr.value.text;
         if memchr_brace(text) && (text.contains("{{") || text.contains("{%")) {
-            attr.value.text = expand(text, vars, Forms::Attribute, attr.value.span, place, out);
+            attr.value.text =
+                expand(text, vars, Forms::Attribute, attr.value.span, place, out).into();
         }
     }
 }
