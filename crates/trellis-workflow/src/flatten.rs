@@ -226,6 +226,17 @@ impl Flattener {
         }
     }
 
+    /// A new node's classes: its `node [class=...]` default's, with room for the subgraphs' that
+    /// [`Self::mention`] adds (sized to fit: the list is kept as it is).
+    fn first_classes(scope: &Scope) -> Vec<Text> {
+        let defaults = scope.node_defaults.get("class").map(|a| &a.value.text);
+        let mut classes = Vec::with_capacity(
+            defaults.map_or(0, |text| split_classes(text).count()) + scope.classes.len(),
+        );
+        classes.extend(defaults.into_iter().flat_map(|text| split_classes(text)));
+        classes
+    }
+
     /// Finds or creates a node; a new node takes the current defaults (with room for `own` more
     /// attributes, the statement's that declares it), and every mention inside a subgraph adds its
     /// classes.
@@ -239,11 +250,7 @@ impl Flattener {
                 id,
                 attrs: scope.node_defaults.clone_with_room(own),
                 explicit: crate::small_map::SmallMap::new(),
-                classes: scope
-                    .node_defaults
-                    .get("class")
-                    .map(|a| split_classes(&a.value.text).collect())
-                    .unwrap_or_default(),
+                classes: Self::first_classes(scope),
                 declared: false,
             });
             let index = self.graph.nodes.len() - 1;

@@ -82,7 +82,7 @@ fn sandbox_policy(r: &mut AttrReader<'_>, graph: &GraphConfig) -> SandboxPolicy 
 }
 
 fn text_map(attrs: &AttrMap) -> SmallMap<String> {
-    attrs.map_values(|a| a.value.text.to_string())
+    attrs.map_values(|a| a.value.text.as_str().to_owned())
 }
 
 /// The attributes' texts, moved out of them.
@@ -108,7 +108,7 @@ impl Lowerer<'_> {
         let name = flat
             .name
             .as_ref()
-            .map_or_else(|| "Workflow".to_owned(), |n| n.name.to_string());
+            .map_or_else(|| "Workflow".to_owned(), |n| n.name.as_str().to_owned());
         let format = flat.format;
         let mut workflow = Workflow::new(name, format, flat.header_span);
         workflow.reserve_nodes(flat.nodes.len());
@@ -319,7 +319,7 @@ impl Lowerer<'_> {
         for (key, heading) in [("rules", "Rules"), ("context", "Context")] {
             let Some(attr) = attrs.get(key) else { continue };
             let items: Vec<String> = serde_json::from_str(&attr.value.text)
-                .unwrap_or_else(|_| vec![attr.value.text.to_string()]);
+                .unwrap_or_else(|_| vec![attr.value.text.as_str().to_owned()]);
             let texts: Vec<String> = items
                 .into_iter()
                 .filter_map(|item| {
@@ -385,7 +385,7 @@ impl Lowerer<'_> {
                 }
                 // Reported; the reference stands in for the text, so no rule says the prompt is
                 // missing (the workflow is invalid and never runs).
-                None => (None, attr.value.text.to_string()),
+                None => (None, attr.value.text.as_str().to_owned()),
             },
             None => (None, String::new()),
         };

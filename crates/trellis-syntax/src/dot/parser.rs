@@ -34,8 +34,9 @@ pub fn parse_dot(text: &str, diagnostics: &mut Vec<Diagnostic>) -> Document {
     let mut parser = Parser {
         text,
         lexer,
-        ahead: VecDeque::from([first]),
-        previous: None,
+        current: first,
+        ahead: VecDeque::new(),
+        previous_span: None,
         pos: 0,
         diagnostics,
         echo: None,
@@ -88,10 +89,12 @@ fn next_significant(lexer: &mut Lexer<'_>) -> Token {
 struct Parser<'a, 'd> {
     text: &'a str,
     lexer: Lexer<'a>,
-    /// The current token and those read ahead of it (never empty; `Eof` last at the end).
+    /// The current token (`Eof` at the end, for good).
+    current: Token,
+    /// The tokens read ahead of the current one, which most steps do not need.
     ahead: VecDeque<Token>,
-    /// The token before the current one, once there is one.
-    previous: Option<Token>,
+    /// The span of the token before the current one, once there is one.
+    previous_span: Option<Span>,
     /// How many tokens the parser has moved past.
     pos: usize,
     diagnostics: &'d mut Vec<Diagnostic>,
@@ -110,12 +113,12 @@ const MAX_NESTING: usize = 64;
 
 impl Parser<'_, '_> {
     fn peek(&self) -> &Token {
-        &self.ahead[0]
+        &self.current
     }
 
     /// Reads one more token ahead (the end of file repeats); returns it.
     fn pull(&mut self) -> &Token {
-        let last = self.ahead.back().expect("never empty");
+        let last = self.ahead.back().unwrap_or(&self.current);
         let token = if last.kind == TokenKind::Eof {
             last.clone()
         } else {
@@ -125,35 +128,41 @@ impl Parser<'_, '_> {
         self.ahead.back().expect("just pushed")
     }
 
+    /// The token `ahead` places after the current one (0: the current one).
     fn peek_at(&mut self, ahead: usize) -> &Token {
-        while self.ahead.len() <= ahead {
+        if ahead == 0 {
+            return &self.current;
+        }
+        while self.ahead.len() < ahead {
             self.pull();
         }
-        &self.ahead[ahead]
+        &self.ahead[ahead - 1]
     }
 
     /// Moves past the current token (never past the end), returning it.
-    fn bump(&mut self) -> &Token {
-        if self.peek().kind == TokenKind::Eof {
-            return self.peek();
+    fn bump(&mut self) -> Token {
+        if self.current.kind == TokenKind::Eof {
+            return self.current.clone();
         }
-        if self.ahead.len() == 1 {
-            self.pull();
-        }
+        let next = self
+            .ahead
+            .pop_front()
+            .unwrap_or_else(|| next_significant(&mut self.lexer));
         self.pos += 1;
-        self.previous = self.ahead.pop_front();
-        self.previous.as_ref().expect("just moved past")
+        let moved = std::mem::replace(&mut self.current, next);
+        self.previous_span = Some(moved.span);
+        moved
     }
 
     /// The span of the token before the current one (the current one's at the start).
     fn previous_span(&self) -> Span {
-        self.previous.as_ref().unwrap_or(self.peek()).span
+        self.previous_span.unwrap_or(self.current.span)
     }
 
     /// Moves the quoted string out of the current token, if it is one, leaving a bare word in its
     /// place: a token behind the parser is read again for its span only.
     fn take_quoted(&mut self) -> Option<Box<Quoted>> {
-        let kind = &mut self.ahead[0].kind;
+        let kind = &mut self.current.kind;
         if !matches!(kind, TokenKind::Str(_)) {
             return None;
         }
@@ -549,7 +558,7 @@ impl Parser<'_, '_> {
             self.peek().kind,
             TokenKind::Arrow | TokenKind::UndirectedEdge
         ) {
-            let arrow = self.bump().clone();
+            let arrow = self.bump();
             if arrow.kind == TokenKind::UndirectedEdge {
                 self.error(
                     "undirected edges (`--`) are not supported",
@@ -615,12 +624,12 @@ impl Parser<'_, '_> {
             )
         };
         // Reads the list ahead, up to its end: one list's tokens at most are held.
-        let mut read = self.ahead.iter().position(ends).is_some();
+        let mut read = ends(&self.current) || self.ahead.iter().any(ends);
         while !read {
             read = ends(self.pull());
         }
-        self.ahead
-            .iter()
+        std::iter::once(&self.current)
+            .chain(&self.ahead)
             .take_while(|t| !ends(t))
             .filter(|t| t.kind == TokenKind::Equals)
             .count()

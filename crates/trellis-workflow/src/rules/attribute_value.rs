@@ -39,7 +39,7 @@ impl<'a> AttrReader<'a> {
     }
 
     pub fn string(&self, key: &str) -> Option<String> {
-        self.value(key).map(|v| v.text.to_string())
+        self.value(key).map(|v| v.text.as_str().to_owned())
     }
 
     fn report(&mut self, key: &str, value: &Value, expected: &str, help: Option<String>) {

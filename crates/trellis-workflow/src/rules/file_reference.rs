@@ -149,7 +149,7 @@ pub(crate) fn load(
     out: &mut Vec<Diagnostic>,
 ) -> Option<(Option<PathBuf>, String)> {
     let Some(reference) = value.text.strip_prefix('@') else {
-        return Some((None, value.text.to_string()));
+        return Some((None, value.text.as_str().to_owned()));
     };
     let path = check_exists(key, value, reference, files, out)?;
     match trellis_syntax::read_text(&path) {

@@ -152,7 +152,7 @@ pub(crate) fn expand_attributes(
         graph
             .graph_attrs
             .get("goal")
-            .map(|attr| attr.value.text.to_string())
+            .map(|attr| attr.value.text.as_str().to_owned())
     });
     let vars = Vars {
         goal: goal.as_deref(),
