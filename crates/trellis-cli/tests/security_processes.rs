@@ -329,6 +329,56 @@ fn landlock() -> bool {
     works
 }
 
+/// Under Landlock (and unconfined) a command may write its own stage folder when the runs directory
+/// is inside the working tree: links it plants where Trellis is about to create its output logs are
+/// not written through, so its output cannot land in a file it may not write itself.
+#[test]
+fn links_planted_as_a_stage_s_logs_are_not_written_through() {
+    let sandboxes: &[&str] = if landlock() {
+        &["landlock", "none"]
+    } else {
+        &["none"]
+    };
+    for sandbox in sandboxes {
+        let p = probe_project(sandbox);
+        // Outside the working directory and /tmp, which Landlock leaves writable.
+        let outside = tempfile::tempdir_in("/var/tmp").unwrap();
+        let target = outside.path().join("target.txt");
+        std::fs::write(&target, "untouched\n").unwrap();
+        p.write(
+            "w.fabro",
+            &workflow(&format!(
+                "plant [shape=parallelogram, script=\"ln -s {t} $TRELLIS_STAGE_DIR/stdout.log && ln -s {t} $TRELLIS_STAGE_DIR/stderr.log && echo through-the-link && echo also-through >&2\"]\n \
+                 start -> plant -> exit",
+                t = target.display()
+            )),
+        );
+        let run = p.run("w.fabro", &[]);
+        assert_eq!(run.code(), Some(0), "{sandbox}: {}", run.stderr());
+        assert_eq!(
+            run.stage_status("plant"),
+            "succeeded",
+            "{sandbox}: {}",
+            run.stderr()
+        );
+        assert_eq!(
+            std::fs::read_to_string(&target).unwrap(),
+            "untouched\n",
+            "{sandbox}"
+        );
+        let dir = stage_dir(&run.record(), "plant");
+        for log in ["stdout.log", "stderr.log"] {
+            let kind = std::fs::symlink_metadata(dir.join(log))
+                .unwrap()
+                .file_type();
+            assert!(
+                kind.is_symlink(),
+                "{sandbox}: {log} is still the command's link"
+            );
+        }
+    }
+}
+
 #[test]
 fn the_landlock_sandbox_confines_writes_and_the_network_and_leaves_nothing_behind() {
     if !landlock() {

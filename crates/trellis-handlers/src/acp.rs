@@ -231,11 +231,7 @@ struct AgentProcess {
 impl AgentProcess {
     fn start(command: &str, root: &Path, stage: &Stage<'_>) -> std::io::Result<Self> {
         let stderr = stage.dir.join("acp-stderr.log");
-        #[allow(
-            clippy::disallowed_methods,
-            reason = "creating an empty log file before the agent starts"
-        )]
-        let log = std::fs::File::create(&stderr)?;
+        let log = trellis_process::files::create_no_link(&stderr)?;
         // Like the coding-agent CLIs, the agent is the user's own program with the user's own
         // credentials; what it asks Trellis to do is confined (see `Served`).
         let child = tokio::process::Command::new("sh")

@@ -415,7 +415,7 @@ fn transcript_writer(
     let (sender, entries) = std::sync::mpsc::channel::<Value>();
     let writer = trellis_process::task::own_thread("trellis-transcript", move || {
         use std::io::Write as _;
-        let Ok(file) = std::fs::File::create(&path) else {
+        let Ok(file) = trellis_process::files::create_no_link(&path) else {
             return;
         };
         let mut file = std::io::BufWriter::new(file);

@@ -99,7 +99,7 @@ async fn tee(mut pipe: impl tokio::io::AsyncRead + Unpin, log: std::path::PathBu
             }
         }
         if file.is_none() {
-            file = Some(tokio::fs::File::create(&log).await);
+            file = Some(trellis_process::files::create_no_link_async(&log).await);
         }
         if let Some(Ok(file)) = file.as_mut() {
             let _ = file.write_all(&pending).await;

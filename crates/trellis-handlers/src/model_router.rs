@@ -124,7 +124,7 @@ fn read_answer(text: &str, request: &RouteRequest<'_>) -> (Option<usize>, String
 /// Writes the router's prompt or answer into the stage's directory.
 async fn keep(dir: Option<&std::path::Path>, name: &str, text: &str) {
     if let Some(dir) = dir {
-        let _ = tokio::fs::write(dir.join(name), text).await;
+        let _ = crate::prompt::write_record_file(dir, name, text).await;
     }
 }
 

@@ -152,9 +152,22 @@ pub fn response_updates(outcome: &mut Outcome, node_id: &str, response: &str) {
         .insert(keys::response_of(node_id), json!(response));
 }
 
+/// Writes `text` as the file `name` in `dir`, whole ([`trellis_process::files::write_whole`]: a
+/// new file renamed over the name), so a reader never sees part of it and a link that a command
+/// planted under that name in the stage's folder is replaced, not written through.
+pub(crate) async fn write_record_file(
+    dir: &std::path::Path,
+    name: &str,
+    text: &str,
+) -> std::io::Result<()> {
+    let (path, bytes) = (dir.join(name), text.as_bytes().to_vec());
+    trellis_process::task::blocking(move || trellis_process::files::write_whole(&path, &bytes))
+        .await
+}
+
 /// Writes a stage file; a failure to write is reported but never loses the answer.
 pub(crate) async fn write_stage_file(stage: &Stage<'_>, name: &str, text: &str) {
-    if let Err(error) = tokio::fs::write(stage.dir.join(name), text).await {
+    if let Err(error) = write_record_file(stage.dir, name, text).await {
         stage.emitter.emit(
             Some(&stage.node.id),
             EventKind::ModelWarning {

@@ -110,6 +110,33 @@ pub fn create_folders(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Creates (or empties) `path` for writing, never through a link at its name: a command that may
+/// write its stage's folder (unconfined, or confined with the runs directory inside its working
+/// tree) could plant one there, pointing at a file it may not write itself, and have Trellis write
+/// its output through it. The open then fails; nothing is written. It blocks as any open does: off
+/// an async path, the caller's to see to.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "an open as its callers would make themselves, where they may block"
+)]
+pub fn create_no_link(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(OFlag::O_NOFOLLOW.bits())
+        .open(path)
+}
+
+/// [`create_no_link`] for an async path: the open on the blocking pool.
+pub async fn create_no_link_async(path: &Path) -> io::Result<tokio::fs::File> {
+    let path = path.to_owned();
+    crate::task::blocking(move || create_no_link(&path))
+        .await
+        .map(tokio::fs::File::from_std)
+}
+
 /// Writes `bytes` to `path` so that no reader, and no run resumed after a kill, sees part of them:
 /// written to a new hidden file beside it (`.name.tmp-<pid>-<n>`, made afresh, so a link planted
 /// under that name is not followed), then renamed over `path`. A kill leaves the old content or the
@@ -166,6 +193,29 @@ mod tests {
         // Into a folder that is gone: an error, and nothing made.
         assert!(write_whole(&dir.path().join("gone/wait.json"), b"x").is_err());
         assert!(write_whole(Path::new("/"), b"x").is_err());
+    }
+
+    #[test]
+    fn a_link_at_a_record_s_name_is_neither_written_through_nor_followed() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target.txt");
+        std::fs::write(&target, "untouched").unwrap();
+        let log = dir.path().join("stdout.log");
+        std::os::unix::fs::symlink(&target, &log).unwrap();
+        let refused = create_no_link(&log).unwrap_err();
+        assert_eq!(refused.raw_os_error(), Some(libc::ELOOP), "{refused}");
+        // A whole write replaces the link itself.
+        let prompt = dir.path().join("prompt.md");
+        std::os::unix::fs::symlink(&target, &prompt).unwrap();
+        write_whole(&prompt, b"the prompt").unwrap();
+        assert!(!std::fs::symlink_metadata(&prompt).unwrap().is_symlink());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched");
+        // An ordinary file is emptied and written.
+        let plain = dir.path().join("stderr.log");
+        std::fs::write(&plain, "old text").unwrap();
+        create_no_link(&plain).unwrap().write_all(b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&plain).unwrap(), "new");
     }
 
     #[test]

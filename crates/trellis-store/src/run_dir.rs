@@ -698,7 +698,8 @@ impl RunStore for RunDir {
             Ok(())
         })?;
         if first {
-            fs::copy(&path, &previous)?;
+            // Written anew, not copied: a copy would write through a link planted under the name.
+            write_whole(&previous, &fs::read(&path)?)?;
         }
         Ok(())
     }

@@ -80,7 +80,7 @@ pub(super) async fn run(
         .stdout
         .take()
         .ok_or_else(|| std::io::Error::other("no standard output"))?;
-    let mut log = tokio::fs::File::create(spawn.stage_dir.join("stdout.log"))
+    let mut log = trellis_process::files::create_no_link_async(&spawn.stage_dir.join("stdout.log"))
         .await
         .ok();
     let mut ran = Ran {
@@ -171,7 +171,9 @@ fn read_line(
 
 /// Copies standard error into its log, keeping its end for messages.
 async fn keep_stderr(mut pipe: tokio::process::ChildStderr, log: std::path::PathBuf) -> String {
-    let mut file = tokio::fs::File::create(log).await.ok();
+    let mut file = trellis_process::files::create_no_link_async(&log)
+        .await
+        .ok();
     let mut kept: Vec<u8> = Vec::new();
     let mut buffer = vec![0u8; 16 * 1024];
     while let Ok(n) = pipe.read(&mut buffer).await {
