@@ -329,11 +329,12 @@ fn landlock() -> bool {
     works
 }
 
-/// Under Landlock (and unconfined) a command may write its own stage folder when the runs directory
-/// is inside the working tree: links it plants where Trellis is about to create its output logs are
-/// not written through, so its output cannot land in a file it may not write itself.
+/// Under Landlock (and unconfined) a command may write the run's record when the runs directory is
+/// inside the working tree: links it plants where Trellis is about to create its output logs, or
+/// its artifacts' folder, are not written through, so its output and files cannot land where it
+/// may not write itself.
 #[test]
-fn links_planted_as_a_stage_s_logs_are_not_written_through() {
+fn links_planted_in_the_run_s_record_are_not_written_through() {
     let sandboxes: &[&str] = if landlock() {
         &["landlock", "none"]
     } else {
@@ -345,12 +346,16 @@ fn links_planted_as_a_stage_s_logs_are_not_written_through() {
         let outside = tempfile::tempdir_in("/var/tmp").unwrap();
         let target = outside.path().join("target.txt");
         std::fs::write(&target, "untouched\n").unwrap();
+        let folder = outside.path().join("folder");
+        std::fs::create_dir(&folder).unwrap();
         p.write(
             "w.fabro",
             &workflow(&format!(
                 "plant [shape=parallelogram, script=\"ln -s {t} $TRELLIS_STAGE_DIR/stdout.log && ln -s {t} $TRELLIS_STAGE_DIR/stderr.log && echo through-the-link && echo also-through >&2\"]\n \
-                 start -> plant -> exit",
-                t = target.display()
+                 art [shape=parallelogram, capture_artifacts=true, script=\"a=$TRELLIS_STAGE_DIR/../../artifacts/art; mkdir -p $a test-results && ln -s {f} $a/attempt-1 && echo planted > test-results/report.txt\"]\n \
+                 start -> plant -> art -> exit",
+                t = target.display(),
+                f = folder.display()
             )),
         );
         let run = p.run("w.fabro", &[]);
@@ -376,6 +381,17 @@ fn links_planted_as_a_stage_s_logs_are_not_written_through() {
                 "{sandbox}: {log} is still the command's link"
             );
         }
+        assert_eq!(
+            run.stage_status("art"),
+            "succeeded",
+            "{sandbox}: {}",
+            run.stderr()
+        );
+        let written: Vec<_> = std::fs::read_dir(&folder).unwrap().collect();
+        assert!(
+            written.is_empty(),
+            "{sandbox}: artifacts written through the link: {written:?}"
+        );
     }
 }
 

@@ -94,15 +94,15 @@ pub struct Trees {
 }
 
 impl Trees {
-    /// Copies artifact files under `root` modified since `since` into `dest`, keeping their relative
-    /// paths. `exclude` (the runs directory) is never scanned.
+    /// Copies artifact files under `root` modified since `since` into `dest`, a folder below the run's
+    /// record `record`, keeping their relative paths. `exclude` (the runs directory) is never scanned.
     /// `include` (a run file's `[run.artifacts] include`) names more files that are artifacts, by
     /// their path under `root`.
     pub fn capture(
         &self,
         root: &Path,
         since: SystemTime,
-        dest: &Path,
+        (record, dest): (&Path, &Path),
         (exclude, include): (&Path, Option<&globset::GlobSet>),
     ) -> std::io::Result<Captured> {
         let (found, truncated) = {
@@ -116,7 +116,7 @@ impl Trees {
             index.scan(root, since, exclude)
         };
         Ok(Captured {
-            artifacts: copy(root, found, dest)?,
+            artifacts: copy(root, found, record, dest)?,
             truncated,
         })
     }
@@ -338,13 +338,32 @@ fn is_candidate(relative: &Path, include: Option<&globset::GlobSet>) -> bool {
         || include.is_some_and(|g| g.is_match(relative))
 }
 
-/// Copies what was found into `dest`, within the size limits; returns every artifact found, in path
-/// order: those copied, and those left out with the reason.
+/// Copies what was found into `dest` (below the record `record`), within the size limits; returns
+/// every artifact found, in path order: those copied, and those left out with the reason.
+///
+/// Below the record's folder, a command that may write the runs directory (Landlock, or none, with
+/// the runs directory inside the working tree) could have planted links — `artifacts/<node>` made a
+/// link to a folder of the user's — to have its files written there. So the record's folder is
+/// resolved, and the folders and files below it are made following no link: a planted one fails
+/// the capture, and nothing is written through it.
 #[allow(
     clippy::disallowed_methods,
     reason = "called on the blocking pool after the command ends"
 )]
-fn copy(root: &Path, found: Vec<(PathBuf, u64)>, dest: &Path) -> std::io::Result<Vec<Artifact>> {
+fn copy(
+    root: &Path,
+    found: Vec<(PathBuf, u64)>,
+    record: &Path,
+    dest: &Path,
+) -> std::io::Result<Vec<Artifact>> {
+    use trellis_process::files::{create_folders, open_resolved};
+    let below = dest.strip_prefix(record).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the artifacts' folder is not in the run's record",
+        )
+    })?;
+    let dest = std::fs::canonicalize(record)?.join(below);
     let mut artifacts = Vec::new();
     let mut total = 0;
     for (path, bytes) in found {
@@ -358,9 +377,11 @@ fn copy(root: &Path, found: Vec<(PathBuf, u64)>, dest: &Path) -> std::io::Result
         if skipped.is_none() {
             let target = dest.join(&path);
             if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent)?;
+                create_folders(parent)?;
             }
-            std::fs::copy(root.join(&path), &target)?;
+            let mut into = open_resolved(&target, true)?;
+            into.set_len(0)?;
+            std::io::copy(&mut std::fs::File::open(root.join(&path))?, &mut into)?;
             total += bytes;
         }
         artifacts.push(Artifact {

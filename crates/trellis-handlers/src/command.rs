@@ -178,13 +178,19 @@ fn spawn_readers(child: &mut Started, dir: &Path) -> Option<(Reader, Reader)> {
     ))
 }
 
-/// Where the stage's artifacts go (`artifacts/<node>/attempt-<n>/`), unless capture is off.
-fn artifacts_dir(stage: &Stage<'_>, config: &CommandConfig) -> Option<std::path::PathBuf> {
+/// The run's record and where the stage's artifacts go in it (`artifacts/<node>/attempt-<n>/`), unless
+/// capture is off.
+fn artifacts_dir(
+    stage: &Stage<'_>,
+    config: &CommandConfig,
+) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
     let run = stage.dir.parent().and_then(Path::parent)?;
     config.capture_artifacts.then(|| {
-        run.join("artifacts")
+        let dest = run
+            .join("artifacts")
             .join(&stage.node.id)
-            .join(format!("attempt-{}", stage.attempt))
+            .join(format!("attempt-{}", stage.attempt));
+        (run.to_path_buf(), dest)
     })
 }
 
@@ -406,10 +412,15 @@ impl CommandHandler {
         let include = stage.settings.artifacts.clone();
         // Artifacts and blobs in one trip to the blocking pool; standard error comes back for the reason.
         let finished = blocking(move || {
-            let files = artifacts_dir.map(|dest| {
+            let files = artifacts_dir.map(|(record, dest)| {
                 let include = trellis_engine::settings::glob_set(&include);
                 trees
-                    .capture(&work_dir, started, &dest, (&runs_dir, include.as_ref()))
+                    .capture(
+                        &work_dir,
+                        started,
+                        (&record, &dest),
+                        (&runs_dir, include.as_ref()),
+                    )
                     .unwrap_or_default()
             });
             let (out, err) = (
