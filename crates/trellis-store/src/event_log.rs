@@ -8,7 +8,6 @@
 //! leaves at most one torn line (which readers skip). A write error is kept and reported by the next
 //! flush (and by [`EventLog::close`]), never dropped.
 
-use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::path::Path;
 use std::sync::Arc;
@@ -76,7 +75,11 @@ impl Shared {
 /// Cuts a log back to its last complete line.
 fn repair_tail(path: &Path) -> io::Result<()> {
     use std::io::{Read as _, Seek as _, SeekFrom};
-    let Ok(mut file) = OpenOptions::new().read(true).write(true).open(path) else {
+    let Ok(mut file) = crate::run_dir::record_options()
+        .read(true)
+        .write(true)
+        .open(path)
+    else {
         return Ok(());
     };
     let length = file.metadata()?.len();
@@ -124,7 +127,7 @@ impl EventLog {
         repair_tail(path)?;
         let file = {
             use std::os::unix::fs::OpenOptionsExt as _;
-            OpenOptions::new()
+            crate::run_dir::record_options()
                 .create(true)
                 .append(true)
                 .mode(crate::run_dir::file_mode())

@@ -3,7 +3,7 @@
 //! process dies, however it dies, so a second `run`/`resume` of a run in progress is refused, and a
 //! run recorded as running whose lock is free was interrupted.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::path::Path;
 
@@ -23,7 +23,7 @@ pub enum Claim {
 }
 
 fn open(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new()
+    crate::run_dir::record_options()
         .read(true)
         .write(true)
         .create(true)
@@ -92,13 +92,16 @@ fn claim_once(path: &Path) -> Result<Owner, Claim> {
 
 /// The pid the run's last owner wrote.
 pub(crate) fn pid(path: &Path) -> Option<u32> {
-    let mut file = OpenOptions::new().read(true).open(path).ok()?;
+    let mut file = crate::run_dir::record_options()
+        .read(true)
+        .open(path)
+        .ok()?;
     pid_in(&mut file)
 }
 
 /// Whether a live process owns the run.
 pub(crate) fn is_owned(path: &Path) -> bool {
-    let Ok(file) = OpenOptions::new().read(true).open(path) else {
+    let Ok(file) = crate::run_dir::record_options().read(true).open(path) else {
         return false;
     };
     // Taking the lock (released as it drops) means nobody holds it.

@@ -163,18 +163,26 @@ pub(crate) fn file_mode() -> u32 {
     if private() { 0o600 } else { 0o644 }
 }
 
+/// Options that open a record file never through a link at its name: a command that may write the
+/// run's record (unconfined, or under Landlock with the runs directory inside the working
+/// directory) could plant `status.json`, the journal or the event log as one, pointing at a file it
+/// may not write itself — to be written, cut or appended to on the next save or `resume`. The open
+/// then fails.
+pub(crate) fn record_options() -> fs::OpenOptions {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut options = fs::OpenOptions::new();
+    options.custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits());
+    options
+}
+
 /// Creates (or truncates) a record file with the record's permissions.
 pub(crate) fn private_file(path: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt as _;
-    // Never through a symlink: a command that may write its stage directory (unconfined, or under
-    // Landlock with the runs directory inside the working directory) could plant `status.json` as
-    // one, pointing at a file it may not write itself.
-    fs::OpenOptions::new()
+    record_options()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(file_mode())
-        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
         .open(path)
 }
 
@@ -413,7 +421,7 @@ impl RunDir {
                         _ => {}
                     }
                 }
-                fs::OpenOptions::new()
+                record_options()
                     .write(true)
                     .open(&path)
                     .and_then(|journal| journal.set_len(offset as u64))
@@ -550,11 +558,17 @@ fn blob_references(line: &str) -> impl Iterator<Item = &str> {
 /// The journal at `path` as far as it is UTF-8 text (a line cut short inside a character ends
 /// it there: no entry past it is read), and its whole length in bytes; `None` when there is none.
 fn read_journal(path: &Path) -> io::Result<Option<(String, usize)>> {
-    let bytes = match fs::read(path) {
-        Ok(bytes) => bytes,
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    match record_options()
+        .read(true)
+        .open(path)
+        .and_then(|mut file| file.read_to_end(&mut bytes))
+    {
+        Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
-    };
+    }
     let length = bytes.len();
     let text = String::from_utf8(bytes).unwrap_or_else(|cut| {
         let valid = cut.utf8_error().valid_up_to();
@@ -650,7 +664,7 @@ impl RunStore for RunDir {
                 Some((text, length)) => {
                     let (_, readable) = readable_entries(&text);
                     if readable < length {
-                        fs::OpenOptions::new()
+                        record_options()
                             .write(true)
                             .open(&path)?
                             .set_len(readable as u64)?;
@@ -661,7 +675,7 @@ impl RunStore for RunDir {
             };
             let file = {
                 use std::os::unix::fs::OpenOptionsExt as _;
-                fs::OpenOptions::new()
+                record_options()
                     .create(true)
                     .append(true)
                     .mode(file_mode())
@@ -772,6 +786,23 @@ mod tests {
         let status = StatusFile::waiting("probe", 1, 1, 0);
         assert!(record.write_status(&stage, &status).is_err());
         assert_eq!(fs::read_to_string(&outside).unwrap(), "keep");
+    }
+
+    #[test]
+    fn a_journal_or_event_log_planted_as_a_symlink_is_neither_cut_nor_appended_to() {
+        let runs = tempfile::tempdir().unwrap();
+        let (record, _owner) = new_record(runs.path());
+        first_snapshot(&record);
+        let outside = runs.path().join("outside.txt");
+        // Not journal lines: a reader would cut them off before appending.
+        fs::write(&outside, "keep\nthis").unwrap();
+        std::os::unix::fs::symlink(&outside, record.journal_path()).unwrap();
+        assert!(record.append_journal(&[entry(1)]).is_err());
+        let events = record.root().join("events.jsonl");
+        let _ = fs::remove_file(&events);
+        std::os::unix::fs::symlink(&outside, &events).unwrap();
+        assert!(crate::EventLog::open_with(&events, None).is_err());
+        assert_eq!(fs::read_to_string(&outside).unwrap(), "keep\nthis");
     }
 
     #[test]
