@@ -357,6 +357,10 @@ fn copy(
     dest: &Path,
 ) -> std::io::Result<Vec<Artifact>> {
     use trellis_process::files::{create_folders, open_resolved};
+    // Most captures find nothing: the record's folder is resolved only for what there is to copy.
+    if found.is_empty() {
+        return Ok(Vec::new());
+    }
     let below = dest.strip_prefix(record).map_err(|_| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidInput,

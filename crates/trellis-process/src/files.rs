@@ -3,6 +3,8 @@
 //! there. The check and the open are two steps: a folder on the way swapped for a link in between
 //! (by a command an agent left running, a parallel branch) would lead a plain open elsewhere. A
 //! resolved path holds no link, so one found on the way is such a swap, and nothing here follows one.
+//! And opening or writing a file of a run's record never through a link at its name, which a command
+//! that may write the record could have planted there.
 
 use std::fs::File;
 use std::io;
@@ -120,13 +122,20 @@ pub fn create_folders(path: &Path) -> io::Result<()> {
     reason = "an open as its callers would make themselves, where they may block"
 )]
 pub fn create_no_link(path: &Path) -> io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    std::fs::OpenOptions::new()
+    no_link_options()
         .write(true)
         .create(true)
         .truncate(true)
-        .custom_flags(OFlag::O_NOFOLLOW.bits())
         .open(path)
+}
+
+/// Options that open a file never through a link at its name (`O_NOFOLLOW`): one there fails the
+/// open with `ELOOP`. For the files of a run's record, which a command may be able to write.
+pub fn no_link_options() -> std::fs::OpenOptions {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.custom_flags(OFlag::O_NOFOLLOW.bits());
+    options
 }
 
 /// [`create_no_link`] for an async path: the open on the blocking pool.

@@ -227,20 +227,22 @@ pub fn keep_this_process_private() {
     reason = "called on the blocking pool when a command has ended"
 )]
 pub fn redact_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use crate::files::no_link_options;
     use std::io::{Read as _, Write as _};
-    use std::os::unix::fs::OpenOptionsExt as _;
     // The log is in a stage directory the command may have written: a symlink put in its place is
     // neither read nor written through.
-    let open = |options: &mut std::fs::OpenOptions| {
-        options
-            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-            .open(path)
-    };
     let mut bytes = Vec::new();
-    open(std::fs::OpenOptions::new().read(true))?.read_to_end(&mut bytes)?;
+    no_link_options()
+        .read(true)
+        .open(path)?
+        .read_to_end(&mut bytes)?;
     match redact_bytes(&bytes) {
         Some(redacted) => {
-            open(std::fs::OpenOptions::new().write(true).truncate(true))?.write_all(&redacted)?;
+            no_link_options()
+                .write(true)
+                .truncate(true)
+                .open(path)?
+                .write_all(&redacted)?;
             Ok(redacted)
         }
         None => Ok(bytes),

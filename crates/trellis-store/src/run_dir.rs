@@ -168,12 +168,7 @@ pub(crate) fn file_mode() -> u32 {
 /// directory) could plant `status.json`, the journal or the event log as one, pointing at a file it
 /// may not write itself — to be written, cut or appended to on the next save or `resume`. The open
 /// then fails.
-pub(crate) fn record_options() -> fs::OpenOptions {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut options = fs::OpenOptions::new();
-    options.custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits());
-    options
-}
+pub(crate) use trellis_process::files::no_link_options as record_options;
 
 /// Creates (or truncates) a record file with the record's permissions.
 pub(crate) fn private_file(path: &Path) -> io::Result<File> {
