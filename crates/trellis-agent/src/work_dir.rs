@@ -238,7 +238,7 @@ fn led_elsewhere(shown: &str) -> String {
 /// Creates the resolved folder `path` and the folders on its way, following no link
 /// ([`trellis_process::files::create_folders`]), with the message the model is shown when it cannot.
 pub fn create_folders(path: &Path, shown: &str) -> Result<(), String> {
-    trellis_process::files::create_folders(path).map_err(|e| {
+    trellis_process::files::create_folders(path, 0o777).map_err(|e| {
         if trellis_process::files::led_elsewhere(&e) {
             led_elsewhere(shown)
         } else {

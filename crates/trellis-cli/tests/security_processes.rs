@@ -395,6 +395,63 @@ fn links_planted_in_the_run_s_record_are_not_written_through() {
     }
 }
 
+/// The same, with links put in place of the record's folders rather than at a file's name: a
+/// command that swaps its own stage's folder for a link (while it runs), or the run's `stages`
+/// folder (for the stages after it), does not have Trellis write its output, its status or the
+/// next stage's files into the folder the link leads to. The run stops, saying which file of its
+/// record it could not write.
+#[test]
+fn folders_of_the_run_s_record_swapped_for_links_are_not_written_through() {
+    let sandboxes: &[&str] = if landlock() {
+        &["landlock", "none"]
+    } else {
+        &["none"]
+    };
+    let swaps = [
+        // Its own folder, before it prints anything (its logs are made at its first output).
+        (
+            "own",
+            "d=$TRELLIS_STAGE_DIR; mv $d $d.moved && ln -s {f} $d && echo through-the-link",
+        ),
+        // The stages' folder, for the stages after it.
+        (
+            "stages",
+            "r=$(dirname $(dirname $TRELLIS_STAGE_DIR)); mv $r/stages $r/stages.moved && ln -s {f} $r/stages && echo planted",
+        ),
+    ];
+    for sandbox in sandboxes {
+        for (what, script) in swaps {
+            let p = probe_project(sandbox);
+            // Outside the working directory and /tmp, which Landlock leaves writable.
+            let outside = tempfile::tempdir_in("/var/tmp").unwrap();
+            let folder = outside.path().join("folder");
+            std::fs::create_dir(&folder).unwrap();
+            let script = script.replace("{f}", &folder.display().to_string());
+            p.write(
+                "w.fabro",
+                &workflow(&format!(
+                    "swap [shape=parallelogram, script=\"{script}\"]\n \
+                     after [shape=parallelogram, script=\"echo after\"]\n \
+                     start -> swap -> after -> exit"
+                )),
+            );
+            let run = p.run("w.fabro", &[]);
+            let written: Vec<_> = std::fs::read_dir(&folder).unwrap().collect();
+            assert!(
+                written.is_empty(),
+                "{sandbox}, {what}: written through the link: {written:?}\n{}",
+                run.stderr()
+            );
+            assert_ne!(run.code(), Some(0), "{sandbox}, {what}: {}", run.stderr());
+            let error = run.summary["error"].as_str().unwrap_or_default();
+            assert!(
+                error.contains("status.json` was not opened: a link is in its way"),
+                "{sandbox}, {what}: {error}"
+            );
+        }
+    }
+}
+
 #[test]
 fn the_landlock_sandbox_confines_writes_and_the_network_and_leaves_nothing_behind() {
     if !landlock() {

@@ -356,7 +356,7 @@ fn copy(
     record: &Path,
     dest: &Path,
 ) -> std::io::Result<Vec<Artifact>> {
-    use trellis_process::files::{create_folders, open_resolved};
+    use trellis_process::files::{Access, create_folders, open_record, record_folder_mode};
     // Most captures find nothing: the record's folder is resolved only for what there is to copy.
     if found.is_empty() {
         return Ok(Vec::new());
@@ -381,10 +381,9 @@ fn copy(
         if skipped.is_none() {
             let target = dest.join(&path);
             if let Some(parent) = target.parent() {
-                create_folders(parent)?;
+                create_folders(parent, record_folder_mode())?;
             }
-            let mut into = open_resolved(&target, true)?;
-            into.set_len(0)?;
+            let mut into = open_record(&target, Access::Replace)?;
             std::io::copy(&mut std::fs::File::open(root.join(&path))?, &mut into)?;
             total += bytes;
         }

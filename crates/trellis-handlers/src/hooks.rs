@@ -485,10 +485,11 @@ impl HookRun {
         ));
         let written = {
             let (dir, file, text) = (self.setting.dir.clone(), file.clone(), context.into_bytes());
-            #[allow(clippy::disallowed_methods, reason = "runs on the blocking pool")]
+            // In the run's record, which a command may have written: no link there is followed.
             trellis_process::task::blocking(move || {
-                std::fs::create_dir_all(&dir)?;
-                std::fs::write(&file, text)
+                use trellis_process::files;
+                files::create_folders(&dir, files::record_folder_mode())?;
+                files::write_whole(&file, &text)
             })
             .await
         };

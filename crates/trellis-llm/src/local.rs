@@ -164,7 +164,8 @@ impl LocalProvider {
         let port = trellis_process::port::free_port()
             .map_err(|e| Self::error(format!("no free loopback port: {e}")))?;
         let log = match &self.log {
-            Some(path) => match tokio::fs::File::create(path).await {
+            // In the run's record, where a command may have planted a link at its name.
+            Some(path) => match trellis_process::files::create_no_link_async(path).await {
                 Ok(file) => Stdio::from(file.into_std().await),
                 Err(_) => Stdio::null(),
             },

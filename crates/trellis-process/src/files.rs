@@ -3,8 +3,10 @@
 //! there. The check and the open are two steps: a folder on the way swapped for a link in between
 //! (by a command an agent left running, a parallel branch) would lead a plain open elsewhere. A
 //! resolved path holds no link, so one found on the way is such a swap, and nothing here follows one.
-//! And opening or writing a file of a run's record never through a link at its name, which a command
-//! that may write the record could have planted there.
+//! And opening or writing a file of a run's record never through a link — at its name, or in place
+//! of a folder on its way — which a command that may write the record could have planted there,
+//! with the record's permissions ([`record_file_mode`]), whoever writes it: the store or a stage's
+//! handler ([`open_record`]).
 
 use std::fs::File;
 use std::io;
@@ -53,11 +55,30 @@ pub fn open_resolved(path: &Path, write: bool) -> io::Result<File> {
     }
 }
 
-/// Whether an open by [`open_resolved`] (or [`openat_following_no_link`]) failed because a link was
-/// found on the way: a folder swapped for a link since the path was resolved.
+/// Whether an open by [`open_resolved`], [`open_record`] (or [`openat_following_no_link`]) failed
+/// because a link was found on the way: a folder swapped for a link since the path was resolved.
 pub fn led_elsewhere(error: &io::Error) -> bool {
     error.raw_os_error() == Some(libc::ELOOP)
+        || error
+            .get_ref()
+            .is_some_and(|inner| inner.is::<LinkInTheWay>())
 }
+
+/// A file of a run's record not opened because a link was in its way.
+#[derive(Debug)]
+struct LinkInTheWay(std::path::PathBuf);
+
+impl std::fmt::Display for LinkInTheWay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "`{}` was not opened: a link is in its way (at its name, or in place of a folder of the run's record), and the record follows none",
+            self.0.display()
+        )
+    }
+}
+
+impl std::error::Error for LinkInTheWay {}
 
 /// `openat2` of `name` in the folder `at` as `how` says; none where the kernel cannot be asked
 /// (`ENOSYS` before Linux 5.6, `EPERM` from a seccomp filter), for the caller to do without.
@@ -74,15 +95,18 @@ pub fn openat_following_no_link<Fd: AsFd>(
 
 /// Creates the resolved folder `path` and the folders on its way, as `create_dir_all` does, but
 /// following no link: a resolved path holds none, so one there now is a folder swapped for a link
-/// since, which would have the folders made elsewhere (`ELOOP`, [`led_elsewhere`]). Where the kernel
-/// cannot be asked so ([`openat_following_no_link`]), as `create_dir_all` does. A relative path is
-/// refused (`InvalidInput`): it was not resolved.
+/// since, which would have the folders made elsewhere (`ELOOP`, [`led_elsewhere`]). Folders made
+/// get `mode` (less the umask). Where the kernel cannot be asked so ([`openat_following_no_link`]),
+/// as `create_dir_all` does. A relative path, or one with `..`, is refused (`InvalidInput`): it
+/// was not resolved.
 #[allow(
     clippy::disallowed_methods,
     reason = "the fallback makes folders as its callers would themselves, where they may block"
 )]
-pub fn create_folders(path: &Path) -> io::Result<()> {
-    if !path.is_absolute() {
+pub fn create_folders(path: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    use std::path::Component;
+    if !path.is_absolute() || path.components().any(|c| c == Component::ParentDir) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("`{}` is not a resolved path", path.display()),
@@ -91,19 +115,36 @@ pub fn create_folders(path: &Path) -> io::Result<()> {
     let how = OpenHow::new()
         .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
         .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
-    let Some(root) = openat_following_no_link(nix::fcntl::AT_FDCWD, "/", how) else {
-        return std::fs::create_dir_all(path);
+    let names: Vec<&std::ffi::OsStr> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(name) => Some(name),
+            _ => None,
+        })
+        .collect();
+    // Most often the folders on the way are there (a stage's folder in its run's): they are
+    // opened at once, and only the last one is made; else the way is made from the root.
+    let way = path.parent().unwrap_or(path);
+    let Some(opened) = openat_following_no_link(nix::fcntl::AT_FDCWD, way, how) else {
+        return std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(mode)
+            .create(path);
     };
-    let mut folder = root?;
-    for name in path.components().filter_map(|c| match c {
-        std::path::Component::Normal(name) => Some(name),
-        _ => None,
-    }) {
-        let mut next = nix::fcntl::openat2(&folder, name, how);
+    let (mut folder, to_make) = match (opened, names.split_last()) {
+        (Ok(parent), Some((last, _))) => (parent, std::slice::from_ref(last)),
+        (Err(error), _) if error.kind() == io::ErrorKind::NotFound => (
+            nix::fcntl::openat2(nix::fcntl::AT_FDCWD, "/", how)?,
+            names.as_slice(),
+        ),
+        (opened, _) => return opened.map(drop),
+    };
+    let mode = nix::sys::stat::Mode::from_bits_truncate(mode);
+    for name in to_make {
+        let mut next = nix::fcntl::openat2(&folder, *name, how);
         if matches!(next, Err(nix::errno::Errno::ENOENT)) {
-            let mode = nix::sys::stat::Mode::from_bits_truncate(0o777);
-            next = match nix::sys::stat::mkdirat(&folder, name, mode) {
-                Ok(()) | Err(nix::errno::Errno::EEXIST) => nix::fcntl::openat2(&folder, name, how),
+            next = match nix::sys::stat::mkdirat(&folder, *name, mode) {
+                Ok(()) | Err(nix::errno::Errno::EEXIST) => nix::fcntl::openat2(&folder, *name, how),
                 Err(errno) => Err(errno),
             };
         }
@@ -112,30 +153,113 @@ pub fn create_folders(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Creates (or empties) `path` for writing, never through a link at its name: a command that may
-/// write its stage's folder (unconfined, or confined with the runs directory inside its working
-/// tree) could plant one there, pointing at a file it may not write itself, and have Trellis write
-/// its output through it. The open then fails; nothing is written. It blocks as any open does: off
-/// an async path, the caller's to see to.
-#[allow(
-    clippy::disallowed_methods,
-    reason = "an open as its callers would make themselves, where they may block"
-)]
-pub fn create_no_link(path: &Path) -> io::Result<File> {
-    no_link_options()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
+/// Whether runs' records are kept from other users: folders `0700`, files `0600` (prompts,
+/// responses and outputs can hold sensitive text). `TRELLIS_SHARED_RUNS=1` makes them readable by
+/// others (`0755`, `0644`).
+fn records_private() -> bool {
+    std::env::var_os("TRELLIS_SHARED_RUNS").is_none_or(|v| v.is_empty() || v == "0")
 }
 
-/// Options that open a file never through a link at its name (`O_NOFOLLOW`): one there fails the
-/// open with `ELOOP`. For the files of a run's record, which a command may be able to write.
-pub fn no_link_options() -> std::fs::OpenOptions {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut options = std::fs::OpenOptions::new();
-    options.custom_flags(OFlag::O_NOFOLLOW.bits());
-    options
+/// The permissions of a file of a run's record, whoever writes it ([`records_private`]).
+pub fn record_file_mode() -> u32 {
+    if records_private() { 0o600 } else { 0o644 }
+}
+
+/// The permissions of a folder of a run's record ([`records_private`]).
+pub fn record_folder_mode() -> u32 {
+    if records_private() { 0o700 } else { 0o755 }
+}
+
+/// How [`open_record`] opens a file of a run's record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// For reading.
+    Read,
+    /// For writing what is there.
+    Write,
+    /// For reading and writing what is there.
+    ReadWrite,
+    /// For reading and writing, created when missing.
+    ReadWriteCreate,
+    /// For appending, created when missing.
+    Append,
+    /// Emptied (created when missing) for writing.
+    Replace,
+    /// Created for writing; one already there is an error (`AlreadyExists`).
+    New,
+}
+
+impl Access {
+    fn flags(self) -> OFlag {
+        match self {
+            Self::Read => OFlag::O_RDONLY,
+            Self::Write => OFlag::O_WRONLY,
+            Self::ReadWrite => OFlag::O_RDWR,
+            Self::ReadWriteCreate => OFlag::O_RDWR | OFlag::O_CREAT,
+            Self::Append => OFlag::O_WRONLY | OFlag::O_APPEND | OFlag::O_CREAT,
+            Self::Replace => OFlag::O_WRONLY | OFlag::O_TRUNC | OFlag::O_CREAT,
+            Self::New => OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL,
+        }
+    }
+}
+
+/// Opens the file `path` of a run's record as `access` says (a file made gets the record's
+/// permissions, [`record_file_mode`]), following no link anywhere on its way: a command that may
+/// write the record (unconfined, or under Landlock with the runs directory inside its working tree)
+/// could plant one at the file's name, or put one in place of a folder of the record — its own
+/// stage's folder, while it runs — pointing at a file or folder it may not write itself, to have
+/// Trellis write there. The open then fails ([`led_elsewhere`]; its message says so, and where);
+/// nothing is written. A record's paths hold no link (the store resolves a run's folder when it
+/// opens it), so none is followed. Where the kernel cannot be asked so
+/// ([`openat_following_no_link`]), or the path is relative, only a link at the file's name is
+/// refused. It blocks as any open does: off an async path, the caller's to see to.
+///
+/// It opens without waiting, and what it opened must be a regular file (`InvalidInput`
+/// otherwise): a FIFO planted at the name would have an open for writing wait for a reader
+/// forever.
+pub fn open_record(path: &Path, access: Access) -> io::Result<File> {
+    let file = open_record_unchecked(path, access).map_err(|error| {
+        if led_elsewhere(&error) {
+            io::Error::other(LinkInTheWay(path.to_owned()))
+        } else {
+            error
+        }
+    })?;
+    if file.metadata()?.is_file() {
+        Ok(file)
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("`{}` is not a regular file", path.display()),
+        ))
+    }
+}
+
+/// [`open_record`], whatever it opens.
+fn open_record_unchecked(path: &Path, access: Access) -> io::Result<File> {
+    let flags = access.flags() | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let mode = nix::sys::stat::Mode::from_bits_truncate(record_file_mode());
+    if path.is_absolute() {
+        let how = OpenHow::new()
+            .flags(flags)
+            .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
+        // A mode goes with `O_CREAT` only (the kernel refuses one otherwise).
+        let how = if flags.contains(OFlag::O_CREAT) {
+            how.mode(mode)
+        } else {
+            how
+        };
+        if let Some(opened) = openat_following_no_link(nix::fcntl::AT_FDCWD, path, how) {
+            return opened.map(File::from);
+        }
+    }
+    Ok(File::from(nix::fcntl::open(path, flags, mode)?))
+}
+
+/// Creates (or empties) the record file `path` for writing: [`open_record`] with
+/// [`Access::Replace`]. Stage logs and transcripts are made so.
+pub fn create_no_link(path: &Path) -> io::Result<File> {
+    open_record(path, Access::Replace)
 }
 
 /// [`create_no_link`] for an async path: the open on the blocking pool.
@@ -146,17 +270,29 @@ pub async fn create_no_link_async(path: &Path) -> io::Result<tokio::fs::File> {
         .map(tokio::fs::File::from_std)
 }
 
-/// Writes `bytes` to `path` so that no reader, and no run resumed after a kill, sees part of them:
-/// written to a new hidden file beside it (`.name.tmp-<pid>-<n>`, made afresh, so a link planted
-/// under that name is not followed), then renamed over `path`. A kill leaves the old content or the
-/// new, whole, and at most a stray hidden file; it does not wait for the disk (a crash of the
-/// machine may lose both). It blocks: off an async path, the caller's to see to.
-#[allow(
-    clippy::disallowed_methods,
-    reason = "a write as its callers would make themselves, where they may block"
-)]
+/// Writes the record file `path` with `bytes` ([`write_whole_with`], not waiting for the disk).
 pub fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write as _;
+    write_whole_with(path, false, |file| file.write_all(bytes))
+}
+
+/// Writes the record file `path` ([`record_file_mode`]) so that no reader, and no run resumed
+/// after a kill, sees part of it: `write` fills a new hidden file beside it
+/// (`.name.tmp-<pid>-<n>`, made afresh by [`open_record`]: no link on its way is followed), which
+/// is then renamed over `path` (a link at `path` is replaced, not written through). A kill leaves
+/// the old content or the new, whole, and at most a stray hidden file. With `sync`, the new
+/// content is on disk before the name points at it (a crash of the machine too leaves the old or
+/// the new); without, the caller syncs it later if it must. It blocks: off an async path, the
+/// caller's to see to.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a rename as its callers would make themselves, where they may block"
+)]
+pub fn write_whole_with(
+    path: &Path,
+    sync: bool,
+    write: impl FnOnce(&mut io::BufWriter<File>) -> io::Result<()>,
+) -> io::Result<()> {
     // Unique per write: two writers never share a temporary file.
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -170,11 +306,13 @@ pub fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
     hidden.push(name);
     hidden.push(format!(".tmp-{}-{n}", std::process::id()));
     let temporary = path.with_file_name(hidden);
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&temporary)
-        .and_then(|mut file| file.write_all(bytes))
+    let written = open_record(&temporary, Access::New)
+        .and_then(|file| {
+            let mut file = io::BufWriter::new(file);
+            write(&mut file)?;
+            let file = file.into_inner().map_err(io::IntoInnerError::into_error)?;
+            if sync { file.sync_all() } else { Ok(()) }
+        })
         .and_then(|()| std::fs::rename(&temporary, path));
     if written.is_err() {
         let _ = std::fs::remove_file(&temporary);
@@ -213,7 +351,13 @@ mod tests {
         let log = dir.path().join("stdout.log");
         std::os::unix::fs::symlink(&target, &log).unwrap();
         let refused = create_no_link(&log).unwrap_err();
-        assert_eq!(refused.raw_os_error(), Some(libc::ELOOP), "{refused}");
+        assert!(led_elsewhere(&refused), "{refused}");
+        assert!(
+            refused
+                .to_string()
+                .contains("stdout.log` was not opened: a link is in its way"),
+            "{refused}"
+        );
         // A whole write replaces the link itself.
         let prompt = dir.path().join("prompt.md");
         std::os::unix::fs::symlink(&target, &prompt).unwrap();
@@ -225,6 +369,57 @@ mod tests {
         std::fs::write(&plain, "old text").unwrap();
         create_no_link(&plain).unwrap().write_all(b"new").unwrap();
         assert_eq!(std::fs::read_to_string(&plain).unwrap(), "new");
+    }
+
+    #[test]
+    fn a_folder_of_the_record_swapped_for_a_link_is_not_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let elsewhere = root.join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        // A stage's folder, swapped while its command ran.
+        std::os::unix::fs::symlink(&elsewhere, root.join("stage")).unwrap();
+        for access in [Access::Replace, Access::Append, Access::New] {
+            let refused = open_record(&root.join("stage/status.json"), access).unwrap_err();
+            assert!(led_elsewhere(&refused), "{access:?}: {refused}");
+        }
+        assert!(write_whole(&root.join("stage/prompt.md"), b"x").is_err());
+        let refused = create_folders(&root.join("stage/artifacts"), 0o700).unwrap_err();
+        assert!(led_elsewhere(&refused), "{refused}");
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+        // A path that was not resolved is refused, not made somewhere else.
+        let parent = create_folders(&root.join("elsewhere/../made"), 0o700).unwrap_err();
+        assert_eq!(parent.kind(), io::ErrorKind::InvalidInput);
+        assert!(!root.join("made").exists());
+        // A FIFO planted at a log's name neither holds the open nor is taken for the log.
+        nix::unistd::mkfifo(&root.join("stdout.log"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert!(create_no_link(&root.join("stdout.log")).is_err());
+        let read = open_record(&root.join("stdout.log"), Access::Read).unwrap_err();
+        assert_eq!(read.kind(), io::ErrorKind::InvalidInput, "{read}");
+    }
+
+    #[test]
+    fn record_files_and_folders_get_the_record_s_permissions() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        // Kept from other users unless the user shares runs (not in the test's environment).
+        let private = std::env::var_os("TRELLIS_SHARED_RUNS").is_none();
+        assert!(!private || (record_file_mode(), record_folder_mode()) == (0o600, 0o700));
+        create_no_link(&root.join("stdout.log")).unwrap();
+        write_whole(&root.join("prompt.md"), b"a prompt").unwrap();
+        write_whole_with(&root.join("checkpoint.json"), true, |file| {
+            use std::io::Write as _;
+            file.write_all(b"{}")
+        })
+        .unwrap();
+        for name in ["stdout.log", "prompt.md", "checkpoint.json"] {
+            assert_eq!(mode(&root.join(name)), record_file_mode(), "{name}");
+        }
+        create_folders(&root.join("artifacts/node"), record_folder_mode()).unwrap();
+        assert_eq!(mode(&root.join("artifacts")), record_folder_mode());
+        assert_eq!(mode(&root.join("artifacts/node")), record_folder_mode());
     }
 
     #[test]
@@ -247,12 +442,12 @@ mod tests {
         assert!(led_elsewhere(&refused), "{refused}");
         assert!(!root.join("d/other").exists());
         // Folders are made one by one, and not through the link either.
-        create_folders(&root.join("d/a/b")).unwrap();
+        create_folders(&root.join("d/a/b"), 0o777).unwrap();
         assert!(root.join("d/a/b").is_dir());
-        let refused = create_folders(&root.join("link/c/d")).unwrap_err();
+        let refused = create_folders(&root.join("link/c/d"), 0o777).unwrap_err();
         assert!(led_elsewhere(&refused), "{refused}");
         assert!(!root.join("d/c").exists());
-        let relative = create_folders(Path::new("d/e")).unwrap_err();
+        let relative = create_folders(Path::new("d/e"), 0o777).unwrap_err();
         assert_eq!(relative.kind(), io::ErrorKind::InvalidInput);
     }
 

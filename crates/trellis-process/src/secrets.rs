@@ -221,28 +221,18 @@ pub fn keep_this_process_private() {
     let _ = nix::sys::prctl::set_dumpable(false);
 }
 
-/// A finished command's log file, whole, with known secret values redacted in the file too.
-#[allow(
-    clippy::disallowed_methods,
-    reason = "called on the blocking pool when a command has ended"
-)]
+/// A finished command's log file, whole, with known secret values redacted in the file too. It
+/// blocks: called on the blocking pool when a command has ended.
 pub fn redact_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
-    use crate::files::no_link_options;
+    use crate::files::{Access, open_record};
     use std::io::{Read as _, Write as _};
-    // The log is in a stage directory the command may have written: a symlink put in its place is
-    // neither read nor written through.
+    // The log is in a stage directory the command may have written: a symlink put in its place, or
+    // in place of a folder on its way, is neither read nor written through.
     let mut bytes = Vec::new();
-    no_link_options()
-        .read(true)
-        .open(path)?
-        .read_to_end(&mut bytes)?;
+    open_record(path, Access::Read)?.read_to_end(&mut bytes)?;
     match redact_bytes(&bytes) {
         Some(redacted) => {
-            no_link_options()
-                .write(true)
-                .truncate(true)
-                .open(path)?
-                .write_all(&redacted)?;
+            open_record(path, Access::Replace)?.write_all(&redacted)?;
             Ok(redacted)
         }
         None => Ok(bytes),

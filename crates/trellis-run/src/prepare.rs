@@ -116,21 +116,20 @@ fn script_of(step: &PrepareStep) -> String {
     }
 }
 
-#[allow(
-    clippy::disallowed_methods,
-    reason = "runs on the blocking pool (prepare::run)"
-)]
+/// Blocks: runs on the blocking pool (`prepare::run`).
 fn write_record(
     dir: &Path,
     command: &str,
     output: &str,
     status: &serde_json::Value,
 ) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("command"), command)?;
-    std::fs::write(dir.join("output"), output)?;
-    std::fs::write(
-        dir.join("status.json"),
-        serde_json::to_vec_pretty(status).unwrap_or_default(),
+    // In the run's record, which an earlier step may have written: no link there is followed.
+    use trellis_process::files;
+    files::create_folders(dir, files::record_folder_mode())?;
+    files::write_whole(&dir.join("command"), command.as_bytes())?;
+    files::write_whole(&dir.join("output"), output.as_bytes())?;
+    files::write_whole(
+        &dir.join("status.json"),
+        &serde_json::to_vec_pretty(status).unwrap_or_default(),
     )
 }

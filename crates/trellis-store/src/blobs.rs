@@ -79,8 +79,14 @@ impl BlobStore for FileBlobs {
         let hex = digest(bytes);
         let path = self.dir.join(&hex);
         if !holds(&path, bytes) {
-            std::fs::create_dir_all(&self.dir)?;
-            write_whole(&path, bytes)?;
+            match write_whole(&path, bytes) {
+                // The run's first blob: its folder is made then.
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                    crate::run_dir::private_dir(&self.dir)?;
+                    write_whole(&path, bytes)?;
+                }
+                written => written?,
+            }
             self.unsynced.lock().push(path);
         }
         Ok(format!("{BLOB_PREFIX}{hex}"))

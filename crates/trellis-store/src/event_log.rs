@@ -17,6 +17,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 use trellis_engine::Event;
 use trellis_engine::services::EventSink;
+use trellis_process::files::{Access, open_record};
 
 /// How long a queued line may wait for the writer while events keep coming.
 const TICK: Duration = Duration::from_millis(10);
@@ -75,11 +76,7 @@ impl Shared {
 /// Cuts a log back to its last complete line.
 fn repair_tail(path: &Path) -> io::Result<()> {
     use std::io::{Read as _, Seek as _, SeekFrom};
-    let Ok(mut file) = crate::run_dir::record_options()
-        .read(true)
-        .write(true)
-        .open(path)
-    else {
+    let Ok(mut file) = open_record(path, Access::ReadWrite) else {
         return Ok(());
     };
     let length = file.metadata()?.len();
@@ -125,14 +122,11 @@ impl EventLog {
     /// reader tailing the log learns of them at once.
     pub fn open_with(path: &Path, written: Option<Written>) -> io::Result<Self> {
         repair_tail(path)?;
-        let file = {
-            use std::os::unix::fs::OpenOptionsExt as _;
-            crate::run_dir::record_options()
-                .create(true)
-                .append(true)
-                .mode(crate::run_dir::file_mode())
-                .open(path)?
-        };
+        Self::appending_to(open_record(path, Access::Append)?, written)
+    }
+
+    /// The log written to `file`, open for appending, and its writer started.
+    fn appending_to(file: std::fs::File, written: Option<Written>) -> io::Result<Self> {
         let shared = Arc::new(Shared {
             queue: Mutex::default(),
             wake: Condvar::new(),
@@ -313,8 +307,13 @@ mod tests {
 
     #[test]
     fn write_errors_are_reported_by_the_next_flush() {
-        // /dev/full accepts the open and fails every write with "no space left on device".
-        let log = EventLog::open(Path::new("/dev/full")).unwrap();
+        // /dev/full accepts the open and fails every write with "no space left on device" (a
+        // record's file must be a regular one: the device is given as the log's file).
+        let full = std::fs::OpenOptions::new()
+            .append(true)
+            .open("/dev/full")
+            .unwrap();
+        let log = EventLog::appending_to(full, None).unwrap();
         log.emit(&event(1));
         let error = log.flush().unwrap_err().to_string();
         assert!(error.contains("cannot write the event log"), "{error}");

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
+use trellis_process::files::{Access, open_record};
 
 /// The owner's hold on a run; dropping it (or the process dying) releases the run.
 pub struct Owner {
@@ -23,12 +24,7 @@ pub enum Claim {
 }
 
 fn open(path: &Path) -> std::io::Result<File> {
-    crate::run_dir::record_options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
+    open_record(path, Access::ReadWriteCreate)
 }
 
 fn pid_in(file: &mut File) -> Option<u32> {
@@ -92,16 +88,13 @@ fn claim_once(path: &Path) -> Result<Owner, Claim> {
 
 /// The pid the run's last owner wrote.
 pub(crate) fn pid(path: &Path) -> Option<u32> {
-    let mut file = crate::run_dir::record_options()
-        .read(true)
-        .open(path)
-        .ok()?;
+    let mut file = open_record(path, Access::Read).ok()?;
     pid_in(&mut file)
 }
 
 /// Whether a live process owns the run.
 pub(crate) fn is_owned(path: &Path) -> bool {
-    let Ok(file) = crate::run_dir::record_options().read(true).open(path) else {
+    let Ok(file) = open_record(path, Access::Read) else {
         return false;
     };
     // Taking the lock (released as it drops) means nobody holds it.

@@ -10,6 +10,7 @@ use trellis_engine::checkpoint::JournalEntry;
 use trellis_engine::services::{BlobStore as _, RunStore};
 use trellis_engine::status_file::StatusFile;
 use trellis_engine::{Checkpoint, Event, RunStatus};
+use trellis_process::files::{self, Access};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -121,73 +122,18 @@ fn write_atomically_with(
     path: &Path,
     write: impl FnOnce(&mut io::BufWriter<File>) -> io::Result<()>,
 ) -> io::Result<()> {
-    write_whole_with(path, true, write)
+    files::write_whole_with(path, true, write)
 }
 
 /// Writes a file so that a reader never sees part of it — temp file, rename — without waiting for
 /// the disk: a kill leaves the old content or the new, whole; a crash of the machine may leave
 /// neither (the caller syncs it later, see [`crate::FileBlobs`]).
-pub(crate) fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    write_whole_with(path, false, |file| file.write_all(bytes))
-}
+pub(crate) use files::write_whole;
 
-/// A temp file written by `write` (and synced, when `sync`), renamed to `path`.
-fn write_whole_with(
-    path: &Path,
-    sync: bool,
-    write: impl FnOnce(&mut io::BufWriter<File>) -> io::Result<()>,
-) -> io::Result<()> {
-    // Unique per write: concurrent writers must never share a temporary file.
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = path.with_extension(format!("tmp-{}-{n}", std::process::id()));
-    {
-        let mut file = io::BufWriter::new(private_file(&tmp)?);
-        write(&mut file)?;
-        let file = file.into_inner().map_err(io::IntoInnerError::into_error)?;
-        if sync {
-            file.sync_all()?;
-        }
-    }
-    fs::rename(&tmp, path)
-}
-
-/// Whether run records are kept from other users: directories `0700`, files `0600` (prompts and
-/// outputs can hold sensitive text). `TRELLIS_SHARED_RUNS=1` makes them readable by others.
-fn private() -> bool {
-    std::env::var_os("TRELLIS_SHARED_RUNS").is_none_or(|v| v.is_empty() || v == "0")
-}
-
-/// The permissions of a record file.
-pub(crate) fn file_mode() -> u32 {
-    if private() { 0o600 } else { 0o644 }
-}
-
-/// Options that open a record file never through a link at its name: a command that may write the
-/// run's record (unconfined, or under Landlock with the runs directory inside the working
-/// directory) could plant `status.json`, the journal or the event log as one, pointing at a file it
-/// may not write itself — to be written, cut or appended to on the next save or `resume`. The open
-/// then fails.
-pub(crate) use trellis_process::files::no_link_options as record_options;
-
-/// Creates (or truncates) a record file with the record's permissions.
-pub(crate) fn private_file(path: &Path) -> io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    record_options()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(file_mode())
-        .open(path)
-}
-
-/// Creates a record directory (and its parents) with the record's permissions.
-fn private_dir(path: &Path) -> io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(if private() { 0o700 } else { 0o755 })
-        .create(path)
+/// Creates a record directory (and its parents) with the record's permissions, following no link
+/// on its way ([`files::create_folders`]: a record's paths are resolved, so one there was planted).
+pub(crate) fn private_dir(path: &Path) -> io::Result<()> {
+    files::create_folders(path, files::record_folder_mode())
 }
 
 /// Run directories under `runs_dir`, newest first.
@@ -208,6 +154,8 @@ pub fn list_runs(runs_dir: &Path) -> Vec<PathBuf> {
 
 /// The on-disk record of one run.
 pub struct RunDir {
+    /// The run's folder, resolved (no link on its way, nor `.` or `..`): the record's files are
+    /// opened following no link ([`files::open_record`]), as a command may plant one in it.
     root: PathBuf,
     /// `journal.jsonl`, open for appending once the first entry is written.
     journal: parking_lot::Mutex<Option<std::sync::Arc<File>>>,
@@ -232,11 +180,13 @@ impl RunDir {
         source: &str,
         source_name: &str,
     ) -> Result<(Self, crate::Owner), StoreError> {
-        let root = runs_dir.join(&meta.run_id);
         fs::create_dir_all(runs_dir).map_err(io_error("create", runs_dir))?;
+        let root = fs::canonicalize(runs_dir)
+            .map_err(io_error("resolve", runs_dir))?
+            .join(&meta.run_id);
         private_dir(&root.join("stages")).map_err(io_error("create", &root))?;
         let workflow_file = root.join(source_name);
-        private_file(&workflow_file)
+        files::create_no_link(&workflow_file)
             .and_then(|mut file| file.write_all(source.as_bytes()))
             .map_err(io_error("write", &workflow_file))?;
         let dir = Self::open_dir(root);
@@ -245,9 +195,11 @@ impl RunDir {
         Ok((dir, owner))
     }
 
+    /// The record at `root`, resolved (see [`Self::root`]; as given when it cannot be: a record
+    /// that is not there fails on its first read).
     fn open_dir(root: PathBuf) -> Self {
         Self {
-            root,
+            root: fs::canonicalize(&root).unwrap_or(root),
             journal: parking_lot::Mutex::new(None),
         }
     }
@@ -286,6 +238,7 @@ impl RunDir {
         }
     }
 
+    /// The run's folder, resolved.
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -416,9 +369,7 @@ impl RunDir {
                         _ => {}
                     }
                 }
-                record_options()
-                    .write(true)
-                    .open(&path)
+                files::open_record(&path, Access::Write)
                     .and_then(|journal| journal.set_len(offset as u64))
                     .map_err(io_error("cut", &path))?;
                 entries.truncate(index);
@@ -465,11 +416,13 @@ impl RunDir {
                 .and_then(|e| e.to_str())
                 .is_some_and(|e| e.starts_with("tmp-"))
         };
+        // Stage folders only: a link planted among them leads elsewhere.
         let dirs = [self.root.clone(), self.blobs_dir()].into_iter().chain(
             fs::read_dir(self.root.join("stages"))
                 .into_iter()
                 .flatten()
                 .filter_map(Result::ok)
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
                 .map(|e| e.path()),
         );
         dirs.flat_map(|dir| {
@@ -555,11 +508,7 @@ fn blob_references(line: &str) -> impl Iterator<Item = &str> {
 fn read_journal(path: &Path) -> io::Result<Option<(String, usize)>> {
     use std::io::Read as _;
     let mut bytes = Vec::new();
-    match record_options()
-        .read(true)
-        .open(path)
-        .and_then(|mut file| file.read_to_end(&mut bytes))
-    {
+    match files::open_record(path, Access::Read).and_then(|mut file| file.read_to_end(&mut bytes)) {
         Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
@@ -613,14 +562,14 @@ impl RunStore for RunDir {
                 fs::remove_file(&status)?;
             }
         }
-        fs::create_dir_all(&dir)?;
+        private_dir(&dir)?;
         Ok(dir)
     }
 
     fn write_status(&self, stage_dir: &Path, status: &StatusFile) -> io::Result<()> {
         // The journal is the durable truth, written after this: a stage whose status a kill cut
         // short is not in it, so it runs again in a directory of its own.
-        private_file(&stage_dir.join("status.json"))?
+        files::create_no_link(&stage_dir.join("status.json"))?
             .write_all(&serde_json::to_vec_pretty(status).unwrap_or_default())
     }
 
@@ -659,23 +608,13 @@ impl RunStore for RunDir {
                 Some((text, length)) => {
                     let (_, readable) = readable_entries(&text);
                     if readable < length {
-                        record_options()
-                            .write(true)
-                            .open(&path)?
-                            .set_len(readable as u64)?;
+                        files::open_record(&path, Access::Write)?.set_len(readable as u64)?;
                     }
                     false
                 }
                 None => true,
             };
-            let file = {
-                use std::os::unix::fs::OpenOptionsExt as _;
-                record_options()
-                    .create(true)
-                    .append(true)
-                    .mode(file_mode())
-                    .open(&path)?
-            };
+            let file = files::open_record(&path, Access::Append)?;
             if created {
                 // The new file's name must be as durable as its entries.
                 File::open(&self.root)?.sync_all()?;
@@ -715,7 +654,7 @@ impl RunStore for RunDir {
 
     fn child(&self, stage_dir: &Path) -> io::Result<std::sync::Arc<dyn RunStore>> {
         let root = stage_dir.join("child");
-        fs::create_dir_all(root.join("stages"))?;
+        private_dir(&root.join("stages"))?;
         Ok(std::sync::Arc::new(Self::open_dir(root)))
     }
 }
