@@ -59,9 +59,7 @@ pub fn open_resolved(path: &Path, write: bool) -> io::Result<File> {
 /// because a link was found on the way: a folder swapped for a link since the path was resolved.
 pub fn led_elsewhere(error: &io::Error) -> bool {
     error.raw_os_error() == Some(libc::ELOOP)
-        || error
-            .get_ref()
-            .is_some_and(|inner| inner.is::<LinkInTheWay>())
+        || matches!(error.get_ref(), Some(inner) if inner.is::<LinkInTheWay>())
 }
 
 /// A file of a run's record not opened because a link was in its way.
@@ -153,19 +151,20 @@ pub fn create_folders(path: &Path, mode: u32) -> io::Result<()> {
     Ok(())
 }
 
-/// Whether runs' records are kept from other users: folders `0700`, files `0600` (prompts,
-/// responses and outputs can hold sensitive text). `TRELLIS_SHARED_RUNS=1` makes them readable by
-/// others (`0755`, `0644`).
+/// Whether runs' records are kept from other users (see [`record_file_mode`]).
 fn records_private() -> bool {
     std::env::var_os("TRELLIS_SHARED_RUNS").is_none_or(|v| v.is_empty() || v == "0")
 }
 
-/// The permissions of a file of a run's record, whoever writes it ([`records_private`]).
+/// The permissions of a file of a run's record, whoever writes it: `0600`, kept from other users
+/// (prompts, responses and outputs can hold sensitive text), or `0644` when `TRELLIS_SHARED_RUNS=1`
+/// makes records readable by others.
 pub fn record_file_mode() -> u32 {
     if records_private() { 0o600 } else { 0o644 }
 }
 
-/// The permissions of a folder of a run's record ([`records_private`]).
+/// The permissions of a folder of a run's record: `0700`, or `0755` with `TRELLIS_SHARED_RUNS=1`
+/// ([`record_file_mode`]).
 pub fn record_folder_mode() -> u32 {
     if records_private() { 0o700 } else { 0o755 }
 }
