@@ -329,17 +329,23 @@ fn landlock() -> bool {
     works
 }
 
+/// The sandboxes under which a command may write the run's record (the runs directory inside the
+/// working tree): Landlock, when the kernel has it, and none.
+fn writing_the_record() -> &'static [&'static str] {
+    if landlock() {
+        &["landlock", "none"]
+    } else {
+        &["none"]
+    }
+}
+
 /// Under Landlock (and unconfined) a command may write the run's record when the runs directory is
 /// inside the working tree: links it plants where Trellis is about to create its output logs, or
 /// its artifacts' folder, are not written through, so its output and files cannot land where it
 /// may not write itself.
 #[test]
 fn links_planted_in_the_run_s_record_are_not_written_through() {
-    let sandboxes: &[&str] = if landlock() {
-        &["landlock", "none"]
-    } else {
-        &["none"]
-    };
+    let sandboxes = writing_the_record();
     for sandbox in sandboxes {
         let p = probe_project(sandbox);
         // Outside the working directory and /tmp, which Landlock leaves writable.
@@ -402,11 +408,7 @@ fn links_planted_in_the_run_s_record_are_not_written_through() {
 /// record it could not write.
 #[test]
 fn folders_of_the_run_s_record_swapped_for_links_are_not_written_through() {
-    let sandboxes: &[&str] = if landlock() {
-        &["landlock", "none"]
-    } else {
-        &["none"]
-    };
+    let sandboxes = writing_the_record();
     let swaps = [
         // Its own folder, before it prints anything (its logs are made at its first output).
         (

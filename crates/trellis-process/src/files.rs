@@ -138,7 +138,10 @@ pub fn create_folders(path: &Path, mode: u32) -> io::Result<()> {
         (opened, _) => return opened.map(drop),
     };
     let mode = nix::sys::stat::Mode::from_bits_truncate(mode);
-    for name in to_make {
+    let Some((last, way)) = to_make.split_last() else {
+        return Ok(());
+    };
+    for name in way {
         let mut next = nix::fcntl::openat2(&folder, *name, how);
         if matches!(next, Err(nix::errno::Errno::ENOENT)) {
             next = match nix::sys::stat::mkdirat(&folder, *name, mode) {
@@ -148,7 +151,13 @@ pub fn create_folders(path: &Path, mode: u32) -> io::Result<()> {
         }
         folder = next?;
     }
-    Ok(())
+    // The last folder is most often new (a stage's): made first, and looked at only when it was
+    // there already (a link there fails the open).
+    match nix::sys::stat::mkdirat(&folder, *last, mode) {
+        Err(nix::errno::Errno::EEXIST) => nix::fcntl::openat2(&folder, *last, how).map(drop),
+        made => made,
+    }
+    .map_err(io::Error::from)
 }
 
 /// Whether runs' records are kept from other users (see [`record_file_mode`]).
@@ -224,7 +233,8 @@ pub fn open_record(path: &Path, access: Access) -> io::Result<File> {
             error
         }
     })?;
-    if file.metadata()?.is_file() {
+    // A file made afresh is a regular one.
+    if access == Access::New || file.metadata()?.is_file() {
         Ok(file)
     } else {
         Err(io::Error::new(
