@@ -155,7 +155,7 @@ pub fn create_folders(path: &Path, mode: u32) -> io::Result<()> {
     // there already (a link there fails the open).
     match nix::sys::stat::mkdirat(&folder, *last, mode) {
         Err(nix::errno::Errno::EEXIST) => nix::fcntl::openat2(&folder, *last, how).map(drop),
-        made => made,
+        other => other,
     }
     .map_err(io::Error::from)
 }
