@@ -138,10 +138,10 @@ pub fn create_folders(path: &Path, mode: u32) -> io::Result<()> {
         (opened, _) => return opened.map(drop),
     };
     let mode = nix::sys::stat::Mode::from_bits_truncate(mode);
-    let Some((last, way)) = to_make.split_last() else {
+    let Some((last, before)) = to_make.split_last() else {
         return Ok(());
     };
-    for name in way {
+    for name in before {
         let mut next = nix::fcntl::openat2(&folder, *name, how);
         if matches!(next, Err(nix::errno::Errno::ENOENT)) {
             next = match nix::sys::stat::mkdirat(&folder, *name, mode) {
