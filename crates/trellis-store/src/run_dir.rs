@@ -189,7 +189,7 @@ impl RunDir {
         files::create_no_link(&workflow_file)
             .and_then(|mut file| file.write_all(source.as_bytes()))
             .map_err(io_error("write", &workflow_file))?;
-        let dir = Self::open_dir(root);
+        let dir = Self::resolved(root);
         let owner = dir.claim(&meta.run_id)?;
         dir.write_meta(meta)?;
         Ok((dir, owner))
@@ -198,8 +198,13 @@ impl RunDir {
     /// The record at `root`, resolved (see [`Self::root`]; as given when it cannot be: a record
     /// that is not there fails on its first read).
     fn open_dir(root: PathBuf) -> Self {
+        Self::resolved(fs::canonicalize(&root).unwrap_or(root))
+    }
+
+    /// The record at `root`, resolved already (made below a resolved folder).
+    fn resolved(root: PathBuf) -> Self {
         Self {
-            root: fs::canonicalize(&root).unwrap_or(root),
+            root,
             journal: parking_lot::Mutex::new(None),
         }
     }
@@ -655,7 +660,7 @@ impl RunStore for RunDir {
     fn child(&self, stage_dir: &Path) -> io::Result<std::sync::Arc<dyn RunStore>> {
         let root = stage_dir.join("child");
         private_dir(&root.join("stages"))?;
-        Ok(std::sync::Arc::new(Self::open_dir(root)))
+        Ok(std::sync::Arc::new(Self::resolved(root)))
     }
 }
 
