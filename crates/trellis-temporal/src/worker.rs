@@ -32,8 +32,8 @@ use trellis_store::RunDir;
 use trellis_workflow::StageStatus;
 
 use crate::workflow::{
-    BranchEnd, BranchWork, FanOut, HANDOVER_TIMEOUT, NextStage, Settle, StageEnd, SubStage,
-    SubStageEnd, TrellisRun, TrellisSubRun, WaitingGate, branch_queue,
+    BranchEnd, BranchWork, FanOut, HANDOVER_TIMEOUT, HEARTBEAT_TIMEOUT, NextStage, Settle,
+    StageEnd, SubStage, SubStageEnd, TrellisRun, TrellisSubRun, WaitingGate, branch_queue,
 };
 use crate::workspace::Checkout;
 use crate::{Target, connect};
@@ -963,6 +963,10 @@ pub async fn run_worker(
         .register_workflow::<TrellisSubRun>()?
         .register_activities(stages.clone())
         .tuner(tuner())
+        // A run's next decision waits on this worker's sticky queue for no longer than its stage
+        // waits for a heartbeat: when the worker died, another takes the decision over as soon as
+        // the stage counts as lost (the SDK's default, 10 s, doubled the time a handover took).
+        .sticky_queue_schedule_to_start_timeout(HEARTBEAT_TIMEOUT)
         .client_identity_override(identity.clone())
         .graceful_shutdown_period(Duration::from_secs(5))
         .build();
