@@ -462,6 +462,11 @@ impl Session {
         self.request.system_session = text;
     }
 
+    /// What the system prompt says about this session alone ([`Self::set_system_session`]).
+    pub fn system_session(&self) -> Option<&str> {
+        self.request.system_session.as_deref()
+    }
+
     /// Asks `approver` before every tool call from now on.
     pub fn set_approver(&mut self, approver: Box<dyn Approver>) {
         self.approver = Some(approver);

@@ -1024,6 +1024,10 @@ fn a_routing_schema_is_repaired_in_the_same_live_session() {
     assert!(stage_file(&run, "review", "repairs.md").contains("must be a string"));
 }
 
+/// The second node of a thread sends the conversation exactly as it was sent before, under the
+/// same system prompt — what it said of the first node's session included — so that the provider's
+/// prompt cache still holds all of it (llama-server computed all of it again when the system prompt
+/// changed); what is its session's own, the working directory as it is now, opens its prompt.
 #[test]
 fn a_second_node_on_the_thread_continues_the_live_session() {
     let Some(mock) = Llmock::start() else { return };
@@ -1034,7 +1038,8 @@ fn a_second_node_on_the_thread_continues_the_live_session() {
         &workflow(
             "subgraph cluster_impl { node [thread_id=\"impl\", fidelity=\"full\", model=\"sonnet\"]\n \
              implement [prompt=\"Implement it\"]\n test [prompt=\"Now write tests\"] }\n \
-             start -> implement -> test -> exit",
+             made [shape=parallelogram, script=\"touch made.txt\"]\n \
+             start -> implement -> made -> test -> exit",
         ),
     );
     mock.scenario(&json!([
@@ -1063,7 +1068,24 @@ fn a_second_node_on_the_thread_continues_the_live_session() {
     assert_eq!(messages[1]["content"][0]["name"], "read_file");
     assert_eq!(messages[2]["content"][0]["type"], "tool_result");
     assert_eq!(messages[3]["content"][0]["text"], "Implemented.");
-    assert_eq!(messages[4]["content"][0]["text"], "Now write tests");
+    assert_eq!(messages[0], bodies[0]["messages"][0]);
+    // The same system prompt and tools: the files it names are the first session's.
+    assert_eq!(bodies[2]["system"], bodies[0]["system"]);
+    assert_eq!(bodies[2]["tools"], bodies[0]["tools"]);
+    let system = bodies[0]["system"].to_string();
+    assert!(
+        system.contains("src/lib.rs") && !system.contains("made.txt"),
+        "{system}"
+    );
+    // The second prompt, after the working directory as it is now; the stage's record shows it.
+    let second = messages[4]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        second.starts_with("The working directory holds:\n")
+            && second.contains("made.txt")
+            && second.ends_with("\n\nNow write tests"),
+        "{second}"
+    );
+    assert_eq!(stage_file(&run, "test", "prompt.md"), second);
     assert_eq!(
         status(&run, "test")["files_touched"],
         json!(["tests/add.rs"])

@@ -37,7 +37,7 @@ use crate::model_call::ModelCall;
 use crate::output_schema::{self, SchemaError, Structured};
 use crate::permissions;
 use crate::prompt::{
-    Opening, Threads, auto_status, effort, no_model, project_memory, response_updates,
+    Opening, Thread, Threads, auto_status, effort, no_model, project_memory, response_updates,
     simulated_outcome, write_stage_file,
 };
 use crate::routing_directive;
@@ -631,15 +631,8 @@ impl AgentHandler {
             (&opening.prompt, listing),
         )
         .await;
-        // The local model is shown all of a small project: its first answer writes files whole.
-        let whole_project = base.settings.coach;
-        if let Some(files) = base
-            .toolbox
-            .named_files(&opening.prompt, whole_project)
-            .await
-        {
-            opening.prompt = format!("{}\n\n{files}", opening.prompt);
-        }
+        let continuing = !opening.thread.messages.is_empty();
+        opening.prompt = base.first_message(&opening.prompt, continuing).await;
         write_stage_file(stage, "prompt.md", &opening.prompt).await;
         let depth = subagent_depth(llm, &call);
         let (subagents, arrivals) = SubAgents::new(depth);
@@ -647,7 +640,7 @@ impl AgentHandler {
         if depth > 0 {
             tools.push(Arc::new(subagents.clone()));
         }
-        let mut session = base.session(tools, opening.messages, llm.max_turns);
+        let mut session = base.session(tools, opening.thread, llm.max_turns);
         session.set_task(&opening.task).await;
         let (observer, writer) = StageObserver::new(stage);
         let inbox = StageInbox::open(stage).await;
@@ -703,9 +696,19 @@ impl AgentHandler {
         call.usage.add(judges.usage());
         call.describe(&mut outcome);
         if let Some(key) = opening.thread_key {
-            self.threads.save(key, session.into_history());
+            self.threads.save(key, thread_of(session));
         }
         outcome
+    }
+}
+
+/// What a session leaves of its thread: its conversation, and what its system prompt said of it
+/// alone ([`Thread`]).
+fn thread_of(session: Session) -> Thread {
+    let opened_with = session.system_session().map(str::to_owned);
+    Thread {
+        messages: session.into_history(),
+        session: opened_with,
     }
 }
 
@@ -841,7 +844,9 @@ impl Children<'_> {
         };
         let mut tools = self.external.to_vec();
         tools.push(Arc::new(spawned.tools.clone()));
-        let mut session = self.base.session(tools, Vec::new(), spawned.max_turns);
+        let mut session = self
+            .base
+            .session(tools, Thread::default(), spawned.max_turns);
         session.set_inbox(spawned.inbox());
         if let Some(gate) = gate(self.stage, self.llm) {
             session.set_approver(Box::new(gate));
@@ -1248,26 +1253,49 @@ impl SessionBase {
         }
     }
 
-    /// A session with `external` beside the node's tools, continuing `history`, at most `max_turns`
-    /// turns long.
+    /// A session with `external` beside the node's tools, at most `max_turns` turns long: a new one
+    /// (`thread` empty), or one continuing `thread`, whose system prompt then says what the
+    /// thread's first session's did ([`Thread`]; its own opens its message: [`Self::first_message`]).
     fn session(
         &self,
         external: Vec<Arc<dyn ExternalTools>>,
-        history: Vec<trellis_llm::Message>,
+        thread: Thread,
         max_turns: Option<u32>,
     ) -> Session {
         let mut toolbox = self.toolbox.clone();
         toolbox.external = trellis_agent::combined(external);
         let mut settings = self.settings.clone();
-        let mut system_session = self.session.clone();
-        if let Some((first, then)) = self.draft.as_ref().filter(|_| history.is_empty()) {
-            system_session.clone_from(first);
+        let Thread {
+            messages: history,
+            session: opened_with,
+        } = thread;
+        let system_session = if !history.is_empty() {
+            opened_with
+        } else if let Some((first, then)) = &self.draft {
             settings.draft = Some(then.clone());
-        }
+            Some(first.clone())
+        } else {
+            Some(self.session.clone())
+        };
         let mut session = Session::new(toolbox, Some(self.system.clone()), history, settings);
-        session.set_system_session(Some(system_session));
+        session.set_system_session(system_session);
         session.limit_turns(max_turns);
         session
+    }
+
+    /// The session's first message: `prompt`, then for the local model all of a small project (its
+    /// first answer writes files whole). A session that continues a thread is told first what a
+    /// new session's system prompt says of it alone (the working directory's files as they are
+    /// now, for the local model how to call a tool): see [`Self::session`].
+    async fn first_message(&self, prompt: &str, continuing: bool) -> String {
+        let mut message = prompt.to_owned();
+        if let Some(files) = self.toolbox.named_files(prompt, self.settings.coach).await {
+            message = format!("{message}\n\n{files}");
+        }
+        if continuing {
+            message = format!("{}\n\n{message}", self.session);
+        }
+        message
     }
 }
 

@@ -42,15 +42,26 @@ pub struct PromptHandler {
 /// long as the process: a resumed run starts them afresh (and the engine degrades its first node to
 /// `summary:high`).
 #[derive(Default)]
-pub struct Threads(Mutex<HashMap<String, Vec<Message>>>);
+pub struct Threads(Mutex<HashMap<String, Thread>>);
+
+/// A thread's conversation so far, and what the system prompt of the agent session that opened it
+/// said of that session alone ([`trellis_llm::Request::system_session`]). A session that continues
+/// the thread is shown that same text (what is its own opens its message instead): the prompt it
+/// sends then begins as the last one did, and a provider's prompt cache still holds the
+/// conversation (llama-server computed all of it again, 25 s of a two-stage thread on CPU).
+#[derive(Clone, Default)]
+pub(crate) struct Thread {
+    pub messages: Vec<Message>,
+    pub session: Option<String>,
+}
 
 impl Threads {
-    fn get(&self, key: &str) -> Option<Vec<Message>> {
+    fn get(&self, key: &str) -> Option<Thread> {
         self.0.lock().get(key).cloned()
     }
 
-    pub(crate) fn save(&self, key: String, messages: Vec<Message>) {
-        self.0.lock().insert(key, messages);
+    pub(crate) fn save(&self, key: String, thread: Thread) {
+        self.0.lock().insert(key, thread);
     }
 }
 
@@ -284,7 +295,8 @@ pub(crate) struct Opening {
     /// rest of the preamble (it quotes earlier stages' output, whose file names and numbers are not
     /// the task's).
     pub task: String,
-    pub messages: Vec<Message>,
+    /// The thread so far: empty when the stage starts it, or has none.
+    pub thread: Thread,
     pub thread_key: Option<String>,
     pub fidelity: Fidelity,
 }
@@ -295,14 +307,14 @@ impl Opening {
         let Conversation { fidelity, thread } = stage.conversation.clone();
         let thread_key = (fidelity == Fidelity::Full)
             .then(|| thread.unwrap_or_else(|| DEFAULT_THREAD.to_owned()));
-        let messages = thread_key
+        let thread = thread_key
             .as_deref()
             .and_then(|k| threads.get(k))
             .unwrap_or_default();
         // A full-fidelity node that starts its thread has no conversation to continue: it gets the
         // default preamble instead, so it still knows what happened before it.
         let preamble = match fidelity {
-            Fidelity::Full if !messages.is_empty() => String::new(),
+            Fidelity::Full if !thread.messages.is_empty() => String::new(),
             Fidelity::Full => preamble_for(stage, Fidelity::Compact).await,
             other => preamble_for(stage, other).await,
         };
@@ -324,7 +336,7 @@ impl Opening {
                 Some(goal) => format!("{goal}\n{}", llm.prompt),
                 None => llm.prompt.clone(),
             },
-            messages,
+            thread,
             thread_key,
             fidelity,
         }
@@ -339,11 +351,15 @@ impl PromptHandler {
         };
         let Opening {
             prompt,
-            mut messages,
+            thread,
             thread_key,
             fidelity,
             ..
         } = Opening::new(stage, llm, &self.threads).await;
+        let Thread {
+            mut messages,
+            session,
+        } = thread;
         write_stage_file(stage, "prompt.md", &prompt).await;
         messages.push(Message::user(prompt));
         let mut request = Request {
@@ -392,7 +408,8 @@ impl PromptHandler {
         }
         request.messages.push(answer.response.to_message());
         if let Some(key) = thread_key {
-            self.threads.save(key, request.messages);
+            let messages = request.messages;
+            self.threads.save(key, Thread { messages, session });
         }
         let mut outcome = Outcome::success();
         response_updates(&mut outcome, &stage.node.id, &answer.response.text);
