@@ -409,7 +409,7 @@ fn fix_failing_tests_on_the_local_model_is_shown_the_failure_and_ends_within_its
     .unwrap();
     // One round of diagnose and fix instead of five: a run the model loses ends in minutes, not
     // in most of CI's budget (2,710 s for this file on 2026-11-28 with five; with two, this test
-    // alone took 125 - 230 s on a fast host on 2026-12-05, one round 114 - 152 s). The fix still
+    // alone took 125 - 230 s on a fast host on 2026-12-05, one round 103 - 162 s). The fix still
     // continues the diagnosis's thread; what a continuation is sent is llmock's to check
     // (`run_agents`).
     assert_eq!(example.matches("max_visits=5").count(), 2);
