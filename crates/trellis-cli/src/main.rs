@@ -15,7 +15,7 @@ use clap::{Parser, Subcommand};
 
 /// Run AI-agent workflows defined as graphs.
 #[derive(Parser)]
-#[command(name = "trellis", version, about, propagate_version = true)]
+#[command(name = "trellis", version, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -62,7 +62,7 @@ fn fabros_c_i_pair_validates_and_runs_with_its_inputs() {
     assert_eq!(with_file.status.code(), Some(0), "{}", stdout(&with_file));
     assert!(stdout(&with_file).starts_with("Run file: "));
     let with_input = p
-        .command(&["validate", "c-i.fabro", "--input", "language=go"])
+        .command(&["validate", "c-i.fabro", "-V", "language=go"])
         .output()
         .unwrap();
     assert_eq!(with_input.status.code(), Some(0), "{}", stdout(&with_input));
@@ -90,10 +90,10 @@ fn fabros_c_i_pair_validates_and_runs_with_its_inputs() {
         std::fs::read_to_string(run.record().join("run.toml")).unwrap(),
         fixture("run-c-i.toml")
     );
-    // `--input` wins over the file, and `--goal` over both goals.
+    // `--input` (`-V`, as Fabro spells it) wins over the file, and `--goal` over both goals.
     let again = p.run(
         "run-c-i.toml",
-        &["--simulate", "--input", "language=go", "--goal", "Go green"],
+        &["--simulate", "-V", "language=go", "--goal", "Go green"],
     );
     assert_eq!(again.code(), Some(0), "{}", again.stderr());
     assert!(prompt_of(&again, "test").contains("Run the go test suite"));

@@ -72,8 +72,9 @@ pub struct RunArgs {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
     /// An input: what templates name (`{{ inputs.KEY }}`, `$KEY` in prompts) and, for a YAML
-    /// workflow, a declared input read as its type; over a run file's; repeat for several.
-    #[arg(long = "input", value_name = "KEY=VALUE")]
+    /// workflow, a declared input read as its type; over a run file's; repeat for several. `-V`
+    /// is Fabro's spelling.
+    #[arg(long = "input", short = 'V', value_name = "KEY=VALUE")]
     input: Vec<String>,
     /// Workflow inputs from a JSON object file; `--input` values override them.
     #[arg(long = "inputs", value_name = "FILE")]

@@ -18,8 +18,8 @@ pub struct Args {
     #[arg(required = true)]
     files: Vec<PathBuf>,
     /// An input templates name (`{{ inputs.KEY }}`, `$KEY` in prompts), over a run file's; repeat
-    /// for several.
-    #[arg(long = "input", value_name = "KEY=VALUE")]
+    /// for several. `-V` is Fabro's spelling.
+    #[arg(long = "input", short = 'V', value_name = "KEY=VALUE")]
     input: Vec<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
