@@ -601,6 +601,74 @@ fn a_provider_failure_falls_back_to_the_next_model() {
     assert_eq!(mock.bodies().len(), 1);
 }
 
+/// Fabro's `--model` and `--provider`: over the run file's `[run.model]`, for the nodes that name
+/// no model, and kept for the rest of the run when it resumes.
+#[test]
+fn the_command_lines_model_and_provider_hold_for_nodes_that_name_none_and_on_resume() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = anthropic(&mock)
+        .with_env("OPENAI_API_KEY", "sk-openai-test")
+        .with_env("OPENAI_BASE_URL", &mock.url("/v1"));
+    p.write(
+        "w.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         first [shape=tab, prompt=\"Say one\"]\n \
+         named [shape=tab, prompt=\"Say two\", model=\"claude-haiku-4-5\"]\n \
+         gate [shape=hexagon, label=\"Go on?\"]\n last [shape=tab, prompt=\"Say three\"]\n \
+         start -> first -> named -> gate\n gate -> last [label=\"[Y] Yes\"]\n last -> exit\n}\n",
+    );
+    p.write(
+        "run.toml",
+        "graph = \"w.fabro\"\n[run.model]\nname = \"claude-sonnet-4-5\"\n",
+    );
+    mock.scenario(&json!([{ "type": "reply", "text": "ok", "times": 3 }]));
+    // A model the catalog does not know goes to the provider named for it.
+    let args = ["--model", "my-finetune", "--provider", "openai"];
+    let run = p.run("run.toml", &args);
+    assert_eq!(run.code(), Some(3), "waits at the gate: {}", run.stderr());
+    let run_id = run.summary["run_id"].as_str().unwrap().to_owned();
+    let settings = &run_support::read_json(&run.record().join("run.json"))["settings"];
+    assert_eq!(settings["model"], "my-finetune");
+    assert_eq!(settings["provider"], "openai");
+    let resumed = p.resume(&run_id, &["--auto-approve"]);
+    assert_eq!(resumed.code(), Some(0), "{}", resumed.stderr());
+    let asked: Vec<Value> = mock.bodies().iter().map(|b| b["model"].clone()).collect();
+    assert_eq!(asked, ["my-finetune", "claude-haiku-4-5", "my-finetune"]);
+    let provider = |node: &str| {
+        run_support::read_json(&run_support::stage_dir(&resumed.record(), node).join("status.json"))
+            ["provider"]
+            .clone()
+    };
+    assert_eq!(
+        [provider("first"), provider("named"), provider("last")],
+        ["openai", "anthropic", "openai"]
+    );
+    // A provider that is none is a usage error, on the command line as in a run file.
+    let typo = p
+        .command(&["run", "w.fabro", "--provider", "opneai"])
+        .output()
+        .unwrap();
+    assert_eq!(typo.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&typo.stderr).contains(
+            "unknown provider `opneai`: use anthropic, openai, gemini, openai-compatible or local"
+        ),
+        "{}",
+        String::from_utf8_lossy(&typo.stderr)
+    );
+    p.write(
+        "typo.toml",
+        "graph = \"w.fabro\"\n[run.model]\nprovider = \"opneai\"\n",
+    );
+    let typo = p.command(&["validate", "typo.toml"]).output().unwrap();
+    assert_eq!(typo.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&typo.stderr);
+    assert!(
+        said.contains("typo.toml: `[run.model] provider`: unknown provider `opneai`"),
+        "{said}"
+    );
+}
+
 #[test]
 fn resume_uses_the_recorded_run_file() {
     let p = Project::new().with_env("TEST_REGION", "us");

@@ -65,6 +65,10 @@ pub struct Settings {
     /// sub-workflows are compiled with it too.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The provider of a model the catalog does not place (`--provider`, a run file's
+    /// `[run.model] provider`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
     /// More files command stages capture as artifacts, by glob under the working directory (a run
     /// file's `[run.artifacts] include`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -85,6 +89,7 @@ impl Default for Settings {
             permissions: None,
             inputs: std::collections::BTreeMap::new(),
             model: None,
+            provider: None,
             artifacts: Vec::new(),
             exclude_globs: Vec::new(),
         }
@@ -132,6 +137,7 @@ struct Recorded {
     permissions: Option<trellis_workflow::node_kind::Permissions>,
     inputs: std::collections::BTreeMap<String, String>,
     model: Option<String>,
+    provider: Option<String>,
     artifacts: Vec<String>,
     exclude_globs: Vec<String>,
 }
@@ -154,6 +160,7 @@ impl Default for Recorded {
             permissions: None,
             inputs: std::collections::BTreeMap::new(),
             model: None,
+            provider: None,
             artifacts: Vec::new(),
             exclude_globs: Vec::new(),
         }
@@ -172,6 +179,7 @@ impl From<Recorded> for Settings {
             permissions: recorded.permissions,
             inputs: recorded.inputs,
             model: recorded.model,
+            provider: recorded.provider,
             artifacts: recorded.artifacts,
             exclude_globs: recorded.exclude_globs,
         }

@@ -73,9 +73,10 @@ impl Client {
         }
     }
 
-    /// The same client with the run's model choice (a run file's `[run.model]`): `provider` for models
-    /// the catalog does not place, and `fallbacks` — providers (`openai`: its usual model), models, or
-    /// `provider/model` — tried in order when a model's provider fails a call.
+    /// The same client with the run's model choice (`--provider`, a run file's `[run.model]`):
+    /// `provider` for models the catalog does not place, and `fallbacks` — providers (`openai`: its
+    /// usual model), models, or `provider/model` — tried in order when a model's provider fails a
+    /// call.
     #[must_use]
     pub fn with_run_model(mut self, provider: Option<String>, fallbacks: Vec<String>) -> Self {
         if provider.is_some() {
@@ -300,6 +301,23 @@ fn structured(request: &Request, mut response: Response) -> Response {
         }
     }
     response
+}
+
+/// The provider `name` names (`claude`, `google` and the other aliases included), or why it names
+/// none: a `--provider` or a run file's `[run.model] provider` that is a typo.
+pub fn known_provider(name: &str) -> Result<&'static str, String> {
+    let wanted = normalize_provider(name);
+    crate::config::HOSTED
+        .iter()
+        .chain(&["local"])
+        .find(|known| **known == wanted)
+        .copied()
+        .ok_or_else(|| {
+            format!(
+                "unknown provider `{name}`: use {} or local",
+                crate::config::HOSTED.join(", ")
+            )
+        })
 }
 
 fn normalize_provider(name: &str) -> &str {

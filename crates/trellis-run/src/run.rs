@@ -357,7 +357,7 @@ impl Run {
     ) -> Result<Run, RunError> {
         // Read once: the model client and the hooks both come from it.
         let config = Config::load()?;
-        let models = models(&config, &record, settings.models_simulated(), run_file);
+        let models = models(&config, &record, &settings, run_file);
         if let Some(servers) = run_file.and_then(|f| f.mcp_servers.clone()) {
             workflow
                 .graph
@@ -634,22 +634,25 @@ fn hook_layers(
 }
 
 /// The model client of a real run: providers from the config file and the environment, and the local
-/// model server, whose output goes to `llama-server.log` in the run record; with the run file's
-/// provider and fallbacks. Runs with simulated models have none.
+/// model server, whose output goes to `llama-server.log` in the run record; with the run's provider
+/// and the run file's fallbacks. Runs with simulated models have none.
 fn models(
     config: &Config,
     record: &RunDir,
-    simulated: bool,
+    settings: &Settings,
     run_file: Option<&RunFile>,
 ) -> Option<Arc<Client>> {
-    if simulated {
+    if settings.models_simulated() {
         return None;
     }
-    let mut client = Client::from_config(config, Some(record.root().join("llama-server.log")));
-    if let Some(file) = run_file {
-        client = client.with_run_model(file.provider.clone(), file.fallbacks.clone());
-    }
-    Some(Arc::new(client))
+    let client = Client::from_config(config, Some(record.root().join("llama-server.log")));
+    // A record from before the provider was kept in the settings has it in its run file only.
+    let provider = settings
+        .provider
+        .clone()
+        .or_else(|| run_file.and_then(|f| f.provider.clone()));
+    let fallbacks = run_file.map(|f| f.fallbacks.clone()).unwrap_or_default();
+    Some(Arc::new(client.with_run_model(provider, fallbacks)))
 }
 
 /// The run file recorded with a run, read again (placed where the original was, so its relative

@@ -414,9 +414,15 @@ impl RunFile {
         (valid.then_some(file), problems)
     }
 
-    /// Sets the run-wide settings the file gives: its model, artifact globs and excluded paths.
+    /// Sets the run-wide settings the file gives: its model and provider where the command line
+    /// gave none (`--model`, `--provider`), its artifact globs and excluded paths.
     pub fn apply_to(&self, settings: &mut trellis_engine::Settings) {
-        settings.model.clone_from(&self.model);
+        if settings.model.is_none() {
+            settings.model.clone_from(&self.model);
+        }
+        if settings.provider.is_none() {
+            settings.provider.clone_from(&self.provider);
+        }
         settings.artifacts.clone_from(&self.artifacts);
         settings.exclude_globs.clone_from(&self.exclude_globs);
     }
@@ -517,6 +523,9 @@ impl Check<'_> {
             artifacts: run.artifacts.unwrap_or_default().include,
             ..RunFile::default()
         };
+        if let Some(Err(problem)) = file.provider.as_deref().map(trellis_llm::known_provider) {
+            self.error(format!("`[run.model] provider`: {problem}"));
+        }
         if file.fallbacks.iter().any(|f| f == "...") {
             self.warn("`...` in `[run.model] fallbacks` splices in fallbacks of other layers; Trellis has none, so it is dropped");
             file.fallbacks.retain(|f| f != "...");

@@ -61,6 +61,14 @@ pub struct RunArgs {
     /// Replace the workflow's goal.
     #[arg(long)]
     goal: Option<String>,
+    /// The model for prompt and agent nodes that name none (a node's or a stylesheet's model
+    /// stays), over a run file's `[run.model] name` and the workflow's.
+    #[arg(long, value_name = "MODEL")]
+    model: Option<String>,
+    /// The provider of a model the catalog does not place, over a run file's `[run.model]
+    /// provider`.
+    #[arg(long, value_name = "PROVIDER", value_parser = provider_name)]
+    provider: Option<String>,
     /// Simulate models, run no commands and skip waits: test the workflow's shape.
     #[arg(long, conflicts_with = "simulate")]
     dry_run: bool,
@@ -112,6 +120,10 @@ impl RunOptions {
             auto_approve: self.auto_approve,
         })
     }
+}
+
+fn provider_name(text: &str) -> Result<String, String> {
+    trellis_llm::known_provider(text).map(str::to_owned)
 }
 
 fn permissions_level(text: &str) -> Result<trellis_workflow::node_kind::Permissions, String> {
@@ -312,6 +324,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         goal: args.goal.clone(),
         allowed_dirs: args.allow_dir.clone(),
         inputs,
+        model: args.model.clone(),
         ..Default::default()
     };
     let opened = match trellis_run::open_blocking(&args.file, options) {
@@ -386,6 +399,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 .collect(),
             permissions: args.permissions,
             inputs,
+            model: args.model.clone(),
+            provider: args.provider.clone(),
             ..Settings::default()
         },
         runs_dir: resolve_runs_dir(args.options.runs_dir.clone()),
