@@ -601,6 +601,11 @@ fn a_provider_failure_falls_back_to_the_next_model() {
     assert_eq!(mock.bodies().len(), 1);
 }
 
+/// The provider that answered `node`'s stage, as its `status.json` records it.
+fn provider_of(run: &Run, node: &str) -> Value {
+    run_support::read_json(&stage_dir(&run.record(), node).join("status.json"))["provider"].clone()
+}
+
 /// Fabro's `--model` and `--provider`: over the run file's `[run.model]`, for the nodes that name
 /// no model, and kept for the rest of the run when it resumes.
 #[test]
@@ -634,15 +639,32 @@ fn the_command_lines_model_and_provider_hold_for_nodes_that_name_none_and_on_res
     assert_eq!(resumed.code(), Some(0), "{}", resumed.stderr());
     let asked: Vec<Value> = mock.bodies().iter().map(|b| b["model"].clone()).collect();
     assert_eq!(asked, ["my-finetune", "claude-haiku-4-5", "my-finetune"]);
-    let provider = |node: &str| {
-        run_support::read_json(&run_support::stage_dir(&resumed.record(), node).join("status.json"))
-            ["provider"]
-            .clone()
-    };
     assert_eq!(
-        [provider("first"), provider("named"), provider("last")],
+        ["first", "named", "last"].map(|node| provider_of(&resumed, node)),
         ["openai", "anthropic", "openai"]
     );
+    // Fabro's graph attributes `default_model` and `default_provider` are the lowest layer.
+    p.write(
+        "g.fabro",
+        "digraph G {\n graph [default_model=\"my-finetune\", default_provider=\"openai\"]\n \
+         start [shape=Mdiamond]\n exit [shape=Msquare]\n ask [shape=tab, prompt=\"Say hi\"]\n \
+         start -> ask -> exit\n}\n",
+    );
+    mock.reset();
+    mock.scenario(&json!([{ "type": "reply", "text": "ok", "times": 2 }]));
+    let by_graph = p.run("g.fabro", &[]);
+    assert_eq!(by_graph.code(), Some(0), "{}", by_graph.stderr());
+    assert!(
+        !by_graph.stderr().contains("unknown graph attribute"),
+        "{}",
+        by_graph.stderr()
+    );
+    assert_eq!(provider_of(&by_graph, "ask"), "openai");
+    let by_flag = p.run("g.fabro", &["--model", "claude-haiku-4-5"]);
+    assert_eq!(by_flag.code(), Some(0), "{}", by_flag.stderr());
+    assert_eq!(provider_of(&by_flag, "ask"), "anthropic");
+    let asked: Vec<Value> = mock.bodies().iter().map(|b| b["model"].clone()).collect();
+    assert_eq!(asked, ["my-finetune", "claude-haiku-4-5"]);
     // A provider that is none is a usage error, on the command line as in a run file.
     let typo = p
         .command(&["run", "w.fabro", "--provider", "opneai"])

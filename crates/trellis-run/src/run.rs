@@ -357,7 +357,12 @@ impl Run {
     ) -> Result<Run, RunError> {
         // Read once: the model client and the hooks both come from it.
         let config = Config::load()?;
-        let models = models(&config, &record, &settings, run_file);
+        let models = models(
+            &config,
+            &record,
+            &settings,
+            (run_file, workflow.graph.provider.as_deref()),
+        );
         if let Some(servers) = run_file.and_then(|f| f.mcp_servers.clone()) {
             workflow
                 .graph
@@ -635,12 +640,13 @@ fn hook_layers(
 
 /// The model client of a real run: providers from the config file and the environment, and the local
 /// model server, whose output goes to `llama-server.log` in the run record; with the run's provider
-/// and the run file's fallbacks. Runs with simulated models have none.
+/// (`--provider`, the run file's, else the workflow's `default_provider`) and the run file's
+/// fallbacks. Runs with simulated models have none.
 fn models(
     config: &Config,
     record: &RunDir,
     settings: &Settings,
-    run_file: Option<&RunFile>,
+    (run_file, graph_provider): (Option<&RunFile>, Option<&str>),
 ) -> Option<Arc<Client>> {
     if settings.models_simulated() {
         return None;
@@ -650,7 +656,8 @@ fn models(
     let provider = settings
         .provider
         .clone()
-        .or_else(|| run_file.and_then(|f| f.provider.clone()));
+        .or_else(|| run_file.and_then(|f| f.provider.clone()))
+        .or_else(|| graph_provider.map(str::to_owned));
     let fallbacks = run_file.map(|f| f.fallbacks.clone()).unwrap_or_default();
     Some(Arc::new(client.with_run_model(provider, fallbacks)))
 }

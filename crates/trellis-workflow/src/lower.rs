@@ -188,7 +188,10 @@ impl Lowerer<'_> {
         }
         GraphConfig {
             goal: goal_override.or_else(|| r.string("goal")),
-            model: model_override.or_else(|| r.string("model")),
+            model: model_override
+                .or_else(|| r.string("model"))
+                .or_else(|| r.string("default_model")),
+            provider: r.string("default_provider"),
             router_model: r.string("router_model"),
             judge_model: r.string("judge_model"),
             label: r.string("label"),

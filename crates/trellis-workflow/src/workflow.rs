@@ -160,9 +160,12 @@ impl InlineSkill {
 #[derive(Debug, Clone, Default)]
 pub struct GraphConfig {
     pub goal: Option<String>,
-    /// The workflow's model (a YAML workflow's top-level `model`): prompt and agent nodes that name
-    /// none use it.
+    /// The workflow's model (`model`, Fabro's `default_model`, a YAML workflow's top-level
+    /// `model`): prompt and agent nodes that name none use it.
     pub model: Option<String>,
+    /// The provider of a model the catalog does not place, when the run names none (Fabro's
+    /// `default_provider`).
+    pub provider: Option<String>,
     /// The model that judges `when` edges; the workflow's model when unset.
     pub router_model: Option<String>,
     /// The model of the `judge` evaluators of nodes that name none (SWEny's workflow `judge_model`).

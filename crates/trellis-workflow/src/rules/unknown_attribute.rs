@@ -43,6 +43,8 @@ pub const GRAPH: &[&str] = &[
     "mcp_servers",
     "skills",
     "model",
+    "default_model",
+    "default_provider",
     "router_model",
     "judge_model",
     "inputs",
