@@ -1370,6 +1370,7 @@ fn max_turns_fails_the_stage_and_keeps_the_work() {
             .contains("used its 2 turn(s) (max_turns)"),
         "{status}"
     );
+    assert_eq!(status["failure"]["class"], "budget_exhausted");
     assert_eq!(status["files_touched"], json!(["a.txt", "b.txt"]));
     assert_eq!(mock.bodies().len(), 2);
 }

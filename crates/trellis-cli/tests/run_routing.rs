@@ -162,6 +162,61 @@ fn a_failing_command_reports_the_tail_of_stderr_and_is_not_retried() {
     );
 }
 
+/// A Fabro workflow routes on Fabro's failure classes as Fabro's engine would: a command's non-zero
+/// exit is `deterministic`, a timeout `transient_infra`; and `allow_partial` ends a stage whose
+/// retries ran out `partially_succeeded`.
+#[test]
+fn fabros_failure_classes_and_allow_partial_route_as_fabro_does() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &workflow(
+            "broken [shape=parallelogram, script=\"exit 1\"]\n \
+             slow [shape=parallelogram, script=\"sleep 5\", timeout=\"200ms\", max_retries=0]\n \
+             patient [shape=parallelogram, script=\"sleep 5\", timeout=\"200ms\", max_retries=1, allow_partial=true]\n \
+             wrong [shape=parallelogram, script=\"true\"]\n \
+             start -> broken\n \
+             broken -> slow [condition=\"failure_class=deterministic\"]\n \
+             broken -> wrong [condition=\"failure_class!=deterministic\"]\n \
+             slow -> patient [condition=\"context.failure_class=transient_infra\"]\n \
+             slow -> wrong [condition=\"failure_class=deterministic\"]\n \
+             patient -> exit [condition=\"outcome=partial_success\"]\n \
+             patient -> wrong [condition=\"outcome=fail\"]\n \
+             wrong -> exit",
+        ),
+    );
+    let checked = p.command(&["validate", "w.fabro"]).output().unwrap();
+    let report = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        report.contains("valid") && !report.contains("warning"),
+        "{report}"
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}\n{}", run.summary, run.stderr());
+    assert_eq!(
+        run.stages(),
+        ["start", "broken", "slow", "patient", "patient", "exit"]
+    );
+    let statuses: Vec<serde_json::Value> = run.checkpoint()["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["node_id"] == "patient")
+        .map(|s| s["status"].clone())
+        .collect();
+    assert_eq!(statuses, ["failed", "partially_succeeded"]);
+    // The failure it ended with stays said.
+    assert_eq!(run.context("failure_class"), "timeout");
+    let ended = run.events_named("StageCompleted");
+    let patient = ended.iter().find(|e| e["node_id"] == "patient").unwrap();
+    assert!(
+        patient["failure_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("timeout") || r.contains("timed out")),
+        "{patient}"
+    );
+}
+
 #[test]
 fn timeouts_are_retried_with_a_stage_directory_per_attempt() {
     let p = Project::new();

@@ -226,6 +226,11 @@ impl Engine {
                     .files_touched
                     .retain(|file| !excluded.is_match(file));
             }
+            allow_partial(
+                &mut outcome,
+                node.common.allow_partial,
+                attempt >= max_attempts,
+            );
             let status = StatusFile::finished(&outcome, &node.id, visit, attempt, duration_ms);
             let retrying = outcome.retryable() && attempt < max_attempts;
             if retrying {
@@ -340,6 +345,14 @@ impl Engine {
             );
         }
         Ok(())
+    }
+}
+
+/// A retryable failure with no retry left ends `partially_succeeded` on a node that allows it
+/// (`allow_partial`); its failure stays said (`failure_reason`, `failure_class`).
+fn allow_partial(outcome: &mut Outcome, allowed: bool, out_of_retries: bool) {
+    if allowed && out_of_retries && outcome.retryable() {
+        outcome.status = StageStatus::PartiallySucceeded;
     }
 }
 

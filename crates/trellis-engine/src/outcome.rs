@@ -25,6 +25,8 @@ pub enum FailureClass {
     RetryRequested,
     /// The workflow or the engine was misconfigured (no model, missing file).
     Configuration,
+    /// The stage ran out of what it was given: an agent's `max_turns`, a model's context window.
+    BudgetExhausted,
 }
 
 impl FailureClass {
@@ -47,8 +49,20 @@ impl FailureClass {
             FailureClass::Transient => "transient",
             FailureClass::RetryRequested => "retry_requested",
             FailureClass::Configuration => "configuration",
+            FailureClass::BudgetExhausted => "budget_exhausted",
         }
     }
+
+    /// Every class.
+    pub const ALL: [FailureClass; 7] = [
+        FailureClass::StageFailed,
+        FailureClass::Timeout,
+        FailureClass::CouldNotStart,
+        FailureClass::Transient,
+        FailureClass::RetryRequested,
+        FailureClass::Configuration,
+        FailureClass::BudgetExhausted,
+    ];
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -120,5 +134,33 @@ impl Outcome {
 
     pub fn failure_reason(&self) -> Option<&str> {
         self.failure.as_ref().map(|f| f.reason.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Conditions read Fabro's failure classes as sets of these: every class is in exactly one set,
+    /// and every word of a set is a class.
+    #[test]
+    fn fabros_failure_classes_cover_each_class_once() {
+        let sets = trellis_workflow::condition::FABRO_FAILURE_CLASSES;
+        for class in FailureClass::ALL {
+            let holding: Vec<&str> = sets
+                .iter()
+                .filter(|(_, classes)| classes.contains(&class.as_str()))
+                .map(|(fabro, _)| *fabro)
+                .collect();
+            assert_eq!(holding.len(), 1, "{}: {holding:?}", class.as_str());
+        }
+        for (fabro, classes) in sets {
+            for word in *classes {
+                assert!(
+                    FailureClass::ALL.iter().any(|c| c.as_str() == *word),
+                    "{fabro}: {word}"
+                );
+            }
+        }
     }
 }

@@ -1130,7 +1130,10 @@ impl Conversation for ApiConversation<'_, '_> {
             Err(Stop::MaxTurns { turns, last_text }) => {
                 let reason =
                     format!("the agent used its {turns} turn(s) (max_turns) without finishing");
-                Err(Box::new(stopped(self.stage, reason, &last_text).await))
+                let class = FailureClass::BudgetExhausted;
+                Err(Box::new(
+                    stopped(self.stage, class, reason, &last_text).await,
+                ))
             }
             Err(Stop::Looping {
                 warnings,
@@ -1139,7 +1142,10 @@ impl Conversation for ApiConversation<'_, '_> {
                 let reason = format!(
                     "the agent kept repeating the same tool calls after {warnings} warnings"
                 );
-                Err(Box::new(stopped(self.stage, reason, &last_text).await))
+                let class = FailureClass::StageFailed;
+                Err(Box::new(
+                    stopped(self.stage, class, reason, &last_text).await,
+                ))
             }
         }
     }
@@ -1409,9 +1415,14 @@ pub(crate) async fn converse(
 }
 
 /// The failed outcome of an agent stopped before its answer, keeping its last words.
-pub(crate) async fn stopped(stage: &Stage<'_>, reason: String, last_text: &str) -> Outcome {
+pub(crate) async fn stopped(
+    stage: &Stage<'_>,
+    class: FailureClass,
+    reason: String,
+    last_text: &str,
+) -> Outcome {
     let mut outcome = Outcome::failed(
-        FailureClass::StageFailed,
+        class,
         format!("{reason}; its work so far is kept (files_touched, transcript.jsonl)"),
     );
     if !last_text.is_empty() {

@@ -321,6 +321,8 @@ pub fn token_usage(usage: Usage) -> TokenUsage {
 pub fn failure(error: &LlmError) -> Outcome {
     let class = if matches!(error.kind, ErrorKind::Configuration | ErrorKind::Auth) {
         FailureClass::Configuration
+    } else if error.kind == ErrorKind::ContextLength {
+        FailureClass::BudgetExhausted
     } else if error.retryable() {
         FailureClass::Transient
     } else {

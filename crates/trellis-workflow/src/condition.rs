@@ -129,6 +129,29 @@ fn compile_node(
         ),
         CondExpr::Not(inner) => Node::Not(Box::new(compile_node(inner, custom)?)),
         CondExpr::Truthy { key } => Node::Truthy(resolve_key(&key.value)),
+        CondExpr::Compare { key, op, value }
+            if matches!(op.value, CompareOp::Eq | CompareOp::Ne)
+                && let Some(classes) = fabro_failure_class(&key.value, &value.value) =>
+        {
+            // One comparison per class the word stands for: `=` holds for any of them, `!=` for
+            // none (a word for no class never holds with `=`).
+            let each = classes
+                .iter()
+                .map(|class| Node::Compare {
+                    key: resolve_key(&key.value),
+                    op: op.value,
+                    value: (*class).to_owned(),
+                    number: None,
+                    status: None,
+                    regex: None,
+                })
+                .collect();
+            if op.value == CompareOp::Eq {
+                Node::Or(each)
+            } else {
+                Node::And(each)
+            }
+        }
         CondExpr::Compare { key, op, value } => {
             let mut resolved = resolve_key(&key.value);
             let status = if resolved == ConditionKey::Outcome
@@ -210,6 +233,35 @@ fn custom_outcome(word: &str, span: trellis_syntax::Span) -> Result<(), Conditio
         }),
         None => Ok(()),
     }
+}
+
+/// Fabro's failure classes, and Trellis's classes (`failure_class` in the context) each stands
+/// for: a Fabro workflow's `failure_class=transient_infra` holds after a timeout as Fabro's does.
+/// `budget_exhausted` is a class of both; Fabro's `canceled` (a cancelled run routes nowhere) and
+/// its reserved `compilation_loop` and `structural` stand for none. Every Trellis class is in one
+/// list (`trellis-engine`'s `FailureClass` tests say so).
+pub const FABRO_FAILURE_CLASSES: &[(&str, &[&str])] = &[
+    (
+        "transient_infra",
+        &["timeout", "could_not_start", "transient", "retry_requested"],
+    ),
+    ("deterministic", &["stage_failed", "configuration"]),
+    ("budget_exhausted", &["budget_exhausted"]),
+    ("canceled", &[]),
+    ("compilation_loop", &[]),
+    ("structural", &[]),
+];
+
+/// The Trellis classes a comparison of `failure_class` with one of Fabro's words stands for.
+fn fabro_failure_class(key: &str, word: &str) -> Option<&'static [&'static str]> {
+    if key.strip_prefix("context.").unwrap_or(key) != "failure_class" {
+        return None;
+    }
+    let word = word.trim();
+    FABRO_FAILURE_CLASSES
+        .iter()
+        .find(|(fabro, _)| fabro.eq_ignore_ascii_case(word))
+        .map(|(_, classes)| *classes)
 }
 
 fn resolve_key(key: &str) -> ConditionKey {
@@ -421,6 +473,22 @@ mod tests {
         let typo = Condition::compile("outcome=sucess").unwrap_err();
         assert!(typo.help.unwrap().contains("did you mean `success`"));
         assert!(Condition::compile("outcome=skiped").is_err());
+    }
+
+    #[test]
+    fn fabros_failure_classes_stand_for_trellis_classes() {
+        let mut failed = scope();
+        failed.context.insert("failure_class", json!("timeout"));
+        let holds = |text: &str| Condition::compile(text).unwrap().evaluate(&failed);
+        assert!(holds("failure_class=transient_infra") && holds("failure_class=Transient_Infra"));
+        assert!(holds(
+            "context.failure_class=transient_infra && failure_class=timeout"
+        ));
+        assert!(!holds("failure_class=deterministic") && holds("failure_class!=deterministic"));
+        assert!(!holds("failure_class!=transient_infra"));
+        // A class Trellis never gives never holds, and any other key compares as written.
+        assert!(!holds("failure_class=canceled") && holds("failure_class!=canceled"));
+        assert!(!check("name=transient_infra"));
     }
 
     #[test]

@@ -249,6 +249,7 @@ impl Lowerer<'_> {
             goal_gate: r.bool("goal_gate").unwrap_or(false),
             auto_status: r.bool("auto_status").unwrap_or(false),
             fail_soft: r.bool("fail_soft").unwrap_or(false),
+            allow_partial: r.bool("allow_partial").unwrap_or(false),
         };
         let given_label = r.string("label").map(String::into_boxed_str);
         let kind = match handler {

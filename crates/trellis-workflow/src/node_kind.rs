@@ -91,6 +91,7 @@ pub const COMMON_ATTRIBUTES: &[&str] = &[
     "fallback_retry_target",
     "goal_gate",
     "auto_status",
+    "allow_partial",
 ];
 
 /// Attributes of agent nodes: those of every node that calls a model, then the agent loop's own.

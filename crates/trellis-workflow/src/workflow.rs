@@ -201,6 +201,10 @@ pub struct GraphConfig {
 
 /// Settings every node has.
 #[derive(Debug, Clone, Default, PartialEq)]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "each is an attribute of its own, read where it applies; they pack into a node's padding"
+)]
 pub struct CommonConfig {
     pub timeout: Option<Duration>,
     pub max_visits: Option<u32>,
@@ -214,6 +218,9 @@ pub struct CommonConfig {
     pub auto_status: bool,
     /// A failed node routes on instead of ending the run (what YAML workflows do without it).
     pub fail_soft: bool,
+    /// A retryable failure that used up its retries ends the stage `partially_succeeded` rather
+    /// than `failed` (Fabro's `allow_partial`).
+    pub allow_partial: bool,
 }
 
 impl CommonConfig {
