@@ -512,6 +512,13 @@ fn anthropic(mock: &Llmock) -> Project {
         .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"))
 }
 
+/// A project whose Anthropic and OpenAI providers are both `mock`.
+fn anthropic_and_openai(mock: &Llmock) -> Project {
+    anthropic(mock)
+        .with_env("OPENAI_API_KEY", "sk-openai-test")
+        .with_env("OPENAI_BASE_URL", &mock.url("/v1"))
+}
+
 #[test]
 fn a_prompt_hook_shows_the_model_the_context_and_its_no_blocks() {
     let Some(mock) = Llmock::start() else { return };
@@ -556,9 +563,7 @@ fn a_prompt_hook_shows_the_model_the_context_and_its_no_blocks() {
 #[test]
 fn a_provider_failure_falls_back_to_the_next_model() {
     let Some(mock) = Llmock::start() else { return };
-    let p = anthropic(&mock)
-        .with_env("OPENAI_API_KEY", "sk-openai-test")
-        .with_env("OPENAI_BASE_URL", &mock.url("/v1"));
+    let p = anthropic_and_openai(&mock);
     p.write(
         "w.fabro",
         "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n ask [shape=tab, prompt=\"Say hi\", max_retries=0]\n start -> ask -> exit\n}\n",
@@ -611,9 +616,7 @@ fn provider_of(run: &Run, node: &str) -> Value {
 #[test]
 fn the_command_lines_model_and_provider_hold_for_nodes_that_name_none_and_on_resume() {
     let Some(mock) = Llmock::start() else { return };
-    let p = anthropic(&mock)
-        .with_env("OPENAI_API_KEY", "sk-openai-test")
-        .with_env("OPENAI_BASE_URL", &mock.url("/v1"));
+    let p = anthropic_and_openai(&mock);
     p.write(
         "w.fabro",
         "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n \
