@@ -226,11 +226,7 @@ impl Engine {
                     .files_touched
                     .retain(|file| !excluded.is_match(file));
             }
-            allow_partial(
-                &mut outcome,
-                node.common.allow_partial,
-                attempt >= max_attempts,
-            );
+            partial_if_allowed(&mut outcome, &node.common, attempt >= max_attempts);
             let status = StatusFile::finished(&outcome, &node.id, visit, attempt, duration_ms);
             let retrying = outcome.retryable() && attempt < max_attempts;
             if retrying {
@@ -350,8 +346,8 @@ impl Engine {
 
 /// A retryable failure with no retry left ends `partially_succeeded` on a node that allows it
 /// (`allow_partial`); its failure stays said (`failure_reason`, `failure_class`).
-fn allow_partial(outcome: &mut Outcome, allowed: bool, out_of_retries: bool) {
-    if allowed && out_of_retries && outcome.retryable() {
+fn partial_if_allowed(outcome: &mut Outcome, node: &CommonConfig, out_of_retries: bool) {
+    if node.allow_partial && out_of_retries && outcome.retryable() {
         outcome.status = StageStatus::PartiallySucceeded;
     }
 }
