@@ -54,6 +54,16 @@ impl std::str::FromStr for Choice {
             "bubblewrap" | "bwrap" => Ok(Self::Bubblewrap),
             "landlock" => Ok(Self::Landlock),
             "none" | "off" => Ok(Self::None),
+            // Fabro's providers: say what Trellis does instead of guessing which the user meant.
+            "local" => Err(
+                "Fabro's `local` sandbox runs commands unconfined: that is `none` here \
+                 (`auto` confines them to the working directory)"
+                    .to_owned(),
+            ),
+            provider @ ("docker" | "daytona") => Err(format!(
+                "Trellis does not start {provider} sandboxes: `auto` confines commands here \
+                 (bubblewrap, else Landlock)"
+            )),
             other => Err(format!(
                 "unknown sandbox `{other}`: use auto, bubblewrap, landlock or none"
             )),
@@ -465,7 +475,20 @@ mod tests {
         assert_eq!("auto".parse::<Choice>(), Ok(Choice::Auto));
         assert_eq!("bwrap".parse::<Choice>(), Ok(Choice::Bubblewrap));
         assert_eq!("none".parse::<Choice>(), Ok(Choice::None));
-        assert!("docker".parse::<Choice>().is_err());
+        // Fabro's providers are named, with what Trellis does instead; no guess is taken.
+        let docker = "docker".parse::<Choice>().unwrap_err();
+        assert!(
+            docker.starts_with("Trellis does not start docker sandboxes"),
+            "{docker}"
+        );
+        let local = "local".parse::<Choice>().unwrap_err();
+        assert!(local.contains("that is `none` here"), "{local}");
+        assert!(
+            "boxed"
+                .parse::<Choice>()
+                .unwrap_err()
+                .starts_with("unknown sandbox `boxed`")
+        );
     }
 
     #[test]
