@@ -174,19 +174,15 @@ impl Client {
         }
         let wanted = wanted.unwrap_or("local");
         if !self.providers.contains_key(wanted) {
-            let message = if wanted == "local" || crate::config::HOSTED.contains(&wanted) {
-                format!(
+            let message = match known_provider(wanted) {
+                Ok(_) => format!(
                     "provider `{wanted}` is not configured{}: set {} (or add it to the config file)",
                     model
                         .map(|m| format!(" (needed by model `{m}`)"))
                         .unwrap_or_default(),
                     crate::config::setup_variable(wanted)
-                )
-            } else {
-                format!(
-                    "unknown provider `{wanted}` (known: {}, local)",
-                    crate::config::HOSTED.join(", ")
-                )
+                ),
+                Err(unknown) => unknown,
             };
             return Err(LlmError::new(ErrorKind::Configuration, wanted, message));
         }
