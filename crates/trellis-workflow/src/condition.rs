@@ -129,30 +129,12 @@ fn compile_node(
         ),
         CondExpr::Not(inner) => Node::Not(Box::new(compile_node(inner, custom)?)),
         CondExpr::Truthy { key } => Node::Truthy(resolve_key(&key.value)),
-        CondExpr::Compare { key, op, value }
-            if matches!(op.value, CompareOp::Eq | CompareOp::Ne)
-                && let Some(classes) = fabro_failure_class(&key.value, &value.value) =>
-        {
-            // One comparison per class the word stands for: `=` holds for any of them, `!=` for
-            // none (a word for no class never holds with `=`).
-            let each = classes
-                .iter()
-                .map(|class| Node::Compare {
-                    key: resolve_key(&key.value),
-                    op: op.value,
-                    value: (*class).to_owned(),
-                    number: None,
-                    status: None,
-                    regex: None,
-                })
-                .collect();
-            if op.value == CompareOp::Eq {
-                Node::Or(each)
-            } else {
-                Node::And(each)
-            }
-        }
         CondExpr::Compare { key, op, value } => {
+            if matches!(op.value, CompareOp::Eq | CompareOp::Ne)
+                && let Some(classes) = fabro_failure_class(&key.value, &value.value, value.span)?
+            {
+                return Ok(any_of(&resolve_key(&key.value), op.value, classes));
+            }
             let mut resolved = resolve_key(&key.value);
             let status = if resolved == ConditionKey::Outcome
                 && matches!(op.value, CompareOp::Eq | CompareOp::Ne)
@@ -252,16 +234,69 @@ pub const FABRO_FAILURE_CLASSES: &[(&str, &[&str])] = &[
     ("structural", &[]),
 ];
 
-/// The Trellis classes a comparison of `failure_class` with one of Fabro's words stands for.
-fn fabro_failure_class(key: &str, word: &str) -> Option<&'static [&'static str]> {
+/// The Trellis classes a comparison of `failure_class` with one of Fabro's words stands for; `None`
+/// for another key or a Trellis class, which compare as written. A word that is no class is an
+/// error: the comparison could never hold.
+fn fabro_failure_class(
+    key: &str,
+    word: &str,
+    span: trellis_syntax::Span,
+) -> Result<Option<&'static [&'static str]>, ConditionError> {
     if key.strip_prefix("context.").unwrap_or(key) != "failure_class" {
-        return None;
+        return Ok(None);
     }
     let word = word.trim();
-    FABRO_FAILURE_CLASSES
+    if let Some((_, classes)) = FABRO_FAILURE_CLASSES
         .iter()
         .find(|(fabro, _)| fabro.eq_ignore_ascii_case(word))
-        .map(|(_, classes)| *classes)
+    {
+        return Ok(Some(classes));
+    }
+    let trellis = FABRO_FAILURE_CLASSES
+        .iter()
+        .flat_map(|(_, classes)| classes.iter().copied());
+    let mut known: Vec<&str> = Vec::new();
+    for class in trellis.chain(FABRO_FAILURE_CLASSES.iter().map(|(fabro, _)| *fabro)) {
+        if !known.contains(&class) {
+            known.push(class);
+        }
+    }
+    if known.contains(&word) {
+        return Ok(None);
+    }
+    let near = known
+        .iter()
+        .map(|class| (strsim::damerau_levenshtein(word, class), *class))
+        .filter(|(distance, _)| *distance <= 3)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, class)| format!("did you mean `{class}`? "))
+        .unwrap_or_default();
+    Err(ConditionError {
+        message: format!("unknown failure class `{word}`"),
+        span,
+        help: Some(format!("{near}failure classes are {}", known.join(", "))),
+    })
+}
+
+/// `key` compared with each of `classes`: `=` holds for any of them, `!=` for none (an empty
+/// list never holds with `=`).
+fn any_of(key: &ConditionKey, op: CompareOp, classes: &[&str]) -> Node {
+    let each = classes
+        .iter()
+        .map(|class| Node::Compare {
+            key: key.clone(),
+            op,
+            value: (*class).to_owned(),
+            number: None,
+            status: None,
+            regex: None,
+        })
+        .collect();
+    if op == CompareOp::Eq {
+        Node::Or(each)
+    } else {
+        Node::And(each)
+    }
 }
 
 fn resolve_key(key: &str) -> ConditionKey {
@@ -489,6 +524,19 @@ mod tests {
         // A class Trellis never gives never holds, and any other key compares as written.
         assert!(!holds("failure_class=canceled") && holds("failure_class!=canceled"));
         assert!(!check("name=transient_infra"));
+        // A word that is no class could never hold: an error naming the classes.
+        let typo = Condition::compile("failure_class=transient_infr").unwrap_err();
+        assert_eq!(typo.message, "unknown failure class `transient_infr`");
+        let help = typo.help.unwrap();
+        assert!(
+            help.starts_with("did you mean `transient_infra`? failure classes are timeout, ")
+                && help.ends_with(
+                    "budget_exhausted, transient_infra, deterministic, canceled, compilation_loop, structural"
+                ),
+            "{help}"
+        );
+        assert!(Condition::compile("context.failure_class!=flaky").is_err());
+        assert!(Condition::compile("failure_class contains time").is_ok());
     }
 
     #[test]
