@@ -357,12 +357,8 @@ impl Run {
     ) -> Result<Run, RunError> {
         // Read once: the model client and the hooks both come from it.
         let config = Config::load()?;
-        let models = models(
-            &config,
-            &record,
-            &settings,
-            (run_file, workflow.graph.provider.as_deref()),
-        );
+        let graph_provider = workflow.graph.provider.as_deref();
+        let models = models(&config, &record, &settings, run_file, graph_provider);
         if let Some(servers) = run_file.and_then(|f| f.mcp_servers.clone()) {
             workflow
                 .graph
@@ -646,7 +642,8 @@ fn models(
     config: &Config,
     record: &RunDir,
     settings: &Settings,
-    (run_file, graph_provider): (Option<&RunFile>, Option<&str>),
+    run_file: Option<&RunFile>,
+    graph_provider: Option<&str>,
 ) -> Option<Arc<Client>> {
     if settings.models_simulated() {
         return None;

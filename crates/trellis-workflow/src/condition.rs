@@ -252,17 +252,21 @@ fn fabro_failure_class(
     {
         return Ok(Some(classes));
     }
+    // A Trellis class compares as written; every one is in a list.
+    if FABRO_FAILURE_CLASSES
+        .iter()
+        .any(|(_, classes)| classes.contains(&word))
+    {
+        return Ok(None);
+    }
+    let mut known: Vec<&str> = Vec::new();
     let trellis = FABRO_FAILURE_CLASSES
         .iter()
-        .flat_map(|(_, classes)| classes.iter().copied());
-    let mut known: Vec<&str> = Vec::new();
-    for class in trellis.chain(FABRO_FAILURE_CLASSES.iter().map(|(fabro, _)| *fabro)) {
-        if !known.contains(&class) {
+        .flat_map(|(_, classes)| *classes);
+    for class in trellis.chain(FABRO_FAILURE_CLASSES.iter().map(|(fabro, _)| fabro)) {
+        if !known.contains(class) {
             known.push(class);
         }
-    }
-    if known.contains(&word) {
-        return Ok(None);
     }
     let near = known
         .iter()
