@@ -560,6 +560,131 @@ fn a_prompt_hook_shows_the_model_the_context_and_its_no_blocks() {
     assert!(hook["error"].as_str().unwrap().contains("400"), "{hook}");
 }
 
+/// A project whose one stage writes the test results, and whose run file has a blocking
+/// `run_complete` agent hook, `verify`, with `rounds` rounds of tool calls.
+fn verification_agent(mock: &Llmock, rounds: u32) -> Project {
+    let p = anthropic(mock);
+    p.write(
+        "w.fabro",
+        "digraph W {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n test [shape=parallelogram, script=\"echo '2 of 9 tests failed' > results.txt\"]\n start -> test -> exit\n}\n",
+    );
+    p.write(
+        "run.toml",
+        &format!("graph = \"w.fabro\"\n[[hooks]]\nname = \"verify\"\nevent = \"run_complete\"\ntype = \"agent\"\nprompt = \"Verify that all tests pass.\"\nmodel = \"sonnet\"\nmax_tool_rounds = {rounds}\nblocking = true\n"),
+    );
+    p
+}
+
+/// Fabro's post-run verification agent: it looks with its tools, then its `ok: false` fails the
+/// run with its reason; one that runs out of `max_tool_rounds` proceeds.
+#[test]
+fn an_agent_hook_looks_with_its_tools_before_it_decides() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = verification_agent(&mock, 3);
+    mock.scenario(&json!([
+        { "type": "reply", "times": 1, "tool_calls": [
+            { "name": "shell", "arguments": { "command": "cat results.txt" } },
+        ]},
+        { "type": "reply", "times": 1, "text": "{\"ok\": false, \"reason\": \"2 of 9 tests failed\"}" },
+    ]));
+    let run = p.run("run.toml", &[]);
+    assert_eq!(run.code(), Some(1), "{}", run.stderr());
+    assert_eq!(
+        run.summary["error"],
+        "a hook blocked the run at run_complete: hook `verify`: 2 of 9 tests failed"
+    );
+    // What the model was shown: the instructions, the event's context and the tools; then what
+    // its command printed.
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 2);
+    assert_eq!(bodies[0]["model"], "claude-sonnet-4-5");
+    let system = bodies[0]["system"].to_string();
+    assert!(system.contains("answer with JSON only"), "{system}");
+    let shown = bodies[0]["messages"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(
+        shown.starts_with("Verify that all tests pass.")
+            && shown.contains("\"event\": \"run_complete\""),
+        "{shown}"
+    );
+    let tools: Vec<&str> = bodies[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        [
+            "shell",
+            "read_file",
+            "write_file",
+            "edit_file",
+            "grep",
+            "glob"
+        ]
+        .iter()
+        .all(|t| tools.contains(t)),
+        "{tools:?}"
+    );
+    let printed = Llmock::tool_results(&bodies[1]);
+    assert!(
+        printed[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("2 of 9 tests failed"),
+        "{printed:?}"
+    );
+    let hook = &run.events_named("Hook.Completed")[0];
+    assert_eq!(hook["hook_type"], "agent");
+    assert_eq!(hook["decision"], "block");
+    assert!(
+        run.stderr()
+            .contains("· hook verify at run_complete: block: 2 of 9 tests failed"),
+        "{}",
+        run.stderr()
+    );
+    // What it did is kept in the run's record.
+    let transcript =
+        std::fs::read_to_string(run.record().join("hooks/0001-run_complete.agent.jsonl")).unwrap();
+    assert!(
+        transcript.contains("\"target\":\"cat results.txt\""),
+        "{transcript}"
+    );
+}
+
+/// An agent hook that runs out of `max_tool_rounds` before it answers lets the run go on (agent
+/// hooks fail open), and `trellis run` says so.
+#[test]
+fn an_agent_hook_out_of_rounds_proceeds() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = verification_agent(&mock, 1);
+    mock.scenario(&json!([
+        { "type": "reply", "times": 2, "tool_calls": [
+            { "name": "read_file", "arguments": { "path": "results.txt" } },
+        ]},
+    ]));
+    let run = p.run("run.toml", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(mock.bodies().len(), 2);
+    let hook = &run.events_named("Hook.Completed")[0];
+    assert_eq!(hook["decision"], "proceed");
+    assert!(
+        hook["error"]
+            .as_str()
+            .unwrap()
+            .contains("used up `max_tool_rounds` (1) without answering"),
+        "{hook}"
+    );
+    assert!(
+        run.stderr().contains(
+            "! hook verify at run_complete could not decide, so the run goes on: used up"
+        ),
+        "{}",
+        run.stderr()
+    );
+}
+
 #[test]
 fn a_provider_failure_falls_back_to_the_next_model() {
     let Some(mock) = Llmock::start() else { return };

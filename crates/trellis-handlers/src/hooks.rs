@@ -2,7 +2,8 @@
 //! ([`HookSpec`]) and the runner the engine calls at each lifecycle point ([`RunHooks`]).
 //!
 //! Types: `command` (a shell command, or a program with arguments), `http` (the context sent as
-//! JSON in a POST), `prompt` (one model call that answers `{"ok": true}` or `{"ok": false, "reason": ...}`).
+//! JSON in a POST), `prompt` (one model call that answers `{"ok": true}` or `{"ok": false, "reason": ...}`),
+//! `agent` (a session with tools that looks before it answers so: [`agent`]).
 //! A hook whose `matcher` (a regular expression) matches none of the point's fields (the node id and
 //! handler type of a stage, an edge's ends, a tool's name) does not run. Blocking hooks (the decision
 //! points by default: `run_start`, `stage_start`, `edge_selected`, `pre_tool_use`, `sandbox_ready`)
@@ -13,7 +14,7 @@
 //! (`{"decision": "skip", "reason": "..."}`); any other exit, or its timeout, blocks. It runs in the
 //! run's sandbox (or unconfined with `sandbox = false`), with the secret rules of command stages,
 //! `FABRO_EVENT`, `FABRO_RUN_ID`, `FABRO_WORKFLOW`, `FABRO_NODE_ID` and `FABRO_HOOK_CONTEXT` (a JSON
-//! file with the context). HTTP and prompt hooks fail open: an error, a timeout, a non-2xx answer or
+//! file with the context). HTTP, prompt and agent hooks fail open: an error, a timeout, a non-2xx answer or
 //! an answer that is not a decision proceeds. Every hook run is a `Hook.Completed` event.
 
 use std::collections::BTreeMap;
@@ -30,6 +31,8 @@ use trellis_engine::event::EventKind;
 use trellis_engine::hooks::{HookContext, HookDecision, HookEvent, Hooks};
 use trellis_llm::{Client, Message, Request};
 use trellis_process::sandbox::{Policy, Sandbox};
+
+mod agent;
 
 /// A hook as a run file writes it (both of Fabro's documented shapes).
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
@@ -78,6 +81,12 @@ enum Action {
         prompt: String,
         model: Option<String>,
     },
+    /// A session with the built-in tools, at most `rounds` rounds of tool calls long.
+    Agent {
+        prompt: String,
+        model: Option<String>,
+        rounds: u32,
+    },
 }
 
 impl Action {
@@ -86,6 +95,7 @@ impl Action {
             Action::Command(_) => "command",
             Action::Http { .. } => "http",
             Action::Prompt { .. } => "prompt",
+            Action::Agent { .. } => "agent",
         }
     }
 }
@@ -141,7 +151,7 @@ impl HookSpec {
             (None, None, None, None) if self.prompt.is_some() => "prompt",
             _ => {
                 return Err(
-                    "say what the hook does: `script` or `command`, `url` (type http) or `prompt`"
+                    "say what the hook does: `script` or `command`, `url` (type http), or `prompt` (type prompt or agent)"
                         .into(),
                 );
             }
@@ -162,15 +172,14 @@ impl HookSpec {
                 prompt: self.prompt.clone().ok_or("a prompt hook needs `prompt`")?,
                 model: self.model.clone(),
             },
-            "agent" => {
-                return Err(
-                    "`agent` hooks are not supported by Trellis yet: use a `prompt` hook, or a `command` hook that runs an agent CLI"
-                        .into(),
-                );
-            }
+            "agent" => Action::Agent {
+                prompt: self.prompt.clone().ok_or("an agent hook needs `prompt`")?,
+                model: self.model.clone(),
+                rounds: self.max_tool_rounds.unwrap_or(agent::DEFAULT_ROUNDS),
+            },
             other => {
                 return Err(format!(
-                    "unknown hook type `{other}`: use command, http or prompt"
+                    "unknown hook type `{other}`: use command, http, prompt or agent"
                 ));
             }
         };
@@ -428,6 +437,11 @@ impl HookRun {
                 verify,
             } => self.http(url, headers, *verify).await,
             Action::Prompt { prompt, model } => self.prompt(prompt, model.as_deref()).await,
+            Action::Agent {
+                prompt,
+                model,
+                rounds,
+            } => self.agent(prompt, model.as_deref(), *rounds).await,
         };
         let decision = if self.hook.blocking {
             ran.decision
@@ -592,13 +606,30 @@ impl HookRun {
         }
     }
 
-    async fn prompt(&self, prompt: &str, model: Option<&str>) -> Ran {
+    /// The run's models and the one a prompt or agent hook asks (`haiku` unless it names one); why
+    /// the hook proceeds without asking otherwise.
+    fn model(&self, model: Option<&str>) -> Result<(&Client, trellis_llm::ResolvedModel), Ran> {
         let Some(client) = &self.setting.models else {
-            return Ran::open("models are simulated in this run".into());
+            return Err(Ran::open("models are simulated in this run".into()));
         };
-        let resolved = match client.resolve(Some(model.unwrap_or("haiku")), None) {
-            Ok(resolved) => resolved,
-            Err(e) => return Ran::open(e.to_string()),
+        match client.resolve(Some(model.unwrap_or("haiku")), None) {
+            Ok(resolved) => Ok((client, resolved)),
+            Err(e) => Err(Ran::open(e.to_string())),
+        }
+    }
+
+    /// What a prompt or agent hook is first shown: its instructions, then the event's context.
+    fn instructions(&self, prompt: &str) -> String {
+        format!(
+            "{prompt}\n\nEvent context:\n```json\n{}\n```",
+            self.context_text()
+        )
+    }
+
+    async fn prompt(&self, prompt: &str, model: Option<&str>) -> Ran {
+        let (client, resolved) = match self.model(model) {
+            Ok(asked) => asked,
+            Err(open) => return open,
         };
         let request = Request {
             system: Some(
@@ -607,10 +638,7 @@ impl HookRun {
                  or {\"ok\": false, \"reason\": \"...\"} to stop it."
                     .into(),
             ),
-            messages: vec![Message::user(format!(
-                "{prompt}\n\nEvent context:\n```json\n{}\n```",
-                self.context_text()
-            ))],
+            messages: vec![Message::user(self.instructions(prompt))],
             max_tokens: Some(512),
             ..Request::default()
         };
@@ -620,25 +648,29 @@ impl HookRun {
             Ok(Err(e)) => return Ran::open(e.to_string()),
             Err(_) => return Ran::open("timed out".into()),
         };
-        let verdict = crate::routing_directive::json_objects(&response.text)
-            .into_iter()
-            .rev()
-            .find(|o| o.get("ok").is_some_and(Value::is_boolean));
-        match verdict {
-            Some(object) if object["ok"] == Value::Bool(false) => {
-                Ran::decided(HookDecision::Block {
-                    reason: object
-                        .get("reason")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned),
-                })
-            }
-            Some(_) => Ran::decided(HookDecision::Proceed),
-            None => Ran::open(format!(
-                "the model's answer is not a decision: {}",
-                response.text.chars().take(200).collect::<String>()
-            )),
-        }
+        verdict(&response.text)
+    }
+}
+
+/// What a prompt or agent hook's model answered: the last JSON object with a boolean `ok`, whose
+/// `false` blocks with its `reason`; an answer without one fails open.
+fn verdict(text: &str) -> Ran {
+    let verdict = crate::routing_directive::json_objects(text)
+        .into_iter()
+        .rev()
+        .find(|o| o.get("ok").is_some_and(Value::is_boolean));
+    match verdict {
+        Some(object) if object["ok"] == Value::Bool(false) => Ran::decided(HookDecision::Block {
+            reason: object
+                .get("reason")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        }),
+        Some(_) => Ran::decided(HookDecision::Proceed),
+        None => Ran::open(format!(
+            "the model's answer is not a decision: {}",
+            text.chars().take(200).collect::<String>()
+        )),
     }
 }
 
@@ -783,6 +815,11 @@ mod tests {
                 .check()
                 .is_ok()
         );
+        assert!(
+            spec("event = \"run_complete\"\ntype = \"agent\"\nprompt = \"Run the tests\"")
+                .check()
+                .is_ok()
+        );
         let cases = [
             ("event = \"stage_begin\"\nscript = \"x\"", "unknown event"),
             ("event = \"run_start\"", "say what the hook does"),
@@ -799,8 +836,12 @@ mod tests {
                 "duration",
             ),
             (
-                "event = \"run_start\"\ntype = \"agent\"\nprompt = \"p\"",
-                "not supported",
+                "event = \"run_start\"\ntype = \"agent\"\nmodel = \"haiku\"",
+                "an agent hook needs `prompt`",
+            ),
+            (
+                "event = \"run_start\"\ntype = \"shell\"\nprompt = \"p\"",
+                "use command, http, prompt or agent",
             ),
             (
                 "event = \"run_start\"\ntype = \"http\"\nurl = \"https://x\"\nheaders = { A = \"$KEY\" }",

@@ -342,6 +342,34 @@ impl EventSink for Progress {
                     ));
                 }
             }
+            EventKind::HookCompleted {
+                hook,
+                hook_event,
+                decision,
+                reason,
+                error,
+                ..
+            } => {
+                // A hook that let the run go on as if it were not there is not shown; one that
+                // decided something, or could not decide, is.
+                let at = if node.is_empty() {
+                    hook_event.clone()
+                } else {
+                    format!("{hook_event} {node}")
+                };
+                let reason = reason.as_deref().map(|r| format!(": {}", first_line(r)));
+                if decision != "proceed" {
+                    self.line(&format!(
+                        "  · hook {hook} at {at}: {decision}{}",
+                        reason.unwrap_or_default()
+                    ));
+                } else if let Some(error) = error {
+                    self.line(&format!(
+                        "  ! hook {hook} at {at} could not decide, so the run goes on: {}",
+                        first_line(error)
+                    ));
+                }
+            }
             EventKind::ModelWarning { message } | EventKind::AgentError { message } => {
                 self.line(&format!("  ! {node}: {message}"));
             }
