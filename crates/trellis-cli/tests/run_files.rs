@@ -184,7 +184,7 @@ matcher = "^deploy$"
 [[run.hooks]]
 name = "context-check"
 event = "stage_complete"
-script = "cp \"$FABRO_HOOK_CONTEXT\" \"hook-$FABRO_NODE_ID.json\""
+script = "cp \"$FABRO_HOOK_CONTEXT\" \"hook-$FABRO_NODE_ID.json\"; cat > \"stdin-$FABRO_NODE_ID.json\""
 matcher = "build"
 blocking = true
 
@@ -302,6 +302,11 @@ fn a_run_file_with_every_section_validates_and_runs() {
     assert_eq!(context["handler_type"], "command");
     assert_eq!(context["status"], "succeeded");
     assert_eq!(context["workflow_name"], "Ship");
+    // The same context on standard input, as Fabro gives it to a hook on the host.
+    assert_eq!(
+        std::fs::read_to_string(work.join("stdin-build.json")).unwrap(),
+        std::fs::read_to_string(work.join("hook-build.json")).unwrap()
+    );
     // The non-blocking hook finished before the run's record closed.
     assert_eq!(
         std::fs::read_to_string(work.join("run-complete.txt"))

@@ -14,7 +14,7 @@
 //! (`{"decision": "skip", "reason": "..."}`); any other exit, or its timeout, blocks. It runs in the
 //! run's sandbox (or unconfined with `sandbox = false`), with the secret rules of command stages,
 //! `FABRO_EVENT`, `FABRO_RUN_ID`, `FABRO_WORKFLOW`, `FABRO_NODE_ID` and `FABRO_HOOK_CONTEXT` (a JSON
-//! file with the context). HTTP, prompt and agent hooks fail open: an error, a timeout, a non-2xx answer or
+//! file with the context, which is its standard input too). HTTP, prompt and agent hooks fail open: an error, a timeout, a non-2xx answer or
 //! an answer that is not a decision proceeds. Every hook run is a `Hook.Completed` event.
 
 use std::collections::BTreeMap;
@@ -537,9 +537,11 @@ impl HookRun {
         } else {
             &unconfined
         };
+        // The context on standard input too, as Fabro pipes it to a hook on the host.
+        let script = format!("exec <\"$FABRO_HOOK_CONTEXT\"\n{script}");
         let output = trellis_agent::shell::run(&trellis_agent::shell::ShellCommand {
             dir: &self.setting.work_dir,
-            command: script,
+            command: &script,
             timeout: self.hook.timeout,
             env: &env,
             pass_env: &[],
