@@ -1402,10 +1402,15 @@ fn allowed_and_disallowed_tools_narrow_what_is_offered() {
 
     let p = project(&mock);
     p.write("w.fabro", &one_agent(", allowed_tools=\"read_fil\""));
+    let asked = mock.bodies().len();
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(1));
+    // Refused before anything runs, with the nearest tool's name.
     assert!(
-        run.stderr().contains("unknown tool(s) read_fil"),
+        run.stderr()
+            .contains("error[agent-tools]: agent node `fix`: `read_fil` in allowed_tools is no tool of the agent")
+            && run.stderr().contains("did you mean `read_file`?")
+            && mock.bodies().len() == asked,
         "{}",
         run.stderr()
     );

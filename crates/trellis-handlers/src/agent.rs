@@ -21,7 +21,7 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use trellis_agent::subagents::{self, Ending, Spawned, SubAgents};
-use trellis_agent::{AgentEvent, ExternalTools, Observer, Session, Stop, Tool, Toolbox, WorkDir};
+use trellis_agent::{AgentEvent, ExternalTools, Observer, Session, Stop, Toolbox, WorkDir};
 use trellis_engine::event::{EventKind, ToolCallEnd};
 use trellis_engine::{Attempt, Emitter, FailureClass, Handler, Outcome, Stage};
 use trellis_llm::{Client, Request, ToolChoice};
@@ -607,9 +607,6 @@ pub(crate) struct Answer {
 
 impl AgentHandler {
     async fn run(&self, client: &Client, stage: &Stage<'_>, llm: &LlmConfig) -> Outcome {
-        if let Some(unknown) = unknown_tools(llm) {
-            return Outcome::failed(FailureClass::Configuration, unknown);
-        }
         let mut call = match ModelCall::for_stage(client, stage) {
             Ok(call) => call,
             Err(outcome) => return *outcome,
@@ -1432,32 +1429,6 @@ pub(crate) async fn stopped(
     outcome
 }
 
-/// The names in `allowed_tools`/`disallowed_tools` that are no tool, as a message.
-fn unknown_tools(llm: &LlmConfig) -> Option<String> {
-    let named = llm
-        .allowed_tools
-        .iter()
-        .flatten()
-        .chain(&llm.disallowed_tools);
-    let unknown: Vec<&str> = named
-        .filter(|n| Tool::from_name(n).is_none() && !subagents::TOOL_NAMES.contains(&n.as_str()))
-        .map(String::as_str)
-        .collect();
-    if unknown.is_empty() {
-        return None;
-    }
-    let known: Vec<&str> = Tool::ALL
-        .iter()
-        .map(|t| t.name())
-        .chain(subagents::TOOL_NAMES)
-        .collect();
-    Some(format!(
-        "unknown tool(s) {} in allowed_tools/disallowed_tools; the tools are: {}",
-        unknown.join(", "),
-        known.join(", ")
-    ))
-}
-
 /// When the stage started, on the file system's clock (`prompt.md`'s time), so a `status.json` the
 /// agent writes is told from one left by an earlier stage.
 async fn stage_start(stage: &Stage<'_>) -> SystemTime {
@@ -1563,6 +1534,21 @@ async fn read_routing(
 #[cfg(test)]
 mod tests {
     use super::{example_path, first_check, first_look, local_draft_hint};
+
+    /// The `agent-tools` rule checks names against the workflow language's list: it is the
+    /// agent's tools exactly.
+    #[test]
+    fn the_workflow_language_names_exactly_the_agents_tools() {
+        let mut offered: Vec<&str> = trellis_agent::Tool::ALL
+            .iter()
+            .map(|t| t.name())
+            .chain(super::subagents::TOOL_NAMES)
+            .collect();
+        let mut named = trellis_workflow::node_kind::AGENT_TOOLS.to_vec();
+        offered.sort_unstable();
+        named.sort_unstable();
+        assert_eq!(offered, named);
+    }
 
     #[test]
     #[allow(

@@ -490,6 +490,22 @@ word_enum! {
     Backend { Api = "api", Cli = "cli", Acp = "acp" }
 }
 
+/// The built-in agent's tools, as `allowed_tools` and `disallowed_tools` name them: its own, then
+/// the sub-agent tools (`trellis-handlers` checks the agent offers exactly these).
+pub const AGENT_TOOLS: &[&str] = &[
+    "read_file",
+    "write_file",
+    "edit_file",
+    "shell",
+    "grep",
+    "glob",
+    "list_dir",
+    "spawn_agent",
+    "send_input",
+    "wait",
+    "close_agent",
+];
+
 /// Agent-node attributes an agent that runs a session of its own (a CLI's, an ACP agent's) may not
 /// honour; the CLIs that honour the last two (or the last one) say so in [`AgentCli::unhonoured`].
 const SESSION_AGENT_ATTRIBUTES: &[&str] = &[

@@ -11,6 +11,7 @@ use trellis_syntax::{Diagnostic, Severity, Span};
 use crate::node_kind::{Backend, LlmConfig, NodeKind};
 use crate::workflow::{Node, Workflow};
 
+pub mod agent_tools;
 pub mod attribute_alias;
 pub mod attribute_value;
 pub mod cli_backend;
@@ -101,6 +102,7 @@ pub const ALL: &[&Rule] = &[
     &thread_fidelity::RULE,
     &cli_provider::RULE,
     &cli_backend::RULE,
+    &agent_tools::RULE,
     &parallel_fan_in::RULE,
     &cycles::RULE,
     &sweny::MISSING_ENTRY,
@@ -136,6 +138,7 @@ pub const GRAPH_CHECKS: &[GraphCheck] = &[
     thread_fidelity::check,
     cli_provider::check,
     cli_backend::check,
+    agent_tools::check,
     parallel_fan_in::check,
     cycles::check,
     sweny::check_ambiguous,

@@ -1,0 +1,84 @@
+//! `agent-tools` (error): an agent node's `allowed_tools` and `disallowed_tools` name tools the
+//! built-in agent has.
+//!
+//! The tools are `read_file`, `write_file`, `edit_file`, `shell`, `grep`, `glob`, `list_dir`, and the
+//! sub-agent tools `spawn_agent`, `send_input`, `wait`, `close_agent`. A name that is none of them
+//! (a typo, or one of Fabro's tools this agent does not have: `apply_patch`, `read_many_files`,
+//! `web_search`, `web_fetch`) would fail the stage when it starts, after the stages before it ran:
+//!
+//! ```dot
+//! fix [prompt="Fix the tests", allowed_tools="read_file,shel"]   // error: `shel` is no tool; did you mean `shell`?
+//! ```
+//!
+//! Nodes run by a CLI or an ACP agent (`backend="cli"`, `"acp"`) do not use these lists: the
+//! `cli-backend` rule says so instead.
+
+use trellis_syntax::{Diagnostic, Severity};
+
+use crate::node_kind::{AGENT_TOOLS, Backend, NodeKind};
+use crate::rules::{self, Rule};
+use crate::workflow::Workflow;
+
+pub const RULE: Rule = Rule {
+    code: "agent-tools",
+    severity: Severity::Error,
+    summary: "an agent node's allowed_tools and disallowed_tools name tools the agent has",
+};
+
+pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
+    for node in &workflow.nodes {
+        let NodeKind::Agent(llm) = &node.kind else {
+            continue;
+        };
+        if llm.backend != Backend::Api {
+            continue;
+        }
+        let lists = [
+            (
+                "allowed_tools",
+                llm.allowed_tools.as_deref().unwrap_or_default(),
+            ),
+            ("disallowed_tools", llm.disallowed_tools.as_slice()),
+        ];
+        for (attribute, names) in lists {
+            for name in names.iter().filter(|n| !AGENT_TOOLS.contains(&n.as_str())) {
+                let span = node.attr_spans.get(attribute).copied().unwrap_or(node.span);
+                let help = match (
+                    fabros(name),
+                    rules::closest(name, AGENT_TOOLS.iter().copied()),
+                ) {
+                    (Some(instead), _) => instead.to_owned(),
+                    (None, Some(near)) => format!("did you mean `{near}`?"),
+                    (None, None) => format!("the tools are {}", AGENT_TOOLS.join(", ")),
+                };
+                out.push(
+                    RULE.diagnostic(
+                        format!(
+                            "agent node `{}`: `{name}` in {attribute} is no tool of the agent",
+                            node.id
+                        ),
+                        span,
+                    )
+                    .with_label("unknown tool")
+                    .with_help(help),
+                );
+            }
+        }
+    }
+}
+
+/// What Trellis's agent does instead of one of Fabro's tools it does not have.
+fn fabros(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "apply_patch" => {
+            "`apply_patch` is a tool of Fabro's OpenAI agents; this agent changes files with edit_file and write_file"
+        }
+        "read_many_files" => {
+            "`read_many_files` is a tool of Fabro's Gemini agents; this agent reads files with read_file, several in one turn"
+        }
+        "web_search" | "web_fetch" => {
+            "this agent has no web tools: give it an MCP server that has them (`mcp`), or allow `shell`"
+        }
+        _ => return None,
+    })
+}
