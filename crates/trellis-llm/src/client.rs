@@ -316,14 +316,23 @@ pub fn known_provider(name: &str) -> Result<&'static str, String> {
         })
 }
 
+/// The other names providers go by, and the provider each names.
+pub const PROVIDER_ALIASES: &[(&str, &str)] = &[
+    ("claude", "anthropic"),
+    ("google", "gemini"),
+    ("openai_compatible", "openai-compatible"),
+    ("compatible", "openai-compatible"),
+    ("llama", "local"),
+    ("llama.cpp", "local"),
+    ("llama-server", "local"),
+];
+
 fn normalize_provider(name: &str) -> &str {
-    match name.trim() {
-        "claude" => "anthropic",
-        "google" => "gemini",
-        "openai_compatible" | "compatible" => "openai-compatible",
-        "llama" | "llama.cpp" | "llama-server" => "local",
-        other => other,
-    }
+    let name = name.trim();
+    PROVIDER_ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == name)
+        .map_or(name, |(_, provider)| provider)
 }
 
 fn default_model_for(provider: &str) -> &'static str {

@@ -17,7 +17,9 @@ pub mod providers;
 mod retry;
 pub mod text_tool_calls;
 
-pub use client::{Client, OnRetry, ResolvedModel, build_provider, known_provider};
+pub use client::{
+    Client, OnRetry, PROVIDER_ALIASES, ResolvedModel, build_provider, known_provider,
+};
 pub use config::Config;
 pub use error::{ErrorKind, LlmError};
 pub use http::{Secret, Transport, client as http_client};

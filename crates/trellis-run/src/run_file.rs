@@ -793,6 +793,28 @@ impl Check<'_> {
 mod tests {
     use super::*;
 
+    /// A workflow's `provider` is checked at validation against the workflow language's names:
+    /// they are the model client's providers and other names exactly.
+    #[test]
+    fn the_workflow_language_names_exactly_the_clients_providers() {
+        use std::collections::BTreeSet;
+        use trellis_workflow::node_kind::{PROVIDER_ALIASES, PROVIDERS};
+        let client: BTreeSet<&str> = trellis_llm::config::HOSTED
+            .iter()
+            .copied()
+            .chain(["local"])
+            .collect();
+        assert_eq!(client, PROVIDERS.iter().copied().collect());
+        let aliases: BTreeSet<&str> = trellis_llm::PROVIDER_ALIASES
+            .iter()
+            .map(|(a, _)| *a)
+            .collect();
+        assert_eq!(aliases, PROVIDER_ALIASES.iter().copied().collect());
+        for name in PROVIDERS.iter().chain(PROVIDER_ALIASES) {
+            assert!(trellis_llm::known_provider(name).is_ok(), "{name}");
+        }
+    }
+
     fn parse(text: &str) -> (Option<RunFile>, Vec<Problem>) {
         let env = |name: &str| (name == "MY_REGION").then(|| "eu".to_owned());
         RunFile::parse(Path::new("/p/runs/ci.toml"), text.to_owned(), &env)

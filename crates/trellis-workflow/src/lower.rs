@@ -191,7 +191,7 @@ impl Lowerer<'_> {
             model: model_override
                 .or_else(|| r.string("model"))
                 .or_else(|| r.string("default_model")),
-            provider: r.string("default_provider"),
+            provider: r.provider("default_provider"),
             router_model: r.string("router_model"),
             judge_model: r.string("judge_model"),
             label: r.string("label"),
@@ -403,11 +403,17 @@ impl Lowerer<'_> {
             .get("fidelity")
             .and_then(|a| fidelity_value::parse("fidelity", &a.value, self.out));
         let mut r = self.reader(attrs);
+        let backend = r.word("backend", Backend::WORDS).unwrap_or_default();
+        // A CLI's or an ACP agent's provider picks the agent (`cli-provider` checks it).
+        let provider = match backend {
+            Backend::Api => r.provider("provider"),
+            Backend::Cli | Backend::Acp => r.string("provider"),
+        };
         LlmConfig {
             prompt,
             prompt_file,
             model: r.string("model").or_else(|| graph.model.clone()),
-            provider: r.string("provider"),
+            provider,
             reasoning_effort: r.word("reasoning_effort", ReasoningEffort::WORDS),
             max_tokens: r.count("max_tokens", 1),
             fidelity,
@@ -415,7 +421,7 @@ impl Lowerer<'_> {
                 .string("thread_id")
                 .or_else(|| graph.default_thread.clone()),
             project_memory: r.bool("project_memory").unwrap_or(true),
-            backend: r.word("backend", Backend::WORDS).unwrap_or_default(),
+            backend,
             acp_command: r.string("acp_command"),
             output_schema,
             output_retries: r

@@ -490,6 +490,27 @@ word_enum! {
     Backend { Api = "api", Cli = "cli", Acp = "acp" }
 }
 
+/// The providers a node's `provider` and the graph's `default_provider` name (`trellis-run` checks
+/// the model client has exactly these, and reads each of [`PROVIDER_ALIASES`] as one of them).
+pub const PROVIDERS: &[&str] = &[
+    "anthropic",
+    "openai",
+    "gemini",
+    "openai-compatible",
+    "local",
+];
+
+/// The other names of [`PROVIDERS`].
+pub const PROVIDER_ALIASES: &[&str] = &[
+    "claude",
+    "google",
+    "openai_compatible",
+    "compatible",
+    "llama",
+    "llama.cpp",
+    "llama-server",
+];
+
 /// The built-in agent's tools, as `allowed_tools` and `disallowed_tools` name them: its own, then
 /// the sub-agent tools (`trellis-handlers` checks the agent offers exactly these).
 pub const AGENT_TOOLS: &[&str] = &[

@@ -3,7 +3,9 @@
 //! Durations are a number with a unit (`timeout="900s"`; a bare number is read as seconds with a
 //! `duration-unit` warning), counts are whole numbers
 //! (`max_visits=3`), booleans are `true` or `false`, and word-valued attributes take one of their words
-//! (`retry_policy=standard`, `language=python`, `join_policy="k_of_n(2)"`). A wrong value would otherwise
+//! (`retry_policy=standard`, `language=python`, `join_policy="k_of_n(2)"`; a node's `provider` and the
+//! graph's `default_provider` are `anthropic`, `openai`, `gemini`, `openai-compatible` or `local`, or
+//! another name of one: `claude`, `google`, `llama`, ...). A wrong value would otherwise
 //! be silently ignored at run time, so it is an error:
 //!
 //! ```dot
@@ -17,6 +19,7 @@ use trellis_syntax::ast::Value;
 use trellis_syntax::{Diagnostic, Severity};
 
 use crate::flatten::AttrMap;
+use crate::node_kind::{PROVIDER_ALIASES, PROVIDERS};
 use crate::rules::{Rule, duration_unit};
 
 pub const RULE: Rule = Rule {
@@ -106,22 +109,39 @@ impl<'a> AttrReader<'a> {
         let value = self.value(key)?;
         let parsed = value.text.parse().ok();
         if parsed.is_none() {
-            let mut diagnostic = RULE
-                .diagnostic(
-                    format!(
-                        "`{key}` must be one of {}; found `{}`",
-                        words.join(", "),
-                        value.text
-                    ),
-                    value.span,
-                )
-                .with_label(format!("unknown {key}"));
-            if let Some(near) = crate::rules::closest(&value.text, words.iter().copied()) {
-                diagnostic = diagnostic.with_help(format!("did you mean `{near}`?"));
-            }
-            self.out.push(diagnostic);
+            self.unknown_word(key, value, words, words);
         }
         parsed
+    }
+
+    /// A provider's name as written (`provider`, `default_provider`): one of [`PROVIDERS`] or the
+    /// other names they go by ([`PROVIDER_ALIASES`]).
+    pub fn provider(&mut self, key: &str) -> Option<String> {
+        let value = self.value(key)?;
+        let name = value.text.trim();
+        if !PROVIDERS.contains(&name) && !PROVIDER_ALIASES.contains(&name) {
+            let spellings: Vec<&str> = PROVIDERS.iter().chain(PROVIDER_ALIASES).copied().collect();
+            self.unknown_word(key, value, PROVIDERS, &spellings);
+        }
+        Some(value.text.to_string())
+    }
+
+    /// Reports `value` as none of `words`, with the nearest of `spellings`.
+    fn unknown_word(&mut self, key: &str, value: &Value, words: &[&str], spellings: &[&str]) {
+        let mut diagnostic = RULE
+            .diagnostic(
+                format!(
+                    "`{key}` must be one of {}; found `{}`",
+                    words.join(", "),
+                    value.text
+                ),
+                value.span,
+            )
+            .with_label(format!("unknown {key}"));
+        if let Some(near) = crate::rules::closest(&value.text, spellings.iter().copied()) {
+            diagnostic = diagnostic.with_help(format!("did you mean `{near}`?"));
+        }
+        self.out.push(diagnostic);
     }
 
     /// A value parsed by `T::from_str` whose error explains itself.
