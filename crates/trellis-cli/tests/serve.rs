@@ -909,6 +909,47 @@ fn a_run_file_under_workflows_starts_a_run_with_its_inputs_and_hooks() {
     );
 }
 
+/// `POST /api/runs` takes `model` and `provider` as `trellis run --model/--provider` do: for the
+/// nodes that name no model, recorded in the run's settings; a provider that is none is a 400.
+#[test]
+fn a_run_started_through_the_api_asks_the_model_and_provider_it_names() {
+    let Some(mock) = trellis_test::Llmock::start() else {
+        return;
+    };
+    let p = project_with(&[(
+        "ask.fabro",
+        "digraph Ask {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n ask [shape=tab, prompt=\"Say hi\"]\n own [shape=tab, prompt=\"Say bye\", model=\"claude-haiku-4-5\"]\n start -> ask -> own -> exit\n}\n",
+    )])
+    .with_env("ANTHROPIC_API_KEY", "sk-ant-test-serve-0000")
+    .with_env("ANTHROPIC_BASE_URL", &mock.url("/anthropic"))
+    .with_env("OPENAI_API_KEY", "sk-openai-test-serve")
+    .with_env("OPENAI_BASE_URL", &mock.url("/v1"));
+    mock.scenario(&json!([{ "type": "reply", "text": "hi", "times": 2 }]));
+    let serve = Serve::start(&p);
+    let started = serve.post(
+        "/api/runs",
+        &json!({ "workflow": "ask.fabro", "model": "my-finetune", "provider": "openai" }),
+    );
+    assert_eq!(started.status, 201, "{}", started.text());
+    let id = started.json()["id"].as_str().unwrap().to_owned();
+    let run = serve.wait_for_status(&id, "succeeded");
+    assert_eq!(run["settings"]["model"], "my-finetune", "{run}");
+    assert_eq!(run["settings"]["provider"], "openai", "{run}");
+    let models: Vec<Value> = mock.bodies().iter().map(|b| b["model"].clone()).collect();
+    assert_eq!(models, [json!("my-finetune"), json!("claude-haiku-4-5")]);
+    let typo = serve.post(
+        "/api/runs",
+        &json!({ "workflow": "ask.fabro", "provider": "opneai" }),
+    );
+    assert_eq!(typo.status, 400, "{}", typo.text());
+    assert!(
+        typo.text()
+            .contains("`provider`: unknown provider `opneai`"),
+        "{}",
+        typo.text()
+    );
+}
+
 /// Regression: with nobody reading the server's standard error any more (`trellis serve 2>&1 | head
 /// -1`), the line it writes when a run ends panicked, and the run stayed live for its watchers. The
 /// run ends, is let go of, and its event stream ends.

@@ -21,5 +21,6 @@ pub use run::{
 pub use run_file::{Opened, RunFile, open_blocking};
 pub use steer::{SteerError, Steered, steer};
 pub use stop::{Stop, interrupt_owner, mark_interrupted, settle};
+pub use trellis_llm::known_provider;
 pub use trellis_process::sandbox::{Choice as SandboxChoice, Sandbox};
 pub use trellis_workflow::CompileOptions;

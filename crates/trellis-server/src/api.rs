@@ -319,6 +319,12 @@ pub struct StartRequest {
     #[serde(default)]
     #[schema(value_type = Object)]
     pub input: serde_json::Map<String, Value>,
+    /// The model for nodes that name none (`trellis run --model`): over a run file's and the
+    /// workflow's; a node's or stylesheet's own still wins.
+    pub model: Option<String>,
+    /// The provider of a model the catalog does not place (`trellis run --provider`): anthropic,
+    /// openai, gemini, openai-compatible or local.
+    pub provider: Option<String>,
     /// Simulate models, run no commands and skip waits.
     #[serde(default)]
     pub dry_run: bool,
@@ -761,9 +767,18 @@ async fn start_run(
             "`dry_run` and `simulate` exclude each other",
         ));
     }
+    let asked_provider = match request.provider.as_deref() {
+        Some(name) => Some(
+            trellis_run::known_provider(name)
+                .map_err(|e| ApiError::bad_request(format!("`provider`: {e}")))?
+                .to_owned(),
+        ),
+        None => None,
+    };
     // The request's input is also what the workflow's templates name (`{{ inputs.NAME }}`).
     let options = trellis_run::CompileOptions {
         goal: request.goal,
+        model: request.model.clone(),
         inputs: request
             .input
             .iter()
@@ -815,6 +830,8 @@ async fn start_run(
         mode: RunMode::from_flags(request.dry_run, request.simulate),
         run_file,
         inputs,
+        model: request.model,
+        provider: asked_provider,
     };
     let id = server.start(loaded, path, start).await?;
     Ok((StatusCode::CREATED, Json(Started { id })))

@@ -90,6 +90,9 @@ pub struct Start {
     pub run_file: Option<trellis_run::RunFile>,
     /// The inputs the workflow was compiled with.
     pub inputs: BTreeMap<String, String>,
+    /// The model and provider for nodes that name none, over the run file's.
+    pub model: Option<String>,
+    pub provider: Option<String>,
 }
 
 impl Server {
@@ -154,6 +157,8 @@ impl Server {
                 allowed_dirs: Vec::new(),
                 permissions: None,
                 inputs: start.inputs,
+                model: start.model,
+                provider: start.provider,
                 ..Settings::default()
             },
             runs_dir: self.runs_dir.clone(),
