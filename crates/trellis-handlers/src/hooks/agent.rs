@@ -97,7 +97,8 @@ impl HookRun {
             Ok(work_dir) => work_dir,
             Err(e) => return Ran::open(format!("the working directory cannot be used: {e}")),
         };
-        let mut toolbox = Toolbox::new(work_dir, None, &[]);
+        // No rounds of calls: no tools, only the answer.
+        let mut toolbox = Toolbox::new(work_dir, (rounds == 0).then_some(&[][..]), &[]);
         toolbox.sandbox = (self.setting.sandbox.clone(), Policy::default());
         toolbox.shell_env = vec![
             (
