@@ -60,8 +60,55 @@ pub fn run(
         Tool::Grep => grep(work_dir, &parse_args(tool, arguments)?),
         Tool::Glob => glob(work_dir, &parse_args(tool, arguments)?),
         Tool::ListDir => list_dir(work_dir, &parse_args(tool, arguments)?),
-        Tool::Shell => Err("`shell` is not a file tool".to_owned()),
+        Tool::ReadManyFiles => read_many_files(work_dir, &parse_args(tool, arguments)?),
+        Tool::Shell | Tool::WebFetch => Err(format!("`{}` is not a file tool", tool.name())),
     }
+}
+
+#[derive(Deserialize)]
+struct ReadManyArgs {
+    paths: Vec<String>,
+}
+
+/// The files most `read_many_files` reads in one call.
+const READ_MANY_FILES: usize = 20;
+
+/// Each file as `read_file` shows it, under `=== path ===`; a file that cannot be read says why in
+/// its place. An error when none could be read.
+fn read_many_files(work_dir: &WorkDir, args: &ReadManyArgs) -> Result<ToolOutput, String> {
+    if args.paths.is_empty() {
+        return Err("`paths` lists no file".to_owned());
+    }
+    if args.paths.len() > READ_MANY_FILES {
+        return Err(format!(
+            "`paths` lists {} files; read at most {READ_MANY_FILES} in one call",
+            args.paths.len()
+        ));
+    }
+    let mut out = ToolOutput::ok(String::new());
+    let mut read = 0;
+    for path in &args.paths {
+        let one = ReadArgs {
+            path: path.clone(),
+            offset: None,
+            limit: None,
+        };
+        let _ = writeln!(out.content, "=== {path} ===");
+        match read_file(work_dir, &one) {
+            Ok(file) => {
+                read += 1;
+                out.content.push_str(&file.content);
+                out.seen.extend(file.seen);
+            }
+            Err(problem) => {
+                let _ = writeln!(out.content, "[{problem}]");
+            }
+        }
+    }
+    if read == 0 {
+        out.is_error = true;
+    }
+    Ok(out)
 }
 
 #[derive(Deserialize)]
@@ -1483,6 +1530,43 @@ mod tests {
             "{told}"
         );
         assert_eq!(std::fs::read_to_string(file("test_calc.py")).unwrap(), more);
+    }
+
+    #[test]
+    fn read_many_files_shows_each_file_under_its_path_and_what_it_could_not_read() {
+        let (_d, work) = setup();
+        let out = call(
+            &work,
+            Tool::ReadManyFiles,
+            &json!({"paths": ["src/lib.rs", "missing.rs", ".gitignore"]}),
+        )
+        .unwrap();
+        assert!(!out.is_error);
+        assert!(
+            out.content
+                .starts_with("=== src/lib.rs ===\n     1\tpub fn add(a: i32, b: i32) -> i32 {\n")
+                && out.content.contains("=== missing.rs ===\n[")
+                && out
+                    .content
+                    .ends_with("=== .gitignore ===\n     1\ttarget/\n"),
+            "{}",
+            out.content
+        );
+        assert_eq!(out.seen, ["src/lib.rs", ".gitignore"]);
+        let none = call(&work, Tool::ReadManyFiles, &json!({"paths": ["nope"]})).unwrap();
+        assert!(none.is_error);
+        assert!(call(&work, Tool::ReadManyFiles, &json!({"paths": []})).is_err());
+        let outside = call(
+            &work,
+            Tool::ReadManyFiles,
+            &json!({"paths": ["../../etc/passwd"]}),
+        )
+        .unwrap();
+        assert!(
+            outside.is_error && !outside.content.contains("root:"),
+            "{}",
+            outside.content
+        );
     }
 
     #[test]

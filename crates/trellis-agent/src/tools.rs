@@ -28,6 +28,10 @@ pub enum Tool {
     Grep,
     Glob,
     ListDir,
+    /// Offered only when `allowed_tools` names it (Fabro's Gemini agents have it).
+    ReadManyFiles,
+    /// Offered only when `allowed_tools` names it: it reaches the network from Trellis itself.
+    WebFetch,
 }
 
 /// What a tool can do, for permissions (Fabro's categories): reading (and starting sub-agents) is
@@ -44,11 +48,14 @@ impl Category {
     /// The category of the tool named `name`.
     pub fn of(name: &str) -> Self {
         match Tool::from_name(name) {
-            Some(Tool::ReadFile | Tool::Grep | Tool::Glob | Tool::ListDir) => Category::Read,
+            Some(
+                Tool::ReadFile | Tool::Grep | Tool::Glob | Tool::ListDir | Tool::ReadManyFiles,
+            ) => Category::Read,
             // Sub-agents use these same tools, under the same permissions.
             None if crate::subagents::TOOL_NAMES.contains(&name) => Category::Read,
             Some(Tool::WriteFile | Tool::EditFile) => Category::Write,
-            Some(Tool::Shell) | None => Category::Shell,
+            // Fabro's category for the web tools: what reaches outside needs `full`.
+            Some(Tool::Shell | Tool::WebFetch) | None => Category::Shell,
         }
     }
 
@@ -109,7 +116,21 @@ const NAMED_FILES_LIMITS: (usize, u64, usize) = (4, 8 * 1024, 16 * 1024);
 const EDIT_TARGET_LIMITS: (usize, u64, usize) = (200, 32 * 1024, 2_000);
 
 impl Tool {
-    pub const ALL: [Tool; 7] = [
+    pub const ALL: [Tool; 9] = [
+        Tool::ReadFile,
+        Tool::WriteFile,
+        Tool::EditFile,
+        Tool::Shell,
+        Tool::Grep,
+        Tool::Glob,
+        Tool::ListDir,
+        Tool::ReadManyFiles,
+        Tool::WebFetch,
+    ];
+
+    /// The tools an agent is offered when its node names none (`allowed_tools`): every tool but
+    /// those it must ask for by name.
+    pub const DEFAULT: [Tool; 7] = [
         Tool::ReadFile,
         Tool::WriteFile,
         Tool::EditFile,
@@ -128,6 +149,8 @@ impl Tool {
             Tool::Grep => "grep",
             Tool::Glob => "glob",
             Tool::ListDir => "list_dir",
+            Tool::ReadManyFiles => "read_many_files",
+            Tool::WebFetch => "web_fetch",
         }
     }
 
@@ -139,7 +162,12 @@ impl Tool {
     pub fn read_only(self) -> bool {
         matches!(
             self,
-            Tool::ReadFile | Tool::Grep | Tool::Glob | Tool::ListDir
+            Tool::ReadFile
+                | Tool::Grep
+                | Tool::Glob
+                | Tool::ListDir
+                | Tool::ReadManyFiles
+                | Tool::WebFetch
         )
     }
 
@@ -147,6 +175,8 @@ impl Tool {
     pub fn limit(self) -> Limit {
         let (chars, lines, keep) = match self {
             Tool::ReadFile => (50_000, 2_000, Keep::Head),
+            Tool::ReadManyFiles => (50_000, 4_000, Keep::Head),
+            Tool::WebFetch => (30_000, 1_000, Keep::Head),
             Tool::Shell => (30_000, 400, Keep::HeadAndTail),
             Tool::Grep => (20_000, 400, Keep::Head),
             Tool::Glob | Tool::ListDir => (20_000, 500, Keep::Head),
@@ -160,6 +190,16 @@ impl Tool {
         let key = match self {
             Tool::Shell => "command",
             Tool::Grep | Tool::Glob => "pattern",
+            Tool::WebFetch => "url",
+            Tool::ReadManyFiles => {
+                let paths = arguments.get("paths").and_then(Value::as_array);
+                return paths
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ");
+            }
             _ => "path",
         };
         arguments
@@ -249,6 +289,27 @@ impl Tool {
                     "properties": {
                         "path": { "type": "string", "description": "Folder (default: the working directory)" }
                     }
+                }),
+            ),
+            Tool::ReadManyFiles => (
+                "Read several text files at once (at most 20). Each comes under a === path === line, numbered as read_file numbers lines.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "paths": { "type": "array", "items": { "type": "string" }, "description": "File paths, relative to the working directory" }
+                    },
+                    "required": ["paths"]
+                }),
+            ),
+            Tool::WebFetch => (
+                "Fetch a web page (http:// or https://) and return its text, HTML turned into Markdown, at most 100 KB. Default timeout 30000 ms, at most 60000.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "url": { "type": "string" },
+                        "timeout_ms": { "type": "integer", "description": "Timeout in milliseconds" }
+                    },
+                    "required": ["url"]
                 }),
             ),
         };
@@ -371,13 +432,18 @@ pub struct Toolbox {
 }
 
 impl Toolbox {
-    /// Every tool, less those outside `allowed` (when given) and those in `disallowed`.
+    /// The tools `allowed` names (when given; else [`Tool::DEFAULT`]), less those in `disallowed`.
     pub fn new(work_dir: WorkDir, allowed: Option<&[String]>, disallowed: &[String]) -> Self {
-        let tools = Tool::ALL
-            .into_iter()
-            .filter(|t| allowed.is_none_or(|a| a.iter().any(|n| n == t.name())))
-            .filter(|t| !disallowed.iter().any(|n| n == t.name()))
-            .collect();
+        let tools = match allowed {
+            Some(allowed) => Tool::ALL
+                .into_iter()
+                .filter(|t| allowed.iter().any(|n| n == t.name()))
+                .collect::<Vec<_>>(),
+            None => Tool::DEFAULT.to_vec(),
+        }
+        .into_iter()
+        .filter(|t| !disallowed.iter().any(|n| n == t.name()))
+        .collect();
         Self {
             work_dir,
             tools,
@@ -701,6 +767,9 @@ impl Toolbox {
         }
         if tool == Tool::Shell {
             return self.shell(&call.arguments).await;
+        }
+        if tool == Tool::WebFetch {
+            return crate::web::fetch(&call.arguments, &self.sandbox.1).await;
         }
         let (work_dir, known) = (self.work_dir.clone(), self.known.clone());
         let arguments = call.arguments.clone();

@@ -1416,6 +1416,111 @@ fn allowed_and_disallowed_tools_narrow_what_is_offered() {
     );
 }
 
+/// A web server on loopback whose every answer is `page`, as HTML.
+fn web_page(page: &'static str) -> String {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/notes", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream);
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                line.clear();
+            }
+            let _ = write!(
+                reader.get_mut(),
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                page.len()
+            );
+        }
+    });
+    url
+}
+
+/// `read_many_files` and `web_fetch` are offered only when `allowed_tools` names them: the page
+/// comes back as Markdown without its scripts, the files each under its path; a node that cuts the
+/// network is refused the fetch.
+#[test]
+fn web_fetch_and_read_many_files_are_offered_when_named() {
+    let Some(mock) = Llmock::start() else { return };
+    let url = web_page(
+        "<html><head><script>var tracking = 'xyz';</script><style>p { color: red }</style></head>\
+         <body><h1>Release notes</h1><p>Version <b>2.1</b> fixes the parser.</p></body></html>",
+    );
+    let p = project(&mock);
+    p.write(
+        "src/lib.rs",
+        "pub fn add(a: i32, b: i32) -> i32 { a - b }\n",
+    );
+    p.write(
+        "w.fabro",
+        &one_agent(", allowed_tools=\"read_many_files,web_fetch\""),
+    );
+    mock.scenario(&json!([
+        call("web_fetch", json!({ "url": url })),
+        call(
+            "read_many_files",
+            json!({ "paths": ["src/lib.rs", "nope.rs"] })
+        ),
+        answer("Read them."),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let bodies = mock.bodies();
+    let offered: Vec<&str> = bodies[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(offered, ["read_many_files", "web_fetch"]);
+    let fetched = &Llmock::tool_results(&bodies[1])[0];
+    let page = fetched["content"].as_str().unwrap();
+    assert!(
+        fetched["is_error"] != true
+            && page.contains("# Release notes")
+            && page.contains("Version **2.1** fixes the parser.")
+            && !page.contains("tracking")
+            && !page.contains("color"),
+        "{fetched}"
+    );
+    let read = Llmock::tool_results(&bodies[2]).last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        read.starts_with("=== src/lib.rs ===\n     1\tpub fn add")
+            && read.contains("=== nope.rs ===\n["),
+        "{read}"
+    );
+
+    // Where the node cuts the network, so does the tool.
+    mock.reset();
+    p.write(
+        "w.fabro",
+        &one_agent(", allowed_tools=\"web_fetch\", sandbox=\"network=off\""),
+    );
+    mock.scenario(&json!([
+        call("web_fetch", json!({ "url": url })),
+        answer("No.")
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let refused = Llmock::tool_results(&mock.bodies()[1])
+        .last()
+        .cloned()
+        .unwrap();
+    assert_eq!(refused["is_error"], true);
+    assert!(
+        refused["content"]
+            .as_str()
+            .unwrap()
+            .contains("this node cuts the network"),
+        "{refused}"
+    );
+}
+
 #[test]
 fn a_run_killed_during_a_tool_call_resumes_by_running_that_stage_again() {
     let Some(mock) = Llmock::start() else { return };

@@ -511,8 +511,8 @@ pub const PROVIDER_ALIASES: &[&str] = &[
     "llama-server",
 ];
 
-/// The built-in agent's tools, as `allowed_tools` and `disallowed_tools` name them: its own, then
-/// the sub-agent tools (`trellis-handlers` checks the agent offers exactly these).
+/// The built-in agent's tools, as `allowed_tools` and `disallowed_tools` name them: its own (the
+/// last two offered only when `allowed_tools` names them), then the sub-agent tools (`trellis-handlers` checks the agent offers exactly these).
 pub const AGENT_TOOLS: &[&str] = &[
     "read_file",
     "write_file",
@@ -521,6 +521,8 @@ pub const AGENT_TOOLS: &[&str] = &[
     "grep",
     "glob",
     "list_dir",
+    "read_many_files",
+    "web_fetch",
     "spawn_agent",
     "send_input",
     "wait",

@@ -1,10 +1,11 @@
 //! `agent-tools` (error): an agent node's `allowed_tools` and `disallowed_tools` name tools the
 //! built-in agent has.
 //!
-//! The tools are `read_file`, `write_file`, `edit_file`, `shell`, `grep`, `glob`, `list_dir`, and the
+//! The tools are `read_file`, `write_file`, `edit_file`, `shell`, `grep`, `glob`, `list_dir`,
+//! `read_many_files` and `web_fetch` (these two only when `allowed_tools` names them), and the
 //! sub-agent tools `spawn_agent`, `send_input`, `wait`, `close_agent`. A name that is none of them
-//! (a typo, or one of Fabro's tools this agent does not have: `apply_patch`, `read_many_files`,
-//! `web_search`, `web_fetch`) would fail the stage when it starts, after the stages before it ran:
+//! (a typo, or one of Fabro's tools this agent does not have: `apply_patch`, `web_search`) would
+//! fail the stage when it starts, after the stages before it ran:
 //!
 //! ```dot
 //! fix [prompt="Fix the tests", allowed_tools="read_file,shel"]   // error: `shel` is no tool; did you mean `shell`?
@@ -73,11 +74,8 @@ fn fabros(name: &str) -> Option<&'static str> {
         "apply_patch" => {
             "`apply_patch` is a tool of Fabro's OpenAI agents; this agent changes files with edit_file and write_file"
         }
-        "read_many_files" => {
-            "`read_many_files` is a tool of Fabro's Gemini agents; this agent reads files with read_file, several in one turn"
-        }
-        "web_search" | "web_fetch" => {
-            "this agent has no web tools: give it an MCP server that has them (`mcp`), or allow `shell`"
+        "web_search" => {
+            "this agent does not search the web: give it an MCP server that does (`mcp`); `web_fetch` fetches a page"
         }
         _ => return None,
     })
