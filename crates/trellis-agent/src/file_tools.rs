@@ -18,6 +18,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::definitions::{self, defined_names};
+use crate::patch::FileOp;
 use crate::tools::{Tool, ToolOutput, parse_args};
 use crate::work_dir::{self, WorkDir};
 
@@ -61,8 +62,116 @@ pub fn run(
         Tool::Glob => glob(work_dir, &parse_args(tool, arguments)?),
         Tool::ListDir => list_dir(work_dir, &parse_args(tool, arguments)?),
         Tool::ReadManyFiles => read_many_files(work_dir, &parse_args(tool, arguments)?),
+        Tool::ApplyPatch => apply_patch(work_dir, &parse_args(tool, arguments)?, kept),
         Tool::Shell | Tool::WebFetch => Err(format!("`{}` is not a file tool", tool.name())),
     }
+}
+
+#[derive(Deserialize)]
+struct PatchArgs {
+    patch: String,
+}
+
+/// A file as a patch leaves it: its new content, or none (deleted).
+struct Change {
+    path: PathBuf,
+    shown: String,
+    content: Option<String>,
+}
+
+/// Applies a patch whole or not at all: every change is worked out (and checked against the files
+/// and what the task keeps) before any is written.
+fn apply_patch(work_dir: &WorkDir, args: &PatchArgs, kept: &Kept) -> Result<ToolOutput, String> {
+    let ops = crate::patch::parse(&args.patch)?;
+    let mut changes: Vec<Change> = Vec::new();
+    let mut said = Vec::new();
+    let change = |path: PathBuf, shown: &str, content: Option<String>| Change {
+        path,
+        shown: shown.to_owned(),
+        content,
+    };
+    for op in &ops {
+        match op {
+            FileOp::Add { path, content } => {
+                let full = work_dir.resolve_writable(path)?;
+                if full.symlink_metadata().is_ok() {
+                    return Err(format!(
+                        "`{path}` exists: change it with `*** Update File: {path}`, not add it"
+                    ));
+                }
+                changes.push(change(full, path, Some(content.clone())));
+                said.push(format!("added {path}"));
+            }
+            FileOp::Delete { path } => {
+                let full = work_dir.resolve_writable(path)?;
+                let before = String::from_utf8_lossy(&read_whole(&full, path)?).into_owned();
+                if kept.tests {
+                    keep_tests(path, &before, "")?;
+                }
+                changes.push(change(full, path, None));
+                said.push(format!("deleted {path}"));
+            }
+            FileOp::Update {
+                path,
+                move_to,
+                chunks,
+            } => {
+                let full = work_dir.resolve_writable(path)?;
+                let before = String::from_utf8(read_whole(&full, path)?)
+                    .map_err(|_| format!("`{path}` is not UTF-8 text"))?;
+                let after = crate::patch::apply(&before, chunks)
+                    .map_err(|problem| format!("`{path}`, {problem}"))?;
+                if kept.tests {
+                    keep_tests(path, &before, &after)?;
+                }
+                let count = format!("{} chunk(s)", chunks.len());
+                if let Some(to) = move_to {
+                    let dest = work_dir.resolve_writable(to)?;
+                    if dest.symlink_metadata().is_ok() {
+                        return Err(format!("cannot move `{path}` to `{to}`: `{to}` exists"));
+                    }
+                    changes.push(change(dest, to, Some(after)));
+                    changes.push(change(full, path, None));
+                    said.push(format!("moved {path} to {to} ({count})"));
+                } else {
+                    changes.push(change(full, path, Some(after)));
+                    said.push(format!("updated {path} ({count})"));
+                }
+            }
+        }
+    }
+    let mut paths: Vec<&Path> = changes.iter().map(|c| c.path.as_path()).collect();
+    paths.sort_unstable();
+    if let Some(twice) = paths.windows(2).find(|pair| pair[0] == pair[1]) {
+        return Err(format!(
+            "the patch changes `{}` twice: give each file one section",
+            work_dir.relative(twice[0])
+        ));
+    }
+    let mut touched = Vec::new();
+    for Change {
+        path,
+        shown,
+        content,
+    } in changes
+    {
+        match content {
+            Some(text) => {
+                if let Some(parent) = path.parent() {
+                    work_dir::create_folders(parent, &shown)?;
+                }
+                write_whole(&path, &shown, text.as_bytes())?;
+            }
+            None => {
+                std::fs::remove_file(&path).map_err(|e| format!("cannot delete `{shown}`: {e}"))?;
+            }
+        }
+        touched.push(work_dir.relative(&path));
+    }
+    Ok(ToolOutput {
+        touched,
+        ..ToolOutput::ok(format!("applied the patch: {}", said.join(", ")))
+    })
 }
 
 #[derive(Deserialize)]
@@ -1137,7 +1246,7 @@ fn write_whole(path: &Path, shown: &str, content: &[u8]) -> Result<(), String> {
 
 fn touched(message: String, work_dir: &WorkDir, path: &Path) -> ToolOutput {
     ToolOutput {
-        touched: Some(work_dir.relative(path)),
+        touched: vec![work_dir.relative(path)],
         ..ToolOutput::ok(message)
     }
 }
@@ -1533,6 +1642,61 @@ mod tests {
     }
 
     #[test]
+    fn a_patch_adds_updates_moves_and_deletes_whole_or_not_at_all() {
+        let (dir, work) = setup();
+        std::fs::write(dir.path().join("old.txt"), "bye\n").unwrap();
+        let patch = |text: &str| call(&work, Tool::ApplyPatch, &json!({ "patch": text }));
+        let out = patch(
+            "*** Begin Patch\n*** Update File: src/lib.rs\n*** Move to: src/add.rs\n@@ pub fn add(a: i32, b: i32) -> i32 {\n-    a - b\n+    a + b\n*** Add File: docs/notes.md\n+# Notes\n*** Delete File: old.txt\n*** End Patch",
+        )
+        .unwrap();
+        assert_eq!(
+            out.content,
+            "applied the patch: moved src/lib.rs to src/add.rs (1 chunk(s)), added docs/notes.md, deleted old.txt"
+        );
+        assert_eq!(
+            out.touched,
+            ["src/add.rs", "src/lib.rs", "docs/notes.md", "old.txt"]
+        );
+        let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).ok();
+        assert_eq!(
+            read("src/add.rs").unwrap(),
+            "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n"
+        );
+        assert_eq!(read("docs/notes.md").unwrap(), "# Notes\n");
+        assert!(read("src/lib.rs").is_none() && read("old.txt").is_none());
+        // A chunk that is not there: nothing is written, the add before it included.
+        let problem = patch(
+            "*** Begin Patch\n*** Add File: new.md\n+x\n*** Update File: src/add.rs\n@@\n-    a * b\n+    a / b\n*** End Patch",
+        )
+        .unwrap_err();
+        assert!(
+            problem.starts_with("`src/add.rs`, chunk 1 of 1: its lines are not in the file"),
+            "{problem}"
+        );
+        assert!(read("new.md").is_none());
+        // Outside the working directory, over a file that exists, the same file twice: refused.
+        for (text, said) in [
+            (
+                "*** Begin Patch\n*** Add File: ../escape.md\n+x\n*** End Patch",
+                "..",
+            ),
+            (
+                "*** Begin Patch\n*** Add File: docs/notes.md\n+x\n*** End Patch",
+                "exists",
+            ),
+            (
+                "*** Begin Patch\n*** Delete File: docs/notes.md\n*** Update File: docs/notes.md\n@@\n-# Notes\n+# N\n*** End Patch",
+                "twice",
+            ),
+        ] {
+            let problem = patch(text).unwrap_err();
+            assert!(problem.contains(said), "{text}: {problem}");
+        }
+        assert!(!dir.path().parent().unwrap().join("escape.md").exists());
+    }
+
+    #[test]
     fn read_many_files_shows_each_file_under_its_path_and_what_it_could_not_read() {
         let (_d, work) = setup();
         let out = call(
@@ -1820,7 +1984,7 @@ mod tests {
         let out = call(&work, Tool::EditFile, &json!({"path": "src/lib.rs", "old_string": "i32", "new_string": "i64", "replace_all": true}),
         )
         .unwrap();
-        assert_eq!(out.touched.as_deref(), Some("src/lib.rs"));
+        assert_eq!(out.touched, ["src/lib.rs"]);
         assert!(
             std::fs::read_to_string(d.path().join("src/lib.rs"))
                 .unwrap()
@@ -1873,7 +2037,7 @@ mod tests {
             &json!({"path": "docs/api/intro.md", "content": "# Intro\n"}),
         )
         .unwrap();
-        assert_eq!(out.touched.as_deref(), Some("docs/api/intro.md"));
+        assert_eq!(out.touched, ["docs/api/intro.md"]);
         assert_eq!(
             std::fs::read_to_string(d.path().join("docs/api/intro.md")).unwrap(),
             "# Intro\n"

@@ -12,6 +12,7 @@ mod compaction;
 mod definitions;
 mod file_tools;
 mod loop_detector;
+mod patch;
 mod session;
 pub mod shell;
 pub mod subagents;

@@ -1185,7 +1185,7 @@ impl Session {
         if output.is_error {
             return;
         }
-        if let Some(path) = &output.touched {
+        for path in &output.touched {
             self.lately.wrote_since_user = true;
             self.lately.check = Check::Due;
             self.lately.failed = None;

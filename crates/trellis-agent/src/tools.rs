@@ -32,6 +32,8 @@ pub enum Tool {
     ReadManyFiles,
     /// Offered only when `allowed_tools` names it: it reaches the network from Trellis itself.
     WebFetch,
+    /// Offered only when `allowed_tools` names it (Fabro's OpenAI agents have it).
+    ApplyPatch,
 }
 
 /// What a tool can do, for permissions (Fabro's categories): reading (and starting sub-agents) is
@@ -53,7 +55,7 @@ impl Category {
             ) => Category::Read,
             // Sub-agents use these same tools, under the same permissions.
             None if crate::subagents::TOOL_NAMES.contains(&name) => Category::Read,
-            Some(Tool::WriteFile | Tool::EditFile) => Category::Write,
+            Some(Tool::WriteFile | Tool::EditFile | Tool::ApplyPatch) => Category::Write,
             // Fabro's category for the web tools: what reaches outside needs `full`.
             Some(Tool::Shell | Tool::WebFetch) | None => Category::Shell,
         }
@@ -76,8 +78,8 @@ pub struct ToolOutput {
     pub is_error: bool,
     /// A short word on the result for one-line displays (`exit 101`, `timed out`).
     pub note: Option<String>,
-    /// The file written or edited, relative to the working directory.
-    pub touched: Option<String>,
+    /// The files written, edited or deleted, relative to the working directory.
+    pub touched: Vec<String>,
     /// The files whose content the call showed (read, or lines found by `grep`), relative to the
     /// working directory: the session may write them (see [`Toolbox::run`]).
     pub seen: Vec<String>,
@@ -89,7 +91,7 @@ impl ToolOutput {
             content: content.into(),
             is_error: false,
             note: None,
-            touched: None,
+            touched: Vec::new(),
             seen: Vec::new(),
         }
     }
@@ -99,7 +101,7 @@ impl ToolOutput {
             content: content.into(),
             is_error: true,
             note: None,
-            touched: None,
+            touched: Vec::new(),
             seen: Vec::new(),
         }
     }
@@ -116,7 +118,7 @@ const NAMED_FILES_LIMITS: (usize, u64, usize) = (4, 8 * 1024, 16 * 1024);
 const EDIT_TARGET_LIMITS: (usize, u64, usize) = (200, 32 * 1024, 2_000);
 
 impl Tool {
-    pub const ALL: [Tool; 9] = [
+    pub const ALL: [Tool; 10] = [
         Tool::ReadFile,
         Tool::WriteFile,
         Tool::EditFile,
@@ -126,6 +128,7 @@ impl Tool {
         Tool::ListDir,
         Tool::ReadManyFiles,
         Tool::WebFetch,
+        Tool::ApplyPatch,
     ];
 
     /// The tools an agent is offered when its node names none (`allowed_tools`): every tool but
@@ -151,6 +154,7 @@ impl Tool {
             Tool::ListDir => "list_dir",
             Tool::ReadManyFiles => "read_many_files",
             Tool::WebFetch => "web_fetch",
+            Tool::ApplyPatch => "apply_patch",
         }
     }
 
@@ -180,7 +184,7 @@ impl Tool {
             Tool::Shell => (30_000, 400, Keep::HeadAndTail),
             Tool::Grep => (20_000, 400, Keep::Head),
             Tool::Glob | Tool::ListDir => (20_000, 500, Keep::Head),
-            Tool::WriteFile | Tool::EditFile => (5_000, 100, Keep::Head),
+            Tool::WriteFile | Tool::EditFile | Tool::ApplyPatch => (5_000, 100, Keep::Head),
         };
         Limit { chars, lines, keep }
     }
@@ -191,6 +195,16 @@ impl Tool {
             Tool::Shell => "command",
             Tool::Grep | Tool::Glob => "pattern",
             Tool::WebFetch => "url",
+            Tool::ApplyPatch => {
+                let patch = arguments.get("patch").and_then(Value::as_str);
+                return patch
+                    .into_iter()
+                    .flat_map(str::lines)
+                    .filter_map(|l| l.strip_prefix("*** ")?.split_once(" File: "))
+                    .map(|(_, path)| path.trim())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+            }
             Tool::ReadManyFiles => {
                 let paths = arguments.get("paths").and_then(Value::as_array);
                 return paths
@@ -299,6 +313,16 @@ impl Tool {
                         "paths": { "type": "array", "items": { "type": "string" }, "description": "File paths, relative to the working directory" }
                     },
                     "required": ["paths"]
+                }),
+            ),
+            Tool::ApplyPatch => (
+                "Change files with a patch: `*** Begin Patch`, then per file `*** Add File: PATH` (each line +text), `*** Delete File: PATH`, or `*** Update File: PATH` (optionally `*** Move to: NEW`) followed by chunks, each `@@` (optionally with a line the chunk comes after) then lines starting with a space (unchanged context, about 3 lines around a change), - (removed) or + (added); then `*** End Patch`. The patch applies whole or not at all.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "patch": { "type": "string", "description": "The whole patch, from *** Begin Patch to *** End Patch" }
+                    },
+                    "required": ["patch"]
                 }),
             ),
             Tool::WebFetch => (
@@ -780,6 +804,11 @@ impl Toolbox {
             {
                 return ToolOutput::error(refusal);
             }
+            if tool == Tool::ApplyPatch
+                && let Some(refusal) = unseen_deletion(&work_dir, &known.lock(), &arguments)
+            {
+                return ToolOutput::error(refusal);
+            }
             let output = file_tools::run(tool, &work_dir, &arguments, &kept)
                 .unwrap_or_else(ToolOutput::error);
             if !output.is_error {
@@ -874,6 +903,30 @@ fn unseen_file(
              read_file first, then write it."
         )
     })
+}
+
+/// Why `apply_patch` may not delete a file its patch deletes: it exists and is not among the
+/// `known` files, as `write_file` may not write over one (an update shows the lines it changes, so
+/// it may).
+fn unseen_deletion(
+    work_dir: &WorkDir,
+    known: &std::collections::HashSet<String>,
+    arguments: &Value,
+) -> Option<String> {
+    let patch = arguments.get("patch")?.as_str()?;
+    let ops = crate::patch::parse(patch).ok()?;
+    ops.iter()
+        .filter(|op| matches!(op, crate::patch::FileOp::Delete { .. }))
+        .find_map(|op| {
+            let file = work_dir.resolve(op.path()).ok()?;
+            let exists = file.symlink_metadata().is_ok_and(|m| m.is_file());
+            (exists && !known.contains(&work_dir.relative(&file))).then(|| {
+                format!(
+                    "Cannot delete `{}`: you have not read it. Read it with read_file first;                      nothing in the patch was applied.",
+                    op.path()
+                )
+            })
+        })
 }
 
 /// A call's arguments as the tool's argument type, or the message saying what is wrong.
@@ -1135,7 +1188,7 @@ mod tests {
         );
         assert!(toolbox.writes_nothing_new(&same).await);
         let again = toolbox.run(&same).await;
-        assert!(!again.is_error && again.touched.is_none(), "{again:?}");
+        assert!(!again.is_error && again.touched.is_empty(), "{again:?}");
         assert_eq!(
             again.content,
             "read.txt already holds exactly this content: nothing changed"

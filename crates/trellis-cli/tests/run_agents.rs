@@ -1521,6 +1521,59 @@ fn web_fetch_and_read_many_files_are_offered_when_named() {
     );
 }
 
+/// `apply_patch` (offered when named) changes several files in one call, whole or not at all: a
+/// deletion of a file the agent has not read is refused, and nothing of that patch applied.
+#[test]
+fn apply_patch_changes_files_when_named() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write(
+        "src/lib.rs",
+        "pub fn add(a: i32, b: i32) -> i32 {\n    a - b\n}\n",
+    );
+    p.write("NOTES.md", "old notes\n");
+    p.write(
+        "w.fabro",
+        &one_agent(", allowed_tools=\"read_file,apply_patch\""),
+    );
+    let fix = "*** Begin Patch\n*** Update File: src/lib.rs\n@@ pub fn add(a: i32, b: i32) -> i32 {\n-    a - b\n+    a + b\n*** Add File: CHANGES.md\n+Fixed add.\n*** End Patch";
+    let unread =
+        "*** Begin Patch\n*** Add File: more.md\n+x\n*** Delete File: NOTES.md\n*** End Patch";
+    mock.scenario(&json!([
+        call("apply_patch", json!({ "patch": unread })),
+        call("apply_patch", json!({ "patch": fix })),
+        answer("Fixed."),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let bodies = mock.bodies();
+    let refused = Llmock::tool_results(&bodies[1]).last().cloned().unwrap();
+    assert_eq!(refused["is_error"], true);
+    assert!(
+        refused["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Cannot delete `NOTES.md`: you have not read it."),
+        "{refused}"
+    );
+    assert!(!p.path().join("more.md").exists());
+    assert_eq!(p.read("NOTES.md"), "old notes\n");
+    let applied = Llmock::tool_results(&bodies[2]).last().cloned().unwrap();
+    assert_eq!(
+        applied["content"],
+        "applied the patch: updated src/lib.rs (1 chunk(s)), added CHANGES.md"
+    );
+    assert_eq!(
+        p.read("src/lib.rs"),
+        "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n"
+    );
+    assert_eq!(p.read("CHANGES.md"), "Fixed add.\n");
+    assert_eq!(
+        status(&run, "fix")["files_touched"],
+        json!(["src/lib.rs", "CHANGES.md"])
+    );
+}
+
 #[test]
 fn a_run_killed_during_a_tool_call_resumes_by_running_that_stage_again() {
     let Some(mock) = Llmock::start() else { return };

@@ -512,7 +512,8 @@ pub const PROVIDER_ALIASES: &[&str] = &[
 ];
 
 /// The built-in agent's tools, as `allowed_tools` and `disallowed_tools` name them: its own (the
-/// last two offered only when `allowed_tools` names them), then the sub-agent tools (`trellis-handlers` checks the agent offers exactly these).
+/// last three offered only when `allowed_tools` names them), then the sub-agent tools
+/// (`trellis-handlers` checks the agent offers exactly these).
 pub const AGENT_TOOLS: &[&str] = &[
     "read_file",
     "write_file",
@@ -523,6 +524,7 @@ pub const AGENT_TOOLS: &[&str] = &[
     "list_dir",
     "read_many_files",
     "web_fetch",
+    "apply_patch",
     "spawn_agent",
     "send_input",
     "wait",

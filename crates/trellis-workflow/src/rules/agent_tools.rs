@@ -2,10 +2,10 @@
 //! built-in agent has.
 //!
 //! The tools are `read_file`, `write_file`, `edit_file`, `shell`, `grep`, `glob`, `list_dir`,
-//! `read_many_files` and `web_fetch` (these two only when `allowed_tools` names them), and the
-//! sub-agent tools `spawn_agent`, `send_input`, `wait`, `close_agent`. A name that is none of them
-//! (a typo, or one of Fabro's tools this agent does not have: `apply_patch`, `web_search`) would
-//! fail the stage when it starts, after the stages before it ran:
+//! `read_many_files`, `web_fetch` and `apply_patch` (these three only when `allowed_tools` names
+//! them), and the sub-agent tools `spawn_agent`, `send_input`, `wait`, `close_agent`. A name that is
+//! none of them (a typo, or Fabro's `web_search`, which this agent does not have) would fail the
+//! stage when it starts, after the stages before it ran:
 //!
 //! ```dot
 //! fix [prompt="Fix the tests", allowed_tools="read_file,shel"]   // error: `shel` is no tool; did you mean `shell`?
@@ -71,9 +71,6 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
 /// What Trellis's agent does instead of one of Fabro's tools it does not have.
 fn fabros(name: &str) -> Option<&'static str> {
     Some(match name {
-        "apply_patch" => {
-            "`apply_patch` is a tool of Fabro's OpenAI agents; this agent changes files with edit_file and write_file"
-        }
         "web_search" => {
             "this agent does not search the web: give it an MCP server that does (`mcp`); `web_fetch` fetches a page"
         }
