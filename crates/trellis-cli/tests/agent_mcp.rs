@@ -438,6 +438,74 @@ fn a_streamable_http_server_answers_and_a_slow_call_or_an_absent_server_is_an_er
     );
 }
 
+/// Fabro's `type = "sandbox"` server from a run file: its command starts in the run's sandbox and
+/// listens on `port`, Trellis talks to it over Streamable HTTP, and it is gone after the run; a port
+/// something answers on already is not taken for the server.
+#[test]
+fn a_sandbox_server_from_a_run_file_listens_in_the_sandbox_and_answers() {
+    let program = trellis_test::cache_dir().join("mcp/node_modules/.bin/mcp-server-everything");
+    if !program.exists() {
+        trellis_test::missing_peer(
+            "@modelcontextprotocol/server-everything (scripts/test-peers.sh)",
+        );
+        return;
+    }
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    let port = trellis_test::http::free_port();
+    p.write("w.fabro", AGENT);
+    let run_file = |port: u16| {
+        format!(
+            "graph = \"w.fabro\"\n[run.agent.mcps.everything]\ntype = \"sandbox\"\ncommand = [\"{}\", \"streamableHttp\"]\nport = {port}\nstartup_timeout = \"30s\"\n[run.agent.mcps.everything.env]\nPORT = \"{port}\"\n",
+            program.display()
+        )
+    };
+    p.write("run.toml", &run_file(port));
+    mock.scenario(&call_then(
+        "mcp__everything__echo",
+        &json!({ "message": "hello from the sandbox" }),
+        "It echoed.",
+    ));
+    let run = p.run("run.toml", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert!(run.warnings().is_empty(), "{:?}", run.warnings());
+    let results = Llmock::tool_results(&mock.bodies()[1]);
+    assert!(
+        results[0]["content"]
+            .to_string()
+            .contains("Echo: hello from the sandbox"),
+        "{results:?}"
+    );
+    run_support::wait_for(
+        "the server to be gone after the run",
+        std::time::Duration::from_secs(5),
+        || std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+    );
+
+    // Something else answers on the port: the server is not started, and its tools not offered.
+    let other = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let taken = other.local_addr().unwrap().port();
+    p.write("run.toml", &run_file(taken));
+    mock.reset();
+    mock.scenario(&json!([{ "type": "reply", "text": "No tools.", "times": 1 }]));
+    let run = p.run("run.toml", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert!(
+        !mock.bodies()[0]["tools"]
+            .to_string()
+            .contains("mcp__everything__"),
+        "{}",
+        mock.bodies()[0]["tools"]
+    );
+    assert!(
+        run.warnings()
+            .iter()
+            .any(|w| w.contains(&format!("port {taken} answers already"))),
+        "{:?}",
+        run.warnings()
+    );
+}
+
 #[test]
 fn a_secret_only_the_server_configuration_holds_is_redacted_from_what_the_model_sees() {
     let program = trellis_test::cache_dir().join("mcp/node_modules/.bin/mcp-server-everything");

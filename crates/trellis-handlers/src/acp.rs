@@ -213,6 +213,8 @@ fn acp_server(name: &str, config: &ServerConfig) -> Option<McpServer> {
             McpServerHttp::new(name, url)
                 .headers(headers.iter().map(|(k, v)| HttpHeader::new(k, v)).collect()),
         ),
+        // Trellis starts these in its sandbox for its own agent; the ACP agent starts its servers.
+        Endpoint::Sandboxed { .. } => return None,
     })
 }
 

@@ -66,6 +66,13 @@ pub enum Endpoint {
         url: String,
         headers: BTreeMap<String, String>,
     },
+    /// A program started in the run's sandbox that serves Streamable HTTP on `port` of the
+    /// loopback, at `/mcp` (Fabro's `type = "sandbox"`).
+    Sandboxed {
+        command: Vec<String>,
+        env: BTreeMap<String, String>,
+        port: u16,
+    },
 }
 
 impl ServerConfig {
@@ -122,6 +129,7 @@ struct UserServer {
     url: Option<String>,
     #[serde(default)]
     headers: BTreeMap<String, String>,
+    port: Option<u16>,
     startup_timeout_secs: Option<u64>,
     tool_timeout_secs: Option<u64>,
 }
@@ -255,9 +263,26 @@ fn user_server(server: UserServer, source: String) -> Result<ServerConfig, Strin
             return Err("a stdio server needs `command` (the program and its arguments)".into());
         }
         "http" => http(server.url, server.headers)?,
+        "sandbox" => match (server.command.is_empty(), server.port) {
+            (false, Some(port)) if port > 0 => Endpoint::Sandboxed {
+                command: server.command,
+                env: server.env,
+                port,
+            },
+            (true, _) => {
+                return Err(
+                    "a sandbox server needs `command` (the program and its arguments)".into(),
+                );
+            }
+            _ => {
+                return Err(
+                    "a sandbox server needs `port`: the port its command makes it listen on".into(),
+                );
+            }
+        },
         other => {
             return Err(format!(
-                "unknown server type `{other}`: use `stdio` or `http`"
+                "unknown server type `{other}`: use `stdio`, `http` or `sandbox`"
             ));
         }
     };
@@ -371,24 +396,39 @@ async fn start(
             (client, tools, pid)
         }
         Endpoint::Http { url, headers } => {
-            let headers = headers
-                .iter()
-                .filter_map(|(name, value)| {
-                    Some((
-                        reqwest::header::HeaderName::from_bytes(name.as_bytes()).ok()?,
-                        reqwest::header::HeaderValue::from_str(value).ok()?,
-                    ))
-                })
-                .collect();
-            let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
-                trellis_llm::http_client(),
-                rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
-                    url.as_str(),
-                )
-                .custom_headers(headers),
-            );
-            let (client, tools) = handshake(transport, config.startup_timeout).await?;
+            let (client, tools) =
+                handshake(http_transport(url, headers), config.startup_timeout).await?;
             (client, tools, None)
+        }
+        Endpoint::Sandboxed { command, env, port } => {
+            let started = tokio::time::Instant::now();
+            // Whatever answers on the port is taken for the server: not one that was there first.
+            if listening(*port).await {
+                return Err(format!(
+                    "port {port} answers already, before its command started: another program \
+                     listens there"
+                ));
+            }
+            let pid = spawn_listening(command, env, place, sandbox)?;
+            let guard = KillOnFailure(pid);
+            while !listening(*port).await {
+                if started.elapsed() >= config.startup_timeout {
+                    return Err(format!(
+                        "it did not listen on port {port} within {} s (startup_timeout_secs)",
+                        config.startup_timeout.as_secs()
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let url = format!("http://127.0.0.1:{port}/mcp");
+            let left = config.startup_timeout.saturating_sub(started.elapsed());
+            let (client, tools) = handshake(
+                http_transport(&url, &BTreeMap::new()),
+                left.max(Duration::from_secs(1)),
+            )
+            .await?;
+            std::mem::forget(guard);
+            (client, tools, pid)
         }
     };
     Ok(Server {
@@ -400,11 +440,39 @@ async fn start(
     })
 }
 
+/// Whether something accepts connections on `port` of the loopback.
+async fn listening(port: u16) -> bool {
+    tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_ok()
+}
+
+/// The Streamable HTTP transport to `url`, with `headers` on every request.
+fn http_transport(
+    url: &str,
+    headers: &BTreeMap<String, String>,
+) -> rmcp::transport::StreamableHttpClientTransport<reqwest::Client> {
+    let headers = headers
+        .iter()
+        .filter_map(|(name, value)| {
+            Some((
+                reqwest::header::HeaderName::from_bytes(name.as_bytes()).ok()?,
+                reqwest::header::HeaderValue::from_str(value).ok()?,
+            ))
+        })
+        .collect();
+    rmcp::transport::StreamableHttpClientTransport::with_client(
+        trellis_llm::http_client(),
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url)
+            .custom_headers(headers),
+    )
+}
+
 /// Makes the secrets a server's configuration holds — variables named as secrets, credential
 /// headers — redacted wherever output is, as those of the environment are.
 fn register_secrets(endpoint: &Endpoint) {
     let (values, credential) = match endpoint {
-        Endpoint::Stdio { env, .. } => (env, false),
+        Endpoint::Stdio { env, .. } | Endpoint::Sandboxed { env, .. } => (env, false),
         Endpoint::Http { headers, .. } => (headers, true),
     };
     for (name, value) in values {
@@ -450,7 +518,7 @@ where
 fn spawn(
     command: &[String],
     env: &BTreeMap<String, String>,
-    (work_dir, run_id): (&Path, &str),
+    place: (&Path, &str),
     sandbox: &Sandbox,
 ) -> Result<
     (
@@ -459,6 +527,44 @@ fn spawn(
     ),
     String,
 > {
+    let (mut child, program) = start_program(command, env, place, sandbox, true)?;
+    let pid = child.id();
+    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+        return Err(format!(
+            "the standard input and output of `{program}` could not be opened"
+        ));
+    };
+    // The child is waited for by the transport's end; dropping it kills it (and `Server` its group).
+    tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
+    Ok(((stdout, stdin), pid))
+}
+
+/// Starts a sandbox server's program, which listens on a port: its process id.
+fn spawn_listening(
+    command: &[String],
+    env: &BTreeMap<String, String>,
+    place: (&Path, &str),
+    sandbox: &Sandbox,
+) -> Result<Option<u32>, String> {
+    let (mut child, _) = start_program(command, env, place, sandbox, false)?;
+    let pid = child.id();
+    tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
+    Ok(pid)
+}
+
+/// Starts a server's program in its own process group, with the environment of a command stage
+/// and the server's `env`; its standard input and output piped when it speaks over them.
+fn start_program<'a>(
+    command: &'a [String],
+    env: &BTreeMap<String, String>,
+    (work_dir, run_id): (&Path, &str),
+    sandbox: &Sandbox,
+    stdio: bool,
+) -> Result<(tokio::process::Child, &'a str), String> {
     let Some((program, args)) = command.split_first() else {
         return Err("no command".into());
     };
@@ -478,6 +584,13 @@ fn spawn(
         command.args(args).current_dir(work_dir);
         command
     };
+    let piped = || {
+        if stdio {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::null()
+        }
+    };
     command
         .env_clear()
         .envs(secrets::child_env(&[]))
@@ -485,23 +598,15 @@ fn spawn(
         .envs(env)
         // A server a killed run left behind is found by this, as its commands are.
         .env(RUN_ID_VAR, run_id)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
+        .stdin(piped())
+        .stdout(piped())
         .stderr(std::process::Stdio::null())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = command
+    let child = command
         .spawn()
         .map_err(|e| format!("cannot start `{program}`: {e}"))?;
-    let pid = child.id();
-    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
-        return Err("its standard input and output could not be opened".into());
-    };
-    // The child is waited for by the transport's end; dropping it kills it (and `Server` its group).
-    tokio::spawn(async move {
-        let _ = child.wait().await;
-    });
-    Ok(((stdout, stdin), pid))
+    Ok((child, program))
 }
 
 /// Kills a server's group when its start fails half way.
@@ -872,6 +977,8 @@ mod tests {
             "remote": {"type": "http", "url": "https://mcp.example.com/mcp",
                        "headers": {"Authorization": "Bearer x"}},
             "ftp": {"type": "http", "url": "ftp://example.com/"},
+            "pw": {"type": "sandbox", "command": ["npx", "@playwright/mcp", "--port", "3100"], "port": 3100},
+            "portless": {"type": "sandbox", "command": ["npx", "x"]},
         }))
         .unwrap();
         let (servers, problems) = configured(dir.path(), &user, None, &[]);
@@ -908,8 +1015,17 @@ mod tests {
         assert!(
             matches!(&servers["remote"].endpoint, Endpoint::Http { headers, .. } if headers["Authorization"] == "Bearer x")
         );
-        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(matches!(
+            &servers["pw"].endpoint,
+            Endpoint::Sandboxed { port: 3100, .. }
+        ));
+        assert_eq!(problems.len(), 3, "{problems:?}");
         assert!(problems.iter().any(|p| p.contains("needs `command`")));
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("a sandbox server needs `port`"))
+        );
         assert!(
             problems
                 .iter()

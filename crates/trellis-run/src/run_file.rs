@@ -734,12 +734,6 @@ impl Check<'_> {
                 self.error(format!("MCP server `{name}` must be a table"));
                 continue;
             };
-            if table.get("type").and_then(toml::Value::as_str) == Some("sandbox") {
-                self.warn(format!(
-                    "MCP server `{name}`: `type = \"sandbox\"` servers are not started by Trellis; give it `type = \"stdio\"` (Trellis starts stdio servers in its sandbox) or `type = \"http\"` with a `url`"
-                ));
-                continue;
-            }
             if let Some(script) = table.remove("script") {
                 let script = script.as_str().unwrap_or_default().to_owned();
                 table.insert(
