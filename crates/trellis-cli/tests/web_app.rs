@@ -285,6 +285,74 @@ async fn a_pasted_workflow_with_a_mistake_shows_its_diagnostic_before_anything_s
     client.close().await.unwrap();
 }
 
+const RELEASE: &str = "digraph release {\n start [shape=Mdiamond]\n exit [shape=Msquare]\n tag [shape=parallelogram, script=\"echo tagging {{ inputs.version }}\"]\n notes [shape=tab, prompt=\"Write the notes for {{ inputs.version }}\"]\n start -> tag -> notes -> exit\n}\n";
+
+/// A workflow whose templates need an input is checked with the inputs typed on the page, and
+/// starts with them and with the model and provider chosen there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_person_gives_a_run_its_inputs_model_and_provider_in_the_browser() {
+    let Some(driver) = Driver::start() else {
+        return;
+    };
+    let project: Project = project_with(&[("release.fabro", RELEASE)]);
+    let serve = Serve::start(&project);
+    let profile = tempfile::tempdir().unwrap();
+    let client = browser(&driver, profile.path()).await;
+    let app = format!("http://127.0.0.1:{}", serve.port);
+    client.goto(&format!("{app}/#/new")).await.unwrap();
+    let select = element(&client, "select#workflow").await;
+    element(&client, "option[value='release.fabro']").await;
+    select.select_by_value("release.fabro").await.unwrap();
+    let text = text_of(&client, "#verdict").await;
+    assert!(text.starts_with("Invalid"), "without its input: {text}");
+    element(&client, "textarea#inputs")
+        .await
+        .send_keys("version=2.1")
+        .await
+        .unwrap();
+    for _ in 0..50 {
+        if text_of(&client, "#verdict").await.starts_with("Valid") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let text = text_of(&client, "#verdict").await;
+    assert!(text.starts_with("Valid"), "with its input: {text}");
+    element(&client, "input#model")
+        .await
+        .send_keys("my-finetune")
+        .await
+        .unwrap();
+    element(&client, "select#provider")
+        .await
+        .select_by_value("openai")
+        .await
+        .unwrap();
+    click(&client, "#simulate").await;
+    screenshot(&client, "inputs").await;
+    click(&client, "#start").await;
+    element(&client, "h1 .badge[data-status='succeeded']").await;
+    let url = client.current_url().await.unwrap();
+    let id = url
+        .fragment()
+        .and_then(|f| f.strip_prefix("/runs/"))
+        .expect("the run page")
+        .to_owned();
+    let run = serve.run(&id);
+    assert_eq!(run["settings"]["inputs"]["version"], "2.1", "{run}");
+    assert_eq!(run["settings"]["model"], "my-finetune", "{run}");
+    assert_eq!(run["settings"]["provider"], "openai", "{run}");
+    let printed = trellis_test::http::Request::new(
+        serve.port,
+        "GET",
+        &format!("/api/runs/{id}/stages/002-tag@1/stdout.log"),
+    )
+    .send();
+    assert_eq!(printed.text().trim(), "tagging 2.1");
+
+    client.close().await.unwrap();
+}
+
 const CHATTY: &str = r#"digraph chatty {
     start [shape=Mdiamond]
     fetch [shape=parallelogram, script="for i in $(seq 60); do echo line $i; sleep 0.1; done"]

@@ -657,7 +657,12 @@ async function newPage() {
   const source = h("textarea", { id: "source", rows: 12, placeholder: "…or paste a workflow (DOT or YAML)", spellcheck: "false" });
   const name = h("input", { type: "text", id: "name", value: "workflow.fabro" });
   const goal = h("input", { type: "text", id: "goal", placeholder: "Replace the workflow's goal (optional)" });
+  const inputs = h("textarea", { id: "inputs", rows: 3, placeholder: "NAME=VALUE, one a line: what the workflow's {{ inputs.NAME }} read", spellcheck: "false" });
   const values = h("textarea", { id: "values", rows: 3, placeholder: "KEY=VALUE, one a line (JSON values are parsed)", spellcheck: "false" });
+  const model = h("input", { type: "text", id: "model", placeholder: "For nodes that name none (optional)" });
+  const provider = h("select", { id: "provider" },
+    h("option", { value: "" }, "— the model's own, or the configured one —"),
+    ["anthropic", "openai", "gemini", "openai-compatible", "local"].map((p) => h("option", { value: p }, p)));
   const simulate = h("input", { type: "checkbox", id: "simulate" });
   const dry = h("input", { type: "checkbox", id: "dry-run" });
   const report = h("div", { id: "diagnostics" });
@@ -682,30 +687,38 @@ async function newPage() {
   async function check() {
     const body = request();
     if (!body.workflow && !body.source.trim()) { report.replaceChildren(); return; }
+    try { body.input = parseLines(inputs, "inputs", false); } catch (_) { /* said when it starts */ }
     const answer = await api("/api/validate", { json: body });
     if (answer.ok) showReport(answer.body);
     else report.replaceChildren(h("div", { class: "notice error" }, answer.body.error || "cannot validate"));
   }
 
-  function parseValues() {
-    const set = {};
-    for (const line of values.value.split("\n")) {
+  // KEY=VALUE lines as an object; with `json`, a value that parses as JSON is taken as such.
+  function parseLines(field, what, json) {
+    const out = {};
+    for (const line of field.value.split("\n")) {
       if (!line.trim()) continue;
       const at = line.indexOf("=");
-      if (at <= 0) throw new Error("values are KEY=VALUE lines: " + line);
-      const raw = line.slice(at + 1);
-      try { set[line.slice(0, at).trim()] = JSON.parse(raw); } catch (_) { set[line.slice(0, at).trim()] = raw; }
+      if (at <= 0) throw new Error(what + " are KEY=VALUE lines: " + line);
+      const key = line.slice(0, at).trim(), raw = line.slice(at + 1);
+      if (!json) { out[key] = raw; continue; }
+      try { out[key] = JSON.parse(raw); } catch (_) { out[key] = raw; }
     }
-    return set;
+    return out;
   }
 
   async function start(e) {
     e.preventDefault();
     clearTimeout(typing);
-    let set;
-    try { set = parseValues(); } catch (error) { message.replaceChildren(h("div", { class: "notice error" }, error.message)); return; }
-    const body = { ...request(), set, simulate: simulate.checked, dry_run: dry.checked };
+    let set, input;
+    try {
+      set = parseLines(values, "values", true);
+      input = parseLines(inputs, "inputs", false);
+    } catch (error) { message.replaceChildren(h("div", { class: "notice error" }, error.message)); return; }
+    const body = { ...request(), set, input, simulate: simulate.checked, dry_run: dry.checked };
     if (goal.value.trim()) body.goal = goal.value.trim();
+    if (model.value.trim()) body.model = model.value.trim();
+    if (provider.value) body.provider = provider.value;
     const answer = await api("/api/runs", { json: body });
     if (answer.status === 201) { location.hash = "#/runs/" + answer.body.id; return; }
     if (answer.status === 422 && answer.body.files) { showReport(answer.body); message.replaceChildren(h("div", { class: "notice error" }, "The workflow has errors; fix them first.")); return; }
@@ -715,6 +728,7 @@ async function newPage() {
   let typing = null;
   select.addEventListener("change", () => { source.disabled = !!select.value; name.disabled = !!select.value; check(); });
   source.addEventListener("input", () => { clearTimeout(typing); typing = setTimeout(check, 400); });
+  inputs.addEventListener("input", () => { clearTimeout(typing); typing = setTimeout(check, 400); });
   simulate.addEventListener("change", () => { if (simulate.checked) dry.checked = false; });
   dry.addEventListener("change", () => { if (dry.checked) simulate.checked = false; });
 
@@ -727,7 +741,10 @@ async function newPage() {
           h("label", { for: "name" }, "File name of the pasted source"), name),
         h("div", {},
           h("label", { for: "goal" }, "Goal"), goal,
+          h("label", { for: "inputs" }, "Inputs"), inputs,
           h("label", { for: "values" }, "Values"), values,
+          h("label", { for: "model" }, "Model"), model,
+          h("label", { for: "provider" }, "Provider"), provider,
           h("div", { class: "checks" },
             h("label", {}, simulate, "Simulate models (run commands and gates)"),
             h("label", {}, dry, "Dry run (nothing runs)")),

@@ -341,6 +341,10 @@ pub struct ValidateRequest {
     pub source: Option<String>,
     /// Its file name (default `workflow.fabro`; `.yaml`/`.yml` reads YAML).
     pub name: Option<String>,
+    /// The inputs a run would be given (`POST /api/runs`' `input`), which templates name.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub input: serde_json::Map<String, Value>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -775,20 +779,10 @@ async fn start_run(
         ),
         None => None,
     };
-    // The request's input is also what the workflow's templates name (`{{ inputs.NAME }}`).
     let options = trellis_run::CompileOptions {
         goal: request.goal,
         model: request.model.clone(),
-        inputs: request
-            .input
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    v.as_str().map_or_else(|| v.to_string(), str::to_owned),
-                )
-            })
-            .collect(),
+        inputs: template_inputs(&request.input),
         ..Default::default()
     };
     let (opened, path) = open_requested(
@@ -837,6 +831,20 @@ async fn start_run(
     Ok((StatusCode::CREATED, Json(Started { id })))
 }
 
+/// A request's `input` as the workflow's templates name it (`{{ inputs.NAME }}`): strings as they
+/// are, other values as JSON text.
+fn template_inputs(input: &serde_json::Map<String, Value>) -> BTreeMap<String, String> {
+    input
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                v.as_str().map_or_else(|| v.to_string(), str::to_owned),
+            )
+        })
+        .collect()
+}
+
 /// Validates a workflow (a file under `--workflows` or source text): the report `trellis validate
 /// --format json` prints.
 #[utoipa::path(post, path = "/api/validate", request_body = ValidateRequest,
@@ -850,7 +858,10 @@ async fn validate(
         request.workflow.as_deref(),
         request.source,
         request.name.as_deref(),
-        trellis_run::CompileOptions::default(),
+        trellis_run::CompileOptions {
+            inputs: template_inputs(&request.input),
+            ..Default::default()
+        },
     )
     .await?;
     let report = trellis_workflow::report(&loaded.file, &loaded.compiled);
