@@ -30,6 +30,19 @@ fn filesystem_server() -> Option<PathBuf> {
     }
 }
 
+/// `@modelcontextprotocol/server-everything`, which serves Streamable HTTP on `$PORT`.
+fn everything_server() -> Option<PathBuf> {
+    let path = trellis_test::cache_dir().join("mcp/node_modules/.bin/mcp-server-everything");
+    if path.exists() {
+        Some(path)
+    } else {
+        trellis_test::missing_peer(
+            "@modelcontextprotocol/server-everything (scripts/test-peers.sh)",
+        );
+        None
+    }
+}
+
 fn project(mock: &Llmock) -> Project {
     Project::new()
         .with_env("ANTHROPIC_API_KEY", "sk-ant-test-mcp-0000")
@@ -345,13 +358,7 @@ struct HttpServer {
 
 impl HttpServer {
     fn start() -> Option<Self> {
-        let program = trellis_test::cache_dir().join("mcp/node_modules/.bin/mcp-server-everything");
-        if !program.exists() {
-            trellis_test::missing_peer(
-                "@modelcontextprotocol/server-everything (scripts/test-peers.sh)",
-            );
-            return None;
-        }
+        let program = everything_server()?;
         let (child, port) = trellis_test::http::start_on_free_port(
             "server-everything",
             std::time::Duration::from_secs(30),
@@ -443,13 +450,9 @@ fn a_streamable_http_server_answers_and_a_slow_call_or_an_absent_server_is_an_er
 /// something answers on already is not taken for the server.
 #[test]
 fn a_sandbox_server_from_a_run_file_listens_in_the_sandbox_and_answers() {
-    let program = trellis_test::cache_dir().join("mcp/node_modules/.bin/mcp-server-everything");
-    if !program.exists() {
-        trellis_test::missing_peer(
-            "@modelcontextprotocol/server-everything (scripts/test-peers.sh)",
-        );
+    let Some(program) = everything_server() else {
         return;
-    }
+    };
     let Some(mock) = Llmock::start() else { return };
     let p = project(&mock);
     let port = trellis_test::http::free_port();

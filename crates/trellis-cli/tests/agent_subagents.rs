@@ -63,15 +63,6 @@ fn texts(body: &Value) -> Vec<String> {
         .collect()
 }
 
-fn tool_names(body: &Value) -> Vec<String> {
-    body["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 #[test]
 fn a_sub_agent_works_on_its_own_history_and_its_answer_reaches_the_parent() {
     let Some(mock) = Llmock::start() else { return };
@@ -96,7 +87,7 @@ fn a_sub_agent_works_on_its_own_history_and_its_answer_reaches_the_parent() {
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let bodies = mock.bodies();
     assert_eq!(bodies.len(), 4);
-    let tools = tool_names(&bodies[0]);
+    let tools = Llmock::tool_names(&bodies[0]);
     for name in ["spawn_agent", "send_input", "wait", "close_agent"] {
         assert!(tools.contains(&name.to_owned()), "{tools:?}");
     }
@@ -105,7 +96,7 @@ fn a_sub_agent_works_on_its_own_history_and_its_answer_reaches_the_parent() {
         texts(&bodies[1]),
         ["Read note.txt and say what the answer is."]
     );
-    assert_eq!(tool_names(&bodies[1]), tools);
+    assert_eq!(Llmock::tool_names(&bodies[1]), tools);
     assert_eq!(bodies[1]["system"], bodies[0]["system"]);
     let read = &Llmock::tool_results(&bodies[2])[0];
     assert!(
@@ -256,6 +247,6 @@ fn the_depth_limit_holds_and_zero_offers_no_sub_agent_tools() {
     mock2.scenario(&json!([answer("Alone.")]));
     let run = q.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
-    let tools = tool_names(&mock2.bodies()[0]);
+    let tools = Llmock::tool_names(&mock2.bodies()[0]);
     assert!(!tools.contains(&"spawn_agent".to_owned()), "{tools:?}");
 }

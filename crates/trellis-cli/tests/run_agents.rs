@@ -112,12 +112,7 @@ fn an_agent_reads_edits_runs_a_command_and_answers() {
     // What the model was shown: the prompt with tools, then each result in turn.
     let bodies = mock.bodies();
     assert_eq!(bodies.len(), 5);
-    let tools: Vec<&str> = bodies[0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let tools = Llmock::tool_names(&bodies[0]);
     assert_eq!(
         tools,
         [
@@ -1390,12 +1385,7 @@ fn allowed_and_disallowed_tools_narrow_what_is_offered() {
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let bodies = mock.bodies();
-    let offered: Vec<&str> = bodies[0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let offered = Llmock::tool_names(&bodies[0]);
     assert_eq!(offered, ["read_file", "grep"]);
     assert_eq!(Llmock::tool_results(&bodies[1])[0]["is_error"], true);
     assert!(!p.path().join("x").exists());
@@ -1468,12 +1458,7 @@ fn web_fetch_and_read_many_files_are_offered_when_named() {
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let bodies = mock.bodies();
-    let offered: Vec<&str> = bodies[0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let offered = Llmock::tool_names(&bodies[0]);
     assert_eq!(offered, ["read_many_files", "web_fetch"]);
     let fetched = &Llmock::tool_results(&bodies[1])[0];
     let page = fetched["content"].as_str().unwrap();

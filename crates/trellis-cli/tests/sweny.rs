@@ -458,13 +458,11 @@ fn custom_instruction_and_mcp_skills_reach_the_model() {
         prompt.contains("Read the notes with the notes tools."),
         "{prompt}"
     );
-    let tools: Vec<&str> = bodies[0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
-    assert!(tools.contains(&"mcp__notes__read_text_file"), "{tools:?}");
+    let tools = Llmock::tool_names(&bodies[0]);
+    assert!(
+        tools.iter().any(|t| t == "mcp__notes__read_text_file"),
+        "{tools:?}"
+    );
     let result = &Llmock::tool_results(&bodies[1])[0];
     assert_eq!(result["is_error"], false, "{result}");
     assert!(
@@ -547,13 +545,8 @@ edges:
     assert_ne!(run.code(), Some(0), "{}", run.stderr());
     let bodies = mock.bodies();
     assert_eq!(bodies.len(), 1, "only triage asked its model");
-    let tools: Vec<&str> = bodies[0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .filter(|name| name.starts_with("mcp__"))
-        .collect();
+    let mut tools = Llmock::tool_names(&bodies[0]);
+    tools.retain(|name| name.starts_with("mcp__"));
     assert_eq!(tools, ["mcp__files__read_text_file"]);
     assert_eq!(run.stage_status("implement"), "skipped");
     let warnings = run.warnings();

@@ -157,22 +157,32 @@ async fn element(client: &Client, css: &str) -> fantoccini::elements::Element {
         .unwrap_or_else(|e| panic!("no element `{css}`: {e}"))
 }
 
+/// A browser on the "Start a run" page of a server for `project`, with `workflow` chosen: the
+/// server, the browser's profile (kept while it runs), the browser, and the app's address.
+async fn start_page(
+    driver: &Driver,
+    project: &Project,
+    workflow: &str,
+) -> (Serve, tempfile::TempDir, Client, String) {
+    let serve = Serve::start(project);
+    let profile = tempfile::tempdir().unwrap();
+    let client = browser(driver, profile.path()).await;
+    let app = format!("http://127.0.0.1:{}", serve.port);
+    client.goto(&format!("{app}/#/new")).await.unwrap();
+    let select = element(&client, "select#workflow").await;
+    element(&client, &format!("option[value='{workflow}']")).await;
+    select.select_by_value(workflow).await.unwrap();
+    (serve, profile, client, app)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_person_starts_a_run_answers_its_gate_and_reads_a_stage_in_the_browser() {
     let Some(driver) = Driver::start() else {
         return;
     };
     let project: Project = project_with(&[("review.fabro", REVIEW)]);
-    let serve = Serve::start(&project);
-    let profile = tempfile::tempdir().unwrap();
-    let client = browser(&driver, profile.path()).await;
-    let app = format!("http://127.0.0.1:{}", serve.port);
-
     // Start a run: pick the workflow, see it validated, simulate models, start.
-    client.goto(&format!("{app}/#/new")).await.unwrap();
-    let select = element(&client, "select#workflow").await;
-    element(&client, "option[value='review.fabro']").await;
-    select.select_by_value("review.fabro").await.unwrap();
+    let (serve, _profile, client, app) = start_page(&driver, &project, "review.fabro").await;
     let text = text_of(&client, "#verdict").await;
     assert!(text.starts_with("Valid"), "{text}");
     assert!(text.contains("5 nodes"), "{text}");
@@ -295,14 +305,7 @@ async fn a_person_gives_a_run_its_inputs_model_and_provider_in_the_browser() {
         return;
     };
     let project: Project = project_with(&[("release.fabro", RELEASE)]);
-    let serve = Serve::start(&project);
-    let profile = tempfile::tempdir().unwrap();
-    let client = browser(&driver, profile.path()).await;
-    let app = format!("http://127.0.0.1:{}", serve.port);
-    client.goto(&format!("{app}/#/new")).await.unwrap();
-    let select = element(&client, "select#workflow").await;
-    element(&client, "option[value='release.fabro']").await;
-    select.select_by_value("release.fabro").await.unwrap();
+    let (serve, _profile, client, _) = start_page(&driver, &project, "release.fabro").await;
     let text = text_of(&client, "#verdict").await;
     assert!(text.starts_with("Invalid"), "without its input: {text}");
     element(&client, "textarea#inputs")

@@ -102,6 +102,16 @@ impl Llmock {
             .collect()
     }
 
+    /// The names of the tools an Anthropic request body offered, in order.
+    pub fn tool_names(body: &Value) -> Vec<String> {
+        body["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["name"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// llmock's verdict on how the client handled the faults.
     pub fn verdict(&self) -> Value {
         let text = self
