@@ -157,6 +157,15 @@ async fn element(client: &Client, css: &str) -> fantoccini::elements::Element {
         .unwrap_or_else(|e| panic!("no element `{css}`: {e}"))
 }
 
+/// The id of the run whose page the browser shows.
+async fn shown_run(client: &Client) -> String {
+    let url = client.current_url().await.unwrap();
+    url.fragment()
+        .and_then(|f| f.strip_prefix("/runs/"))
+        .expect("the run page")
+        .to_owned()
+}
+
 /// A browser on the "Start a run" page of a server for `project`, with `workflow` chosen: the
 /// server, the browser's profile (kept while it runs), the browser, and the app's address.
 async fn start_page(
@@ -193,12 +202,7 @@ async fn a_person_starts_a_run_answers_its_gate_and_reads_a_stage_in_the_browser
     // The run page: the gate node turns to waiting, and the form shows the gate's options.
     element(&client, "g[id='node:approve'][data-state='waiting']").await;
     element(&client, "g[id='node:build'][data-state='succeeded']").await;
-    let url = client.current_url().await.unwrap();
-    let id = url
-        .fragment()
-        .and_then(|f| f.strip_prefix("/runs/"))
-        .expect("the run page")
-        .to_owned();
+    let id = shown_run(&client).await;
     let form_text = text_of(&client, "form#gate-approve").await;
     assert!(form_text.contains("Ship it?"), "{form_text}");
     assert!(
@@ -335,12 +339,7 @@ async fn a_person_gives_a_run_its_inputs_model_and_provider_in_the_browser() {
     screenshot(&client, "inputs").await;
     click(&client, "#start").await;
     element(&client, "h1 .badge[data-status='succeeded']").await;
-    let url = client.current_url().await.unwrap();
-    let id = url
-        .fragment()
-        .and_then(|f| f.strip_prefix("/runs/"))
-        .expect("the run page")
-        .to_owned();
+    let id = shown_run(&client).await;
     let run = serve.run(&id);
     assert_eq!(run["settings"]["inputs"]["version"], "2.1", "{run}");
     assert_eq!(run["settings"]["model"], "my-finetune", "{run}");
