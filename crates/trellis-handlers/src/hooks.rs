@@ -2,8 +2,9 @@
 //! ([`HookSpec`]) and the runner the engine calls at each lifecycle point ([`RunHooks`]).
 //!
 //! Types: `command` (a shell command, or a program with arguments), `http` (the context sent as
-//! JSON in a POST), `prompt` (one model call that answers `{"ok": true}` or `{"ok": false, "reason": ...}`),
-//! `agent` (a session with tools that looks before it answers so: [`agent`]).
+//! JSON in a POST), `prompt` (one model call that answers `{"ok": true}` or
+//! `{"ok": false, "reason": ...}`), `agent` (a session with the built-in tools in the run's working
+//! directory and sandbox, that looks before it answers so, within `max_tool_rounds`).
 //! A hook whose `matcher` (a regular expression) matches none of the point's fields (the node id and
 //! handler type of a stage, an edge's ends, a tool's name) does not run. Blocking hooks (the decision
 //! points by default: `run_start`, `stage_start`, `edge_selected`, `pre_tool_use`, `sandbox_ready`)
@@ -14,8 +15,9 @@
 //! (`{"decision": "skip", "reason": "..."}`); any other exit, or its timeout, blocks. It runs in the
 //! run's sandbox (or unconfined with `sandbox = false`), with the secret rules of command stages,
 //! `FABRO_EVENT`, `FABRO_RUN_ID`, `FABRO_WORKFLOW`, `FABRO_NODE_ID` and `FABRO_HOOK_CONTEXT` (a JSON
-//! file with the context, which is its standard input too). HTTP, prompt and agent hooks fail open: an error, a timeout, a non-2xx answer or
-//! an answer that is not a decision proceeds. Every hook run is a `Hook.Completed` event.
+//! file with the context, which is its standard input too). HTTP, prompt and agent hooks fail open:
+//! an error, a timeout, a non-2xx answer or an answer that is not a decision proceeds. Every hook run
+//! is a `Hook.Completed` event.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
