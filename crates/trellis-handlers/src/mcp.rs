@@ -3,7 +3,8 @@
 //! (Claude Code's format: `{"mcpServers": {"NAME": {"command": ..., "args": [...], "env": {...}}}}`,
 //! or `{"type": "http", "url": ..., "headers": {...}}`) and in the user config file (Fabro's shape:
 //! `[mcp_servers.NAME]` with `type = "stdio"`, `command = [...]`, `env`, or `type = "http"`, `url`,
-//! `headers`; `startup_timeout_secs`, `tool_timeout_secs`) and in a file the workflow names
+//! `headers`, or `type = "sandbox"`, a `command` that listens on `port`, reached over HTTP;
+//! `startup_timeout_secs`, `tool_timeout_secs`) and in a file the workflow names
 //! (`mcp_servers="@servers.toml"`, either shape); for a name several give, the workflow's wins, then
 //! the project's. Skills bring servers too (see [`crate::skills`]), for the nodes naming them. A
 //! server starts (or is connected to) at the run's first agent stage that sees it (`mcp="a,b"` on the
