@@ -400,6 +400,56 @@ mod tests {
         }
     }
 
+    /// Any text, as a patch over any file: an answer or a problem, never a panic.
+    #[test]
+    fn garbage_patches_are_refused_not_panicked_on() {
+        let pieces = [
+            "*** Begin Patch",
+            "*** End Patch",
+            "*** Update File: a",
+            "*** Add File: b",
+            "*** Delete File: c",
+            "*** Move to: d",
+            "*** End of File",
+            "@@",
+            "@@ x",
+            "@@ é",
+            "+x",
+            "-x",
+            " x",
+            "",
+            "é",
+            "+",
+            "-",
+            " ",
+            "x",
+            "-é",
+            "\u{0}",
+        ];
+        let files = ["", "x", "x\n", "x\nx\n", "é\nx", "\n\n"];
+        let mut state = 0x2545_f491_u32;
+        let mut next = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state as usize % n
+        };
+        for _ in 0..20_000 {
+            let lines: Vec<&str> = (0..next(12)).map(|_| pieces[next(pieces.len())]).collect();
+            let mut text = lines.join("\n");
+            if next(2) == 0 {
+                text = format!("*** Begin Patch\n*** Update File: a\n{text}\n*** End Patch");
+            }
+            if let Ok(ops) = parse(&text) {
+                for op in ops {
+                    if let FileOp::Update { chunks, .. } = op {
+                        let _ = apply(files[next(files.len())], &chunks);
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn chunks_apply_in_order_after_their_anchors_and_tolerate_spaces() {
         let text = "def a():\n    return 1\n\ndef b():\n    return 1\n";
