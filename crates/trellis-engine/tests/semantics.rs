@@ -512,7 +512,10 @@ async fn a_pacer_is_asked_before_each_main_track_stage_and_a_parked_run_goes_on_
     // go on; no end event, no end status.
     assert_eq!(result.status, RunStatus::Running, "{:?}", result.error);
     assert_eq!(result.checkpoint.next_node(), Some("c"));
-    assert_eq!(nodes(&result), ["start", "a", "b1", "b2", "fan", "join"]);
+    // The branches run at once, and a loaded machine may end either first.
+    let mut ran = nodes(&result);
+    ran[2..4].sort_unstable();
+    assert_eq!(ran, ["start", "a", "b1", "b2", "fan", "join"]);
     assert_eq!(
         h.store.last_checkpoint().unwrap().status,
         RunStatus::Running
