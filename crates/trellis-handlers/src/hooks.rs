@@ -492,28 +492,34 @@ impl HookRun {
         trellis_process::secrets::redact(&text).into_owned()
     }
 
-    async fn command(&self, script: &str) -> Ran {
-        let context = self.context_text();
+    /// Writes `text` into the run record's hooks folder as `NNNN-<event><suffix>`, this run's
+    /// number and event: its path.
+    async fn keep(&self, suffix: &str, text: String) -> std::io::Result<PathBuf> {
         let file = self.setting.dir.join(format!(
-            "{:04}-{}.json",
+            "{:04}-{}{suffix}",
             self.number,
             self.hook.event.as_str()
         ));
-        let written = {
-            let (dir, file, text) = (self.setting.dir.clone(), file.clone(), context.into_bytes());
-            // In the run's record, which a command may have written: no link there is followed.
-            trellis_process::task::blocking(move || {
-                use trellis_process::files;
-                files::create_folders(&dir, files::record_folder_mode())?;
-                files::write_whole(&file, &text)
-            })
-            .await
+        let (dir, path) = (self.setting.dir.clone(), file.clone());
+        // In the run's record, which a command may have written: no link there is followed.
+        trellis_process::task::blocking(move || {
+            use trellis_process::files;
+            files::create_folders(&dir, files::record_folder_mode())?;
+            files::write_whole(&path, text.as_bytes())
+        })
+        .await?;
+        Ok(file)
+    }
+
+    async fn command(&self, script: &str) -> Ran {
+        let file = match self.keep(".json", self.context_text()).await {
+            Ok(file) => file,
+            Err(e) => {
+                return Ran::decided(HookDecision::Block {
+                    reason: Some(format!("cannot write the hook's context file: {e}")),
+                });
+            }
         };
-        if let Err(e) = written {
-            return Ran::decided(HookDecision::Block {
-                reason: Some(format!("cannot write the hook's context file: {e}")),
-            });
-        }
         let mut env: Vec<(String, String)> = vec![
             ("FABRO_EVENT".into(), self.hook.event.as_str().into()),
             ("FABRO_RUN_ID".into(), self.setting.run_id.clone()),

@@ -771,14 +771,13 @@ async fn start_run(
             "`dry_run` and `simulate` exclude each other",
         ));
     }
-    let asked_provider = match request.provider.as_deref() {
-        Some(name) => Some(
-            trellis_run::known_provider(name)
-                .map_err(|e| ApiError::bad_request(format!("`provider`: {e}")))?
-                .to_owned(),
-        ),
-        None => None,
-    };
+    let asked_provider = request
+        .provider
+        .as_deref()
+        .map(trellis_run::known_provider)
+        .transpose()
+        .map_err(|e| ApiError::bad_request(format!("`provider`: {e}")))?
+        .map(str::to_owned);
     let options = trellis_run::CompileOptions {
         goal: request.goal,
         model: request.model.clone(),

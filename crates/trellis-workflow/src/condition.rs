@@ -268,12 +268,8 @@ fn fabro_failure_class(
             known.push(class);
         }
     }
-    let near = known
-        .iter()
-        .map(|class| (strsim::damerau_levenshtein(word, class), *class))
-        .filter(|(distance, _)| *distance <= 3)
-        .min_by_key(|(distance, _)| *distance)
-        .map(|(_, class)| format!("did you mean `{class}`? "))
+    let near = crate::rules::closest(word, known.iter().copied())
+        .map(|class| format!("did you mean `{class}`? "))
         .unwrap_or_default();
     Err(ConditionError {
         message: format!("unknown failure class `{word}`"),

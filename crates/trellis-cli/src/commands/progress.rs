@@ -358,7 +358,7 @@ impl EventSink for Progress {
                     format!("{hook_event} {node}")
                 };
                 let reason = reason.as_deref().map(|r| format!(": {}", first_line(r)));
-                if decision != "proceed" {
+                if decision != trellis_engine::hooks::HookDecision::Proceed.as_str() {
                     self.line(&format!(
                         "  · hook {hook} at {at}: {decision}{}",
                         reason.unwrap_or_default()

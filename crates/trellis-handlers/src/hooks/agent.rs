@@ -6,7 +6,6 @@
 //! `NNNN-<event>.agent.jsonl` (one line per turn, text and tool call, known secrets redacted).
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -176,20 +175,6 @@ impl HookRun {
             let _ = writeln!(lines, "{entry}");
         }
         let text = trellis_process::secrets::redact(&lines).into_owned();
-        let (dir, file) = (
-            self.setting.dir.clone(),
-            self.setting.dir.join(format!(
-                "{:04}-{}.agent.jsonl",
-                self.number,
-                self.hook.event.as_str()
-            )),
-        );
-        // In the run's record, which a command may have written: no link there is followed.
-        let _ = trellis_process::task::blocking(move || {
-            use trellis_process::files;
-            files::create_folders(&dir, files::record_folder_mode())?;
-            files::write_whole(Path::new(&file), text.as_bytes())
-        })
-        .await;
+        let _ = self.keep(".agent.jsonl", text).await;
     }
 }

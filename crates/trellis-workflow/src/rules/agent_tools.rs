@@ -44,13 +44,12 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         for (attribute, names) in lists {
             for name in names.iter().filter(|n| !AGENT_TOOLS.contains(&n.as_str())) {
                 let span = node.attr_spans.get(attribute).copied().unwrap_or(node.span);
-                let help = match (
-                    fabros(name),
-                    rules::closest(name, AGENT_TOOLS.iter().copied()),
-                ) {
-                    (Some(instead), _) => instead.to_owned(),
-                    (None, Some(near)) => format!("did you mean `{near}`?"),
-                    (None, None) => format!("the tools are {}", AGENT_TOOLS.join(", ")),
+                let help = if name == "web_search" {
+                    NO_WEB_SEARCH.to_owned()
+                } else if let Some(near) = rules::closest(name, AGENT_TOOLS.iter().copied()) {
+                    format!("did you mean `{near}`?")
+                } else {
+                    format!("the tools are {}", AGENT_TOOLS.join(", "))
                 };
                 out.push(
                     RULE.diagnostic(
@@ -68,12 +67,6 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
     }
 }
 
-/// What Trellis's agent does instead of one of Fabro's tools it does not have.
-fn fabros(name: &str) -> Option<&'static str> {
-    Some(match name {
-        "web_search" => {
-            "this agent does not search the web: give it an MCP server that does (`mcp`); `web_fetch` fetches a page"
-        }
-        _ => return None,
-    })
-}
+/// What to use for Fabro's `web_search`, which this agent does not have.
+const NO_WEB_SEARCH: &str = "this agent does not search the web: give it an MCP server that does \
+(`mcp`); `web_fetch` fetches a page";
