@@ -1694,6 +1694,24 @@ mod tests {
             assert!(problem.contains(said), "{text}: {problem}");
         }
         assert!(!dir.path().parent().unwrap().join("escape.md").exists());
+        // A link out of the working directory leads nowhere: no add, update or delete through it.
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.txt"), "s3cret\n").unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("out")).unwrap();
+        for text in [
+            "*** Begin Patch\n*** Add File: out/new.txt\n+x\n*** End Patch",
+            "*** Begin Patch\n*** Update File: out/secret.txt\n@@\n-s3cret\n+gone\n*** End Patch",
+            "*** Begin Patch\n*** Delete File: out/secret.txt\n*** End Patch",
+            "*** Begin Patch\n*** Update File: docs/notes.md\n*** Move to: out/moved.md\n@@\n-# Notes\n+# N\n*** End Patch",
+        ] {
+            assert!(patch(text).is_err(), "{text}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(outside.path().join("secret.txt")).unwrap(),
+            "s3cret\n"
+        );
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1);
+        assert_eq!(read("docs/notes.md").unwrap(), "# Notes\n");
     }
 
     #[test]

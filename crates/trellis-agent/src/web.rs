@@ -127,3 +127,39 @@ async fn get(url: reqwest::Url) -> Result<String, String> {
         Err(format!("answered {status}\n{shown}"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Nothing but http(s) is fetched, and nothing where the node cuts the network.
+    #[tokio::test]
+    async fn other_schemes_bad_urls_and_a_cut_network_are_refused() {
+        let open = Policy::default();
+        for (url, said) in [
+            ("file:///etc/passwd", "not file:"),
+            ("ftp://example.com/x", "not ftp:"),
+            ("not a url", "is not a URL"),
+        ] {
+            let out = fetch(&json!({ "url": url }), &open).await;
+            assert!(
+                out.is_error && out.content.contains(said),
+                "{url}: {}",
+                out.content
+            );
+        }
+        let cut = Policy {
+            network_off: true,
+            ..Policy::default()
+        };
+        let out = fetch(&json!({ "url": "http://127.0.0.1:1/" }), &cut).await;
+        assert!(
+            out.is_error && out.content.contains("network=off"),
+            "{}",
+            out.content
+        );
+        assert!(fetch(&json!({ "address": "x" }), &open).await.is_error);
+    }
+}
