@@ -57,6 +57,13 @@ fn fabros_c_i_pair_validates_and_runs_with_its_inputs() {
             && text.contains("`--input language=VALUE`"),
         "{text}"
     );
+    // The report says that inputs alone would make it valid.
+    let json = p
+        .command(&["validate", "--format", "json", "c-i.fabro"])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(report["files"][0]["needs_inputs"], true, "{report}");
     // With its run file, or the input on the command line, it validates.
     let with_file = p.command(&["validate", "run-c-i.toml"]).output().unwrap();
     assert_eq!(with_file.status.code(), Some(0), "{}", stdout(&with_file));

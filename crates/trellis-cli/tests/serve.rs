@@ -893,6 +893,8 @@ fn a_run_file_under_workflows_starts_a_run_with_its_inputs_and_hooks() {
     };
     assert_eq!(entry("ci.toml")["valid"], true);
     assert_eq!(entry("ci.fabro")["valid"], false);
+    assert_eq!(entry("ci.fabro")["needs_inputs"], true, "{listed}");
+    assert_eq!(entry("escape.toml")["needs_inputs"], false, "{listed}");
     let id = serve.start_run("ci.toml");
     let run = serve.wait_for_status(&id, "succeeded");
     assert_eq!(run["settings"]["inputs"]["language"], "rust", "{run}");

@@ -147,6 +147,7 @@ fn json_output_is_one_document_with_every_diagnostic() {
         serde_json::json!({ "name": "Bad", "nodes": 3, "edges": 2 })
     );
     assert_eq!(files[0]["errors"], 1);
+    assert_eq!(files[0]["needs_inputs"], false);
     let diagnostic = &files[0]["diagnostics"][0];
     assert_eq!(diagnostic["rule"], "llm-prompt");
     assert_eq!(diagnostic["severity"], "error");

@@ -310,8 +310,14 @@ async fn a_person_gives_a_run_its_inputs_model_and_provider_in_the_browser() {
     };
     let project: Project = project_with(&[("release.fabro", RELEASE)]);
     let (serve, _profile, client, _) = start_page(&driver, &project, "release.fabro").await;
+    // The list says what the file lacks, and so does the check below it.
+    let listed = text_of(&client, "option[value='release.fabro']").await;
+    assert!(listed.ends_with("· needs inputs"), "{listed}");
     let text = text_of(&client, "#verdict").await;
-    assert!(text.starts_with("Invalid"), "without its input: {text}");
+    assert!(
+        text.starts_with("Needs inputs"),
+        "without its input: {text}"
+    );
     element(&client, "textarea#inputs")
         .await
         .send_keys("version=2.1")

@@ -653,7 +653,7 @@ async function newPage() {
   const files = workflows.ok ? workflows.body : [];
   const select = h("select", { id: "workflow" },
     h("option", { value: "" }, files.length ? "— choose a workflow file —" : "(no --workflows folder: paste a workflow below)"),
-    files.map((f) => h("option", { value: f.path }, f.path + (f.name ? " · " + f.name : "") + (f.valid ? "" : " · invalid"))));
+    files.map((f) => h("option", { value: f.path }, f.path + (f.name ? " · " + f.name : "") + (f.valid ? "" : f.needs_inputs ? " · needs inputs" : " · invalid"))));
   const source = h("textarea", { id: "source", rows: 12, placeholder: "…or paste a workflow (DOT or YAML)", spellcheck: "false" });
   const name = h("input", { type: "text", id: "name", value: "workflow.fabro" });
   const goal = h("input", { type: "text", id: "goal", placeholder: "Replace the workflow's goal (optional)" });
@@ -679,7 +679,9 @@ async function newPage() {
     if (!file) { report.replaceChildren(); return; }
     const items = (file.diagnostics || []).map((d) =>
       h("li", { class: d.severity }, `${d.severity}[${d.rule}] ${file.file}:${d.line}:${d.column}: ${d.message}` + (d.help ? `\n  help: ${d.help}` : "")));
-    const verdict = file.valid ? (file.warnings ? `Valid with ${file.warnings} warning(s).` : "Valid.") : `Invalid: ${file.errors} error(s), ${file.warnings} warning(s).`;
+    const verdict = file.valid ? (file.warnings ? `Valid with ${file.warnings} warning(s).` : "Valid.")
+      : file.needs_inputs ? `Needs inputs: give what the template(s) below name in Inputs (or Goal), ${file.errors} missing.`
+      : `Invalid: ${file.errors} error(s), ${file.warnings} warning(s).`;
     const outline = file.workflow ? ` ${file.workflow.name}: ${file.workflow.nodes} nodes, ${file.workflow.edges} edges.` : "";
     report.replaceChildren(h("div", { class: "notice" + (file.valid ? "" : " error"), id: "verdict" }, verdict + outline), h("ul", { class: "diagnostics" }, items));
   }

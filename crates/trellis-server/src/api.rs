@@ -377,6 +377,9 @@ pub struct WorkflowFile {
     pub errors: usize,
     pub warnings: usize,
     pub nodes: Option<usize>,
+    /// Every error is a template naming an input (or the goal) the file does not give: the run's
+    /// inputs or goal would make it valid.
+    pub needs_inputs: bool,
     /// Why the file could not be read.
     pub error: Option<String>,
 }
@@ -1023,6 +1026,9 @@ fn workflow_files(dir: &Path) -> Vec<WorkflowFile> {
                         valid: tally.errors == 0,
                         errors: tally.errors,
                         warnings: tally.warnings,
+                        needs_inputs: trellis_workflow::rules::template_variable::needs_inputs(
+                            &compiled.diagnostics,
+                        ),
                         error: None,
                     }
                 }
@@ -1033,6 +1039,7 @@ fn workflow_files(dir: &Path) -> Vec<WorkflowFile> {
                     valid: false,
                     errors: 1,
                     warnings: 0,
+                    needs_inputs: false,
                     error: Some(error.to_string()),
                 },
             }

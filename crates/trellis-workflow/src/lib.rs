@@ -90,6 +90,7 @@ pub fn report(file: &SourceFile, compiled: &Compiled) -> serde_json::Value {
         "valid": tally.errors == 0,
         "errors": tally.errors,
         "warnings": tally.warnings,
+        "needs_inputs": rules::template_variable::needs_inputs(&compiled.diagnostics),
         "diagnostics": compiled.diagnostics.iter().map(|d| trellis_syntax::render::to_json(file, d)).collect::<Vec<_>>(),
     })
 }

@@ -32,6 +32,16 @@ pub const RULE: Rule = Rule {
     summary: "templates name only the goal and the run's inputs ({{ inputs.NAME }}, $NAME, $goal)",
 };
 
+/// Whether a file fails only for want of inputs: it has errors, and every one is this rule's (a
+/// template naming an input, or the goal, the run does not give). Inputs or a goal would make it valid.
+pub fn needs_inputs(diagnostics: &[Diagnostic]) -> bool {
+    let mut errors = diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .peekable();
+    errors.peek().is_some() && errors.all(|d| d.code == RULE.code)
+}
+
 /// What templates may name: the workflow's goal and the run's inputs.
 #[derive(Clone, Copy)]
 pub struct Vars<'a> {
@@ -383,6 +393,17 @@ mod tests {
             &mut out,
         );
         (expanded, out.len())
+    }
+
+    #[test]
+    fn a_file_needs_inputs_only_when_every_error_is_a_template() {
+        let template = RULE.diagnostic("undefined template variable `x`", Span::default());
+        let warning = Diagnostic::new("cycles", Severity::Warning, "loop", Span::default());
+        let other = Diagnostic::new("llm-prompt", Severity::Error, "no prompt", Span::default());
+        assert!(needs_inputs(&[template.clone(), warning.clone()]));
+        assert!(!needs_inputs(&[template, other]));
+        assert!(!needs_inputs(&[warning]));
+        assert!(!needs_inputs(&[]));
     }
 
     #[test]
