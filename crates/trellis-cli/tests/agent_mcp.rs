@@ -600,4 +600,35 @@ fn a_workflow_names_its_own_servers_file() {
         text.contains("file-reference") && text.contains("nowhere.toml"),
         "{text}"
     );
+
+    // So does a server that cannot be used, in the workflow's file or in a run file: the run does
+    // not start, rather than its agent starting without the server's tools.
+    p.write(
+        "servers.toml",
+        "[mcp_servers.files]\ntype = \"sandbox\"\ncommand = [\"serve\"]\n",
+    );
+    let out = p.command(&["run", "w.fabro"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("error[mcp-server]")
+            && text.contains("servers.toml [mcp_servers.files]: a sandbox server needs `port`"),
+        "{text}"
+    );
+    p.write(
+        "run.toml",
+        "graph = \"missing.fabro\"\n[run.agent.mcps.web]\ntype = \"sandbox\"\ncommand = [\"serve\"]\nport = 70000\n",
+    );
+    let out = p.command(&["validate", "run.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("run.toml: MCP server [run.agent.mcps.web]: `port = 70000` is not a port"),
+        "{text}"
+    );
+    assert_eq!(
+        mock.bodies().len(),
+        2,
+        "no model was asked after the first run"
+    );
 }

@@ -1,12 +1,9 @@
 //! MCP servers: tools an agent gets from Model Context Protocol servers, through the official Rust
 //! SDK (`rmcp`), over stdio or Streamable HTTP. Servers are configured in the project's `.mcp.json`
-//! (Claude Code's format: `{"mcpServers": {"NAME": {"command": ..., "args": [...], "env": {...}}}}`,
-//! or `{"type": "http", "url": ..., "headers": {...}}`) and in the user config file (Fabro's shape:
-//! `[mcp_servers.NAME]` with `type = "stdio"`, `command = [...]`, `env`, or `type = "http"`, `url`,
-//! `headers`, or `type = "sandbox"`, a `command` that listens on `port`, reached over HTTP;
-//! `startup_timeout_secs`, `tool_timeout_secs`) and in a file the workflow names
-//! (`mcp_servers="@servers.toml"`, either shape); for a name several give, the workflow's wins, then
-//! the project's. Skills bring servers too (see [`crate::skills`]), for the nodes naming them. A
+//! (Claude Code's shape), in the user config file (Fabro's shape: `[mcp_servers.NAME]`), and by the
+//! workflow (`mcp_servers="@servers.toml"`, either shape, read when it compiles) and the run file;
+//! [`trellis_workflow::mcp_config`] reads both shapes. For a name several give, the workflow's wins,
+//! then the project's. Skills bring servers too (see [`crate::skills`]), for the nodes naming them. A
 //! server starts (or is connected to) at the run's first agent stage that sees it (`mcp="a,b"` on the
 //! node limits which; every configured one otherwise), is shared by the run's later agent stages,
 //! and is stopped with its whole process group when the run ends. Its tools are offered as
@@ -29,110 +26,20 @@ use async_trait::async_trait;
 use rmcp::ServiceExt as _;
 use rmcp::model::{CallToolRequestParams, ContentBlock};
 use rmcp::service::{RoleClient, RunningService};
-use serde::Deserialize;
 use serde_json::Value;
 use trellis_agent::{ExternalTools, ToolOutput};
 use trellis_llm::ToolDef;
 use trellis_process::group::{RUN_ID_VAR, kill_group};
 use trellis_process::sandbox::{Policy, Sandbox};
 use trellis_process::secrets;
-use trellis_workflow::workflow::ServersFile;
+use trellis_workflow::mcp_config;
 
-/// How long a server has to start and list its tools, unless its configuration says.
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a call may take, unless the server's configuration says.
-const TOOL_TIMEOUT: Duration = Duration::from_mins(2);
+pub use trellis_workflow::mcp_config::{Endpoint, ServerConfig, http};
 
-/// One configured server.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServerConfig {
-    pub endpoint: Endpoint,
-    pub startup_timeout: Duration,
-    pub tool_timeout: Duration,
-    /// Where it was configured, for messages.
-    pub source: String,
-}
-
-/// How a server is reached.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Endpoint {
-    /// A program (with its arguments and added variables) speaking over its standard input and
-    /// output.
-    Stdio {
-        command: Vec<String>,
-        env: BTreeMap<String, String>,
-    },
-    /// A Streamable HTTP URL, with headers sent on every request.
-    Http {
-        url: String,
-        headers: BTreeMap<String, String>,
-    },
-    /// A program started in the run's sandbox that serves Streamable HTTP on `port` of the
-    /// loopback, at `/mcp` (Fabro's `type = "sandbox"`).
-    Sandboxed {
-        command: Vec<String>,
-        env: BTreeMap<String, String>,
-        port: u16,
-    },
-}
-
-impl ServerConfig {
-    /// A server a skill brings, with the default timeouts.
-    pub fn for_skill(endpoint: Endpoint, source: String) -> Self {
-        Self {
-            endpoint,
-            startup_timeout: STARTUP_TIMEOUT,
-            tool_timeout: TOOL_TIMEOUT,
-            source,
-        }
-    }
-}
-
-/// The names of the servers configured for a run in `work_dir` of a workflow naming `workflow`'s
-/// (those that can be used).
-pub fn configured_names(work_dir: &Path, workflow: &[ServersFile]) -> Vec<String> {
+/// The names of the servers configured for a run in `work_dir` of a workflow configuring
+/// `workflow` (those that can be used).
+pub fn configured_names(work_dir: &Path, workflow: &[(String, ServerConfig)]) -> Vec<String> {
     load(work_dir, workflow).0.into_keys().collect()
-}
-
-/// `.mcp.json`: Claude Code's project file.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ProjectFile {
-    #[serde(default)]
-    mcp_servers: BTreeMap<String, ProjectServer>,
-}
-
-#[derive(Deserialize)]
-struct ProjectServer {
-    #[serde(rename = "type")]
-    kind: Option<String>,
-    command: Option<String>,
-    #[serde(default)]
-    args: Vec<String>,
-    #[serde(default)]
-    env: BTreeMap<String, String>,
-    url: Option<String>,
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
-}
-
-/// `[mcp_servers.NAME]` of the user config file (Fabro's shape).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct UserServer {
-    #[serde(rename = "type")]
-    kind: Option<String>,
-    #[serde(default)]
-    command: Vec<String>,
-    #[serde(default)]
-    env: BTreeMap<String, String>,
-    #[serde(default)]
-    url: Option<String>,
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
-    port: Option<u16>,
-    startup_timeout_secs: Option<u64>,
-    tool_timeout_secs: Option<u64>,
 }
 
 /// The servers configured for a run in `work_dir`, and the problems of those that cannot be used.
@@ -140,7 +47,7 @@ pub fn configured(
     work_dir: &Path,
     user: &BTreeMap<String, Value>,
     user_file: Option<&Path>,
-    workflow: &[ServersFile],
+    workflow: &[(String, ServerConfig)],
 ) -> (BTreeMap<String, ServerConfig>, Vec<String>) {
     let mut servers = BTreeMap::new();
     let mut problems = Vec::new();
@@ -148,32 +55,20 @@ pub fn configured(
         user_file.map_or_else(|| "the config file".to_owned(), |f| f.display().to_string());
     for (name, value) in user {
         let source = format!("{user_source} [mcp_servers.{name}]");
-        match serde_json::from_value::<UserServer>(value.clone()) {
-            Ok(server) => match user_server(server, source.clone()) {
-                Ok(config) => {
-                    servers.insert(name.clone(), config);
-                }
-                Err(problem) => problems.push(format!("{source}: {problem}")),
-            },
-            Err(e) => problems.push(format!("{source}: {e}")),
+        match mcp_config::user_server(value.clone(), source.clone()) {
+            Ok(config) => {
+                servers.insert(name.clone(), config);
+            }
+            Err(problem) => problems.push(format!("{source}: {problem}")),
         }
     }
     let project = work_dir.join(".mcp.json");
     match trellis_syntax::read_found_text(&project, work_dir) {
-        Ok(text) => match serde_json::from_str::<ProjectFile>(&text) {
-            Ok(file) => {
-                for (name, server) in file.mcp_servers {
-                    let source = format!("{} (`{name}`)", project.display());
-                    match project_server(server, source.clone()) {
-                        Ok(config) => {
-                            servers.insert(name, config);
-                        }
-                        Err(problem) => problems.push(format!("{source}: {problem}")),
-                    }
-                }
-            }
-            Err(e) => problems.push(format!("{} is not valid: {e}", project.display())),
-        },
+        Ok(text) => {
+            let read = mcp_config::read_file(&text, true, &project.display().to_string());
+            servers.extend(read.servers);
+            problems.extend(read.problems);
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => {
             // A link out of the project may be the user's own: say where such servers go.
@@ -185,152 +80,10 @@ pub fn configured(
             problems.push(format!("cannot read {}: {e}{hint}", project.display()));
         }
     }
-    // The workflow's file, then the run file's: a later one wins a name.
-    for file in workflow {
-        workflow_servers(file, &mut servers, &mut problems);
-    }
+    // The workflow's servers (checked when it compiled), then the run file's: a later one wins a
+    // name.
+    servers.extend(workflow.iter().cloned());
     (servers, problems)
-}
-
-/// A TOML servers file: the user config file's `[mcp_servers.NAME]` tables.
-#[derive(Deserialize)]
-struct TomlFile {
-    #[serde(default)]
-    mcp_servers: BTreeMap<String, toml::Value>,
-}
-
-/// The servers a workflow's `mcp_servers` names (they win over the others of the same name): JSON
-/// in `.mcp.json`'s shape, or TOML in the user config file's.
-fn workflow_servers(
-    file: &ServersFile,
-    servers: &mut BTreeMap<String, ServerConfig>,
-    problems: &mut Vec<String>,
-) {
-    let source = file.path.as_ref().map_or_else(
-        || "the workflow's mcp_servers".to_owned(),
-        |path| path.display().to_string(),
-    );
-    let json = file
-        .path
-        .as_ref()
-        .is_some_and(|p| p.extension().is_some_and(|e| e == "json"))
-        || file.text.trim_start().starts_with('{');
-    if json {
-        match serde_json::from_str::<ProjectFile>(&file.text) {
-            Ok(parsed) => {
-                for (name, server) in parsed.mcp_servers {
-                    let at = format!("{source} (`{name}`)");
-                    match project_server(server, at.clone()) {
-                        Ok(config) => {
-                            servers.insert(name, config);
-                        }
-                        Err(problem) => problems.push(format!("{at}: {problem}")),
-                    }
-                }
-            }
-            Err(e) => problems.push(format!("{source} is not valid: {e}")),
-        }
-        return;
-    }
-    match toml::from_str::<TomlFile>(&file.text) {
-        Ok(parsed) => {
-            for (name, table) in parsed.mcp_servers {
-                let at = format!("{source} [mcp_servers.{name}]");
-                let server = serde_json::to_value(table)
-                    .map_err(|e| e.to_string())
-                    .and_then(|v| {
-                        serde_json::from_value::<UserServer>(v).map_err(|e| e.to_string())
-                    })
-                    .and_then(|server| user_server(server, at.clone()));
-                match server {
-                    Ok(config) => {
-                        servers.insert(name, config);
-                    }
-                    Err(problem) => problems.push(format!("{at}: {problem}")),
-                }
-            }
-        }
-        Err(e) => problems.push(format!("{source} is not valid: {e}")),
-    }
-}
-
-fn user_server(server: UserServer, source: String) -> Result<ServerConfig, String> {
-    let endpoint = match server.kind.as_deref().unwrap_or("stdio") {
-        "stdio" if !server.command.is_empty() => Endpoint::Stdio {
-            command: server.command,
-            env: server.env,
-        },
-        "stdio" => {
-            return Err("a stdio server needs `command` (the program and its arguments)".into());
-        }
-        "http" => http(server.url, server.headers)?,
-        "sandbox" => match (server.command.is_empty(), server.port) {
-            (false, Some(port)) if port > 0 => Endpoint::Sandboxed {
-                command: server.command,
-                env: server.env,
-                port,
-            },
-            (true, _) => {
-                return Err(
-                    "a sandbox server needs `command` (the program and its arguments)".into(),
-                );
-            }
-            _ => {
-                return Err(
-                    "a sandbox server needs `port`: the port its command makes it listen on".into(),
-                );
-            }
-        },
-        other => {
-            return Err(format!(
-                "unknown server type `{other}`: use `stdio`, `http` or `sandbox`"
-            ));
-        }
-    };
-    Ok(ServerConfig {
-        endpoint,
-        startup_timeout: server
-            .startup_timeout_secs
-            .map_or(STARTUP_TIMEOUT, Duration::from_secs),
-        tool_timeout: server
-            .tool_timeout_secs
-            .map_or(TOOL_TIMEOUT, Duration::from_secs),
-        source,
-    })
-}
-
-fn project_server(server: ProjectServer, source: String) -> Result<ServerConfig, String> {
-    let endpoint = match (server.kind.as_deref(), server.command) {
-        (None | Some("stdio"), Some(command)) => Endpoint::Stdio {
-            command: std::iter::once(command).chain(server.args).collect(),
-            env: server.env,
-        },
-        // Claude Code writes `"type": "http"`; a URL alone says the same.
-        (Some("http") | None, None) if server.url.is_some() => http(server.url, server.headers)?,
-        (None | Some("stdio"), None) => return Err("a stdio server needs `command`".into()),
-        (Some("http"), Some(_)) => return Err("an http server needs `url`, not `command`".into()),
-        (Some(other), _) => {
-            return Err(format!(
-                "`{other}` servers are not supported: use stdio or http"
-            ));
-        }
-    };
-    Ok(ServerConfig::for_skill(endpoint, source))
-}
-
-/// A Streamable HTTP endpoint: an `http` or `https` URL, and headers that are valid as such.
-pub fn http(url: Option<String>, headers: BTreeMap<String, String>) -> Result<Endpoint, String> {
-    let url = url.ok_or("an http server needs `url`")?;
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(format!("`{url}` is not an http:// or https:// URL"));
-    }
-    for (name, value) in &headers {
-        reqwest::header::HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| format!("`{name}` is not a valid header name"))?;
-        reqwest::header::HeaderValue::from_str(value)
-            .map_err(|_| format!("the value of header `{name}` is not a valid header value"))?;
-    }
-    Ok(Endpoint::Http { url, headers })
 }
 
 /// A tool's name as the model sees it: `mcp__{server}__{tool}`, each part [`plain_name`].
@@ -652,7 +405,7 @@ impl Hub {
     /// configured) is passed to `warn`. `None` when no server is to be used.
     pub async fn tools(
         self: &Arc<Self>,
-        (work_dir, run_id, workflow): (&Path, &str, &[ServersFile]),
+        (work_dir, run_id, workflow): (&Path, &str, &[(String, ServerConfig)]),
         selection: Option<&[String]>,
         skill_servers: &[(String, ServerConfig)],
         warn: &(dyn Fn(String) + Sync),
@@ -762,7 +515,7 @@ impl Hub {
 /// problems of those that cannot be used (an ACP agent is handed them).
 pub(crate) fn configured_for(
     work_dir: &Path,
-    workflow: &[ServersFile],
+    workflow: &[(String, ServerConfig)],
 ) -> (BTreeMap<String, ServerConfig>, Vec<String>) {
     load(work_dir, workflow)
 }
@@ -770,7 +523,7 @@ pub(crate) fn configured_for(
 /// The servers configured for `work_dir` (the user config file's, the project's, the workflow's).
 fn load(
     work_dir: &Path,
-    workflow: &[ServersFile],
+    workflow: &[(String, ServerConfig)],
 ) -> (BTreeMap<String, ServerConfig>, Vec<String>) {
     match trellis_llm::Config::load() {
         Ok(config) => configured(
@@ -984,15 +737,13 @@ mod tests {
         .unwrap();
         let (servers, problems) = configured(dir.path(), &user, None, &[]);
         // The workflow's own file wins over both, in either shape.
-        for text in [
-            "[mcp_servers.fs]\ncommand = [\"wf\"]\n",
-            r#"{"mcpServers": {"fs": {"command": "wf"}}}"#,
+        for (text, json) in [
+            ("[mcp_servers.fs]\ncommand = [\"wf\"]\n", false),
+            (r#"{"mcpServers": {"fs": {"command": "wf"}}}"#, true),
         ] {
-            let file = ServersFile {
-                path: None,
-                text: text.into(),
-            };
-            let (again, _) = configured(dir.path(), &user, None, std::slice::from_ref(&file));
+            let file = mcp_config::read_file(text, json, "servers");
+            assert!(file.problems.is_empty(), "{:?}", file.problems);
+            let (again, _) = configured(dir.path(), &user, None, &file.servers);
             assert!(
                 matches!(&again["fs"].endpoint, Endpoint::Stdio { command, .. } if command == &["wf"]),
                 "{text}"

@@ -359,14 +359,11 @@ impl Run {
         let config = Config::load()?;
         let graph_provider = workflow.graph.provider.as_deref();
         let models = models(&config, &record, &settings, run_file, graph_provider);
-        if let Some(servers) = run_file.and_then(|f| f.mcp_servers.clone()) {
+        if let Some(file) = run_file {
             workflow
                 .graph
                 .mcp_servers
-                .push(trellis_workflow::workflow::ServersFile {
-                    path: run_file.map(|f| f.path.clone()),
-                    text: servers,
-                });
+                .extend(file.mcp_servers.iter().cloned());
         }
         let router_model = workflow
             .graph

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use trellis_handlers::hooks::HookSpec;
+use trellis_workflow::mcp_config::{self, ServerConfig};
 
 /// How bad a problem in a run file is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,8 +82,8 @@ pub struct RunFile {
     pub exclude_globs: Vec<String>,
     /// `[run.artifacts] include`.
     pub artifacts: Vec<String>,
-    /// `[run.agent.mcps.*]` and `[mcp_servers.*]`, as a servers file (`[mcp_servers.NAME]` tables).
-    pub mcp_servers: Option<String>,
+    /// `[mcp_servers.*]`, then `[run.agent.mcps.*]` (a later one wins a name).
+    pub mcp_servers: Vec<(String, trellis_workflow::mcp_config::ServerConfig)>,
     /// `[[run.hooks]]` and `[[hooks]]`.
     pub hooks: Vec<HookSpec>,
 }
@@ -720,18 +721,26 @@ impl Check<'_> {
         Ok(result)
     }
 
-    /// The MCP servers, as a servers file in the user config file's shape: `[run.agent.mcps.NAME]`
-    /// (whose `command` is a list, `script` a shell command, timeouts human durations) and
-    /// `[mcp_servers.NAME]`.
+    /// The MCP servers: `[run.agent.mcps.NAME]` (whose `command` is a list, `script` a shell
+    /// command, timeouts human durations) and `[mcp_servers.NAME]`, each read as the user config
+    /// file's `[mcp_servers.NAME]` is; one that cannot be used is an error.
     fn mcp_servers(
         &mut self,
         mcps: BTreeMap<String, toml::Value>,
         legacy: BTreeMap<String, toml::Value>,
-    ) -> Option<String> {
-        let mut servers = toml::Table::new();
-        for (name, value) in legacy.into_iter().chain(mcps) {
+    ) -> Vec<(String, ServerConfig)> {
+        let mut servers = Vec::new();
+        let tables = legacy
+            .into_iter()
+            .map(|(name, value)| (name, value, "mcp_servers"))
+            .chain(
+                mcps.into_iter()
+                    .map(|(name, v)| (name, v, "run.agent.mcps")),
+            );
+        for (name, value, table_name) in tables {
+            let at = format!("[{table_name}.{name}]");
             let Some(mut table) = value.as_table().cloned() else {
-                self.error(format!("MCP server `{name}` must be a table"));
+                self.error(format!("MCP server `{at}` must be a table"));
                 continue;
             };
             if let Some(script) = table.remove("script") {
@@ -750,7 +759,7 @@ impl Check<'_> {
                             table.insert(format!("{key}_secs"), toml::Value::Integer(secs));
                         }
                         Err(e) => self.error(format!(
-                            "MCP server `{name}`: `{key} = \"{text}\"` is not a duration: {e}"
+                            "MCP server {at}: `{key} = \"{text}\"` is not a duration: {e}"
                         )),
                     }
                 }
@@ -767,19 +776,21 @@ impl Check<'_> {
                     match self.env_value(s) {
                         Ok(resolved) => *text = resolved.into(),
                         Err(missing) => self.error(format!(
-                            "MCP server `{name}` {key} `{var}`: `{{{{ env.{missing} }}}}` names a variable that is not set"
+                            "MCP server {at} {key} `{var}`: `{{{{ env.{missing} }}}}` names a variable that is not set"
                         )),
                     }
                 }
             }
-            servers.insert(name, toml::Value::Table(table));
+            let source = format!("{} {at}", self.name);
+            let server = serde_json::to_value(table)
+                .map_err(|e| e.to_string())
+                .and_then(|value| mcp_config::user_server(value, source));
+            match server {
+                Ok(config) => servers.push((name, config)),
+                Err(problem) => self.error(format!("MCP server {at}: {problem}")),
+            }
         }
-        if servers.is_empty() {
-            return None;
-        }
-        let mut document = toml::Table::new();
-        document.insert("mcp_servers".into(), toml::Value::Table(servers));
-        Some(document.to_string())
+        servers
     }
 }
 
@@ -869,15 +880,61 @@ mod tests {
     }
 
     #[test]
-    fn mcp_servers_become_a_servers_file() {
+    fn mcp_servers_are_read_as_the_config_files_are() {
         let (file, problems) = parse(
             "[run.agent.mcps.fs]\ntype = \"stdio\"\nscript = \"serve-fs\"\nstartup_timeout = \"1m\"\n[mcp_servers.web]\ntype = \"http\"\nurl = \"https://example.com/mcp\"\n",
         );
         assert!(problems.is_empty(), "{problems:?}");
-        let servers: toml::Table = toml::from_str(&file.unwrap().mcp_servers.unwrap()).unwrap();
-        let fs = &servers["mcp_servers"]["fs"];
-        assert_eq!(fs["command"][2].as_str(), Some("serve-fs"));
-        assert_eq!(fs["startup_timeout_secs"].as_integer(), Some(60));
-        assert!(servers["mcp_servers"].get("web").is_some());
+        let servers = file.unwrap().mcp_servers;
+        let names: Vec<&str> = servers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["web", "fs"]);
+        let fs = &servers[1].1;
+        assert_eq!(
+            fs.endpoint,
+            mcp_config::Endpoint::Stdio {
+                command: vec!["sh".into(), "-c".into(), "serve-fs".into()],
+                env: BTreeMap::new(),
+            }
+        );
+        assert_eq!(fs.startup_timeout, std::time::Duration::from_mins(1));
+        assert_eq!(fs.source, "/p/runs/ci.toml [run.agent.mcps.fs]");
+    }
+
+    #[test]
+    fn an_mcp_server_that_cannot_be_used_is_an_error() {
+        for (server, problem) in [
+            (
+                "type = \"sandbox\"\ncommand = [\"pw\"]\nport = 99999",
+                "`port = 99999` is not a port (1 to 65535)",
+            ),
+            (
+                "type = \"sandbox\"\ncommand = [\"pw\"]\nport = 0",
+                "`port = 0` is not a port",
+            ),
+            ("type = \"sandbox\"\ncommand = [\"pw\"]", "needs `port`"),
+            (
+                "type = \"sandbox\"\ncommand = [\"pw\"]\nport = \"abc\"",
+                "invalid type",
+            ),
+            ("type = \"sandbox\"\nport = 3100", "needs `command`"),
+            (
+                "type = \"sse\"\nurl = \"http://x\"",
+                "unknown server type `sse`",
+            ),
+            ("comand = [\"x\"]", "unknown field `comand`"),
+            (
+                "type = \"http\"\nurl = \"ftp://x\"",
+                "is not an http:// or https:// URL",
+            ),
+        ] {
+            let (file, problems) = parse(&format!("[run.agent.mcps.pw]\n{server}\n"));
+            assert!(file.is_none(), "{server}");
+            let message = &problems[0].message;
+            assert!(
+                message.starts_with("/p/runs/ci.toml: MCP server [run.agent.mcps.pw]: ")
+                    && message.contains(problem),
+                "{server}: {message}"
+            );
+        }
     }
 }

@@ -15,6 +15,7 @@ pub mod inline;
 pub mod inputs;
 pub mod label;
 mod lower;
+pub mod mcp_config;
 pub mod node_kind;
 pub mod outcome;
 pub mod requires;

@@ -163,12 +163,8 @@ impl Lowerer<'_> {
         let model_override = self.model_override.map(str::to_owned);
         let mcp_servers = attrs
             .get("mcp_servers")
-            .and_then(|attr| {
-                file_reference::load("mcp_servers", &attr.value, self.files, self.out)
-                    .map(|(path, text)| crate::workflow::ServersFile { path, text })
-            })
-            .into_iter()
-            .collect();
+            .map(|attr| crate::rules::mcp_server::load(&attr.value, self.files, self.out))
+            .unwrap_or_default();
         let inline_skills = self
             .json_attr(attrs, "skills", crate::workflow::InlineSkill::parse_all)
             .unwrap_or_default();

@@ -93,16 +93,6 @@ impl std::ops::Index<NodeIndex> for EdgeLists {
     }
 }
 
-/// A workflow's MCP server configuration, as written: TOML with `[mcp_servers.NAME]` tables (the
-/// user config file's shape) or JSON with `mcpServers` (`.mcp.json`'s); read when a run's first agent
-/// stage starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServersFile {
-    /// The file it came from (`@path`), when it came from one.
-    pub path: Option<std::path::PathBuf>,
-    pub text: String,
-}
-
 /// A skill a workflow defines itself (SWEny's inline skills): its instructions, and the MCP server
 /// it brings (`.mcp.json`'s entry shape: `command`/`args`/`env` or `url`/`headers`).
 #[derive(Debug, Clone, PartialEq)]
@@ -188,9 +178,9 @@ pub struct GraphConfig {
     pub sandbox: crate::node_kind::SandboxPolicy,
     /// The graph's `permissions`, for agent nodes that set none.
     pub permissions: Option<crate::node_kind::Permissions>,
-    /// MCP servers for this workflow's agents (`mcp_servers="@servers.toml"`, or the text itself).
-    /// A run file's servers follow (a later file wins a name).
-    pub mcp_servers: Vec<ServersFile>,
+    /// MCP servers for this workflow's agents (`mcp_servers="@servers.toml"`, or the text itself),
+    /// in their file's order. A run file's servers follow (a later one wins a name).
+    pub mcp_servers: Vec<(String, crate::mcp_config::ServerConfig)>,
     /// Skills the workflow defines itself (SWEny's inline `skills:` map).
     pub inline_skills: Vec<InlineSkill>,
     /// Every graph attribute as text, mirrored into the run context as `graph.<key>`.

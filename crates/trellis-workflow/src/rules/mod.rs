@@ -31,6 +31,7 @@ pub mod goal_gate_retry;
 pub mod human_freeform;
 pub mod known_handler;
 pub mod llm_prompt;
+pub mod mcp_server;
 pub mod node_id;
 pub mod parallel_fan_in;
 pub mod reachability;
@@ -81,6 +82,7 @@ pub const ALL: &[&Rule] = &[
     &stylesheet_syntax::RULE,
     &stylesheet_property::RULE,
     &file_reference::RULE,
+    &mcp_server::RULE,
     &template_variable::RULE,
     &fidelity_value::RULE,
     &start_node::RULE,
