@@ -139,8 +139,10 @@ impl HookSpec {
             if self.event.is_empty() {
                 format!("`event` is required: one of {}", events.join(", "))
             } else {
+                let near = trellis_workflow::rules::closest(&self.event, events.iter().copied())
+                    .map_or_else(String::new, |near| format!("did you mean `{near}`? "));
                 format!(
-                    "unknown event `{}`: events are {}",
+                    "unknown event `{}`: {near}events are {}",
                     self.event,
                     events.join(", ")
                 )
@@ -180,8 +182,11 @@ impl HookSpec {
                 rounds: self.max_tool_rounds.unwrap_or(agent::DEFAULT_ROUNDS),
             },
             other => {
+                const TYPES: [&str; 4] = ["command", "http", "prompt", "agent"];
+                let near = trellis_workflow::rules::closest(other, TYPES)
+                    .map_or_else(String::new, |near| format!("did you mean `{near}`? "));
                 return Err(format!(
-                    "unknown hook type `{other}`: use command, http, prompt or agent"
+                    "unknown hook type `{other}`: {near}use command, http, prompt or agent"
                 ));
             }
         };
@@ -831,7 +836,10 @@ mod tests {
                 .is_ok()
         );
         let cases = [
-            ("event = \"stage_begin\"\nscript = \"x\"", "unknown event"),
+            (
+                "event = \"stage_strat\"\nscript = \"x\"",
+                "unknown event `stage_strat`: did you mean `stage_start`?",
+            ),
             ("event = \"run_start\"", "say what the hook does"),
             (
                 "event = \"run_start\"\ntype = \"http\"\nurl = \"http://x\"",
@@ -852,6 +860,10 @@ mod tests {
             (
                 "event = \"run_start\"\ntype = \"shell\"\nprompt = \"p\"",
                 "use command, http, prompt or agent",
+            ),
+            (
+                "event = \"run_start\"\ntype = \"promt\"\nprompt = \"p\"",
+                "unknown hook type `promt`: did you mean `prompt`?",
             ),
             (
                 "event = \"run_start\"\ntype = \"http\"\nurl = \"https://x\"\nheaders = { A = \"$KEY\" }",
