@@ -333,6 +333,47 @@ fn visit_limits_stop_loops() {
     assert_eq!(run.stages(), ["start", "again", "again", "again"]);
 }
 
+/// A dry run's stages succeed with canned answers, so a loop that waits on a real one would go
+/// round until the step budget: a node that sets no limit runs at most 10 times (Fabro's default).
+#[test]
+fn a_dry_run_stops_a_loop_that_waits_on_a_real_answer_at_ten_visits() {
+    let p = Project::new();
+    let looping = "test [shape=parallelogram, script=\"./run-tests.sh\"]\n fix [shape=tab, prompt=\"Fix it\"]\n start -> test\n test -> exit [condition=\"context.tests_passed=true\"]\n test -> fix\n fix -> test";
+    p.write("w.fabro", &workflow(looping));
+    let run = p.run("w.fabro", &["--dry-run"]);
+    assert_eq!(run.code(), Some(1));
+    let error = run.summary["error"].as_str().unwrap();
+    assert!(
+        error.starts_with(
+            "node `test` reached its visit limit of 10 (a dry run's limit for a node that sets none"
+        ),
+        "{error}"
+    );
+    assert_eq!(
+        run.stages().len(),
+        21,
+        "start, then test and fix ten times each"
+    );
+    // A limit the workflow sets is the limit, in a dry run too.
+    p.write(
+        "bounded.fabro",
+        &workflow(&looping.replace("start -> test", "start -> test\n graph [max_node_visits=3]")),
+    );
+    let run = p.run("bounded.fabro", &["--dry-run"]);
+    assert_eq!(
+        run.summary["error"],
+        "node `test` reached its visit limit of 3"
+    );
+    // So is an edge's: a loop that `max_iterations` bounds goes round as often as it says.
+    p.write(
+        "counted.fabro",
+        &workflow(&looping.replace("fix -> test", "fix -> test [max_iterations=15]")),
+    );
+    let run = p.run("counted.fabro", &["--dry-run"]);
+    let tests = run.stages().iter().filter(|s| *s == "test").count();
+    assert_eq!(tests, 16, "{}", run.summary);
+}
+
 #[test]
 fn max_iterations_bounds_an_edge_and_counts_survive_in_the_checkpoint() {
     let p = Project::new();

@@ -44,8 +44,17 @@ pub enum EngineError {
         outcome: StageStatus,
         tried: Vec<String>,
     },
-    #[error("node `{node}` reached its visit limit of {limit}")]
-    VisitLimit { node: String, limit: u32 },
+    #[error("node `{node}` reached its visit limit of {limit}{}", if *.dry_run_default {
+        " (a dry run's limit for a node that sets none: its stages succeed with canned answers, so a loop waiting on a real one never ends; set `max_visits` or the graph's `max_node_visits`)"
+    } else {
+        ""
+    })]
+    VisitLimit {
+        node: String,
+        limit: u32,
+        /// The limit is a dry run's default (10), not one the workflow set.
+        dry_run_default: bool,
+    },
     #[error(
         "the run executed {steps} stages without finishing, its step budget: a loop probably never ends"
     )]
@@ -133,6 +142,9 @@ pub struct Engine {
     pub(crate) recorder: Recorder,
     /// Paths left out of the files stages are recorded as touching ([`Settings::exclude_globs`]).
     pub(crate) excluded: Option<globset::GlobSet>,
+    /// In a dry run, the nodes on a loop no edge bounds ([`Workflow::on_unbounded_loop`]): those a
+    /// dry run's default visit limit applies to. Empty otherwise.
+    pub(crate) dry_run_looping: Vec<bool>,
 }
 
 /// Stage attempts finished in this process, by any run: what a stage may have changed for the ones
@@ -175,6 +187,11 @@ impl Engine {
                 services.events.clone(),
             ),
             excluded: crate::settings::glob_set(&settings.exclude_globs),
+            dry_run_looping: if settings.dry_run() {
+                workflow.on_unbounded_loop()
+            } else {
+                Vec::new()
+            },
             workflow,
             handlers,
             services,

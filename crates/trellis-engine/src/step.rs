@@ -36,6 +36,11 @@ pub(crate) enum Next {
     Park,
 }
 
+/// How often a node on a loop no edge bounds may run in a dry run when neither it (`max_visits`)
+/// nor the graph (`max_node_visits`) says: its stages succeed with canned answers, so a loop that
+/// waits for a real one would go round until the step budget.
+pub(crate) const DRY_RUN_VISITS: u32 = 10;
+
 impl Engine {
     /// Steps along `track` until it ends, waits, or reaches `stop_at` (a branch's fan-in). `path` names
     /// the track in the checkpoint (empty for the main run, branch ids below it).
@@ -155,12 +160,13 @@ impl Engine {
             });
         }
         let visit = track.visits.get(node.id.as_str()).copied().unwrap_or(0) + 1;
-        if let Some(limit) = self.visit_limit(index)
+        if let Some((limit, dry_run_default)) = self.visit_limit(index)
             && visit > limit
         {
             return Err(EngineError::VisitLimit {
                 node: node.id.clone(),
                 limit,
+                dry_run_default,
             });
         }
         context.set(keys::CURRENT_NODE, node.id.clone());
@@ -325,12 +331,22 @@ impl Engine {
         }
     }
 
-    /// A node's visit limit: its own `max_visits`, else the graph's `max_node_visits`.
-    fn visit_limit(&self, index: NodeIndex) -> Option<u32> {
-        self.workflow.nodes[index]
+    /// A node's visit limit: its own `max_visits`, else the graph's `max_node_visits`, else in a dry
+    /// run, on a loop no edge bounds, [`DRY_RUN_VISITS`] (Fabro's); and whether it is that default.
+    fn visit_limit(&self, index: NodeIndex) -> Option<(u32, bool)> {
+        let set = self.workflow.nodes[index]
             .common
             .max_visits
-            .or(self.workflow.graph.max_node_visits)
+            .or(self.workflow.graph.max_node_visits);
+        match set {
+            Some(limit) => Some((limit, false)),
+            None => self
+                .dry_run_looping
+                .get(index)
+                .copied()
+                .unwrap_or(false)
+                .then_some((DRY_RUN_VISITS, true)),
+        }
     }
 
     /// The goal gate that is not met, if any: the next node of its retry-target chain, or an error when
@@ -380,7 +396,8 @@ impl Engine {
                     .get(self.workflow.nodes[target].id.as_str())
                     .copied()
                     .unwrap_or(0);
-                self.visit_limit(target).is_none_or(|limit| visits < limit)
+                self.visit_limit(target)
+                    .is_none_or(|(limit, _)| visits < limit)
             })
     }
 

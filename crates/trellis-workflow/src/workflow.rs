@@ -542,6 +542,24 @@ impl Workflow {
         seen
     }
 
+    /// For each node, whether it is on a loop no edge bounds: a cycle none of whose edges has
+    /// `max_iterations` (a self-loop without it included).
+    pub fn on_unbounded_loop(&self) -> Vec<bool> {
+        let unbounded = |e: &Edge| e.max_iterations.is_none();
+        let mut on = vec![false; self.nodes.len()];
+        for component in self.strongly_connected_components(unbounded) {
+            if component.len() > 1 {
+                for n in component {
+                    on[n] = true;
+                }
+            }
+        }
+        for edge in self.edges.iter().filter(|e| e.from == e.to && unbounded(e)) {
+            on[edge.from] = true;
+        }
+        on
+    }
+
     /// Strongly connected components over the edges `keep` accepts (Tarjan's algorithm, iterative so
     /// deep graphs cannot overflow the stack). Components come in reverse topological order.
     pub fn strongly_connected_components(
