@@ -360,6 +360,56 @@ fn rate_limits_are_retried_and_reported_as_events() {
     assert!(retrying[0]["delay_ms"].as_u64().unwrap() >= 200);
 }
 
+/// A stream that breaks after the answer began is not the client's to retry (its text was shown):
+/// the agent asks the same turn again, with the same conversation, up to three times.
+#[test]
+fn a_turn_whose_stream_breaks_part_way_is_asked_again_with_the_same_conversation() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write(
+        "w.fabro",
+        &workflow("fix [prompt=\"Tell me a long story about a river\", model=\"sonnet\", max_retries=0]\n start -> fix -> exit"),
+    );
+    let story = "Once upon a time a river ran down from the hills, past the mill and the bridge, "
+        .repeat(4);
+    // The first answer breaks after six chunks; the turn asked again gets the second.
+    mock.scenario(&json!([
+        { "type": "reply", "text": story, "times": 1 },
+        { "type": "stream_fault", "kind": "disconnect", "after_chunks": 6, "times": 1 },
+        { "type": "reply", "text": "A river ran.", "times": 1 },
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 2);
+    assert_eq!(bodies[0], bodies[1], "the turn was asked again as it was");
+    let retrying = run.events_named("ModelCallRetrying");
+    assert_eq!(retrying.len(), 1, "{retrying:?}");
+    assert_eq!(retrying[0]["kind"], "network");
+    assert_eq!(retrying[0]["attempt"], 2);
+    assert!(
+        retrying[0]["error"]
+            .as_str()
+            .unwrap()
+            .ends_with("(after part of the answer had streamed)"),
+        "{retrying:?}"
+    );
+    assert_eq!(run.context("response.fix"), "A river ran.");
+
+    // A stream that keeps breaking fails the stage after three turn retries, as a transient
+    // failure (the edge then leads on).
+    mock.reset();
+    mock.scenario(&json!([
+        { "type": "reply", "text": story, "times": 4 },
+        { "type": "stream_fault", "kind": "disconnect", "after_chunks": 6, "times": 4 },
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.events_named("StageFailed").len(), 1);
+    assert_eq!(mock.bodies().len(), 4);
+    assert_eq!(run.events_named("ModelCallRetrying").len(), 3);
+    assert_eq!(run.context("failure_class"), "transient");
+}
+
 #[test]
 fn provider_errors_fail_the_stage_clearly_without_the_key() {
     let Some(mock) = Llmock::start() else { return };

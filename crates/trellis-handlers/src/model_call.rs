@@ -101,17 +101,27 @@ impl<'a> ModelCall<'a> {
         )
     }
 
-    /// One call, retried by the client on transient errors; each call is reported as events. When
-    /// the provider still fails, the run's fallback models (`[run.model] fallbacks`) are tried in
-    /// order, and the one that answers serves the rest of the stage.
+    /// One call, retried by the client on transient errors; each call is reported as events. A
+    /// stream that broke after its answer began is asked again, the same turn with the same
+    /// conversation, up to [`trellis_llm::TURN_RETRIES`] times. When the provider still fails, the
+    /// run's fallback models (`[run.model] fallbacks`) are tried in order, and the one that answers
+    /// serves the rest of the stage.
     pub async fn ask(&mut self, request: &Request) -> Result<Response, Box<Outcome>> {
         self.turns += 1;
         let mut fallbacks: Option<std::vec::IntoIter<ResolvedModel>> = None;
+        let mut turn_retries = 0;
         loop {
             let error = match self.call(request).await {
                 Ok(response) => return Ok(response),
                 Err(error) => error,
             };
+            if let Some(wait) = self.client.retry.turn_delay(&error, turn_retries + 1) {
+                turn_retries += 1;
+                self.emitter
+                    .emit(Some(self.node_id), retrying(&error, turn_retries + 1, wait));
+                tokio::time::sleep(wait).await;
+                continue;
+            }
             if !error.kind.retryable() {
                 return Err(Box::new(failure(&error)));
             }
@@ -157,17 +167,7 @@ impl<'a> ModelCall<'a> {
                         emitter.emit(node, EventKind::ModelTextDelta { text });
                     }
                 },
-                &|error, attempt, wait| {
-                    emitter.emit(
-                        node,
-                        EventKind::ModelCallRetrying {
-                            error: error.to_string(),
-                            kind: error.kind.as_str().to_owned(),
-                            attempt,
-                            delay_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                        },
-                    );
-                },
+                &|error, attempt, wait| emitter.emit(node, retrying(error, attempt, wait)),
             )
             .await;
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -317,16 +317,28 @@ pub fn token_usage(usage: Usage) -> TokenUsage {
 }
 
 /// The stage outcome for a failed model call. A missing or rejected key is a setup problem that stops
-/// the run: every later model stage would fail the same way.
+/// the run: every later model stage would fail the same way. A transient error is transient even
+/// when the stream broke after output began (its turn retries spent): the stage may be run again.
 pub fn failure(error: &LlmError) -> Outcome {
     let class = if matches!(error.kind, ErrorKind::Configuration | ErrorKind::Auth) {
         FailureClass::Configuration
     } else if error.kind == ErrorKind::ContextLength {
         FailureClass::BudgetExhausted
-    } else if error.retryable() {
+    } else if error.kind.retryable() {
         FailureClass::Transient
     } else {
         FailureClass::StageFailed
     };
     Outcome::failed(class, error.to_string())
+}
+
+/// The event of a call about to be made again: attempt `attempt` of the call (the client's
+/// retries) or of the turn (a stream that broke after output), after `wait`.
+fn retrying(error: &LlmError, attempt: u32, wait: std::time::Duration) -> EventKind {
+    EventKind::ModelCallRetrying {
+        error: error.to_string(),
+        kind: error.kind.as_str().to_owned(),
+        attempt,
+        delay_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+    }
 }

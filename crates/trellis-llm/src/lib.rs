@@ -28,4 +28,4 @@ pub use message::{
     StreamEvent, ToolCall, ToolChoice, ToolDef, ToolResult, Usage,
 };
 pub use provider::{OnEvent, Provider};
-pub use retry::{MAX_RETRY_AFTER, RetryPolicy};
+pub use retry::{MAX_RETRY_AFTER, RetryPolicy, TURN_RETRIES};

@@ -1,5 +1,7 @@
 //! Retries of one model call: exponential backoff with jitter, at least as long as the provider's
-//! `Retry-After`, only for retryable errors and never once output has streamed.
+//! `Retry-After`, only for retryable errors and never once output has streamed. A call whose stream
+//! broke after output began is the caller's to ask again (a turn retry, [`RetryPolicy::turn_delay`]):
+//! what it streamed has already been shown.
 
 use std::time::Duration;
 
@@ -32,7 +34,18 @@ impl Default for RetryPolicy {
     }
 }
 
+/// How often one turn is asked again after its stream broke part-way (Fabro's turn-level retries).
+pub const TURN_RETRIES: u32 = 3;
+
 impl RetryPolicy {
+    /// The wait before turn retry `retry` (1 for the first) after `error`, or `None` when the error
+    /// is not a stream that broke after output began (a transient kind, with `partial_output`), or
+    /// the [`TURN_RETRIES`] are spent.
+    pub fn turn_delay(&self, error: &LlmError, retry: u32) -> Option<Duration> {
+        (error.partial_output && error.kind.retryable() && retry <= TURN_RETRIES)
+            .then(|| self.backoff.delay(retry, fastrand::f64()))
+    }
+
     /// The wait before attempt `next` (2 for the first retry), or `None` when the error must not be
     /// retried or the attempts are spent.
     pub fn delay(&self, error: &LlmError, next: u32) -> Option<Duration> {
@@ -72,6 +85,20 @@ mod tests {
         let mut e = error(ErrorKind::RateLimit);
         e.retry_after = Some(Duration::from_secs(7));
         assert!(RetryPolicy::default().delay(&e, 2).unwrap() >= Duration::from_secs(7));
+    }
+
+    #[test]
+    fn only_a_stream_broken_after_output_is_a_turn_retry_and_only_three_times() {
+        let policy = RetryPolicy::default();
+        let mut broken = error(ErrorKind::Network);
+        assert_eq!(policy.turn_delay(&broken, 1), None, "no output yet");
+        broken.partial_output = true;
+        assert!(policy.turn_delay(&broken, 1).unwrap() <= Duration::from_secs(1));
+        assert!(policy.turn_delay(&broken, TURN_RETRIES).is_some());
+        assert_eq!(policy.turn_delay(&broken, TURN_RETRIES + 1), None);
+        let mut refused = error(ErrorKind::BadRequest);
+        refused.partial_output = true;
+        assert_eq!(policy.turn_delay(&refused, 1), None);
     }
 
     #[test]
