@@ -669,3 +669,90 @@ fn kill_campaign(stages: usize, extra: &str, trials: u32, delay_ms: std::ops::Ra
         nodes.len()
     );
 }
+
+/// What a run changed is its diff from start to end, in paths as its stages name them, without
+/// the run's own record. Trellis reads the repository through a store of its own: a `.git/config`
+/// a stage wrote (a file-system monitor, a filter) runs nothing outside the stage's sandbox, and
+/// the user's index is left as it was.
+#[test]
+fn a_run_shows_what_it_changed_and_a_planted_git_config_runs_nothing() {
+    let p = Project::new();
+    let root = p.path();
+    p.write("a.txt", "one\ntwo\n");
+    p.write("old.txt", "gone\n");
+    run_support::git(root, &["init", "-q"]);
+    run_support::git(root, &["add", "a.txt", "old.txt"]);
+    run_support::git(root, &["commit", "-qm", "start"]);
+    let planted = root.join("planted");
+    let edit = format!(
+        "printf 'one\\\\nTWO\\\\nthree\\\\n' > a.txt && rm old.txt && echo new > new.txt && printf '[core]\\\\n\\\\tfsmonitor = touch {0}-monitor\\\\n[filter \\\"x\\\"]\\\\n\\\\tclean = touch {0}-filter; cat\\\\n' >> .git/config && echo '*.txt filter=x' > .gitattributes",
+        planted.display()
+    );
+    p.write(
+        "w.fabro",
+        &workflow(&format!(
+            "edit [shape=parallelogram, script=\"{edit}\"]\n start -> edit -> exit"
+        )),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let id = run.summary["run_id"].as_str().unwrap().to_owned();
+    let out = p.command(&["show", &id, "--changes"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let diff = String::from_utf8_lossy(&out.stdout);
+    for expected in [
+        "diff --git a/a.txt b/a.txt",
+        "-two\n+TWO\n+three\n",
+        "diff --git a/new.txt b/new.txt\nnew file mode 100644",
+        "diff --git a/old.txt b/old.txt\ndeleted file mode 100644",
+        "+*.txt filter=x",
+    ] {
+        assert!(diff.contains(expected), "{expected:?} in\n{diff}");
+    }
+    assert!(
+        !diff.contains("runs/"),
+        "the run's record is not a change:\n{diff}"
+    );
+    for hook in ["monitor", "filter"] {
+        assert!(
+            !root.join(format!("planted-{hook}")).exists(),
+            "the planted {hook} ran"
+        );
+    }
+    let staged = std::process::Command::new("git")
+        .args([
+            "-c",
+            "core.fsmonitor=false",
+            "diff",
+            "--cached",
+            "--name-only",
+        ])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&staged.stdout),
+        "",
+        "the user's index is as it was"
+    );
+
+    // Outside git there is nothing to show, and the command says why.
+    let elsewhere = Project::new();
+    elsewhere.write("w.fabro", &workflow("start -> exit"));
+    let run = elsewhere.run("w.fabro", &[]);
+    let id = run.summary["run_id"].as_str().unwrap().to_owned();
+    let out = elsewhere
+        .command(&["show", &id, "--changes"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not in a git repository"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

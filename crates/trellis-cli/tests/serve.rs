@@ -972,3 +972,55 @@ fn a_server_whose_watcher_has_gone_lets_its_finished_runs_go() {
     // And it still serves.
     assert_eq!(server.get("/api/runs").status, 200);
 }
+
+const EDITS: &str = r#"digraph edits {
+    start [shape=Mdiamond]
+    edit [shape=parallelogram, script="printf 'one\nTWO\n' > notes.txt && echo new > added.txt"]
+    exit [shape=Msquare]
+    start -> edit -> exit
+}
+"#;
+
+#[test]
+fn a_runs_changes_are_its_files_and_diff_and_outside_git_a_conflict_that_says_why() {
+    let project = project_with(&[("edits.fabro", EDITS)]);
+    let serve = Serve::start(&project);
+    // Not a repository yet: the run records why there is nothing to show.
+    let id = serve.start_run("edits.fabro");
+    serve.wait_for_status(&id, "succeeded");
+    let none = serve.get(&format!("/api/runs/{id}/changes"));
+    assert_eq!(none.status, 409, "{}", none.text());
+    assert!(
+        none.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("not in a git repository"),
+        "{}",
+        none.text()
+    );
+    // The first run's file is gone before the second starts: the second adds it again.
+    std::fs::remove_file(project.path().join("added.txt")).unwrap();
+    project.write("notes.txt", "one\ntwo\n");
+    run_support::git(project.path(), &["init", "-q"]);
+    run_support::git(project.path(), &["add", "notes.txt"]);
+    run_support::git(project.path(), &["commit", "-qm", "notes"]);
+    let id = serve.start_run("edits.fabro");
+    serve.wait_for_status(&id, "succeeded");
+    let changes = serve.get(&format!("/api/runs/{id}/changes"));
+    assert_eq!(changes.status, 200, "{}", changes.text());
+    let changes = changes.json();
+    assert_eq!(
+        changes["files"],
+        json!([
+            { "path": "added.txt", "added": 1, "removed": 0 },
+            { "path": "notes.txt", "added": 1, "removed": 1 },
+        ]),
+        "{changes}"
+    );
+    assert_eq!(changes["live"], false);
+    assert!(
+        changes["diff"].as_str().unwrap().contains("-two\n+TWO\n"),
+        "{changes}"
+    );
+    assert_eq!(serve.get("/api/runs/NOSUCHRUN/changes").status, 404);
+}

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use run_support::{Project, Run, checkpoint_of, wait_for};
+use run_support::{Project, Run, checkpoint_of, git, wait_for};
 use serde_json::Value;
 use trellis_test::TemporalServer;
 
@@ -493,22 +493,6 @@ fn a_killed_worker_loses_only_the_stage_it_was_running_and_another_worker_finish
         ]
     );
     assert_eq!(checkpoint_of(&record)["status"], "succeeded");
-}
-
-/// `git args` in `dir`, which must succeed; its standard output.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let output = std::process::Command::new("git")
-        .args(["-c", "user.name=Test", "-c", "user.email=test@localhost"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// A run kept on git: each worker works in a checkout of its own, as on machines that share no

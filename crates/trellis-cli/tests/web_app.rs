@@ -617,3 +617,49 @@ async fn a_person_watches_output_live_steers_an_agent_and_cancels_a_run() {
 
     client.close().await.unwrap();
 }
+
+const EDITS: &str = r#"digraph edits {
+    start [shape=Mdiamond]
+    edit [shape=parallelogram, script="printf 'one\nTWO\n' > notes.txt && echo new > added.txt"]
+    exit [shape=Msquare]
+    start -> edit -> exit
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_person_reads_what_a_run_changed_on_its_page() {
+    let Some(driver) = Driver::start() else {
+        return;
+    };
+    let project: Project = project_with(&[("edits.fabro", EDITS)]);
+    project.write("notes.txt", "one\ntwo\n");
+    for args in [
+        &["init", "-q"][..],
+        &["add", "notes.txt"],
+        &["commit", "-qm", "notes"],
+    ] {
+        run_support::git(project.path(), args);
+    }
+    let serve = Serve::start(&project);
+    let id = serve.start_run("edits.fabro");
+    serve.wait_for_status(&id, "succeeded");
+    let profile = tempfile::tempdir().unwrap();
+    let client = browser(&driver, profile.path()).await;
+    let app = format!("http://127.0.0.1:{}", serve.port);
+    client.goto(&format!("{app}/#/runs/{id}")).await.unwrap();
+    element(&client, "h1 .badge[data-status='succeeded']").await;
+    click(&client, "#changes summary").await;
+    let summary = text_of(&client, "#changes-summary").await;
+    assert_eq!(summary, "2 file(s) changed");
+    let files = text_of(&client, ".changed-files").await;
+    assert!(
+        files.contains("added.txt +1 −0") && files.contains("notes.txt +1 −1"),
+        "{files}"
+    );
+    let diff = text_of(&client, "#changes-diff").await;
+    assert!(diff.contains("-two\n+TWO"), "{diff}");
+    let added = text_of(&client, "#changes-diff .added").await;
+    assert_eq!(added, "+new");
+    screenshot(&client, "changes").await;
+    client.close().await.unwrap();
+}

@@ -8,6 +8,7 @@
 //! same functions. What the caller decides: who answers human gates, who else hears the events, and how
 //! diagnostics and results are shown.
 
+pub mod changes;
 mod prepare;
 mod run;
 mod steer;

@@ -498,7 +498,16 @@ impl Run {
             hooks,
             _owner: owner,
         } = self;
-        // Nothing ran yet (a new run, or one stopped before its first stage): prepare first.
+        let work_dir = engine.settings.work_dir.clone();
+        // Nothing ran yet (a new run, or one stopped before its first stage): the working tree as
+        // it starts, then the prepare steps.
+        if checkpoint.stage_count == 0 {
+            let (root, work_dir) = (record.root().to_path_buf(), work_dir.clone());
+            blocking(move || {
+                crate::changes::record(&root, &work_dir, crate::changes::Moment::Start);
+            })
+            .await;
+        }
         let prepared = if checkpoint.stage_count == 0 && !prepare.is_empty() {
             crate::prepare::run(&prepare, &engine, &record, &sandbox, stop.token()).await
         } else {
@@ -538,6 +547,10 @@ impl Run {
             // When the run stopped: finished, cancelled or interrupted (a run waiting for input
             // or parked between two stages has not ended; resuming clears it).
             let ongoing = matches!(status, RunStatus::WaitingForInput | RunStatus::Running);
+            if !ongoing {
+                let end = crate::changes::Moment::End;
+                crate::changes::record(finished_record.root(), &work_dir, end);
+            }
             meta.ended_at = (!ongoing).then(trellis_engine::engine::timestamp);
             finished_record.write_meta(&meta)
         });
@@ -742,6 +755,7 @@ impl Resumable {
             meta.status = RunStatus::Running;
             meta.ended_at = None;
             record.write_meta(&meta)?;
+            crate::changes::reopened(record.root());
         }
         let run_file = recorded_run_file(&record, &meta)?;
         Ok(Self {

@@ -265,10 +265,36 @@ async function runPage(id) {
   const timeline = h("ul", { class: "timeline", id: "timeline" });
   const stage = h("div", { class: "panel", id: "stage" }, h("span", { class: "muted" }, "Click a node or a stage to see its prompt, response, output and status."));
   const context = h("dl", { class: "kv" });
+  const changesBody = h("div", {}, h("span", { class: "muted" }, "Loading…"));
+  const changes = h("details", { class: "panel", id: "changes", ontoggle: () => { if (changes.open) loadChanges(); } },
+    h("summary", {}, "What the run changed in its working directory"), changesBody);
   show(title, notice, gateBox,
     h("div", { class: "run-layout" },
       h("div", {}, graph, legend, h("h2", {}, "Context"), h("div", { class: "panel" }, context)),
-      h("div", {}, h("h2", {}, "Timeline"), h("div", { class: "panel" }, timeline), h("h2", {}, "Stage"), stage)));
+      h("div", {}, h("h2", {}, "Timeline"), h("div", { class: "panel" }, timeline), h("h2", {}, "Stage"), stage,
+        h("h2", {}, "Files changed"), changes)));
+
+  /// The run's changes (from its start to its end, or to now): the files, then the diff.
+  async function loadChanges() {
+    const answer = await api("/api/runs/" + encodeURIComponent(id) + "/changes");
+    if (!answer.ok) {
+      changesBody.replaceChildren(h("span", { class: "muted", id: "changes-none" }, answer.body.error || "no changes recorded"));
+      return;
+    }
+    const c = answer.body;
+    const count = (n) => (n === null || n === undefined ? "binary" : String(n));
+    const files = c.files.map((f) => h("li", {}, h("code", {}, f.path), " ",
+      h("span", { class: "added" }, "+" + count(f.added)), " ", h("span", { class: "removed" }, "−" + count(f.removed))));
+    const lines = c.diff.split("\n").map((line) => h("span", {
+      class: line.startsWith("+") && !line.startsWith("+++") ? "added"
+        : line.startsWith("-") && !line.startsWith("---") ? "removed"
+          : line.startsWith("@@") ? "hunk" : "",
+    }, line + "\n"));
+    changesBody.replaceChildren(
+      h("div", { id: "changes-summary" }, c.files.length ? `${c.files.length} file(s) changed` + (c.live ? " so far" : "") + (c.truncated ? "; the diff is cut" : "") : "No file changed" + (c.live ? " so far." : ".")),
+      h("ul", { class: "changed-files" }, files),
+      c.diff ? h("pre", { class: "diff", id: "changes-diff" }, lines) : null);
+  }
 
   const state = { run: null, nodes: {}, edges: new Set(), stages: [], lastSeq: 0, source: null, selected: null };
 
@@ -399,6 +425,7 @@ async function runPage(id) {
           : event.event === "WorkflowRunCancelled" ? "cancelled"
             : event.status === "interrupted" ? "interrupted" : "failed";
         settle(ended);
+        if (changes.open) loadChanges();
         break;
       }
     }

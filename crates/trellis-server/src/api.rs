@@ -407,6 +407,7 @@ pub fn router(server: Arc<Server>) -> (axum::Router, utoipa::openapi::OpenApi) {
         .routes(routes!(answer))
         .routes(routes!(cancel))
         .routes(routes!(steer))
+        .routes(routes!(changes))
         .routes(routes!(resume))
         .routes(routes!(validate))
         .routes(routes!(workflows))
@@ -970,6 +971,27 @@ async fn steer(
             stage: sent.dir,
         }),
     ))
+}
+
+/// What the run changed in its working directory: the files with their lines added and removed,
+/// and the unified diff, from its start to its end (or to now while it runs). Only for runs in a
+/// git repository.
+#[utoipa::path(get, path = "/api/runs/{id}/changes", params(("id" = String, Path, description = "The run id")),
+    responses((status = 200, body = trellis_run::changes::Changes),
+        (status = 404, description = "No such run"),
+        (status = 409, description = "The run recorded no changes (not in a git repository, or started before they were recorded); the error says why")))]
+async fn changes(
+    State(server): State<Arc<Server>>,
+    UrlPath(id): UrlPath<String>,
+) -> Result<Json<trellis_run::changes::Changes>, ApiError> {
+    blocking(move || {
+        let record = server.record(&id)?;
+        let meta = record.meta().map_err(ApiError::internal)?;
+        trellis_run::changes::read(record.root(), &meta.settings.work_dir)
+            .map(Json)
+            .map_err(|why| ApiError::Status(StatusCode::CONFLICT, why))
+    })
+    .await
 }
 
 /// Resumes a stopped run from its last checkpoint.

@@ -34,6 +34,10 @@ pub struct ShowArgs {
     /// Print the run as JSON.
     #[arg(long)]
     json: bool,
+    /// Print what the run changed in its working directory, as a unified diff (from its start to
+    /// its end, or to now while it runs; in a git repository).
+    #[arg(long, conflicts_with = "json")]
+    changes: bool,
 }
 
 #[derive(clap::Args)]
@@ -139,6 +143,18 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
     let record = RunDir::open(&args.run, &runs_dir)?;
     let mut meta = record.meta()?;
     meta.status = record.status(&meta);
+    if args.changes {
+        let changes = trellis_run::changes::read(record.root(), &meta.settings.work_dir)
+            .map_err(|why| anyhow::anyhow!("no changes to show for run {}: {why}", meta.run_id))?;
+        print!("{}", changes.diff);
+        if changes.truncated {
+            trellis_process::note!(
+                "(the diff is cut at {} bytes)",
+                trellis_run::changes::MAX_DIFF_BYTES
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let checkpoint = record.checkpoint().ok();
     if args.json {
         println!(

@@ -1,0 +1,309 @@
+//! What a run changed in its working directory (Fabro's "Files Changed"): the working tree as it
+//! was when the run started and when it ended, as git trees, and the diff between them (or between
+//! the start and now, while the run goes on).
+//!
+//! Only in a git repository. The user's repository is only read: its objects (as an alternate of a
+//! store of the run's own, `changes/git` in the run record) and its index (copied, so only the files
+//! whose size or time changed are read again). Every `git` call runs with that store as its git
+//! directory and its own empty configuration, so nothing the run's commands wrote into the working
+//! directory — a `.git/config` naming a file-system monitor or a filter, hooks, `.git/info`
+//! attributes — runs a program outside their sandbox. The runs directory is never part of the tree.
+//! Everything here blocks: call it on the blocking pool.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "blocking by design: callers run it on the blocking pool"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The diff is cut at this many bytes.
+pub const MAX_DIFF_BYTES: usize = 1024 * 1024;
+
+/// A run's changes, as `trellis show --changes` and the API show them.
+#[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+pub struct Changes {
+    /// The files changed, in path order, with the lines added and removed (`None` for a binary
+    /// file).
+    pub files: Vec<ChangedFile>,
+    /// The unified diff (`git diff` format), cut at [`MAX_DIFF_BYTES`].
+    pub diff: String,
+    /// The diff was cut.
+    pub truncated: bool,
+    /// The run has not ended: the diff is to the working tree as it is now.
+    pub live: bool,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
+pub struct ChangedFile {
+    /// Relative to the run's working directory.
+    pub path: String,
+    pub added: Option<u64>,
+    pub removed: Option<u64>,
+}
+
+/// Where a run's change record lives in its run directory.
+fn store(run_root: &Path) -> PathBuf {
+    run_root.join("changes")
+}
+
+/// The repository the working directory is in: its top directory and its git directory (a `.git`
+/// directory, or the one a `.git` file names, as a linked worktree's does).
+fn repository(work_dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    let work_dir = std::fs::canonicalize(work_dir).ok()?;
+    work_dir.ancestors().find_map(|dir| {
+        let dot_git = dir.join(".git");
+        if dot_git.is_dir() {
+            return Some((dir.to_path_buf(), dot_git));
+        }
+        let text = std::fs::read_to_string(&dot_git).ok()?;
+        let named = text.strip_prefix("gitdir:")?.trim();
+        Some((dir.to_path_buf(), dir.join(named)))
+    })
+}
+
+/// The object directory of a git directory (a linked worktree's is its main repository's).
+fn objects_of(git_dir: &Path) -> PathBuf {
+    let common = std::fs::read_to_string(git_dir.join("commondir"))
+        .map_or_else(|_| git_dir.to_path_buf(), |c| git_dir.join(c.trim()));
+    common.join("objects")
+}
+
+/// The run's view of the repository: the store, the working tree and the paths a snapshot covers.
+struct View {
+    git_dir: PathBuf,
+    top: PathBuf,
+    /// The working directory relative to the top (`.` at the top).
+    pathspec: Vec<String>,
+}
+
+impl View {
+    /// `--relative` to the working directory: paths in a diff are as the run's stages name them.
+    fn relative(&self) -> String {
+        match self.pathspec[0].as_str() {
+            "." => "--relative".to_owned(),
+            dir => format!("--relative={dir}/"),
+        }
+    }
+}
+
+impl View {
+    fn git(&self, index: &Path) -> Command {
+        let mut command = Command::new("git");
+        command
+            .arg("--git-dir")
+            .arg(&self.git_dir)
+            .arg("--work-tree")
+            .arg(&self.top)
+            .args(["-c", "core.fsmonitor=false"])
+            .args(["-c", "core.hooksPath=/dev/null"])
+            .args(["-c", "core.autocrlf=false"])
+            .current_dir(&self.top)
+            .env("GIT_INDEX_FILE", index)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE")
+            .env_remove("GIT_OBJECT_DIRECTORY")
+            .env_remove("GIT_ALTERNATE_OBJECT_DIRECTORIES")
+            .stdin(std::process::Stdio::null());
+        command
+    }
+
+    fn run(&self, index: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
+        let output = self
+            .git(index)
+            .args(args)
+            .output()
+            .map_err(|e| format!("cannot run git: {e}"))?;
+        if output.status.success() {
+            Ok(output.stdout)
+        } else {
+            Err(format!(
+                "git {} failed: {}",
+                args.first().unwrap_or(&""),
+                String::from_utf8_lossy(&output.stderr).trim()
+            ))
+        }
+    }
+
+    /// The working tree (within the pathspec) as a tree in the store, through `index`.
+    fn snapshot(&self, index: &Path) -> Result<String, String> {
+        let mut args = vec!["add", "-A", "--ignore-errors", "--"];
+        args.extend(self.pathspec.iter().map(String::as_str));
+        self.run(index, &args)?;
+        let tree = self.run(index, &["write-tree"])?;
+        Ok(String::from_utf8_lossy(&tree).trim().to_owned())
+    }
+}
+
+/// The view for a run whose record is at `run_root`, its store made if `create`.
+fn view(run_root: &Path, work_dir: &Path, create: bool) -> Result<View, String> {
+    let (top, user_git_dir) = repository(work_dir).ok_or(
+        "the working directory is not in a git repository: changes are recorded only there",
+    )?;
+    let git_dir = store(run_root).join("git");
+    if create && !git_dir.join("HEAD").exists() {
+        let output = Command::new("git")
+            .args(["init", "-q", "--bare"])
+            .arg(&git_dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .map_err(|e| format!("cannot run git: {e}"))?;
+        if !output.status.success() {
+            return Err(String::from_utf8_lossy(&output.stderr).trim().to_owned());
+        }
+        let alternates = objects_of(&user_git_dir);
+        let write = |path: PathBuf, text: &[u8]| {
+            std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+        };
+        write(
+            git_dir.join("objects/info/alternates"),
+            format!("{}\n", alternates.display()).as_bytes(),
+        )?;
+        // The user's ignore list, and the runs directory: what they ignore stays out. Their index:
+        // only what changed since they last used git is read again.
+        let mut exclude = std::fs::read(objects_of(&user_git_dir).with_file_name("info/exclude"))
+            .unwrap_or_default();
+        if let Some(runs) = runs_dir_in(run_root, &top) {
+            exclude.extend(format!("\n/{}/\n", runs.display()).as_bytes());
+        }
+        std::fs::create_dir_all(git_dir.join("info"))
+            .map_err(|e| format!("cannot create {}: {e}", git_dir.display()))?;
+        write(git_dir.join("info/exclude"), &exclude)?;
+        if std::fs::copy(user_git_dir.join("index"), git_dir.join("index")).is_err() {
+            let _ = std::fs::remove_file(git_dir.join("index"));
+        }
+    }
+    let relative = std::fs::canonicalize(work_dir)
+        .ok()
+        .and_then(|w| w.strip_prefix(&top).ok().map(Path::to_path_buf))
+        .filter(|r| !r.as_os_str().is_empty())
+        .map_or_else(|| ".".to_owned(), |r| r.display().to_string());
+    Ok(View {
+        git_dir,
+        top,
+        pathspec: vec![relative],
+    })
+}
+
+/// The runs directory of the run at `run_root`, relative to the repository's top, when it is
+/// inside it.
+fn runs_dir_in(run_root: &Path, top: &Path) -> Option<PathBuf> {
+    let runs_dir = std::fs::canonicalize(run_root.parent()?).ok()?;
+    runs_dir.strip_prefix(top).ok().map(Path::to_path_buf)
+}
+
+/// Records the working tree as the run starts (`start`), or as it ends (`end`). A working
+/// directory outside git records why instead, which [`read`] says.
+pub fn record(run_root: &Path, work_dir: &Path, which: Moment) {
+    if which == Moment::End && !store(run_root).join(Moment::Start.file()).exists() {
+        return;
+    }
+    let result = view(run_root, work_dir, which == Moment::Start).and_then(|view| {
+        let tree = view.snapshot(&view.git_dir.join("index"))?;
+        let path = store(run_root).join(which.file());
+        std::fs::write(&path, tree).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    });
+    if let Err(why) = result {
+        let _ = std::fs::create_dir_all(store(run_root));
+        let _ = std::fs::write(store(run_root).join("none"), why);
+    }
+}
+
+/// The run goes on again (resumed): its changes are live until it ends again.
+pub fn reopened(run_root: &Path) {
+    let _ = std::fs::remove_file(store(run_root).join(Moment::End.file()));
+}
+
+/// When the working tree is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moment {
+    Start,
+    End,
+}
+
+impl Moment {
+    fn file(self) -> &'static str {
+        match self {
+            Moment::Start => "start",
+            Moment::End => "end",
+        }
+    }
+}
+
+/// What the run changed: from its start to its end, or to now while it goes on. `Err` says why
+/// there is nothing to show.
+pub fn read(run_root: &Path, work_dir: &Path) -> Result<Changes, String> {
+    let dir = store(run_root);
+    let tree = |which: Moment| {
+        std::fs::read_to_string(dir.join(which.file()))
+            .ok()
+            .map(|t| t.trim().to_owned())
+    };
+    let Some(start) = tree(Moment::Start) else {
+        return Err(std::fs::read_to_string(dir.join("none")).unwrap_or_else(|_| {
+            "the run recorded no changes (it started before Trellis recorded them, or on Temporal)"
+                .to_owned()
+        }));
+    };
+    let view = view(run_root, work_dir, false)?;
+    let (end, live) = if let Some(end) = tree(Moment::End) {
+        (end, false)
+    } else {
+        // A copy of the index, so a live look never races the run's own record.
+        let index = dir.join(format!("live-{}.index", std::process::id()));
+        let _ = std::fs::copy(view.git_dir.join("index"), &index);
+        let now = view.snapshot(&index);
+        let _ = std::fs::remove_file(&index);
+        (now?, true)
+    };
+    let index = view.git_dir.join("index");
+    let relative_to = view.relative();
+    let relative = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend([relative_to.as_str(), start.as_str(), end.as_str(), "--"]);
+        all.extend(view.pathspec.iter().map(String::as_str));
+        view.run(&index, &all)
+    };
+    let numstat = relative(&["diff-tree", "-r", "--numstat", "--no-renames"])?;
+    let files = String::from_utf8_lossy(&numstat)
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(3, '\t');
+            let (added, removed, path) = (parts.next()?, parts.next()?, parts.next()?);
+            Some(ChangedFile {
+                path: path.to_owned(),
+                added: added.parse().ok(),
+                removed: removed.parse().ok(),
+            })
+        })
+        .collect();
+    let patch = relative(&[
+        "diff-tree",
+        "-r",
+        "-p",
+        "--no-renames",
+        "--no-color",
+        "--no-ext-diff",
+        "--no-textconv",
+    ])?;
+    let truncated = patch.len() > MAX_DIFF_BYTES;
+    let mut diff = String::from_utf8_lossy(&patch[..patch.len().min(MAX_DIFF_BYTES)]).into_owned();
+    if truncated {
+        // Whole lines only.
+        let end = diff.rfind('\n').map_or(0, |at| at + 1);
+        diff.truncate(end);
+    }
+    Ok(Changes {
+        files,
+        diff: trellis_process::secrets::redact(&diff).into_owned(),
+        truncated,
+        live,
+    })
+}
