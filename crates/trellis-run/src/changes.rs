@@ -141,13 +141,27 @@ impl View {
     }
 }
 
-/// The view for a run whose record is at `run_root`, its store made if `create`.
+/// The view for a run whose record is at `run_root`: made as the run starts (`create`), then read
+/// back as it was made, whatever the run's stages did to the repository's `.git` since.
 fn view(run_root: &Path, work_dir: &Path, create: bool) -> Result<View, String> {
+    let git_dir = store(run_root).join("git");
+    let top_file = store(run_root).join("top");
+    if !create {
+        let text = std::fs::read_to_string(&top_file)
+            .map_err(|e| format!("cannot read {}: {e}", top_file.display()))?;
+        let mut lines = text.lines();
+        let top = PathBuf::from(lines.next().unwrap_or_default());
+        let relative = lines.next().unwrap_or(".").to_owned();
+        return Ok(View {
+            git_dir,
+            top,
+            pathspec: vec![relative],
+        });
+    }
     let (top, user_git_dir) = repository(work_dir).ok_or(
         "the working directory is not in a git repository: changes are recorded only there",
     )?;
-    let git_dir = store(run_root).join("git");
-    if create && !git_dir.join("HEAD").exists() {
+    if !git_dir.join("HEAD").exists() {
         let output = Command::new("git")
             .args(["init", "-q", "--bare"])
             .arg(&git_dir)
@@ -185,6 +199,8 @@ fn view(run_root: &Path, work_dir: &Path, create: bool) -> Result<View, String> 
         .and_then(|w| w.strip_prefix(&top).ok().map(Path::to_path_buf))
         .filter(|r| !r.as_os_str().is_empty())
         .map_or_else(|| ".".to_owned(), |r| r.display().to_string());
+    std::fs::write(&top_file, format!("{}\n{relative}\n", top.display()))
+        .map_err(|e| format!("cannot write {}: {e}", top_file.display()))?;
     Ok(View {
         git_dir,
         top,
@@ -206,7 +222,15 @@ pub fn record(run_root: &Path, work_dir: &Path, which: Moment) {
         return;
     }
     let result = view(run_root, work_dir, which == Moment::Start).and_then(|view| {
-        let tree = view.snapshot(&view.git_dir.join("index"))?;
+        let index = view.git_dir.join("index");
+        let tree = view.snapshot(&index).or_else(|error| {
+            // A copied index git cannot use here (a split index, say): read every file instead.
+            if which == Moment::Start && std::fs::remove_file(&index).is_ok() {
+                view.snapshot(&index)
+            } else {
+                Err(error)
+            }
+        })?;
         let path = store(run_root).join(which.file());
         std::fs::write(&path, tree).map_err(|e| format!("cannot write {}: {e}", path.display()))
     });
