@@ -973,17 +973,9 @@ fn a_server_whose_watcher_has_gone_lets_its_finished_runs_go() {
     assert_eq!(server.get("/api/runs").status, 200);
 }
 
-const EDITS: &str = r#"digraph edits {
-    start [shape=Mdiamond]
-    edit [shape=parallelogram, script="printf 'one\nTWO\n' > notes.txt && echo new > added.txt"]
-    exit [shape=Msquare]
-    start -> edit -> exit
-}
-"#;
-
 #[test]
 fn a_runs_changes_are_its_files_and_diff_and_outside_git_a_conflict_that_says_why() {
-    let project = project_with(&[("edits.fabro", EDITS)]);
+    let project = project_with(&[("edits.fabro", serve_support::EDITS)]);
     let serve = Serve::start(&project);
     // Not a repository yet: the run records why there is nothing to show.
     let id = serve.start_run("edits.fabro");

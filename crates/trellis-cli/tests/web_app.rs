@@ -618,20 +618,12 @@ async fn a_person_watches_output_live_steers_an_agent_and_cancels_a_run() {
     client.close().await.unwrap();
 }
 
-const EDITS: &str = r#"digraph edits {
-    start [shape=Mdiamond]
-    edit [shape=parallelogram, script="printf 'one\nTWO\n' > notes.txt && echo new > added.txt"]
-    exit [shape=Msquare]
-    start -> edit -> exit
-}
-"#;
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_person_reads_what_a_run_changed_on_its_page() {
     let Some(driver) = Driver::start() else {
         return;
     };
-    let project: Project = project_with(&[("edits.fabro", EDITS)]);
+    let project: Project = project_with(&[("edits.fabro", serve_support::EDITS)]);
     project.write("notes.txt", "one\ntwo\n");
     for args in [
         &["init", "-q"][..],

@@ -146,3 +146,12 @@ pub fn project_with(workflows: &[(&str, &str)]) -> Project {
     }
     project
 }
+
+/// A workflow that changes `notes.txt` (a line of two) and adds `added.txt`: what a run changed.
+pub const EDITS: &str = r#"digraph edits {
+    start [shape=Mdiamond]
+    edit [shape=parallelogram, script="printf 'one\nTWO\n' > notes.txt && echo new > added.txt"]
+    exit [shape=Msquare]
+    start -> edit -> exit
+}
+"#;
