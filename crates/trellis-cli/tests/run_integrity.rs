@@ -740,6 +740,27 @@ fn a_run_shows_what_it_changed_and_a_planted_git_config_runs_nothing() {
         "the user's index is as it was"
     );
 
+    // A run waiting at a gate has not ended: its changes are to the tree as it is now, a file whose
+    // name has a space included.
+    p.write(
+        "gate.fabro",
+        &workflow(
+            "write [shape=parallelogram, script=\"echo x > 'a b.txt'\"]\n ask [shape=hexagon, label=\"Go on?\"]\n start -> write -> ask\n ask -> exit [label=\"[Y] Yes\"]",
+        ),
+    );
+    let waiting = p.run("gate.fabro", &[]);
+    assert_eq!(waiting.code(), Some(3), "{}", waiting.stderr());
+    assert!(!waiting.record().join("changes/end").exists());
+    let id = waiting.summary["run_id"].as_str().unwrap().to_owned();
+    p.write("later.txt", "after the stage\n");
+    let out = p.command(&["show", &id, "--changes"]).output().unwrap();
+    let diff = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        diff.contains("diff --git a/a b.txt b/a b.txt\nnew file mode")
+            && diff.contains("+after the stage"),
+        "{diff}"
+    );
+
     // Outside git there is nothing to show, and the command says why.
     let elsewhere = Project::new();
     elsewhere.write("w.fabro", &workflow("start -> exit"));

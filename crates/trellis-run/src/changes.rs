@@ -141,23 +141,27 @@ impl View {
     }
 }
 
-/// The view for a run whose record is at `run_root`: made as the run starts (`create`), then read
-/// back as it was made, whatever the run's stages did to the repository's `.git` since.
-fn view(run_root: &Path, work_dir: &Path, create: bool) -> Result<View, String> {
+/// The view of a run whose record is at `run_root`, as [`create_view`] made it when the run
+/// started, whatever the run's stages did to the repository's `.git` since.
+fn open_view(run_root: &Path) -> Result<View, String> {
+    let top_file = store(run_root).join("top");
+    let text = std::fs::read_to_string(&top_file)
+        .map_err(|e| format!("cannot read {}: {e}", top_file.display()))?;
+    let mut lines = text.lines();
+    let top = PathBuf::from(lines.next().unwrap_or_default());
+    let relative = lines.next().unwrap_or(".").to_owned();
+    Ok(View {
+        git_dir: store(run_root).join("git"),
+        top,
+        pathspec: vec![relative],
+    })
+}
+
+/// The view of a run starting in `work_dir`, its store made: the repository `work_dir` is in, found
+/// now, before any stage could change it.
+fn create_view(run_root: &Path, work_dir: &Path) -> Result<View, String> {
     let git_dir = store(run_root).join("git");
     let top_file = store(run_root).join("top");
-    if !create {
-        let text = std::fs::read_to_string(&top_file)
-            .map_err(|e| format!("cannot read {}: {e}", top_file.display()))?;
-        let mut lines = text.lines();
-        let top = PathBuf::from(lines.next().unwrap_or_default());
-        let relative = lines.next().unwrap_or(".").to_owned();
-        return Ok(View {
-            git_dir,
-            top,
-            pathspec: vec![relative],
-        });
-    }
     let (top, user_git_dir) = repository(work_dir).ok_or(
         "the working directory is not in a git repository: changes are recorded only there",
     )?;
@@ -221,7 +225,11 @@ pub fn record(run_root: &Path, work_dir: &Path, which: Moment) {
     if which == Moment::End && !store(run_root).join(Moment::Start.file()).exists() {
         return;
     }
-    let result = view(run_root, work_dir, which == Moment::Start).and_then(|view| {
+    let view = match which {
+        Moment::Start => create_view(run_root, work_dir),
+        Moment::End => open_view(run_root),
+    };
+    let result = view.and_then(|view| {
         let index = view.git_dir.join("index");
         let tree = view.snapshot(&index).or_else(|error| {
             // A copied index git cannot use here (a split index, say): read every file instead.
@@ -261,9 +269,9 @@ impl Moment {
     }
 }
 
-/// What the run changed: from its start to its end, or to now while it goes on. `Err` says why
-/// there is nothing to show.
-pub fn read(run_root: &Path, work_dir: &Path) -> Result<Changes, String> {
+/// What the run whose record is at `run_root` changed: from its start to its end, or to now while
+/// it goes on. `Err` says why there is nothing to show.
+pub fn read(run_root: &Path) -> Result<Changes, String> {
     let dir = store(run_root);
     let tree = |which: Moment| {
         std::fs::read_to_string(dir.join(which.file()))
@@ -276,12 +284,14 @@ pub fn read(run_root: &Path, work_dir: &Path) -> Result<Changes, String> {
                 .to_owned()
         }));
     };
-    let view = view(run_root, work_dir, false)?;
+    let view = open_view(run_root)?;
     let (end, live) = if let Some(end) = tree(Moment::End) {
         (end, false)
     } else {
-        // A copy of the index, so a live look never races the run's own record.
-        let index = dir.join(format!("live-{}.index", std::process::id()));
+        // A copy of the index of its own, so a live look never races the run's record or another.
+        static LOOKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let look = LOOKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let index = dir.join(format!("live-{}-{look}.index", std::process::id()));
         let _ = std::fs::copy(view.git_dir.join("index"), &index);
         let now = view.snapshot(&index);
         let _ = std::fs::remove_file(&index);
@@ -295,11 +305,12 @@ pub fn read(run_root: &Path, work_dir: &Path) -> Result<Changes, String> {
         all.extend(view.pathspec.iter().map(String::as_str));
         view.run(&index, &all)
     };
-    let numstat = relative(&["diff-tree", "-r", "--numstat", "--no-renames"])?;
+    // NUL-terminated: a path is as it is, never quoted.
+    let numstat = relative(&["diff-tree", "-r", "-z", "--numstat", "--no-renames"])?;
     let files = String::from_utf8_lossy(&numstat)
-        .lines()
-        .filter_map(|line| {
-            let mut parts = line.splitn(3, '\t');
+        .split_terminator('\0')
+        .filter_map(|entry| {
+            let mut parts = entry.splitn(3, '\t');
             let (added, removed, path) = (parts.next()?, parts.next()?, parts.next()?);
             Some(ChangedFile {
                 path: path.to_owned(),

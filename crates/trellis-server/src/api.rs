@@ -986,8 +986,7 @@ async fn changes(
 ) -> Result<Json<trellis_run::changes::Changes>, ApiError> {
     blocking(move || {
         let record = server.record(&id)?;
-        let meta = record.meta().map_err(ApiError::internal)?;
-        trellis_run::changes::read(record.root(), &meta.settings.work_dir)
+        trellis_run::changes::read(record.root())
             .map(Json)
             .map_err(|why| ApiError::Status(StatusCode::CONFLICT, why))
     })

@@ -144,7 +144,7 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
     let mut meta = record.meta()?;
     meta.status = record.status(&meta);
     if args.changes {
-        let changes = trellis_run::changes::read(record.root(), &meta.settings.work_dir)
+        let changes = trellis_run::changes::read(record.root())
             .map_err(|why| anyhow::anyhow!("no changes to show for run {}: {why}", meta.run_id))?;
         print!("{}", changes.diff);
         if changes.truncated {
