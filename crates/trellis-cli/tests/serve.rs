@@ -674,6 +674,8 @@ fn the_openapi_document_describes_every_route_the_server_answers() {
         "/api/runs/{id}/answers",
         "/api/runs/{id}/cancel",
         "/api/runs/{id}/resume",
+        "/api/runs/{id}/steer",
+        "/api/runs/{id}/changes",
         "/api/validate",
         "/api/workflows",
         "/healthz",
@@ -692,6 +694,8 @@ fn the_openapi_document_describes_every_route_the_server_answers() {
         ("StageRecord", "duration_ms"),
         ("Settings", "mode"),
         ("TokenUsage", "input_tokens"),
+        ("Changes", "diff"),
+        ("ChangedFile", "added"),
     ] {
         // Flattened fields make the schema an `allOf` of parts.
         let parts = schemas[schema]["allOf"]
