@@ -279,10 +279,11 @@ pub fn read(run_root: &Path) -> Result<Changes, String> {
             .map(|t| t.trim().to_owned())
     };
     let Some(start) = tree(Moment::Start) else {
-        return Err(std::fs::read_to_string(dir.join("none")).unwrap_or_else(|_| {
-            "the run recorded no changes (it started before Trellis recorded them, or on Temporal)"
-                .to_owned()
-        }));
+        return Err(
+            std::fs::read_to_string(dir.join("none")).unwrap_or_else(|_| {
+                "the run recorded no changes: it started before Trellis recorded them".to_owned()
+            }),
+        );
     };
     let view = open_view(run_root)?;
     let (end, live) = if let Some(end) = tree(Moment::End) {
