@@ -685,7 +685,7 @@ fn a_run_shows_what_it_changed_and_a_planted_git_config_runs_nothing() {
     run_support::git(root, &["commit", "-qm", "start"]);
     let planted = root.join("planted");
     let edit = format!(
-        "printf 'one\\\\nTWO\\\\nthree\\\\n' > a.txt && rm old.txt && echo new > new.txt && printf '[core]\\\\n\\\\tfsmonitor = touch {0}-monitor\\\\n[filter \\\"x\\\"]\\\\n\\\\tclean = touch {0}-filter; cat\\\\n' >> .git/config && echo '*.txt filter=x' > .gitattributes",
+        "printf 'one\\\\nTWO\\\\nthree\\\\n' > a.txt && rm old.txt && echo new > new.txt && head -c 11000000 /dev/zero > big.bin && printf '[core]\\\\n\\\\tfsmonitor = touch {0}-monitor\\\\n[filter \\\"x\\\"]\\\\n\\\\tclean = touch {0}-filter; cat\\\\n' >> .git/config && echo '*.txt filter=x' > .gitattributes",
         planted.display()
     );
     p.write(
@@ -716,6 +716,10 @@ fn a_run_shows_what_it_changed_and_a_planted_git_config_runs_nothing() {
     assert!(
         !diff.contains("runs/"),
         "the run's record is not a change:\n{diff}"
+    );
+    assert!(
+        !diff.contains("big.bin"),
+        "an untracked file over 10 MB is left out:\n{diff}"
     );
     for hook in ["monitor", "filter"] {
         assert!(

@@ -15,6 +15,7 @@
     reason = "blocking by design: callers run it on the blocking pool"
 )]
 
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -131,15 +132,55 @@ impl View {
         }
     }
 
-    /// The working tree (within the pathspec) as a tree in the store, through `index`.
+    /// The working tree (within the pathspec) as a tree in the store, through `index`. A file git
+    /// does not track (nor ignore) is copied into the store, so one over [`MAX_UNTRACKED_BYTES`] is
+    /// left out, and a tree with over [`MAX_UNTRACKED_FILES`] such files is not recorded.
     fn snapshot(&self, index: &Path) -> Result<String, String> {
-        let mut args = vec!["add", "-A", "--ignore-errors", "--"];
+        let mut args = vec!["ls-files", "-z", "--others", "--exclude-standard", "--"];
         args.extend(self.pathspec.iter().map(String::as_str));
-        self.run(index, &args)?;
+        let untracked = self.run(index, &args)?;
+        let mut pathspec: Vec<u8> = Vec::new();
+        for spec in &self.pathspec {
+            pathspec.extend(spec.as_bytes());
+            pathspec.push(0);
+        }
+        for (count, path) in untracked
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty())
+            .enumerate()
+        {
+            if count >= MAX_UNTRACKED_FILES {
+                return Err(format!(
+                    "the working directory has over {MAX_UNTRACKED_FILES} files git neither tracks nor ignores: add what should not count to .gitignore"
+                ));
+            }
+            let full = self.top.join(std::ffi::OsStr::from_bytes(path));
+            if std::fs::symlink_metadata(&full).is_ok_and(|m| m.len() > MAX_UNTRACKED_BYTES) {
+                pathspec.extend(b":(exclude,literal)");
+                pathspec.extend(path);
+                pathspec.push(0);
+            }
+        }
+        let list = index.with_extension("pathspec");
+        std::fs::write(&list, &pathspec)
+            .map_err(|e| format!("cannot write {}: {e}", list.display()))?;
+        let from = format!("--pathspec-from-file={}", list.display());
+        let added = self.run(
+            index,
+            &["add", "-A", "--ignore-errors", &from, "--pathspec-file-nul"],
+        );
+        let _ = std::fs::remove_file(&list);
+        added?;
         let tree = self.run(index, &["write-tree"])?;
         Ok(String::from_utf8_lossy(&tree).trim().to_owned())
     }
 }
+
+/// A file git does not track over this size is left out of a run's changes (it would be copied
+/// into the run's record at every look).
+pub const MAX_UNTRACKED_BYTES: u64 = 10 * 1024 * 1024;
+/// A working tree with more files git neither tracks nor ignores has its changes not recorded.
+pub const MAX_UNTRACKED_FILES: usize = 20_000;
 
 /// The view of a run whose record is at `run_root`, as [`create_view`] made it when the run
 /// started, whatever the run's stages did to the repository's `.git` since.
