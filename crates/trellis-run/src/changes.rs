@@ -144,21 +144,23 @@ impl View {
             pathspec.extend(spec.as_bytes());
             pathspec.push(0);
         }
-        for (count, path) in untracked
-            .split(|b| *b == 0)
-            .filter(|p| !p.is_empty())
-            .enumerate()
-        {
-            if count >= MAX_UNTRACKED_FILES {
-                return Err(format!(
-                    "the working directory has over {MAX_UNTRACKED_FILES} files git neither tracks nor ignores: add what should not count to .gitignore"
-                ));
-            }
+        let mut total = 0;
+        let paths = untracked.split(|b| *b == 0).filter(|p| !p.is_empty());
+        for (count, path) in paths.enumerate() {
             let full = self.top.join(std::ffi::OsStr::from_bytes(path));
-            if std::fs::symlink_metadata(&full).is_ok_and(|m| m.len() > MAX_UNTRACKED_BYTES) {
+            let size = std::fs::symlink_metadata(&full).map_or(0, |m| m.len());
+            if size > MAX_UNTRACKED_BYTES {
                 pathspec.extend(b":(exclude,literal)");
                 pathspec.extend(path);
                 pathspec.push(0);
+            } else {
+                total += size;
+            }
+            if count >= MAX_UNTRACKED_FILES || total > MAX_UNTRACKED_TOTAL {
+                return Err(format!(
+                    "the working directory has over {MAX_UNTRACKED_FILES} files (or {} MB) git neither tracks nor ignores: add what should not count to .gitignore",
+                    MAX_UNTRACKED_TOTAL >> 20
+                ));
             }
         }
         let list = index.with_extension("pathspec");
@@ -179,8 +181,10 @@ impl View {
 /// A file git does not track over this size is left out of a run's changes (it would be copied
 /// into the run's record at every look).
 pub const MAX_UNTRACKED_BYTES: u64 = 10 * 1024 * 1024;
-/// A working tree with more files git neither tracks nor ignores has its changes not recorded.
+/// A working tree with more files git neither tracks nor ignores, or more bytes in them, has its
+/// changes not recorded.
 pub const MAX_UNTRACKED_FILES: usize = 20_000;
+pub const MAX_UNTRACKED_TOTAL: u64 = 256 * 1024 * 1024;
 
 /// The view of a run whose record is at `run_root`, as [`create_view`] made it when the run
 /// started, whatever the run's stages did to the repository's `.git` since.
