@@ -116,6 +116,7 @@ impl View {
     }
 
     fn run(&self, index: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
+        self.reset_config()?;
         let output = self
             .git(index)
             .args(args)
@@ -129,6 +130,22 @@ impl View {
                 args.first().unwrap_or(&""),
                 String::from_utf8_lossy(&output.stderr).trim()
             ))
+        }
+    }
+
+    /// Puts the store's configuration back as it was made, and drops any attributes file in it,
+    /// before each `git` call: where the runs directory is writable to a stage (the Landlock
+    /// sandbox, a runs directory inside the working directory), a filter driver or a monitor
+    /// written there would otherwise run outside the sandbox.
+    fn reset_config(&self) -> Result<(), String> {
+        let config = self.git_dir.join("config");
+        std::fs::write(&config, STORE_CONFIG)
+            .map_err(|e| format!("cannot write {}: {e}", config.display()))?;
+        match std::fs::remove_file(self.git_dir.join("info/attributes")) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(format!("cannot remove the store's attributes: {e}"))
+            }
+            _ => Ok(()),
         }
     }
 
@@ -177,6 +194,10 @@ impl View {
         Ok(String::from_utf8_lossy(&tree).trim().to_owned())
     }
 }
+
+/// The store's whole configuration: a bare repository, nothing else.
+const STORE_CONFIG: &str =
+    "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n";
 
 /// A file git does not track over this size is left out of a run's changes (it would be copied
 /// into the run's record at every look).
@@ -387,4 +408,52 @@ pub fn read(run_root: &Path) -> Result<Changes, String> {
         truncated,
         live,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn git(dir: &Path, args: &[&str]) {
+        let status = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(dir)
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    }
+
+    /// A stage that can write the run record (Landlock, a runs directory inside the working
+    /// directory) writes a filter driver and a monitor into the store: neither runs.
+    #[test]
+    fn a_filter_or_monitor_written_into_the_store_runs_nothing() {
+        let project = tempfile::tempdir().unwrap();
+        let root = project.path();
+        std::fs::write(root.join("a.txt"), "one\n").unwrap();
+        git(root, &["init", "-q"]);
+        git(root, &["add", "a.txt"]);
+        git(root, &["commit", "-qm", "a"]);
+        let run_root = root.join("runs/RUN");
+        std::fs::create_dir_all(&run_root).unwrap();
+        record(&run_root, root, Moment::Start);
+        let planted = root.join("planted");
+        let store_git = store(&run_root).join("git");
+        let mut config = std::fs::read_to_string(store_git.join("config")).unwrap();
+        config.push_str(&format!(
+            "[core]\n\tfsmonitor = touch {0}-monitor\n[filter \"x\"]\n\tclean = touch {0}-filter; cat\n",
+            planted.display()
+        ));
+        std::fs::write(store_git.join("config"), config).unwrap();
+        std::fs::write(store_git.join("info/attributes"), "* filter=x\n").unwrap();
+        std::fs::write(root.join("a.txt"), "two\n").unwrap();
+        record(&run_root, root, Moment::End);
+        for hook in ["monitor", "filter"] {
+            assert!(!root.join(format!("planted-{hook}")).exists(), "{hook} ran");
+        }
+        let changes = read(&run_root).unwrap();
+        assert!(changes.diff.contains("-one\n+two\n"), "{}", changes.diff);
+        assert_eq!(changes.files.len(), 1, "{:?}", changes.files);
+        assert!(!changes.live);
+    }
 }
