@@ -439,11 +439,11 @@ mod tests {
         record(&run_root, root, Moment::Start);
         let planted = root.join("planted");
         let store_git = store(&run_root).join("git");
-        let mut config = std::fs::read_to_string(store_git.join("config")).unwrap();
-        config.push_str(&format!(
-            "[core]\n\tfsmonitor = touch {0}-monitor\n[filter \"x\"]\n\tclean = touch {0}-filter; cat\n",
-            planted.display()
-        ));
+        let config = std::fs::read_to_string(store_git.join("config")).unwrap()
+            + &format!(
+                "[core]\n\tfsmonitor = touch {0}-monitor\n[filter \"x\"]\n\tclean = touch {0}-filter; cat\n",
+                planted.display()
+            );
         std::fs::write(store_git.join("config"), config).unwrap();
         std::fs::write(store_git.join("info/attributes"), "* filter=x\n").unwrap();
         std::fs::write(root.join("a.txt"), "two\n").unwrap();
