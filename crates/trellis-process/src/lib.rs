@@ -10,7 +10,8 @@
 //! - [`sandbox`]: the confinement a child runs in (bubblewrap, or none when the user says so).
 //! - [`reaper`]: what ends everything an unconfined child started, however it left; [`spawner`]:
 //!   one reaper process that forks the reaper of each command; [`child`]: a child started either way.
-//! - [`port`]: a free loopback port for a server a run starts.
+//! - [`port`]: a free loopback port for a server a run starts; [`git`]: `git` as Trellis runs it
+//!   itself, in trees a run's stages may have written.
 //! - [`files`]: opening a file, or making folders, by a resolved path so that no folder swapped for
 //!   a link since leads them elsewhere (the agent's file tools, the files a run finds in its working directory).
 //! - [`task`]: blocking work on the blocking pool, and [`backoff`]: how long to wait before a retry.
@@ -24,6 +25,7 @@
 pub mod backoff;
 pub mod child;
 pub mod files;
+pub mod git;
 pub mod group;
 pub mod port;
 pub mod reaper;

@@ -73,6 +73,15 @@ fn objects_of(git_dir: &Path) -> PathBuf {
     common.join("objects")
 }
 
+/// Trellis's own `git` ([`trellis_process::git`]) without the system's or the user's configuration.
+fn isolated() -> Command {
+    let mut command = trellis_process::git::command();
+    command
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null");
+    command
+}
+
 /// The run's view of the repository: the store, the working tree and the paths a snapshot covers.
 struct View {
     git_dir: PathBuf,
@@ -93,25 +102,19 @@ impl View {
 
 impl View {
     fn git(&self, index: &Path) -> Command {
-        let mut command = Command::new("git");
+        let mut command = isolated();
         command
             .arg("--git-dir")
             .arg(&self.git_dir)
             .arg("--work-tree")
             .arg(&self.top)
-            .args(["-c", "core.fsmonitor=false"])
-            .args(["-c", "core.hooksPath=/dev/null"])
             .args(["-c", "core.autocrlf=false"])
             .current_dir(&self.top)
             .env("GIT_INDEX_FILE", index)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_TERMINAL_PROMPT", "0")
             .env_remove("GIT_DIR")
             .env_remove("GIT_WORK_TREE")
             .env_remove("GIT_OBJECT_DIRECTORY")
-            .env_remove("GIT_ALTERNATE_OBJECT_DIRECTORIES")
-            .stdin(std::process::Stdio::null());
+            .env_remove("GIT_ALTERNATE_OBJECT_DIRECTORIES");
         command
     }
 
@@ -205,6 +208,7 @@ pub const MAX_UNTRACKED_BYTES: u64 = 10 * 1024 * 1024;
 /// A working tree with more files git neither tracks nor ignores, or more bytes in them, has its
 /// changes not recorded.
 pub const MAX_UNTRACKED_FILES: usize = 20_000;
+/// See [`MAX_UNTRACKED_FILES`]: the bytes in those files.
 pub const MAX_UNTRACKED_TOTAL: u64 = 256 * 1024 * 1024;
 
 /// The view of a run whose record is at `run_root`, as [`create_view`] made it when the run
@@ -232,11 +236,9 @@ fn create_view(run_root: &Path, work_dir: &Path) -> Result<View, String> {
         "the working directory is not in a git repository: changes are recorded only there",
     )?;
     if !git_dir.join("HEAD").exists() {
-        let output = Command::new("git")
+        let output = isolated()
             .args(["init", "-q", "--bare"])
             .arg(&git_dir)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .output()
             .map_err(|e| format!("cannot run git: {e}"))?;
         if !output.status.success() {

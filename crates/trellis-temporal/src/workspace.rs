@@ -42,16 +42,13 @@ pub fn default_dir() -> PathBuf {
         .join(".trellis/workspaces")
 }
 
-/// `git` with the settings every call here shares: never a prompt for credentials (a worker has
-/// nobody to answer it), no hooks, no signing, no file-system monitor, and only the transports that
-/// move data (local paths, `file`, `http(s)`, `ssh`, `git`): no remote helper runs a program of the
-/// remote's choosing.
+/// `git` with the settings every call here shares: Trellis's own ([`trellis_process::git`]: never a
+/// prompt for credentials — a worker has nobody to answer it —, no hooks, no file-system monitor),
+/// no signing, and only the transports that move data (local paths, `file`, `http(s)`, `ssh`,
+/// `git`): no remote helper runs a program of the remote's choosing.
 fn git() -> Command {
-    let mut command = Command::new("git");
+    let mut command = trellis_process::git::command();
     command
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .args(["-c", "core.hooksPath=/dev/null"])
-        .args(["-c", "core.fsmonitor=false"])
         .args(["-c", "commit.gpgsign=false"])
         .args(["-c", "protocol.allow=never"]);
     for transport in ["file", "http", "https", "ssh", "git"] {
@@ -59,7 +56,6 @@ fn git() -> Command {
             .arg("-c")
             .arg(format!("protocol.{transport}.allow=always"));
     }
-    command.stdin(std::process::Stdio::null());
     command
 }
 

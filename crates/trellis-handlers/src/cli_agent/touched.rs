@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::time::SystemTime;
 
 use trellis_engine::CancellationToken;
@@ -41,11 +40,10 @@ pub(crate) struct Snapshot {
 }
 
 fn git(root: &Path, args: &[&str]) -> Option<Vec<u8>> {
-    let output = Command::new("git")
+    let output = trellis_process::git::command()
         .args(args)
         .current_dir(root)
         .env("GIT_OPTIONAL_LOCKS", "0")
-        .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .output()
         .ok()?;
@@ -173,6 +171,8 @@ impl Snapshot {
 #[cfg(test)]
 #[allow(clippy::disallowed_methods, reason = "tests set up files")]
 mod tests {
+    use std::process::Command;
+
     use super::*;
 
     fn run_git(root: &Path, args: &[&str]) {
