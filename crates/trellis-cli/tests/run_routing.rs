@@ -572,6 +572,79 @@ fn a_loop_restart_edge_starts_visit_counts_afresh() {
     );
 }
 
+/// Fabro's circuit breaker: with `loop_restart_signature_limit=3`, a stage failing the same way a
+/// third time stops the run, its numbers masked in the signature, across loop restarts and a kill
+/// and resume; failures that differ in words are not the same, and without the attribute the loop
+/// runs on as its bounds say.
+#[test]
+fn a_failure_repeated_to_the_graphs_limit_stops_the_run() {
+    let p = Project::new();
+    // `verify` fails with the round's number in its message; after two failures `implement`
+    // waits once, to be killed there.
+    let body = "implement [shape=parallelogram, script=\"if [ \\\"$(wc -l < v.log 2>/dev/null)\\\" = 2 ] && [ ! -f waited ]; then touch waited; sleep 30; fi\"]\n \
+        verify [shape=parallelogram, script=\"echo x >> v.log; echo \\\"FAILED test_add: round $(wc -l < v.log), took 0.0$(wc -l < v.log)s\\\" >&2; exit 1\"]\n \
+        check [shape=diamond]\n \
+        start -> implement -> verify -> check\n \
+        check -> exit [condition=\"outcome=success\"]\n \
+        check -> implement [condition=\"outcome=fail\", loop_restart=true]";
+    let limited =
+        format!("digraph T {{\n graph [loop_restart_signature_limit=3]\n {HEAD} {body}\n}}\n");
+    p.write("w.fabro", &limited);
+    let mut child = p.spawn_run("w.fabro");
+    run_support::wait_for(
+        "implement waiting after two failures",
+        std::time::Duration::from_secs(20),
+        || p.path().join("waited").exists(),
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let record = p.only_run();
+    let id = record.file_name().unwrap().to_string_lossy().into_owned();
+    let run = p.resume(&id, &[]);
+    assert_eq!(run.code(), Some(1), "{}", run.stderr());
+    let signature = "verify|stage_failed|the command exited with code <n>: failed test_add: round <n>, took <n>.<n>s";
+    assert_eq!(
+        run.summary["error"],
+        format!(
+            "node `verify` failed the same way 3 times, the graph's `loop_restart_signature_limit`: {signature}"
+        )
+    );
+    assert_eq!(
+        p.read("v.log").lines().count(),
+        3,
+        "verify ran three times in all"
+    );
+    let checkpoint = run_support::checkpoint_of(&record);
+    assert_eq!(
+        checkpoint["failure_signatures"][signature], 3,
+        "{checkpoint}"
+    );
+    assert_eq!(checkpoint["context"]["failure_signature"], signature);
+
+    // Another failure each time is no cycle: the loop ends at its bounds (here, its success).
+    std::fs::remove_file(p.path().join("v.log")).unwrap();
+    let varied = limited
+        .replace(
+            "FAILED test_add",
+            "FAILED test_$(head -c 3 v.log | tr x a)$(wc -l < v.log | tr 0-9 a-j)",
+        )
+        .replace("exit 1", "test $(wc -l < v.log) -ge 5");
+    p.write("w.fabro", &varied);
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(p.read("v.log").lines().count(), 5);
+
+    // Without the attribute the same failure repeats as often as the loop goes round.
+    std::fs::remove_file(p.path().join("v.log")).unwrap();
+    p.write(
+        "w.fabro",
+        &workflow(&body.replace("exit 1", "test $(wc -l < v.log) -ge 5")),
+    );
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert_eq!(p.read("v.log").lines().count(), 5);
+}
+
 #[test]
 fn the_recorded_source_has_file_references_inlined() {
     let p = Project::new();

@@ -334,11 +334,7 @@ impl Engine {
         if let Some(failure) = &outcome.failure {
             context.set(keys::FAILURE_CLASS, failure.class.as_str());
             context.set(keys::FAILURE_REASON, failure.reason.clone());
-            let first_line = failure.reason.lines().next().unwrap_or_default();
-            context.set(
-                keys::FAILURE_SIGNATURE,
-                format!("{node_id}:{}:{first_line}", failure.class.as_str()),
-            );
+            context.set(keys::FAILURE_SIGNATURE, failure.signature(node_id));
         }
         Ok(())
     }

@@ -240,6 +240,10 @@ pub struct Track {
     /// The latest status of every goal-gate node executed so far.
     #[serde(default)]
     pub goal_gates: Tracked<StageStatus>,
+    /// How often each failure signature ([`crate::Failure::signature`]) ended a stage, for the
+    /// graph's `loop_restart_signature_limit`: kept across loop restarts and successes.
+    #[serde(default, skip_serializing_if = "Tracked::is_empty")]
+    pub failure_signatures: Tracked<u32>,
     /// A fan-out in progress on this track, so a resume continues its branches.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub parallel: Option<Box<ParallelProgress>>,
@@ -301,6 +305,8 @@ struct BranchRecord {
     incoming_edge: Option<usize>,
     #[serde(default, skip_serializing_if = "Tracked::is_empty")]
     goal_gates: Tracked<StageStatus>,
+    #[serde(default, skip_serializing_if = "Tracked::is_empty")]
+    failure_signatures: Tracked<u32>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     parallel: Option<Box<ParallelProgress>>,
     before: BTreeMap<String, Value>,
@@ -318,6 +324,7 @@ impl From<BranchRecord> for BranchProgress {
                 last_outcome: record.last_outcome,
                 incoming_edge: record.incoming_edge,
                 goal_gates: record.goal_gates,
+                failure_signatures: record.failure_signatures,
                 parallel: record.parallel,
             },
             before: record.before,
@@ -337,6 +344,7 @@ impl From<BranchProgress> for BranchRecord {
             last_outcome: track.last_outcome,
             incoming_edge: track.incoming_edge,
             goal_gates: track.goal_gates,
+            failure_signatures: track.failure_signatures,
             parallel: track.parallel,
             before: branch.before,
             result: branch.result,
@@ -443,6 +451,8 @@ pub struct TrackChange {
     pub edge_counts: MapChange<u32>,
     #[serde(default, skip_serializing_if = "MapChange::is_empty")]
     pub goal_gates: MapChange<StageStatus>,
+    #[serde(default, skip_serializing_if = "MapChange::is_empty")]
+    pub failure_signatures: MapChange<u32>,
     /// The track's fan-out is over.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub parallel_ended: bool,
@@ -461,6 +471,7 @@ impl TrackChange {
             visits: track.visits.take_change(),
             edge_counts: track.edge_counts.take_change(),
             goal_gates: track.goal_gates.take_change(),
+            failure_signatures: track.failure_signatures.take_change(),
             parallel_ended: false,
         }
     }
@@ -508,6 +519,7 @@ impl Checkpoint {
                 track.visits.apply(&change.visits);
                 track.edge_counts.apply(&change.edge_counts);
                 track.goal_gates.apply(&change.goal_gates);
+                track.failure_signatures.apply(&change.failure_signatures);
                 if change.parallel_ended {
                     track.parallel = None;
                 }

@@ -56,6 +56,15 @@ pub enum EngineError {
         dry_run_default: bool,
     },
     #[error(
+        "node `{node}` failed the same way {limit} times, the graph's `loop_restart_signature_limit`: {signature}"
+    )]
+    FailureRepeated {
+        node: String,
+        /// The failure's signature ([`crate::Failure::signature`]).
+        signature: String,
+        limit: u32,
+    },
+    #[error(
         "the run executed {steps} stages without finishing, its step budget: a loop probably never ends"
     )]
     StepBudget { steps: u32 },

@@ -71,6 +71,81 @@ pub struct Failure {
     pub reason: String,
 }
 
+/// How much of a failure's normalised reason its signature keeps (Fabro's figure).
+const SIGNATURE_REASON_CHARS: usize = 240;
+
+impl Failure {
+    /// The failure's fingerprint at `node_id` (the context's `failure_signature`, Fabro's format):
+    /// `node|class|reason`, the reason lowercased, on one line, every run of digits written `<n>`
+    /// and every hexadecimal string (`0x…`, or seven or more hex digits with a digit among them)
+    /// `<hex>`, cut at 240 characters, so failures that differ only in a line number, a time or
+    /// an id have one signature.
+    pub fn signature(&self, node_id: &str) -> String {
+        let reason: String = normalise(&self.reason)
+            .chars()
+            .take(SIGNATURE_REASON_CHARS)
+            .collect();
+        format!("{node_id}|{}|{reason}", self.class.as_str())
+    }
+}
+
+/// A reason as a signature keeps it: see [`Failure::signature`].
+fn normalise(reason: &str) -> String {
+    let lower = reason.to_lowercase();
+    let mut out = String::with_capacity(lower.len());
+    let mut rest = lower.as_str();
+    while let Some(c) = rest.chars().next() {
+        if c.is_alphanumeric() || c == '_' {
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            let (word, after) = rest.split_at(end);
+            if is_hex(word) {
+                out.push_str("<hex>");
+            } else {
+                mask_digits(word, &mut out);
+            }
+            rest = after;
+        } else if c.is_whitespace() {
+            if !out.ends_with(' ') && !out.is_empty() {
+                out.push(' ');
+            }
+            rest = rest.trim_start();
+        } else {
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out.truncate(out.trim_end().len());
+    out
+}
+
+/// `word` with each run of digits in it written `<n>` (`42`, `31s`, `test_7`).
+fn mask_digits(word: &str, out: &mut String) {
+    let mut in_number = false;
+    for c in word.chars() {
+        if c.is_ascii_digit() {
+            if !in_number {
+                out.push_str("<n>");
+            }
+            in_number = true;
+        } else {
+            out.push(c);
+            in_number = false;
+        }
+    }
+}
+
+/// `0x1f`, or a run of seven or more hex digits with a digit among them (a hash, an address), not
+/// an English word made of the letters a to f.
+fn is_hex(word: &str) -> bool {
+    let hex = |w: &str| !w.is_empty() && w.bytes().all(|b| b.is_ascii_hexdigit());
+    match word.strip_prefix("0x") {
+        Some(digits) => hex(digits),
+        None => word.len() >= 7 && hex(word) && word.bytes().any(|b| b.is_ascii_digit()),
+    }
+}
+
 /// The result of one stage attempt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
@@ -162,5 +237,47 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Failures that differ only in numbers, ids or spacing share a signature; another reason,
+    /// class or node does not.
+    #[test]
+    fn a_signature_masks_numbers_and_ids_but_not_words() {
+        let failure = |class, reason: &str| Failure {
+            class,
+            reason: reason.to_owned(),
+        };
+        let sig = |reason: &str| failure(FailureClass::StageFailed, reason).signature("test");
+        assert_eq!(
+            sig(
+                "The command exited with code 1:\n  FAILED test_add (line 42) in 0.31s, run 3f9a2c1d"
+            ),
+            "test|stage_failed|the command exited with code <n>: failed test_add (line <n>) in <n>.<n>s, run <hex>"
+        );
+        assert_eq!(
+            sig("error at 0xDEADbeef"),
+            "test|stage_failed|error at <hex>"
+        );
+        assert_eq!(
+            sig("exit 2 at 10:04:59, pid 31337"),
+            sig("exit 7  at 11:15:02, pid 4")
+        );
+        // Words of hex letters are words; digits in a name are masked like any others.
+        assert_eq!(
+            sig("deadbeef facade v2 x86_64"),
+            "test|stage_failed|deadbeef facade v<n> x<n>_<n>"
+        );
+        assert_ne!(sig("test_add failed"), sig("test_sub failed"));
+        assert_ne!(
+            sig("x"),
+            failure(FailureClass::Timeout, "x").signature("test")
+        );
+        assert_ne!(
+            sig("x"),
+            failure(FailureClass::StageFailed, "x").signature("lint")
+        );
+        // Cut at 240 characters of reason, on a character boundary.
+        let long = sig(&"é".repeat(500));
+        assert_eq!(long.chars().count(), "test|stage_failed|".len() + 240);
     }
 }

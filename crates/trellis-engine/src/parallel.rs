@@ -344,6 +344,7 @@ fn fresh_branch(id: &str, track: &Track, snapshot: BTreeMap<String, Value>) -> B
             context: snapshot.clone(),
             visits: track.visits.fresh_copy(),
             edge_counts: track.edge_counts.fresh_copy(),
+            failure_signatures: track.failure_signatures.fresh_copy(),
             ..Track::default()
         },
         before: snapshot,

@@ -216,6 +216,10 @@ impl Engine {
         if stage_hooks {
             self.stage_end_hooks(node, &outcome).await?;
         }
+        if !matches!(node.kind, NodeKind::Conditional) {
+            // A conditional passes the failure before it through: not a failure of its own.
+            self.count_failure(track, &node.id, &outcome)?;
+        }
         if node.common.goal_gate {
             track.goal_gates.insert(&node.id, outcome.status);
         }
@@ -329,6 +333,35 @@ impl Engine {
             }
             _ => Ok(None),
         }
+    }
+
+    /// Counts a stage that failed the way retrying does not mend (`stage_failed`) by its signature,
+    /// when the graph sets `loop_restart_signature_limit`, and stops the run once one signature
+    /// has come that many times (Fabro's circuit breaker).
+    fn count_failure(
+        &self,
+        track: &mut Track,
+        node_id: &str,
+        outcome: &Outcome,
+    ) -> Result<(), EngineError> {
+        let Some(limit) = self.workflow.graph.failure_repeat_limit else {
+            return Ok(());
+        };
+        let Some(failure) = outcome.failure.as_ref().filter(|f| {
+            outcome.status == StageStatus::Failed && f.class == FailureClass::StageFailed
+        }) else {
+            return Ok(());
+        };
+        let signature = failure.signature(node_id);
+        track.failure_signatures.bump(&signature);
+        if track.failure_signatures[signature.as_str()] >= limit {
+            return Err(EngineError::FailureRepeated {
+                node: node_id.to_owned(),
+                signature,
+                limit,
+            });
+        }
+        Ok(())
     }
 
     /// A node's visit limit: its own `max_visits`, else the graph's `max_node_visits`, else in a dry

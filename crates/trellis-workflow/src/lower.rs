@@ -198,6 +198,9 @@ impl Lowerer<'_> {
             default_fidelity,
             default_thread: r.string("default_thread"),
             max_node_visits: r.count("max_node_visits", 0).filter(|&n| n > 0),
+            failure_repeat_limit: r
+                .count("loop_restart_signature_limit", 0)
+                .filter(|&n| n > 0),
             stall_timeout,
             capture_artifacts: r.bool("capture_artifacts").unwrap_or(true),
             sandbox: r

@@ -170,6 +170,11 @@ pub struct GraphConfig {
     pub default_thread: Option<String>,
     /// Max visits per node across the run; `None` means unlimited.
     pub max_node_visits: Option<u32>,
+    /// How often one failure may repeat before the run stops (Fabro's
+    /// `loop_restart_signature_limit`): a stage failing the same way that many times in a run, its
+    /// signature (node, class, reason with numbers masked) counted across loop restarts and never
+    /// reset by a success. `None` (unset, or `0`) when off.
+    pub failure_repeat_limit: Option<u32>,
     /// `None` when disabled (`stall_timeout=0`).
     pub stall_timeout: Option<Duration>,
     /// Commands capture test artifacts unless this is false (`capture_artifacts`).

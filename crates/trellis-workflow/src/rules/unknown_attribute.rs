@@ -35,6 +35,7 @@ pub const GRAPH: &[&str] = &[
     "default_fidelity",
     "default_thread",
     "max_node_visits",
+    "loop_restart_signature_limit",
     "stall_timeout",
     "start",
     "capture_artifacts",
