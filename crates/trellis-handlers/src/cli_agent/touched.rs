@@ -1,7 +1,9 @@
 //! Which files a CLI agent touched, as the outputs document says: in a git repository, the files
-//! `git diff --name-only` (staged too) and `git ls-files --others --exclude-standard` report before and
-//! after the session, compared — a path that appears, disappears, or whose size or modification time
-//! changed was touched — plus the files of any commits the agent made. Outside a repository, a
+//! git knows (`git ls-files`, tracked and untracked but not ignored) before and after the session,
+//! compared — a path that appears, disappears, or whose size or modification time changed was
+//! touched — plus the files of any commits the agent made. Git only lists paths and compares
+//! trees here; it never reads a working-tree file, so no filter driver a stage wrote into the
+//! repository's configuration runs (`git diff` against the working tree would run one). Outside a repository, a
 //! snapshot of the working tree's file sizes and modification times, skipping what artifact capture
 //! skips and bounded to [`MAX_FILES`] files. Paths are relative to the working directory; the runs
 //! directory is never counted. Everything here blocks: it runs on the blocking pool.
@@ -64,12 +66,11 @@ fn fingerprint(path: &Path) -> Fingerprint {
     Some((meta.len(), meta.modified().ok()?))
 }
 
-/// The files git reports as changed or new, relative to `root`.
-fn git_changes(root: &Path) -> Vec<String> {
+/// The files git knows under `root`, relative to it: those in the index, and the others not ignored.
+fn git_files(root: &Path) -> Vec<String> {
     let mut found = Vec::new();
     for args in [
-        &["diff", "--name-only", "-z", "--relative"][..],
-        &["diff", "--name-only", "-z", "--relative", "--cached"],
+        &["ls-files", "-z"][..],
         &["ls-files", "--others", "--exclude-standard", "-z"],
     ] {
         if let Some(out) = git(root, args) {
@@ -93,7 +94,7 @@ impl Snapshot {
         if in_git {
             let head = git(root, &["rev-parse", "-q", "--verify", "HEAD"])
                 .map(|out| String::from_utf8_lossy(&out).trim().to_owned());
-            let files = git_changes(root)
+            let files = git_files(root)
                 .into_iter()
                 .filter(|p| !excluded(root, p, exclude))
                 .map(|p| {
@@ -157,7 +158,15 @@ impl Snapshot {
             let from = before.as_deref().unwrap_or(EMPTY_TREE);
             if let Some(out) = git(
                 root,
-                &["diff", "--name-only", "-z", "--relative", from, now],
+                &[
+                    "diff",
+                    "--no-ext-diff",
+                    "--name-only",
+                    "-z",
+                    "--relative",
+                    from,
+                    now,
+                ],
             ) {
                 touched.extend(paths(&out).filter(|p| !excluded(root, p, exclude)));
             }
@@ -217,6 +226,34 @@ mod tests {
             before.touched(&after, root, &runs),
             ["a.txt", "committed.txt"]
         );
+    }
+
+    /// A stage may write a filter driver into the repository's configuration; listing the files
+    /// runs none, even for a file whose content git would have to read again to compare.
+    #[test]
+    fn a_filter_driver_planted_in_the_repository_does_not_run() {
+        if Command::new("git").arg("--version").output().is_err() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("repo");
+        std::fs::create_dir(&root).unwrap();
+        let runs = root.join("runs");
+        std::fs::write(root.join("a.txt"), "a").unwrap();
+        std::fs::write(root.join(".gitattributes"), "*.txt filter=evil\n").unwrap();
+        run_git(&root, &["init", "-q"]);
+        run_git(&root, &["add", "-A"]);
+        run_git(&root, &["commit", "-q", "-m", "one"]);
+        let ran = dir.path().join("ran");
+        let driver = format!("touch {}; cat", ran.display());
+        run_git(&root, &["config", "filter.evil.clean", &driver]);
+        run_git(&root, &["config", "filter.evil.process", &driver]);
+        let before = Snapshot::take(&root, &runs, &CancellationToken::new());
+        // Same size, a new time: git would read the file through the filter to compare it.
+        std::fs::write(root.join("a.txt"), "b").unwrap();
+        let after = Snapshot::take(&root, &runs, &CancellationToken::new());
+        assert_eq!(before.touched(&after, &root, &runs), ["a.txt"]);
+        assert!(!ran.exists(), "the planted filter ran");
     }
 
     #[test]
