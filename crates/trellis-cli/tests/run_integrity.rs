@@ -727,6 +727,15 @@ fn a_run_shows_what_it_changed_and_a_planted_git_config_runs_nothing() {
             "the planted {hook} ran"
         );
     }
+    // `show` lists the files with their lines added and removed.
+    let out = p.command(&["show", &id]).output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains(&format!(
+            "\nFiles changed: 4 (+4 −2); `trellis show {id} --changes` prints the diff\n  .gitattributes  +1 −0\n  a.txt           +2 −1\n  new.txt         +1 −0\n  old.txt         +0 −1\n"
+        )),
+        "{shown}"
+    );
     let staged = std::process::Command::new("git")
         .args([
             "-c",
@@ -763,6 +772,12 @@ fn a_run_shows_what_it_changed_and_a_planted_git_config_runs_nothing() {
         diff.contains("diff --git a/a b.txt b/a b.txt\nnew file mode")
             && diff.contains("+after the stage"),
         "{diff}"
+    );
+    let out = p.command(&["show", &id]).output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("\nFiles changed so far: 2 (+2 −0);"),
+        "{shown}"
     );
 
     // Outside git there is nothing to show, and the command says why.

@@ -233,9 +233,55 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
     if tokens_in + tokens_out > 0 {
         println!("  tokens: {tokens_in} in / {tokens_out} out");
     }
+    print_changes(&record, &meta.run_id);
     print_run_file_activity(&record);
     print_context(&record, &checkpoint);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Files listed under "Files changed" before the rest are counted.
+const CHANGED_FILES_SHOWN: usize = 20;
+
+/// What the run changed in its working directory, file by file, when it recorded that (in a git
+/// repository); `--changes` prints the diff.
+fn print_changes(record: &RunDir, run_id: &str) {
+    let Ok(changes) = trellis_run::changes::read(record.root()) else {
+        return;
+    };
+    let so_far = if changes.live { " so far" } else { "" };
+    if changes.files.is_empty() {
+        println!("\nFiles changed{so_far}: none");
+        return;
+    }
+    let lines = |count: Option<u64>| count.unwrap_or(0);
+    let added: u64 = changes.files.iter().map(|f| lines(f.added)).sum();
+    let removed: u64 = changes.files.iter().map(|f| lines(f.removed)).sum();
+    println!(
+        "
+Files changed{}: {} (+{added} −{removed}); `trellis show {run_id} --changes` prints the diff",
+        if changes.live { " so far" } else { "" },
+        changes.files.len(),
+    );
+    let width = changes
+        .files
+        .iter()
+        .take(CHANGED_FILES_SHOWN)
+        .map(|f| f.path.chars().count())
+        .max()
+        .unwrap_or(0)
+        .min(60);
+    for file in changes.files.iter().take(CHANGED_FILES_SHOWN) {
+        let counts = match (file.added, file.removed) {
+            (Some(added), Some(removed)) => format!("+{added} −{removed}"),
+            _ => "binary".to_owned(),
+        };
+        println!("  {:<width$}  {counts}", super::printable(&file.path));
+    }
+    if let Some(more) = changes.files.len().checked_sub(CHANGED_FILES_SHOWN)
+        && more > 0
+    {
+        println!("  … and {more} more");
+    }
 }
 
 /// The run's context, less the engine's own keys: each value on one line, cut to 100 characters.
