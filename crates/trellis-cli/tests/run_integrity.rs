@@ -779,8 +779,11 @@ fn a_run_shows_what_it_changed_and_a_planted_git_config_runs_nothing() {
         shown.contains("\nFiles changed so far: 2 (+2 −0);"),
         "{shown}"
     );
+}
 
-    // Outside git there is nothing to show, and the command says why.
+/// Outside git there is nothing to show, and the command says why.
+#[test]
+fn outside_git_a_run_has_no_changes_to_show() {
     let elsewhere = Project::new();
     elsewhere.write("w.fabro", &workflow("start -> exit"));
     let run = elsewhere.run("w.fabro", &[]);
