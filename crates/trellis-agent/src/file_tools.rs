@@ -63,7 +63,9 @@ pub fn run(
         Tool::ListDir => list_dir(work_dir, &parse_args(tool, arguments)?),
         Tool::ReadManyFiles => read_many_files(work_dir, &parse_args(tool, arguments)?),
         Tool::ApplyPatch => apply_patch(work_dir, &parse_args(tool, arguments)?, kept),
-        Tool::Shell | Tool::WebFetch => Err(format!("`{}` is not a file tool", tool.name())),
+        Tool::Shell | Tool::WebFetch | Tool::WebSearch => {
+            Err(format!("`{}` is not a file tool", tool.name()))
+        }
     }
 }
 

@@ -18,7 +18,7 @@ pub mod shell;
 pub mod subagents;
 mod tools;
 mod truncate;
-mod web;
+pub mod web;
 mod work_dir;
 
 pub use file_tools::{bare_path, named_paths};

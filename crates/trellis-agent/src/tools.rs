@@ -32,6 +32,8 @@ pub enum Tool {
     ReadManyFiles,
     /// Offered only when `allowed_tools` names it: it reaches the network from Trellis itself.
     WebFetch,
+    /// Offered only when `allowed_tools` names it: a Brave Search query, made by Trellis itself.
+    WebSearch,
     /// Offered only when `allowed_tools` names it (Fabro's OpenAI agents have it).
     ApplyPatch,
 }
@@ -57,7 +59,7 @@ impl Category {
             None if crate::subagents::TOOL_NAMES.contains(&name) => Category::Read,
             Some(Tool::WriteFile | Tool::EditFile | Tool::ApplyPatch) => Category::Write,
             // Fabro's category for the web tools: what reaches outside needs `full`.
-            Some(Tool::Shell | Tool::WebFetch) | None => Category::Shell,
+            Some(Tool::Shell | Tool::WebFetch | Tool::WebSearch) | None => Category::Shell,
         }
     }
 
@@ -118,7 +120,7 @@ const NAMED_FILES_LIMITS: (usize, u64, usize) = (4, 8 * 1024, 16 * 1024);
 const EDIT_TARGET_LIMITS: (usize, u64, usize) = (200, 32 * 1024, 2_000);
 
 impl Tool {
-    pub const ALL: [Tool; 10] = [
+    pub const ALL: [Tool; 11] = [
         Tool::ReadFile,
         Tool::WriteFile,
         Tool::EditFile,
@@ -128,6 +130,7 @@ impl Tool {
         Tool::ListDir,
         Tool::ReadManyFiles,
         Tool::WebFetch,
+        Tool::WebSearch,
         Tool::ApplyPatch,
     ];
 
@@ -154,6 +157,7 @@ impl Tool {
             Tool::ListDir => "list_dir",
             Tool::ReadManyFiles => "read_many_files",
             Tool::WebFetch => "web_fetch",
+            Tool::WebSearch => "web_search",
             Tool::ApplyPatch => "apply_patch",
         }
     }
@@ -172,6 +176,7 @@ impl Tool {
                 | Tool::ListDir
                 | Tool::ReadManyFiles
                 | Tool::WebFetch
+                | Tool::WebSearch
         )
     }
 
@@ -182,7 +187,7 @@ impl Tool {
             Tool::ReadManyFiles => (50_000, 4_000, Keep::Head),
             Tool::WebFetch => (30_000, 1_000, Keep::Head),
             Tool::Shell => (30_000, 400, Keep::HeadAndTail),
-            Tool::Grep => (20_000, 400, Keep::Head),
+            Tool::Grep | Tool::WebSearch => (20_000, 400, Keep::Head),
             Tool::Glob | Tool::ListDir => (20_000, 500, Keep::Head),
             Tool::WriteFile | Tool::EditFile | Tool::ApplyPatch => (5_000, 100, Keep::Head),
         };
@@ -195,6 +200,7 @@ impl Tool {
             Tool::Shell => "command",
             Tool::Grep | Tool::Glob => "pattern",
             Tool::WebFetch => "url",
+            Tool::WebSearch => "query",
             Tool::ApplyPatch => {
                 let patch = arguments.get("patch").and_then(Value::as_str);
                 return patch
@@ -334,6 +340,17 @@ impl Tool {
                         "timeout_ms": { "type": "integer", "description": "Timeout in milliseconds" }
                     },
                     "required": ["url"]
+                }),
+            ),
+            Tool::WebSearch => (
+                "Search the web (Brave Search). Returns numbered results, each with its title, URL and description; fetch a page with web_fetch to read it.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "query": { "type": "string", "description": "What to search for" },
+                        "max_results": { "type": "integer", "description": "How many results (default 5, at most 20)" }
+                    },
+                    "required": ["query"]
                 }),
             ),
         };
@@ -794,6 +811,9 @@ impl Toolbox {
         }
         if tool == Tool::WebFetch {
             return crate::web::fetch(&call.arguments, &self.sandbox.1).await;
+        }
+        if tool == Tool::WebSearch {
+            return crate::web::search(&call.arguments, &self.sandbox.1).await;
         }
         let (work_dir, known) = (self.work_dir.clone(), self.known.clone());
         let arguments = call.arguments.clone();

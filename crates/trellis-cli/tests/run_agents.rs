@@ -1506,6 +1506,107 @@ fn web_fetch_and_read_many_files_are_offered_when_named() {
     );
 }
 
+/// A Brave Search API on loopback answering every request with `body`, keeping each request's
+/// head (its line and headers).
+fn brave_search(body: &'static str) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}/res/v1", listener.local_addr().unwrap());
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = heads.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream);
+            let (mut head, mut line) = (String::new(), String::new());
+            while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                head.push_str(&line);
+                line.clear();
+            }
+            kept.lock().unwrap().push(head);
+            let _ = write!(
+                reader.get_mut(),
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (base, heads)
+}
+
+/// `web_search` (offered when named, Fabro's tool) asks Brave Search with the key in Trellis's
+/// environment and shows the model the results, numbered; the key reaches neither the model nor
+/// the agent's commands. Without the key the run stops before its first stage.
+#[test]
+fn web_search_asks_brave_search_with_the_users_key() {
+    let Some(mock) = Llmock::start() else { return };
+    let (base, heads) = brave_search(
+        r#"{"type":"search","web":{"type":"search","results":[{"title":"<strong>tokio</strong>::select","url":"https://docs.rs/tokio/latest/tokio/macro.select.html","description":"Waits on multiple concurrent branches &amp; returns the first."}]}}"#,
+    );
+    let key = "brave-key-5f1c9a52d3e6";
+    let p = project(&mock)
+        .with_env("BRAVE_SEARCH_API_KEY", key)
+        .with_env("BRAVE_SEARCH_BASE_URL", &base);
+    p.write(
+        "w.fabro",
+        &one_agent(", allowed_tools=\"web_search,shell\""),
+    );
+    mock.scenario(&json!([
+        call(
+            "web_search",
+            json!({ "query": "tokio select", "max_results": 1 })
+        ),
+        call(
+            "shell",
+            json!({ "command": "env | grep -c BRAVE_SEARCH_API_KEY; true" })
+        ),
+        answer("Found it."),
+    ]));
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let bodies = mock.bodies();
+    assert_eq!(Llmock::tool_names(&bodies[0]), ["shell", "web_search"]);
+    let found = &Llmock::tool_results(&bodies[1])[0];
+    assert_eq!(
+        found["content"],
+        "1. **tokio**::select\n   https://docs.rs/tokio/latest/tokio/macro.select.html\n   Waits on multiple concurrent branches & returns the first.",
+        "{found}"
+    );
+    let head = heads.lock().unwrap()[0].to_ascii_lowercase();
+    assert!(
+        head.starts_with("get /res/v1/web/search?q=tokio+select&count=1 http/1.1\r\n")
+            && head.contains(&format!("\r\nx-subscription-token: {key}\r\n")),
+        "{head}"
+    );
+    let env = Llmock::tool_results(&bodies[2]).last().unwrap()["content"].clone();
+    assert!(
+        env.as_str().unwrap().starts_with('0'),
+        "the agent's commands do not get the key: {env}"
+    );
+    for body in &bodies {
+        assert!(
+            !body.to_string().contains(key),
+            "the model was shown the key"
+        );
+    }
+
+    // Without the key, nothing runs.
+    let keyless = project(&mock).with_env("BRAVE_SEARCH_BASE_URL", &base);
+    keyless.write("w.fabro", &one_agent(", allowed_tools=\"web_search\""));
+    let asked = mock.bodies().len();
+    let out = keyless.command(&["run", "w.fabro"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the run cannot start")
+            && stderr.contains(
+                "node `fix`: `web_search` needs a Brave Search API key in BRAVE_SEARCH_API_KEY"
+            ),
+        "{stderr}"
+    );
+    assert_eq!(mock.bodies().len(), asked);
+    assert_eq!(heads.lock().unwrap().len(), 1);
+}
+
 /// `apply_patch` (offered when named) changes several files in one call, whole or not at all: a
 /// deletion of a file the agent has not read is refused, and nothing of that patch applied.
 #[test]

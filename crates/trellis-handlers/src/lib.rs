@@ -33,6 +33,42 @@ use trellis_llm::Client;
 use trellis_process::sandbox::Sandbox;
 use trellis_workflow::node_kind::HandlerKind;
 
+/// What a workflow's stages need from this machine, checked before a run's first stage so a run
+/// does not fail halfway for want of it: the skills agent nodes name (and their variables), and the
+/// Brave Search key of an agent allowed `web_search`. `Err` lists every problem, one per line.
+pub fn preflight(
+    workflow: &trellis_workflow::Workflow,
+    work_dir: &std::path::Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), String> {
+    let mut problems = Vec::new();
+    let key = trellis_agent::web::SEARCH_KEY;
+    let has_key = env(key).is_some_and(|k| !k.trim().is_empty());
+    for node in &workflow.nodes {
+        let Some(llm) = node.kind.llm() else {
+            continue;
+        };
+        let names = |list: &[String]| list.iter().any(|n| n == "web_search");
+        let searches = llm.backend == trellis_workflow::node_kind::Backend::Api
+            && llm.allowed_tools.as_deref().is_some_and(names)
+            && !names(&llm.disallowed_tools);
+        if searches && !has_key {
+            problems.push(format!(
+                "node `{}`: `web_search` needs a Brave Search API key in {key}",
+                node.id
+            ));
+        }
+    }
+    if let Err(skills) = skills::preflight(workflow, work_dir, env) {
+        problems.push(skills);
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
 /// Every handler a run needs, by node type. Model stages use `client`; without one they fail with a
 /// clear message (dry runs simulate them). Commands and agents' shells run in `sandbox`.
 pub fn standard_handlers(client: Option<Arc<Client>>, sandbox: &Arc<Sandbox>) -> Handlers {

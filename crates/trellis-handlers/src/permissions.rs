@@ -154,6 +154,7 @@ mod tests {
         assert_eq!(needed(Category::of("mcp__git__status")), Permissions::Full);
         // Fabro's categories: the web needs what a shell does; reading many files, what reading does.
         assert_eq!(needed(Category::of("web_fetch")), Permissions::Full);
+        assert_eq!(needed(Category::of("web_search")), Permissions::Full);
         assert_eq!(
             needed(Category::of("read_many_files")),
             Permissions::ReadOnly

@@ -64,7 +64,8 @@ pub enum RunError {
     /// check, or the project's file cannot be read.
     #[error("the run's hooks cannot be used:\n{problems}")]
     Hooks { problems: String },
-    /// What the workflow needs and this machine lacks (skills, their variables): nothing started.
+    /// What the workflow needs and this machine lacks (skills, their variables, a search key):
+    /// nothing started.
     #[error("the run cannot start:\n{problems}")]
     Preflight { problems: String },
 }
@@ -276,7 +277,7 @@ impl Run {
         let (workflow, file) = loaded.into_workflow()?;
         if !request.settings.models_simulated() {
             let env = |name: &str| std::env::var(name).ok();
-            trellis_handlers::skills::preflight(&workflow, &request.settings.work_dir, &env)
+            trellis_handlers::preflight(&workflow, &request.settings.work_dir, &env)
                 .map_err(|problems| RunError::Preflight { problems })?;
         }
         let run_id = new_run_id();

@@ -512,7 +512,7 @@ pub const PROVIDER_ALIASES: &[&str] = &[
 ];
 
 /// The built-in agent's tools, as `allowed_tools` and `disallowed_tools` name them: its own (the
-/// last three offered only when `allowed_tools` names them), then the sub-agent tools
+/// last four offered only when `allowed_tools` names them), then the sub-agent tools
 /// (`trellis-handlers` checks the agent offers exactly these).
 pub const AGENT_TOOLS: &[&str] = &[
     "read_file",
@@ -524,6 +524,7 @@ pub const AGENT_TOOLS: &[&str] = &[
     "list_dir",
     "read_many_files",
     "web_fetch",
+    "web_search",
     "apply_patch",
     "spawn_agent",
     "send_input",

@@ -2,10 +2,10 @@
 //! built-in agent has.
 //!
 //! The tools are `read_file`, `write_file`, `edit_file`, `shell`, `grep`, `glob`, `list_dir`,
-//! `read_many_files`, `web_fetch` and `apply_patch` (these three only when `allowed_tools` names
-//! them), and the sub-agent tools `spawn_agent`, `send_input`, `wait`, `close_agent`. A name that is
-//! none of them (a typo, or Fabro's `web_search`, which this agent does not have) would fail the
-//! stage when it starts, after the stages before it ran:
+//! `read_many_files`, `web_fetch`, `web_search` and `apply_patch` (these four only when
+//! `allowed_tools` names them), and the sub-agent tools `spawn_agent`, `send_input`, `wait`,
+//! `close_agent`. A name that is none of them would fail the stage when it starts, after the stages
+//! before it ran:
 //!
 //! ```dot
 //! fix [prompt="Fix the tests", allowed_tools="read_file,shel"]   // error: `shel` is no tool; did you mean `shell`?
@@ -44,9 +44,7 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         for (attribute, names) in lists {
             for name in names.iter().filter(|n| !AGENT_TOOLS.contains(&n.as_str())) {
                 let span = node.attr_spans.get(attribute).copied().unwrap_or(node.span);
-                let help = if name == "web_search" {
-                    NO_WEB_SEARCH.to_owned()
-                } else if let Some(near) = rules::closest(name, AGENT_TOOLS.iter().copied()) {
+                let help = if let Some(near) = rules::closest(name, AGENT_TOOLS.iter().copied()) {
                     format!("did you mean `{near}`?")
                 } else {
                     format!("the tools are {}", AGENT_TOOLS.join(", "))
@@ -66,7 +64,3 @@ pub fn check(workflow: &Workflow, out: &mut Vec<Diagnostic>) {
         }
     }
 }
-
-/// What to use for Fabro's `web_search`, which this agent does not have.
-const NO_WEB_SEARCH: &str = "this agent does not search the web: give it an MCP server that does \
-(`mcp`); `web_fetch` fetches a page";
