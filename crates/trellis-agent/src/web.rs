@@ -74,6 +74,8 @@ const DEFAULT_SEARCH_URL: &str = "https://api.search.brave.com/res/v1";
 /// How many results a search returns unless the model says otherwise, and the most it may.
 const DEFAULT_RESULTS: u32 = 5;
 const MAX_RESULTS: u32 = 20;
+/// The most of an answer read (twenty results with their extra snippets are about 100 KB).
+const MAX_SEARCH_ANSWER: usize = 2 * 1024 * 1024;
 
 #[derive(Deserialize)]
 struct SearchArgs {
@@ -154,7 +156,7 @@ async fn brave(base: &str, key: &str, query: &str, count: u32) -> Result<String,
         [("q", query), ("count", &count.to_string())],
     )
     .map_err(|e| format!("{SEARCH_URL} is not a URL: {e}"))?;
-    let response = trellis_llm::http_client()
+    let mut response = trellis_llm::http_client()
         .get(url)
         .header(reqwest::header::ACCEPT, "application/json")
         .header("X-Subscription-Token", key)
@@ -162,7 +164,17 @@ async fn brave(base: &str, key: &str, query: &str, count: u32) -> Result<String,
         .await
         .map_err(|e| format!("Brave Search cannot be reached: {}", e.without_url()))?;
     let status = response.status();
-    let body = response.text().await.map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+        bytes.extend_from_slice(&chunk);
+        if bytes.len() > MAX_SEARCH_ANSWER {
+            return Err(format!(
+                "Brave Search's answer is longer than {} KB",
+                MAX_SEARCH_ANSWER / 1024
+            ));
+        }
+    }
+    let body = String::from_utf8_lossy(&bytes);
     if !status.is_success() {
         let shown: String = body.chars().take(500).collect();
         return Err(format!("Brave Search answered {status}: {shown}"));
