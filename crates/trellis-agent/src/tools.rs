@@ -809,11 +809,18 @@ impl Toolbox {
         if tool == Tool::Shell {
             return self.shell(&call.arguments).await;
         }
-        if tool == Tool::WebFetch {
-            return crate::web::fetch(&call.arguments, &self.sandbox.1).await;
-        }
-        if tool == Tool::WebSearch {
-            return crate::web::search(&call.arguments, &self.sandbox.1).await;
+        if matches!(tool, Tool::WebFetch | Tool::WebSearch) {
+            // The node's policy, its network cut where the run cuts every stage's.
+            let (sandbox, policy) = &self.sandbox;
+            let policy = Policy {
+                network_off: sandbox.cuts_network(policy),
+                ..policy.clone()
+            };
+            return if tool == Tool::WebFetch {
+                crate::web::fetch(&call.arguments, &policy).await
+            } else {
+                crate::web::search(&call.arguments, &policy).await
+            };
         }
         let (work_dir, known) = (self.work_dir.clone(), self.known.clone());
         let arguments = call.arguments.clone();

@@ -36,7 +36,7 @@ pub(crate) async fn fetch(arguments: &Value, policy: &Policy) -> ToolOutput {
     };
     if policy.network_off {
         return ToolOutput::error(
-            "web_fetch is refused: this node cuts the network (sandbox=\"network=off\")",
+            "web_fetch is refused: this stage has no network (its node's sandbox=\"network=off\", or the run file's sandbox network)",
         );
     }
     let url = match reqwest::Url::parse(args.url.trim()) {
@@ -118,7 +118,7 @@ pub(crate) async fn search(arguments: &Value, policy: &Policy) -> ToolOutput {
     }
     if policy.network_off {
         return ToolOutput::error(
-            "web_search is refused: this node cuts the network (sandbox=\"network=off\")",
+            "web_search is refused: this stage has no network (its node's sandbox=\"network=off\", or the run file's sandbox network)",
         );
     }
     let Some(key) = std::env::var(SEARCH_KEY)

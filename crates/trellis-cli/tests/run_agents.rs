@@ -1501,7 +1501,7 @@ fn web_fetch_and_read_many_files_are_offered_when_named() {
         refused["content"]
             .as_str()
             .unwrap()
-            .contains("this node cuts the network"),
+            .contains("this stage has no network"),
         "{refused}"
     );
 }

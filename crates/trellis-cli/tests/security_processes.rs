@@ -575,6 +575,49 @@ fn a_node_can_turn_the_network_off_but_not_the_sandbox() {
     );
 }
 
+/// A run file that cuts the network (Docker's `network_mode = "none"`, Fabro's default provider)
+/// cuts it for every stage, a node that asks for the network included, and for its prepare steps;
+/// without it the same stage has the machine's network.
+#[test]
+fn a_run_file_can_cut_every_stages_network() {
+    if !bubblewrap() {
+        return;
+    }
+    let p = Project::new().with_env("TRELLIS_SANDBOX", "bubblewrap");
+    let count = "cat /proc/net/dev | wc -l";
+    p.write(
+        "w.fabro",
+        &workflow(&format!(
+            "net [shape=parallelogram, script=\"{count}\"]\n open [shape=parallelogram, sandbox=\"network=on\", script=\"{count}\"]\n start -> net -> open -> exit"
+        )),
+    );
+    p.write(
+        "run.toml",
+        &format!("_version = 1\n[workflow]\ngraph = \"w.fabro\"\n[[run.prepare.steps]]\nscript = \"{count} > prepared\"\n[run.sandbox.docker]\nnetwork_mode = \"none\"\n"),
+    );
+    let run = p.run("run.toml", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let lines = |node: &str| {
+        std::fs::read_to_string(stage_dir(&run.record(), node).join("stdout.log"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    // Only a loopback: /proc/net/dev has its two header lines and `lo`.
+    assert_eq!((lines("net").as_str(), lines("open").as_str()), ("3", "3"));
+    assert_eq!(p.read("prepared").trim(), "3");
+    // The machine's own network has more than a loopback; the workflow alone gets it.
+    let open = p.run("w.fabro", &[]);
+    assert_eq!(open.code(), Some(0), "{}", open.stderr());
+    let machine =
+        std::fs::read_to_string(stage_dir(&open.record(), "net").join("stdout.log")).unwrap();
+    assert_ne!(
+        machine.trim(),
+        "3",
+        "this machine has a network besides its loopback"
+    );
+}
+
 fn call(name: &str, arguments: &Value) -> Value {
     json!({ "type": "reply", "tool_calls": [{ "name": name, "arguments": arguments }], "times": 1 })
 }

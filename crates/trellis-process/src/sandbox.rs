@@ -12,7 +12,8 @@
 //!   run's record;
 //! - **hidden**: the user's Trellis configuration (it holds provider keys), an empty directory or file in
 //!   its place;
-//! - the network, unless the node says `sandbox="network=off"` (then only a loopback of its own).
+//! - the network, unless the node says `sandbox="network=off"` or the run's file cuts it for every
+//!   stage (then only a loopback of its own).
 //!
 //! The sandbox's init ends every process in it when the command's first process exits, so nothing a
 //! stage started (`setsid`, a double fork, `env -i`) outlives it, and it dies with Trellis
@@ -115,6 +116,9 @@ pub struct Sandbox {
     hidden: Vec<(PathBuf, bool)>,
     /// Variables every child gets on top of what it inherits (a run file's `[run.sandbox.env]`).
     env: Vec<(String, String)>,
+    /// Every child's network is cut, whatever its node says (a run file's Docker
+    /// `network_mode = "none"` or Daytona `network = "block"`).
+    network_off: bool,
 }
 
 /// Tool caches under the home directory that builds and test runners write.
@@ -132,6 +136,7 @@ impl Sandbox {
             protected: Vec::new(),
             hidden: Vec::new(),
             env: Vec::new(),
+            network_off: false,
         }
     }
 
@@ -164,6 +169,7 @@ impl Sandbox {
             protected: Vec::new(),
             hidden: Vec::new(),
             env: Vec::new(),
+            network_off: false,
         })
     }
 
@@ -272,6 +278,18 @@ impl Sandbox {
         self.env.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
+    /// Cuts every child's network, whatever its node's policy says (the user said so for the run).
+    #[must_use]
+    pub fn without_network(mut self) -> Self {
+        self.network_off = true;
+        self
+    }
+
+    /// Whether a child with `policy` has its network cut: its node says so, or the run does.
+    pub fn cuts_network(&self, policy: &Policy) -> bool {
+        self.network_off || policy.network_off
+    }
+
     /// Also lets children write `paths` (the configuration's grants).
     #[must_use]
     pub fn writable(mut self, paths: impl IntoIterator<Item = PathBuf>) -> Self {
@@ -363,7 +381,7 @@ impl Sandbox {
             "--tmpfs".as_ref(),
             "/tmp".as_ref(),
         ]);
-        if policy.network_off {
+        if self.cuts_network(policy) {
             push(&["--unshare-net".as_ref()]);
         }
         for path in self.writable_paths(work_dir, policy) {
@@ -401,7 +419,7 @@ impl Sandbox {
             for path in self.writable_paths(work_dir, policy) {
                 out.extend([OsString::from(crate::reaper::WRITE_ARG), path.into()]);
             }
-            if policy.network_off {
+            if self.cuts_network(policy) {
                 out.push(crate::reaper::NETWORK_OFF_ARG.into());
             }
         }
@@ -524,7 +542,16 @@ mod tests {
             protected: vec![PathBuf::from("/w/runs")],
             hidden: Vec::new(),
             env: Vec::new(),
+            network_off: false,
         };
+        // The run's cut applies whatever the node says; without either, the network stays.
+        let open = |sandbox: &Sandbox| {
+            let (_, args) =
+                sandbox.wrap(OsStr::new("true"), &[], Path::new("/w"), &Policy::default());
+            !args.iter().any(|a| a == "--unshare-net")
+        };
+        assert!(open(&sandbox));
+        assert!(!open(&sandbox.clone().without_network()));
         let policy = Policy {
             network_off: true,
             writable: vec![PathBuf::from("/data")],

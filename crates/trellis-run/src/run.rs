@@ -387,12 +387,14 @@ impl Run {
         // Children may read the run's record but never change it, even when the runs directory lies
         // inside the working directory they may write.
         let runs_dir = record.root().parent().map(Path::to_path_buf);
-        let sandbox = Arc::new(
-            (*wiring.sandbox)
-                .clone()
-                .protect(runs_dir)
-                .with_env(run_file.map(|f| f.env.clone()).unwrap_or_default()),
-        );
+        let mut sandbox = (*wiring.sandbox)
+            .clone()
+            .protect(runs_dir)
+            .with_env(run_file.map(|f| f.env.clone()).unwrap_or_default());
+        if run_file.is_some_and(|f| f.network_off) {
+            sandbox = sandbox.without_network();
+        }
+        let sandbox = Arc::new(sandbox);
         let hooks = run_hooks(
             (&config, run_file),
             HookSetting {

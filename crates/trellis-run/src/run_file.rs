@@ -78,6 +78,9 @@ pub struct RunFile {
     pub prepare: Vec<PrepareStep>,
     /// `[run.sandbox.env]`, resolved from the caller's environment.
     pub env: BTreeMap<String, String>,
+    /// Every stage's network is cut: the provider's network setting says so (Docker's
+    /// `network_mode = "none"`, Daytona's `network = "block"` or an allow list).
+    pub network_off: bool,
     /// `[run.checkpoint] exclude_globs`.
     pub exclude_globs: Vec<String>,
     /// `[run.artifacts] include`.
@@ -536,7 +539,7 @@ impl Check<'_> {
                 self.error(format!("`{glob}` is not a valid glob: {e}"));
             }
         }
-        file.env = self.sandbox(run.sandbox.unwrap_or_default());
+        (file.env, file.network_off) = self.sandbox(run.sandbox.unwrap_or_default());
         file.mcp_servers =
             self.mcp_servers(run.agent.unwrap_or_default().mcps, document.mcp_servers);
         if run.pull_request.is_some() {
@@ -656,8 +659,9 @@ impl Check<'_> {
         steps
     }
 
-    /// `[run.sandbox]`: the environment, resolved; providers Trellis does not run are warnings.
-    fn sandbox(&mut self, sandbox: SandboxSection) -> BTreeMap<String, String> {
+    /// `[run.sandbox]`: the environment, resolved, and whether the stages' network is cut; the
+    /// settings of providers Trellis does not run are warnings, but for their network's.
+    fn sandbox(&mut self, mut sandbox: SandboxSection) -> (BTreeMap<String, String>, bool) {
         match sandbox.provider.as_deref() {
             None | Some("local") => {}
             Some(provider @ ("docker" | "daytona")) => self.warn(format!(
@@ -667,6 +671,7 @@ impl Check<'_> {
                 "`[run.sandbox] provider = \"{other}\"` is not a sandbox provider (Fabro's are local, docker and daytona)"
             )),
         }
+        let network_off = self.network(&mut sandbox);
         for (key, set) in [
             ("docker", sandbox.docker.is_some()),
             ("daytona", sandbox.daytona.is_some()),
@@ -696,7 +701,54 @@ impl Check<'_> {
                 )),
             }
         }
-        env
+        (env, network_off)
+    }
+
+    /// Whether the provider's network setting cuts the stages' network: Docker's `network_mode`
+    /// (Docker is Fabro's default provider) or Daytona's `network`, whichever provider is named.
+    /// The setting is taken out of its table, so what is left there is what Trellis ignores.
+    fn network(&mut self, sandbox: &mut SandboxSection) -> bool {
+        let (table, key) = match sandbox.provider.as_deref() {
+            None | Some("docker") => (&mut sandbox.docker, "network_mode"),
+            Some("daytona") => (&mut sandbox.daytona, "network"),
+            _ => return false,
+        };
+        let Some(toml::Value::Table(settings)) = table else {
+            return false;
+        };
+        let Some(value) = settings.remove(key) else {
+            return false;
+        };
+        if settings.is_empty() {
+            *table = None;
+        }
+        let provider = if key == "network" {
+            "daytona"
+        } else {
+            "docker"
+        };
+        let at = format!("`[run.sandbox.{provider}] {key}`");
+        match (key, &value) {
+            ("network_mode", toml::Value::String(mode)) => mode == "none",
+            ("network", toml::Value::String(mode)) if mode == "block" => true,
+            ("network", toml::Value::String(mode)) if mode == "allow_all" => false,
+            ("network", toml::Value::Table(allow)) if allow.contains_key("allow_list") => {
+                self.warn(format!(
+                    "{at}: Trellis cannot let a stage reach only some addresses, so the run's stages get no network at all (a loopback of their own); set `network = \"allow_all\"` to give them all of it"
+                ));
+                true
+            }
+            ("network", _) => {
+                self.error(format!(
+                    "{at} is \"allow_all\", \"block\" or {{ allow_list = [...] }}, not {value}"
+                ));
+                false
+            }
+            _ => {
+                self.error(format!("{at} is a Docker network mode, not {value}"));
+                false
+            }
+        }
     }
 
     /// A value with `{{ env.NAME }}` references resolved; the name of the first unset one.
@@ -857,6 +909,59 @@ mod tests {
         assert!(text.iter().any(|p| p.contains("daytona")), "{text:?}");
         assert!(text.iter().any(|p| p.contains("pull requests")), "{text:?}");
         assert_eq!(file.unwrap().env["REGION"], "api.eu.example");
+    }
+
+    /// The provider's network setting is read: Docker's (the default provider's) `network_mode`,
+    /// Daytona's `network`; an allow list cuts the network too, with a warning; the rest of the
+    /// table is ignored, with the usual warning.
+    #[test]
+    fn a_providers_network_setting_cuts_the_stages_network() {
+        let network = |text: &str| {
+            let (file, problems) = parse(&format!("_version = 1\n{text}"));
+            let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+            (file.map(|f| f.network_off), text)
+        };
+        assert_eq!(network("").0, Some(false));
+        let (cut, said) = network("[run.sandbox.docker]\nnetwork_mode = \"none\"\n");
+        assert_eq!((cut, said.len()), (Some(true), 0), "{said:?}");
+        let (cut, said) =
+            network("[run.sandbox.docker]\nnetwork_mode = \"bridge\"\nimage = \"x\"\n");
+        assert_eq!(cut, Some(false));
+        assert!(
+            said[0].contains("`run.sandbox.docker` is ignored"),
+            "{said:?}"
+        );
+        let daytona = "[run.sandbox]\nprovider = \"daytona\"\n[run.sandbox.daytona]\n";
+        assert_eq!(
+            network(&format!("{daytona}network = \"block\"")).0,
+            Some(true)
+        );
+        assert_eq!(
+            network(&format!("{daytona}network = \"allow_all\"")).0,
+            Some(false)
+        );
+        let (cut, said) = network(&format!(
+            "{daytona}network = {{ allow_list = [\"10.0.0.0/8\"] }}"
+        ));
+        assert_eq!(cut, Some(true));
+        assert!(
+            said.iter()
+                .any(|p| p.contains("cannot let a stage reach only some addresses")),
+            "{said:?}"
+        );
+        // The setting of a provider not named is not read.
+        let (cut, _) = network(
+            "[run.sandbox]\nprovider = \"daytona\"\n[run.sandbox.docker]\nnetwork_mode = \"none\"\n",
+        );
+        assert_eq!(cut, Some(false));
+        let (cut, said) = network(&format!("{daytona}network = \"blocked\""));
+        assert_eq!(cut, None);
+        assert!(
+            said.iter().any(|p| p.contains("`[run.sandbox.daytona] network` is \"allow_all\", \"block\" or { allow_list = [...] }, not \"blocked\"")),
+            "{said:?}"
+        );
+        let (cut, _) = network("[run.sandbox.docker]\nnetwork_mode = 0\n");
+        assert_eq!(cut, None);
     }
 
     #[test]
