@@ -147,3 +147,59 @@ fn a_missing_skill_or_variable_stops_the_run_before_it_starts() {
             .contains("## Skill: deploy")
     );
 }
+
+/// `validate --preflight` says what `trellis run` would find missing before its first stage (SWEny's
+/// pre-flight), without running anything: a skill that is not there, a variable not set; a server a
+/// run file configures counts as the skill of its name, as it does for the run.
+#[test]
+fn validate_preflight_says_what_this_machine_lacks() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write("w.fabro", &agent(", skills=\"deploy,triage\"", "Ship it"));
+    let out = p
+        .command(&["validate", "--preflight", "w.fabro"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+    assert!(
+        stdout.contains(
+            "w.fabro: valid\nw.fabro: cannot start here:\n  node `fix`: no skill named `triage`"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("DEPLOY_TOKEN_FOR_TEST"), "{stdout}");
+    let out = p
+        .command(&["validate", "--preflight", "--format", "json", "w.fabro"])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let preflight = &report["files"][0]["preflight"];
+    assert_eq!(preflight["ready"], false, "{report}");
+    assert!(
+        preflight["problems"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("node `fix`: "),
+        "{report}"
+    );
+    // Without the flag nothing is asked of the machine.
+    let out = p.command(&["validate", "w.fabro"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+
+    // The variable set, the missing skill named by a run file's server instead: ready.
+    p.write(
+        "run.toml",
+        "_version = 1\n[workflow]\ngraph = \"w.fabro\"\n[run.agent.mcps.triage]\ntype = \"stdio\"\ncommand = [\"triage-server\"]\n",
+    );
+    let out = p
+        .command(&["validate", "--preflight", "run.toml"])
+        .env("DEPLOY_TOKEN_FOR_TEST", "set")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("w.fabro: ready to run here"), "{stdout}");
+    assert!(mock.bodies().is_empty(), "the model was never called");
+    assert!(!p.run_exists(), "nothing started");
+}

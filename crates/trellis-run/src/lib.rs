@@ -17,7 +17,7 @@ mod stop;
 pub mod run_file;
 pub use run::{
     Finished, Loaded, NewRun, Resumable, Run, RunError, Wiring, load, load_blocking, load_text,
-    recorded_options, sandbox,
+    preflight, recorded_options, sandbox,
 };
 pub use run_file::{Opened, RunFile, open_blocking};
 pub use steer::{SteerError, Steered, steer};

@@ -262,6 +262,29 @@ pub struct Finished {
     pub log_error: Option<std::io::Error>,
 }
 
+/// What `workflow` needs from this machine to run in `work_dir`, with the run file's MCP servers
+/// beside its own (the skills its agent nodes name and their variables, a search key): `Err` says
+/// what is missing, one line per problem. `trellis run` checks it before the first stage, `trellis
+/// validate --preflight` on asking.
+pub fn preflight(
+    workflow: &Workflow,
+    run_file: Option<&RunFile>,
+    work_dir: &Path,
+) -> Result<(), String> {
+    let env = |name: &str| std::env::var(name).ok();
+    match run_file.filter(|f| !f.mcp_servers.is_empty()) {
+        None => trellis_handlers::preflight(workflow, work_dir, &env),
+        Some(file) => {
+            let mut with_servers = workflow.clone();
+            with_servers
+                .graph
+                .mcp_servers
+                .extend(file.mcp_servers.iter().cloned());
+            trellis_handlers::preflight(&with_servers, work_dir, &env)
+        }
+    }
+}
+
 impl Run {
     /// Creates the run record of a new run of the loaded workflow and wires it (on the blocking pool);
     /// a workflow with errors is [`RunError::Invalid`].
@@ -276,9 +299,12 @@ impl Run {
     fn create_blocking(loaded: Loaded, request: NewRun, wiring: Wiring) -> Result<Run, RunError> {
         let (workflow, file) = loaded.into_workflow()?;
         if !request.settings.models_simulated() {
-            let env = |name: &str| std::env::var(name).ok();
-            trellis_handlers::preflight(&workflow, &request.settings.work_dir, &env)
-                .map_err(|problems| RunError::Preflight { problems })?;
+            preflight(
+                &workflow,
+                request.run_file.as_ref(),
+                &request.settings.work_dir,
+            )
+            .map_err(|problems| RunError::Preflight { problems })?;
         }
         let run_id = new_run_id();
         let extension = request

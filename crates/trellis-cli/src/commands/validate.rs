@@ -30,6 +30,11 @@ pub struct Args {
     /// Let `@file` and `workflow=` references read from this directory too; repeat for several.
     #[arg(long = "allow-dir", value_name = "DIR")]
     allow_dir: Vec<PathBuf>,
+    /// Also check what a valid workflow needs from this machine, as `trellis run` does before its
+    /// first stage (SWEny's pre-flight): the skills its agent nodes name and their variables, a
+    /// `web_search` key. Exit 2 when something is missing.
+    #[arg(long)]
+    preflight: bool,
 }
 
 fn verdict(tally: Tally) -> String {
@@ -41,20 +46,80 @@ fn verdict(tally: Tally) -> String {
     }
 }
 
+/// `--input KEY=VALUE` pairs as a map; `Err` holds a pair that is not one.
+fn inputs(pairs: &[String]) -> Result<std::collections::BTreeMap<String, String>, &str> {
+    pairs
+        .iter()
+        .map(|pair| {
+            pair.split_once('=')
+                .filter(|(k, _)| !k.trim().is_empty())
+                .map(|(k, v)| (k.trim().to_owned(), v.to_owned()))
+                .ok_or(pair.as_str())
+        })
+        .collect()
+}
+
+/// What `workflow` lacks on this machine, in the run file's working directory or this one.
+fn preflight(
+    workflow: &trellis_workflow::Workflow,
+    run_file: Option<&trellis_run::RunFile>,
+) -> anyhow::Result<Result<(), String>> {
+    let work_dir = match run_file.and_then(|f| f.work_dir.clone()) {
+        Some(dir) => dir,
+        None => std::env::current_dir()?,
+    };
+    Ok(trellis_run::preflight(workflow, run_file, &work_dir))
+}
+
+/// The workflow's name and size, or that it could not be compiled.
+fn write_outline(
+    out: &mut impl Write,
+    outline: Option<&trellis_workflow::Outline>,
+    file_name: &str,
+) -> std::io::Result<()> {
+    match outline {
+        Some(o) => writeln!(
+            out,
+            "Workflow: {} ({} nodes, {} edges)",
+            super::printable(&o.name),
+            o.nodes,
+            o.edges
+        ),
+        None => writeln!(out, "Workflow: {file_name} (not compiled: syntax errors)"),
+    }
+}
+
+/// The pre-flight's verdict on `name`: ready, or each problem on a line of its own.
+fn write_ready(
+    out: &mut impl Write,
+    name: &str,
+    ready: &Result<(), String>,
+) -> std::io::Result<()> {
+    match ready {
+        Ok(()) => writeln!(out, "{name}: ready to run here"),
+        Err(problems) => {
+            writeln!(out, "{name}: cannot start here:")?;
+            for problem in problems.lines() {
+                writeln!(out, "  {problem}")?;
+            }
+            Ok(())
+        }
+    }
+}
+
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     super::huge_pages::start_again_for(&args.files);
     let color = args.color.for_stdout();
     let mut stdout = std::io::stdout().lock();
-    let (mut any_invalid, mut any_unreadable) = (false, false);
+    let (mut any_invalid, mut any_unreadable, mut any_unready) = (false, false, false);
     let mut documents = Vec::new();
-    let mut inputs = std::collections::BTreeMap::new();
-    for pair in &args.input {
-        let Some((key, value)) = pair.split_once('=').filter(|(k, _)| !k.trim().is_empty()) else {
+    let inputs = match inputs(&args.input) {
+        Ok(inputs) => inputs,
+        Err(pair) => {
             trellis_process::note!("error: --input expects KEY=VALUE, found `{pair}`");
             return Ok(ExitCode::from(EXIT_USAGE));
-        };
-        inputs.insert(key.trim().to_owned(), value.to_owned());
-    }
+        }
+    };
     for (i, path) in args.files.iter().enumerate() {
         let options = CompileOptions {
             allowed_dirs: args.allow_dir.clone(),
@@ -85,9 +150,21 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         } = &compiled;
         let tally = Tally::of(diagnostics);
         any_invalid |= tally.errors > 0;
+        // Only a workflow with no errors is checked against the machine.
+        let ready = match (&compiled.workflow, args.preflight && tally.errors == 0) {
+            (Some(workflow), true) => Some(preflight(workflow, opened.run_file.as_ref())?),
+            _ => None,
+        };
+        any_unready |= matches!(ready, Some(Err(_)));
         match args.format {
             OutputFormat::Json => {
                 let mut report = trellis_workflow::report(&file, &compiled);
+                if let Some(ready) = &ready {
+                    report["preflight"] = json!({
+                        "ready": ready.is_ok(),
+                        "problems": ready.as_ref().err().map_or_else(Vec::new, |p| p.lines().collect()),
+                    });
+                }
                 if let Some(file) = &opened.run_file {
                     report["run_file"] = json!({
                         "file": file.path.display().to_string(),
@@ -106,22 +183,12 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                         writeln!(stdout, "{warning}")?;
                     }
                 }
-                match outline {
-                    Some(o) => writeln!(
-                        stdout,
-                        "Workflow: {} ({} nodes, {} edges)",
-                        super::printable(&o.name),
-                        o.nodes,
-                        o.edges
-                    )?,
-                    None => writeln!(
-                        stdout,
-                        "Workflow: {} (not compiled: syntax errors)",
-                        file.name()
-                    )?,
-                }
+                write_outline(&mut stdout, outline.as_ref(), file.name())?;
                 render_terminal(&mut stdout, &file, diagnostics, color)?;
                 writeln!(stdout, "{}: {}", file.name(), verdict(tally))?;
+                if let Some(ready) = &ready {
+                    write_ready(&mut stdout, file.name(), ready)?;
+                }
             }
         }
         if i + 1 == args.files.len() {
@@ -134,7 +201,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         let document = trellis_workflow::report_document(documents);
         writeln!(stdout, "{}", serde_json::to_string_pretty(&document)?)?;
     }
-    Ok(if any_unreadable {
+    Ok(if any_unreadable || any_unready {
         ExitCode::from(EXIT_USAGE)
     } else if any_invalid {
         ExitCode::from(EXIT_INVALID)
