@@ -708,9 +708,9 @@ impl Check<'_> {
     /// (Docker is Fabro's default provider) or Daytona's `network`, whichever provider is named.
     /// The setting is taken out of its table, so what is left there is what Trellis ignores.
     fn network(&mut self, sandbox: &mut SandboxSection) -> bool {
-        let (table, key) = match sandbox.provider.as_deref() {
-            None | Some("docker") => (&mut sandbox.docker, "network_mode"),
-            Some("daytona") => (&mut sandbox.daytona, "network"),
+        let (table, provider, key) = match sandbox.provider.as_deref() {
+            None | Some("docker") => (&mut sandbox.docker, "docker", "network_mode"),
+            Some("daytona") => (&mut sandbox.daytona, "daytona", "network"),
             _ => return false,
         };
         let Some(toml::Value::Table(settings)) = table else {
@@ -722,11 +722,6 @@ impl Check<'_> {
         if settings.is_empty() {
             *table = None;
         }
-        let provider = if key == "network" {
-            "daytona"
-        } else {
-            "docker"
-        };
         let at = format!("`[run.sandbox.{provider}] {key}`");
         match (key, &value) {
             ("network_mode", toml::Value::String(mode)) => mode == "none",

@@ -257,9 +257,7 @@ fn print_changes(record: &RunDir, run_id: &str) {
     let added: u64 = changes.files.iter().map(|f| lines(f.added)).sum();
     let removed: u64 = changes.files.iter().map(|f| lines(f.removed)).sum();
     println!(
-        "
-Files changed{}: {} (+{added} −{removed}); `trellis show {run_id} --changes` prints the diff",
-        if changes.live { " so far" } else { "" },
+        "\nFiles changed{so_far}: {} (+{added} −{removed}); `trellis show {run_id} --changes` prints the diff",
         changes.files.len(),
     );
     let width = changes
