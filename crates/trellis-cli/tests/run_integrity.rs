@@ -680,9 +680,9 @@ fn a_run_shows_what_it_changed_and_a_planted_git_config_runs_nothing() {
     let root = p.path();
     p.write("a.txt", "one\ntwo\n");
     p.write("old.txt", "gone\n");
-    run_support::git(root, &["init", "-q"]);
-    run_support::git(root, &["add", "a.txt", "old.txt"]);
-    run_support::git(root, &["commit", "-qm", "start"]);
+    trellis_test::git(root, &["init", "-q"]);
+    trellis_test::git(root, &["add", "a.txt", "old.txt"]);
+    trellis_test::git(root, &["commit", "-qm", "start"]);
     let planted = root.join("planted");
     let edit = format!(
         "printf 'one\\\\nTWO\\\\nthree\\\\n' > a.txt && rm old.txt && echo new > new.txt && head -c 11000000 /dev/zero > big.bin && printf '[core]\\\\n\\\\tfsmonitor = touch {0}-monitor\\\\n[filter \\\"x\\\"]\\\\n\\\\tclean = touch {0}-filter; cat\\\\n' >> .git/config && echo '*.txt filter=x' > .gitattributes",

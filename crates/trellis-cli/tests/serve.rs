@@ -997,9 +997,9 @@ fn a_runs_changes_are_its_files_and_diff_and_outside_git_a_conflict_that_says_wh
     // The first run's file is gone before the second starts: the second adds it again.
     std::fs::remove_file(project.path().join("added.txt")).unwrap();
     project.write("notes.txt", "one\ntwo\n");
-    run_support::git(project.path(), &["init", "-q"]);
-    run_support::git(project.path(), &["add", "notes.txt"]);
-    run_support::git(project.path(), &["commit", "-qm", "notes"]);
+    trellis_test::git(project.path(), &["init", "-q"]);
+    trellis_test::git(project.path(), &["add", "notes.txt"]);
+    trellis_test::git(project.path(), &["commit", "-qm", "notes"]);
     let id = serve.start_run("edits.fabro");
     serve.wait_for_status(&id, "succeeded");
     let changes = serve.get(&format!("/api/runs/{id}/changes"));

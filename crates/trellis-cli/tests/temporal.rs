@@ -17,9 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use run_support::{Project, Run, checkpoint_of, git, wait_for};
+use run_support::{Project, Run, checkpoint_of, wait_for};
 use serde_json::Value;
 use trellis_test::TemporalServer;
+use trellis_test::git;
 
 /// One test at a time: each starts a dev server and workers, and a machine of two cores shared by
 /// several would delay heartbeats past their timeout and hand runs over that were never lost.

@@ -630,7 +630,7 @@ async fn a_person_reads_what_a_run_changed_on_its_page() {
         &["add", "notes.txt"],
         &["commit", "-qm", "notes"],
     ] {
-        run_support::git(project.path(), args);
+        trellis_test::git(project.path(), args);
     }
     let serve = Serve::start(&project);
     let id = serve.start_run("edits.fabro");

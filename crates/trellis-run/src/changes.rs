@@ -416,15 +416,7 @@ pub fn read(run_root: &Path) -> Result<Changes, String> {
 mod tests {
     use super::*;
 
-    fn git(dir: &Path, args: &[&str]) {
-        let status = Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-            .args(args)
-            .current_dir(dir)
-            .status()
-            .unwrap();
-        assert!(status.success(), "git {args:?}");
-    }
+    use trellis_test::git;
 
     /// A stage that can write the run record (Landlock, a runs directory inside the working
     /// directory) writes a filter driver and a monitor into the store: neither runs.

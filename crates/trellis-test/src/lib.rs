@@ -8,6 +8,7 @@
     reason = "test support sets up files before and after the code under test runs"
 )]
 
+mod git;
 pub mod http;
 mod llmock;
 mod peers;
@@ -15,6 +16,7 @@ mod swap;
 mod temporal;
 pub mod workflows;
 
+pub use git::git;
 pub use llmock::Llmock;
 pub use peers::{LocalModelFiles, cache_dir, local_model_files, missing_peer};
 pub use swap::{Swapping, folder_swapped_for_a_link_out, swapping};

@@ -182,17 +182,9 @@ impl Snapshot {
 mod tests {
     use std::process::Command;
 
-    use super::*;
+    use trellis_test::git;
 
-    fn run_git(root: &Path, args: &[&str]) {
-        let status = Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-            .args(args)
-            .current_dir(root)
-            .status()
-            .unwrap();
-        assert!(status.success(), "git {args:?}");
-    }
+    use super::*;
 
     #[test]
     #[allow(
@@ -209,15 +201,15 @@ mod tests {
         let runs = root.join("runs");
         std::fs::write(root.join("a.txt"), "a").unwrap();
         std::fs::write(root.join("dirty.txt"), "d").unwrap();
-        run_git(root, &["init", "-q"]);
-        run_git(root, &["add", "-A"]);
-        run_git(root, &["commit", "-q", "-m", "one"]);
+        git(root, &["init", "-q"]);
+        git(root, &["add", "-A"]);
+        git(root, &["commit", "-q", "-m", "one"]);
         std::fs::write(root.join("dirty.txt"), "dirty before").unwrap();
         let before = Snapshot::take(root, &runs, &CancellationToken::new());
         // The agent commits a new file, edits a tracked one, and the run record grows.
         std::fs::write(root.join("committed.txt"), "c").unwrap();
-        run_git(root, &["add", "committed.txt"]);
-        run_git(root, &["commit", "-q", "-m", "two"]);
+        git(root, &["add", "committed.txt"]);
+        git(root, &["commit", "-q", "-m", "two"]);
         std::fs::write(root.join("a.txt"), "changed").unwrap();
         std::fs::create_dir(&runs).unwrap();
         std::fs::write(runs.join("events.jsonl"), "{}").unwrap();
@@ -241,13 +233,13 @@ mod tests {
         let runs = root.join("runs");
         std::fs::write(root.join("a.txt"), "a").unwrap();
         std::fs::write(root.join(".gitattributes"), "*.txt filter=evil\n").unwrap();
-        run_git(&root, &["init", "-q"]);
-        run_git(&root, &["add", "-A"]);
-        run_git(&root, &["commit", "-q", "-m", "one"]);
+        git(&root, &["init", "-q"]);
+        git(&root, &["add", "-A"]);
+        git(&root, &["commit", "-q", "-m", "one"]);
         let ran = dir.path().join("ran");
         let driver = format!("touch {}; cat", ran.display());
-        run_git(&root, &["config", "filter.evil.clean", &driver]);
-        run_git(&root, &["config", "filter.evil.process", &driver]);
+        git(&root, &["config", "filter.evil.clean", &driver]);
+        git(&root, &["config", "filter.evil.process", &driver]);
         let before = Snapshot::take(&root, &runs, &CancellationToken::new());
         // Same size, a new time: git would read the file through the filter to compare it.
         std::fs::write(root.join("a.txt"), "b").unwrap();
