@@ -587,9 +587,11 @@ pub fn for_node_in(work_dir: &Path, graph: &GraphConfig, names: &[String]) -> (S
 
 /// The check before a run starts (SWEny's pre-flight): what keeps each built-in agent node naming
 /// skills (`skills=`, SWEny's `skills:`) from starting, a line per node ([`Skills::for_node`]).
-/// What a node starts without is said when it starts.
+/// What a node starts without is said when it starts. `run_servers` are the MCP servers the run
+/// adds to the workflow's (a run file's), which count as skills of their names too.
 pub fn preflight(
     workflow: &trellis_workflow::Workflow,
+    run_servers: &[(String, trellis_workflow::mcp_config::ServerConfig)],
     work_dir: &Path,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(), String> {
@@ -607,7 +609,14 @@ pub fn preflight(
         return Ok(());
     }
     let skills = Skills::for_run(work_dir, &workflow.graph);
-    let servers = crate::mcp::configured_names(work_dir, &workflow.graph.mcp_servers);
+    let declared: Vec<_> = workflow
+        .graph
+        .mcp_servers
+        .iter()
+        .chain(run_servers)
+        .cloned()
+        .collect();
+    let servers = crate::mcp::configured_names(work_dir, &declared);
     let configured = |name: &str| servers.iter().any(|s| s == name);
     let mut problems = Vec::new();
     for (id, names) in wanted {

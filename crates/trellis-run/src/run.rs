@@ -272,17 +272,8 @@ pub fn preflight(
     work_dir: &Path,
 ) -> Result<(), String> {
     let env = |name: &str| std::env::var(name).ok();
-    match run_file.filter(|f| !f.mcp_servers.is_empty()) {
-        None => trellis_handlers::preflight(workflow, work_dir, &env),
-        Some(file) => {
-            let mut with_servers = workflow.clone();
-            with_servers
-                .graph
-                .mcp_servers
-                .extend(file.mcp_servers.iter().cloned());
-            trellis_handlers::preflight(&with_servers, work_dir, &env)
-        }
-    }
+    let run_servers = run_file.map_or(&[][..], |f| f.mcp_servers.as_slice());
+    trellis_handlers::preflight(workflow, run_servers, work_dir, &env)
 }
 
 impl Run {
