@@ -236,6 +236,48 @@ fn timeouts_are_retried_with_a_stage_directory_per_attempt() {
     assert_eq!(run.context("internal.retry_count.slow"), 1);
 }
 
+/// The graph's `stall_timeout` ends a stage that shows no progress for that long, not one that
+/// takes longer: a command printing as it goes and a wait outlive it; a silent command fails as
+/// stalled (its process killed), is retried and routes as a timeout does.
+#[test]
+fn the_stall_timeout_ends_a_stage_that_shows_no_progress_not_a_long_one() {
+    let p = Project::new();
+    p.write(
+        "w.fabro",
+        &format!(
+            "digraph T {{\n graph [stall_timeout=\"1s\"]\n {HEAD} \
+             chatty [shape=parallelogram, script=\"for i in 1 2 3 4 5 6; do echo $i; sleep 0.4; done\"]\n \
+             pause [shape=insulator, duration=\"1500ms\"]\n \
+             quiet [shape=parallelogram, script=\"sleep 30\", max_retries=1]\n \
+             after [shape=parallelogram, script=\"true\"]\n \
+             start -> chatty -> pause -> quiet\n quiet -> after [condition=\"outcome=fail\"]\n \
+             quiet -> exit\n after -> exit\n}}\n"
+        ),
+    );
+    let started = std::time::Instant::now();
+    let run = p.run("w.fabro", &[]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    // Retried as a timeout is.
+    assert_eq!(
+        run.stages(),
+        [
+            "start", "chatty", "pause", "quiet", "quiet", "after", "exit"
+        ]
+    );
+    assert_eq!(run.stage_status("chatty"), "succeeded");
+    assert_eq!(run.stage_status("pause"), "succeeded");
+    assert_eq!(run.stage_status("quiet"), "failed");
+    run_support::assert_process_group_gone(&run_support::stage_dir(&run.record(), "quiet"));
+    let ended = run.events_named("StageFailed");
+    let quiet = ended.iter().find(|e| e["node_id"] == "quiet").unwrap();
+    assert_eq!(
+        quiet["failure_reason"],
+        "stalled: no event and no output for 1s (the graph's `stall_timeout`)"
+    );
+    assert_eq!(run.context("failure_class"), "timeout");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+}
+
 /// The retries a node used are counted once it used one; a condition reads the count of a node
 /// that never retried as 0 (the run keeps no key per node for them).
 #[test]

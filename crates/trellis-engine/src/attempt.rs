@@ -1,9 +1,10 @@
 //! Running a work stage through its handler: one stage directory per attempt, the node's timeout
-//! (`stall_timeout` when it sets none), retries of retryable failures with backoff, `status.json`,
+//! (when it sets none, the graph's `stall_timeout` for as long as it shows no progress), retries of retryable failures with backoff, `status.json`,
 //! the stage record and the stage events. Also how an outcome is merged into the context.
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
@@ -16,19 +17,32 @@ use crate::checkpoint::{StageRecord, Track};
 use crate::context::RunContext;
 use crate::engine::{Engine, EngineError, blocking};
 use crate::event::{EventKind, StageEnd};
-use crate::handler::{Attempt, Conversation, Handler, Stage};
+use crate::handler::{Attempt, Conversation, Emitter, Handler, Stage};
 use crate::keys;
 use crate::outcome::{FailureClass, Outcome};
 use crate::services::BLOB_THRESHOLD;
 use crate::status_file::StatusFile;
 
-/// An attempt, failed with a timeout when it takes longer than `limit`.
-async fn within(
-    limit: Option<Duration>,
+/// How long an attempt may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Limit {
+    /// As long as it takes.
+    Unbounded,
+    /// The node's own `timeout`: at most this long, whatever the attempt is doing.
+    Total(Duration),
+    /// The graph's `stall_timeout`: as long as the attempt shows progress at least this often.
+    Stall(Duration),
+}
+
+/// An attempt, failed with a timeout when it goes past its limit.
+async fn bounded(
+    limit: Limit,
+    progress: Progress<'_>,
     execution: impl Future<Output = Result<Attempt, EngineError>>,
 ) -> Result<Attempt, EngineError> {
     match limit {
-        Some(limit) => tokio::time::timeout(limit, execution)
+        Limit::Unbounded => execution.await,
+        Limit::Total(limit) => tokio::time::timeout(limit, execution)
             .await
             .unwrap_or_else(|_| {
                 Ok(Outcome::failed(
@@ -37,7 +51,100 @@ async fn within(
                 )
                 .into())
             }),
-        None => execution.await,
+        Limit::Stall(stall) => watched(stall, progress, execution).await,
+    }
+}
+
+/// Where an attempt shows progress: the events it emits (agent turns, tool calls, model text) and
+/// the files of its stage directory (a command's or a CLI agent's output, as it is written).
+#[derive(Clone, Copy)]
+struct Progress<'p> {
+    dir: &'p Path,
+    events: &'p AtomicU64,
+}
+
+/// What an attempt had shown at one look: two looks that differ mean it made progress between them.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Signs {
+    events: u64,
+    bytes: u64,
+    modified: Option<SystemTime>,
+}
+
+impl Progress<'_> {
+    async fn signs(self) -> Signs {
+        let dir = self.dir.to_path_buf();
+        let (bytes, modified) = blocking(move || {
+            #[expect(clippy::disallowed_methods, reason = "runs on the blocking pool")]
+            let entries = std::fs::read_dir(dir);
+            entries
+                .into_iter()
+                .flatten()
+                .filter_map(|entry| entry.ok()?.metadata().ok())
+                .filter(std::fs::Metadata::is_file)
+                .fold((0, None), |(bytes, latest), file| {
+                    (bytes + file.len(), latest.max(file.modified().ok()))
+                })
+        })
+        .await;
+        Signs {
+            events: self.events.load(Ordering::Relaxed),
+            bytes,
+            modified,
+        }
+    }
+}
+
+/// An attempt that fails as stalled once it has shown no progress for `stall`. It is looked at
+/// eight times a `stall`, so a stall is seen within an eighth of it.
+async fn watched(
+    stall: Duration,
+    progress: Progress<'_>,
+    execution: impl Future<Output = Result<Attempt, EngineError>>,
+) -> Result<Attempt, EngineError> {
+    let mut execution = std::pin::pin!(execution);
+    let every = (stall / 8).max(Duration::from_millis(10));
+    // An attempt's directory is new and empty, and it has emitted nothing: nothing to look at
+    // before it starts.
+    let mut seen = Signs::default();
+    let mut since = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            biased;
+            done = &mut execution => return done,
+            () = tokio::time::sleep(every) => {
+                let now = progress.signs().await;
+                if now != seen {
+                    (seen, since) = (now, tokio::time::Instant::now());
+                } else if since.elapsed() >= stall {
+                    return Ok(Outcome::failed(
+                        FailureClass::Timeout,
+                        format!(
+                            "stalled: no event and no output for {} (the graph's `stall_timeout`)",
+                            humantime::format_duration(stall)
+                        ),
+                    )
+                    .into());
+                }
+            }
+        }
+    }
+}
+
+/// A stage's emitter: the engine's, counting what the stage emits for the stall watch.
+struct Counted<'e> {
+    engine: &'e Engine,
+    events: AtomicU64,
+}
+
+impl Emitter for Counted<'_> {
+    fn emit_from(&self, node: Option<&str>, agent: Option<&str>, event: EventKind) {
+        self.events.fetch_add(1, Ordering::Relaxed);
+        self.engine.emit_from(node, agent, event);
+    }
+
+    fn detached(&self) -> Option<Arc<dyn Emitter>> {
+        self.engine.detached()
     }
 }
 
@@ -92,15 +199,24 @@ impl Engine {
             })
     }
 
-    /// How long one attempt may take.
-    fn time_limit(&self, node: &Node, work: &Work<'_>) -> Option<Duration> {
-        match (work, &node.kind) {
+    /// How long one attempt may take: the node's `timeout`; else, while it shows progress, the
+    /// graph's `stall_timeout`.
+    fn time_limit(&self, node: &Node, work: &Work<'_>) -> Limit {
+        let stall = self
+            .workflow
+            .graph
+            .stall_timeout
+            .map_or(Limit::Unbounded, Limit::Stall);
+        match (work, &node.kind, node.common.timeout) {
             // A human gate waits as long as its own `timeout` says.
-            (_, NodeKind::Human(_)) => None,
-            // A fan-out or a child workflow is many stages: the graph's `stall_timeout` applies to
-            // each of them, and only the node's own `timeout` to the whole.
-            (Work::FanOut { .. } | Work::Child(..), _) => node.common.timeout,
-            _ => node.common.timeout.or(self.workflow.graph.stall_timeout),
+            (_, NodeKind::Human(_), _) => Limit::Unbounded,
+            (_, _, Some(timeout)) => Limit::Total(timeout),
+            // A fan-out or a child workflow is many stages, each watched on its own; a pause
+            // shows no progress by design.
+            (Work::FanOut { .. } | Work::Child(..), _, None) | (_, NodeKind::Wait(_), None) => {
+                Limit::Unbounded
+            }
+            (Work::Handler(..), _, None) => stall,
         }
     }
 
@@ -109,9 +225,17 @@ impl Engine {
         &self,
         work: &mut Work<'_>,
         place: Place<'_>,
-        limit: Option<Duration>,
+        limit: Limit,
     ) -> Result<Attempt, EngineError> {
         let node = &self.workflow.nodes[place.index];
+        let emitter = Counted {
+            engine: self,
+            events: AtomicU64::new(0),
+        };
+        let progress = Progress {
+            dir: place.dir,
+            events: &emitter.events,
+        };
         match work {
             Work::Handler(handler, pacer) => {
                 let stage = Stage {
@@ -127,20 +251,27 @@ impl Engine {
                     history: self,
                     services: &self.services,
                     settings: &self.settings,
-                    emitter: self,
+                    emitter: &emitter,
                     cancel: place.cancel,
                     pacer: *pacer,
                 };
-                within(limit, async { Ok(handler.execute(&stage).await) }).await
+                bounded(limit, progress, async { Ok(handler.execute(&stage).await) }).await
             }
             Work::FanOut {
                 path,
                 track,
                 config,
             } => {
-                let fan_out =
-                    self.run_parallel(path, track, place.index, place.visit, config, place.context);
-                within(limit, async { fan_out.await.map(Attempt::from) }).await
+                // On the heap, as a child workflow is: a fan-out's future is many stages' size.
+                let fan_out = Box::pin(self.run_parallel(
+                    path,
+                    track,
+                    place.index,
+                    place.visit,
+                    config,
+                    place.context,
+                ));
+                bounded(limit, progress, async { fan_out.await.map(Attempt::from) }).await
             }
             Work::Child(path, pacer) => {
                 let child = Box::pin(self.run_child(
@@ -151,7 +282,7 @@ impl Engine {
                     place.cancel,
                     *pacer,
                 ));
-                within(limit, async { child.await.map(Attempt::from) }).await
+                bounded(limit, progress, async { child.await.map(Attempt::from) }).await
             }
         }
     }

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use async_trait::async_trait;
 use std::time::{Duration, SystemTime};
 
+use trellis_engine::event::EventKind;
 use trellis_engine::services::memory::{
     FixedClock, MemoryBlobs, MemoryEvents, MemoryStore, NoAnswers,
 };
@@ -23,11 +24,11 @@ use trellis_engine::{
     Services, Settings, Stage,
 };
 use trellis_workflow::node_kind::HandlerKind;
-use trellis_workflow::{CompileOptions, NodeKind, compile_text};
+use trellis_workflow::{CompileOptions, NodeKind, StageStatus, compile_text};
 
 /// Runs command nodes by their script: `ok`, `fail`, `transient`, `hang`, `big` (a 200,000-character
 /// value), `flaky` (transient on its first attempt), `need KEY` (fails until the context has KEY),
-/// `set KEY=VALUE`, `watch` (hangs, with a task that counts in `stopped` when the attempt's
+/// `set KEY=VALUE`, `talk` (emits an event every 30 ms for 300 ms), `watch` (hangs, with a task that counts in `stopped` when the attempt's
 /// cancellation token fires).
 #[derive(Default)]
 struct Scripted {
@@ -62,6 +63,18 @@ impl Scripted {
                     stopped.fetch_add(1, Ordering::SeqCst);
                 });
                 std::future::pending::<()>().await;
+                Outcome::success()
+            }
+            "talk" => {
+                for piece in 0..10 {
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    stage.emitter.emit(
+                        Some(&stage.node.id),
+                        EventKind::ModelTextDelta {
+                            text: format!("piece {piece}"),
+                        },
+                    );
+                }
                 Outcome::success()
             }
             "big" => Outcome::success()
@@ -649,6 +662,40 @@ async fn an_attempt_s_token_fires_when_it_times_out_and_when_the_run_stops() {
     let (result, ()) = tokio::join!(h.engine.run(first, &cancel), stopper);
     assert_eq!(result.status, RunStatus::Cancelled);
     assert_eq!(reaches(&handler.stopped, 1).await, 1);
+}
+
+#[tokio::test]
+async fn a_stage_fails_as_stalled_only_when_it_shows_no_progress_for_the_stall_timeout() {
+    let h = harness(
+        "digraph T { graph [stall_timeout=\"100ms\"]\n start [shape=Mdiamond]\n exit [shape=Msquare]\n \
+         talk [shape=parallelogram, script=\"talk\"]\n quiet [shape=parallelogram, script=\"hang\", max_retries=0]\n \
+         capped [shape=parallelogram, script=\"talk\", timeout=\"50ms\", max_retries=0]\n \
+         start -> talk -> quiet\n quiet -> capped [condition=\"outcome=fail\"]\n capped -> exit }",
+        Arc::new(Scripted::default()),
+    );
+    let result = h.run().await;
+    let reasons: Vec<_> = result
+        .checkpoint
+        .stages
+        .iter()
+        .map(|s| (s.node_id.as_str(), s.status, s.failure_reason.as_deref()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            ("start", StageStatus::Succeeded, None),
+            // 300 ms, three times the stall timeout, with an event every 30 ms.
+            ("talk", StageStatus::Succeeded, None),
+            (
+                "quiet",
+                StageStatus::Failed,
+                Some("stalled: no event and no output for 100ms (the graph's `stall_timeout`)")
+            ),
+            // A node's own timeout is a limit on the whole attempt, progress or not.
+            ("capped", StageStatus::Failed, Some("timed out after 50ms")),
+            ("exit", StageStatus::Succeeded, None),
+        ]
+    );
 }
 
 #[tokio::test]
