@@ -31,6 +31,9 @@ enum Command {
     Rules(commands::rules::Args),
     /// Run a workflow, recording every stage; exits 0 on success, 1 on failure, 3 when waiting for input.
     Run(commands::run::RunArgs),
+    /// Run one agent on a prompt, on the working directory, without a workflow file; its answer goes
+    /// to standard output. Recorded as a run: `show`, `logs`, `steer` and `resume` work on it.
+    Exec(commands::exec::ExecArgs),
     /// Continue a run from its last checkpoint (after a crash, a kill or a stop for input).
     Resume(commands::run::ResumeArgs),
     /// List recent runs.
@@ -155,6 +158,7 @@ fn main() -> ExitCode {
         Command::Graph(args) => commands::graph::run(&args),
         Command::Rules(args) => Ok(commands::rules::run(&args)),
         Command::Run(args) => commands::run::run(&args),
+        Command::Exec(args) => commands::exec::exec(&args),
         Command::Resume(args) => commands::run::resume(&args),
         Command::Runs(args) => commands::runs::runs(&args),
         Command::Show(args) => commands::runs::show(&args),

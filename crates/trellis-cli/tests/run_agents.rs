@@ -1607,6 +1607,141 @@ fn web_search_asks_brave_search_with_the_users_key() {
     assert_eq!(heads.lock().unwrap().len(), 1);
 }
 
+/// `trellis exec "PROMPT"`: one agent on the working directory, without a workflow file. The
+/// prompt reaches the model as written (no template is read in it), the agent's tools work on the
+/// directory, its answer is standard output and the run is recorded like any other.
+#[test]
+fn exec_runs_one_agent_on_a_prompt() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write(
+        "src/lib.rs",
+        "pub fn add(a: i32, b: i32) -> i32 {\n    a - b\n}\n",
+    );
+    mock.scenario(&json!([
+        call("read_file", json!({ "path": "src/lib.rs" })),
+        call(
+            "edit_file",
+            json!({ "path": "src/lib.rs", "old_string": "a - b", "new_string": "a + b" })
+        ),
+        answer("Fixed: `add` adds now."),
+    ]));
+    let prompt = "Fix add in src/lib.rs; $PATH, {{ braces }} and $goal stay as written";
+    let out = p
+        .command(&["exec", prompt, "--model", "sonnet", "--max-turns", "5"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "Fixed: `add` adds now.\n"
+    );
+    assert!(
+        stderr.contains("✓ agent") && stderr.contains("succeeded: 3 stages"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.path().join("src/lib.rs")).unwrap(),
+        "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n"
+    );
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 3);
+    assert!(
+        Llmock::tool_names(&bodies[0]).contains(&"edit_file".to_owned()),
+        "{:?}",
+        Llmock::tool_names(&bodies[0])
+    );
+    assert!(bodies[0].to_string().contains(prompt), "{}", bodies[0]);
+    // A run like any other: shown, its agent's transcript read back.
+    let run = p.only_run();
+    let id = run.file_name().unwrap().to_str().unwrap();
+    let shown = p.command(&["show", id]).output().unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("agent") && shown.contains("succeeded"),
+        "{shown}"
+    );
+}
+
+/// `trellis exec -` reads the prompt from standard input; `--json` gives the summary with the
+/// answer; `--permissions read-only` holds for its agent as for a workflow's. No prompt, or an
+/// empty one, is a usage error.
+#[test]
+fn exec_reads_its_prompt_from_standard_input() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    p.write("notes.md", "old\n");
+    mock.scenario(&json!([
+        call("read_file", json!({ "path": "notes.md" })),
+        call(
+            "edit_file",
+            json!({ "path": "notes.md", "old_string": "old", "new_string": "new" })
+        ),
+        answer("I may not edit it."),
+    ]));
+    let mut child = p
+        .command(&[
+            "exec",
+            "-",
+            "--model",
+            "sonnet",
+            "--permissions",
+            "read-only",
+            "--json",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"Update notes.md\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["status"], "succeeded");
+    assert_eq!(summary["response"], "I may not edit it.");
+    assert_eq!(
+        std::fs::read_to_string(p.path().join("notes.md")).unwrap(),
+        "old\n"
+    );
+    let bodies = mock.bodies();
+    let refused = Llmock::tool_results(&bodies[bodies.len() - 1]);
+    assert!(
+        refused.last().unwrap()["content"]
+            .to_string()
+            .contains("read-only"),
+        "{refused:?}"
+    );
+    assert!(
+        bodies[0].to_string().contains("Update notes.md"),
+        "{}",
+        bodies[0]
+    );
+
+    // No prompt, an empty one: a usage error, nothing recorded.
+    let p = project(&mock);
+    for args in [&["exec", ""][..], &["exec", "-"][..]] {
+        let out = p
+            .command(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("error: the prompt is empty"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(!p.run_exists());
+}
+
 /// `apply_patch` (offered when named) changes several files in one call, whole or not at all: a
 /// deletion of a file the agent has not read is refused, and nothing of that patch applied.
 #[test]

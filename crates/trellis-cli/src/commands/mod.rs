@@ -1,5 +1,6 @@
 //! One module per subcommand. Shared here: exit codes, colour choice and text fit for a terminal.
 
+pub mod exec;
 pub mod graph;
 mod huge_pages;
 pub mod logs;

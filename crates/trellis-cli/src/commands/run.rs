@@ -109,6 +109,14 @@ impl RunOptions {
         self.json
     }
 
+    pub(super) fn sandbox(&self) -> Option<SandboxChoice> {
+        self.sandbox
+    }
+
+    pub(super) fn runs_dir(&self) -> Option<PathBuf> {
+        self.runs_dir.clone()
+    }
+
     pub(super) fn verbose(&self) -> bool {
         self.verbose
     }
@@ -122,11 +130,13 @@ impl RunOptions {
     }
 }
 
-fn provider_name(text: &str) -> Result<String, String> {
+pub(super) fn provider_name(text: &str) -> Result<String, String> {
     trellis_llm::known_provider(text).map(str::to_owned)
 }
 
-fn permissions_level(text: &str) -> Result<trellis_workflow::node_kind::Permissions, String> {
+pub(super) fn permissions_level(
+    text: &str,
+) -> Result<trellis_workflow::node_kind::Permissions, String> {
     use trellis_workflow::node_kind::Permissions;
     text.parse().map_err(|()| {
         format!(
@@ -275,7 +285,10 @@ fn show_diagnostics(loaded: &Loaded, color: ColorChoice) -> anyhow::Result<()> {
 
 /// Who answers gates and who else hears the events (the terminal display), and the sandbox (chosen
 /// before the runtime starts: choosing may probe `bwrap`).
-fn wiring(options: &RunOptions, sandbox: Arc<trellis_run::Sandbox>) -> anyhow::Result<Wiring> {
+pub(super) fn wiring(
+    options: &RunOptions,
+    sandbox: Arc<trellis_run::Sandbox>,
+) -> anyhow::Result<Wiring> {
     let runs_dir = resolve_runs_dir(options.runs_dir.clone());
     let progress: Arc<dyn EventSink> = Progress::new(options.verbose, runs_dir);
     Ok(Wiring {
@@ -576,69 +589,77 @@ pub(super) fn report(
     log_incomplete: bool,
     stopped_by: Option<u8>,
 ) -> anyhow::Result<ExitCode> {
-    let Summary {
-        run_id,
-        run_dir,
-        status,
-        checkpoint,
-        error,
-        sandbox,
-        elapsed,
-        workers,
-    } = summary;
-    let status = *status;
-    let stages = checkpoint.stage_count;
     if options.json {
+        println!("{}", serde_json::to_string_pretty(&summary.json())?);
+    } else {
+        println!("{}", summary.line());
+    }
+    Ok(summary.exit_code(log_incomplete, stopped_by))
+}
+
+impl Summary<'_> {
+    /// The summary as `--json` prints it.
+    pub(super) fn json(&self) -> Value {
+        let (status, checkpoint) = (self.status, self.checkpoint);
         let mut summary = json!({
-            "run_id": run_id, "run_dir": run_dir.display().to_string(),
+            "run_id": self.run_id, "run_dir": self.run_dir.display().to_string(),
             "status": status.as_str(),
-            "stages": stages, "waiting_at": (status == RunStatus::WaitingForInput).then(|| checkpoint.next_node()),
+            "stages": checkpoint.stage_count, "waiting_at": (status == RunStatus::WaitingForInput).then(|| checkpoint.next_node()),
             "stopped_at": matches!(status, RunStatus::Cancelled | RunStatus::Interrupted).then(|| checkpoint.next_node()),
-            "error": error,
-            "sandbox": sandbox,
+            "error": self.error,
+            "sandbox": self.sandbox,
         });
-        if let Some((workers, handovers)) = workers {
+        if let Some((workers, handovers)) = &self.workers {
             summary["workers"] = json!(workers);
             summary["handovers"] = json!(handovers);
         }
-        println!("{}", serde_json::to_string_pretty(&summary)?);
-    } else {
-        match status {
-            RunStatus::Succeeded => println!(
+        summary
+    }
+
+    /// The summary in one line: how the run ended and what to do next.
+    pub(super) fn line(&self) -> String {
+        let (run_id, stages) = (self.run_id, self.checkpoint.stage_count);
+        match self.status {
+            RunStatus::Succeeded => format!(
                 "Run {run_id} succeeded: {stages} stages in {:.1}s",
-                elapsed.as_secs_f64()
+                self.elapsed.as_secs_f64()
             ),
-            RunStatus::WaitingForInput => println!(
+            RunStatus::WaitingForInput => format!(
                 "Run {run_id} is waiting for input at `{}`; answer with: trellis resume {run_id} --answers FILE (or run it on a terminal)",
-                checkpoint.next_node().unwrap_or("?"),
+                self.checkpoint.next_node().unwrap_or("?"),
             ),
-            RunStatus::Cancelled | RunStatus::Interrupted => println!(
+            status @ (RunStatus::Cancelled | RunStatus::Interrupted) => format!(
                 "Run {run_id} was {} at `{}`; continue it with: trellis resume {run_id}",
                 status.as_str(),
-                checkpoint.next_node().unwrap_or("?"),
+                self.checkpoint.next_node().unwrap_or("?"),
             ),
-            _ => println!(
+            _ => format!(
                 "Run {run_id} failed after {stages} stages: {}",
-                error.as_deref().unwrap_or("unknown error")
+                self.error.as_deref().unwrap_or("unknown error")
             ),
         }
     }
-    Ok(match status {
-        RunStatus::Succeeded if log_incomplete => ExitCode::from(EXIT_INVALID),
-        RunStatus::Succeeded => ExitCode::SUCCESS,
-        RunStatus::WaitingForInput => ExitCode::from(EXIT_WAITING),
-        // 128 + the signal's number, as a shell reports a command the signal stopped.
-        RunStatus::Cancelled | RunStatus::Interrupted => {
-            ExitCode::from(128 + stopped_by.unwrap_or(2))
+
+    /// The exit code: 0 succeeded, 1 failed (or its event log is incomplete), 3 waiting for
+    /// input, 128 + the signal that stopped it.
+    pub(super) fn exit_code(&self, log_incomplete: bool, stopped_by: Option<u8>) -> ExitCode {
+        match self.status {
+            RunStatus::Succeeded if log_incomplete => ExitCode::from(EXIT_INVALID),
+            RunStatus::Succeeded => ExitCode::SUCCESS,
+            RunStatus::WaitingForInput => ExitCode::from(EXIT_WAITING),
+            // 128 + the signal's number, as a shell reports a command the signal stopped.
+            RunStatus::Cancelled | RunStatus::Interrupted => {
+                ExitCode::from(128 + stopped_by.unwrap_or(2))
+            }
+            _ => ExitCode::from(EXIT_INVALID),
         }
-        _ => ExitCode::from(EXIT_INVALID),
-    })
+    }
 }
 
 /// Waits for Ctrl-C (SIGINT), SIGTERM or SIGHUP and stops the run; returns the signal's number.
 /// Ctrl-C is the user cancelling; SIGTERM and SIGHUP interrupt the run from outside (a shutdown, a
 /// closed terminal). Either way the checkpoint is resumable.
-async fn stop_signal(stop: Stop) -> Option<u8> {
+pub(super) async fn stop_signal(stop: Stop) -> Option<u8> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut interrupt = signal(SignalKind::interrupt()).ok()?;
     let mut terminate = signal(SignalKind::terminate()).ok()?;
