@@ -78,7 +78,7 @@ pub fn exec(args: &ExecArgs) -> anyhow::Result<ExitCode> {
     let prompt = match prompt(args.prompt.as_deref()) {
         Ok(prompt) => prompt,
         Err(problem) => {
-            trellis_process::note!("error: {problem}");
+            trellis_process::note!("error: {problem:#}");
             return Ok(ExitCode::from(EXIT_USAGE));
         }
     };
