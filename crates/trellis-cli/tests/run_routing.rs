@@ -272,7 +272,7 @@ fn the_stall_timeout_ends_a_stage_that_shows_no_progress_not_a_long_one() {
     let quiet = ended.iter().find(|e| e["node_id"] == "quiet").unwrap();
     assert_eq!(
         quiet["failure_reason"],
-        "stalled: no event and no output for 1s (the graph's `stall_timeout`)"
+        "stalled: no event and no output for 1s (the graph's `stall_timeout`; a node's `timeout` replaces it)"
     );
     assert_eq!(run.context("failure_class"), "timeout");
     assert!(started.elapsed() < std::time::Duration::from_secs(20));

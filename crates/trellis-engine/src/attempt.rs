@@ -120,7 +120,7 @@ async fn watched(
                     return Ok(Outcome::failed(
                         FailureClass::Timeout,
                         format!(
-                            "stalled: no event and no output for {} (the graph's `stall_timeout`)",
+                            "stalled: no event and no output for {} (the graph's `stall_timeout`; a node's `timeout` replaces it)",
                             humantime::format_duration(stall)
                         ),
                     )

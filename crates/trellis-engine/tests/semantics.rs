@@ -689,7 +689,9 @@ async fn a_stage_fails_as_stalled_only_when_it_shows_no_progress_for_the_stall_t
             (
                 "quiet",
                 StageStatus::Failed,
-                Some("stalled: no event and no output for 100ms (the graph's `stall_timeout`)")
+                Some(
+                    "stalled: no event and no output for 100ms (the graph's `stall_timeout`; a node's `timeout` replaces it)"
+                )
             ),
             // A node's own timeout is a limit on the whole attempt, progress or not.
             ("capped", StageStatus::Failed, Some("timed out after 50ms")),
