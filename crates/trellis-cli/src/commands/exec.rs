@@ -6,14 +6,13 @@
 
 use std::io::{IsTerminal as _, Read as _};
 use std::process::ExitCode;
-use std::time::Instant;
 
 use anyhow::Context as _;
 use trellis_engine::{RunMode, RunStatus, Settings};
-use trellis_run::{Finished, NewRun, Run, RunError, Stop};
+use trellis_run::{NewRun, Run, RunError};
 use trellis_store::resolve_runs_dir;
 
-use super::run::{RunOptions, Summary};
+use super::run::RunOptions;
 use super::{EXIT_INVALID, EXIT_USAGE};
 
 /// The agent's node: its stage directories are `NNN-agent@V`, what `trellis logs RUN agent` reads.
@@ -108,7 +107,7 @@ pub fn exec(args: &ExecArgs) -> anyhow::Result<ExitCode> {
     super::on_runtime(async {
         let loaded = trellis_run::load_text(&path, workflow(args.max_turns), options).await;
         match Run::create(loaded, request, super::run::wiring(&args.options, sandbox)?).await {
-            Ok(run) => Box::pin(execute(run, &args.options)).await,
+            Ok(run) => execute(run, &args.options).await,
             Err(error) => {
                 trellis_process::note!("error: {error}");
                 Ok(ExitCode::from(match error {
@@ -123,45 +122,14 @@ pub fn exec(args: &ExecArgs) -> anyhow::Result<ExitCode> {
 /// Runs the agent, then prints its answer (standard output) and the run's summary (standard error,
 /// or the whole as JSON on standard output with `--json`).
 async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
-    let started = Instant::now();
-    if !options.json() {
-        trellis_process::note!(
-            "Run {}\n  record: {}\n  sandbox: {}",
-            run.id(),
-            run.record().root().display(),
-            run.sandbox().describe()
-        );
-    }
-    let sandbox = run.sandbox().name();
-    let stop = Stop::new();
-    let signal = tokio::spawn(super::run::stop_signal(stop.clone()));
-    let finished = run.execute(&stop).await?;
-    signal.abort();
-    let stopped_by = signal.await.ok().flatten();
-    let Finished {
-        run_id,
-        record,
-        status,
-        checkpoint,
-        error,
-        log_error,
-    } = finished;
-    let answer = if status == RunStatus::Succeeded {
-        let record = record.clone();
+    let ended = super::run::execute_signalled(run, options).await?;
+    let answer = if ended.finished.status == RunStatus::Succeeded {
+        let record = ended.finished.record.clone();
         trellis_process::task::blocking(move || last_answer(&record)).await
     } else {
         None
     };
-    let summary = Summary {
-        run_id: &run_id,
-        run_dir: record.root(),
-        status,
-        checkpoint: &checkpoint,
-        error: error.as_ref().map(ToString::to_string),
-        sandbox,
-        elapsed: started.elapsed(),
-        workers: None,
-    };
+    let summary = ended.summary();
     if options.json() {
         let mut json = summary.json();
         json["response"] = answer.into();
@@ -172,7 +140,7 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
         }
         trellis_process::note!("{}", summary.line());
     }
-    Ok(summary.exit_code(log_error.is_some(), stopped_by))
+    Ok(summary.exit_code(ended.finished.log_error.is_some(), ended.stopped_by))
 }
 
 /// The agent's last answer: its last attempt's `response.md`.

@@ -453,7 +453,7 @@ fn start(
                     ))
                     .await
                 }
-                None => Box::pin(execute(run, &args.options)).await,
+                None => execute(run, &args.options).await,
             },
             Err(error @ RunError::Invalid { .. }) => {
                 trellis_process::note!("error: {error}");
@@ -509,7 +509,7 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
             .into_run(loaded, wiring(&args.options, sandbox)?)
             .await
         {
-            Ok(run) => Box::pin(execute(run, &args.options)).await,
+            Ok(run) => execute(run, &args.options).await,
             Err(RunError::Invalid { .. }) => {
                 trellis_process::note!(
                     "error: the workflow saved with run {id} no longer compiles"
@@ -523,6 +523,43 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
 
 /// Executes a run with Ctrl-C, SIGTERM and SIGHUP cancelling it, then prints its summary.
 async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
+    let ended = execute_signalled(run, options).await?;
+    report(
+        &ended.summary(),
+        options,
+        ended.finished.log_error.is_some(),
+        ended.stopped_by,
+    )
+}
+
+/// A run executed here, as it ended.
+pub(super) struct Ended {
+    pub finished: Finished,
+    sandbox: &'static str,
+    elapsed: std::time::Duration,
+    /// The signal that stopped it, if one did.
+    pub stopped_by: Option<u8>,
+}
+
+impl Ended {
+    pub(super) fn summary(&self) -> Summary<'_> {
+        let finished = &self.finished;
+        Summary {
+            run_id: &finished.run_id,
+            run_dir: finished.record.root(),
+            status: finished.status,
+            checkpoint: &finished.checkpoint,
+            error: finished.error.as_ref().map(ToString::to_string),
+            sandbox: self.sandbox,
+            elapsed: self.elapsed,
+            workers: None,
+        }
+    }
+}
+
+/// Executes a run with Ctrl-C, SIGTERM and SIGHUP cancelling it: says where its record is as it
+/// starts, and when its event log could not be written whole as it ends.
+pub(super) async fn execute_signalled(run: Run, options: &RunOptions) -> anyhow::Result<Ended> {
     let started = Instant::now();
     if !options.json {
         trellis_process::note!(
@@ -536,35 +573,22 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
     let sandbox = run.sandbox().name();
     let stop = Stop::new();
     let signal = tokio::spawn(stop_signal(stop.clone()));
-    let finished = run.execute(&stop).await?;
+    // On the heap: a run's future is the engine's, large.
+    let finished = Box::pin(run.execute(&stop)).await?;
     signal.abort();
     let stopped_by = signal.await.ok().flatten();
-    let Finished {
-        run_id,
-        record,
-        status,
-        checkpoint,
-        error,
-        log_error,
-    } = finished;
-    if let Some(log_error) = &log_error {
-        trellis_process::note!("error: the event log of run {run_id} is incomplete: {log_error}");
+    if let Some(log_error) = &finished.log_error {
+        trellis_process::note!(
+            "error: the event log of run {} is incomplete: {log_error}",
+            finished.run_id
+        );
     }
-    report(
-        &Summary {
-            run_id: &run_id,
-            run_dir: record.root(),
-            status,
-            checkpoint: &checkpoint,
-            error: error.as_ref().map(ToString::to_string),
-            sandbox,
-            elapsed: started.elapsed(),
-            workers: None,
-        },
-        options,
-        log_error.is_some(),
+    Ok(Ended {
+        finished,
+        sandbox,
+        elapsed: started.elapsed(),
         stopped_by,
-    )
+    })
 }
 
 /// How a run ended, to show.
@@ -659,7 +683,7 @@ impl Summary<'_> {
 /// Waits for Ctrl-C (SIGINT), SIGTERM or SIGHUP and stops the run; returns the signal's number.
 /// Ctrl-C is the user cancelling; SIGTERM and SIGHUP interrupt the run from outside (a shutdown, a
 /// closed terminal). Either way the checkpoint is resumable.
-pub(super) async fn stop_signal(stop: Stop) -> Option<u8> {
+async fn stop_signal(stop: Stop) -> Option<u8> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut interrupt = signal(SignalKind::interrupt()).ok()?;
     let mut terminate = signal(SignalKind::terminate()).ok()?;
