@@ -1,6 +1,7 @@
 //! Running a work stage through its handler: one stage directory per attempt, the node's timeout
-//! (when it sets none, the graph's `stall_timeout` for as long as it shows no progress), retries of retryable failures with backoff, `status.json`,
-//! the stage record and the stage events. Also how an outcome is merged into the context.
+//! (when it sets none, the graph's `stall_timeout` for as long as it shows no progress), retries of
+//! retryable failures with backoff, `status.json`, the stage record and the stage events. Also how
+//! an outcome is merged into the context.
 
 use std::path::Path;
 use std::sync::Arc;
