@@ -285,18 +285,7 @@ pub fn tidy(workspaces: &Path, over: impl Fn(&str) -> bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `git args` in `dir` as a user would run it; its output.
-    fn git_in(dir: &Path, args: &[&str]) -> String {
-        let output = Command::new("git")
-            .args(["-c", "user.name=Test", "-c", "user.email=test@localhost"])
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "git {args:?}: {output:?}");
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    }
+    use trellis_test::git as git_in;
 
     #[test]
     fn a_tree_goes_to_the_runs_ref_and_back_and_what_a_stage_plants_there_runs_nothing() {
