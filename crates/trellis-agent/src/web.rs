@@ -1,11 +1,12 @@
-//! The web tools (Fabro's of those names): `web_fetch`, a web page's text, and `web_search`, a Brave
-//! Search query's results. Each is offered only when a node's `allowed_tools` names it, under the
-//! permissions of `shell` (it reaches outside), and refused when the node cuts the network
+//! The web tools (Fabro's of those names): `web_fetch`, a web page's text, and `web_search`, a
+//! Brave Search query's results. Each is offered only when a node's `allowed_tools` names it, under
+//! the permissions of `shell` (it reaches outside), and refused when the node cuts the network
 //! (`sandbox="network=off"`) or the run cuts every stage's: the request is made by Trellis itself,
-//! outside the sandbox that cuts it for commands. A page's HTML comes back as Markdown (scripts and styles left out), other text
-//! as it is; a body is read up to `MAX_BODY` bytes, and known secret values are redacted from what
-//! the model is shown. A search needs [`SEARCH_KEY`] in Trellis's environment (the run checks it
-//! before its first stage); the key is sent to Brave only, and never shown to the model or commands.
+//! outside the sandbox that cuts it for commands. A page's HTML comes back as Markdown (scripts and
+//! styles left out), other text as it is; a body is read up to `MAX_BODY` bytes, and known secret
+//! values are redacted from what the model is shown. A search needs [`SEARCH_KEY`] in Trellis's
+//! environment (the run checks it before its first stage); the key is sent to Brave only, and never
+//! shown to the model or commands.
 
 use std::fmt::Write as _;
 use std::time::Duration;

@@ -31,8 +31,8 @@ enum Command {
     Rules(commands::rules::Args),
     /// Run a workflow, recording every stage; exits 0 on success, 1 on failure, 3 when waiting for input.
     Run(commands::run::RunArgs),
-    /// Run one agent on a prompt, on the working directory, without a workflow file; its answer goes
-    /// to standard output. Recorded as a run: `show`, `logs`, `steer` and `resume` work on it.
+    /// Run one agent on a prompt, on the working directory, without a workflow file; its answer
+    /// goes to standard output. Recorded as a run: `show`, `logs`, `steer` and `resume` work on it.
     Exec(commands::exec::ExecArgs),
     /// Continue a run from its last checkpoint (after a crash, a kill or a stop for input).
     Resume(commands::run::ResumeArgs),

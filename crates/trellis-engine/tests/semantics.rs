@@ -26,10 +26,10 @@ use trellis_engine::{
 use trellis_workflow::node_kind::HandlerKind;
 use trellis_workflow::{CompileOptions, NodeKind, StageStatus, compile_text};
 
-/// Runs command nodes by their script: `ok`, `fail`, `transient`, `hang`, `big` (a 200,000-character
-/// value), `flaky` (transient on its first attempt), `need KEY` (fails until the context has KEY),
-/// `set KEY=VALUE`, `talk` (emits an event every 30 ms for 300 ms), `watch` (hangs, with a task that counts in `stopped` when the attempt's
-/// cancellation token fires).
+/// Runs command nodes by their script: `ok`, `fail`, `transient`, `hang`, `big` (a
+/// 200,000-character value), `flaky` (transient on its first attempt), `need KEY` (fails until the
+/// context has KEY), `set KEY=VALUE`, `talk` (emits an event every 30 ms for 300 ms), `watch`
+/// (hangs, with a task that counts in `stopped` when the attempt's cancellation token fires).
 #[derive(Default)]
 struct Scripted {
     attempts: AtomicU32,

@@ -35,8 +35,8 @@ use trellis_workflow::node_kind::HandlerKind;
 
 /// What a workflow's stages need from this machine, checked before a run's first stage so a run
 /// does not fail halfway for want of it: the skills agent nodes name (and their variables), and the
-/// Brave Search key of an agent allowed `web_search`. `run_servers` are the MCP servers the run adds
-/// to the workflow's (a run file's). `Err` lists every problem, one per line.
+/// Brave Search key of an agent allowed `web_search`. `run_servers` are the MCP servers the run
+/// adds to the workflow's (a run file's). `Err` lists every problem, one per line.
 pub fn preflight(
     workflow: &trellis_workflow::Workflow,
     run_servers: &[(String, trellis_workflow::mcp_config::ServerConfig)],

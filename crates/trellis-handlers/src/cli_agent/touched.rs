@@ -1,12 +1,13 @@
 //! Which files a CLI agent touched, as the outputs document says: in a git repository, the files
 //! git knows (`git ls-files`, tracked and untracked but not ignored) before and after the session,
 //! compared — a path that appears, disappears, or whose size or modification time changed was
-//! touched — plus the files of any commits the agent made. Git only lists paths and compares
-//! trees here; it never reads a working-tree file, so no filter driver a stage wrote into the
+//! touched — plus the files of any commits the agent made. Git only lists paths and compares trees
+//! here; it never reads a working-tree file, so no filter driver a stage wrote into the
 //! repository's configuration runs (`git diff` against the working tree would run one). Outside a
 //! repository, a snapshot of the working tree's file sizes and modification times, skipping what
-//! artifact capture skips and bounded to [`MAX_FILES`] files. Paths are relative to the working directory; the runs
-//! directory is never counted. Everything here blocks: it runs on the blocking pool.
+//! artifact capture skips and bounded to [`MAX_FILES`] files. Paths are relative to the working
+//! directory; the runs directory is never counted. Everything here blocks: it runs on the blocking
+//! pool.
 
 use std::collections::BTreeMap;
 use std::path::Path;
