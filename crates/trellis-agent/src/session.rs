@@ -1723,7 +1723,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(answer.text, "Wrote a.py and b.py.");
-        assert!(answer.tool_calls.is_empty());
+        assert_eq!(answer.tool_calls, [] as [trellis_llm::ToolCall; 0]);
         assert_eq!(model.asked.len(), 6);
         let asked = &model.asked[0];
         assert_eq!(asked.tool_choice, ToolChoice::Required);
@@ -2341,7 +2341,7 @@ mod tests {
         // The conversation's next request, unchanged up to the end: a prompt cache serves it all.
         assert_eq!(asked.system, last_turn.system);
         assert_eq!(asked.tools, last_turn.tools);
-        assert!(!asked.tools.is_empty());
+        assert_ne!(asked.tools, [] as [trellis_llm::ToolDef; 0]);
         assert_eq!(asked.cache_prompt, last_turn.cache_prompt);
         assert_eq!(
             asked.messages[..last_turn.messages.len()],
@@ -2378,9 +2378,9 @@ mod tests {
         )
         .await;
         assert_eq!(model.asked.len(), 11);
-        assert!(!model.asked[8].tools.is_empty());
+        assert_ne!(model.asked[8].tools, [] as [trellis_llm::ToolDef; 0]);
         let apart = &model.asked[9];
-        assert!(apart.tools.is_empty());
+        assert_eq!(apart.tools, [] as [trellis_llm::ToolDef; 0]);
         assert_eq!(apart.system.as_deref(), Some(compaction::SUMMARY_SYSTEM));
         assert_eq!(apart.max_tokens, Some(compaction::SUMMARY_MAX_TOKENS));
         assert!(compaction::is_summary(&model.asked[10].messages[0]));

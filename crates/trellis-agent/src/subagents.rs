@@ -375,7 +375,7 @@ impl Spawned {
                 state.status = Status::Ended(ending);
                 true
             } else {
-                pending = Some(state.queue.drain(..).collect::<Vec<_>>().join("\n\n"));
+                pending = Some(std::mem::take(&mut state.queue).join("\n\n"));
                 false
             }
         });
@@ -392,7 +392,7 @@ impl Spawned {
         let mut input = None;
         self.state.send_if_modified(|state| {
             if state.status != Status::Closed {
-                input = Some(state.queue.drain(..).collect::<Vec<_>>().join("\n\n"));
+                input = Some(std::mem::take(&mut state.queue).join("\n\n"));
             }
             false
         });
@@ -542,6 +542,6 @@ mod tests {
         // Closing a child closes its own children.
         call(&deep, "close_agent", json!({ "agent_id": "agent-1" })).await;
         assert_eq!(grandchild.next_input().await, None);
-        assert!(deep.close_all().is_empty());
+        assert_eq!(deep.close_all(), [] as [String; 0]);
     }
 }

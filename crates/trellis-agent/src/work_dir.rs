@@ -335,7 +335,7 @@ mod tests {
             paths.sort();
             paths
         };
-        assert!(walked(work.root()).is_empty());
+        assert_eq!(walked(work.root()), [] as [String; 0]);
         let runs = work.resolve("runs/R1").unwrap();
         assert_eq!(walked(&runs), ["runs/R1", "runs/R1/prompt.md"]);
     }

@@ -103,7 +103,7 @@ fn an_agent_calls_a_real_mcp_server_s_tool_and_the_server_is_gone_after_the_run(
         .iter()
         .find(|t| t["name"] == "mcp__files__read_text_file")
         .unwrap_or_else(|| panic!("no MCP tool among {tools:?}"));
-    assert!(!read["description"].as_str().unwrap().is_empty());
+    assert_ne!(read["description"].as_str().unwrap(), "");
     assert!(
         read["input_schema"]["properties"]["path"].is_object(),
         "{read}"

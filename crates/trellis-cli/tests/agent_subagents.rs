@@ -209,7 +209,10 @@ fn a_child_still_working_when_its_stage_ends_is_closed_and_its_command_killed() 
     let closed = run.events_named("Agent.SubagentClosed");
     assert_eq!(closed.len(), 1);
     assert_eq!(closed[0]["subagent"], "agent-1");
-    assert!(run.events_named("Agent.SubagentCompleted").is_empty());
+    assert_eq!(
+        run.events_named("Agent.SubagentCompleted"),
+        [] as [serde_json::Value; 0]
+    );
     run_support::assert_process_group_gone(&stage_dir(&p.only_run(), "lead"));
 }
 

@@ -381,7 +381,7 @@ fn a_shell_timeout_kills_the_command_and_everything_it_started() {
         "{result}"
     );
     let pid = p.read("child.pid").trim().to_owned();
-    assert!(!pid.is_empty());
+    assert_ne!(pid, "");
     assert!(gone(&pid), "the background child {pid} still runs");
     assert_eq!(
         run.events_named("Agent.ToolCallCompleted")[0]["note"],
@@ -1119,7 +1119,7 @@ fn a_small_context_window_forces_compaction() {
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let warnings = run.events_named("Agent.ContextWindowWarning");
-    assert!(!warnings.is_empty());
+    assert_ne!(warnings, [] as [serde_json::Value; 0]);
     // Compacted before any request outgrew the window (as the provider counted it).
     for call in run.events_named("ModelCallCompleted") {
         let input = call["usage"]["input_tokens"].as_u64().unwrap();

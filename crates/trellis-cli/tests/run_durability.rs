@@ -126,7 +126,7 @@ fn a_timed_out_command_leaves_no_process_behind() {
     let run = p.run("w.fabro", &[]);
     assert_eq!(run.code(), Some(0));
     let pid = p.read("bg.pid").trim().to_owned();
-    assert!(!pid.is_empty());
+    assert_ne!(pid, "");
     wait_for(
         "the background process to be killed",
         Duration::from_secs(5),

@@ -373,7 +373,10 @@ fn a_failing_prepare_step_fails_the_run_before_any_stage() {
             && error.contains("failed: exit 3: no such package"),
         "{error}"
     );
-    assert!(run.events_named("StageStarted").is_empty());
+    assert_eq!(
+        run.events_named("StageStarted"),
+        [] as [serde_json::Value; 0]
+    );
     assert!(!p.path().join("ran").exists());
     let status: Value = serde_json::from_str(
         &std::fs::read_to_string(run.record().join("prepare/01/status.json")).unwrap(),

@@ -352,7 +352,7 @@ fn sub_workflows_take_context_in_and_give_changes_out() {
         .into_iter()
         .filter(|e| e["run_id"].as_str().unwrap().ends_with("/sub"))
         .collect();
-    assert!(!child_events.is_empty());
+    assert_ne!(child_events, [] as [serde_json::Value; 0]);
 }
 
 #[test]

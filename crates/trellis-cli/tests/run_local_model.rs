@@ -71,16 +71,12 @@ fn check_model_stage(run: &run_support::Run, record: &Value, records: &[Value]) 
         status["usage"]["output_tokens"].as_u64().unwrap() > 0,
         "{status}"
     );
-    assert!(
-        !std::fs::read_to_string(dir.join("prompt.md"))
+    assert_ne!(std::fs::read_to_string(dir.join("prompt.md")).unwrap(), "");
+    assert_ne!(
+        std::fs::read_to_string(dir.join("response.md"))
             .unwrap()
-            .is_empty()
-    );
-    assert!(
-        !std::fs::read_to_string(dir.join("response.md"))
-            .unwrap()
-            .trim()
-            .is_empty()
+            .trim(),
+        ""
     );
     if record["node_id"] == "review" {
         // The directive passed the routing schema; the model's choice of fields and label is its

@@ -153,7 +153,10 @@ fn a_failing_command_reports_the_tail_of_stderr_and_is_not_retried() {
         failed[0]["failure_reason"],
         "the command exited with code 7: broken"
     );
-    assert!(run.events_named("StageRetrying").is_empty());
+    assert_eq!(
+        run.events_named("StageRetrying"),
+        [] as [serde_json::Value; 0]
+    );
     assert_eq!(run.context("failure_class"), "stage_failed");
     assert_eq!(
         run.context("outcome"),

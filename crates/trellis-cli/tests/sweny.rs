@@ -272,7 +272,7 @@ fn inputs_are_checked_with_every_problem_reported_at_once() {
         "{stderr}"
     );
     assert!(!p.path().join("runs").exists(), "no run was created");
-    assert!(mock.requests().is_empty());
+    assert_eq!(mock.requests(), [] as [serde_json::Value; 0]);
 }
 
 /// A triage workflow shaped as SWEny's own (its nodes name the same skills, check their tool calls

@@ -354,7 +354,7 @@ fn graph_of_an_invalid_workflow_reports_on_stderr() {
     );
     let out = trellis(&["graph", "bad.fabro"], dir.path());
     assert_eq!(out.status.code(), Some(1));
-    assert!(out.stdout.is_empty());
+    assert_eq!(out.stdout, [] as [u8; 0]);
     assert!(
         text(&out.stderr).contains("error[exit-outgoing]"),
         "{}",
@@ -465,7 +465,7 @@ fn a_reader_that_stops_early_ends_the_command_quietly() {
         std::io::BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut first)
             .unwrap();
-        assert!(!first.is_empty());
+        assert_ne!(first, "");
         let out = child.wait_with_output().unwrap();
         assert_eq!(out.status.code(), Some(141), "{args:?}");
         assert_eq!(text(&out.stderr), "", "{args:?}");

@@ -899,7 +899,7 @@ mod tests {
         let skills = Skills::discover(&directories(root.path(), None), false);
         let env = |name: &str| (name == "CRM_KEY").then(|| "secret".to_owned());
         let node = skills.for_node(&["crm".into()], &env, &|_| false);
-        assert!(node.servers.is_empty());
+        assert_eq!(node.servers, []);
         assert!(
             node.warnings[0].contains(ALLOW_STDIO_VAR),
             "{:?}",

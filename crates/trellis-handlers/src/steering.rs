@@ -165,7 +165,7 @@ mod tests {
         send(stage.path(), "second", at()).unwrap();
         let texts: Vec<String> = inbox.take().into_iter().map(|m| m.text).collect();
         assert_eq!(texts, ["first", "second"]);
-        assert!(inbox.take().is_empty());
+        assert_eq!(inbox.take(), [] as [Message; 0]);
         send(stage.path(), "late", at()).unwrap();
         let late: Vec<String> = inbox.close().into_iter().map(|m| m.text).collect();
         assert_eq!(late, ["late"]);

@@ -349,7 +349,10 @@ mod tests {
         assert_eq!(calls[0].name, "read_file");
         assert_eq!(calls[0].arguments, serde_json::json!({ "path": "a.py" }));
         assert!(is_text_call(&calls[0].id));
-        assert!(parse("{\"name\": \"orders-api\", \"port\": 80}", &["read_file"]).is_empty());
+        assert_eq!(
+            parse("{\"name\": \"orders-api\", \"port\": 80}", &["read_file"]),
+            []
+        );
     }
 
     #[test]
@@ -361,15 +364,18 @@ mod tests {
         );
         assert_eq!(unknown.len(), 1);
         assert_eq!(unknown[0].name, "add_function");
-        assert!(
+        assert_eq!(
             parse(
                 "```json\n{\"name\": \"orders-api\", \"port\": 80}\n```",
                 &["shell"]
-            )
-            .is_empty()
+            ),
+            []
         );
-        assert!(parse("```json\n{\"outcome\": \"succeeded\"}\n```", &["shell"]).is_empty());
-        assert!(parse("no calls here", &["shell"]).is_empty());
+        assert_eq!(
+            parse("```json\n{\"outcome\": \"succeeded\"}\n```", &["shell"]),
+            []
+        );
+        assert_eq!(parse("no calls here", &["shell"]), []);
     }
 
     #[test]
@@ -406,7 +412,7 @@ mod tests {
             "a.json\n```json\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"a\"}}\n```";
         let calls = parse(call, &offered);
         assert_eq!((calls.len(), calls[0].name.as_str()), (1, "read_file"));
-        assert!(parse("a.py\n```\nx = 1\n```", &["read_file"]).is_empty());
+        assert_eq!(parse("a.py\n```\nx = 1\n```", &["read_file"]), []);
     }
 
     #[test]

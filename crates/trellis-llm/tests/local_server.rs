@@ -70,7 +70,7 @@ async fn the_local_server_starts_answers_and_stops() {
         )
         .await
         .unwrap();
-    assert!(!response.text.trim().is_empty());
+    assert_ne!(response.text.trim(), "");
     assert_eq!(*deltas.lock().unwrap(), response.text);
     assert!(
         response.usage.input_tokens > 0 && response.usage.output_tokens > 0,
@@ -89,7 +89,7 @@ async fn the_local_server_starts_answers_and_stops() {
     provider.shutdown().await;
     // A call after shutdown starts a fresh server.
     let again = provider.stream(&request, &|_| {}).await.unwrap();
-    assert!(!again.text.is_empty());
+    assert_ne!(again.text, "");
     provider.shutdown().await;
 }
 

@@ -466,6 +466,6 @@ mod tests {
         std::fs::write(&own, "").unwrap();
         let beside = Launcher::beside(&trellis);
         assert_eq!(beside.program(), own);
-        assert!(beside.leading_args().is_empty());
+        assert_eq!(beside.leading_args(), [] as [&str; 0]);
     }
 }

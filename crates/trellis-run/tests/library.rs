@@ -40,7 +40,10 @@ async fn a_run_is_created_executed_cancelled_and_resumed_through_the_library() {
     let loaded = trellis_run::load(&file, &file, trellis_run::CompileOptions::default())
         .await
         .unwrap();
-    assert!(loaded.compiled.diagnostics.is_empty());
+    assert_eq!(
+        loaded.compiled.diagnostics,
+        [] as [trellis_syntax::diagnostic::Diagnostic; 0]
+    );
     let events = Arc::new(MemoryEvents::default());
     let request = NewRun {
         path: file.clone(),

@@ -174,7 +174,7 @@ pub async fn check(State(server): State<Arc<Server>>, request: Request, next: Ne
     } else {
         match read_body(request).await {
             Ok(request) => request,
-            Err(response) => return response,
+            Err((status, message)) => return refuse(status, message),
         }
     };
     let mut response = next.run(request).await;
@@ -188,16 +188,17 @@ pub async fn check(State(server): State<Arc<Server>>, request: Request, next: Ne
     response
 }
 
-/// The request with its body read whole, within [`MAX_BODY`] and [`BODY_TIMEOUT`].
-async fn read_body(request: Request) -> Result<Request, Response> {
+/// The request with its body read whole, within [`MAX_BODY`] and [`BODY_TIMEOUT`]; or the status
+/// and message to refuse it with.
+async fn read_body(request: Request) -> Result<Request, (StatusCode, &'static str)> {
     let (parts, body) = request.into_parts();
     match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY)).await {
         Ok(Ok(bytes)) => Ok(Request::from_parts(parts, axum::body::Body::from(bytes))),
-        Ok(Err(_)) => Err(refuse(
+        Ok(Err(_)) => Err((
             StatusCode::PAYLOAD_TOO_LARGE,
             "the request body is larger than 4 MiB, or was cut off",
         )),
-        Err(_) => Err(refuse(
+        Err(_) => Err((
             StatusCode::REQUEST_TIMEOUT,
             "the request body took too long to arrive",
         )),

@@ -981,8 +981,6 @@ fn read_event_lines(
 
 #[cfg(test)]
 mod tail_tests {
-    use std::io::Write as _;
-
     use super::*;
 
     #[test]

@@ -376,7 +376,7 @@ mod tests {
             panic!("expected a string")
         };
         assert_eq!(quoted.text, "a\"b\\c\nd\te\\d and more");
-        assert!(diagnostics.is_empty());
+        assert_eq!(diagnostics, []);
 
         // Text between escapes is copied in runs: characters of any width, an unknown escape last.
         let tokens = lex("\"é ü\\\"日本\\q\"", &mut diagnostics);
@@ -386,7 +386,7 @@ mod tests {
         assert_eq!(quoted.text, "é ü\"日本\\q");
         // After the escaped quote (text offset 6), the text continues at source offset 8.
         assert_eq!(quoted.offset_map, [(6, 8)]);
-        assert!(diagnostics.is_empty());
+        assert_eq!(diagnostics, []);
     }
 
     #[test]

@@ -463,7 +463,7 @@ mod tests {
                 "digraph G { lint [prompt=\"{{ inputs.stage }}\"] // {{ inputs.x }}\n start -> lint }"
             )
         );
-        assert!(out.is_empty());
+        assert_eq!(out, [] as [trellis_syntax::Diagnostic; 0]);
         assert_eq!(
             expand_structure("digraph G { a -> b }", &inputs, &mut out),
             None
