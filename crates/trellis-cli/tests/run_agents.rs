@@ -1742,6 +1742,62 @@ fn exec_reads_its_prompt_from_standard_input() {
     assert!(!p.run_exists());
 }
 
+/// An `exec` run killed during its agent's tool call and resumed prints the agent's answer when it
+/// ends, as `trellis exec` would have: the record says which node's response is the run's answer.
+#[test]
+fn exec_resumed_after_a_kill_prints_its_answer() {
+    let Some(mock) = Llmock::start() else { return };
+    let p = project(&mock);
+    mock.scenario(&json!([call(
+        "shell",
+        json!({ "command": "echo $$ > shell.pid; sleep 60" })
+    )]));
+    let mut child = p
+        .command(&[
+            "exec",
+            "Count the files",
+            "--model",
+            "sonnet",
+            "--sandbox",
+            "none",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    run_support::wait_for(
+        "the shell to start",
+        std::time::Duration::from_secs(20),
+        || !p.read("shell.pid").trim().is_empty(),
+    );
+    child.kill().unwrap(); // SIGKILL, in the middle of the shell call
+    child.wait().unwrap();
+    let record = p.only_run();
+    let id = record.file_name().unwrap().to_string_lossy().into_owned();
+
+    mock.reset();
+    mock.scenario(&json!([answer("There are 2 files.")]));
+    let out = p
+        .command(&["resume", &id, "--sandbox", "none"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "There are 2 files.\n");
+    assert!(stderr.contains("succeeded: 3 stages"), "{stderr}");
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 1);
+    assert!(
+        bodies[0].to_string().contains("Count the files"),
+        "the resumed agent was asked the prompt again: {}",
+        bodies[0]
+    );
+    // The record names the node whose response is the answer (a workflow's run names none).
+    let meta: Value =
+        serde_json::from_str(&std::fs::read_to_string(record.join("run.json")).unwrap()).unwrap();
+    assert_eq!(meta["answer_node"], "agent");
+}
+
 /// `apply_patch` (offered when named) changes several files in one call, whole or not at all: a
 /// deletion of a file the agent has not read is refused, and nothing of that patch applied.
 #[test]
@@ -1851,6 +1907,12 @@ fn a_run_killed_during_a_tool_call_resumes_by_running_that_stage_again() {
         "the finished stage did not run again"
     );
     assert_eq!(resumed.context("response.fix"), "Done after the restart.");
+    // A workflow's run has no answer to print (only `trellis exec`'s names one).
+    assert!(
+        !std::fs::read_to_string(record.join("run.json"))
+            .unwrap()
+            .contains("answer_node")
+    );
     // The interrupted shell's process group was stopped when the run resumed.
     assert!(gone(&pid), "the killed run's shell {pid} still runs");
     // Nothing finished was lost: the first attempt's events are still in the log.

@@ -169,6 +169,9 @@ pub struct NewRun {
     pub run_file: Option<RunFile>,
     /// The Temporal service whose workers will run it (`trellis run --temporal`): see [`Run::park`].
     pub temporal: Option<trellis_store::TemporalTarget>,
+    /// The node whose last response is the run's answer (`trellis exec`'s agent): recorded, so that
+    /// resuming the run prints it too.
+    pub answer_node: Option<String>,
 }
 
 /// What the caller decides about a run: who answers human gates, and who hears the events besides the
@@ -322,6 +325,7 @@ impl Run {
             temporal: request.temporal.clone(),
             // Recorded when its tree is published, as the run is submitted.
             workspace: None,
+            answer_node: request.answer_node.clone(),
         };
         let recorded = trellis_workflow::inline::inline_file_references(file.text(), &workflow);
         let (record, owner) = RunDir::create(

@@ -56,6 +56,7 @@ async fn a_run_is_created_executed_cancelled_and_resumed_through_the_library() {
         runs_dir: work.join("runs"),
         run_file: None,
         temporal: None,
+        answer_node: None,
     };
     let run = Run::create(loaded, request, wiring(&events)).await.unwrap();
     let id = run.id().to_owned();

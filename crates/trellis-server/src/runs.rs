@@ -164,6 +164,7 @@ impl Server {
             runs_dir: self.runs_dir.clone(),
             run_file: start.run_file,
             temporal: None,
+            answer_node: None,
         };
         if let Some(file) = &request.run_file {
             file.apply_to(&mut request.settings);

@@ -66,6 +66,10 @@ pub struct RunMeta {
     /// (`trellis run --temporal --workspace git`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub workspace: Option<GitWorkspace>,
+    /// The node whose last response is the run's answer, printed when the run ends, resumed or not
+    /// (`trellis exec`'s agent).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub answer_node: Option<String>,
 }
 
 /// A run's working tree kept on a git remote: each worker that runs the run checks it out from the
@@ -682,6 +686,7 @@ mod tests {
             run_file: None,
             temporal: None,
             workspace: None,
+            answer_node: None,
         };
         RunDir::create(runs, &meta, "digraph {}", "workflow.fabro").unwrap()
     }

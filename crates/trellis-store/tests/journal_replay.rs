@@ -132,6 +132,7 @@ async fn run(dir: &Path, text: &str, seed: u64, max_steps: u32) -> Ran {
         run_file: None,
         temporal: None,
         workspace: None,
+        answer_node: None,
     };
     let (record, owner) = RunDir::create(dir, &meta, text, "w.fabro").unwrap();
     let record = Arc::new(record);

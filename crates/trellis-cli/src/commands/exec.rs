@@ -103,11 +103,12 @@ pub fn exec(args: &ExecArgs) -> anyhow::Result<ExitCode> {
         runs_dir: resolve_runs_dir(args.options.runs_dir()),
         run_file: None,
         temporal: None,
+        answer_node: Some(NODE.to_owned()),
     };
     super::on_runtime(async {
         let loaded = trellis_run::load_text(&path, workflow(args.max_turns), options).await;
         match Run::create(loaded, request, super::run::wiring(&args.options, sandbox)?).await {
-            Ok(run) => execute(run, &args.options).await,
+            Ok(run) => execute(run, &args.options, NODE.to_owned()).await,
             Err(error) => {
                 trellis_process::note!("error: {error}");
                 Ok(ExitCode::from(match error {
@@ -119,13 +120,18 @@ pub fn exec(args: &ExecArgs) -> anyhow::Result<ExitCode> {
     })?
 }
 
-/// Runs the agent, then prints its answer (standard output) and the run's summary (standard error,
-/// or the whole as JSON on standard output with `--json`).
-async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
+/// Runs a run whose answer is `node`'s last response (the agent's, started here or resumed), then
+/// prints the answer (standard output) and the run's summary (standard error, or the whole as JSON
+/// on standard output with `--json`).
+pub(super) async fn execute(
+    run: Run,
+    options: &RunOptions,
+    node: String,
+) -> anyhow::Result<ExitCode> {
     let ended = super::run::execute_signalled(run, options).await?;
     let answer = if ended.finished.status == RunStatus::Succeeded {
         let record = ended.finished.record.clone();
-        trellis_process::task::blocking(move || last_answer(&record)).await
+        trellis_process::task::blocking(move || last_answer(&record, &node)).await
     } else {
         None
     };
@@ -143,10 +149,10 @@ async fn execute(run: Run, options: &RunOptions) -> anyhow::Result<ExitCode> {
     Ok(summary.exit_code(ended.finished.log_error.is_some(), ended.stopped_by))
 }
 
-/// The agent's last answer: its last attempt's `response.md`.
-fn last_answer(record: &trellis_store::RunDir) -> Option<String> {
+/// The node's last answer: its last attempt's `response.md`.
+fn last_answer(record: &trellis_store::RunDir, node: &str) -> Option<String> {
     let stages = record.checkpoint().ok()?.stages;
-    let last = stages.iter().rev().find(|stage| stage.node_id == NODE)?;
+    let last = stages.iter().rev().find(|stage| stage.node_id == node)?;
     let path = record
         .root()
         .join("stages")

@@ -419,6 +419,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         runs_dir: resolve_runs_dir(args.options.runs_dir.clone()),
         run_file,
         temporal,
+        answer_node: None,
     };
     if let Some(file) = &request.run_file {
         file.apply_to(&mut request.settings);
@@ -505,11 +506,16 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_USAGE));
         }
         let id = resumable.id().to_owned();
+        // A run with an answer (`trellis exec`'s) prints it when it ends, as it would have.
+        let answer_node = record.meta()?.answer_node;
         match resumable
             .into_run(loaded, wiring(&args.options, sandbox)?)
             .await
         {
-            Ok(run) => execute(run, &args.options).await,
+            Ok(run) => match answer_node {
+                Some(node) => super::exec::execute(run, &args.options, node).await,
+                None => execute(run, &args.options).await,
+            },
             Err(RunError::Invalid { .. }) => {
                 trellis_process::note!(
                     "error: the workflow saved with run {id} no longer compiles"
