@@ -30,7 +30,9 @@ fn glibc_reads_relr() -> bool {
     let Some(version) = text.trim().strip_prefix("glibc ") else {
         return false;
     };
-    let mut parts = version.split('.').map(|part| part.parse::<u32>().unwrap_or(0));
+    let mut parts = version
+        .split('.')
+        .map(|part| part.parse::<u32>().unwrap_or(0));
     let major = parts.next().unwrap_or(0);
     let minor = parts.next().unwrap_or(0);
     (major, minor) >= (2, 36)
