@@ -1,10 +1,11 @@
 //! Links `trellis` and `trellis-reap` with their relative relocations packed (`-z
 //! pack-relative-relocs`: a `DT_RELR` table of 16 KB instead of 1.4 MB of `.rela.dyn`), which
 //! keeps them position-independent (ASLR) while a start no longer reads a megabyte of relocations
-//! into memory: every run's peak resident set is about 1.2 MB lower (a 10,000-stage chain's 25.2
-//! MB became 23.6 MB; docs/benchmarks.md, 2026-12-05 evening). Only where the C library that will
-//! load them reads such a table: glibc 2.36 or later, building for the machine that builds
-//! (elsewhere nothing changes; a linker too old for the option ignores it with a warning).
+//! into memory: every run's peak resident set is 0.6 – 2 MB lower (a 10,000-stage chain, alternated
+//! by hand: 24.7 – 25.1 MB before, 23.6 – 24.1 MB after; docs/benchmarks.md, 2026-12-05 evening).
+//! Only where the C library that will load them reads such a table: glibc 2.36 or later, building
+//! for the machine that builds (elsewhere nothing changes; a linker too old for the option ignores
+//! it with a warning).
 
 use std::process::Command;
 
