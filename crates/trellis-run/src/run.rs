@@ -800,6 +800,11 @@ impl Resumable {
         self.meta.workspace.as_ref()
     }
 
+    /// The node whose last response is the run's answer (`trellis exec`'s agent), if it has one.
+    pub fn answer_node(&self) -> Option<&str> {
+        self.meta.answer_node.as_deref()
+    }
+
     /// Runs it in `work_dir` rather than where it was started (a worker's checkout of its tree).
     pub fn set_work_dir(&mut self, work_dir: PathBuf) {
         self.meta.settings.work_dir = work_dir;

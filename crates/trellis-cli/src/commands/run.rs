@@ -507,7 +507,7 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
         }
         let id = resumable.id().to_owned();
         // A run with an answer (`trellis exec`'s) prints it when it ends, as it would have.
-        let answer_node = record.meta()?.answer_node;
+        let answer_node = resumable.answer_node().map(str::to_owned);
         match resumable
             .into_run(loaded, wiring(&args.options, sandbox)?)
             .await
