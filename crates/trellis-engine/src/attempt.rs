@@ -309,7 +309,7 @@ impl Engine {
         loop {
             // A fan-out's own stage does not count against the step budget; its branches' stages do.
             let rank = self.next_rank(!matches!(work, Work::FanOut { .. }));
-            let dir = self.recorder.stage_dir(rank, &node.id, visit).await?;
+            let dir = self.stage_dir(rank, &node.id, visit).await?;
             self.emit(
                 Some(&node.id),
                 EventKind::StageStarted {

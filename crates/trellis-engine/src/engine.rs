@@ -340,6 +340,8 @@ impl Engine {
         if !hooks.listens(event) {
             return Ok(HookDecision::Proceed);
         }
+        // A hook sees the record as the steps before it left it.
+        self.settle_save().await?;
         match hooks.fire(context, self).await {
             HookDecision::Block { reason } => Err(EngineError::HookBlocked {
                 event: event.as_str(),
@@ -407,6 +409,29 @@ impl Engine {
     pub(crate) async fn save(&self) -> Result<(), EngineError> {
         self.save_tree().await?;
         Ok(self.recorder.save(self.seq()).await?)
+    }
+
+    /// Waits for the save the main track's last step handed ahead, if one is on its way
+    /// ([`crate::record::Recorder::save_ahead`]), and tells that its checkpoint is saved.
+    pub(crate) async fn settle_save(&self) -> Result<(), EngineError> {
+        if let Some((node, next_node)) = self.recorder.settle().await? {
+            self.emit(Some(&node), EventKind::CheckpointSaved { next_node });
+        }
+        Ok(())
+    }
+
+    /// Creates a stage attempt's directory, once the save before it is written: made on the
+    /// record lane after the save the last step handed ahead, whose result is then ready (waiting
+    /// for the directory alone wakes the run once, not twice).
+    pub(crate) async fn stage_dir(
+        &self,
+        rank: u32,
+        node: &str,
+        visit: u32,
+    ) -> Result<std::path::PathBuf, EngineError> {
+        let dir = self.recorder.stage_dir(rank, node, visit).await;
+        self.settle_save().await?;
+        Ok(dir?)
     }
 
     /// Has the pacer, if there is one, make the run's working tree durable.

@@ -33,12 +33,28 @@ pub(crate) struct Recorder {
     /// The sync of the journal entries last appended, which runs while the run goes on; the next
     /// write waits for it, so entries reach the disk in order, and takes its error.
     syncing: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The write [`Recorder::save_ahead`] handed to the record lane, until [`Recorder::settle`]
+    /// takes its result.
+    ahead: Mutex<Option<Ahead>>,
     store: Arc<dyn RunStore>,
     /// Synced before the journal: its entries name blobs, written without waiting for the disk.
     blobs: Arc<dyn BlobStore>,
     /// Flushed before each journal entry: an entry names the last event, which must be stored.
     events: Subscribers,
 }
+
+/// A journal entry on its way to the disk on the record lane, and the step it saves: the node
+/// whose stage it records and the node the track goes to next.
+struct Ahead {
+    written: std::pin::Pin<Box<dyn Future<Output = Written> + Send>>,
+    saved: Saved,
+}
+
+/// What a save handed ahead saved: the node whose stage it records, and the track's next node.
+pub(crate) type Saved = (String, Option<String>);
+
+/// What a write did: its result, the snapshot it was given back, and whether it appended entries.
+type Written = (io::Result<()>, Option<Checkpoint>, bool);
 
 /// Record files waiting for the next write, which writes the statuses first: a stage's
 /// `status.json` is queued before its record, and both are taken at once, so the journal never
@@ -106,6 +122,7 @@ impl Recorder {
             queued: Arc::default(),
             writer: Arc::default(),
             syncing: Mutex::new(None),
+            ahead: Mutex::new(None),
             store,
             blobs,
             events,
@@ -135,6 +152,37 @@ impl Recorder {
     pub(crate) async fn save(&self, seq: u64) -> io::Result<()> {
         self.queue_entry(&mut self.book(), seq);
         self.write(None).await.0
+    }
+
+    /// Saves what changed since the last save as [`Recorder::save`] does, but hands the write to
+    /// the record lane and returns at once: the next stage's directory, made on the lane after it,
+    /// waits for it there instead of the run waiting for each in turn. [`Recorder::settle`] gives
+    /// the write's result, and must be awaited before the next stage's work begins; `saved` comes
+    /// back with it.
+    pub(crate) async fn save_ahead(&self, seq: u64, saved: Saved) {
+        // The save before it first: each write takes what is queued, in order.
+        let _ = self.settle().await;
+        self.queue_entry(&mut self.book(), seq);
+        self.synced().await;
+        *self.ahead.lock() = Some(Ahead {
+            written: Box::pin(in_order(self.write_job(None))),
+            saved,
+        });
+    }
+
+    /// Waits for the write [`Recorder::save_ahead`] handed on, if one is on its way, and starts
+    /// its sync: what it saved, or its error (which every later write gives too, as for
+    /// [`Recorder::save`]).
+    pub(crate) async fn settle(&self) -> io::Result<Option<Saved>> {
+        let ahead = self.ahead.lock().take();
+        let Some(Ahead { written, saved }) = ahead else {
+            return Ok(None);
+        };
+        let (written, _, appended) = written.await;
+        if appended && written.is_ok() {
+            self.start_sync();
+        }
+        written.map(|()| Some(saved))
     }
 
     /// Saves the whole checkpoint as a snapshot (after the journal entries before it): at the start
@@ -220,14 +268,32 @@ impl Recorder {
     /// become durable in order; a snapshot syncs the journal before it is saved, as it counts on
     /// the entries before it.
     async fn write(&self, snapshot: Option<Checkpoint>) -> (io::Result<()>, Option<Checkpoint>) {
+        // A write handed ahead goes first; its error, if any, is the writer's now.
+        let _ = self.settle().await;
+        self.synced().await;
+        let is_snapshot = snapshot.is_some();
+        let (written, snapshot, appended) = blocking(self.write_job(snapshot)).await;
+        if appended && written.is_ok() && !is_snapshot {
+            self.start_sync();
+        }
+        (written, snapshot)
+    }
+
+    /// Waits for the sync of the entries last appended.
+    async fn synced(&self) {
         let syncing = self.syncing.lock().take();
         if let Some(syncing) = syncing {
             // Its error, if any, is the writer's now.
             let _ = syncing.await;
         }
+    }
+
+    /// The blocking work of a write: the queued stage statuses, the event log, the queued journal
+    /// entries, then `snapshot` if given.
+    fn write_job(&self, snapshot: Option<Checkpoint>) -> impl FnOnce() -> Written + Send + 'static {
         let (store, blobs, events) = (self.store.clone(), self.blobs.clone(), self.events.clone());
         let (queued, writer) = (self.queued.clone(), self.writer.clone());
-        let (written, snapshot, appended) = blocking(move || {
+        move || {
             let mut failed = writer.lock();
             if let (Some(error), None) = (&*failed, &snapshot) {
                 return (Err(io::Error::other(error.clone())), snapshot, false);
@@ -256,25 +322,30 @@ impl Recorder {
                 Ok(()) => {}
             }
             (written, snapshot, appended)
-        })
-        .await;
-        if appended && written.is_ok() && snapshot.is_none() {
-            let (store, blobs, writer) =
-                (self.store.clone(), self.blobs.clone(), self.writer.clone());
-            *self.syncing.lock() = Some(start_blocking(move || {
-                // The blobs the entries name first: an entry must not outlast them in a crash.
-                if let Err(error) = blobs.sync().and_then(|()| store.sync_journal()) {
-                    writer.lock().get_or_insert(error.to_string());
-                }
-            }));
         }
-        (written, snapshot)
     }
 
-    /// Creates a stage attempt's directory (on the record lane, [`in_order`]).
-    pub(crate) async fn stage_dir(&self, rank: u32, node: &str, visit: u32) -> io::Result<PathBuf> {
+    /// Starts the sync of the entries just appended, which runs while the run goes on.
+    fn start_sync(&self) {
+        let (store, blobs, writer) = (self.store.clone(), self.blobs.clone(), self.writer.clone());
+        *self.syncing.lock() = Some(start_blocking(move || {
+            // The blobs the entries name first: an entry must not outlast them in a crash.
+            if let Err(error) = blobs.sync().and_then(|()| store.sync_journal()) {
+                writer.lock().get_or_insert(error.to_string());
+            }
+        }));
+    }
+
+    /// Creates a stage attempt's directory on the record lane ([`in_order`]): asked for at once,
+    /// made after the writes handed to the lane before it.
+    pub(crate) fn stage_dir(
+        &self,
+        rank: u32,
+        node: &str,
+        visit: u32,
+    ) -> impl Future<Output = io::Result<PathBuf>> + Send + use<> {
         let (store, node) = (self.store.clone(), node.to_owned());
-        in_order(move || store.stage_dir(rank, &node, visit)).await
+        in_order(move || store.stage_dir(rank, &node, visit))
     }
 
     /// Writes a stage attempt's `status.json` now (on the blocking pool).
@@ -290,7 +361,13 @@ impl Recorder {
 /// commands its branches start (each branch makes its directory, then starts its command), so no
 /// branch could start before every directory was made. On the lane, a branch starts as soon as its
 /// own directory is there, while the next one is made.
-async fn in_order<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+///
+/// The work is handed to the lane when this is called, not when the future is first polled, so
+/// work asked for later runs after it, and a result nobody waits for yet wakes nobody. (Without a
+/// thread for the lane, the work starts on the pool at once, in no order.)
+fn in_order<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> impl Future<Output = T> + Send + 'static {
     type Job = Box<dyn FnOnce() + Send>;
     static LANE: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Job>>> =
         std::sync::OnceLock::new();
@@ -310,14 +387,17 @@ async fn in_order<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) 
         Some(jobs) => jobs.send(job).err().map(|refused| refused.0),
         None => Some(job),
     };
-    if let Some(job) = refused {
-        // No thread for the lane: the pool does the work.
-        blocking(job).await;
-    }
-    // The lane runs every job it is given (a panic is caught in the job), so the answer comes.
-    match receiver.await.expect("the record lane runs every job") {
-        Ok(value) => value,
-        Err(panic) => std::panic::resume_unwind(panic),
+    // No thread for the lane: the pool does the work, started now all the same.
+    let pool = refused.map(start_blocking);
+    async move {
+        if let Some(pool) = pool {
+            let _ = pool.await;
+        }
+        // The lane runs every job it is given (a panic is caught in the job), so the answer comes.
+        match receiver.await.expect("the record lane runs every job") {
+            Ok(value) => value,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
     }
 }
 
@@ -330,11 +410,13 @@ mod tests {
     struct Calls {
         log: Mutex<Vec<&'static str>>,
         failing_sync: std::sync::atomic::AtomicBool,
+        failing_append: std::sync::atomic::AtomicBool,
     }
 
     impl RunStore for Calls {
-        fn stage_dir(&self, _: u32, _: &str, _: u32) -> io::Result<PathBuf> {
-            unreachable!("no stage runs here")
+        fn stage_dir(&self, _: u32, node: &str, _: u32) -> io::Result<PathBuf> {
+            self.log.lock().push("dir");
+            Ok(PathBuf::from(node))
         }
         fn write_status(&self, _: &Path, _: &StatusFile) -> io::Result<()> {
             Ok(())
@@ -347,6 +429,12 @@ mod tests {
             Ok(())
         }
         fn append_journal(&self, _: &[JournalEntry]) -> io::Result<()> {
+            if self
+                .failing_append
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                return Err(io::Error::other("the disk is full"));
+            }
             self.log.lock().push("append");
             Ok(())
         }
@@ -438,5 +526,46 @@ mod tests {
                 "append", "blobs", "sync", "blobs", "sync", "snapshot", "append"
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn a_save_handed_ahead_is_written_before_the_next_stage_directory_and_then_synced() {
+        let store = Arc::new(Calls::default());
+        let recorder = recorder(&store);
+        change(&recorder);
+        let saved = ("a".to_owned(), Some("b".to_owned()));
+        recorder.save_ahead(1, saved.clone()).await;
+        let dir = recorder.stage_dir(2, "b", 1).await.unwrap();
+        assert_eq!(dir, PathBuf::from("b"));
+        assert_eq!(recorder.settle().await.unwrap(), Some(saved));
+        // Nothing more to wait for; the next save waits for the sync the first one started.
+        assert_eq!(recorder.settle().await.unwrap(), None);
+        change(&recorder);
+        recorder.save(2).await.unwrap();
+        // (The second one's sync may be running still.)
+        assert_eq!(
+            store.log.lock()[..5],
+            ["append", "dir", "blobs", "sync", "append"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_save_handed_ahead_that_fails_fails_its_settling_and_the_saves_after_it() {
+        let store = Arc::new(Calls::default());
+        let recorder = recorder(&store);
+        store
+            .failing_append
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        change(&recorder);
+        recorder.save_ahead(1, ("a".to_owned(), None)).await;
+        let error = recorder.settle().await.unwrap_err();
+        assert!(error.to_string().contains("the disk is full"), "{error}");
+        store
+            .failing_append
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        change(&recorder);
+        let error = recorder.save(2).await.unwrap_err();
+        assert!(error.to_string().contains("the disk is full"), "{error}");
+        assert_eq!(*store.log.lock(), [] as [&str; 0]);
     }
 }

@@ -50,6 +50,25 @@ impl Engine {
         track: &mut Track,
         context: &RunContext,
         stop_at: Option<NodeIndex>,
+        degrade_full: bool,
+    ) -> Result<WalkEnd, EngineError> {
+        let walked = self
+            .steps_along(path, track, context, stop_at, degrade_full)
+            .await;
+        // A step's save handed ahead is waited for however the walk ends (its error after the
+        // walk's own).
+        let settled = self.settle_save().await;
+        let end = walked?;
+        settled.map(|()| end)
+    }
+
+    /// The steps of [`Engine::walk`].
+    async fn steps_along(
+        &self,
+        path: &[String],
+        track: &mut Track,
+        context: &RunContext,
+        stop_at: Option<NodeIndex>,
         mut degrade_full: bool,
     ) -> Result<WalkEnd, EngineError> {
         loop {
@@ -111,8 +130,16 @@ impl Engine {
                 self.recorder.change_track(path, track, context);
                 return Ok(target.map_or(WalkEnd::Finished, |_| WalkEnd::Reached));
             }
-            self.persist(path, track, context).await?;
             let node_id = &self.workflow.nodes[index].id;
+            if self.saves_ahead(path) {
+                // The next stage's directory waits for this save on the record lane, and the
+                // save is told of once that directory is made ([`Engine::settle_save`]).
+                self.recorder.change_track(path, track, context);
+                let saved = (node_id.clone(), track.next_node.clone());
+                self.recorder.save_ahead(self.seq(), saved).await;
+                continue;
+            }
+            self.persist(path, track, context).await?;
             self.emit(
                 Some(node_id),
                 EventKind::CheckpointSaved {
@@ -124,6 +151,17 @@ impl Engine {
                     .await?;
             }
         }
+    }
+
+    /// Whether a step on `path` saves what it changed ahead ([`Recorder::save_ahead`]): on a run's
+    /// main track, where the next stage is the only work that follows, when no `checkpoint_saved`
+    /// hook waits for the save and no pacer keeps the working tree with it.
+    ///
+    /// [`Recorder::save_ahead`]: crate::record::Recorder::save_ahead
+    fn saves_ahead(&self, path: &[String]) -> bool {
+        path.is_empty()
+            && self.services.pacer.is_none()
+            && !self.listens(HookEvent::CheckpointSaved)
     }
 
     /// The pacer asked before the node at `index`: only a run's main track is paced (a
