@@ -1796,6 +1796,21 @@ fn exec_resumed_after_a_kill_prints_its_answer() {
     let meta: Value =
         serde_json::from_str(&std::fs::read_to_string(record.join("run.json")).unwrap()).unwrap();
     assert_eq!(meta["answer_node"], "agent");
+
+    // Resumed again once done: nothing runs, and the answer is printed as it was.
+    mock.reset();
+    let again = p
+        .command(&["resume", &id, "--sandbox", "none"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout),
+        "There are 2 files.\n"
+    );
+    assert!(stderr.contains("already succeeded"), "{stderr}");
+    assert_eq!(mock.bodies().len(), 0);
 }
 
 /// `apply_patch` (offered when named) changes several files in one call, whole or not at all: a

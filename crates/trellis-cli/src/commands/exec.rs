@@ -130,8 +130,7 @@ pub(super) async fn execute(
 ) -> anyhow::Result<ExitCode> {
     let ended = super::run::execute_signalled(run, options).await?;
     let answer = if ended.finished.status == RunStatus::Succeeded {
-        let record = ended.finished.record.clone();
-        trellis_process::task::blocking(move || last_answer(&record, &node)).await
+        answer_of(ended.finished.record.clone(), node).await
     } else {
         None
     };
@@ -147,6 +146,14 @@ pub(super) async fn execute(
         trellis_process::note!("{}", summary.line());
     }
     Ok(summary.exit_code(ended.finished.log_error.is_some(), ended.stopped_by))
+}
+
+/// The answer of the run in `record`: `node`'s last response (read on the blocking pool).
+pub(super) async fn answer_of(
+    record: std::sync::Arc<trellis_store::RunDir>,
+    node: String,
+) -> Option<String> {
+    trellis_process::task::blocking(move || last_answer(&record, &node)).await
 }
 
 /// The node's last answer: its last attempt's `response.md`.

@@ -488,6 +488,13 @@ pub fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
                 resumable.id(),
                 status.as_str()
             );
+            // A run with an answer (`trellis exec`'s) prints it again, as its end did.
+            if let (RunStatus::Succeeded, false, Some(node)) =
+                (status, args.options.json, resumable.answer_node())
+                && let Some(answer) = super::exec::answer_of(record, node.to_owned()).await
+            {
+                println!("{}", answer.trim_end());
+            }
             return Ok(ExitCode::from(if status == RunStatus::Succeeded {
                 0
             } else {
