@@ -81,9 +81,7 @@ async fn serve(
     reason = "runs on the blocking pool (stage files)"
 )]
 fn read_inside(root: &Path, segments: &[String]) -> Result<(Vec<u8>, String), ApiError> {
-    let plain =
-        |s: &String| !s.is_empty() && s != "." && s != ".." && !s.contains(['\\', '\0', '/']);
-    if segments.len() < 2 || !segments.iter().all(plain) {
+    if segments.len() < 2 || !segments.iter().all(|s| trellis_store::plain_name(s)) {
         return Err(not_found());
     }
     let mut path = PathBuf::from(root);

@@ -32,6 +32,6 @@ pub use event_log::{EventLog, Written};
 pub use owner::Owner;
 pub use run_dir::{
     EventTail, GitWorkspace, RunDir, RunMeta, StoreError, TemporalTarget, default_runs_dir,
-    list_runs, new_run_id, read_whole_lines, resolve_runs_dir, write_atomically,
+    list_runs, new_run_id, plain_name, read_whole_lines, resolve_runs_dir, write_atomically,
 };
 pub use stage_output::{Chunk, Position, StageOutput, StageState, Stream, last_line};

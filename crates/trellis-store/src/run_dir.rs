@@ -92,6 +92,12 @@ pub struct TemporalTarget {
 }
 
 /// A new run id: a ULID, so ids sort by time.
+/// Whether `name` is one plain name in a folder: not empty, `.` or `..`, and without a separator
+/// (or a NUL): a name taken from a record or a request that cannot lead out of the folder.
+pub fn plain_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0'])
+}
+
 pub fn new_run_id() -> String {
     ulid::Ulid::generate().to_string()
 }
@@ -255,11 +261,25 @@ impl RunDir {
     /// Follows the output of the stage whose directory is `stages/<name>` from `at`; `None` when
     /// `name` is not a plain directory name of this run or the directory is not there.
     pub fn stage_output(&self, name: &str, at: crate::Position) -> Option<crate::StageOutput> {
-        let plain =
-            !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0']);
         let dir = self.root.join("stages").join(name);
         let is_dir = fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
-        (plain && is_dir).then(|| crate::StageOutput::new(dir, at))
+        (plain_name(name) && is_dir).then(|| crate::StageOutput::new(dir, at))
+    }
+
+    /// The text of the file `file` (`response.md`, ...) of the stage whose directory is
+    /// `stages/<name>`, read following no link; `None` when either is not a plain name or the file
+    /// cannot be read as text.
+    pub fn stage_text(&self, name: &str, file: &str) -> Option<String> {
+        use std::io::Read as _;
+        if !plain_name(name) || !plain_name(file) {
+            return None;
+        }
+        let path = self.root.join("stages").join(name).join(file);
+        let mut text = String::new();
+        files::open_record(&path, Access::Read)
+            .and_then(|mut opened| opened.read_to_string(&mut text))
+            .ok()
+            .map(|_| text)
     }
 
     pub fn blobs_dir(&self) -> PathBuf {
@@ -730,6 +750,27 @@ mod tests {
         let status = StatusFile::waiting("probe", 1, 1, 0);
         assert!(record.write_status(&stage, &status).is_err());
         assert_eq!(fs::read_to_string(&outside).unwrap(), "keep");
+    }
+
+    #[test]
+    fn a_stage_text_is_read_only_from_a_plain_stage_folder_and_through_no_link() {
+        let runs = tempfile::tempdir().unwrap();
+        let (record, _owner) = new_record(runs.path());
+        let stage = record.stage_dir(1, "agent", 1).unwrap();
+        let name = stage.file_name().unwrap().to_str().unwrap();
+        fs::write(stage.join("response.md"), "the answer").unwrap();
+        assert_eq!(
+            record.stage_text(name, "response.md").as_deref(),
+            Some("the answer")
+        );
+        let outside = runs.path().join("response.md");
+        fs::write(&outside, "a secret").unwrap();
+        // A name from the record that leads out of it, or a link planted at the file's name.
+        assert_eq!(record.stage_text("../..", "response.md"), None);
+        assert_eq!(record.stage_text(name, "../../../response.md"), None);
+        fs::remove_file(stage.join("response.md")).unwrap();
+        std::os::unix::fs::symlink(&outside, stage.join("response.md")).unwrap();
+        assert_eq!(record.stage_text(name, "response.md"), None);
     }
 
     #[test]

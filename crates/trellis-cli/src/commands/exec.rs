@@ -160,11 +160,5 @@ pub(super) async fn answer_of(
 fn last_answer(record: &trellis_store::RunDir, node: &str) -> Option<String> {
     let stages = record.checkpoint().ok()?.stages;
     let last = stages.iter().rev().find(|stage| stage.node_id == node)?;
-    let path = record
-        .root()
-        .join("stages")
-        .join(&last.dir)
-        .join("response.md");
-    #[allow(clippy::disallowed_methods, reason = "runs on the blocking pool")]
-    std::fs::read_to_string(path).ok()
+    record.stage_text(&last.dir, "response.md")
 }
